@@ -1,0 +1,22 @@
+"""moestat: statistical simulation and estimation rates of Mixture-of-Experts models."""
+
+from .experts import ACTIVATIONS, Expert
+from .gates import GATE_KINDS, Gate, gate_scores, gate_weights, top_k_mask
+from .mixing import MixingMeasure, ParameterBox
+from .model import MoEModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ACTIVATIONS",
+    "Expert",
+    "GATE_KINDS",
+    "Gate",
+    "gate_scores",
+    "gate_weights",
+    "top_k_mask",
+    "MixingMeasure",
+    "ParameterBox",
+    "MoEModel",
+    "__version__",
+]

@@ -1,0 +1,100 @@
+"""Small I/O helpers shared by every command: atomic writes so that no half-written file is
+ever left behind, and an append that is atomic per row for long-running sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "ensure_writable_dir"]
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
+    """Atomically write ``data`` as indented JSON (NaN/inf written as ``null``)."""
+
+    def clean(o):
+        if isinstance(o, float) and (o != o or o in (float("inf"), float("-inf"))):
+            return None
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        if hasattr(o, "item") and callable(o.item) and getattr(o, "ndim", 1) == 0:
+            return clean(o.item())
+        if hasattr(o, "tolist"):
+            return clean(o.tolist())
+        return o
+
+    return atomic_write_text(path, json.dumps(clean(data), indent=2, sort_keys=False) + "\n")
+
+
+def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> Path:
+    """``fig.savefig`` to a temporary file, then rename (format taken from ``path``'s suffix)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, **kwargs)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one newline-terminated line with a single ``write`` + ``fsync``.
+
+    A single ``write`` of a line to a file opened with ``O_APPEND`` is not torn by a concurrent
+    appender, and a kill between rows leaves only complete rows (a kill *during* the write can
+    leave a partial last line, which readers must skip: see :func:`moestat.sweep.read_results`).
+    """
+    if not line.endswith("\n"):
+        line += "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_writable_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) if needed and check that it is a writable directory.
+
+    Raises
+    ------
+    ValueError
+        With a one-line message naming the path when it cannot be used.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create output directory {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"output directory {path} is not writable")
+    return path
