@@ -1,0 +1,1 @@
+"""Data: toy generators and real-data loaders (IDX files, scikit-learn digits)."""

@@ -1,0 +1,1 @@
+"""moestat.estimators subpackage."""

@@ -1,0 +1,595 @@
+"""Soft Mixture of Experts (Puigcerver et al. 2024) as defined in seed 002, Definition 1.
+
+For an input ``X`` of ``m`` tokens in ``R^d`` and a router ``Phi`` with one column per slot,
+both weight matrices come from the same logits ``L = X Phi`` (seed 002, eq. 1):
+
+- dispatch ``D = softmax(L)`` over **tokens** (each column of ``D`` sums to 1), so slot ``s``
+  is the convex combination ``(D^T X)_s`` of the tokens;
+- combine ``C = softmax(L)`` over **slots** (each row of ``C`` sums to 1);
+- expert ``j`` is applied to its ``p`` slots, giving ``Ytilde`` (one row per slot), and the layer
+  returns ``C Ytilde`` with the input's shape ``m x d``.
+
+With one expert and one slot, ``C`` is the all-ones column and every output row equals
+``f(D^T X)``: one expert applied to one softmax-weighted average of the tokens.  Theorem 1 of
+seed 002 rests on exactly this collapse.
+
+The router is stored in the package's gate vocabulary (:mod:`moestat.gates`): ``router_weight``
+has one row per slot (``beta1``, shape ``[n * p, d]``) and the logits are
+``gate_scores(X, router_weight, "linear")``.  The optional Puigcerver normalisation (off by
+default, as in seed 002) uses the ``cosine`` score times a learned scale.
+
+Experts are two-layer MLPs ``d -> h -> d`` whose hidden width follows a total-parameter budget
+(:func:`budget_hidden_width`): ``h = factor * d / n`` keeps the expert weight count
+``2 * n * d * h = 2 * factor * d^2`` fixed across ``n`` (``factor = 10`` in seed 002 Appendix B,
+``4`` for its MNIST models).  The expert weights of all ``n`` experts are stored as stacked
+tensors so that a forward pass over all experts, or over a per-example subset of ``k`` experts
+(Algorithm 1), is a single batched ``einsum``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from moestat.experts import activation_fn
+from moestat.gates import gate_scores
+
+__all__ = [
+    "budget_hidden_width",
+    "expert_param_count",
+    "parse_tokenisation",
+    "tokenize_vector",
+    "patch_tokenize",
+    "ExpertMLPs",
+    "SoftMoE",
+    "SoftMoEOutput",
+    "SoftMoERegressor",
+    "SoftMoEClassifier",
+    "make_generator",
+]
+
+
+def make_generator(random_state: int | torch.Generator | None, device: str | torch.device = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` from a seed (or the generator itself).
+
+    Parameters
+    ----------
+    random_state : int or torch.Generator
+        Seed or generator.  ``None`` is refused: every draw in moestat comes from a seed passed in.
+    device : str or torch.device
+        Device of a newly created generator.
+
+    Returns
+    -------
+    torch.Generator
+    """
+    if isinstance(random_state, torch.Generator):
+        return random_state
+    if random_state is None or isinstance(random_state, bool) or not isinstance(random_state, int):
+        raise ValueError(f"random_state must be an int seed or a torch.Generator, got {random_state!r}")
+    g = torch.Generator(device=device)
+    g.manual_seed(int(random_state))
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# parameter budget and tokenisation
+# --------------------------------------------------------------------------------------------
+
+
+def budget_hidden_width(d: int, n_experts: int, factor: float = 10.0, rounding: str = "round", min_width: int = 1) -> int:
+    """Hidden width of each expert MLP under a fixed total expert budget.
+
+    ``h = factor * d / n`` (seed 002 Appendix B uses ``factor = 10``; MNIST uses ``4``), so the
+    total expert weight count ``2 n d h = 2 factor d^2`` does not depend on ``n`` whenever
+    ``factor * d / n`` is an integer.  Otherwise it is rounded (the paper's MNIST widths
+    ``784 / n`` are not integers for ``n >= 32``; it does not say how it rounded).
+
+    Parameters
+    ----------
+    d : int
+        Token dimension (expert input and output size).
+    n_experts : int
+        Number of experts ``n``.
+    factor : float
+        Budget factor ``c`` in ``h = c d / n``.
+    rounding : {"round", "floor", "ceil"}
+        Rounding policy for a non-integer width.
+    min_width : int
+        Smallest width returned.
+
+    Returns
+    -------
+    int
+        The hidden width.
+
+    Examples
+    --------
+    >>> [budget_hidden_width(2, n) for n in (1, 2, 5, 10)]
+    [20, 10, 4, 2]
+    """
+    if int(d) < 1:
+        raise ValueError(f"d must be a positive integer, got {d!r}")
+    if int(n_experts) < 1:
+        raise ValueError(f"n_experts must be a positive integer, got {n_experts!r}")
+    if not (factor > 0 and math.isfinite(factor)):
+        raise ValueError(f"factor must be a positive finite number, got {factor!r}")
+    raw = factor * d / n_experts
+    if rounding == "round":
+        h = int(math.floor(raw + 0.5))
+    elif rounding == "floor":
+        h = int(math.floor(raw + 1e-9))
+    elif rounding == "ceil":
+        h = int(math.ceil(raw - 1e-9))
+    else:
+        raise ValueError(f"rounding must be 'round', 'floor' or 'ceil', got {rounding!r}")
+    return max(int(min_width), h)
+
+
+def expert_param_count(d: int, hidden: int, n_experts: int, bias: bool = False) -> int:
+    """Total parameter count of ``n`` expert MLPs ``d -> hidden -> d``.
+
+    Parameters
+    ----------
+    d, hidden, n_experts : int
+        Token dimension, hidden width, number of experts.
+    bias : bool
+        Count the biases too (seed 002 counts weights only: ``20 d^2`` in Appendix B).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> expert_param_count(2, budget_hidden_width(2, 5), 5)
+    80
+    """
+    w = 2 * d * hidden
+    if bias:
+        w += hidden + d
+    return int(n_experts * w)
+
+
+def parse_tokenisation(spec: str) -> tuple[int, int]:
+    """Parse ``"5x2"`` into ``(m, d)`` = (number of tokens, token dimension).
+
+    Parameters
+    ----------
+    spec : str
+        ``"<m>x<d>"`` with positive integers.
+
+    Returns
+    -------
+    (int, int)
+    """
+    parts = str(spec).lower().split("x")
+    try:
+        m, d = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"tokens must look like '5x2' (tokens x dimension), got {spec!r}") from None
+    if m < 1 or d < 1:
+        raise ValueError(f"tokens must be positive, got {spec!r}")
+    return m, d
+
+
+def tokenize_vector(x: torch.Tensor, m: int, d: int) -> torch.Tensor:
+    """Split vectors of length ``m * d`` into ``m`` tokens of dimension ``d`` in index order.
+
+    Token ``i`` holds coordinates ``i d, ..., (i + 1) d - 1`` (a row-major reshape; seed 002
+    Appendix B splits ``R^10`` into ``5 x 2`` or ``2 x 5`` this way).
+
+    Parameters
+    ----------
+    x : Tensor, shape ``[..., m * d]``
+    m, d : int
+
+    Returns
+    -------
+    Tensor, shape ``[..., m, d]``
+
+    Examples
+    --------
+    >>> tokenize_vector(torch.arange(6.0), 3, 2).tolist()
+    [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    """
+    if x.shape[-1] != m * d:
+        raise ValueError(f"x has {x.shape[-1]} features but the tokenisation {m}x{d} needs {m * d}")
+    return x.reshape(*x.shape[:-1], m, d)
+
+
+def patch_tokenize(images: torch.Tensor, patch: int) -> torch.Tensor:
+    """Cut ``[b, H, W]`` images into non-overlapping ``patch x patch`` tokens in raster order.
+
+    Seed 002 cuts 28x28 MNIST into four 14x14 patches (``X`` in ``R^{4 x 196}``).
+
+    Parameters
+    ----------
+    images : Tensor, shape ``[b, H, W]``
+    patch : int
+        Patch side; must divide ``H`` and ``W``.
+
+    Returns
+    -------
+    Tensor, shape ``[b, (H / patch) * (W / patch), patch * patch]``
+    """
+    if images.dim() != 3:
+        raise ValueError(f"images must have shape [b, H, W], got {tuple(images.shape)}")
+    b, H, W = images.shape
+    if patch < 1 or H % patch or W % patch:
+        raise ValueError(f"patch={patch} must divide the image size {H}x{W}")
+    t = images.reshape(b, H // patch, patch, W // patch, patch).permute(0, 1, 3, 2, 4)
+    return t.reshape(b, (H // patch) * (W // patch), patch * patch)
+
+
+# --------------------------------------------------------------------------------------------
+# experts
+# --------------------------------------------------------------------------------------------
+
+
+class ExpertMLPs(nn.Module):
+    """``n`` two-layer MLPs ``d -> hidden -> d`` stored as stacked weights.
+
+    Parameters
+    ----------
+    n_experts : int
+    d : int
+        Input and output dimension.
+    hidden : int
+        Hidden width of every expert.
+    activation : str
+        One of :data:`moestat.experts.ACTIVATIONS` (ReLU is the paper's MNIST choice; Appendix B
+        does not name one).
+    bias : bool
+        Learn biases in both layers.
+    generator : torch.Generator
+        Source of the initial weights (PyTorch's ``nn.Linear`` rule, uniform on
+        ``+-1/sqrt(fan_in)``).
+    """
+
+    def __init__(self, n_experts: int, d: int, hidden: int, activation: str = "relu", bias: bool = True,
+                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        for name, v in (("n_experts", n_experts), ("d", d), ("hidden", hidden)):
+            if int(v) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.n_experts, self.d, self.hidden = int(n_experts), int(d), int(hidden)
+        self.activation = activation
+        self._act = activation_fn(activation)
+        g = make_generator(0) if generator is None else generator
+        self.w1 = nn.Parameter(torch.empty(n_experts, d, hidden, dtype=dtype))
+        self.w2 = nn.Parameter(torch.empty(n_experts, hidden, d, dtype=dtype))
+        nn.init.uniform_(self.w1, -1 / math.sqrt(d), 1 / math.sqrt(d), generator=g)
+        nn.init.uniform_(self.w2, -1 / math.sqrt(hidden), 1 / math.sqrt(hidden), generator=g)
+        if bias:
+            self.b1 = nn.Parameter(torch.empty(n_experts, hidden, dtype=dtype))
+            self.b2 = nn.Parameter(torch.empty(n_experts, d, dtype=dtype))
+            nn.init.uniform_(self.b1, -1 / math.sqrt(d), 1 / math.sqrt(d), generator=g)
+            nn.init.uniform_(self.b2, -1 / math.sqrt(hidden), 1 / math.sqrt(hidden), generator=g)
+        else:
+            self.register_parameter("b1", None)
+            self.register_parameter("b2", None)
+
+    def forward(self, slots: torch.Tensor, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Apply the experts to their slots.
+
+        Parameters
+        ----------
+        slots : Tensor, shape ``[b, n, p, d]`` or, with ``experts_idx``, ``[b, k, p, d]``
+            Slot ``(j, s)`` is fed to expert ``j`` (or to expert ``experts_idx[:, j]``).
+        experts_idx : LongTensor, shape ``[b, k]``, optional
+            Per-example expert indices: only these ``k`` experts are evaluated.
+
+        Returns
+        -------
+        Tensor, same shape as ``slots``
+        """
+        if experts_idx is None:
+            w1, w2 = self.w1.unsqueeze(0), self.w2.unsqueeze(0)  # [1, n, d, h]
+            b1 = None if self.b1 is None else self.b1.unsqueeze(0)
+            b2 = None if self.b2 is None else self.b2.unsqueeze(0)
+        else:
+            w1, w2 = self.w1[experts_idx], self.w2[experts_idx]  # [b, k, d, h]
+            b1 = None if self.b1 is None else self.b1[experts_idx]
+            b2 = None if self.b2 is None else self.b2[experts_idx]
+        h = torch.einsum("bjpd,bjdh->bjph", slots, w1.expand(slots.shape[0], *w1.shape[1:]))
+        if b1 is not None:
+            h = h + b1.unsqueeze(2)
+        h = self._act(h)
+        y = torch.einsum("bjph,bjhd->bjpd", h, w2.expand(slots.shape[0], *w2.shape[1:]))
+        if b2 is not None:
+            y = y + b2.unsqueeze(2)
+        return y
+
+    def n_weights(self, bias: bool = False) -> int:
+        """Expert parameter count (weights only by default, as seed 002 counts them)."""
+        return expert_param_count(self.d, self.hidden, self.n_experts, bias=bias and self.b1 is not None)
+
+
+# --------------------------------------------------------------------------------------------
+# the layer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SoftMoEOutput:
+    """Everything one Soft MoE forward pass computes (shapes for a batch of ``b``).
+
+    Attributes
+    ----------
+    output : Tensor ``[b, m, d]``
+        ``C Yhat``.
+    logits : Tensor ``[b, m, n * p]``
+        ``X Phi``.
+    dispatch : Tensor ``[b, m, n * p]``
+        ``D``, softmax over tokens (dim 1).  With ``experts_idx`` only the kept slots' columns
+        are computed and the other columns are 0.
+    combine : Tensor ``[b, m, n * p]``
+        ``C``, softmax over slots (dim 2).
+    slots : Tensor ``[b, n, p, d]``
+        ``D^T X`` grouped by expert (zero for experts not evaluated).
+    expert_outputs : Tensor ``[b, n, p, d]``
+        ``Yhat``: ``Ytilde`` with the rows of dropped experts set to zero.
+    kept : BoolTensor ``[b, n]``
+        Which experts were kept.
+    """
+
+    output: torch.Tensor
+    logits: torch.Tensor
+    dispatch: torch.Tensor
+    combine: torch.Tensor
+    slots: torch.Tensor
+    expert_outputs: torch.Tensor
+    kept: torch.Tensor
+
+
+class SoftMoE(nn.Module):
+    """Soft MoE layer (seed 002, Definition 1), batched and device-aware.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    n_experts : int
+        Number of experts ``n``.
+    slots_per_expert : int
+        ``p`` (seed 002 uses 1 throughout; Puigcerver et al. allow more).
+    hidden : int, optional
+        Expert hidden width; by default :func:`budget_hidden_width` ``(d, n, budget_factor)``.
+    budget_factor : float
+        ``c`` in ``hidden = c d / n``.
+    activation : str
+        Expert activation.
+    expert_bias : bool
+        Biases inside the experts.
+    normalize : bool
+        Puigcerver et al.'s l2 normalisation of tokens and router columns with a learned scale
+        (cosine score); off by default, as in seed 002 (with it Theorem 1 does not apply).
+    random_state : int or torch.Generator
+        Seed of the initial weights.  The router starts at ``N(0, 1/d)``.
+
+    Examples
+    --------
+    >>> layer = SoftMoE(d=2, n_experts=5, random_state=0)
+    >>> layer(torch.zeros(3, 5, 2)).shape
+    torch.Size([3, 5, 2])
+    """
+
+    def __init__(self, d: int, n_experts: int, slots_per_expert: int = 1, hidden: int | None = None,
+                 budget_factor: float = 10.0, activation: str = "relu", expert_bias: bool = True,
+                 normalize: bool = False, random_state: int | torch.Generator = 0,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        if int(slots_per_expert) < 1:
+            raise ValueError(f"slots_per_expert must be a positive integer, got {slots_per_expert!r}")
+        g = make_generator(random_state)
+        self.d, self.n_experts, self.slots_per_expert = int(d), int(n_experts), int(slots_per_expert)
+        if hidden is None:
+            hidden = budget_hidden_width(self.d, self.n_experts, budget_factor)
+        self.normalize = bool(normalize)
+        # beta1 layout of moestat.gates: one row per slot, slot s = j * p + t belongs to expert j
+        self.router_weight = nn.Parameter(torch.randn(self.n_experts * self.slots_per_expert, self.d,
+                                                      generator=g, dtype=dtype) / math.sqrt(self.d))
+        if self.normalize:
+            self.scale = nn.Parameter(torch.ones((), dtype=dtype))
+        else:
+            self.register_parameter("scale", None)
+        self.experts = ExpertMLPs(self.n_experts, self.d, int(hidden), activation, expert_bias, g, dtype)
+
+    @property
+    def n_slots(self) -> int:
+        """``n * p``."""
+        return self.n_experts * self.slots_per_expert
+
+    def router_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``X Phi`` (or the scaled cosine score when ``normalize``), shape ``[b, m, n * p]``."""
+        if self.normalize:
+            return self.scale * gate_scores(x, self.router_weight, "cosine")
+        return gate_scores(x, self.router_weight, "linear")
+
+    def combine_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """``C(X)``: softmax of the logits over slots, shape ``[b, m, n * p]`` (rows sum to 1)."""
+        return torch.softmax(self.router_logits(self._check(x)), dim=-1)
+
+    def dispatch_weights(self, x: torch.Tensor) -> torch.Tensor:
+        """``D(X)``: softmax of the logits over tokens, shape ``[b, m, n * p]`` (columns sum to 1)."""
+        return torch.softmax(self.router_logits(self._check(x)), dim=-2)
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.d:
+            raise ValueError(f"x must have shape [batch, tokens, {self.d}], got {tuple(x.shape)}")
+        return x
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None, experts_idx: torch.Tensor | None = None,
+                return_details: bool = False):
+        """Soft MoE forward pass, optionally with a per-example subset of experts.
+
+        Parameters
+        ----------
+        x : Tensor, shape ``[b, m, d]``
+        keep : BoolTensor, shape ``[b, n]`` or ``[n]``, optional
+            Experts to keep; all experts are evaluated and the rows of the others are zeroed
+            (seed 002 Section 4.1).  ``C`` is **not** renormalised.
+        experts_idx : LongTensor, shape ``[b, k]``, optional
+            Distinct expert indices per example; only these ``k`` experts (and their dispatch
+            columns) are computed, which is what saves compute in Algorithm 1.  Same result as
+            the corresponding ``keep`` mask.
+        return_details : bool
+            Return a :class:`SoftMoEOutput` instead of the output tensor.
+
+        Returns
+        -------
+        Tensor ``[b, m, d]`` or SoftMoEOutput
+        """
+        x = self._check(x)
+        if keep is not None and experts_idx is not None:
+            raise ValueError("pass at most one of keep and experts_idx")
+        b, m, _ = x.shape
+        n, p = self.n_experts, self.slots_per_expert
+        logits = self.router_logits(x)
+        combine = torch.softmax(logits, dim=-1)
+        if experts_idx is None:
+            dispatch = torch.softmax(logits, dim=-2)
+            slots = (dispatch.transpose(1, 2) @ x).reshape(b, n, p, self.d)
+            y = self.experts(slots)
+            if keep is None:
+                kept = torch.ones(b, n, dtype=torch.bool, device=x.device)
+            else:
+                kept = torch.as_tensor(keep, device=x.device).to(torch.bool).expand(b, n)
+                y = y * kept[:, :, None, None].to(y.dtype)
+        else:
+            experts_idx = torch.as_tensor(experts_idx, device=x.device).long()
+            if experts_idx.dim() != 2 or experts_idx.shape[0] != b:
+                raise ValueError(f"experts_idx must have shape [{b}, k], got {tuple(experts_idx.shape)}")
+            if experts_idx.numel() and (experts_idx.min() < 0 or experts_idx.max() >= n):
+                raise ValueError(f"experts_idx must lie in [0, {n})")
+            k = experts_idx.shape[1]
+            # slot columns of the kept experts: dispatch only needs these (column s of D depends
+            # only on column s of X Phi), O(m d k p) instead of O(m d n p)
+            cols = (experts_idx[:, :, None] * p + torch.arange(p, device=x.device)).reshape(b, k * p)
+            sel_logits = logits.gather(2, cols[:, None, :].expand(b, m, k * p))
+            sel_dispatch = torch.softmax(sel_logits, dim=-2)
+            sel_slots = (sel_dispatch.transpose(1, 2) @ x).reshape(b, k, p, self.d)
+            sel_y = self.experts(sel_slots, experts_idx)
+            y = x.new_zeros(b, n, p, self.d)
+            y = y.scatter(1, experts_idx[:, :, None, None].expand(b, k, p, self.d), sel_y)
+            slots = x.new_zeros(b, n, p, self.d).scatter(1, experts_idx[:, :, None, None].expand(b, k, p, self.d), sel_slots)
+            dispatch = x.new_zeros(b, m, n * p).scatter(2, cols[:, None, :].expand(b, m, k * p), sel_dispatch)
+            kept = torch.zeros(b, n, dtype=torch.bool, device=x.device).scatter(1, experts_idx, True)
+        out = combine @ y.reshape(b, n * p, self.d)
+        if return_details:
+            return SoftMoEOutput(out, logits, dispatch, combine, slots, y, kept)
+        return out
+
+    def expert_contributions(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-expert additive parts of the output: ``out = sum_j contrib[:, j]``.
+
+        ``contrib[:, j] = C[:, :, slots of j] Ytilde[slots of j]``; the output of any subset ``S``
+        of experts (rows of the others zeroed, no renormalisation) is ``sum_{j in S} contrib[:, j]``.
+
+        Returns
+        -------
+        Tensor, shape ``[b, n, m, d]``
+        """
+        det = self.forward(x, return_details=True)
+        b, m, _ = x.shape
+        C = det.combine.reshape(b, m, self.n_experts, self.slots_per_expert)
+        return torch.einsum("bmjp,bjpd->bjmd", C, det.expert_outputs)
+
+
+# --------------------------------------------------------------------------------------------
+# two small models: the ||X|| regressor (Appendix B) and a patch classifier (Section 4.2)
+# --------------------------------------------------------------------------------------------
+
+
+class SoftMoERegressor(nn.Module):
+    """Tokeniser -> Soft MoE -> non-trainable summation head (seed 002 Appendix B).
+
+    The prediction for ``x`` in ``R^{m d}`` is the sum of all ``m d`` entries of the layer's
+    output; there is no residual connection and nothing else is trained.
+
+    Parameters
+    ----------
+    m, d : int
+        Tokenisation: ``m`` tokens of dimension ``d``.
+    n_experts : int
+    budget_factor : float
+        Expert width ``budget_factor * d / n`` (10 in the paper).
+    **layer_kwargs
+        Passed to :class:`SoftMoE`.
+    """
+
+    def __init__(self, m: int, d: int, n_experts: int, budget_factor: float = 10.0, **layer_kwargs) -> None:
+        super().__init__()
+        self.m, self.d = int(m), int(d)
+        self.layer = SoftMoE(d, n_experts, budget_factor=budget_factor, **layer_kwargs)
+
+    @property
+    def n_experts(self) -> int:
+        """Number of experts."""
+        return self.layer.n_experts
+
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """``[b, m d] -> [b, m, d]``."""
+        return tokenize_vector(x, self.m, self.d)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Prediction ``[b]`` for inputs ``[b, m d]``."""
+        return self.layer(self.tokens(x), keep=keep, experts_idx=experts_idx).sum(dim=(1, 2))
+
+    def expert_contributions(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(contrib [b, n, 1], bias [1])`` with prediction ``bias + sum_{j in S} contrib[:, j]``."""
+        c = self.layer.expert_contributions(self.tokens(x)).sum(dim=(2, 3))
+        return c.unsqueeze(-1), x.new_zeros(1)
+
+
+class SoftMoEClassifier(nn.Module):
+    """Tokens -> Soft MoE -> flatten -> linear head (seed 002 Section 4.2 MNIST model).
+
+    Parameters
+    ----------
+    m, d : int
+        ``m`` tokens (patches) of dimension ``d``.
+    n_experts : int
+    n_classes : int
+    budget_factor : float
+        Expert width ``budget_factor * d / n`` (4 for the paper's MNIST models).
+    random_state : int
+        Seed for the layer and the head.
+    **layer_kwargs
+        Passed to :class:`SoftMoE`.
+    """
+
+    def __init__(self, m: int, d: int, n_experts: int, n_classes: int, budget_factor: float = 4.0,
+                 random_state: int = 0, **layer_kwargs) -> None:
+        super().__init__()
+        self.m, self.d, self.n_classes = int(m), int(d), int(n_classes)
+        g = make_generator(random_state)
+        self.layer = SoftMoE(d, n_experts, budget_factor=budget_factor, random_state=g, **layer_kwargs)
+        self.head = nn.Linear(m * d, n_classes)
+        bound = 1 / math.sqrt(m * d)
+        with torch.no_grad():
+            self.head.weight.uniform_(-bound, bound, generator=g)
+            self.head.bias.uniform_(-bound, bound, generator=g)
+
+    @property
+    def n_experts(self) -> int:
+        """Number of experts."""
+        return self.layer.n_experts
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[b, n_classes]`` for tokens ``[b, m, d]``."""
+        out = self.layer(x, keep=keep, experts_idx=experts_idx)
+        return self.head(out.flatten(1))
+
+    def expert_contributions(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(contrib [b, n, classes], bias [classes])``; logits of subset ``S`` are
+        ``bias + sum_{j in S} contrib[:, j]`` because the head is linear."""
+        c = self.layer.expert_contributions(x)  # [b, n, m, d]
+        return c.flatten(2) @ self.head.weight.T, self.head.bias
