@@ -1,0 +1,835 @@
+"""Seed 002 experiments: the ``||X||_2`` target (Appendix B, Theorem 1) and expert subsets (Alg. 1).
+
+Command line::
+
+    python -m moestat.softmoe norm-target [--steps 3000 --seeds 5 --tokens 5x2,2x5 --experts 1,2,5,10 --out DIR]
+    python -m moestat.softmoe subsets --dataset digits|fashion-mnist|norm [--experts 4,8,16 --out DIR]
+
+Every function the commands run is importable: :func:`run_norm_target`, :func:`witness_check`,
+:func:`run_subsets`, :func:`evaluate_subsets`, :func:`fit_regressor`, :func:`fit_classifier`,
+:func:`load_digits_tokens`, :func:`load_fashion_mnist_tokens`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from moestat.cli import ArgumentParser, int_list, nonneg_float, positive_int, run_main
+from moestat.data.norm_target import (
+    constant_predictor_mse,
+    sample_norm_target,
+    theorem1_tolerance,
+    slot_gap,
+    witness_pairs,
+)
+from moestat.io import atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.nn.softmoe import (
+    SoftMoEClassifier,
+    SoftMoERegressor,
+    budget_hidden_width,
+    make_generator,
+    parse_tokenisation,
+    patch_tokenize,
+)
+from moestat.nn.subsets import (
+    algorithm1_select,
+    combine_sum,
+    csum_top_share,
+    exhaustive_subset_search,
+    random_subsets,
+    subset_predictions,
+)
+
+__all__ = [
+    "fit_regressor",
+    "fit_classifier",
+    "evaluate_mse",
+    "witness_check",
+    "run_norm_target",
+    "norm_target_table",
+    "plot_norm_target",
+    "load_digits_tokens",
+    "read_idx",
+    "load_fashion_mnist_tokens",
+    "evaluate_subsets",
+    "run_subsets",
+    "subsets_table",
+    "main",
+]
+
+FASHION_DEFAULT_PATH = "/usr/share/datasets/fashion-mnist"
+
+
+def _seeds(random_state: int, count: int) -> list[int]:
+    """``count`` independent 63-bit seeds from one integer via ``numpy.random.SeedSequence``."""
+    return [int(s.generate_state(2, np.uint64)[0] >> np.uint64(1)) for s in np.random.SeedSequence(random_state).spawn(count)]
+
+
+def _device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda") and not str(device).startswith("cuda:"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    return torch.device(device)
+
+
+# --------------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------------
+
+
+def fit_regressor(model: SoftMoERegressor, steps: int = 3000, batch_size: int = 256, lr: float = 1e-3,
+                  random_state: int = 0, dim: int = 10, variance: float = 5.0,
+                  device: str | torch.device = "cpu") -> np.ndarray:
+    """Train on fresh ``N(0, variance I)`` batches with MSE and Adam (seed 002 Appendix B).
+
+    Every step draws a new batch, so the training loss is also a test loss.
+
+    Parameters
+    ----------
+    model : SoftMoERegressor
+    steps : int
+        Adam steps (one fresh batch each).
+    batch_size : int
+    lr : float
+        Adam learning rate (paper: 1e-3, other hyper-parameters default).
+    random_state : int
+        Seed of the batches.
+    dim, variance : int, float
+        Input law.
+    device : str or torch.device
+
+    Returns
+    -------
+    ndarray ``[steps]``
+        Training MSE of every step.
+    """
+    device = torch.device(device)
+    model.to(device)
+    g = make_generator(random_state, device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = torch.empty(int(steps), device=device)
+    for step in range(int(steps)):
+        X, y = sample_norm_target(batch_size, g, dim, variance)
+        loss = torch.mean((model(X) - y) ** 2)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses[step] = loss.detach()
+    return losses.cpu().numpy()
+
+
+def evaluate_mse(model: SoftMoERegressor, X: torch.Tensor, y: torch.Tensor, batch_size: int = 8192) -> float:
+    """Mean squared error of ``model`` on ``(X, y)``."""
+    tot = 0.0
+    with torch.no_grad():
+        for i in range(0, X.shape[0], batch_size):
+            tot += float(((model(X[i:i + batch_size]) - y[i:i + batch_size]) ** 2).sum())
+    return tot / X.shape[0]
+
+
+def fit_classifier(model: SoftMoEClassifier, X: torch.Tensor, y: torch.Tensor, epochs: int = 60,
+                   batch_size: int = 64, lr: float = 1e-3, random_state: int = 0) -> list[float]:
+    """Cross-entropy training with Adam (seed 002 Section 4.2: Adam, lr 1e-3, batch 256).
+
+    Parameters
+    ----------
+    model : SoftMoEClassifier
+    X : Tensor ``[N, m, d]``
+        Tokens (on the model's device).
+    y : LongTensor ``[N]``
+    epochs, batch_size : int
+    lr : float
+    random_state : int
+        Seed of the shuffling.
+
+    Returns
+    -------
+    list of float
+        Mean training loss per epoch.
+    """
+    g = make_generator(random_state)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    hist = []
+    n = X.shape[0]
+    for _ in range(int(epochs)):
+        perm = torch.randperm(n, generator=g).to(X.device)
+        tot = 0.0
+        for i in range(0, n, int(batch_size)):
+            idx = perm[i:i + int(batch_size)]
+            loss = torch.nn.functional.cross_entropy(model(X[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            tot += float(loss.detach()) * idx.numel()
+        hist.append(tot / n)
+    return hist
+
+
+# --------------------------------------------------------------------------------------------
+# the ||X|| experiment and the Theorem 1 witness
+# --------------------------------------------------------------------------------------------
+
+
+def witness_check(model: SoftMoERegressor, a_values: Sequence[float] = (10.0, 20.0, 40.0, 80.0)) -> list[dict]:
+    """Evaluate a trained ``||X||`` regressor on Theorem 1's witness pairs.
+
+    The pairs are built from the router column of the first slot (for ``n = 1`` the only one,
+    which is Theorem 1's setting; for ``n > 1`` the same recipe, which no longer forces all slots
+    to coincide).  For each ``a`` we report the norm gap ``|t(A) - t(B)|``, the prediction gap
+    ``|g(A) - g(B)|``, the slot gap of the first slot, the pair error
+    ``max(|g(A) - t(A)|, |g(B) - t(B)|)`` and its lower bound ``(norm gap - prediction gap) / 2``,
+    and Theorem 1's tolerance ``max{1, t/20}`` for the larger-norm input.
+
+    Parameters
+    ----------
+    model : SoftMoERegressor
+    a_values : sequence of float
+
+    Returns
+    -------
+    list of dict, one per ``a``.
+    """
+    layer = model.layer
+    phi = layer.router_weight[0].detach().cpu()
+    A, B, case = witness_pairs(phi, model.m, a_values)
+    gap = slot_gap(phi, A, B)
+    dev, dt = layer.router_weight.device, layer.router_weight.dtype
+    with torch.no_grad():
+        gA = layer(A.to(dev, dt)).sum(dim=(1, 2)).double().cpu()
+        gB = layer(B.to(dev, dt)).sum(dim=(1, 2)).double().cpu()
+    tA = torch.linalg.vector_norm(A.flatten(1), dim=1)
+    tB = torch.linalg.vector_norm(B.flatten(1), dim=1)
+    err = torch.maximum((gA - tA).abs(), (gB - tB).abs())
+    rows = []
+    for i, a in enumerate(a_values):
+        ng, pg = float((tA[i] - tB[i]).abs()), float((gA[i] - gB[i]).abs())
+        rows.append({
+            "a": float(a), "case": case, "n_experts": layer.n_experts,
+            "norm_gap": ng, "pred_gap": pg, "slot_gap": float(gap[i]),
+            "pair_error": float(err[i]), "lower_bound": max(0.0, (ng - pg) / 2),
+            "relative_pair_error": float(err[i]) / ng,
+            "tolerance": float(theorem1_tolerance(torch.maximum(tA[i], tB[i]))),
+        })
+    return rows
+
+
+def _norm_job(m: int, d: int, n: int, seed: int, steps: int, batch_size: int, lr: float, budget_factor: float,
+              eval_seed: int, eval_size: int, curve_points: int, device: str, a_values) -> dict:
+    torch.set_num_threads(1)
+    dev = _device(device)
+    s_model, s_data = _seeds(seed, 2)
+    model = SoftMoERegressor(m, d, n, budget_factor=budget_factor, random_state=s_model).to(dev)
+    t0 = time.perf_counter()
+    losses = fit_regressor(model, steps, batch_size, lr, random_state=s_data, device=dev)
+    elapsed = time.perf_counter() - t0
+    Xe, ye = sample_norm_target(eval_size, make_generator(eval_seed, dev))
+    final = evaluate_mse(model, Xe, ye)
+    # the curve: mean training loss over consecutive windows (fresh batches: a test loss too)
+    w = max(1, int(steps) // int(curve_points))
+    L = losses[: (len(losses) // w) * w].reshape(-1, w).mean(1)
+    return {
+        "tokens": f"{m}x{d}", "n_experts": n, "seed": seed, "hidden": model.layer.experts.hidden,
+        "expert_weights": model.layer.experts.n_weights(), "final_mse": final,
+        "curve_steps": ((np.arange(len(L)) + 1) * w).tolist(), "curve": L.tolist(),
+        "seconds": elapsed, "witness": witness_check(model, a_values),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+    }
+
+
+def run_norm_target(tokens: Sequence[str] = ("5x2", "2x5"), experts: Sequence[int] = (1, 2, 5, 10), steps: int = 3000,
+                    seeds: int = 5, batch_size: int = 256, lr: float = 1e-3, budget_factor: float = 10.0,
+                    eval_size: int = 20000, random_state: int = 0, curve_points: int = 100,
+                    a_values: Sequence[float] = (10.0, 20.0, 40.0, 80.0), device: str = "cpu",
+                    n_jobs: int = 1) -> dict:
+    """Seed 002 Appendix B: Soft MoE + summation head regressing ``||X||`` for several ``n``.
+
+    Parameters
+    ----------
+    tokens : sequence of str
+        Tokenisations ``"<m>x<d>"`` of ``R^10``.
+    experts : sequence of int
+        Numbers of experts; the expert width ``budget_factor d / n`` keeps the expert weight count
+        at ``2 budget_factor d^2``.
+    steps, seeds, batch_size : int
+        Adam steps (fresh batch each), seeds per configuration, batch size.
+    lr : float
+    budget_factor : float
+    eval_size : int
+        Size of the held-out evaluation sample (same for every run) used for the final MSE.
+    random_state : int
+        Master seed; run ``s`` uses the ``s``-th child seed (the same for every ``(tokens, n)``).
+    curve_points : int
+        Number of points kept per loss curve (window means).
+    a_values : sequence of float
+        Scales of the Theorem 1 witness pairs.
+    device : str
+    n_jobs : int
+        joblib workers.
+
+    Returns
+    -------
+    dict with keys ``config``, ``runs`` (list of per-run dicts), ``constant_mse``.
+    """
+    for t in tokens:
+        m, d = parse_tokenisation(t)
+        if m * d != 10:
+            raise ValueError(f"tokens {t!r} must multiply to 10, the dimension of X")
+    if not experts or any(int(n) < 1 for n in experts):
+        raise ValueError(f"experts must be positive integers, got {experts!r}")
+    _device(device)
+    run_seeds = _seeds(random_state, int(seeds) + 1)
+    eval_seed, run_seeds = run_seeds[0], run_seeds[1:]
+    jobs = [(m_d, int(n), s) for m_d in (parse_tokenisation(t) for t in tokens) for n in experts for s in run_seeds]
+    args = dict(steps=steps, batch_size=batch_size, lr=lr, budget_factor=budget_factor, eval_seed=eval_seed,
+                eval_size=eval_size, curve_points=curve_points, device=device, a_values=tuple(a_values))
+    if n_jobs == 1:
+        runs = [_norm_job(md[0], md[1], n, s, **args) for md, n, s in jobs]
+    else:
+        from joblib import Parallel, delayed
+        runs = Parallel(n_jobs=n_jobs)(delayed(_norm_job)(md[0], md[1], n, s, **args) for md, n, s in jobs)
+    for r in runs:
+        r["seed_index"] = run_seeds.index(r["seed"])
+    config = dict(tokens=list(tokens), experts=[int(n) for n in experts], steps=steps, seeds=seeds,
+                  batch_size=batch_size, lr=lr, budget_factor=budget_factor, eval_size=eval_size,
+                  random_state=random_state, variance=5.0, dim=10, loss="mse", optimiser="adam",
+                  activation="relu", a_values=list(a_values), device=device)
+    return {"config": config, "runs": runs, "constant_mse": constant_predictor_mse(10, 5.0)}
+
+
+def norm_target_table(result: dict) -> list[dict]:
+    """Final held-out MSE per (tokens, n): mean, sd over seeds, per-seed values, and the witness.
+
+    The witness column is the mean relative pair error at the largest ``a``.
+    """
+    rows = []
+    for t in result["config"]["tokens"]:
+        for n in result["config"]["experts"]:
+            rs = sorted((r for r in result["runs"] if r["tokens"] == t and r["n_experts"] == n), key=lambda r: r["seed_index"])
+            v = np.array([r["final_mse"] for r in rs])
+            wit = np.array([r["witness"][-1]["relative_pair_error"] for r in rs])
+            rows.append({"tokens": t, "n_experts": n, "hidden": rs[0]["hidden"], "expert_weights": rs[0]["expert_weights"],
+                         "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                         "per_seed": v.tolist(), "witness_rel_error": float(wit.mean()),
+                         "witness_pred_gap": float(np.mean([r["witness"][-1]["pred_gap"] / r["witness"][-1]["norm_gap"] for r in rs]))})
+    return rows
+
+
+def _table_rst(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    cells = [[h for h, _ in columns]] + [[fmt.format(**r) if "{" in fmt else str(r[fmt]) for _, fmt in columns] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    sep = "  ".join("=" * w for w in widths)
+    lines = [sep, "  ".join(c.ljust(w) for c, w in zip(cells[0], widths)), sep]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells[1:]]
+    lines.append(sep)
+    return "\n".join(lines) + "\n"
+
+
+def plot_norm_target(result: dict, path: str | os.PathLike) -> list[Path]:
+    """Loss curves (mean +- sd band over seeds per ``n``), one panel per tokenisation.
+
+    Writes ``path`` with suffixes ``.pdf`` and ``.png``; the constant-predictor MSE is a dashed line.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    toks = result["config"]["tokens"]
+    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.6), sharey=True, squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, t in zip(axes[0], toks):
+        for ci, n in enumerate(result["config"]["experts"]):
+            rs = [r for r in result["runs"] if r["tokens"] == t and r["n_experts"] == n]
+            C = np.array([r["curve"] for r in rs])
+            x = np.array(rs[0]["curve_steps"])
+            mu, sd = C.mean(0), C.std(0)
+            c = colors[ci % len(colors)]
+            ax.plot(x, mu, color=c, lw=1.2, label=f"n={n}")
+            ax.fill_between(x, np.maximum(mu - sd, 1e-3), mu + sd, color=c, alpha=0.2, lw=0)
+        ax.axhline(result["constant_mse"], color="k", ls="--", lw=0.8, label="constant")
+        ax.set_yscale("log")
+        m, d = parse_tokenisation(t)
+        ax.set_title(f"m x d = {m} x {d}", fontsize=9)
+        ax.set_xlabel("Adam step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("MSE (fresh batches)", fontsize=8)
+    axes[0][-1].legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    out = [atomic_savefig(fig, Path(str(path) + ".pdf")), atomic_savefig(fig, Path(str(path) + ".png"), dpi=200)]
+    plt.close(fig)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# data for the subset experiments (private loaders; to be switched to moestat.data.realdata)
+# --------------------------------------------------------------------------------------------
+
+
+def load_digits_tokens(patch: int = 4, test_size: float = 0.25, random_state: int = 0):
+    """scikit-learn's 8x8 digits as ``(64 / patch^2)`` patch tokens, pixels scaled to [0, 1].
+
+    Parameters
+    ----------
+    patch : int
+        Patch side (4 gives 4 tokens of dimension 16, the analogue of the paper's four 14x14
+        MNIST patches).
+    test_size : float
+        Stratified test fraction.
+    random_state : int
+        Seed of the split.
+
+    Returns
+    -------
+    (X_train, y_train, X_test, y_test) : tensors; X of shape ``[N, m, patch^2]``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    ds = load_digits()
+    imgs = torch.tensor(ds.images / 16.0, dtype=torch.float32)
+    X = patch_tokenize(imgs, patch)
+    y = torch.tensor(ds.target, dtype=torch.long)
+    itr, ite = train_test_split(np.arange(len(y)), test_size=test_size, stratify=ds.target, random_state=random_state)
+    return X[itr], y[itr], X[ite], y[ite]
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file (optionally gzip-compressed) into a numpy array."""
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(f"{p} is not an IDX file")
+    dtypes = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    if data[2] not in dtypes:
+        raise ValueError(f"{p}: unknown IDX type code {data[2]:#x}")
+    ndim = data[3]
+    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    arr = np.frombuffer(data, dtype=dtypes[data[2]], offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(shape)):
+        raise ValueError(f"{p}: expected {int(np.prod(shape))} values, found {arr.size}")
+    return arr.reshape(shape)
+
+
+def _idx_file(root: Path, stem: str) -> Path:
+    for name in (stem + ".gz", stem):
+        if (root / name).is_file():
+            return root / name
+    raise FileNotFoundError(f"Fashion-MNIST file {stem}(.gz) not found in {root} (use --data-path or MOESTAT_DATA)")
+
+
+def load_fashion_mnist_tokens(path: str | os.PathLike | None = None, patch: int = 14):
+    """Fashion-MNIST (IDX files) as patch tokens, pixels scaled to [0, 1].
+
+    Parameters
+    ----------
+    path : path-like, optional
+        Folder holding ``train-images-idx3-ubyte(.gz)`` etc.; default ``$MOESTAT_DATA/fashion-mnist``
+        if ``MOESTAT_DATA`` is set, else ``/usr/share/datasets/fashion-mnist`` (Debian's
+        ``dataset-fashion-mnist``).
+    patch : int
+        Patch side (14 gives the paper's four 14x14 MNIST tokens of dimension 196).
+
+    Returns
+    -------
+    (X_train, y_train, X_test, y_test)
+    """
+    if path is None:
+        env = os.environ.get("MOESTAT_DATA")
+        path = Path(env) / "fashion-mnist" if env else Path(FASHION_DEFAULT_PATH)
+    root = Path(path)
+    out = []
+    for split in ("train", "t10k"):
+        imgs = read_idx(_idx_file(root, f"{split}-images-idx3-ubyte"))
+        labels = read_idx(_idx_file(root, f"{split}-labels-idx1-ubyte"))
+        X = patch_tokenize(torch.tensor(imgs, dtype=torch.float32) / 255.0, patch)
+        out += [X, torch.tensor(labels.astype(np.int64))]
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Algorithm 1 versus random and exhaustive subsets
+# --------------------------------------------------------------------------------------------
+
+
+def evaluate_subsets(model, X: torch.Tensor, y: torch.Tensor, ks: Sequence[int], n_random: int = 10,
+                     random_state: int = 0, task: str = "classification", max_exhaustive: int = 5000,
+                     batch_size: int = 2048) -> list[dict]:
+    """Algorithm 1 versus random ``k``-subsets and the exhaustive existence test, on ``(X, y)``.
+
+    Parameters
+    ----------
+    model : SoftMoEClassifier or SoftMoERegressor
+        Trained model with a linear (or summation) head.
+    X : Tensor
+        Inputs (tokens ``[N, m, d]`` for the classifier, vectors ``[N, m d]`` for the regressor).
+    y : Tensor ``[N]``
+    ks : sequence of int
+        Subset sizes.
+    n_random : int
+        Seeds of the random baseline (paper: 10).
+    random_state : int
+    task : {"classification", "regression"}
+        Metric: accuracy, or MSE together with ``R^2 = 1 - MSE / Var(y)`` (the retained share
+        is taken on ``R^2``).
+    max_exhaustive : int
+        Skip the exhaustive search when ``C(n, k)`` exceeds this.
+    batch_size : int
+
+    Returns
+    -------
+    list of dict, one per ``k``: full-model metric, Algorithm 1, random mean and sd, z-statistic,
+    exhaustive oracle, % of the full model retained, share of expert evaluations saved, the share
+    of ``C_sum`` held by the kept experts, and the number of distinct oracle subsets.
+    """
+    model.eval()
+    n = model.n_experts
+    is_reg = task == "regression"
+    with torch.no_grad():
+        parts, biases, csums = [], None, []
+        for i in range(0, X.shape[0], batch_size):
+            c, b = model.expert_contributions(X[i:i + batch_size])
+            parts.append(c)
+            biases = b
+            tok = model.tokens(X[i:i + batch_size]) if is_reg else X[i:i + batch_size]
+            csums.append(combine_sum(model.layer.combine_weights(tok), n))
+        contrib, csum = torch.cat(parts), torch.cat(csums)
+
+        def metric(pred):
+            if is_reg:
+                return float(torch.mean((pred[:, 0] - y) ** 2))
+            return float((pred.argmax(-1) == y).float().mean())
+
+        full = metric(biases + contrib.sum(1))
+        var_y = float(torch.var(y.double(), unbiased=False)) if is_reg else None
+
+        def score(v):  # higher is better, comparable to the full model
+            return 1 - v / var_y if is_reg else v
+
+        rows = []
+        rand_seeds = _seeds(random_state, n_random)
+        for k in ks:
+            k = int(k)
+            if not 1 <= k <= n:
+                raise ValueError(f"k={k} must lie in [1, {n}]")
+            idx = torch.topk(csum, k, dim=-1).indices
+            # the compute-saving path (only k experts evaluated) on a slice, to check it matches
+            xs = X[: min(256, X.shape[0])]
+            sel = algorithm1_select(model.layer, model.tokens(xs) if is_reg else xs, k)
+            direct = model(xs, experts_idx=sel)
+            via = subset_predictions(contrib[: xs.shape[0]], biases, idx[: xs.shape[0]])
+            via = via[:, 0] if is_reg else via
+            if not torch.allclose(direct, via, rtol=1e-4, atol=1e-4):
+                raise RuntimeError("Algorithm 1 forward pass disagrees with the contribution sum")
+            alg1 = metric(subset_predictions(contrib, biases, idx))
+            rand = np.array([metric(subset_predictions(contrib, biases, random_subsets(X.shape[0], n, k, make_generator(s)).to(X.device)))
+                             for s in rand_seeds])
+            r_mean = float(rand.mean())
+            r_sd = float(rand.std(ddof=1)) if len(rand) > 1 else float("nan")
+            # z-statistic of Tables 2, 10a-13a, on the "higher is better" scale
+            z = (score(alg1) - score(r_mean)) / (r_sd / var_y if is_reg else r_sd) if r_sd > 0 else float("nan")
+            n_sub = math.comb(n, k)
+            oracle, n_unique = None, None
+            if n_sub <= max_exhaustive:
+                ex = exhaustive_subset_search(contrib, biases, y, k, task)
+                oracle = float(ex.success.float().mean()) if not is_reg else float(ex.best_error.mean())
+                n_unique = ex.n_unique
+            row = {
+                "n_experts": n, "k": k, "n_test": int(X.shape[0]), "full": full, "alg1": alg1,
+                "random_mean": r_mean, "random_sd": r_sd, "random_per_seed": rand.tolist(), "z": z,
+                "oracle": oracle, "n_subsets": n_sub, "oracle_unique_subsets": n_unique,
+                "pct_retained": 100 * score(alg1) / score(full),
+                "random_pct_retained": 100 * score(r_mean) / score(full),
+                "evals_saved": 1 - k / n, "csum_share": float(csum_top_share(csum, k).mean()),
+                "metric": "mse" if is_reg else "accuracy",
+            }
+            if is_reg:
+                row.update(r2_full=score(full), r2_alg1=score(alg1), r2_random=score(r_mean))
+            rows.append(row)
+    return rows
+
+
+def _ks_for(n: int, k_fracs: Sequence[int] | None, ks: Sequence[int] | None) -> list[int]:
+    if ks:
+        return [int(k) for k in ks if int(k) <= n]
+    return [n // f for f in k_fracs if n % f == 0 and n // f >= 1]
+
+
+def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_fracs: Sequence[int] = (4, 8),
+                ks: Sequence[int] | None = None, model_seeds: int = 3, n_random: int = 10, epochs: int | None = None,
+                steps: int = 3000, batch_size: int | None = None, lr: float = 1e-3, budget_factor: float | None = None,
+                patch: int | None = None, tokens: str = "5x2", data_path: str | None = None,
+                max_exhaustive: int = 5000, random_state: int = 0, device: str = "cpu",
+                progress: bool | None = None) -> dict:
+    """Train Soft MoE models for several ``n`` and evaluate Algorithm 1 (seed 002 Sections 4.2-4.4).
+
+    Parameters
+    ----------
+    dataset : {"digits", "fashion-mnist", "norm"}
+        ``digits``: scikit-learn's 8x8 digits, 4 tokens of 4x4; ``fashion-mnist``: IDX files,
+        4 tokens of 14x14 (the paper's MNIST model); ``norm``: the ``||X||`` regressor.
+    experts : sequence of int
+    k_fracs : sequence of int
+        ``k = n / f`` for each ``f`` that divides ``n`` (ignored when ``ks`` is given).
+    ks : sequence of int, optional
+        Absolute subset sizes.
+    model_seeds : int
+        Models trained per ``n``, each from its own seed.
+    n_random : int
+        Seeds of the random baseline.
+    epochs : int, optional
+        Classifier epochs (default 60 for digits, 5 for Fashion-MNIST).
+    steps : int
+        Adam steps for the ``norm`` regressor.
+    batch_size : int, optional
+        Default 64 (digits), 256 (Fashion-MNIST, paper's MNIST value), 256 (norm).
+    lr : float
+    budget_factor : float, optional
+        Expert width ``c d / n``: default 16 (digits, d=16), 4 (Fashion-MNIST, the paper's MNIST
+        value), 16 (norm).
+    patch : int, optional
+        Patch side (default 4 for digits, 14 for Fashion-MNIST).
+    tokens : str
+        Tokenisation for ``norm``.
+    data_path : str, optional
+        Fashion-MNIST folder.
+    max_exhaustive : int
+    random_state : int
+    device : str
+    progress : bool, optional
+        tqdm progress bar (None: only on a TTY).
+
+    Returns
+    -------
+    dict with ``config``, ``models`` (per model: n, seed, accuracy, training time) and ``rows``.
+    """
+    from tqdm.auto import tqdm
+
+    if dataset not in ("digits", "fashion-mnist", "norm"):
+        raise ValueError(f"dataset must be 'digits', 'fashion-mnist' or 'norm', got {dataset!r}")
+    dev = _device(device)
+    task = "regression" if dataset == "norm" else "classification"
+    defaults = {"digits": (60, 64, 16.0, 4), "fashion-mnist": (5, 256, 4.0, 14), "norm": (None, 256, 16.0, None)}[dataset]
+    epochs = defaults[0] if epochs is None else epochs
+    batch_size = defaults[1] if batch_size is None else batch_size
+    budget_factor = defaults[2] if budget_factor is None else budget_factor
+    patch = defaults[3] if patch is None else patch
+    master = _seeds(random_state, 3)
+    if dataset == "digits":
+        Xtr, ytr, Xte, yte = load_digits_tokens(patch, random_state=master[0] % (2**32))
+    elif dataset == "fashion-mnist":
+        Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(data_path, patch)
+    else:
+        m, d = parse_tokenisation(tokens)
+        if m * d != 10:
+            raise ValueError(f"tokens {tokens!r} must multiply to 10")
+        Xte, yte = sample_norm_target(10000, make_generator(master[0]))
+    Xte, yte = Xte.to(dev), yte.to(dev)
+    rows, models = [], []
+    seeds = _seeds(master[1], model_seeds)
+    jobs = [(int(n), si, s) for n in experts for si, s in enumerate(seeds)]
+    for n, si, s in tqdm(jobs, disable=None if progress is None else not progress, desc=f"subsets {dataset}"):
+        k_list = _ks_for(n, k_fracs, ks)
+        if not k_list:
+            continue
+        s_init, s_train, s_eval = _seeds(s, 3)
+        t0 = time.perf_counter()
+        if task == "regression":
+            model = SoftMoERegressor(m, d, n, budget_factor=budget_factor, random_state=s_init).to(dev)
+            fit_regressor(model, steps, batch_size, lr, random_state=s_train, device=dev)
+            base = evaluate_mse(model, Xte, yte)
+            d_tok, hidden = d, model.layer.experts.hidden
+        else:
+            model = SoftMoEClassifier(Xtr.shape[1], Xtr.shape[2], n, int(ytr.max()) + 1, budget_factor=budget_factor,
+                                      random_state=s_init).to(dev)
+            fit_classifier(model, Xtr.to(dev), ytr.to(dev), epochs, batch_size, lr, random_state=s_train)
+            with torch.no_grad():
+                base = float((model(Xte).argmax(-1) == yte).float().mean())
+            d_tok, hidden = Xtr.shape[2], model.layer.experts.hidden
+        secs = time.perf_counter() - t0
+        models.append({"n_experts": n, "seed_index": si, "seed": s, "hidden": hidden, "test_metric": base,
+                       "expert_weights": model.layer.experts.n_weights(), "train_seconds": secs})
+        for r in evaluate_subsets(model, Xte, yte, k_list, n_random, s_eval, task, max_exhaustive):
+            r.update(seed_index=si, seed=s, hidden=hidden, token_dim=d_tok)
+            rows.append(r)
+    config = dict(dataset=dataset, experts=list(map(int, experts)), k_fracs=list(k_fracs), ks=list(ks) if ks else None,
+                  model_seeds=model_seeds, n_random=n_random, epochs=epochs if task == "classification" else None,
+                  steps=steps if task == "regression" else None, batch_size=batch_size, lr=lr,
+                  budget_factor=budget_factor, patch=patch if task == "classification" else None,
+                  tokens=tokens if task == "regression" else None, random_state=random_state, device=str(dev),
+                  n_train=int(Xtr.shape[0]) if task == "classification" else None, n_test=int(Xte.shape[0]))
+    return {"config": config, "models": models, "rows": rows}
+
+
+def subsets_table(result: dict) -> list[dict]:
+    """Aggregate :func:`run_subsets` rows over model seeds: one row per ``(n, k)``."""
+    out = []
+    keys = sorted({(r["n_experts"], r["k"]) for r in result["rows"]}, key=lambda t: (t[0], -t[1]))
+    for n, k in keys:
+        rs = [r for r in result["rows"] if r["n_experts"] == n and r["k"] == k]
+
+        def ms(key):
+            v = np.array([r[key] for r in rs if r[key] is not None], dtype=float)
+            if v.size == 0:
+                return float("nan"), float("nan")
+            return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+        row = {"n_experts": n, "k": k, "models": len(rs)}
+        for key in ("full", "alg1", "random_mean", "oracle", "pct_retained", "random_pct_retained", "z", "csum_share",
+                    "evals_saved"):
+            row[key], row[key + "_sd"] = ms(key)
+        out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+def _build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m moestat.softmoe", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    a = sub.add_parser("norm-target", help="Appendix B: ||X||_2 with n experts at a fixed expert budget",
+                       description="Seed 002 Appendix B and Theorem 1 witness.\n\nExample:\n"
+                                   "  python -m moestat.softmoe norm-target --steps 3000 --seeds 5 --out results/norm")
+    a.add_argument("--steps", type=positive_int, default=3000, help="Adam steps, a fresh batch each (default 3000)")
+    a.add_argument("--seeds", type=positive_int, default=5, help="seeds per configuration (default 5)")
+    a.add_argument("--tokens", default="5x2,2x5", help="comma-separated tokenisations m x d of R^10 (default 5x2,2x5)")
+    a.add_argument("--experts", type=int_list, default=[1, 2, 5, 10], help="numbers of experts (default 1,2,5,10)")
+    a.add_argument("--batch-size", type=positive_int, default=256)
+    a.add_argument("--lr", type=nonneg_float, default=1e-3)
+    a.add_argument("--budget-factor", type=nonneg_float, default=10.0, help="expert width c*d/n (default c=10)")
+    a.add_argument("--eval-size", type=positive_int, default=20000)
+    a.add_argument("--random-state", type=int, default=0)
+    a.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    a.add_argument("--n-jobs", type=positive_int, default=1)
+    a.add_argument("--out", default="results/softmoe-norm-target", help="output folder")
+    b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
+                       description="Seed 002 Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\nExample:\n"
+                                   "  python -m moestat.softmoe subsets --dataset digits --experts 4,8,16 --out results/digits")
+    b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits")
+    b.add_argument("--experts", type=int_list, default=[4, 8, 16])
+    b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
+    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
+    b.add_argument("--model-seeds", type=positive_int, default=3)
+    b.add_argument("--random-seeds", type=positive_int, default=10)
+    b.add_argument("--epochs", type=positive_int, default=None)
+    b.add_argument("--steps", type=positive_int, default=3000, help="Adam steps for --dataset norm")
+    b.add_argument("--batch-size", type=positive_int, default=None)
+    b.add_argument("--lr", type=nonneg_float, default=1e-3)
+    b.add_argument("--budget-factor", type=nonneg_float, default=None)
+    b.add_argument("--patch", type=positive_int, default=None)
+    b.add_argument("--tokens", default="5x2", help="tokenisation for --dataset norm")
+    b.add_argument("--data-path", default=None, help="Fashion-MNIST IDX folder (default $MOESTAT_DATA/fashion-mnist "
+                                                     "or /usr/share/datasets/fashion-mnist)")
+    b.add_argument("--max-exhaustive", type=positive_int, default=5000)
+    b.add_argument("--random-state", type=int, default=0)
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--out", default="results/softmoe-subsets")
+    return p
+
+
+def _write_norm_outputs(result: dict, out: Path) -> None:
+    import csv
+    import io
+
+    rows = norm_target_table(result)
+    torch.save({f"{r['tokens']}_n{r['n_experts']}_s{r['seed_index']}": r["state_dict"] for r in result["runs"]},
+               out / "models.pt.tmp")
+    os.replace(out / "models.pt.tmp", out / "models.pt")
+    slim = {"config": result["config"], "constant_mse": result["constant_mse"], "table": rows,
+            "runs": [{k: v for k, v in r.items() if k != "state_dict"} for r in result["runs"]]}
+    atomic_write_json(out / "norm_target.json", slim)
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["tokens", "n_experts", "seed_index", "a", "case", "norm_gap", "pred_gap", "slot_gap", "pair_error",
+                "lower_bound", "tolerance"])
+    for r in result["runs"]:
+        for wr in r["witness"]:
+            w.writerow([r["tokens"], r["n_experts"], r["seed_index"], wr["a"], wr["case"], f"{wr['norm_gap']:.6g}",
+                        f"{wr['pred_gap']:.6g}", f"{wr['slot_gap']:.3g}", f"{wr['pair_error']:.6g}",
+                        f"{wr['lower_bound']:.6g}", f"{wr['tolerance']:.6g}"])
+    atomic_write_text(out / "witness.csv", buf.getvalue())
+    cols = [("tokens", "tokens"), ("n", "n_experts"), ("hidden", "hidden"), ("expert weights", "expert_weights"),
+            ("final MSE (mean +- sd)", "{mean:.3f} +- {sd:.3f}"),
+            ("witness err/gap", "{witness_rel_error:.3f}"), ("pred gap/norm gap", "{witness_pred_gap:.3f}")]
+    text = _table_rst(rows, cols) + f"\nconstant predictor MSE (Var ||X||) = {result['constant_mse']:.3f}\n"
+    atomic_write_text(out / "norm_target_table.rst", text)
+    plot_norm_target(result, out / "norm_target_loss")
+    sys.stdout.write(text)
+
+
+def _write_subset_outputs(result: dict, out: Path) -> None:
+    table = subsets_table(result)
+    atomic_write_json(out / "subsets.json", {**result, "table": table})
+    reg = result["config"]["dataset"] == "norm"
+    name = "MSE" if reg else "acc"
+    cols = [("n", "n_experts"), ("k", "k"), (f"full {name}", "{full:.4f} +- {full_sd:.4f}"),
+            (f"Alg.1 {name}", "{alg1:.4f} +- {alg1_sd:.4f}"), (f"random {name}", "{random_mean:.4f} +- {random_mean_sd:.4f}"),
+            ("oracle", "{oracle:.4f}"), ("% retained" + (" (R2)" if reg else ""), "{pct_retained:.1f} +- {pct_retained_sd:.1f}"),
+            ("random % retained", "{random_pct_retained:.1f}"), ("z", "{z:.1f} +- {z_sd:.1f}"),
+            ("C_sum share", "{csum_share:.3f}"), ("evals saved", "{evals_saved:.3f}")]
+    text = _table_rst(table, cols)
+    per = [("n", "n_experts"), ("k", "k"), ("seed", "seed_index"), ("full", "{full:.4f}"), ("Alg.1", "{alg1:.4f}"),
+           ("random", "{random_mean:.4f} +- {random_sd:.4f}"), ("oracle", "oracle"), ("% retained", "{pct_retained:.1f}"),
+           ("z", "{z:.1f}")]
+    text += "\nPer model seed:\n\n" + _table_rst(result["rows"], per)
+    atomic_write_text(out / "subsets_table.rst", text)
+    sys.stdout.write(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m moestat.softmoe``."""
+    args = _build_parser().parse_args(argv)
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if args.command == "norm-target":
+        tokens = [t.strip() for t in args.tokens.split(",") if t.strip()]
+        for t in tokens:
+            m, d = parse_tokenisation(t)
+            if m * d != 10:
+                raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
+        if args.lr <= 0 or args.budget_factor <= 0:
+            raise ValueError("--lr and --budget-factor must be positive")
+        _device(args.device)
+        out = ensure_writable_dir(args.out)
+        result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
+                                 args.budget_factor, args.eval_size, args.random_state, device=args.device,
+                                 n_jobs=args.n_jobs)
+        _write_norm_outputs(result, out)
+        return 0
+    if args.lr <= 0 or (args.budget_factor is not None and args.budget_factor <= 0):
+        raise ValueError("--lr and --budget-factor must be positive")
+    _device(args.device)
+    if args.dataset == "norm":
+        parse_tokenisation(args.tokens)
+    if args.dataset == "fashion-mnist":
+        root = Path(args.data_path) if args.data_path else (
+            Path(os.environ["MOESTAT_DATA"]) / "fashion-mnist" if os.environ.get("MOESTAT_DATA") else Path(FASHION_DEFAULT_PATH))
+        _idx_file(root, "train-images-idx3-ubyte")
+    out = ensure_writable_dir(args.out)
+    result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
+                         args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,
+                         args.data_path, args.max_exhaustive, args.random_state, args.device)
+    if not result["rows"]:
+        raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
+    _write_subset_outputs(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main, prog="python -m moestat.softmoe"))
