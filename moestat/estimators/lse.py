@@ -1,0 +1,820 @@
+"""Batched least-squares estimator (seed 004 eqs. (3) and (10)) by Levenberg-Marquardt.
+
+``R`` independent replicates ``(X_r, Y_r)`` are fitted in one call: every tensor carries a
+leading replicate axis, every replicate has its own damping, its own accept/reject decision and
+its own convergence test, and a replicate that has converged leaves the active set.
+
+Free parameters
+---------------
+Per replicate the parameter vector ``theta`` (length ``P``) is::
+
+    beta0_1..beta0_{k-1} | beta1_1..beta1_{k-1} (flattened, (k-1) d) | eta_1..eta_k (k (d+1))
+
+The last atom is the reference expert of (A.3): its router ``(beta0, beta1) = (0, 0)`` is held
+fixed, its expert parameter ``eta_k`` is free.  So ``P = (k-1)(d+1) + k(d+1)``.
+
+Analytic Jacobian
+-----------------
+With ``w`` the Top-K softmax weights, ``h_i = phi(z_i)``, ``z_i = a_i^T x + b_i`` and
+``g = sum_i w_i h_i`` (eq. (2)/(9)); the Top-K set depends on ``beta1`` only through a
+piecewise-constant mask, so inside a selection region::
+
+    dg/dbeta0_i = w_i (h_i - g)
+    dg/dbeta1_i = w_i (h_i - g) ds_i/dbeta1_i
+    dg/da_i     = w_i phi'(z_i) x,        dg/db_i = w_i phi'(z_i)
+
+with ``ds/dbeta1 = x`` (linear) and, for ``s = beta1^T x / ((|beta1|+t1)(|x|+t2))``,
+``ds/dbeta1 = x / ((|b|+t1)(|x|+t2)) - (b^T x) b / (|b| (|b|+t1)^2 (|x|+t2))``; the vanilla
+cosine router is ``t1 = t2 = 0``.  ``tests/test_estimators_jacobian.py`` checks this against
+``torch.autograd``.
+
+The vanilla cosine router's flat direction
+------------------------------------------
+By PDE (4), ``beta1_i^T dg/dbeta1_i = 0``: ``J^T J`` is exactly singular along each radial
+direction and the data carry no information about ``||beta1_i||``.  Two choices keep the step
+finite and the radius where it started: (i) Marquardt's diagonal scaling is made isotropic
+inside each ``beta1_i`` block (so the damped step stays orthogonal to ``beta1_i``), and
+(ii) after each step each ``beta1_i`` is rescaled to its previous norm, which leaves ``g`` -
+hence the objective - exactly unchanged (degree-0 homogeneity, Lemma 4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..gates import gate_weights, safe_norm
+from ..mixing import MixingMeasure, ParameterBox
+from ..model import MoEModel
+from .init import random_init
+
+__all__ = [
+    "LeastSquaresMoE",
+    "n_free_params",
+    "pack_params",
+    "unpack_params",
+    "predict_and_jacobian",
+    "resolve_device",
+    "DEVICES",
+]
+
+DEVICES = ("cpu", "cuda", "auto")
+_INIT_NAMES = ("random",)
+#: Default continuation schedule for sparse (Top-K) gates: temperatures of the smoothed mask.
+AUTO_TEMPERATURES = (0.1, 0.01, 0.001)
+#: Stopping tolerance and iteration cap of the smoothed stages (they only need to carry the
+#: fit across the selection boundaries; the final hard stage uses ftol/xtol/gtol/max_iter).
+_STAGE_FTOL = 1e-6
+_STAGE_MAX_ITER = 30
+# Memory bound for one chunk of the Jacobian ([R, chunk, P] float64), in bytes.
+_CHUNK_BYTES = 1 << 25
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter packing
+# ----------------------------------------------------------------------------------------------
+def n_free_params(n_components: int, d: int) -> int:
+    """Number ``P = (k-1)(d+1) + k(d+1)`` of free parameters per replicate."""
+    return (n_components - 1) * (d + 1) + n_components * (d + 1)
+
+
+def pack_params(G: MixingMeasure) -> torch.Tensor:
+    """Free-parameter vectors ``[R, P]`` of a batched torch measure ``G`` ``[R]``.
+
+    The reference atom's router (last ``beta0``/``beta1``) is not included.
+    """
+    R = G.beta0.shape[0]
+    return torch.cat(
+        [G.beta0[:, :-1], G.beta1[:, :-1, :].reshape(R, -1), G.eta.reshape(R, -1)], dim=1
+    )
+
+
+def unpack_params(theta: torch.Tensor, n_components: int, d: int):
+    """Inverse of :func:`pack_params`: ``(beta0 [R,k], beta1 [R,k,d], eta [R,k,d+1])``.
+
+    The reference atom's router is filled with zeros (A.3).
+    """
+    R, k = theta.shape[0], n_components
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    zero = theta.new_zeros(R, 1)
+    beta0 = torch.cat([theta[:, :i0], zero], dim=1)
+    beta1 = torch.cat([theta[:, i0:i1].reshape(R, k - 1, d), theta.new_zeros(R, 1, d)], dim=1)
+    eta = theta[:, i1:].reshape(R, k, d + 1)
+    return beta0, beta1, eta
+
+
+def _box_bounds(box: ParameterBox, k: int, d: int, device, dtype):
+    """Lower/upper bound vectors ``[P]`` for the free parameters."""
+    ub = torch.cat(
+        [
+            torch.full(((k - 1),), box.beta0, dtype=dtype, device=device),
+            torch.full(((k - 1) * d,), box.beta1, dtype=dtype, device=device),
+            torch.full((k * (d + 1),), box.eta, dtype=dtype, device=device),
+        ]
+    )
+    return -ub, ub
+
+
+# ----------------------------------------------------------------------------------------------
+# model and Jacobian
+# ----------------------------------------------------------------------------------------------
+def _score_tau(model: MoEModel) -> tuple[float, float] | None:
+    kind = model.gate.kind
+    if kind == "linear":
+        return None
+    if kind == "cosine":
+        return 0.0, 0.0
+    return model.gate.tau1, model.gate.tau2
+
+
+def _predict_parts(model: MoEModel, X: torch.Tensor, beta0, beta1, eta):
+    w = gate_weights(model.gate.scores(X, beta1), beta0, model.gate.k_active)
+    z = model.expert.preactivation(X, eta)
+    h = model.expert.phi(z)
+    return w, z, h, (w * h).sum(-1)
+
+
+def _soft_topk_parts(model: MoEModel, X: torch.Tensor, beta0, beta1, eta, temperature: float):
+    """Weights and score-derivative coefficient of the *smoothed* Top-K gate.
+
+    The hard mask ``1{s_i among the K largest}`` is replaced by
+    ``m_i = sigmoid((s_i - t(x)) / T)`` with ``t(x)`` the midpoint of the K-th and (K+1)-th
+    largest scores; ``T -> 0`` recovers the hard gate.  Unlike the hard mask, ``m`` responds to
+    ``beta1``, so the Jacobian sees the first-order effect of moving the selection boundary.
+    """
+    K = model.gate.k_active
+    s = model.gate.scores(X, beta1)  # [R, n, k]
+    u = s + beta0.unsqueeze(-2)
+    top = torch.topk(s, K + 1, dim=-1)
+    thr = 0.5 * (top.values[..., K - 1] + top.values[..., K])  # [R, n]
+    m = torch.sigmoid((s - thr.unsqueeze(-1)) / temperature)
+    e = torch.exp(u - u.amax(-1, keepdim=True))
+    Z = (m * e).sum(-1, keepdim=True)
+    p = e / Z
+    w = m * p
+    z = model.expert.preactivation(X, eta)
+    h = model.expert.phi(z)
+    f = (w * h).sum(-1)
+    hg = h - f.unsqueeze(-1)
+    u_b = w * hg  # d g / d beta0 (the bias does not enter the mask)
+    q = p * hg * m * (1.0 - m) / temperature
+    Q = q.sum(-1, keepdim=True)
+    dthr = torch.zeros_like(s)
+    dthr.scatter_(-1, top.indices[..., K - 1 : K + 1], 0.5)
+    u_s = u_b + q - Q * dthr  # d g / d s_l, total (through softmax and mask)
+    return w, z, h, f, u_b, u_s
+
+
+def predict_and_jacobian(
+    model: MoEModel,
+    X: torch.Tensor,
+    theta: torch.Tensor,
+    n_components: int,
+    jacobian: bool = True,
+    temperature: float | None = None,
+):
+    """Regression function and its analytic Jacobian in the free parameters.
+
+    Parameters
+    ----------
+    model : MoEModel
+        Gate (kind, tau, K) and expert family.
+    X : Tensor, shape ``[R, n, d]``
+        Inputs.
+    theta : Tensor, shape ``[R, P]``
+        Free parameters (see :func:`pack_params`).
+    n_components : int
+        Number of atoms ``k``.
+    jacobian : bool
+        If False only the prediction is computed.
+    temperature : float, optional
+        If given (and the gate is sparse, ``K < k``), use the smoothed Top-K gate of
+        temperature ``T`` (see :func:`_soft_topk_parts`) instead of the hard one.
+
+    Returns
+    -------
+    f : Tensor, shape ``[R, n]``
+        ``g_G(x)`` for each replicate.
+    J : Tensor, shape ``[R, n, P]`` or None
+        ``dg/dtheta`` (formulas in the module docstring).
+    """
+    R, n, d = X.shape
+    k = n_components
+    beta0, beta1, eta = unpack_params(theta, k, d)
+    K = model.gate.k_active
+    if temperature is not None and K is not None and K < k:
+        w, z, h, f, u_b, u_s = _soft_topk_parts(model, X, beta0, beta1, eta, float(temperature))
+        if not jacobian:
+            return f, None
+        uf, usf = u_b[..., : k - 1], u_s[..., : k - 1]
+    else:
+        w, z, h, f = _predict_parts(model, X, beta0, beta1, eta)
+        if not jacobian:
+            return f, None
+        u = w * (h - f.unsqueeze(-1))  # dg/d(score_i + beta0_i), [R, n, k]
+        uf = usf = u[..., : k - 1]
+    tau = _score_tau(model)
+    xe = X.unsqueeze(-2)  # [R, n, 1, d]
+    if tau is None:
+        J1 = usf.unsqueeze(-1) * xe
+    else:
+        t1, t2 = tau
+        bf = beta1[:, : k - 1, :]  # [R, k-1, d]
+        nb = safe_norm(bf)  # [R, k-1]
+        nx = safe_norm(X)  # [R, n]
+        dx = nx + t2
+        bx = torch.where(dx > 0, 1.0 / torch.where(dx > 0, dx, torch.ones_like(dx)), torch.zeros_like(dx))
+        db = nb + t1
+        ab = torch.where(db > 0, 1.0 / torch.where(db > 0, db, torch.ones_like(db)), torch.zeros_like(db))
+        dd = nb * db * db
+        inv = torch.where(dd > 0, 1.0 / torch.where(dd > 0, dd, torch.ones_like(dd)), torch.zeros_like(dd))
+        dots = X @ bf.transpose(-1, -2)  # [R, n, k-1]
+        c1 = bx.unsqueeze(-1) * ab.unsqueeze(-2)
+        c2 = bx.unsqueeze(-1) * dots * inv.unsqueeze(-2)
+        J1 = (usf * c1).unsqueeze(-1) * xe - (usf * c2).unsqueeze(-1) * bf.unsqueeze(1)
+    v = w * model.expert.dphi(z)  # [R, n, k]
+    # fill one buffer instead of concatenating (the Jacobian is the largest array here)
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    J = X.new_empty(R, n, n_free_params(k, d))
+    J[..., :i0] = uf
+    J[..., i0:i1] = J1.reshape(R, n, -1)
+    J2 = J[..., i1:].view(R, n, k, d + 1)
+    torch.mul(v.unsqueeze(-1), xe, out=J2[..., :d])
+    J2[..., d] = v
+    return f, J
+
+
+def _evaluate(model, X, Y, theta, k, need_jac: bool, chunk: int, temperature: float | None = None):
+    """Half sum of squares ``F [R]`` and, if asked, ``A = J^T J`` and ``g = J^T r``.
+
+    Accumulated over chunks of the sample axis so that memory stays ``O(R chunk P)``.
+    """
+    R, n, _ = X.shape
+    P = theta.shape[1]
+    F = X.new_zeros(R)
+    A = X.new_zeros(R, P, P) if need_jac else None
+    g = X.new_zeros(R, P) if need_jac else None
+    for s in range(0, n, chunk):
+        f, J = predict_and_jacobian(model, X[:, s : s + chunk], theta, k, jacobian=need_jac, temperature=temperature)
+        r = f - Y[:, s : s + chunk]
+        F += 0.5 * (r * r).sum(-1)
+        if need_jac:
+            Jt = J.transpose(1, 2)
+            A.baddbmm_(Jt, J)
+            g += (Jt @ r.unsqueeze(-1)).squeeze(-1)
+    return F, A, g
+
+
+def _chunk_size(R: int, n: int, P: int) -> int:
+    per_row = max(1, R * (P + 4) * 8 * 3)  # J plus temporaries
+    return int(max(64, min(n, _CHUNK_BYTES // per_row)))
+
+
+def _scaled_gradient(A, g, F):
+    """MINPACK's gtol measure: ``max_j |J_j^T r| / (||J_j|| ||r||)`` (cosine of the angle)."""
+    colnorm = torch.sqrt(torch.clamp(torch.diagonal(A, dim1=-2, dim2=-1), min=0.0))
+    rnorm = torch.sqrt(2.0 * torch.clamp(F, min=0.0)).unsqueeze(-1)
+    den = colnorm * rnorm
+    val = torch.where(den > 0, g.abs() / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(g))
+    return val.amax(-1)
+
+
+def _isotropic_beta1(D, k, d):
+    """Make the scaling isotropic within each ``beta1_i`` block (keeps steps radius-free)."""
+    if k < 2:
+        return D
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    blk = D[:, i0:i1].reshape(D.shape[0], k - 1, d)
+    blk = blk.amax(-1, keepdim=True).expand(-1, -1, d).reshape(D.shape[0], -1)
+    return torch.cat([D[:, :i0], blk, D[:, i1:]], dim=1)
+
+
+def _retract_radius(theta_new, theta_old, k, d):
+    """Rescale each free ``beta1_i`` to its previous norm (objective unchanged, PDE (4))."""
+    if k < 2:
+        return theta_new
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    R = theta_new.shape[0]
+    bn = theta_new[:, i0:i1].reshape(R, k - 1, d)
+    bo = theta_old[:, i0:i1].reshape(R, k - 1, d)
+    nn_ = safe_norm(bn, keepdim=True)
+    no = safe_norm(bo, keepdim=True)
+    fac = torch.where(nn_ > 0, no / torch.where(nn_ > 0, nn_, torch.ones_like(nn_)), torch.ones_like(nn_))
+    out = theta_new.clone()
+    out[:, i0:i1] = (bn * fac).reshape(R, -1)
+    return out
+
+
+def levenberg_marquardt(
+    model: MoEModel,
+    X: torch.Tensor,
+    Y: torch.Tensor,
+    theta0: torch.Tensor,
+    n_components: int,
+    lower: torch.Tensor,
+    upper: torch.Tensor,
+    *,
+    max_iter: int = 200,
+    ftol: float = 1e-12,
+    xtol: float = 1e-12,
+    gtol: float = 1e-10,
+    chunk: int | None = None,
+    temperature: float | None = None,
+) -> dict[str, Any]:
+    """Batched, box-projected Levenberg-Marquardt on ``F(theta) = 0.5 sum_i r_i^2``.
+
+    Per replicate: Marquardt-scaled damping ``(J^T J + lam D) delta = -J^T r`` with ``D`` the
+    running maximum of ``diag(J^T J)`` (floored at ``1e-12 max D``), Nielsen's damping update,
+    projection of the trial point onto the box, and scipy-like stopping rules: ``ftol`` (accepted
+    step with relative decrease ``< ftol`` and gain ratio ``> 0.25``), ``xtol``
+    (``||delta|| <= xtol (xtol + ||theta||)``) and ``gtol`` (MINPACK's scaled gradient).
+
+    Returns
+    -------
+    dict
+        ``theta [R, P]``, ``F [R]``, ``g [R, P]`` (``J^T r``), ``n_iter [R]``, ``status``
+        (list of str), ``converged [R]`` bool.
+    """
+    R, n, d = X.shape
+    k = n_components
+    P = theta0.shape[1]
+    if chunk is None:
+        chunk = _chunk_size(R, n, P)
+    cosine = model.gate.kind == "cosine"
+    theta = torch.clamp(theta0.clone(), lower, upper)
+    F, A, g = _evaluate(model, X, Y, theta, k, True, chunk, temperature)
+    status = ["max_iter"] * R
+    done = torch.zeros(R, dtype=torch.bool, device=X.device)
+    converged = torch.zeros(R, dtype=torch.bool, device=X.device)
+    n_iter = torch.zeros(R, dtype=torch.long, device=X.device)
+    bad = ~(torch.isfinite(F) & torch.isfinite(A).flatten(1).all(1) & torch.isfinite(g).all(1))
+    for r in torch.nonzero(bad).flatten().tolist():
+        status[r] = "nonfinite"
+        done[r] = True
+    D = torch.diagonal(A, dim1=-2, dim2=-1).clone()
+    lam = torch.full((R,), 1e-3, dtype=X.dtype, device=X.device)
+    nu = torch.full((R,), 2.0, dtype=X.dtype, device=X.device)
+    # a point that is already stationary needs no step
+    sg = _scaled_gradient(A, g, F)
+    for r in torch.nonzero((~done) & (sg <= gtol)).flatten().tolist():
+        status[r], done[r], converged[r] = "gtol", True, True
+    eye = torch.eye(P, dtype=X.dtype, device=X.device)
+    active_key = None
+    Xa = Ya = None
+    for _ in range(max_iter):
+        act = torch.nonzero(~done).flatten()
+        if act.numel() == 0:
+            break
+        key = tuple(act.tolist())
+        if key != active_key:  # re-slice the data only when the active set changes
+            full = act.numel() == R
+            Xa, Ya = (X, Y) if full else (X[act], Y[act])
+            active_key = key
+            ch = chunk if full else _chunk_size(act.numel(), n, P)
+        th, Fa, Aa, ga = theta[act], F[act], A[act], g[act]
+        Da = D[act]
+        Da = torch.maximum(Da, 1e-12 * Da.amax(-1, keepdim=True))
+        Da = torch.clamp(Da, min=1e-300)
+        if cosine:
+            Da = _isotropic_beta1(Da, k, d)
+        la = lam[act]
+        M = Aa + la[:, None, None] * (Da.unsqueeze(-1) * eye)
+        L, info = torch.linalg.cholesky_ex(M)
+        okc = info == 0
+        Lsafe = torch.where(okc[:, None, None], L, eye.expand_as(L))
+        delta = torch.cholesky_solve(-ga.unsqueeze(-1), Lsafe).squeeze(-1)
+        delta = torch.where(okc[:, None] & torch.isfinite(delta), delta, torch.zeros_like(delta))
+        trial = th + delta
+        if cosine:
+            trial = _retract_radius(trial, th, k, d)
+        trial = torch.clamp(trial, lower, upper)
+        delta = trial - th
+        pred = -((ga * delta).sum(-1) + 0.5 * (delta.unsqueeze(-2) @ Aa @ delta.unsqueeze(-1)).squeeze(-1).squeeze(-1))
+        Ft, At, gt = _evaluate(model, Xa, Ya, trial, k, True, ch, temperature)
+        finite = torch.isfinite(Ft) & torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
+        actual = Fa - Ft
+        rho = torch.where(pred > 0, actual / torch.where(pred > 0, pred, torch.ones_like(pred)), torch.full_like(pred, -1.0))
+        accept = okc & finite & (actual > 0) & (pred > 0)
+        # Nielsen's damping update
+        lam_acc = la * torch.clamp(1.0 - (2.0 * rho - 1.0) ** 3, min=1.0 / 3.0)
+        nu_a = nu[act]
+        lam_new = torch.where(accept, lam_acc, la * nu_a)
+        nu_new = torch.where(accept, torch.full_like(nu_a, 2.0), 2.0 * nu_a)
+        lam[act] = torch.clamp(lam_new, max=1e30)
+        nu[act] = torch.clamp(nu_new, max=1e30)
+        n_iter[act] += 1
+        # commit accepted trial points
+        acc_idx = act[accept]
+        if acc_idx.numel():
+            theta[acc_idx] = trial[accept]
+            F[acc_idx] = Ft[accept]
+            A[acc_idx] = At[accept]
+            g[acc_idx] = gt[accept]
+            D[acc_idx] = torch.maximum(D[acc_idx], torch.diagonal(At[accept], dim1=-2, dim2=-1))
+        # stopping rules, per replicate
+        step_small = safe_norm(delta) <= xtol * (xtol + safe_norm(th))
+        f_small = accept & (actual <= ftol * Fa) & (rho > 0.25)
+        sg_new = _scaled_gradient(A[act], g[act], F[act])
+        g_small = sg_new <= gtol
+        stalled = (lam[act] >= 1e30) & ~accept
+        for j, r in enumerate(act.tolist()):
+            if g_small[j]:
+                status[r], done[r], converged[r] = "gtol", True, True
+            elif f_small[j]:
+                status[r], done[r], converged[r] = "ftol", True, True
+            elif step_small[j] and okc[j]:
+                status[r], done[r], converged[r] = "xtol", True, True
+            elif stalled[j]:
+                status[r], done[r] = "stalled", True
+    return {
+        "theta": theta,
+        "F": F,
+        "g": g,
+        "n_iter": n_iter,
+        "status": status,
+        "converged": converged,
+        "lam": lam,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# validation helpers shared by the estimators
+# ----------------------------------------------------------------------------------------------
+def resolve_device(device: str) -> torch.device:
+    """``"cpu"``, ``"cuda"`` or ``"auto"`` (cuda when available) as a :class:`torch.device`."""
+    if not isinstance(device, str) or device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; expected one of {DEVICES}")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but CUDA is not available; use 'cpu' or 'auto'")
+    return torch.device(device)
+
+
+def check_model(model) -> MoEModel:
+    if not isinstance(model, MoEModel):
+        raise TypeError(f"model must be a moestat.MoEModel, got {type(model).__name__}")
+    return model
+
+
+def check_n_components(n_components, model: MoEModel) -> int:
+    if isinstance(n_components, bool) or not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
+    K = model.gate.k_active
+    if K is not None and K > n_components:
+        raise ValueError(
+            f"n_components ({int(n_components)}) must be >= the model's number of activated "
+            f"experts K = {K}"
+        )
+    return int(n_components)
+
+
+def check_positive_int(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_positive_float(name: str, value, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value!r}")
+    return v
+
+
+def prepare_data(X, Y, n_components: int, device: torch.device):
+    """Validate and convert ``X [R, n, d]`` / ``Y [R, n]`` (or unbatched) to float64 tensors."""
+    out = []
+    for name, a in (("X", X), ("Y", Y)):
+        if isinstance(a, torch.Tensor):
+            t = a.detach().to(device=device, dtype=torch.float64)
+        else:
+            try:
+                arr = np.asarray(a, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(f"{name} must be a numeric array or tensor, got {type(a).__name__}") from None
+            t = torch.as_tensor(arr, dtype=torch.float64, device=device)
+        out.append(t)
+    Xt, Yt = out
+    if Xt.ndim == 2 and Yt.ndim == 1:
+        Xt, Yt = Xt.unsqueeze(0), Yt.unsqueeze(0)
+    if Xt.ndim != 3:
+        raise ValueError(f"X must have shape [R, n, d] or [n, d], got shape {tuple(Xt.shape)}")
+    if Yt.ndim != 2:
+        raise ValueError(f"Y must have shape [R, n] (or [n] with an unbatched X), got shape {tuple(Yt.shape)}")
+    if tuple(Yt.shape) != tuple(Xt.shape[:2]):
+        raise ValueError(f"Y has shape {tuple(Yt.shape)} but X has shape {tuple(Xt.shape)}; Y must be [R, n]")
+    R, n, d = Xt.shape
+    if R < 1 or d < 1:
+        raise ValueError(f"X must have at least one replicate and one feature, got shape {tuple(Xt.shape)}")
+    P = n_free_params(n_components, d)
+    if n < P:
+        raise ValueError(
+            f"X has n = {n} samples per replicate, fewer than the {P} free parameters of a "
+            f"{n_components}-atom fit in dimension {d}"
+        )
+    if not bool(torch.isfinite(Xt).all()):
+        raise ValueError("X contains non-finite values (NaN or inf)")
+    if not bool(torch.isfinite(Yt).all()):
+        raise ValueError("Y contains non-finite values (NaN or inf)")
+    return Xt, Yt
+
+
+def prepare_init(init, R: int, n_components: int, d: int, name: str = "init") -> MixingMeasure:
+    """Validate a user start: a (batched ``[R]`` or unbatched) measure; returns numpy ``[R]``."""
+    if not isinstance(init, MixingMeasure):
+        raise TypeError(f"{name} must be a MixingMeasure, got {type(init).__name__}")
+    G = init.numpy()
+    if G.batch_shape == ():
+        G = G.expand(R)
+    if len(G.batch_shape) != 1 or G.batch_shape[0] != R:
+        raise ValueError(f"{name} must be unbatched or batched [R] with R = {R}, got batch shape {G.batch_shape}")
+    if G.n_atoms != n_components:
+        raise ValueError(f"{name} has {G.n_atoms} atoms but n_components = {n_components}")
+    if G.dim != d or G.eta_dim != d + 1:
+        raise ValueError(f"{name} has dimension d = {G.dim} (eta {G.eta_dim}) but X has d = {d}")
+    if not (np.isfinite(G.beta0).all() and np.isfinite(G.beta1).all() and np.isfinite(G.eta).all()):
+        raise ValueError(f"{name} contains non-finite values")
+    if not G.satisfies_reference_convention(atol=0.0):
+        raise ValueError(f"{name} must have the reference convention: last atom beta0 = 0 and beta1 = 0 (A.3)")
+    return G
+
+
+def as_rng(random_state) -> np.random.Generator:
+    """``None``/int/SeedSequence/Generator to a :class:`numpy.random.Generator`."""
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if random_state is None or isinstance(random_state, (int, np.integer, np.random.SeedSequence)):
+        if isinstance(random_state, bool):
+            raise TypeError("random_state must be None, an int, a SeedSequence or a Generator, got bool")
+        return np.random.default_rng(random_state)
+    raise TypeError(
+        f"random_state must be None, an int, a SeedSequence or a Generator, got {type(random_state).__name__}"
+    )
+
+
+def random_starts(R: int, n_components: int, d: int, rng: np.random.Generator) -> MixingMeasure:
+    """``R`` independent :func:`~moestat.estimators.init.random_init` draws, batched."""
+    return MixingMeasure.stack([random_init(n_components, d, rng) for _ in range(R)])
+
+
+def objective_and_grad(model, X, Y, G: MixingMeasure, n_components: int):
+    """Mean squared residual ``[R]`` and Euclidean norm of its gradient ``[R]`` at ``G``."""
+    theta = pack_params(G.torch(device=X.device))
+    P = theta.shape[1]
+    F, A, g = _evaluate(model, X, Y, theta, n_components, True, _chunk_size(X.shape[0], X.shape[1], P))
+    n = X.shape[1]
+    return (2.0 * F / n), safe_norm(2.0 * g / n)
+
+
+# ----------------------------------------------------------------------------------------------
+# the estimator
+# ----------------------------------------------------------------------------------------------
+class LeastSquaresMoE:
+    """Least-squares estimator (eqs. (3), (10)) of a Top-K MoE, batched over replicates.
+
+    Parameters
+    ----------
+    model : MoEModel
+        Gate and expert family used in the fit.  Its gate's ``k_active`` is the number of
+        activated experts (pass ``K-bar`` for the over-specified setting, eq. (7)/(12)).
+    n_components : int
+        Number ``k`` of fitted atoms (``k = k*`` exact, ``k > k*`` over-specified).
+    box : ParameterBox
+        Compact parameter space (A.1); trial points are projected onto it.
+    max_iter : int
+        Maximum number of Levenberg-Marquardt iterations (trial steps) per replicate.
+    tol : float
+        Default for ``ftol`` and ``xtol``.
+    ftol, xtol, gtol : float, optional
+        Stopping tolerances (relative objective decrease, relative step, MINPACK scaled
+        gradient); ``ftol = xtol = tol`` and ``gtol = 1e-10`` when not given.
+    n_init : int
+        Number of starts per replicate; the one with the smallest objective is kept.
+    init : {"random"} or MixingMeasure
+        Default start when :meth:`fit` gets none: ``"random"`` draws
+        :func:`~moestat.estimators.init.random_init` starts; a measure (unbatched or ``[R]``)
+        is used as given.
+    random_state : None, int, SeedSequence or Generator
+        Seed of the random starts.
+    device : {"cpu", "cuda", "auto"}
+        Where the tensors live (``"auto"``: cuda when available).
+    topk_temperatures : "auto", None or sequence of float
+        Continuation schedule for a sparse gate (``K < k``): the fit first runs on the smoothed
+        Top-K gate (mask ``sigmoid((s_i - t(x)) / T)``) for each temperature ``T`` in turn, then
+        on the exact hard gate, whose objective is the one reported.  ``"auto"`` is
+        ``(0.1, 0.01, 0.001)`` (at most 30 iterations each); ``None`` fits the hard gate only (a local method
+        then stalls near its start, see the user guide).  Ignored for a dense gate.
+
+    Attributes
+    ----------
+    params_ : MixingMeasure
+        Fitted measures, batched ``[R]`` NumPy (also for unbatched input, ``R = 1``).
+    objective_ : ndarray, shape ``[R]``
+        ``(1/n) sum_i (Y_i - g(X_i))^2`` at the fit.
+    converged_ : ndarray of bool, shape ``[R]``
+    n_iter_ : ndarray of int, shape ``[R]``
+    status_ : list of str
+        ``"gtol"``, ``"ftol"``, ``"xtol"`` (converged), ``"max_iter"``, ``"stalled"``,
+        ``"nonfinite"``.
+    grad_norm_ : ndarray, shape ``[R]``
+        Euclidean norm of the gradient of ``objective_`` in the free parameters.
+    init_ : MixingMeasure
+        The start that produced each kept fit, batched ``[R]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from moestat import Gate, Expert, MoEModel
+    >>> from moestat.estimators import random_init
+    >>> model = MoEModel(Gate("perturbed", tau=1.0, k_active=2), Expert("gelu"))
+    >>> rng = np.random.default_rng(0)
+    >>> truth = random_init(3, 2, rng, scale_router=1.0, scale_expert=1.0)
+    >>> X = rng.uniform(-1, 1, size=(2, 300, 2))
+    >>> Y = model.predict(X, truth).numpy() + 0.1 * rng.standard_normal((2, 300))
+    >>> est = LeastSquaresMoE(model, 3, n_init=2, random_state=0).fit(X, Y)
+    >>> est.objective_.shape, est.params_.batch_shape
+    ((2,), (2,))
+    """
+
+    def __init__(
+        self,
+        model: MoEModel,
+        n_components: int,
+        *,
+        box: ParameterBox = ParameterBox(),
+        max_iter: int = 200,
+        tol: float = 1e-12,
+        ftol: float | None = None,
+        xtol: float | None = None,
+        gtol: float | None = None,
+        n_init: int = 1,
+        init: str | MixingMeasure = "random",
+        random_state=None,
+        device: str = "cpu",
+        topk_temperatures="auto",
+    ) -> None:
+        self.model = model
+        self.n_components = n_components
+        self.box = box
+        self.max_iter = max_iter
+        self.tol = tol
+        self.ftol = ftol
+        self.xtol = xtol
+        self.gtol = gtol
+        self.n_init = n_init
+        self.init = init
+        self.random_state = random_state
+        self.device = device
+        self.topk_temperatures = topk_temperatures
+        self._validate_params()
+
+    def _validate_params(self) -> None:
+        check_model(self.model)
+        check_n_components(self.n_components, self.model)
+        if not isinstance(self.box, ParameterBox):
+            raise TypeError(f"box must be a ParameterBox, got {type(self.box).__name__}")
+        check_positive_int("max_iter", self.max_iter)
+        check_positive_int("n_init", self.n_init)
+        check_positive_float("tol", self.tol)
+        for name in ("ftol", "xtol", "gtol"):
+            if getattr(self, name) is not None:
+                check_positive_float(name, getattr(self, name))
+        if isinstance(self.init, str):
+            if self.init not in _INIT_NAMES:
+                raise ValueError(f"unknown init {self.init!r}; expected one of {_INIT_NAMES} or a MixingMeasure")
+        elif not isinstance(self.init, MixingMeasure):
+            raise TypeError(f"init must be 'random' or a MixingMeasure, got {type(self.init).__name__}")
+        resolve_device(self.device)
+        as_rng(self.random_state)
+        self._temperatures()
+
+    def _temperatures(self) -> tuple[float, ...]:
+        """The continuation schedule actually used (empty for a dense gate)."""
+        t = self.topk_temperatures
+        K = self.model.gate.k_active
+        sparse = K is not None and K < self.n_components
+        if isinstance(t, str):
+            if t != "auto":
+                raise ValueError(f"unknown topk_temperatures {t!r}; expected 'auto', None or a sequence of floats")
+            return AUTO_TEMPERATURES if sparse else ()
+        if t is None:
+            return ()
+        try:
+            vals = tuple(float(v) for v in t)
+        except (TypeError, ValueError):
+            raise TypeError("topk_temperatures must be 'auto', None or a sequence of positive floats") from None
+        for v in vals:
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"topk_temperatures must be positive finite numbers, got {t!r}")
+        return vals if sparse else ()
+
+    def _starts(self, R, d, init, rng):
+        k = self.n_components
+        starts = []
+        if init is not None:
+            starts.append(prepare_init(init, R, k, d))
+        elif isinstance(self.init, MixingMeasure):
+            starts.append(prepare_init(self.init, R, k, d, name="init"))
+        while len(starts) < self.n_init:
+            starts.append(random_starts(R, k, d, rng))
+        return starts
+
+    def fit(self, X, Y, init: MixingMeasure | None = None) -> "LeastSquaresMoE":
+        """Fit every replicate.
+
+        Parameters
+        ----------
+        X : array or Tensor, shape ``[R, n, d]`` (or ``[n, d]``)
+            Inputs.
+        Y : array or Tensor, shape ``[R, n]`` (or ``[n]``)
+            Responses.
+        init : MixingMeasure, optional
+            Start, batched ``[R]`` (or unbatched, shared), ``n_components`` atoms, last atom
+            the reference.  With ``n_init > 1``, ``n_init - 1`` random starts are added and the
+            best fit per replicate is kept.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        dev = resolve_device(self.device)
+        k = self.n_components
+        Xt, Yt = prepare_data(X, Y, k, dev)
+        R, n, d = Xt.shape
+        rng = as_rng(self.random_state)
+        starts = self._starts(R, d, init, rng)
+        ftol = self.tol if self.ftol is None else self.ftol
+        xtol = self.tol if self.xtol is None else self.xtol
+        gtol = 1e-10 if self.gtol is None else self.gtol
+        lower, upper = _box_bounds(self.box, k, d, dev, torch.float64)
+        temps = self._temperatures()
+        best = None
+        for G0 in starts:
+            theta = pack_params(G0.torch(device=dev))
+            iters = torch.zeros(R, dtype=torch.long, device=dev)
+            # Continuation on the Top-K temperature: the hard mask is piecewise constant in
+            # beta1, so its Jacobian misses the first-order effect of moving the selection
+            # boundary and a local method stalls where it starts; the smoothed stages carry it.
+            for T in temps:
+                st = levenberg_marquardt(
+                    self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, _STAGE_MAX_ITER),
+                    ftol=_STAGE_FTOL, xtol=_STAGE_FTOL, gtol=gtol, temperature=T,
+                )
+                ok = torch.isfinite(st["F"]).unsqueeze(-1)
+                theta = torch.where(ok, st["theta"], theta)
+                iters += st["n_iter"]
+            res = levenberg_marquardt(
+                self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol
+            )
+            res["n_iter"] = res["n_iter"] + iters
+            obj = (2.0 * res["F"] / n).cpu().numpy()
+            obj = np.where(np.isfinite(obj), obj, np.inf)
+            cur = {
+                "theta": res["theta"].cpu(),
+                "objective": obj,
+                "converged": res["converged"].cpu().numpy(),
+                "n_iter": res["n_iter"].cpu().numpy(),
+                "status": list(res["status"]),
+                "grad_norm": safe_norm(2.0 * res["g"] / n).cpu().numpy(),
+                "init": G0,
+            }
+            if best is None:
+                best = cur
+                best["init"] = [G0[r] for r in range(R)]
+                continue
+            better = cur["objective"] < best["objective"]
+            for r in np.flatnonzero(better):
+                best["theta"][r] = cur["theta"][r]
+                for key in ("objective", "converged", "n_iter", "grad_norm"):
+                    best[key][r] = cur[key][r]
+                best["status"][r] = cur["status"][r]
+                best["init"][r] = G0[r]
+        beta0, beta1, eta = unpack_params(best["theta"], k, d)
+        self.params_ = MixingMeasure(beta0.numpy(), beta1.numpy(), eta.numpy())
+        obj = best["objective"].copy()
+        obj[~np.isfinite(obj)] = np.nan
+        self.objective_ = obj
+        self.converged_ = best["converged"].astype(bool)
+        self.n_iter_ = best["n_iter"].astype(int)
+        self.status_ = best["status"]
+        self.grad_norm_ = best["grad_norm"]
+        self.init_ = MixingMeasure.stack(best["init"])
+        self.n_features_in_ = d
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """``g`` of the fitted measures at ``X [R, n, d]``; returns ``[R, n]``."""
+        if not hasattr(self, "params_"):
+            raise ValueError("this estimator is not fitted yet; call fit first")
+        Xt = torch.as_tensor(np.asarray(X, dtype=np.float64)) if not isinstance(X, torch.Tensor) else X.double()
+        if Xt.ndim == 2:
+            Xt = Xt.unsqueeze(0)
+        return self.model.predict(Xt, self.params_).numpy()
