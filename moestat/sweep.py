@@ -655,10 +655,27 @@ class ResultStore:
         self.path = Path(path)
 
     def create(self) -> None:
+        """Write the header if the file is new; otherwise drop a torn last line (see :meth:`repair`)."""
         from .io import atomic_write_text
 
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(RESULT_COLUMNS) + "\n")
+        else:
+            self.repair()
+
+    def repair(self) -> bool:
+        """Cut a partial last line left by a kill during an append (rewrites the file atomically).
+
+        Without this, the next appended row would be glued to the torn fragment.  Returns True
+        when something was cut.
+        """
+        from .io import atomic_write_text
+
+        text = self.path.read_text(encoding="utf-8")
+        if text.endswith("\n") or not text:
+            return False
+        atomic_write_text(self.path, text[: text.rfind("\n") + 1])
+        return True
 
     def append(self, rows: Iterable[dict]) -> None:
         """Append rows, one ``write`` + ``fsync`` per row (see :func:`moestat.io.append_line`)."""
