@@ -275,7 +275,11 @@ def _stratified_split(y: np.ndarray, fraction: float, random_state: int) -> tupl
     idx = np.arange(len(y))
     if fraction == 0:
         return idx, idx[:0]
-    keep, held = train_test_split(idx, test_size=fraction, random_state=random_state, stratify=y)
+    n_cls = len(np.unique(y))
+    n_held = int(np.ceil(fraction * len(y)))
+    # stratify when every class can appear on both sides; tiny files fall back to a plain split
+    strat = y if (n_held >= n_cls and len(y) - n_held >= n_cls and np.bincount(y).min(initial=2) >= 2) else None
+    keep, held = train_test_split(idx, test_size=fraction, random_state=random_state, stratify=strat)
     return np.sort(keep), np.sort(held)
 
 
