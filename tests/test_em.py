@@ -13,6 +13,7 @@ from moestat.estimators.em import EMGaussianMoE
 from moestat.experts import Expert
 from moestat.gates import Gate
 from moestat.mixing import MixingMeasure
+from moestat.model import MoEModel
 
 # Truth (reference convention: last atom beta0 = 0, beta1 = 0), k = 2, d = 1.
 B0 = np.array([0.5, 0.0])
@@ -107,12 +108,19 @@ def test_single_component_is_ols():
 
 def test_rejects_unsupported_models_and_bad_input():
     with pytest.raises(ValueError, match="linear softmax gate"):
-        EMGaussianMoE(2, gate=Gate("cosine"))
+        EMGaussianMoE(MoEModel(Gate("cosine"), Expert("identity")), 2)
     with pytest.raises(ValueError, match="linear softmax gate"):
-        EMGaussianMoE(2, gate=Gate("linear", k_active=1))
+        EMGaussianMoE(MoEModel(Gate("linear", k_active=1), Expert("identity")), 2)
+    EMGaussianMoE(MoEModel(Gate("linear", k_active=2), Expert("identity")), 2)  # K = k is dense
     with pytest.raises(ValueError, match="identity"):
-        EMGaussianMoE(2, expert=Expert("gelu"))
-    EMGaussianMoE(2, gate=Gate("linear"), expert=Expert("identity"))  # supported
+        EMGaussianMoE(MoEModel(Gate("linear"), Expert("gelu")), 2)
+    with pytest.raises(ValueError, match="MoEModel"):
+        EMGaussianMoE("linear", 2)
+    with pytest.raises(ValueError, match="once"):
+        EMGaussianMoE(2, 3)
+    # the rates engine's calling convention, EMGaussianMoE(model, k, max_iter=..., random_state=...)
+    em = EMGaussianMoE(MoEModel(Gate("linear"), Expert("identity")), 3, max_iter=5, random_state=0)
+    assert em.n_components == 3
     with pytest.raises(ValueError, match="n_components"):
         EMGaussianMoE(0)
     em = EMGaussianMoE(2)

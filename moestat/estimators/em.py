@@ -33,24 +33,29 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp, softmax
 
+from moestat.experts import Expert
+from moestat.gates import Gate
 from moestat.mixing import MixingMeasure
+from moestat.model import MoEModel
 
 __all__ = ["EMGaussianMoE"]
 
 _LOG2PI = float(np.log(2.0 * np.pi))
 
 
-def _check_model(gate, expert) -> None:
-    kind = gate if isinstance(gate, str) else getattr(gate, "kind", None)
-    k_active = None if isinstance(gate, str) else getattr(gate, "k_active", None)
-    if kind != "linear" or k_active is not None:
+def _check_model(model, n_components: int) -> None:
+    gate, expert = getattr(model, "gate", None), getattr(model, "expert", None)
+    if gate is None or expert is None:
+        raise ValueError(f"model must be a moestat.model.MoEModel (gate, expert) or None, got {model!r}")
+    k_active = getattr(gate, "k_active", None)
+    # Top-K with K >= k activates every expert: the dense gate.
+    if getattr(gate, "kind", None) != "linear" or (k_active is not None and k_active < n_components):
         raise ValueError(
-            f"EMGaussianMoE supports only the dense linear softmax gate, got gate={gate!r}; "
+            f"EMGaussianMoE supports only the dense linear softmax gate, got {gate!r}; "
             "use the least-squares estimator for cosine/perturbed or Top-K gates"
         )
-    act = expert if isinstance(expert, str) else getattr(expert, "activation", None)
-    if act != "identity":
-        raise ValueError(f"EMGaussianMoE supports only identity (linear) experts, got expert={expert!r}")
+    if getattr(expert, "activation", None) != "identity":
+        raise ValueError(f"EMGaussianMoE supports only identity (linear) experts, got {expert!r}")
 
 
 def _np64(a, name: str) -> np.ndarray:
@@ -77,8 +82,12 @@ class EMGaussianMoE:
 
     Parameters
     ----------
+    model : moestat.model.MoEModel, optional
+        Must have the dense ``linear`` gate and ``identity`` experts (the default when ``None``).
+        Passed first so that the rates engine can build it like the least-squares estimator,
+        ``EMGaussianMoE(model, k, ...)``; an integer here is read as ``n_components``.
     n_components : int
-        Number of experts ``k``.
+        Number of experts ``k`` (default 2).
     max_iter : int
         Maximum EM iterations per start.
     tol : float
@@ -87,10 +96,6 @@ class EMGaussianMoE:
         Seeds the random starts (one independent stream per replicate and start).
     n_init : int
         Random starts per replicate (ignored when ``init`` is given); the best log-likelihood wins.
-    gate : str or moestat.gates.Gate
-        Must be the dense ``"linear"`` gate.
-    expert : str or moestat.experts.Expert
-        Must be ``"identity"``.
     gate_newton_steps : int
         Newton/IRLS steps of the gate per M-step.
     min_noise_var : float
@@ -125,29 +130,35 @@ class EMGaussianMoE:
 
     def __init__(
         self,
-        n_components: int = 2,
+        model=None,
+        n_components: int | None = None,
         *,
         max_iter: int = 500,
         tol: float = 1e-8,
         random_state=0,
         n_init: int = 3,
-        gate="linear",
-        expert="identity",
         gate_newton_steps: int = 3,
         min_noise_var: float = 1e-10,
     ) -> None:
+        if isinstance(model, (int, np.integer)) and not isinstance(model, bool):
+            if n_components is not None:
+                raise ValueError("give the number of experts once: EMGaussianMoE(model, n_components) or EMGaussianMoE(n_components)")
+            model, n_components = None, int(model)
+        n_components = 2 if n_components is None else n_components
+        if model is None:
+            model = MoEModel(Gate("linear"), Expert("identity"))
         for nm, v in (("n_components", n_components), ("max_iter", max_iter), ("n_init", n_init),
                       ("gate_newton_steps", gate_newton_steps)):
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}")
+        _check_model(model, int(n_components))
+        self.model = model
         if not (tol >= 0 and np.isfinite(tol)):
             raise ValueError(f"tol must be a non-negative number, got {tol!r}")
         if not min_noise_var > 0:
             raise ValueError(f"min_noise_var must be positive, got {min_noise_var!r}")
-        _check_model(gate, expert)
         self.n_components, self.max_iter, self.tol = int(n_components), int(max_iter), float(tol)
         self.random_state, self.n_init = random_state, int(n_init)
-        self.gate, self.expert = gate, expert
         self.gate_newton_steps, self.min_noise_var = int(gate_newton_steps), float(min_noise_var)
 
     # ---- public API --------------------------------------------------------------------------
