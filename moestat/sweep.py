@@ -603,7 +603,7 @@ def execute(
         if backend == "dask":
             from distributed import Client, as_completed
 
-            with Client(scheduler, set_as_default=False) as client:
+            with Client(scheduler) as client:  # the default client while open: as_completed needs it
                 futures = client.map(run_unit, units, pure=False)
                 by_future = dict(zip(futures, units))
                 for fut in as_completed(futures):
