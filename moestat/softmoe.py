@@ -59,6 +59,7 @@ __all__ = [
     "run_norm_target",
     "norm_target_table",
     "plot_norm_target",
+    "plot_witness",
     "load_digits_tokens",
     "read_idx",
     "load_fashion_mnist_tokens",
@@ -373,6 +374,40 @@ def plot_norm_target(result: dict, path: str | os.PathLike) -> list[Path]:
     return out
 
 
+def plot_witness(result: dict, path: str | os.PathLike) -> list[Path]:
+    """Theorem 1 witness: relative pair error ``max|g - t| / |t(A) - t(B)|`` against ``a``.
+
+    One panel per tokenisation, mean over seeds per ``n``; the dotted line is the ``n = 1``
+    asymptote ``1/2`` implied by a vanishing prediction gap.  Writes ``.pdf`` and ``.png``.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    toks = result["config"]["tokens"]
+    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.5), sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], toks):
+        for n in result["config"]["experts"]:
+            rs = [r for r in result["runs"] if r["tokens"] == t and r["n_experts"] == n]
+            a = [w["a"] for w in rs[0]["witness"]]
+            E = np.array([[w["relative_pair_error"] for w in r["witness"]] for r in rs])
+            ax.errorbar(a, E.mean(0), yerr=E.std(0), marker="o", ms=3, lw=1, capsize=2, label=f"n={n}")
+        ax.axhline(0.5, color="k", ls=":", lw=0.8)
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(a)
+        ax.set_xticklabels([f"{v:g}" for v in a])
+        ax.set_title(f"m x d = {t}", fontsize=9)
+        ax.set_xlabel("witness scale a", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("pair error / norm gap", fontsize=8)
+    axes[0][-1].legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    out = [atomic_savefig(fig, Path(str(path) + ".pdf")), atomic_savefig(fig, Path(str(path) + ".png"), dpi=200)]
+    plt.close(fig)
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # data for the subset experiments (private loaders; to be switched to moestat.data.realdata)
 # --------------------------------------------------------------------------------------------
@@ -574,7 +609,7 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
                 steps: int = 3000, batch_size: int | None = None, lr: float = 1e-3, budget_factor: float | None = None,
                 patch: int | None = None, tokens: str = "5x2", data_path: str | None = None,
                 max_exhaustive: int = 5000, random_state: int = 0, device: str = "cpu",
-                progress: bool | None = None) -> dict:
+                normalize: bool = False, progress: bool | None = None) -> dict:
     """Train Soft MoE models for several ``n`` and evaluate Algorithm 1 (seed 002 Sections 4.2-4.4).
 
     Parameters
@@ -610,6 +645,8 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
     max_exhaustive : int
     random_state : int
     device : str
+    normalize : bool
+        Puigcerver et al.'s normalised router (off in seed 002).
     progress : bool, optional
         tqdm progress bar (None: only on a TTY).
 
@@ -649,13 +686,14 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
         s_init, s_train, s_eval = _seeds(s, 3)
         t0 = time.perf_counter()
         if task == "regression":
-            model = SoftMoERegressor(m, d, n, budget_factor=budget_factor, random_state=s_init).to(dev)
+            model = SoftMoERegressor(m, d, n, budget_factor=budget_factor, random_state=s_init,
+                                     normalize=normalize).to(dev)
             fit_regressor(model, steps, batch_size, lr, random_state=s_train, device=dev)
             base = evaluate_mse(model, Xte, yte)
             d_tok, hidden = d, model.layer.experts.hidden
         else:
             model = SoftMoEClassifier(Xtr.shape[1], Xtr.shape[2], n, int(ytr.max()) + 1, budget_factor=budget_factor,
-                                      random_state=s_init).to(dev)
+                                      random_state=s_init, normalize=normalize).to(dev)
             fit_classifier(model, Xtr.to(dev), ytr.to(dev), epochs, batch_size, lr, random_state=s_train)
             with torch.no_grad():
                 base = float((model(Xte).argmax(-1) == yte).float().mean())
@@ -670,7 +708,7 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
                   model_seeds=model_seeds, n_random=n_random, epochs=epochs if task == "classification" else None,
                   steps=steps if task == "regression" else None, batch_size=batch_size, lr=lr,
                   budget_factor=budget_factor, patch=patch if task == "classification" else None,
-                  tokens=tokens if task == "regression" else None, random_state=random_state, device=str(dev),
+                  tokens=tokens if task == "regression" else None, random_state=random_state, device=str(dev), normalize=normalize,
                   n_train=int(Xtr.shape[0]) if task == "classification" else None, n_test=int(Xte.shape[0]))
     return {"config": config, "models": models, "rows": rows}
 
@@ -717,7 +755,7 @@ def _build_parser() -> ArgumentParser:
     a.add_argument("--eval-size", type=positive_int, default=20000)
     a.add_argument("--random-state", type=int, default=0)
     a.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    a.add_argument("--n-jobs", type=positive_int, default=1)
+    a.add_argument("--n-jobs", type=positive_int, default=2, help="joblib workers (default 2; results do not depend on it)")
     a.add_argument("--out", default="results/softmoe-norm-target", help="output folder")
     b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
                        description="Seed 002 Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\nExample:\n"
@@ -740,6 +778,7 @@ def _build_parser() -> ArgumentParser:
     b.add_argument("--max-exhaustive", type=positive_int, default=5000)
     b.add_argument("--random-state", type=int, default=0)
     b.add_argument("--device", default="cpu")
+    b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in seed 002)")
     b.add_argument("--out", default="results/softmoe-subsets")
     return p
 
@@ -771,6 +810,7 @@ def _write_norm_outputs(result: dict, out: Path) -> None:
     text = _table_rst(rows, cols) + f"\nconstant predictor MSE (Var ||X||) = {result['constant_mse']:.3f}\n"
     atomic_write_text(out / "norm_target_table.rst", text)
     plot_norm_target(result, out / "norm_target_loss")
+    plot_witness(result, out / "norm_target_witness")
     sys.stdout.write(text)
 
 
@@ -786,9 +826,10 @@ def _write_subset_outputs(result: dict, out: Path) -> None:
             ("C_sum share", "{csum_share:.3f}"), ("evals saved", "{evals_saved:.3f}")]
     text = _table_rst(table, cols)
     per = [("n", "n_experts"), ("k", "k"), ("seed", "seed_index"), ("full", "{full:.4f}"), ("Alg.1", "{alg1:.4f}"),
-           ("random", "{random_mean:.4f} +- {random_sd:.4f}"), ("oracle", "oracle"), ("% retained", "{pct_retained:.1f}"),
+           ("random", "{random_mean:.4f} +- {random_sd:.4f}"), ("oracle", "{oracle:.4f}"), ("% retained", "{pct_retained:.1f}"),
            ("z", "{z:.1f}")]
-    text += "\nPer model seed:\n\n" + _table_rst(result["rows"], per)
+    per_rows = [{**r, "oracle": float("nan") if r["oracle"] is None else r["oracle"]} for r in result["rows"]]
+    text += "\nPer model seed:\n\n" + _table_rst(per_rows, per)
     atomic_write_text(out / "subsets_table.rst", text)
     sys.stdout.write(text)
 
@@ -824,7 +865,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = ensure_writable_dir(args.out)
     result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
                          args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,
-                         args.data_path, args.max_exhaustive, args.random_state, args.device)
+                         args.data_path, args.max_exhaustive, args.random_state, args.device,
+                         normalize=args.normalize)
     if not result["rows"]:
         raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
     _write_subset_outputs(result, out)

@@ -69,3 +69,15 @@ def test_tolerance():
     torch.testing.assert_close(theorem1_tolerance(torch.tensor([5.0, 40.0])), torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="m must"):
         witness_pairs(torch.tensor([1.0]), 1, [1.0])
+
+
+@pytest.mark.slow
+def test_one_expert_is_worse_than_many_on_the_norm_target():
+    """Appendix B's claim in miniature (5x2 tokens, 2 seeds, 1500 steps): n = 1 ends above the
+    best of n in {2, 5}.  Only the ordering n = 1 vs best n > 1 is asserted, not monotonicity."""
+    from moestat.softmoe import norm_target_table, run_norm_target
+
+    res = run_norm_target(tokens=("5x2",), experts=(1, 2, 5), steps=1500, seeds=2, eval_size=5000, random_state=11,
+                          a_values=(20.0,))
+    table = {r["n_experts"]: r["mean"] for r in norm_target_table(res)}
+    assert table[1] > min(table[2], table[5])

@@ -178,7 +178,7 @@ class ExhaustiveResult:
 
 
 def exhaustive_subset_search(contrib: torch.Tensor, bias: torch.Tensor, target: torch.Tensor, k: int,
-                             task: str = "classification", chunk: int = 256) -> ExhaustiveResult:
+                             task: str = "classification", chunk: int | None = None) -> ExhaustiveResult:
     """Search all ``k``-subsets of the experts for each input (needs the label).
 
     Parameters
@@ -190,8 +190,9 @@ def exhaustive_subset_search(contrib: torch.Tensor, bias: torch.Tensor, target: 
         Class labels (classification) or real targets (regression, ``c = 1``).
     k : int
     task : {"classification", "regression"}
-    chunk : int
-        Number of subsets scored at once (memory ``b * chunk * c``).
+    chunk : int, optional
+        Number of subsets scored at once (memory ``b * chunk * k * c``); by default as many as
+        keep that product near ``2e7``.
 
     Returns
     -------
@@ -201,6 +202,8 @@ def exhaustive_subset_search(contrib: torch.Tensor, bias: torch.Tensor, target: 
         raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
     b, n, c = contrib.shape
     subsets = all_subsets(n, k, contrib.device)
+    if chunk is None:
+        chunk = max(1, int(2e7 // max(1, b * k * c)))
     best_score = torch.full((b,), -math.inf, dtype=contrib.dtype, device=contrib.device)
     best_idx = torch.zeros(b, dtype=torch.long, device=contrib.device)
     for start in range(0, subsets.shape[0], int(chunk)):
