@@ -289,20 +289,23 @@ class ExpertMLPs(nn.Module):
         Tensor, same shape as ``slots``
         """
         if experts_idx is None:
-            w1, w2 = self.w1.unsqueeze(0), self.w2.unsqueeze(0)  # [1, n, d, h]
-            b1 = None if self.b1 is None else self.b1.unsqueeze(0)
-            b2 = None if self.b2 is None else self.b2.unsqueeze(0)
-        else:
-            w1, w2 = self.w1[experts_idx], self.w2[experts_idx]  # [b, k, d, h]
-            b1 = None if self.b1 is None else self.b1[experts_idx]
-            b2 = None if self.b2 is None else self.b2[experts_idx]
-        h = torch.einsum("bjpd,bjdh->bjph", slots, w1.expand(slots.shape[0], *w1.shape[1:]))
-        if b1 is not None:
-            h = h + b1.unsqueeze(2)
+            # shared weights: contract as n matrix products [b p, d] x [d, h] (no per-example copy)
+            h = torch.einsum("bjpd,jdh->bjph", slots, self.w1)
+            if self.b1 is not None:
+                h = h + self.b1[None, :, None, :]
+            h = self._act(h)
+            y = torch.einsum("bjph,jhd->bjpd", h, self.w2)
+            if self.b2 is not None:
+                y = y + self.b2[None, :, None, :]
+            return y
+        w1, w2 = self.w1[experts_idx], self.w2[experts_idx]  # [b, k, d, h]: per-example experts
+        h = torch.einsum("bjpd,bjdh->bjph", slots, w1)
+        if self.b1 is not None:
+            h = h + self.b1[experts_idx].unsqueeze(2)
         h = self._act(h)
-        y = torch.einsum("bjph,bjhd->bjpd", h, w2.expand(slots.shape[0], *w2.shape[1:]))
-        if b2 is not None:
-            y = y + b2.unsqueeze(2)
+        y = torch.einsum("bjph,bjhd->bjpd", h, w2)
+        if self.b2 is not None:
+            y = y + self.b2[experts_idx].unsqueeze(2)
         return y
 
     def n_weights(self, bias: bool = False) -> int:
