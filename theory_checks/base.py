@@ -122,9 +122,12 @@ class Context:
         Root seed; every check derives its streams from it.
     n_jobs : int
         Parallel work units for the rates engine.
+    reps, n_max : int, optional
+        Overrides of the mode's replicate count and largest sample size (recorded in the report).
     """
 
-    def __init__(self, mode: str, out_dir: Path, seed: int = 0, n_jobs: int = 1, log: Callable[[str], None] | None = None):
+    def __init__(self, mode: str, out_dir: Path, seed: int = 0, n_jobs: int = 1, log: Callable[[str], None] | None = None,
+                 reps: int | None = None, n_max: int | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -132,6 +135,8 @@ class Context:
         self.seed = int(seed)
         self.n_jobs = int(n_jobs)
         self.log = log or (lambda s: None)
+        self.reps = reps  # optional override of every check's replicate count
+        self.n_max = n_max  # optional override of the largest sample size
         self._rates: dict[str, Any] = {}
 
     @property

@@ -21,16 +21,27 @@ GRIDS = {
 }
 
 
+def grid(ctx: Context) -> dict:
+    """The mode's grid with the context's ``reps`` / ``n_max`` overrides applied."""
+    g = dict(GRIDS[ctx.mode])
+    if ctx.reps is not None:
+        g["reps"] = int(ctx.reps)
+    if ctx.n_max is not None:
+        g["n_max"] = int(ctx.n_max)
+        g["n_min"] = min(g["n_min"], int(ctx.n_max) // 8)
+    return g
+
+
 def exact_run(ctx: Context) -> tuple[str, dict]:
     """Exact-specified, perturbed and vanilla cosine routers on the same data (Thms 1/2/4/6)."""
-    return "exact", ctx.rates("exact", router=["perturbed", "cosine"], setting="exact", estimator="lse", **GRIDS[ctx.mode])
+    return "exact", ctx.rates("exact", router=["perturbed", "cosine"], setting="exact", estimator="lse", **grid(ctx))
 
 
 def over_run(ctx: Context) -> tuple[str, dict]:
     """Over-specified (k = k* + 1, dense gate), perturbed and vanilla cosine (Thms 3/5)."""
-    return "over", ctx.rates("over", router=["perturbed", "cosine"], setting="over", estimator="lse", **GRIDS[ctx.mode])
+    return "over", ctx.rates("over", router=["perturbed", "cosine"], setting="over", estimator="lse", **grid(ctx))
 
 
 def null_run(ctx: Context) -> tuple[str, dict]:
     """The null estimator (returns its start) on the exact perturbed scenario."""
-    return "null", ctx.rates("null", router=["perturbed"], setting="exact", estimator="null", **GRIDS[ctx.mode])
+    return "null", ctx.rates("null", router=["perturbed"], setting="exact", estimator="null", **grid(ctx))

@@ -67,9 +67,11 @@ def run(ctx: Context) -> list[CheckResult]:
     sc = make_scenario("perturbed", "exact", k_active=None)  # dense true gate, k* = 3
     truth = sc.truth
     true_model = sc.model
-    ns = np.array([500, 2000, 8000]) if ctx.quick else np.array([500, 1000, 2000, 4000, 8000, 16000])
-    reps = 3 if ctx.quick else 8
-    n_starts = 1 if ctx.quick else 4
+    ns = np.array([500, 2000, 8000]) if ctx.quick else np.array([500, 1000, 2000, 4000, 8000, 16000, 32000])
+    if ctx.n_max is not None:
+        ns = ns[ns <= ctx.n_max] if (ns <= ctx.n_max).sum() >= 3 else np.array([ctx.n_max // 16, ctx.n_max // 4, ctx.n_max])
+    reps = (3 if ctx.quick else 8) if ctx.reps is None else max(2, int(ctx.reps))
+    n_starts = 1
     max_iter = 100 if ctx.quick else 200
     rng = ctx.rng("prop1")
     hold = sc.holdout(4096)
@@ -105,7 +107,7 @@ def run(ctx: Context) -> list[CheckResult]:
 
 def _population(ctx: Context, sc, true_model, truth, hold) -> CheckResult:
     n = 4000 if ctx.quick else 16000
-    n_starts = 4 if ctx.quick else 10
+    n_starts = 4 if ctx.quick else 8
     rng = ctx.rng("prop1-population")
     X = sc.sample_x(n, np.random.default_rng(rng.integers(2**63)))[None]
     Y = sc.regression_function(X)  # noiseless: only the approximation error is left

@@ -33,7 +33,7 @@ REPORT_SCHEMA = "moestat.theory_report/1"
 
 
 def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Sequence[str] | None = None, seed: int = 0,
-               n_jobs: int = 1, verbose: bool = True) -> list[CheckResult]:
+               n_jobs: int = 1, verbose: bool = True, reps: int | None = None, n_max: int | None = None) -> list[CheckResult]:
     """Run the checks and return their results (nothing is written but the rate runs' files).
 
     Parameters
@@ -49,9 +49,11 @@ def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Se
         Parallel work units of the rates engine.
     verbose : bool
         Print one line per check as it finishes.
+    reps, n_max : int, optional
+        Override the mode's replicate count and largest sample size (e.g. to fit a time budget).
     """
     log = (lambda s: print(s, flush=True)) if verbose else (lambda s: None)
-    ctx = Context(mode, Path(out_dir), seed=seed, n_jobs=n_jobs, log=log)
+    ctx = Context(mode, Path(out_dir), seed=seed, n_jobs=n_jobs, log=log, reps=reps, n_max=n_max)
     wanted = None if not only else set(only)
     if wanted is not None:
         known = set(CHECK_NAMES) | {m.__name__.rsplit(".", 1)[-1] for m in MODULES}
@@ -100,6 +102,7 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
         "command": command,
         "elapsed_s": round(elapsed_s, 1),
         "python": platform.python_version(),
+        "note": "rate checks use moestat.rates (LSE, near-truth start with constant noise 0.05); see docs/guide/theory.rst",
         "n_passed": sum(r.status == "passed" for r in results),
         "n_failed": sum(r.status in ("failed", "error") for r in results),
         "n_skipped": sum(r.status == "skipped" for r in results),
@@ -144,6 +147,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--out", default="theory_out", help="output folder (default: theory_out)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default 0)")
     p.add_argument("--n-jobs", type=positive_int, default=1, help="parallel work units of the rates engine")
+    p.add_argument("--reps", type=positive_int, default=None, help="override the mode's replicates per n")
+    p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size")
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     return p
@@ -163,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_list = list(sys.argv[1:] if argv is None else argv)
     command = "python -m theory_checks " + " ".join(argv_list)
     t0 = time.perf_counter()
-    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs)
+    if args.n_max is not None and args.n_max < 64:
+        raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
+    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max)
     mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
     code = exit_code(results, args.allow_skips)
     print(f"wrote {mpath} and {jpath}; exit {code}")
