@@ -134,8 +134,7 @@ def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tu
     if atoms is None:
         if d is None:
             raise ValueError("d is required when atoms is not given")
-        q = None if isinstance(expert, Expert) else None
-        return random_atoms(k, d, q, random_state)
+        return random_atoms(k, d, None, random_state)
     if isinstance(atoms, MixingMeasure):
         m = atoms.numpy()
         if m.batch_shape:
