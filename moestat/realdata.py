@@ -52,6 +52,7 @@ __all__ = [
     "GATE_SPECS",
     "COMPARE_ALL",
     "softmoe_available",
+    "thesis_methods",
     "readme_reference",
     "build_model",
     "run_experiment",
@@ -97,6 +98,54 @@ def softmoe_available() -> bool:
         return bool(torch.isfinite(out.log_probs).all())
     except Exception:  # pragma: no cover - depends on the other module
         return False
+
+
+def thesis_methods() -> tuple[str, ...]:
+    """Names of the thesis training methods of :mod:`moestat.nn.methods` (empty if absent).
+
+    They are reachable as gates ``thesis:<name>``, e.g. ``thesis:peeking_expert``.
+    """
+    try:
+        from moestat.nn.methods import METHODS
+    except Exception:  # pragma: no cover - module of another issue
+        return ()
+    return tuple(f"thesis:{m}" for m in METHODS)
+
+
+def _run_thesis(gate: str, dataset: RealDataset, t: dict, *, seed: int, epochs: int, batch_size: int, lr: float,
+                n_experts: int, k: int, expert_hidden: int, gate_hidden: int | None = None, **_ignored) -> dict:
+    """Train one thesis method with :func:`moestat.nn.methods.train_moe` and evaluate it.
+
+    The model is :class:`moestat.nn.moe.MoE` with MLP experts ``d -> expert_hidden -> C`` and a
+    linear (or ``gate_hidden``) gate, Adam (thesis Sec. 3.8); the method keeps its own schedule
+    and inference rule.  ``train_moe`` keeps the last epoch (no validation-based selection).
+    """
+    from moestat.nn.methods import evaluate_moe, get_method, train_moe
+    from moestat.nn.moe import MoE
+
+    method = get_method(gate.split(":", 1)[1])
+    if method.aggregation == "top_k" and method.k is not None and method.k > n_experts:
+        raise ValueError(f"{gate} needs at least {method.k} experts")
+    model = MoE(dataset.n_features, dataset.n_classes, n_experts, expert_hidden=(expert_hidden,),
+                gate_hidden=(gate_hidden,) if gate_hidden else (),
+                gate_type="attentive" if method.gate == "attentive" else "router", random_state=seed)
+    t0 = time.perf_counter()
+    res = train_moe(model, (t["X_train"], t["y_train"]), method, epochs=epochs, batch_size=batch_size, lr=lr,
+                    optimizer="adam", random_state=seed)
+    train_s = time.perf_counter() - t0
+    ev = evaluate_moe(res.model, t["X_test"], t["y_test"], method)
+    counts = np.asarray(ev["counts"], dtype=np.int64)
+    usage = np.asarray(ev["usage"], dtype=np.int64)
+    from moestat import metrics
+
+    return {
+        "n_params": count_parameters(res.model), "test_accuracy": ev["accuracy"] / 100.0,
+        "test_loss": float("nan"), "val_accuracy": float("nan"), "best_epoch": epochs,
+        "seconds_per_epoch": train_s / epochs, "history": res.history,
+        "H_s": ev["H_s"], "H_u": ev["H_u"], "I_EY": ev["I_EY"],
+        "usage_entropy": float(metrics.entropy(usage / max(usage.sum(), 1))),
+        "counts": counts.tolist(), "tokens_per_expert": usage.tolist(),
+    }
 
 
 def readme_reference(label: str = "MLP 256-128-100") -> dict | None:
@@ -203,6 +252,7 @@ def run_experiment(
     lr_schedule: str = "constant",
     device: str = "cpu",
     resume: bool = False,
+    summarise_only: bool = False,
     progress: bool | None = None,
     **model_kwargs,
 ) -> dict:
@@ -224,6 +274,9 @@ def run_experiment(
         Torch device.
     resume : bool
         Keep the rows already in ``runs.jsonl`` and skip those runs.
+    summarise_only : bool
+        Train nothing: summarise and plot the rows already in ``runs.jsonl`` (implies
+        ``resume``; e.g. after merging the ``runs.jsonl`` of runs done in parallel).
     progress : bool or None
         Progress bars (``None``: only on a terminal).
     **model_kwargs
@@ -236,6 +289,7 @@ def run_experiment(
     """
     out = ensure_writable_dir(out_dir)
     runs_path = out / "runs.jsonl"
+    resume = resume or summarise_only
     done = _read_done(runs_path) if resume else {}
     if not resume and runs_path.exists():
         runs_path.unlink()
@@ -250,8 +304,21 @@ def run_experiment(
         if (gate, seed) in done:
             rows.append(done[(gate, seed)])
             continue
-        model = build_model(gate, dataset, random_state=seed, mlp_params=mlp_params, **model_kwargs).to(device)
+        if summarise_only:
+            continue
         t0 = time.perf_counter()
+        if gate.startswith("thesis:"):
+            row = {"gate": gate, "seed": seed, "dataset": dataset.name, "epochs": epochs,
+                   **_run_thesis(gate, dataset, t, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
+                                 **model_kwargs)}
+            row["history"] = json.loads(json.dumps(row["history"], default=lambda o: getattr(o, "tolist", str)()))
+            row["wall_seconds"] = time.perf_counter() - t0
+            append_line(runs_path, json.dumps(row))
+            rows.append(row)
+            _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
+                 f"({row['seconds_per_epoch']:.1f} s/epoch)")
+            continue
+        model = build_model(gate, dataset, random_state=seed, mlp_params=mlp_params, **model_kwargs).to(device)
         fit = fit_classifier(
             model, t["X_train"], t["y_train"], t["X_val"], t["y_val"], epochs=epochs, batch_size=batch_size,
             lr=lr, lr_schedule=lr_schedule, random_state=seed, progress=progress, desc=f"{gate} seed {seed}",
@@ -439,15 +506,20 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
 
 
 def _gate_list(text: str) -> list[str]:
-    if text.strip() == "all":
-        gates = list(COMPARE_ALL)
-        if not softmoe_available():
-            gates.remove("softmoe")
-        return gates
-    gates = [g.strip() for g in text.split(",") if g.strip()]
-    bad = [g for g in gates if g not in GATE_SPECS]
-    if bad or not gates:
-        raise ValueError(f"unknown gate(s) {', '.join(bad) or text!r} in --compare; expected 'all' or from {', '.join(GATE_SPECS)}")
+    gates: list[str] = []
+    for tok in (g.strip() for g in text.split(",")):
+        if not tok:
+            continue
+        if tok == "all":
+            gates += [g for g in COMPARE_ALL if g != "softmoe" or softmoe_available()]
+        elif tok == "thesis":
+            gates += list(thesis_methods())
+        elif tok in GATE_SPECS or tok in thesis_methods():
+            gates.append(tok)
+        else:
+            raise ValueError(f"unknown gate {tok!r}; expected 'all', 'thesis', thesis:<method> or one of {', '.join(GATE_SPECS)}")
+    if not gates:
+        raise ValueError(f"no gate given in {text!r}")
     return list(dict.fromkeys(gates))
 
 
@@ -475,7 +547,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
     p.add_argument("--data-path", default=None, help="folder with the IDX files (default: MOESTAT_DATA or /usr/share/datasets/<dataset>)")
     p.add_argument("--gate", default="dense", help="one gate (ignored with --compare)")
-    p.add_argument("--compare", default=None, help="comma-separated gates or 'all'")
+    p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method)")
     p.add_argument("--experts", type=positive_int, default=8)
     p.add_argument("--k", type=positive_int, default=2)
     p.add_argument("--epochs", type=positive_int, default=10)
@@ -497,7 +569,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--max-train", type=positive_int, default=None)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
-    p.add_argument("--resume", action="store_true")
+    p.add_argument("--resume", action="store_true", help="skip the runs already in OUT/runs.jsonl")
+    p.add_argument("--summarise-only", action="store_true", help="train nothing; summarise OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--out", required=True)
     return p
@@ -527,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log(ds.describe())
     summary = run_experiment(
         ds, gates, a.out, seeds=a.seeds, base_seed=a.base_seed, epochs=a.epochs, batch_size=a.batch_size,
-        lr=a.lr, lr_schedule=a.lr_schedule, device=device, resume=a.resume,
+        lr=a.lr, lr_schedule=a.lr_schedule, device=device, resume=a.resume, summarise_only=a.summarise_only,
         progress=False if a.no_progress else None,
         n_experts=a.experts, k=a.k, expert_hidden=a.expert_hidden, gate_hidden=a.gate_hidden or None,
         shared_hidden=a.shared_hidden or None, combine=a.combine, method=a.method, tau=a.tau,

@@ -38,6 +38,12 @@ def test_compare_on_digits_writes_table_and_plots(tmp_path, capsys):
                  "--epochs", "2", "--seeds", "2", "--expert-hidden", "8", "--no-progress", "--resume",
                  "--out", str(out)]) == 0
     assert (out / "runs.jsonl").read_text() == before
+    # --summarise-only trains nothing, even for a gate with no finished run
+    assert main(["--dataset", "digits", "--compare", "dense,cosine", "--experts", "4", "--epochs", "2", "--seeds", "2",
+                 "--expert-hidden", "8", "--no-progress", "--summarise-only", "--out", str(out)]) == 0
+    assert (out / "runs.jsonl").read_text() == before
+    gates = [e["gate"] for e in json.loads((out / "summary.json").read_text())["gates"]]
+    assert gates == ["dense"]
 
 
 def test_summarise_mean_and_sample_std():
