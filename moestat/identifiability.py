@@ -31,6 +31,13 @@ a linear relation between consecutive orders.  The family of Definitions 1/2 *as
 (orders ``0..r``) is therefore dependent for them, although the paper lists linear and
 polynomial experts as weakly (and polynomials of degree >= 2 as strongly) identifiable.  The
 ``min_order`` argument lets one inspect the family without the order-0 term.
+
+A second caveat: for experts ``phi(a^T x + b)`` in dimension ``d >= 2``, ``dh/da_v = x_v dh/db``
+and the router derivative ``dE/dbeta1_u`` is ``E`` times a linear form in ``x / (||x|| + tau2)``,
+so the ``d^2`` mixed partials ``d2F/dbeta1_u da_v`` span only ``d(d+1)/2`` functions: the
+order-2 family has ``d(d-1)/2`` exact relations per atom for *every* such expert (GELU, tanh,
+sigmoid included).  :class:`IdentifiabilityResult` reports the deficit and the relation, so a
+user can tell this structural deficit from a genuine failure.
 """
 
 from __future__ import annotations
@@ -333,9 +340,12 @@ def identifiability_rank(
 
     Examples
     --------
-    >>> res = identifiability_rank(Expert("gelu"), order=2, d=2, k=2)
+    >>> res = identifiability_rank(Expert("gelu"), order=1, d=2, k=2)
     >>> res.rank == res.n_functions
     True
+    >>> res2 = identifiability_rank(Expert("gelu"), order=2, d=2, k=2)
+    >>> res2.n_functions - res2.rank  # d(d-1)/2 = 1 mixed-partial relation per atom (module docstring)
+    2
     """
     if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
         raise ValueError(f"rtol must be in (0, 1), got {rtol!r}")
@@ -423,10 +433,15 @@ def check_identifiability(expert: ExpertLike, order: int = 2, gate: Gate | str |
 def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs) -> bool:
     """Definition 1 (orders ``<= 2``) holds at the sampled atoms; see :func:`check_identifiability`.
 
+    For ``phi(a^T x + b)`` experts with ``d >= 2`` the literal family has ``d(d-1)/2`` relations
+    per atom among the mixed partials ``d2F/dbeta1_u da_v`` (module docstring), so this returns
+    False for every such expert; inspect :func:`check_identifiability`'s deficit and
+    ``dependence`` to see which relations remain.
+
     Examples
     --------
-    >>> is_strongly_identifiable(Expert("gelu")), is_strongly_identifiable(Expert("identity"))
-    (True, False)
+    >>> is_strongly_identifiable(Expert("identity"), n_atom_draws=1)  # d2F/db2 = 0
+    False
     """
     return check_identifiability(expert, 2, gate, **kwargs).independent
 
@@ -436,7 +451,7 @@ def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, *
 
     Examples
     --------
-    >>> is_weakly_identifiable(Expert("tanh")), is_weakly_identifiable(Expert("tanh"), gate="cosine")
+    >>> is_weakly_identifiable(Expert("tanh"), n_atom_draws=1), is_weakly_identifiable(Expert("tanh"), gate="cosine", n_atom_draws=1)
     (True, False)
     """
     return check_identifiability(expert, 1, gate, **kwargs).independent
