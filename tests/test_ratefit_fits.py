@@ -127,3 +127,11 @@ def test_nonfinite_and_nonpositive_losses_are_dropped():
     (fit,) = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=100)
     assert fit["n_values"] == len(df) - 4
     assert DEFAULT_TOLERANCE == 0.15
+
+
+def test_log_factor_slope_recovers_the_theorem_rate():
+    ns = [1000, 4000, 16000, 64000, 256000]
+    rows = [{"router": "perturbed", "n": n, "replicate": r, "voronoi": math.sqrt(math.log(n) / n)} for n in ns for r in range(3)]
+    (fit,) = fit_rates(pd.DataFrame(rows), setting="exact", estimator="lse", losses=["voronoi"], n_boot=50)
+    assert abs(fit["slope_log_n_over_n"] + 0.5) < 1e-9
+    assert -0.5 < fit["slope"] < -0.4  # the log factor flattens the plain slope
