@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from moestat.cli import ArgumentParser, int_list, nonneg_float, positive_int, run_main
 from moestat.data.toy import ROTATION, SCALING, ToyData, make_toy_classification, make_toy_regression
