@@ -32,8 +32,8 @@ The vanilla cosine router's flat direction
 ------------------------------------------
 By PDE (4), ``beta1_i^T dg/dbeta1_i = 0``: ``J^T J`` is exactly singular along each radial
 direction and the data carry no information about ``||beta1_i||``.  Two choices keep the step
-finite and the radius where it started: (i) Marquardt's diagonal scaling is made isotropic
-inside each ``beta1_i`` block (so the damped step stays orthogonal to ``beta1_i``), and
+finite and the radius where it started: (i) the damping is isotropic (``lam I``), so the
+damped step stays orthogonal to ``beta1_i``, and
 (ii) after each step each ``beta1_i`` is rescaled to its previous norm, which leaves ``g`` -
 hence the objective - exactly unchanged (degree-0 homogeneity, Lemma 4).
 """
@@ -59,6 +59,7 @@ __all__ = [
     "predict_and_jacobian",
     "resolve_device",
     "DEVICES",
+    "scipy_reference_fit",
 ]
 
 DEVICES = ("cpu", "cuda", "auto")
@@ -128,6 +129,12 @@ def _score_tau(model: MoEModel) -> tuple[float, float] | None:
     if kind == "cosine":
         return 0.0, 0.0
     return model.gate.tau1, model.gate.tau2
+
+
+def radial_invariant(model: MoEModel) -> bool:
+    """True when ``g`` does not depend on ``||beta1_i||`` (cosine score, ``tau1 = 0``; PDE (4))."""
+    tau = _score_tau(model)
+    return tau is not None and tau[0] == 0.0
 
 
 def _predict_parts(model: MoEModel, X: torch.Tensor, beta0, beta1, eta):
@@ -273,6 +280,14 @@ def _chunk_size(R: int, n: int, P: int) -> int:
     return int(max(64, min(n, _CHUNK_BYTES // per_row)))
 
 
+def _free_mask(theta, g, lower, upper, rtol: float = 1e-12):
+    """Coordinates free to move: not at a bound that the descent direction ``-g`` points past."""
+    span = (upper - lower) * rtol
+    at_low = (theta <= lower + span) & (g > 0)
+    at_up = (theta >= upper - span) & (g < 0)
+    return ~(at_low | at_up)
+
+
 def _scaled_gradient(A, g, F):
     """MINPACK's gtol measure: ``max_j |J_j^T r| / (||J_j|| ||r||)`` (cosine of the angle)."""
     colnorm = torch.sqrt(torch.clamp(torch.diagonal(A, dim1=-2, dim2=-1), min=0.0))
@@ -280,16 +295,6 @@ def _scaled_gradient(A, g, F):
     den = colnorm * rnorm
     val = torch.where(den > 0, g.abs() / torch.where(den > 0, den, torch.ones_like(den)), torch.zeros_like(g))
     return val.amax(-1)
-
-
-def _isotropic_beta1(D, k, d):
-    """Make the scaling isotropic within each ``beta1_i`` block (keeps steps radius-free)."""
-    if k < 2:
-        return D
-    i0, i1 = k - 1, (k - 1) * (d + 1)
-    blk = D[:, i0:i1].reshape(D.shape[0], k - 1, d)
-    blk = blk.amax(-1, keepdim=True).expand(-1, -1, d).reshape(D.shape[0], -1)
-    return torch.cat([D[:, :i0], blk, D[:, i1:]], dim=1)
 
 
 def _retract_radius(theta_new, theta_old, k, d):
@@ -326,8 +331,8 @@ def levenberg_marquardt(
 ) -> dict[str, Any]:
     """Batched, box-projected Levenberg-Marquardt on ``F(theta) = 0.5 sum_i r_i^2``.
 
-    Per replicate: Marquardt-scaled damping ``(J^T J + lam D) delta = -J^T r`` with ``D`` the
-    running maximum of ``diag(J^T J)`` (floored at ``1e-12 max D``), Nielsen's damping update,
+    Per replicate: damped Gauss-Newton steps ``(J^T J + lam I) delta = -J^T r``, Nielsen's
+    damping update,
     projection of the trial point onto the box, and scipy-like stopping rules: ``ftol`` (accepted
     step with relative decrease ``< ftol`` and gain ratio ``> 0.25``), ``xtol``
     (``||delta|| <= xtol (xtol + ||theta||)``) and ``gtol`` (MINPACK's scaled gradient).
@@ -343,7 +348,9 @@ def levenberg_marquardt(
     P = theta0.shape[1]
     if chunk is None:
         chunk = _chunk_size(R, n, P)
-    cosine = model.gate.kind == "cosine"
+    # radial flat direction (PDE (4)) whenever the score is degree-0 homogeneous in beta1:
+    # the vanilla cosine router, or a "perturbed" gate with tau1 = 0
+    cosine = radial_invariant(model)
     theta = torch.clamp(theta0.clone(), lower, upper)
     F, A, g = _evaluate(model, X, Y, theta, k, True, chunk, temperature)
     status = ["max_iter"] * R
@@ -354,11 +361,15 @@ def levenberg_marquardt(
     for r in torch.nonzero(bad).flatten().tolist():
         status[r] = "nonfinite"
         done[r] = True
-    D = torch.diagonal(A, dim1=-2, dim2=-1).clone()
+    # Plain Levenberg damping (D = I, the analogue of scipy trf's default x_scale=1): in our
+    # runs it followed scipy's trf more closely than Marquardt's diag(J^T J) scaling, and it is
+    # isotropic inside every beta1 block, so for the cosine router the damped step stays
+    # orthogonal to beta1 (PDE (4)).
+    D = torch.ones(R, P, dtype=X.dtype, device=X.device)
     lam = torch.full((R,), 1e-3, dtype=X.dtype, device=X.device)
     nu = torch.full((R,), 2.0, dtype=X.dtype, device=X.device)
     # a point that is already stationary needs no step
-    sg = _scaled_gradient(A, g, F)
+    sg = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F)
     for r in torch.nonzero((~done) & (sg <= gtol)).flatten().tolist():
         status[r], done[r], converged[r] = "gtol", True, True
     eye = torch.eye(P, dtype=X.dtype, device=X.device)
@@ -376,16 +387,16 @@ def levenberg_marquardt(
             ch = chunk if full else _chunk_size(act.numel(), n, P)
         th, Fa, Aa, ga = theta[act], F[act], A[act], g[act]
         Da = D[act]
-        Da = torch.maximum(Da, 1e-12 * Da.amax(-1, keepdim=True))
-        Da = torch.clamp(Da, min=1e-300)
-        if cosine:
-            Da = _isotropic_beta1(Da, k, d)
         la = lam[act]
+        # active set: a coordinate at a bound whose descent direction points out of the box is
+        # held fixed (projecting a full step instead distorts it and stalls the iteration)
+        free = _free_mask(th, ga, lower, upper).to(X.dtype)
         M = Aa + la[:, None, None] * (Da.unsqueeze(-1) * eye)
+        M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
         L, info = torch.linalg.cholesky_ex(M)
         okc = info == 0
         Lsafe = torch.where(okc[:, None, None], L, eye.expand_as(L))
-        delta = torch.cholesky_solve(-ga.unsqueeze(-1), Lsafe).squeeze(-1)
+        delta = torch.cholesky_solve((-ga * free).unsqueeze(-1), Lsafe).squeeze(-1)
         delta = torch.where(okc[:, None] & torch.isfinite(delta), delta, torch.zeros_like(delta))
         trial = th + delta
         if cosine:
@@ -413,11 +424,10 @@ def levenberg_marquardt(
             F[acc_idx] = Ft[accept]
             A[acc_idx] = At[accept]
             g[acc_idx] = gt[accept]
-            D[acc_idx] = torch.maximum(D[acc_idx], torch.diagonal(At[accept], dim1=-2, dim2=-1))
         # stopping rules, per replicate
         step_small = safe_norm(delta) <= xtol * (xtol + safe_norm(th))
         f_small = accept & (actual <= ftol * Fa) & (rho > 0.25)
-        sg_new = _scaled_gradient(A[act], g[act], F[act])
+        sg_new = _scaled_gradient(A[act], g[act] * _free_mask(theta[act], g[act], lower, upper), F[act])
         g_small = sg_new <= gtol
         stalled = (lam[act] >= 1e30) & ~accept
         for j, r in enumerate(act.tolist()):
@@ -436,7 +446,6 @@ def levenberg_marquardt(
         "n_iter": n_iter,
         "status": status,
         "converged": converged,
-        "lam": lam,
     }
 
 
@@ -757,13 +766,17 @@ class LeastSquaresMoE:
         lower, upper = _box_bounds(self.box, k, d, dev, torch.float64)
         temps = self._temperatures()
         best = None
-        for G0 in starts:
+        # With a sparse gate every start is fitted along two paths, kept per replicate by the
+        # hard objective: (a) continuation on the Top-K temperature -- the hard mask is
+        # piecewise constant in beta1, so its Jacobian misses the first-order effect of moving
+        # the selection boundary and a local method stalls near its start -- and (b) the hard
+        # gate directly, which wins when the start already has the right selection boundaries.
+        paths = [temps, ()] if temps else [()]
+        candidates = [(G0, path) for G0 in starts for path in paths]
+        for G0, path in candidates:
             theta = pack_params(G0.torch(device=dev))
             iters = torch.zeros(R, dtype=torch.long, device=dev)
-            # Continuation on the Top-K temperature: the hard mask is piecewise constant in
-            # beta1, so its Jacobian misses the first-order effect of moving the selection
-            # boundary and a local method stalls where it starts; the smoothed stages carry it.
-            for T in temps:
+            for T in path:
                 st = levenberg_marquardt(
                     self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, _STAGE_MAX_ITER),
                     ftol=_STAGE_FTOL, xtol=_STAGE_FTOL, gtol=gtol, temperature=T,
@@ -818,3 +831,88 @@ class LeastSquaresMoE:
         if Xt.ndim == 2:
             Xt = Xt.unsqueeze(0)
         return self.model.predict(Xt, self.params_).numpy()
+
+
+# ----------------------------------------------------------------------------------------------
+# independent reference: scipy.optimize.least_squares, one replicate at a time
+# ----------------------------------------------------------------------------------------------
+def scipy_reference_fit(
+    model: MoEModel,
+    X,
+    Y,
+    init: MixingMeasure,
+    n_components: int,
+    *,
+    box: ParameterBox = ParameterBox(),
+    temperatures=(),
+    method: str = "trf",
+    ftol: float = 1e-12,
+    xtol: float = 1e-12,
+    gtol: float = 1e-10,
+    max_nfev: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Fit each replicate with :func:`scipy.optimize.least_squares` in a Python loop.
+
+    The baseline of the acceptance tests and of ``benchmarks/lse_batched_vs_scipy.py``: the
+    same residual ``g(X) - Y``, the same analytic Jacobian (:func:`predict_and_jacobian`,
+    checked against autograd), the same start, the same box (``method="trf"``; ``"lm"`` ignores
+    the box) and, if ``temperatures`` is given, the same continuation stages (each stage with
+    ``ftol = xtol = 1e-6`` and at most 30 Jacobian evaluations, as in
+    :class:`LeastSquaresMoE`).
+
+    Parameters
+    ----------
+    model, X, Y, init, n_components
+        As for :meth:`LeastSquaresMoE.fit` (``init`` batched ``[R]`` or unbatched).
+    box : ParameterBox
+        Bounds (trf only).
+    temperatures : sequence of float
+        Smoothed Top-K stages run before the final hard-gate fit.
+    method : {"trf", "lm"}
+        scipy method.
+    ftol, xtol, gtol : float
+        scipy tolerances of the final stage.
+    max_nfev : int, optional
+        scipy's evaluation cap of the final stage.
+
+    Returns
+    -------
+    dict
+        ``objective [R]`` (mean squared residual), ``theta [R, P]``, ``nfev [R]``,
+        ``status [R]`` (scipy's status codes).
+    """
+    from scipy.optimize import least_squares
+
+    Xt, Yt = prepare_data(X, Y, n_components, torch.device("cpu"))
+    R, n, d = Xt.shape
+    k = n_components
+    G0 = prepare_init(init, R, k, d)
+    th0 = pack_params(G0.torch()).numpy()
+    lo, up = _box_bounds(box, k, d, None, torch.float64)
+    bounds = (lo.numpy(), up.numpy()) if method == "trf" else (-np.inf, np.inf)
+    out = {"objective": np.empty(R), "theta": np.empty_like(th0), "nfev": np.zeros(R, int), "status": np.zeros(R, int)}
+    for r in range(R):
+        Xr, Yr = Xt[r : r + 1], Yt[r].numpy()
+        x = np.clip(th0[r], bounds[0], bounds[1]) if method == "trf" else th0[r]
+        nfev = 0
+        for T in list(temperatures) + [None]:
+
+            def fun(th, T=T):
+                f, _ = predict_and_jacobian(model, Xr, torch.from_numpy(th)[None], k, False, T)
+                return f[0].numpy() - Yr
+
+            def jac(th, T=T):
+                return predict_and_jacobian(model, Xr, torch.from_numpy(th)[None], k, True, T)[1][0].numpy()
+
+            if T is None:
+                kw = dict(ftol=ftol, xtol=xtol, gtol=gtol, max_nfev=max_nfev)
+            else:
+                kw = dict(ftol=_STAGE_FTOL, xtol=_STAGE_FTOL, gtol=gtol, max_nfev=_STAGE_MAX_ITER)
+            res = least_squares(fun, x, jac=jac, bounds=bounds, method=method, **kw)
+            x = res.x
+            nfev += res.nfev
+        out["theta"][r] = x
+        out["objective"][r] = float(np.mean(res.fun**2))
+        out["nfev"][r] = nfev
+        out["status"][r] = res.status
+    return out
