@@ -66,3 +66,16 @@ def test_slope_helpers():
     s2, lo2, hi2 = bootstrap_slope(ns, vals, np.random.default_rng(0), 100)
     assert abs(s2 + 0.5) < 1e-9 and lo2 <= s2 <= hi2
     assert len(CHECK_NAMES) == len(set(CHECK_NAMES))
+
+
+def test_slope_verdict_pass_fail_inconclusive():
+    from theory_checks.base import slope_verdict
+
+    ok = slope_verdict("a", "", {"slope": -0.48, "ci_low": -0.6, "ci_high": -0.35}, -0.5, 0.15)
+    far = slope_verdict("b", "", {"slope": 0.05, "ci_low": -0.05, "ci_high": 0.15}, -0.5, 0.15)
+    wide = slope_verdict("c", "", {"slope": -0.3, "ci_low": -1.3, "ci_high": 0.7}, -0.5, 0.15)
+    missing = slope_verdict("d", "", None, -0.5, 0.15)
+    assert ok.status == "passed" and ok.passed is True
+    assert far.status == "failed" and far.passed is False
+    assert wide.status == "inconclusive" and wide.passed is False and exit_code([wide]) == 1
+    assert missing.passed is False

@@ -20,7 +20,9 @@ class CheckResult:
     """One claim, its prediction, its measurement and the verdict.
 
     ``passed`` is ``True``/``False`` for a decided check and ``None`` for a skipped one
-    (``status == "skipped"``); a skip is never counted as a pass.
+    (``status == "skipped"``); a skip is never counted as a pass.  ``inconclusive`` (``passed``
+    False) marks a slope check whose prediction lies in an interval too wide to tell it apart
+    from other rates (see :func:`slope_verdict`).
     """
 
     name: str
@@ -30,14 +32,14 @@ class CheckResult:
     ci_low: float | None = None
     ci_high: float | None = None
     passed: bool | None = None
-    status: str = "failed"  # passed | failed | skipped | error
+    status: str = "failed"  # passed | failed | inconclusive | skipped | error
     rule: str = ""
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.status not in ("passed", "failed", "skipped", "error"):
+        if self.status not in ("passed", "failed", "inconclusive", "skipped", "error"):
             raise ValueError(f"unknown status {self.status!r}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,10 +126,13 @@ class Context:
         Parallel work units for the rates engine.
     reps, n_max : int, optional
         Overrides of the mode's replicate count and largest sample size (recorded in the report).
+    resume : bool
+        Let the rates engine resume runs already in ``<out_dir>/rates/<mode>-<key>/`` (same
+        configuration only; the engine refuses another one).
     """
 
     def __init__(self, mode: str, out_dir: Path, seed: int = 0, n_jobs: int = 1, log: Callable[[str], None] | None = None,
-                 reps: int | None = None, n_max: int | None = None):
+                 reps: int | None = None, n_max: int | None = None, resume: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
@@ -137,6 +142,7 @@ class Context:
         self.log = log or (lambda s: None)
         self.reps = reps  # optional override of every check's replicate count
         self.n_max = n_max  # optional override of the largest sample size
+        self.resume = bool(resume)  # reuse finished fits in <out_dir>/rates/<mode>-<key>/
         self._rates: dict[str, Any] = {}
 
     @property
@@ -167,7 +173,7 @@ class Context:
         cfg.setdefault("n_jobs", self.n_jobs)
         cfg.setdefault("quiet", True)
         self.log(f"  rates run {key!r}: {cfg}")
-        summary = run_rates(RatesConfig(**cfg), self.out_dir / "rates" / key)
+        summary = run_rates(RatesConfig(**cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
         self._rates[key] = summary
         return summary
 
@@ -181,7 +187,11 @@ def find_fit(summary: dict[str, Any], router: str, loss: str) -> dict[str, Any] 
 
 
 def per_n_means(summary: dict[str, Any], out_dir: Path, key: str, router: str, column: str) -> dict[int, float]:
-    """Mean of ``column`` per sample size from a rate run's ``results.csv`` (for reports)."""
+    """Mean of ``column`` per sample size from ``<out_dir>/rates/<key>/results.csv`` (for reports).
+
+    ``key`` is the folder name, ``<mode>-<run key>`` as returned by the ``*_run`` helpers of
+    :mod:`theory_checks.configs`.
+    """
     import pandas as pd
 
     path = Path(out_dir) / "rates" / key / "results.csv"
@@ -206,10 +216,21 @@ def run_guarded(fn: Callable[[Context], list[CheckResult]], ctx: Context, names:
                             {"traceback": tb}) for n in names]
 
 
+#: A slope interval wider than this cannot tell -1/2 from both 0 and -1: "consistent" with it is
+#: no evidence, so such a check is reported ``inconclusive`` (not passed).
+MAX_CI_WIDTH = 1.0
+
+
 def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tolerance: float, extra: dict | None = None,
                   note: str = "") -> CheckResult:
-    """Verdict for a predicted log-log slope: ``predicted in [ci_low - tol, ci_high + tol]``."""
-    rule = f"predicted slope inside the 95% CI widened by {tolerance:g} on each side"
+    """Verdict for a predicted log-log slope.
+
+    Passed when ``predicted in [ci_low - tol, ci_high + tol]`` and the 95% interval is at most
+    :data:`MAX_CI_WIDTH` wide; ``inconclusive`` (not passed) when the prediction is inside but the
+    interval is wider; failed otherwise.
+    """
+    rule = (f"predicted slope inside the 95% CI widened by {tolerance:g} on each side, "
+            f"with the CI at most {MAX_CI_WIDTH:g} wide (else inconclusive)")
     if fit is None or fit.get("slope") is None:
         return CheckResult(name, claim, predicted, None, None, None, False, "failed", rule,
                            "no slope in the rates summary for this loss" + (f"; {note}" if note else ""), extra or {})
@@ -219,4 +240,9 @@ def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tol
     ok = math.isfinite(lo) and math.isfinite(hi) and (lo - tolerance) <= predicted <= (hi + tolerance)
     det = {"engine_predicted": fit.get("predicted"), "engine_consistent": fit.get("consistent")}
     det.update(extra or {})
-    return verdict(name, claim, predicted, s, lo, hi, ok, rule, note, det)
+    res = verdict(name, claim, predicted, s, lo, hi, ok, rule, note, det)
+    if ok and not (hi - lo) <= MAX_CI_WIDTH:
+        res.passed = False
+        res.status = "inconclusive"
+        res.note = (note + "; " if note else "") + f"prediction inside an uninformative interval (width {hi - lo:.2f} > {MAX_CI_WIDTH:g})"
+    return res

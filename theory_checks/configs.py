@@ -34,14 +34,14 @@ def grid(ctx: Context) -> dict:
 
 def exact_run(ctx: Context) -> tuple[str, dict]:
     """Exact-specified, perturbed and vanilla cosine routers on the same data (Thms 1/2/4/6)."""
-    return "exact", ctx.rates("exact", router=["perturbed", "cosine"], setting="exact", estimator="lse", **grid(ctx))
+    return f"{ctx.mode}-exact", ctx.rates("exact", router=["perturbed", "cosine"], setting="exact", estimator="lse", **grid(ctx))
 
 
 def over_run(ctx: Context) -> tuple[str, dict]:
     """Over-specified (k = k* + 1, dense gate), perturbed and vanilla cosine (Thms 3/5)."""
-    return "over", ctx.rates("over", router=["perturbed", "cosine"], setting="over", estimator="lse", **grid(ctx))
+    return f"{ctx.mode}-over", ctx.rates("over", router=["perturbed", "cosine"], setting="over", estimator="lse", **grid(ctx))
 
 
 def null_run(ctx: Context) -> tuple[str, dict]:
     """The null estimator (returns its start) on the exact perturbed scenario."""
-    return "null", ctx.rates("null", router=["perturbed"], setting="exact", estimator="null", **grid(ctx))
+    return f"{ctx.mode}-null", ctx.rates("null", router=["perturbed"], setting="exact", estimator="null", **grid(ctx))

@@ -4,8 +4,8 @@ Runs every check module (or those named with ``--only``), prints one line per ch
 ("name: predicted ..., measured ... [CI] -> VERDICT"), and writes ``theory_report.md`` and
 ``theory_report.json`` into ``--out``.
 
-Exit status: 0 when every check passed; 1 when any check failed or raised; 3 when none failed
-but some were skipped (``--allow-skips`` turns that into 0); 2 for bad arguments.
+Exit status: 0 when every check passed; 1 when any check failed, was inconclusive or raised; 3
+when none failed but some were skipped (``--allow-skips`` turns that into 0); 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ REPORT_SCHEMA = "moestat.theory_report/1"
 
 
 def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Sequence[str] | None = None, seed: int = 0,
-               n_jobs: int = 1, verbose: bool = True, reps: int | None = None, n_max: int | None = None) -> list[CheckResult]:
+               n_jobs: int = 1, verbose: bool = True, reps: int | None = None, n_max: int | None = None,
+               resume: bool = False) -> list[CheckResult]:
     """Run the checks and return their results (nothing is written but the rate runs' files).
 
     Parameters
@@ -51,9 +52,12 @@ def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Se
         Print one line per check as it finishes.
     reps, n_max : int, optional
         Override the mode's replicate count and largest sample size (e.g. to fit a time budget).
+    resume : bool
+        Reuse finished rate fits in ``out_dir`` (see :class:`~theory_checks.base.Context`).
     """
     log = (lambda s: print(s, flush=True)) if verbose else (lambda s: None)
-    ctx = Context(mode, Path(out_dir), seed=seed, n_jobs=n_jobs, log=log, reps=reps, n_max=n_max)
+    ctx = Context(mode, Path(out_dir), seed=seed, n_jobs=n_jobs, log=log, reps=reps, n_max=n_max,
+                  resume=resume)
     wanted = None if not only else set(only)
     if wanted is not None:
         known = set(CHECK_NAMES) | {m.__name__.rsplit(".", 1)[-1] for m in MODULES}
@@ -78,8 +82,8 @@ def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Se
 
 
 def exit_code(results: Sequence[CheckResult], allow_skips: bool = False) -> int:
-    """0 all passed; 1 any failure or error; 3 skips without failures (0 with ``allow_skips``)."""
-    if any(r.status in ("failed", "error") for r in results):
+    """0 all passed; 1 any failure, inconclusive or error; 3 skips only (0 with ``allow_skips``)."""
+    if any(r.status in ("failed", "inconclusive", "error") for r in results):
         return 1
     if any(r.status == "skipped" for r in results):
         return 0 if allow_skips else 3
@@ -105,6 +109,7 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
         "note": "rate checks use moestat.rates (LSE, near-truth start with constant noise 0.05); see docs/guide/theory.rst",
         "n_passed": sum(r.status == "passed" for r in results),
         "n_failed": sum(r.status in ("failed", "error") for r in results),
+        "n_inconclusive": sum(r.status == "inconclusive" for r in results),
         "n_skipped": sum(r.status == "skipped" for r in results),
     }
     jpath = out / "theory_report.json"
@@ -112,7 +117,7 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
     lines = [
         f"# Theory checks ({mode})", "",
         f"Command: `{command}`  ", f"Elapsed: {meta['elapsed_s']} s; passed {meta['n_passed']}, failed {meta['n_failed']}, "
-        f"skipped {meta['n_skipped']}.", "",
+        f"inconclusive {meta['n_inconclusive']}, skipped {meta['n_skipped']}.", "",
         "| check | predicted | measured | 95% CI | verdict |", "|---|---|---|---|---|",
     ]
     for r in results:
@@ -149,6 +154,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-jobs", type=positive_int, default=1, help="parallel work units of the rates engine")
     p.add_argument("--reps", type=positive_int, default=None, help="override the mode's replicates per n")
     p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size")
+    p.add_argument("--resume", action="store_true", help="reuse finished rate fits already in --out (same settings)")
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     return p
@@ -165,12 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad:
             raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
     ensure_writable_dir(args.out)
+    rate_mods = {"regression_rate", "exact_weak", "vanilla_slow", "over_strong", "null_control"}
+    rate_names = {n for m in MODULES if m.__name__.rsplit(".", 1)[-1] in rate_mods for n in m.NAMES} | rate_mods
+    uses_rates = not args.only or bool(set(args.only) & rate_names)
+    if uses_rates and not args.resume and any((Path(args.out) / "rates").glob(f"{args.mode}-*/results.csv")):
+        raise ValueError(f"--out {args.out} already holds {args.mode} rate results; pass --resume or choose another folder")
     argv_list = list(sys.argv[1:] if argv is None else argv)
     command = "python -m theory_checks " + " ".join(argv_list)
     t0 = time.perf_counter()
     if args.n_max is not None and args.n_max < 64:
         raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
-    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max)
+    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max,
+                         resume=args.resume)
     mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
     code = exit_code(results, args.allow_skips)
     print(f"wrote {mpath} and {jpath}; exit {code}")

@@ -34,7 +34,7 @@ def _one(ctx: Context, name: str, thm: str, key: str, s: dict) -> CheckResult:
     if fit is None or fit.get("slope") is None:
         return CheckResult(name, "", None, None, None, None, False, "failed", rule, "no slope in the summary", extra)
     slope = float(fit["slope"])
-    return verdict(name, f"{thm}: vanilla cosine router, paper's Voronoi loss slower than any polynomial ({key}-specified)",
+    return verdict(name, f"{thm}: vanilla cosine router, paper's Voronoi loss slower than any polynomial ({key.split('-')[-1]}-specified)",
                    THRESHOLD, slope, fit.get("ci_low"), fit.get("ci_high"), slope > THRESHOLD, rule, details=extra)
 
 
