@@ -11,7 +11,7 @@ import pytest
 
 from moestat.cli import run_main
 from moestat.data.norm_target import constant_predictor_mse
-from moestat.softmoe import main, read_idx, load_fashion_mnist_tokens
+from moestat.softmoe import load_fashion_mnist_tokens, main, norm_target_table, read_idx, run_norm_target
 
 
 def _run(argv, capsys):
@@ -50,6 +50,9 @@ def test_norm_target_tiny_run(tmp_path, capsys):
     assert {(r["n_experts"], r["tokens"]) for r in res["table"]} == {(1, "5x2"), (2, "5x2")}
     assert all(len(r["per_seed"]) == 2 for r in res["table"])
     assert res["constant_mse"] == pytest.approx(constant_predictor_mse(10, 5.0))
+    # the CLI ran with its default 2 joblib workers; one process must give the same numbers
+    serial = run_norm_target(tokens=("5x2",), experts=(1, 2), steps=30, seeds=2, eval_size=500, n_jobs=1)
+    assert [r["per_seed"] for r in norm_target_table(serial)] == [r["per_seed"] for r in res["table"]]
 
 
 def test_subsets_digits_tiny_run(tmp_path, capsys):
