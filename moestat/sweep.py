@@ -319,7 +319,9 @@ class RatesConfig:
         if sum(lo <= n <= hi for n in ns) < 3:
             raise ValueError(f"the fitting window [{lo}, {hi}] holds fewer than 3 sample sizes of the grid {ns}")
         for r in self.router:
-            build_scenario(self.scenario_key(r))
+            # building the estimator too catches estimator/model mismatches (e.g. EM needs a
+            # dense linear gate) before anything is written
+            _build_estimator(self.estimator, build_scenario(self.scenario_key(r)), self.max_iter, 0, self.device)
         return self
 
     # ---- derived --------------------------------------------------------------------------

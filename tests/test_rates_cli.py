@@ -147,3 +147,14 @@ def test_flags_override_config_which_overrides_preset(tmp_path):
     ns = build_parser().parse_args(["--preset", "fig1a", "--config", str(cfg), "--n-points", "4"])
     c = config_from_args(ns)
     assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ["perturbed", "cosine"], 32000)
+
+
+def test_estimator_model_mismatch_is_caught_before_writing(tmp_path, capsys):
+    from moestat.sweep import estimator_registry
+
+    if "em" not in estimator_registry():
+        pytest.skip("EM estimator not available")
+    out = tmp_path / "out"
+    rc, err = _run(TINY + ["--estimator", "em", "--out", str(out)], capsys)  # EM needs a dense linear gate
+    assert rc == 2 and err.count("\n") == 1
+    assert not out.exists()
