@@ -329,7 +329,7 @@ def run_experiment(
             "test_accuracy": ev["accuracy"], "test_loss": ev["loss"],
             "val_accuracy": max((h.get("val_accuracy", float("nan")) for h in fit.history), default=float("nan")),
             "best_epoch": fit.best_epoch, "epochs": epochs, "seconds_per_epoch": fit.seconds_per_epoch,
-            "wall_seconds": time.perf_counter() - t0, "history": fit.history,
+            "cpu_seconds_per_epoch": fit.cpu_seconds_per_epoch, "wall_seconds": time.perf_counter() - t0, "history": fit.history,
         }
         for key in ("H_s", "H_u", "I_EY", "usage_entropy"):
             if key in ev:
@@ -359,7 +359,8 @@ def run_experiment(
     return summary
 
 
-_METRICS = ("test_accuracy", "H_s", "H_u", "I_EY", "usage_entropy", "seconds_per_epoch", "n_params", "best_epoch")
+_METRICS = ("test_accuracy", "H_s", "H_u", "I_EY", "usage_entropy", "seconds_per_epoch", "cpu_seconds_per_epoch",
+            "n_params", "best_epoch")
 
 
 def summarise(rows: Sequence[dict]) -> dict:

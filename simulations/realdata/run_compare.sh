@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The recorded real-data comparisons of docs/guide/realdata.rst, as they were run.
+#
+# Fashion-MNIST: every gate, 3 seeds, 8 epochs (cosine learning-rate decay), shared 256-unit
+# feature extractor + 8 experts of 32 hidden units, top-2.  On the shared 2-core machine the
+# gates were split over three single-threaded processes, then their runs.jsonl were merged and
+# summarised without training (--summarise-only).  Running it as one command is equivalent:
+#   python -m moestat.realdata --dataset fashion-mnist --compare all $COMMON --out DIR
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=simulations/realdata
+COMMON="--shared-hidden 256 --expert-hidden 32 --experts 8 --k 2 --epochs 8 --seeds 3 --lr-schedule cosine --threads 1 --no-progress"
+
+python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare \
+    --compare mlp,dense,perturbed_cosine,cosine,noisy_topk_load,topk_mask,naive_topk &
+python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare_part2 --compare softmoe &
+python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare_part3 \
+    --compare noisy_topk,dense_stochastic,topk_mask_importance,noisy_topk_importance_load &
+wait
+cat $OUT/fmnist_compare_part2/runs.jsonl $OUT/fmnist_compare_part3/runs.jsonl >> $OUT/fmnist_compare/runs.jsonl
+python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare --summarise-only \
+    --compare mlp,dense,dense_stochastic,naive_topk,topk_mask,topk_mask_importance,noisy_topk,noisy_topk_load,noisy_topk_importance_load,cosine,perturbed_cosine,softmoe
+
+# Longer training of the dense MoE and its matched MLP (one seed, 20 epochs).
+python -m moestat.realdata --dataset fashion-mnist --compare dense,mlp \
+    --shared-hidden 256 --expert-hidden 32 --epochs 20 --seeds 1 --lr-schedule cosine --threads 1 --no-progress \
+    --out $OUT/fmnist_long
+
+# Digits: every gate and every thesis training method, 3 seeds, 30 epochs.
+python -m moestat.realdata --dataset digits --compare all,thesis --experts 8 --k 2 --expert-hidden 32 \
+    --batch-size 64 --epochs 30 --seeds 3 --threads 1 --no-progress --out $OUT/digits_compare
+
+# One-epoch timing on the full 60,000 training images.
+python simulations/realdata/speed.py --threads 1 --out $OUT/speed_1thread.json
+python simulations/realdata/speed.py --threads 2 --out $OUT/speed_2threads.json
