@@ -225,8 +225,13 @@ def predict_and_jacobian(
         uf = usf = u[..., : k - 1]
     tau = _score_tau(model)
     xe = X.unsqueeze(-2)  # [R, n, 1, d]
+    # fill one buffer in place instead of concatenating (the Jacobian is the largest array)
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    J = X.new_empty(R, n, n_free_params(k, d))
+    J[..., :i0] = uf
+    J1 = J[..., i0:i1].view(R, n, k - 1, d)
     if tau is None:
-        J1 = usf.unsqueeze(-1) * xe
+        torch.mul(usf.unsqueeze(-1), xe, out=J1)
     else:
         t1, t2 = tau
         bf = beta1[:, : k - 1, :]  # [R, k-1, d]
@@ -241,13 +246,9 @@ def predict_and_jacobian(
         dots = X @ bf.transpose(-1, -2)  # [R, n, k-1]
         c1 = bx.unsqueeze(-1) * ab.unsqueeze(-2)
         c2 = bx.unsqueeze(-1) * dots * inv.unsqueeze(-2)
-        J1 = (usf * c1).unsqueeze(-1) * xe - (usf * c2).unsqueeze(-1) * bf.unsqueeze(1)
+        torch.mul((usf * c1).unsqueeze(-1), xe, out=J1)
+        J1.sub_((usf * c2).unsqueeze(-1) * bf.unsqueeze(1))
     v = w * model.expert.dphi(z)  # [R, n, k]
-    # fill one buffer instead of concatenating (the Jacobian is the largest array here)
-    i0, i1 = k - 1, (k - 1) * (d + 1)
-    J = X.new_empty(R, n, n_free_params(k, d))
-    J[..., :i0] = uf
-    J[..., i0:i1] = J1.reshape(R, n, -1)
     J2 = J[..., i1:].view(R, n, k, d + 1)
     torch.mul(v.unsqueeze(-1), xe, out=J2[..., :d])
     J2[..., d] = v
