@@ -482,7 +482,7 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
         first.setdefault(r["gate"], r)
     gates = list(first)
     nr, nc = _grid(len(gates))
-    fig, axes = plt.subplots(nr, nc, figsize=(1.9 * nc + 0.6, 1.9 * nr + 0.4), squeeze=False)
+    fig, axes = plt.subplots(nr, nc, figsize=(1.9 * nc + 0.8, 2.5 * nr + 0.4), squeeze=False, constrained_layout=True)
     im = None
     for ax, g in zip(axes.ravel(), gates):
         c = np.asarray(first[g]["counts"], dtype=float)

@@ -3,8 +3,9 @@
 #
 # Fashion-MNIST: every gate, 3 seeds, 8 epochs (cosine learning-rate decay), shared 256-unit
 # feature extractor + 8 experts of 32 hidden units, top-2.  On the shared 2-core machine the
-# gates were split over three single-threaded processes, then their runs.jsonl were merged and
-# summarised without training (--summarise-only).  Running it as one command is equivalent:
+# gates were split over several single-threaded processes, then their runs.jsonl were merged and
+# summarised without training (--summarise-only; duplicate (gate, seed) rows, which are
+# bit-identical because every run is seeded, count once).  Running it as one command is equivalent:
 #   python -m moestat.realdata --dataset fashion-mnist --compare all $COMMON --out DIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,11 +14,16 @@ COMMON="--shared-hidden 256 --expert-hidden 32 --experts 8 --k 2 --epochs 8 --se
 
 python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare \
     --compare mlp,dense,perturbed_cosine,cosine,noisy_topk_load,topk_mask,naive_topk &
-python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare_part2 --compare softmoe &
 python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare_part3 \
     --compare noisy_topk,dense_stochastic,topk_mask_importance,noisy_topk_importance_load &
 wait
-cat $OUT/fmnist_compare_part2/runs.jsonl $OUT/fmnist_compare_part3/runs.jsonl >> $OUT/fmnist_compare/runs.jsonl
+# Soft MoE last, one process per seed (--base-seed s --seeds 1 gives exactly seed s of --seeds 3)
+for s in 0 1 2; do
+    python -m moestat.realdata --dataset fashion-mnist ${COMMON/--seeds 3/--seeds 1} --base-seed $s \
+        --out $OUT/fmnist_compare_softmoe_s$s --compare softmoe &
+done
+wait
+cat $OUT/fmnist_compare_part3/runs.jsonl $OUT/fmnist_compare_softmoe_s{0,1,2}/runs.jsonl >> $OUT/fmnist_compare/runs.jsonl
 python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare --summarise-only \
     --compare mlp,dense,dense_stochastic,naive_topk,topk_mask,topk_mask_importance,noisy_topk,noisy_topk_load,noisy_topk_importance_load,cosine,perturbed_cosine,softmoe
 
