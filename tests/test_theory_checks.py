@@ -1,12 +1,17 @@
 """Smoke tests of the theory-check runner (PDE checks only: seconds, no rates engine)."""
 
 import json
+import pathlib
+import sys
 
 import pytest
 
-from theory_checks import CHECK_NAMES, CheckResult, exit_code, run_checks
-from theory_checks.base import bootstrap_slope, ols_slope, skipped
-from theory_checks.run import main
+# theory_checks/ is a top-level folder of the repository, not part of the installed package.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from theory_checks import CHECK_NAMES, CheckResult, exit_code, run_checks  # noqa: E402
+from theory_checks.base import bootstrap_slope, ols_slope, skipped  # noqa: E402
+from theory_checks.run import main  # noqa: E402
 
 
 def test_pde_checks_pass_and_report(tmp_path, capsys):

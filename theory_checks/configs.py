@@ -17,7 +17,7 @@ TOLERANCE = 0.15
 
 GRIDS = {
     "quick": dict(n_min=500, n_max=8000, n_points=4, reps=4, n_boot=200),
-    "full": dict(n_min=1000, n_max=32000, n_points=6, reps=12, n_boot=1000),
+    "full": dict(n_min=1000, n_max=32000, n_points=6, reps=20, n_boot=1000),  # seed 004: 20 replicates per n
 }
 
 
