@@ -170,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bad = sorted(set(args.only) - known)
         if bad:
             raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
+    if args.n_max is not None and args.n_max < 64:
+        raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
     ensure_writable_dir(args.out)
     rate_mods = {"regression_rate", "exact_weak", "vanilla_slow", "over_strong", "null_control"}
     rate_names = {n for m in MODULES if m.__name__.rsplit(".", 1)[-1] in rate_mods for n in m.NAMES} | rate_mods
@@ -179,8 +181,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_list = list(sys.argv[1:] if argv is None else argv)
     command = "python -m theory_checks " + " ".join(argv_list)
     t0 = time.perf_counter()
-    if args.n_max is not None and args.n_max < 64:
-        raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
     results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max,
                          resume=args.resume)
     mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
