@@ -27,10 +27,16 @@ cat $OUT/fmnist_compare_part3/runs.jsonl $OUT/fmnist_compare_softmoe_s{0,1,2}/ru
 python -m moestat.realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare --summarise-only \
     --compare mlp,dense,dense_stochastic,naive_topk,topk_mask,topk_mask_importance,noisy_topk,noisy_topk_load,noisy_topk_importance_load,cosine,perturbed_cosine,softmoe
 
-# Longer training of the dense MoE and its matched MLP (one seed, 20 epochs).
-python -m moestat.realdata --dataset fashion-mnist --compare dense,mlp \
-    --shared-hidden 256 --expert-hidden 32 --epochs 20 --seeds 1 --lr-schedule cosine --threads 1 --no-progress \
-    --out $OUT/fmnist_long
+# 20 epochs for the matched MLP and four gates, 3 seeds (one process per gate, then merged).
+LONG="--shared-hidden 256 --expert-hidden 32 --experts 8 --k 2 --epochs 20 --seeds 3 --lr-schedule cosine --threads 1 --no-progress"
+for g in mlp dense noisy_topk_load cosine perturbed_cosine; do
+    python -m moestat.realdata --dataset fashion-mnist --compare $g $LONG --out $OUT/fmnist_long20_$g &
+done
+wait
+mkdir -p $OUT/fmnist_long
+cat $OUT/fmnist_long20_{mlp,dense,noisy_topk_load,cosine,perturbed_cosine}/runs.jsonl > $OUT/fmnist_long/runs.jsonl
+python -m moestat.realdata --dataset fashion-mnist --compare mlp,dense,noisy_topk_load,cosine,perturbed_cosine $LONG \
+    --summarise-only --out $OUT/fmnist_long
 
 # Digits: every gate and every thesis training method, 3 seeds, 30 epochs.
 python -m moestat.realdata --dataset digits --compare all,thesis --experts 8 --k 2 --expert-hidden 32 \
