@@ -28,9 +28,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fig1a": {
         "router": ["perturbed", "cosine"],
         "setting": "exact",
-        "n_min": 1000,
-        "n_max": 32000,
-        "n_points": 6,
+        "n_min": 2000,
+        "n_max": 128000,
+        "n_points": 7,
         "reps": 20,
         "chunk": 5,
     },

@@ -225,7 +225,7 @@ def build_parser() -> ArgumentParser:
     g = p.add_argument_group("scenario")
     g.add_argument("--router", type=_routers, help="perturbed, cosine, linear or a comma list (one curve each, same data); default perturbed")
     g.add_argument("--setting", help="exact or over (over-specified, k = k* + 1); default exact")
-    g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 1.0")
+    g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 0.5")
     g.add_argument("--expert", help="expert activation: identity, gelu, relu, tanh, sigmoid, poly; default gelu")
     g.add_argument("--d", type=positive_int, help="input dimension; default 4")
     g.add_argument("--k-true", type=positive_int, help="true number of experts k*; default 3")

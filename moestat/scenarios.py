@@ -257,7 +257,10 @@ def draw_truth(
 
 
 #: Defaults of the documented paper-style scenario (seed 004 Section 5.1; see docs/guide/model.rst).
-DEFAULTS = dict(d=4, k_true=3, k_active=2, expert="gelu", tau=1.0, noise_var=0.01, truth_seed=2405_14131)
+DEFAULTS = dict(
+    d=4, k_true=3, k_active=None, expert="gelu", tau=0.5, noise_var=0.01, truth_seed=2405_14131,
+    router_scale=1.0, bias_scale=0.5, expert_scale=3.0,
+)
 
 
 def make_scenario(
@@ -267,6 +270,9 @@ def make_scenario(
     d: int = DEFAULTS["d"],
     k_true: int = DEFAULTS["k_true"],
     k_active: int | None | str = "auto",
+    router_scale: float = DEFAULTS["router_scale"],
+    bias_scale: float = DEFAULTS["bias_scale"],
+    expert_scale: float = DEFAULTS["expert_scale"],
     k_fit: int | None = None,
     k_active_fit: int | None = None,
     expert: str = DEFAULTS["expert"],
@@ -290,11 +296,14 @@ def make_scenario(
     d, k_true : int
         Input dimension and true number of experts k*.
     k_active : int, None or "auto"
-        Activated experts K (``None``: dense).  ``"auto"`` is K = 2 in the exact setting and the
-        dense gate in the over-specified one: with Top-K sparse gating the over-specified model
-        (eq. 7) with K-bar = K + 1 cannot reproduce ``g_{G*}`` wherever the split cell is not
-        among the true top K (a spurious (K+1)-th expert is always switched on), so the LSE would
-        converge to a misspecified limit; see ``docs/guide/model.rst``.
+        Activated experts K (``None``: dense).  ``"auto"`` is the dense gate (K = k*), the
+        case where the least-squares problem is smooth.  Top-K sparse gates (an integer K) are
+        supported, with two caveats documented in ``docs/guide/model.rst``: the hard selection
+        puts a cusp into the objective at the truth, so no local optimiser certifies the LSE;
+        and in the over-specified setting with K-bar = K + 1 the model cannot reproduce
+        ``g_{G*}`` where the split cell is not among the true top K.
+    router_scale, bias_scale, expert_scale : float
+        Scales of the one-off draw of the true parameters (:func:`draw_truth`).
     expert : str
         Expert activation (one of :data:`moestat.experts.ACTIVATIONS`).
     tau : float
@@ -325,7 +334,7 @@ def make_scenario(
     if isinstance(k_active, str):
         if k_active != "auto":
             raise ValueError(f"k_active must be an integer, None or 'auto', got {k_active!r}")
-        k_active = min(DEFAULTS["k_active"], k_true) if setting == "exact" else None
+        k_active = DEFAULTS["k_active"]
     if k_active is not None:
         k_active = _check_int("k_active", k_active)
         if k_active > k_true:
@@ -339,7 +348,10 @@ def make_scenario(
         if k_fit <= k_true:
             raise ValueError(f"setting 'over' needs k_fit > k_true ({k_true}), got k_fit={k_fit}")
     if truth is None:
-        truth = draw_truth(d, k_true, np.random.default_rng(truth_seed))
+        truth = draw_truth(
+            d, k_true, np.random.default_rng(truth_seed),
+            router_scale=router_scale, bias_scale=bias_scale, expert_scale=expert_scale,
+        )
     gate = _gate_for(router, tau, k_active)
     model = MoEModel(gate, Expert(expert, degree))
     name = f"{router}-{setting}-d{d}-k{k_true}-K{k_active}-{Expert(expert, degree).describe()}"

@@ -158,7 +158,7 @@ class RatesConfig:
 
     router: list[str] = field(default_factory=lambda: ["perturbed"])
     setting: str = "exact"
-    tau: float = 1.0
+    tau: float = 0.5  # scenarios.DEFAULTS["tau"]
     expert: str = "gelu"
     d: int = 4
     k_true: int = 3
@@ -168,10 +168,10 @@ class RatesConfig:
     noise_var: float = 0.01
     input_law: str = "uniform"
     truth_seed: int = 2405_14131
-    n_min: int = 500
-    n_max: int = 8000
-    n_points: int = 6
-    reps: int = 12
+    n_min: int = 2000
+    n_max: int = 128000
+    n_points: int = 7
+    reps: int = 20
     estimator: str = "lse"
     max_iter: int = 200
     init: str = "near"

@@ -2,9 +2,9 @@
 
 Quick mode is sized for CI (a few minutes on 2 cores); full mode follows the paper's scale as far
 as this machine allows (seed 004 uses 20 replicates per n; sample sizes are not recoverable).
-The scenario is moestat's documented default (d = 4, k* = 3, GELU experts, tau = 1, nu = 0.01,
-near-truth start with constant noise 0.05); exact-specified uses Top-2 of 3, over-specified the
-dense gate with k = k* + 1 (see :func:`moestat.scenarios.make_scenario`).
+The scenario is moestat's documented default (d = 4, k* = 3, GELU experts, tau = 0.5, nu = 0.01,
+near-truth start with constant noise 0.05); dense gate in both settings, the over-specified
+fit with k = k* + 1 (see :func:`moestat.scenarios.make_scenario`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from .base import Context
 TOLERANCE = 0.15
 
 GRIDS = {
-    "quick": dict(n_min=500, n_max=8000, n_points=4, reps=4, n_boot=200),
-    "full": dict(n_min=1000, n_max=32000, n_points=6, reps=20, n_boot=1000),  # seed 004: 20 replicates per n
+    "quick": dict(n_min=2000, n_max=32000, n_points=5, reps=8, n_boot=200),
+    "full": dict(n_min=2000, n_max=128000, n_points=7, reps=20, n_boot=1000),  # seed 004: 20 replicates per n
 }
 
 
