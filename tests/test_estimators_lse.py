@@ -51,7 +51,12 @@ def test_topk_objective_vs_scipy(router, setting):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "router, setting, expert",
-    [("perturbed", "exact", "gelu"), ("cosine", "exact", "gelu"), ("cosine", "over", "gelu")],
+    [
+        ("perturbed", "exact", "gelu"),
+        ("perturbed", "over", "gelu"),
+        ("cosine", "exact", "gelu"),
+        ("cosine", "over", "gelu"),
+    ],
 )
 def test_dense_objective_matches_scipy(router, setting, expert):
     """Dense gate (smooth objective): per replicate, objective <= scipy's + 1e-6 (relative).
