@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .experts import ACTIVATIONS, Expert
-from .gates import GATE_KINDS, Gate
+from .gates import Gate
 from .mixing import MixingMeasure, ParameterBox
 from .model import MoEModel
 

@@ -12,11 +12,8 @@ Every function the commands run is importable: :func:`run_norm_target`, :func:`w
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 import os
-import struct
 import sys
 import time
 from pathlib import Path
@@ -33,11 +30,11 @@ from moestat.data.norm_target import (
     slot_gap,
     witness_pairs,
 )
+from moestat.data.realdata import find_idx_files, read_idx
 from moestat.io import atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.softmoe import (
     SoftMoEClassifier,
     SoftMoERegressor,
-    budget_hidden_width,
     make_generator,
     parse_tokenisation,
     patch_tokenize,
@@ -69,7 +66,6 @@ __all__ = [
     "main",
 ]
 
-FASHION_DEFAULT_PATH = "/usr/share/datasets/fashion-mnist"
 
 
 def _seeds(random_state: int, count: int) -> list[int]:
@@ -441,41 +437,15 @@ def load_digits_tokens(patch: int = 4, test_size: float = 0.25, random_state: in
     return X[itr], y[itr], X[ite], y[ite]
 
 
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read an IDX file (optionally gzip-compressed) into a numpy array."""
-    p = Path(path)
-    opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise ValueError(f"{p} is not an IDX file")
-    dtypes = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-    if data[2] not in dtypes:
-        raise ValueError(f"{p}: unknown IDX type code {data[2]:#x}")
-    ndim = data[3]
-    shape = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    arr = np.frombuffer(data, dtype=dtypes[data[2]], offset=4 + 4 * ndim)
-    if arr.size != int(np.prod(shape)):
-        raise ValueError(f"{p}: expected {int(np.prod(shape))} values, found {arr.size}")
-    return arr.reshape(shape)
-
-
-def _idx_file(root: Path, stem: str) -> Path:
-    for name in (stem + ".gz", stem):
-        if (root / name).is_file():
-            return root / name
-    raise FileNotFoundError(f"Fashion-MNIST file {stem}(.gz) not found in {root} (use --data-path or MOESTAT_DATA)")
-
-
 def load_fashion_mnist_tokens(path: str | os.PathLike | None = None, patch: int = 14):
     """Fashion-MNIST (IDX files) as patch tokens, pixels scaled to [0, 1].
 
     Parameters
     ----------
     path : path-like, optional
-        Folder holding ``train-images-idx3-ubyte(.gz)`` etc.; default ``$MOESTAT_DATA/fashion-mnist``
-        if ``MOESTAT_DATA`` is set, else ``/usr/share/datasets/fashion-mnist`` (Debian's
-        ``dataset-fashion-mnist``).
+        Folder holding ``train-images-idx3-ubyte(.gz)`` etc.; default: the search order of
+        :func:`moestat.data.realdata.find_idx_files` (``$MOESTAT_DATA``, then Debian's
+        ``/usr/share/datasets/fashion-mnist`` from ``dataset-fashion-mnist``).
     patch : int
         Patch side (14 gives the paper's four 14x14 MNIST tokens of dimension 196).
 
@@ -483,14 +453,11 @@ def load_fashion_mnist_tokens(path: str | os.PathLike | None = None, patch: int 
     -------
     (X_train, y_train, X_test, y_test)
     """
-    if path is None:
-        env = os.environ.get("MOESTAT_DATA")
-        path = Path(env) / "fashion-mnist" if env else Path(FASHION_DEFAULT_PATH)
-    root = Path(path)
+    files = find_idx_files("fashion-mnist", path)  # the shared loader's search order and error
     out = []
-    for split in ("train", "t10k"):
-        imgs = read_idx(_idx_file(root, f"{split}-images-idx3-ubyte"))
-        labels = read_idx(_idx_file(root, f"{split}-labels-idx1-ubyte"))
+    for split in ("train", "test"):
+        imgs = read_idx(files[f"{split}_images"])
+        labels = read_idx(files[f"{split}_labels"])
         X = patch_tokenize(torch.tensor(imgs, dtype=torch.float32) / 255.0, patch)
         out += [X, torch.tensor(labels.astype(np.int64))]
     return tuple(out)
@@ -859,9 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dataset == "norm":
         parse_tokenisation(args.tokens)
     if args.dataset == "fashion-mnist":
-        root = Path(args.data_path) if args.data_path else (
-            Path(os.environ["MOESTAT_DATA"]) / "fashion-mnist" if os.environ.get("MOESTAT_DATA") else Path(FASHION_DEFAULT_PATH))
-        _idx_file(root, "train-images-idx3-ubyte")
+        find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
     out = ensure_writable_dir(args.out)
     result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
                          args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,

@@ -25,7 +25,6 @@ import itertools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 __all__ = [
