@@ -1,6 +1,7 @@
 """moestat: statistical simulation and estimation rates of Mixture-of-Experts models."""
 
 from .experts import ACTIVATIONS, Expert
+from .identifiability import check_identifiability, is_strongly_identifiable, is_weakly_identifiable
 from .gates import GATE_KINDS, Gate, gate_scores, gate_weights, top_k_mask
 from .mixing import MixingMeasure, ParameterBox
 from .model import MoEModel
@@ -9,6 +10,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATIONS",
+    "check_identifiability",
+    "is_strongly_identifiable",
+    "is_weakly_identifiable",
     "Expert",
     "GATE_KINDS",
     "Gate",
