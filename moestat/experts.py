@@ -106,6 +106,22 @@ class Expert:
         """The derivative ``phi'`` applied elementwise (analytic)."""
         return _activation_grad(self.activation, self.degree)(z)
 
+    def phi_and_dphi(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(phi(z), phi'(z))`` sharing the transcendental work (the LSE's inner loop)."""
+        a = self.activation
+        if a == "gelu":
+            # phi = z Phi(z), phi' = Phi(z) + z N(z): one erf and one exp for both
+            cdf = torch.erf(z * 0.7071067811865476).add_(1.0).mul_(0.5)
+            h = z * cdf
+            return h, cdf.add_(z * torch.exp(-0.5 * z * z).mul_(0.3989422804014327))
+        if a == "tanh":
+            t = torch.tanh(z)
+            return t, 1.0 - t * t
+        if a == "sigmoid":
+            sg = torch.sigmoid(z)
+            return sg, sg * (1.0 - sg)
+        return self.phi(z), self.dphi(z)
+
     def preactivation(self, x, eta) -> torch.Tensor:
         """``a^T x + b`` with shape ``[..., n, k]`` for ``x [..., n, d]`` and ``eta [..., k, d+1]``."""
         x = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)

@@ -50,6 +50,9 @@ from ..gates import gate_weights, safe_norm
 from ..mixing import MixingMeasure, ParameterBox
 from ..model import MoEModel
 from .init import random_init
+from .lse_kernel import Design, gauss_newton, n_free_params, residual_and_jacobian, score_taus
+from .lse_kernel import evaluate as kernel_evaluate
+from .lse_kernel import forward as kernel_forward
 
 __all__ = [
     "LeastSquaresMoE",
@@ -70,18 +73,11 @@ AUTO_TEMPERATURES = (0.1, 0.01, 0.001)
 #: fit across the selection boundaries; the final hard stage uses ftol/xtol/gtol/max_iter).
 _STAGE_FTOL = 1e-6
 _STAGE_MAX_ITER = 30
-# Memory bound for one chunk of the Jacobian ([R, chunk, P] float64), in bytes.
-_CHUNK_BYTES = 1 << 25
 
 
 # ----------------------------------------------------------------------------------------------
 # parameter packing
 # ----------------------------------------------------------------------------------------------
-def n_free_params(n_components: int, d: int) -> int:
-    """Number ``P = (k-1)(d+1) + k(d+1)`` of free parameters per replicate."""
-    return (n_components - 1) * (d + 1) + n_components * (d + 1)
-
-
 def pack_params(G: MixingMeasure) -> torch.Tensor:
     """Free-parameter vectors ``[R, P]`` of a batched torch measure ``G`` ``[R]``.
 
@@ -122,57 +118,18 @@ def _box_bounds(box: ParameterBox, k: int, d: int, device, dtype):
 # ----------------------------------------------------------------------------------------------
 # model and Jacobian
 # ----------------------------------------------------------------------------------------------
-def _score_tau(model: MoEModel) -> tuple[float, float] | None:
-    kind = model.gate.kind
-    if kind == "linear":
-        return None
-    if kind == "cosine":
-        return 0.0, 0.0
-    return model.gate.tau1, model.gate.tau2
-
-
 def radial_invariant(model: MoEModel) -> bool:
     """True when ``g`` does not depend on ``||beta1_i||`` (cosine score, ``tau1 = 0``; PDE (4))."""
-    tau = _score_tau(model)
+    tau = score_taus(model)
     return tau is not None and tau[0] == 0.0
 
 
 def _predict_parts(model: MoEModel, X: torch.Tensor, beta0, beta1, eta):
+    """Sample-major forward pass through the shared gate/expert vocabulary (used by SGD)."""
     w = gate_weights(model.gate.scores(X, beta1), beta0, model.gate.k_active)
     z = model.expert.preactivation(X, eta)
     h = model.expert.phi(z)
     return w, z, h, (w * h).sum(-1)
-
-
-def _soft_topk_parts(model: MoEModel, X: torch.Tensor, beta0, beta1, eta, temperature: float):
-    """Weights and score-derivative coefficient of the *smoothed* Top-K gate.
-
-    The hard mask ``1{s_i among the K largest}`` is replaced by
-    ``m_i = sigmoid((s_i - t(x)) / T)`` with ``t(x)`` the midpoint of the K-th and (K+1)-th
-    largest scores; ``T -> 0`` recovers the hard gate.  Unlike the hard mask, ``m`` responds to
-    ``beta1``, so the Jacobian sees the first-order effect of moving the selection boundary.
-    """
-    K = model.gate.k_active
-    s = model.gate.scores(X, beta1)  # [R, n, k]
-    u = s + beta0.unsqueeze(-2)
-    top = torch.topk(s, K + 1, dim=-1)
-    thr = 0.5 * (top.values[..., K - 1] + top.values[..., K])  # [R, n]
-    m = torch.sigmoid((s - thr.unsqueeze(-1)) / temperature)
-    e = torch.exp(u - u.amax(-1, keepdim=True))
-    Z = (m * e).sum(-1, keepdim=True)
-    p = e / Z
-    w = m * p
-    z = model.expert.preactivation(X, eta)
-    h = model.expert.phi(z)
-    f = (w * h).sum(-1)
-    hg = h - f.unsqueeze(-1)
-    u_b = w * hg  # d g / d beta0 (the bias does not enter the mask)
-    q = p * hg * m * (1.0 - m) / temperature
-    Q = q.sum(-1, keepdim=True)
-    dthr = torch.zeros_like(s)
-    dthr.scatter_(-1, top.indices[..., K - 1 : K + 1], 0.5)
-    u_s = u_b + q - Q * dthr  # d g / d s_l, total (through softmax and mask)
-    return w, z, h, f, u_b, u_s
 
 
 def predict_and_jacobian(
@@ -199,86 +156,21 @@ def predict_and_jacobian(
         If False only the prediction is computed.
     temperature : float, optional
         If given (and the gate is sparse, ``K < k``), use the smoothed Top-K gate of
-        temperature ``T`` (see :func:`_soft_topk_parts`) instead of the hard one.
+        temperature ``T`` (mask ``sigmoid((s_i - t(x)) / T)``, ``t(x)`` the midpoint of the K-th
+        and (K+1)-th largest scores) instead of the hard one.
 
     Returns
     -------
     f : Tensor, shape ``[R, n]``
         ``g_G(x)`` for each replicate.
     J : Tensor, shape ``[R, n, P]`` or None
-        ``dg/dtheta`` (formulas in the module docstring).
-    """
-    R, n, d = X.shape
-    k = n_components
-    beta0, beta1, eta = unpack_params(theta, k, d)
-    K = model.gate.k_active
-    if temperature is not None and K is not None and K < k:
-        w, z, h, f, u_b, u_s = _soft_topk_parts(model, X, beta0, beta1, eta, float(temperature))
-        if not jacobian:
-            return f, None
-        uf, usf = u_b[..., : k - 1], u_s[..., : k - 1]
-    else:
-        w, z, h, f = _predict_parts(model, X, beta0, beta1, eta)
-        if not jacobian:
-            return f, None
-        u = w * (h - f.unsqueeze(-1))  # dg/d(score_i + beta0_i), [R, n, k]
-        uf = usf = u[..., : k - 1]
-    tau = _score_tau(model)
-    xe = X.unsqueeze(-2)  # [R, n, 1, d]
-    # fill one buffer in place instead of concatenating (the Jacobian is the largest array)
-    i0, i1 = k - 1, (k - 1) * (d + 1)
-    J = X.new_empty(R, n, n_free_params(k, d))
-    J[..., :i0] = uf
-    J1 = J[..., i0:i1].view(R, n, k - 1, d)
-    if tau is None:
-        torch.mul(usf.unsqueeze(-1), xe, out=J1)
-    else:
-        t1, t2 = tau
-        bf = beta1[:, : k - 1, :]  # [R, k-1, d]
-        nb = safe_norm(bf)  # [R, k-1]
-        nx = safe_norm(X)  # [R, n]
-        dx = nx + t2
-        bx = torch.where(dx > 0, 1.0 / torch.where(dx > 0, dx, torch.ones_like(dx)), torch.zeros_like(dx))
-        db = nb + t1
-        ab = torch.where(db > 0, 1.0 / torch.where(db > 0, db, torch.ones_like(db)), torch.zeros_like(db))
-        dd = nb * db * db
-        inv = torch.where(dd > 0, 1.0 / torch.where(dd > 0, dd, torch.ones_like(dd)), torch.zeros_like(dd))
-        dots = X @ bf.transpose(-1, -2)  # [R, n, k-1]
-        c1 = bx.unsqueeze(-1) * ab.unsqueeze(-2)
-        c2 = bx.unsqueeze(-1) * dots * inv.unsqueeze(-2)
-        torch.mul((usf * c1).unsqueeze(-1), xe, out=J1)
-        J1.sub_((usf * c2).unsqueeze(-1) * bf.unsqueeze(1))
-    v = w * model.expert.dphi(z)  # [R, n, k]
-    J2 = J[..., i1:].view(R, n, k, d + 1)
-    torch.mul(v.unsqueeze(-1), xe, out=J2[..., :d])
-    J2[..., d] = v
-    return f, J
-
-
-def _evaluate(model, X, Y, theta, k, need_jac: bool, chunk: int, temperature: float | None = None):
-    """Half sum of squares ``F [R]`` and, if asked, ``A = J^T J`` and ``g = J^T r``.
-
-    Accumulated over chunks of the sample axis so that memory stays ``O(R chunk P)``.
+        ``dg/dtheta`` (formulas in the module docstring), a transposed view of the
+        ``J^T [R, P, n]`` that :mod:`~moestat.estimators.lse_kernel` builds.
     """
     R, n, _ = X.shape
-    P = theta.shape[1]
-    F = X.new_zeros(R)
-    A = X.new_zeros(R, P, P) if need_jac else None
-    g = X.new_zeros(R, P) if need_jac else None
-    for s in range(0, n, chunk):
-        f, J = predict_and_jacobian(model, X[:, s : s + chunk], theta, k, jacobian=need_jac, temperature=temperature)
-        r = f - Y[:, s : s + chunk]
-        F += 0.5 * (r * r).sum(-1)
-        if need_jac:
-            Jt = J.transpose(1, 2)
-            A.baddbmm_(Jt, J)
-            g += (Jt @ r.unsqueeze(-1)).squeeze(-1)
-    return F, A, g
-
-
-def _chunk_size(R: int, n: int, P: int) -> int:
-    per_row = max(1, R * (P + 4) * 8 * 3)  # J plus temporaries
-    return int(max(64, min(n, _CHUNK_BYTES // per_row)))
+    # with Y = 0 the residual is the prediction itself
+    data = Design.build(model, X, X.new_zeros(R, n), chunk=n)
+    return residual_and_jacobian(model, data, theta, n_components, temperature, jacobian)
 
 
 def _free_mask(theta, g, lower, upper, rtol: float = 1e-12):
@@ -329,6 +221,7 @@ def levenberg_marquardt(
     gtol: float = 1e-10,
     chunk: int | None = None,
     temperature: float | None = None,
+    data: Design | None = None,
 ) -> dict[str, Any]:
     """Batched, box-projected Levenberg-Marquardt on ``F(theta) = 0.5 sum_i r_i^2``.
 
@@ -337,6 +230,12 @@ def levenberg_marquardt(
     projection of the trial point onto the box, and scipy-like stopping rules: ``ftol`` (accepted
     step with relative decrease ``< ftol`` and gain ratio ``> 0.25``), ``xtol``
     (``||delta|| <= xtol (xtol + ||theta||)``) and ``gtol`` (MINPACK's scaled gradient).
+
+    A trial point costs one forward pass; ``J^T J`` and ``J^T r`` are formed only for the
+    replicates whose trial step is accepted (:mod:`~moestat.estimators.lse_kernel`).
+
+    ``data`` may pass the :class:`~moestat.estimators.lse_kernel.Design` of ``(X, Y)`` built
+    once for several calls (continuation stages).
 
     Returns
     -------
@@ -347,106 +246,143 @@ def levenberg_marquardt(
     R, n, d = X.shape
     k = n_components
     P = theta0.shape[1]
-    if chunk is None:
-        chunk = _chunk_size(R, n, P)
+    if data is None:
+        data = Design.build(model, X, Y, chunk, n_components=k)
     # radial flat direction (PDE (4)) whenever the score is degree-0 homogeneous in beta1:
     # the vanilla cosine router, or a "perturbed" gate with tau1 = 0
     cosine = radial_invariant(model)
+    span = (upper - lower) * 1e-12
+    lo_in, up_in = lower + span, upper - span
     theta = torch.clamp(theta0.clone(), lower, upper)
-    F, A, g = _evaluate(model, X, Y, theta, k, True, chunk, temperature)
+    F, A, g = kernel_evaluate(model, data, theta, k, True, temperature)
+    # results, written back when a replicate stops
+    out_theta, out_F, out_g = theta.clone(), F.clone(), g.clone()
     status = ["max_iter"] * R
-    done = torch.zeros(R, dtype=torch.bool, device=X.device)
-    converged = torch.zeros(R, dtype=torch.bool, device=X.device)
-    n_iter = torch.zeros(R, dtype=torch.long, device=X.device)
+    converged = [False] * R
+    n_iter = [0] * R
     bad = ~(torch.isfinite(F) & torch.isfinite(A).flatten(1).all(1) & torch.isfinite(g).all(1))
-    for r in torch.nonzero(bad).flatten().tolist():
-        status[r] = "nonfinite"
-        done[r] = True
+    sg0 = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F).tolist()
+    keep = []
+    for r, (b_r, s_r) in enumerate(zip(bad.tolist(), sg0)):
+        if b_r:
+            status[r] = "nonfinite"
+        elif s_r <= gtol:  # a point that is already stationary needs no step
+            status[r], converged[r] = "gtol", True
+        else:
+            keep.append(r)
+    # Working set: only the replicates still iterating, compacted whenever one stops, so an
+    # iteration touches no finished replicate (no gathers/scatters per iteration).
+    idx = keep
+    if len(idx) < R:
+        sel = torch.tensor(idx, dtype=torch.long, device=X.device)
+        theta, F, A, g, data = theta[sel], F[sel], A[sel], g[sel], data.select(sel)
     # Plain Levenberg damping (D = I, the analogue of scipy trf's default x_scale=1): in our
     # runs it followed scipy's trf more closely than Marquardt's diag(J^T J) scaling, and it is
     # isotropic inside every beta1 block, so for the cosine router the damped step stays
     # orthogonal to beta1 (PDE (4)).
-    D = torch.ones(R, P, dtype=X.dtype, device=X.device)
-    lam = torch.full((R,), 1e-3, dtype=X.dtype, device=X.device)
-    nu = torch.full((R,), 2.0, dtype=X.dtype, device=X.device)
-    # a point that is already stationary needs no step
-    sg = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F)
-    for r in torch.nonzero((~done) & (sg <= gtol)).flatten().tolist():
-        status[r], done[r], converged[r] = "gtol", True, True
+    lam = torch.full((len(idx),), 1e-3, dtype=X.dtype, device=X.device)
+    nu = torch.full((len(idx),), 2.0, dtype=X.dtype, device=X.device)
     eye = torch.eye(P, dtype=X.dtype, device=X.device)
-    active_key = None
-    Xa = Ya = None
     for _ in range(max_iter):
-        act = torch.nonzero(~done).flatten()
-        if act.numel() == 0:
+        if not idx:
             break
-        key = tuple(act.tolist())
-        if key != active_key:  # re-slice the data only when the active set changes
-            full = act.numel() == R
-            Xa, Ya = (X, Y) if full else (X[act], Y[act])
-            active_key = key
-            ch = chunk if full else _chunk_size(act.numel(), n, P)
-        th, Fa, Aa, ga = theta[act], F[act], A[act], g[act]
-        Da = D[act]
-        la = lam[act]
-        # active set: a coordinate at a bound whose descent direction points out of the box is
-        # held fixed (projecting a full step instead distorts it and stalls the iteration)
-        free = _free_mask(th, ga, lower, upper).to(X.dtype)
-        M = Aa + la[:, None, None] * (Da.unsqueeze(-1) * eye)
-        M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
+        # active set of the box: a coordinate at a bound whose descent direction points out of
+        # the box is held fixed (projecting a full step instead distorts it and stalls the
+        # iteration); skipped when no coordinate is at a bound (the usual case)
+        M = A + lam[:, None, None] * eye
+        rhs = -g
+        boxed = bool(((theta <= lo_in) | (theta >= up_in)).any())
+        if boxed:
+            free = _free_mask(theta, g, lower, upper).to(X.dtype)
+            M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
+            rhs = rhs * free
         L, info = torch.linalg.cholesky_ex(M)
         okc = info == 0
-        Lsafe = torch.where(okc[:, None, None], L, eye.expand_as(L))
-        delta = torch.cholesky_solve((-ga * free).unsqueeze(-1), Lsafe).squeeze(-1)
-        delta = torch.where(okc[:, None] & torch.isfinite(delta), delta, torch.zeros_like(delta))
-        trial = th + delta
+        chol_ok = bool(okc.all())
+        if not chol_ok:
+            L = torch.where(okc[:, None, None], L, eye)
+        delta = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
+        if not chol_ok:
+            delta = delta * okc.unsqueeze(-1)
+        trial = theta + delta
         if cosine:
-            trial = _retract_radius(trial, th, k, d)
+            trial = _retract_radius(trial, theta, k, d)
         trial = torch.clamp(trial, lower, upper)
-        delta = trial - th
-        pred = -((ga * delta).sum(-1) + 0.5 * (delta.unsqueeze(-2) @ Aa @ delta.unsqueeze(-1)).squeeze(-1).squeeze(-1))
-        Ft, At, gt = _evaluate(model, Xa, Ya, trial, k, True, ch, temperature)
-        finite = torch.isfinite(Ft) & torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
-        actual = Fa - Ft
-        rho = torch.where(pred > 0, actual / torch.where(pred > 0, pred, torch.ones_like(pred)), torch.full_like(pred, -1.0))
-        accept = okc & finite & (actual > 0) & (pred > 0)
+        delta = trial - theta
+        # predicted decrease of the Gauss-Newton model: -(g.delta + delta'A delta / 2); written
+        # as an elementwise reduction because a batched mat-vec rounds differently for R = 1
+        Ad = (A * delta.unsqueeze(-2)).sum(-1)
+        pred = -((g * delta).sum(-1) + 0.5 * (delta * Ad).sum(-1))
+        Ft, cache = kernel_forward(model, data, trial, k, temperature)
+        actual = F - Ft
+        ppos = pred > 0
+        rho = torch.where(ppos, actual / torch.where(ppos, pred, 1.0), -1.0)
+        accept = okc & torch.isfinite(Ft) & (actual > 0) & ppos
+        # J^T J and J^T r only where the step is taken; a non-finite one undoes the acceptance
+        acc = torch.nonzero(accept).flatten()
+        m = acc.numel()
+        if m:
+            allacc = m == len(idx)
+            At, gt = gauss_newton(
+                model, data if allacc else data.select(acc), trial if allacc else trial[acc], k,
+                None if cache is None else (cache if allacc else cache.select(acc)), temperature,
+            )
+            fin = torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
+            if not bool(fin.all()):
+                accept[acc[~fin]] = False
+                At, gt, acc = At[fin], gt[fin], acc[fin]
+                allacc = False
+            if allacc:
+                theta_new, F_new, A_new, g_new = trial, Ft, At, gt
+            else:
+                theta_new, F_new, A_new, g_new = theta.clone(), F.clone(), A.clone(), g.clone()
+                theta_new[acc], F_new[acc], A_new[acc], g_new[acc] = trial[acc], Ft[acc], At, gt
+        else:
+            theta_new, F_new, A_new, g_new = theta, F, A, g
         # Nielsen's damping update
-        lam_acc = la * torch.clamp(1.0 - (2.0 * rho - 1.0) ** 3, min=1.0 / 3.0)
-        nu_a = nu[act]
-        lam_new = torch.where(accept, lam_acc, la * nu_a)
-        nu_new = torch.where(accept, torch.full_like(nu_a, 2.0), 2.0 * nu_a)
-        lam[act] = torch.clamp(lam_new, max=1e30)
-        nu[act] = torch.clamp(nu_new, max=1e30)
-        n_iter[act] += 1
-        # commit accepted trial points
-        acc_idx = act[accept]
-        if acc_idx.numel():
-            theta[acc_idx] = trial[accept]
-            F[acc_idx] = Ft[accept]
-            A[acc_idx] = At[accept]
-            g[acc_idx] = gt[accept]
-        # stopping rules, per replicate
-        step_small = safe_norm(delta) <= xtol * (xtol + safe_norm(th))
-        f_small = accept & (actual <= ftol * Fa) & (rho > 0.25)
-        sg_new = _scaled_gradient(A[act], g[act] * _free_mask(theta[act], g[act], lower, upper), F[act])
-        g_small = sg_new <= gtol
-        stalled = (lam[act] >= 1e30) & ~accept
-        for j, r in enumerate(act.tolist()):
-            if g_small[j]:
-                status[r], done[r], converged[r] = "gtol", True, True
-            elif f_small[j]:
-                status[r], done[r], converged[r] = "ftol", True, True
-            elif step_small[j] and okc[j]:
-                status[r], done[r], converged[r] = "xtol", True, True
-            elif stalled[j]:
-                status[r], done[r] = "stalled", True
+        lam_acc = lam * torch.clamp(1.0 - (2.0 * rho - 1.0) ** 3, min=1.0 / 3.0)
+        lam = torch.clamp(torch.where(accept, lam_acc, lam * nu), max=1e30)
+        nu = torch.clamp(torch.where(accept, 2.0, 2.0 * nu), max=1e30)
+        # stopping rules, per replicate (xtol on the proposed step, as scipy and MINPACK do)
+        step_small = okc & (safe_norm(delta) <= xtol * (xtol + safe_norm(theta)))
+        f_small = accept & (actual <= ftol * F) & (rho > 0.25)
+        theta, F, A, g = theta_new, F_new, A_new, g_new
+        g_small = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F) <= gtol
+        stalled = (lam >= 1e30) & ~accept
+        flags = torch.stack([g_small, f_small, step_small, stalled]).tolist()
+        stay = []
+        for j, r in enumerate(idx):
+            n_iter[r] += 1
+            if flags[0][j]:
+                status[r], converged[r] = "gtol", True
+            elif flags[1][j]:
+                status[r], converged[r] = "ftol", True
+            elif flags[2][j]:
+                status[r], converged[r] = "xtol", True
+            elif flags[3][j]:
+                status[r] = "stalled"
+            else:
+                stay.append(j)
+        if len(stay) < len(idx):
+            gone = [j for j in range(len(idx)) if j not in set(stay)]
+            gsel = torch.tensor(gone, dtype=torch.long, device=X.device)
+            osel = torch.tensor([idx[j] for j in gone], dtype=torch.long, device=X.device)
+            out_theta[osel], out_F[osel], out_g[osel] = theta[gsel], F[gsel], g[gsel]
+            idx = [idx[j] for j in stay]
+            if idx:
+                ssel = torch.tensor(stay, dtype=torch.long, device=X.device)
+                theta, F, A, g, lam, nu = theta[ssel], F[ssel], A[ssel], g[ssel], lam[ssel], nu[ssel]
+                data = data.select(ssel)
+    if idx:  # hit max_iter
+        osel = torch.tensor(idx, dtype=torch.long, device=X.device)
+        out_theta[osel], out_F[osel], out_g[osel] = theta, F, g
     return {
-        "theta": theta,
-        "F": F,
-        "g": g,
-        "n_iter": n_iter,
+        "theta": out_theta,
+        "F": out_F,
+        "g": out_g,
+        "n_iter": torch.tensor(n_iter, dtype=torch.long, device=X.device),
         "status": status,
-        "converged": converged,
+        "converged": torch.tensor(converged, dtype=torch.bool, device=X.device),
     }
 
 
@@ -577,8 +513,8 @@ def random_starts(R: int, n_components: int, d: int, rng: np.random.Generator) -
 def objective_and_grad(model, X, Y, G: MixingMeasure, n_components: int):
     """Mean squared residual ``[R]`` and Euclidean norm of its gradient ``[R]`` at ``G``."""
     theta = pack_params(G.torch(device=X.device))
-    P = theta.shape[1]
-    F, A, g = _evaluate(model, X, Y, theta, n_components, True, _chunk_size(X.shape[0], X.shape[1], P))
+    data = Design.build(model, X, Y, n_components=n_components)
+    F, _, g = kernel_evaluate(model, data, theta, n_components, True)
     n = X.shape[1]
     return (2.0 * F / n), safe_norm(2.0 * g / n)
 
@@ -774,19 +710,21 @@ class LeastSquaresMoE:
         # gate directly, which wins when the start already has the right selection boundaries.
         paths = [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
+        data = Design.build(self.model, Xt, Yt, n_components=k)  # features once per fit
         for G0, path in candidates:
             theta = pack_params(G0.torch(device=dev))
             iters = torch.zeros(R, dtype=torch.long, device=dev)
             for T in path:
                 st = levenberg_marquardt(
                     self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, _STAGE_MAX_ITER),
-                    ftol=_STAGE_FTOL, xtol=_STAGE_FTOL, gtol=gtol, temperature=T,
+                    ftol=_STAGE_FTOL, xtol=_STAGE_FTOL, gtol=gtol, temperature=T, data=data,
                 )
                 ok = torch.isfinite(st["F"]).unsqueeze(-1)
                 theta = torch.where(ok, st["theta"], theta)
                 iters += st["n_iter"]
             res = levenberg_marquardt(
-                self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol
+                self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
+                data=data,
             )
             res["n_iter"] = res["n_iter"] + iters
             obj = (2.0 * res["F"] / n).cpu().numpy()
@@ -900,17 +838,17 @@ def scipy_reference_fit(
     bounds = (lo.numpy(), up.numpy()) if method == "trf" else (-np.inf, np.inf)
     out = {"objective": np.empty(R), "theta": np.empty_like(th0), "nfev": np.zeros(R, int), "status": np.zeros(R, int)}
     for r in range(R):
-        Xr, Yr = Xt[r : r + 1], Yt[r].numpy()
+        # the same kernel as the batched fit, with its features built once per replicate
+        data_r = Design.build(model, Xt[r : r + 1], Yt[r : r + 1], chunk=n)
         x = np.clip(th0[r], bounds[0], bounds[1]) if method == "trf" else th0[r]
         nfev = 0
         for T in list(temperatures) + [None]:
 
             def fun(th, T=T):
-                f, _ = predict_and_jacobian(model, Xr, torch.from_numpy(th)[None], k, False, T)
-                return f[0].numpy() - Yr
+                return residual_and_jacobian(model, data_r, torch.from_numpy(th)[None], k, T, False)[0][0].numpy()
 
             def jac(th, T=T):
-                return predict_and_jacobian(model, Xr, torch.from_numpy(th)[None], k, True, T)[1][0].numpy()
+                return residual_and_jacobian(model, data_r, torch.from_numpy(th)[None], k, T, True)[1][0].numpy()
 
             if T is None:
                 kw = dict(ftol=ftol, xtol=xtol, gtol=gtol, max_nfev=max_nfev)
