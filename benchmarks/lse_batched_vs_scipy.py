@@ -13,11 +13,16 @@ residual and the same analytic Jacobian (the same kernel,
 :mod:`moestat.estimators.lse_kernel`, with its features built once per replicate), the same
 start, the same box, and the same procedure (for a Top-K gate: the smoothed continuation
 stages, then the hard gate with ftol = xtol = 1e-12, gtol = 1e-10); only the optimiser differs.
-Both get the same number of threads (``--threads``, default 2: the project's machine has two
-cores).  Each is timed ``--repeat`` times after one untimed warm-up call; the minimum is kept
-(the usual ``timeit`` convention: the minimum is the run least disturbed by the machine).
+The scipy loop runs on one thread -- torch and, through ``threadpoolctl``, numpy's BLAS, which
+scipy's trust-region solver calls for an SVD per iteration -- its fastest setting (with two BLAS
+threads it was 6-20 times slower on the project's machine, the more so when the other core was
+busy); the batched
+estimator is timed on one thread and on ``--threads`` (default 2: the project's machine has two
+cores).  Each timing is the minimum over ``--repeat`` runs after one untimed warm-up call (the
+usual ``timeit`` convention: the minimum is the run least disturbed by the machine).
 
-Output: ``speedup`` = scipy-loop seconds / batched seconds and ``max_rel_objective_gap`` =
+Output: ``speedup`` = scipy-loop seconds / batched seconds (batched on ``--threads``),
+``speedup_one_thread`` = the same with both on one thread, and ``max_rel_objective_gap`` =
 max over replicates of ``(obj_batched - obj_scipy) / obj_scipy`` (negative: batched lower),
 printed and written as JSON with ``--json PATH`` (for a list of ``n``, the JSON holds one
 record per ``n`` under ``"cells"`` and the first cell's figures at the top level).
@@ -37,6 +42,7 @@ import time
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 from moestat.cli import positive_int, run_main
 from moestat.estimators import LeastSquaresMoE, near_truth_init
@@ -65,6 +71,7 @@ def run_benchmark(
     init_scale: float = 0.05,
     repeat: int = 3,
     with_2point: bool = True,
+    threads: int = 2,
 ) -> dict:
     """Time both fits on the same data and starts; return the figures as a dict."""
     sc = make_scenario(router, "exact")
@@ -77,13 +84,22 @@ def run_benchmark(
     sparse = model.gate.k_active is not None and model.gate.k_active < sc.k_fit
     temps = AUTO_TEMPERATURES if sparse else ()
 
-    t_batched, est = _best_time(lambda: LeastSquaresMoE(model, sc.k_fit, box=sc.box).fit(X, Y, init=init), repeat)
-    t_scipy, ref = _best_time(
-        lambda: scipy_reference_fit(model, X, Y, init, sc.k_fit, box=sc.box, temperatures=temps), repeat
-    )
+    def batched():
+        return LeastSquaresMoE(model, sc.k_fit, box=sc.box).fit(X, Y, init=init)
+
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1):
+        t_scipy, ref = _best_time(
+            lambda: scipy_reference_fit(model, X, Y, init, sc.k_fit, box=sc.box, temperatures=temps), repeat
+        )
+    t_batched_1, est = _best_time(batched, repeat)
+    torch.set_num_threads(threads)
+    t_batched, est = _best_time(batched, repeat) if threads != 1 else (t_batched_1, est)
     gap = (est.objective_ - ref["objective"]) / ref["objective"]
     res = {
         "speedup": t_scipy / t_batched,
+        "speedup_one_thread": t_scipy / t_batched_1,
+        "batched_seconds_one_thread": t_batched_1,
         "max_rel_objective_gap": float(gap.max()),
         "median_rel_objective_gap": float(np.median(gap)),
         "min_rel_objective_gap": float(gap.min()),
@@ -97,9 +113,12 @@ def run_benchmark(
     if with_2point:
         # scipy as it is usually called (its own finite-difference Jacobian): a second, weaker
         # baseline, reported beside -- never instead of -- the analytic one above (one run).
-        t0 = time.perf_counter()
-        ref_fd = scipy_reference_fit(model, X, Y, init, sc.k_fit, box=sc.box, temperatures=temps, jac="2-point")
-        t_fd = time.perf_counter() - t0
+        torch.set_num_threads(1)
+        with threadpool_limits(limits=1):
+            t0 = time.perf_counter()
+            ref_fd = scipy_reference_fit(model, X, Y, init, sc.k_fit, box=sc.box, temperatures=temps, jac="2-point")
+            t_fd = time.perf_counter() - t0
+        torch.set_num_threads(threads)
         gap_fd = (est.objective_ - ref_fd["objective"]) / ref_fd["objective"]
         res.update(
             speedup_vs_scipy_2point=t_fd / t_batched,
@@ -119,7 +138,8 @@ def run_benchmark(
         "scipy.optimize.least_squares(method='trf') per replicate, same residual, analytic Jacobian "
         "(same kernel), start, box and continuation"
     )
-    res["threads"] = torch.get_num_threads()
+    res["threads"] = threads
+    res["scipy_threads"] = 1
     res["load_average_at_end"] = list(os.getloadavg())
     res["python"] = platform.python_version()
     res["torch"] = torch.__version__
@@ -144,16 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", default="2000", help="sample size, or a comma-separated list (default 2000)")
     p.add_argument("--reps", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=positive_int, default=2, help="torch threads for both methods (default 2)")
+    p.add_argument("--threads", type=positive_int, default=2, help="torch threads of the batched fit (default 2; also timed on 1)")
     p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per method; the minimum is kept")
     p.add_argument("--no-2point", action="store_true", help="skip the (slow) finite-difference scipy baseline")
     p.add_argument("--json", default=None, help="write the figures to this JSON file")
     args = p.parse_args(argv)
     ns = _n_list(args.n)
-    torch.set_num_threads(args.threads)
     cells = []
     for n in ns:
-        res = run_benchmark(args.router, n, args.reps, args.seed, repeat=args.repeat, with_2point=not args.no_2point)
+        res = run_benchmark(
+            args.router, n, args.reps, args.seed, repeat=args.repeat, with_2point=not args.no_2point, threads=args.threads
+        )
         cells.append(res)
         extra = ""
         if "speedup_vs_scipy_2point" in res:
@@ -162,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"speedup {res['speedup_vs_scipy_2point']:.2f}x]"
             )
         print(
-            f"{res['slice']['scenario']}, n={n}, R={args.reps}, threads={args.threads}: "
-            f"batched {res['batched_seconds']:.3f} s, scipy loop {res['scipy_loop_seconds']:.3f} s, "
-            f"speedup {res['speedup']:.2f}x, max relative objective gap {res['max_rel_objective_gap']:.3e} "
+            f"{res['slice']['scenario']}, n={n}, R={args.reps}: scipy loop (1 thread) "
+            f"{res['scipy_loop_seconds']:.3f} s; batched {res['batched_seconds_one_thread']:.3f} s on 1 thread "
+            f"({res['speedup_one_thread']:.2f}x), {res['batched_seconds']:.3f} s on {args.threads} "
+            f"({res['speedup']:.2f}x); max relative objective gap {res['max_rel_objective_gap']:.3e} "
             f"(min {res['min_rel_objective_gap']:.3e}); iterations mean {res['batched_iterations_mean']:.1f} "
             f"max {res['batched_iterations_max']} vs scipy nfev {res['scipy_nfev_mean']:.1f}{extra}; "
             f"load average {res['load_average_at_end'][0]:.1f}",

@@ -2,7 +2,10 @@
 
 ``R`` independent replicates ``(X_r, Y_r)`` are fitted in one call: every tensor carries a
 leading replicate axis, every replicate has its own damping, its own accept/reject decision and
-its own convergence test, and a replicate that has converged leaves the active set.
+its own convergence test, and a replicate that has converged leaves the working set (the
+arrays are compacted, so later iterations touch only the replicates still iterating).  The
+residual, ``J^T J`` and ``J^T r`` come from :mod:`moestat.estimators.lse_kernel`; a trial point
+costs one forward pass, ``J^T J`` is formed only where the step is accepted.
 
 Free parameters
 ---------------
@@ -25,8 +28,11 @@ piecewise-constant mask, so inside a selection region::
 
 with ``ds/dbeta1 = x`` (linear) and, for ``s = beta1^T x / ((|beta1|+t1)(|x|+t2))``,
 ``ds/dbeta1 = x / ((|b|+t1)(|x|+t2)) - (b^T x) b / (|b| (|b|+t1)^2 (|x|+t2))``; the vanilla
-cosine router is ``t1 = t2 = 0``.  ``tests/test_estimators_jacobian.py`` checks this against
-``torch.autograd``.
+cosine router is ``t1 = t2 = 0``.  With ``xs = x / (|x| + t2)`` (fixed by the data, computed
+once per fit) this is ``ds/dbeta1 = xs / (|b|+t1) - s b / (|b| (|b|+t1))``, the form the kernel
+uses.  The smoothed Top-K gate of the continuation adds the derivative of its mask (see
+:func:`predict_and_jacobian`).  ``tests/test_estimators_jacobian.py`` checks all of this against
+``torch.autograd`` (the smoothed gate against an independent sample-major implementation).
 
 The vanilla cosine router's flat direction
 ------------------------------------------

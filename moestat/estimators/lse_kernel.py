@@ -52,7 +52,8 @@ __all__ = [
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
 CHUNK_BYTES = 1 << 25
 # Keep the forward coefficients of all chunks only below this size (else recompute them).
-CACHE_BYTES = 1 << 28
+# n = 128000, R = 20, k = 3 needs 250 MB.
+CACHE_BYTES = 1 << 30
 
 
 def n_free_params(n_components: int, d: int) -> int:
@@ -244,7 +245,8 @@ def forward(
     sig, _ = _router_factors(model, beta1)
     K = model.gate.k_active
     T = temperature if (temperature is not None and K is not None and K < k) else None
-    keep = keep and (budget is None or 5 * R * k * data.n * theta.element_size() <= budget)
+    n_arrays = 5 if T is not None else 4  # u_b, (u_s,) v, s and r (~1/k of one)
+    keep = keep and (budget is None or n_arrays * R * k * data.n * theta.element_size() <= budget)
     F = theta.new_zeros(R)
     parts = ([], [], [], [], [])
     for xs, xe, y in zip(data.xs, data.xe, data.y):
