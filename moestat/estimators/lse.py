@@ -370,7 +370,8 @@ def levenberg_marquardt(
             else:
                 stay.append(j)
         if len(stay) < len(idx):
-            gone = [j for j in range(len(idx)) if j not in set(stay)]
+            kept = set(stay)
+            gone = [j for j in range(len(idx)) if j not in kept]
             gsel = torch.tensor(gone, dtype=torch.long, device=X.device)
             osel = torch.tensor([idx[j] for j in gone], dtype=torch.long, device=X.device)
             out_theta[osel], out_F[osel], out_g[osel] = theta[gsel], F[gsel], g[gsel]
