@@ -3,11 +3,13 @@
 Command line::
 
     python -m moestat.softmoe norm-target [--steps 3000 --seeds 5 --tokens 5x2,2x5 --experts 1,2,5,10 --out DIR]
-    python -m moestat.softmoe subsets --dataset digits|fashion-mnist|norm [--experts 4,8,16 --out DIR]
+    python -m moestat.softmoe subsets --dataset digits|fashion-mnist|norm [--arch conv|patch --experts 4,8,16
+                                      --split test|val --out DIR]
 
 Every function the commands run is importable: :func:`run_norm_target`, :func:`witness_check`,
 :func:`run_subsets`, :func:`evaluate_subsets`, :func:`fit_regressor`, :func:`fit_classifier`,
-:func:`load_digits_tokens`, :func:`load_fashion_mnist_tokens`.
+:func:`load_digits_images`, :func:`load_digits_tokens`, :func:`load_fashion_mnist_tokens`,
+:func:`validation_split`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from moestat.data.norm_target import (
 from moestat.data.realdata import find_idx_files, read_idx
 from moestat.io import atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.softmoe import (
+    ConvSoftMoEClassifier,
     SoftMoEClassifier,
     SoftMoERegressor,
     make_generator,
@@ -57,7 +60,9 @@ __all__ = [
     "norm_target_table",
     "plot_norm_target",
     "plot_witness",
+    "load_digits_images",
     "load_digits_tokens",
+    "validation_split",
     "read_idx",
     "load_fashion_mnist_tokens",
     "evaluate_subsets",
@@ -144,9 +149,9 @@ def fit_classifier(model: SoftMoEClassifier, X: torch.Tensor, y: torch.Tensor, e
 
     Parameters
     ----------
-    model : SoftMoEClassifier
-    X : Tensor ``[N, m, d]``
-        Tokens (on the model's device).
+    model : SoftMoEClassifier or ConvSoftMoEClassifier
+    X : Tensor
+        Model inputs (tokens ``[N, m, d]`` or images ``[N, H, W]``) on the model's device.
     y : LongTensor ``[N]``
     epochs, batch_size : int
     lr : float
@@ -409,6 +414,30 @@ def plot_witness(result: dict, path: str | os.PathLike) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 
 
+def load_digits_images(test_size: float = 0.25, random_state: int = 0):
+    """scikit-learn's 8x8 digits, pixels scaled to [0, 1], split into stratified train and test parts.
+
+    Parameters
+    ----------
+    test_size : float
+        Stratified test fraction.
+    random_state : int
+        Seed of the split.
+
+    Returns
+    -------
+    (X_train, y_train, X_test, y_test) : tensors; X of shape ``[N, 8, 8]``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    ds = load_digits()
+    imgs = torch.tensor(ds.images / 16.0, dtype=torch.float32)
+    y = torch.tensor(ds.target, dtype=torch.long)
+    itr, ite = train_test_split(np.arange(len(y)), test_size=test_size, stratify=ds.target, random_state=random_state)
+    return imgs[itr], y[itr], imgs[ite], y[ite]
+
+
 def load_digits_tokens(patch: int = 4, test_size: float = 0.25, random_state: int = 0):
     """scikit-learn's 8x8 digits as ``(64 / patch^2)`` patch tokens, pixels scaled to [0, 1].
 
@@ -420,21 +449,38 @@ def load_digits_tokens(patch: int = 4, test_size: float = 0.25, random_state: in
     test_size : float
         Stratified test fraction.
     random_state : int
-        Seed of the split.
+        Seed of the split (the same split as :func:`load_digits_images`).
 
     Returns
     -------
     (X_train, y_train, X_test, y_test) : tensors; X of shape ``[N, m, patch^2]``.
     """
-    from sklearn.datasets import load_digits
+    Xtr, ytr, Xte, yte = load_digits_images(test_size, random_state)
+    return patch_tokenize(Xtr, patch), ytr, patch_tokenize(Xte, patch), yte
+
+
+def validation_split(X: torch.Tensor, y: torch.Tensor, size: float | int = 0.25, random_state: int = 0):
+    """Carve a stratified validation set out of a training set (the test set is never touched).
+
+    Parameters
+    ----------
+    X : Tensor ``[N, ...]``
+    y : LongTensor ``[N]``
+    size : float or int
+        Validation fraction (float) or count (int).
+    random_state : int
+        Seed of the split.
+
+    Returns
+    -------
+    (X_fit, y_fit, X_val, y_val)
+    """
     from sklearn.model_selection import train_test_split
 
-    ds = load_digits()
-    imgs = torch.tensor(ds.images / 16.0, dtype=torch.float32)
-    X = patch_tokenize(imgs, patch)
-    y = torch.tensor(ds.target, dtype=torch.long)
-    itr, ite = train_test_split(np.arange(len(y)), test_size=test_size, stratify=ds.target, random_state=random_state)
-    return X[itr], y[itr], X[ite], y[ite]
+    labels = y.cpu().numpy()
+    ifit, ival = train_test_split(np.arange(len(labels)), test_size=size, stratify=labels, random_state=random_state)
+    ifit, ival = torch.from_numpy(ifit), torch.from_numpy(ival)
+    return X[ifit], y[ifit], X[ival], y[ival]
 
 
 def load_fashion_mnist_tokens(path: str | os.PathLike | None = None, patch: int = 14):
@@ -475,10 +521,12 @@ def evaluate_subsets(model, X: torch.Tensor, y: torch.Tensor, ks: Sequence[int],
 
     Parameters
     ----------
-    model : SoftMoEClassifier or SoftMoERegressor
-        Trained model with a linear (or summation) head.
+    model : SoftMoEClassifier, ConvSoftMoEClassifier or SoftMoERegressor
+        Trained model with a linear (or summation) head; ``model.tokens(X)`` is the input of its
+        Soft MoE layer ``model.layer``.
     X : Tensor
-        Inputs (tokens ``[N, m, d]`` for the classifier, vectors ``[N, m d]`` for the regressor).
+        Inputs (tokens ``[N, m, d]`` for the patch classifier, images ``[N, H, W]`` for the conv
+        classifier, vectors ``[N, m d]`` for the regressor).
     y : Tensor ``[N]``
     ks : sequence of int
         Subset sizes.
@@ -507,7 +555,7 @@ def evaluate_subsets(model, X: torch.Tensor, y: torch.Tensor, ks: Sequence[int],
             c, b = model.expert_contributions(X[i:i + batch_size])
             parts.append(c)
             biases = b
-            tok = model.tokens(X[i:i + batch_size]) if is_reg else X[i:i + batch_size]
+            tok = model.tokens(X[i:i + batch_size])  # the Soft MoE layer's input
             csums.append(combine_sum(model.layer.combine_weights(tok), n))
         contrib, csum = torch.cat(parts), torch.cat(csums)
 
@@ -531,7 +579,7 @@ def evaluate_subsets(model, X: torch.Tensor, y: torch.Tensor, ks: Sequence[int],
             idx = torch.topk(csum, k, dim=-1).indices
             # the compute-saving path (only k experts evaluated) on a slice, to check it matches
             xs = X[: min(256, X.shape[0])]
-            sel = algorithm1_select(model.layer, model.tokens(xs) if is_reg else xs, k)
+            sel = algorithm1_select(model.layer, model.tokens(xs), k)
             direct = model(xs, experts_idx=sel)
             via = subset_predictions(contrib[: xs.shape[0]], biases, idx[: xs.shape[0]])
             via = via[:, 0] if is_reg else via
@@ -576,14 +624,16 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
                 steps: int = 3000, batch_size: int | None = None, lr: float = 1e-3, budget_factor: float | None = None,
                 patch: int | None = None, tokens: str = "5x2", data_path: str | None = None,
                 max_exhaustive: int = 5000, random_state: int = 0, device: str = "cpu",
-                normalize: bool = False, progress: bool | None = None) -> dict:
+                normalize: bool = False, progress: bool | None = None, arch: str | None = None,
+                channels: Sequence[int] = (32, 64), grid: int = 3, token_norm: bool = True,
+                split: str = "test") -> dict:
     """Train Soft MoE models for several ``n`` and evaluate Algorithm 1 (seed 002 Sections 4.2-4.4).
 
     Parameters
     ----------
     dataset : {"digits", "fashion-mnist", "norm"}
-        ``digits``: scikit-learn's 8x8 digits, 4 tokens of 4x4; ``fashion-mnist``: IDX files,
-        4 tokens of 14x14 (the paper's MNIST model); ``norm``: the ``||X||`` regressor.
+        ``digits``: scikit-learn's 8x8 digits; ``fashion-mnist``: IDX files; ``norm``: the
+        ``||X||`` regressor.
     experts : sequence of int
     k_fracs : sequence of int
         ``k = n / f`` for each ``f`` that divides ``n`` (ignored when ``ks`` is given).
@@ -601,10 +651,10 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
         Default 64 (digits), 256 (Fashion-MNIST, paper's MNIST value), 256 (norm).
     lr : float
     budget_factor : float, optional
-        Expert width ``c d / n``: default 16 (digits, d=16), 4 (Fashion-MNIST, the paper's MNIST
-        value), 16 (norm).
+        Expert width ``c d / n``: default 16 (digits patch model, d=16), 4 (conv model, d=64;
+        Fashion-MNIST patch model, the paper's MNIST value), 16 (norm).
     patch : int, optional
-        Patch side (default 4 for digits, 14 for Fashion-MNIST).
+        Patch side of the patch model (default 4 for digits, 14 for Fashion-MNIST).
     tokens : str
         Tokenisation for ``norm``.
     data_path : str, optional
@@ -616,6 +666,23 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
         Puigcerver et al.'s normalised router (off in seed 002).
     progress : bool, optional
         tqdm progress bar (None: only on a TTY).
+    arch : {"conv", "patch"}, optional
+        Classifier: ``patch`` is :class:`~moestat.nn.softmoe.SoftMoEClassifier` (patch tokens ->
+        Soft MoE -> linear head, the paper's MNIST model); ``conv`` is
+        :class:`~moestat.nn.softmoe.ConvSoftMoEClassifier` (conv stem -> ``grid^2`` tokens ->
+        LayerNorm -> Soft MoE without residual -> linear head, after the paper's CIFAR-10 model).
+        Default ``conv`` for digits, ``patch`` for Fashion-MNIST; not used for ``norm``.
+    channels : sequence of int
+        Conv stem channels (the last is the token dimension).
+    grid : int
+        Conv model: ``grid^2`` tokens.
+    token_norm : bool
+        Conv model: LayerNorm on the tokens before the Soft MoE layer.
+    split : {"test", "val"}
+        Evaluate on the test split, or on a stratified validation split carved out of the
+        training split (25% for digits, 10,000 images for Fashion-MNIST, a fresh sample for
+        ``norm``) with the models trained on the rest; use ``val`` to choose settings, so that
+        the test split is used only once.
 
     Returns
     -------
@@ -625,23 +692,45 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
 
     if dataset not in ("digits", "fashion-mnist", "norm"):
         raise ValueError(f"dataset must be 'digits', 'fashion-mnist' or 'norm', got {dataset!r}")
-    dev = _device(device)
+    if split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val', got {split!r}")
     task = "regression" if dataset == "norm" else "classification"
+    if arch is None:
+        arch = {"digits": "conv", "fashion-mnist": "patch", "norm": None}[dataset]
+    elif task == "regression":
+        raise ValueError("arch applies to the image datasets only, not to dataset 'norm'")
+    elif arch not in ("conv", "patch"):
+        raise ValueError(f"arch must be 'conv' or 'patch', got {arch!r}")
+    channels = [int(c) for c in channels]
+    if not channels or min(channels) < 1 or int(grid) < 1:
+        raise ValueError(f"channels and grid must be positive, got {channels!r} and {grid!r}")
+    dev = _device(device)
     defaults = {"digits": (60, 64, 16.0, 4), "fashion-mnist": (5, 256, 4.0, 14), "norm": (None, 256, 16.0, None)}[dataset]
     epochs = defaults[0] if epochs is None else epochs
     batch_size = defaults[1] if batch_size is None else batch_size
-    budget_factor = defaults[2] if budget_factor is None else budget_factor
-    patch = defaults[3] if patch is None else patch
+    if budget_factor is None:
+        budget_factor = 4.0 if arch == "conv" else defaults[2]
+    patch = (defaults[3] if patch is None else patch) if arch == "patch" else None
     master = _seeds(random_state, 3)
     if dataset == "digits":
-        Xtr, ytr, Xte, yte = load_digits_tokens(patch, random_state=master[0] % (2**32))
+        if arch == "patch":
+            Xtr, ytr, Xte, yte = load_digits_tokens(patch, random_state=master[0] % (2**32))
+        else:
+            Xtr, ytr, Xte, yte = load_digits_images(random_state=master[0] % (2**32))
     elif dataset == "fashion-mnist":
-        Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(data_path, patch)
+        if arch == "patch":
+            Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(data_path, patch)
+        else:  # one 28x28 "patch" is the image in raster order
+            Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(data_path, 28)
+            Xtr, Xte = Xtr.reshape(-1, 28, 28), Xte.reshape(-1, 28, 28)
     else:
         m, d = parse_tokenisation(tokens)
         if m * d != 10:
             raise ValueError(f"tokens {tokens!r} must multiply to 10")
-        Xte, yte = sample_norm_target(10000, make_generator(master[0]))
+        # validation: an independent fresh sample, from the third master seed
+        Xte, yte = sample_norm_target(10000, make_generator(master[2] if split == "val" else master[0]))
+    if split == "val" and task == "classification":
+        Xtr, ytr, Xte, yte = validation_split(Xtr, ytr, 0.25 if dataset == "digits" else 10000, master[2] % (2**32))
     Xte, yte = Xte.to(dev), yte.to(dev)
     rows, models = [], []
     seeds = _seeds(master[1], model_seeds)
@@ -659,12 +748,18 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
             base = evaluate_mse(model, Xte, yte)
             d_tok, hidden = d, model.layer.experts.hidden
         else:
-            model = SoftMoEClassifier(Xtr.shape[1], Xtr.shape[2], n, int(ytr.max()) + 1, budget_factor=budget_factor,
-                                      random_state=s_init, normalize=normalize).to(dev)
+            n_classes = int(ytr.max()) + 1
+            if arch == "conv":
+                model = ConvSoftMoEClassifier(n, n_classes, channels=channels, grid=grid, budget_factor=budget_factor,
+                                              token_norm=token_norm, random_state=s_init, normalize=normalize).to(dev)
+            else:
+                model = SoftMoEClassifier(Xtr.shape[1], Xtr.shape[2], n, n_classes, budget_factor=budget_factor,
+                                          random_state=s_init, normalize=normalize).to(dev)
             fit_classifier(model, Xtr.to(dev), ytr.to(dev), epochs, batch_size, lr, random_state=s_train)
+            model.eval()
             with torch.no_grad():
                 base = float((model(Xte).argmax(-1) == yte).float().mean())
-            d_tok, hidden = Xtr.shape[2], model.layer.experts.hidden
+            d_tok, hidden = model.layer.d, model.layer.experts.hidden
         secs = time.perf_counter() - t0
         models.append({"n_experts": n, "seed_index": si, "seed": s, "hidden": hidden, "test_metric": base,
                        "expert_weights": model.layer.experts.n_weights(), "train_seconds": secs})
@@ -676,7 +771,9 @@ def run_subsets(dataset: str = "digits", experts: Sequence[int] = (4, 8, 16), k_
                   steps=steps if task == "regression" else None, batch_size=batch_size, lr=lr,
                   budget_factor=budget_factor, patch=patch if task == "classification" else None,
                   tokens=tokens if task == "regression" else None, random_state=random_state, device=str(dev), normalize=normalize,
-                  n_train=int(Xtr.shape[0]) if task == "classification" else None, n_test=int(Xte.shape[0]))
+                  n_train=int(Xtr.shape[0]) if task == "classification" else None, n_test=int(Xte.shape[0]),
+                  arch=arch, channels=channels if arch == "conv" else None, grid=int(grid) if arch == "conv" else None,
+                  token_norm=bool(token_norm) if arch == "conv" else None, split=split)
     return {"config": config, "models": models, "rows": rows}
 
 
@@ -726,8 +823,18 @@ def _build_parser() -> ArgumentParser:
     a.add_argument("--out", default="results/softmoe-norm-target", help="output folder")
     b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
                        description="Seed 002 Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\nExample:\n"
-                                   "  python -m moestat.softmoe subsets --dataset digits --experts 4,8,16 --out results/digits")
+                                   "  python -m moestat.softmoe subsets --dataset digits --experts 4,8,16 --model-seeds 5 --out results/digits")
     b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits")
+    b.add_argument("--arch", choices=("conv", "patch"), default=None,
+                   help="classifier: conv stem -> 9 tokens -> LayerNorm -> Soft MoE (no residual) -> linear head, or "
+                        "patch tokens -> Soft MoE -> linear head (the paper's MNIST model); default conv for digits, "
+                        "patch for fashion-mnist")
+    b.add_argument("--channels", type=int_list, default=[32, 64], help="conv stem channels (default 32,64)")
+    b.add_argument("--grid", type=positive_int, default=3, help="conv model: grid x grid tokens (default 3)")
+    b.add_argument("--no-token-norm", action="store_true", help="conv model: no LayerNorm before the Soft MoE layer")
+    b.add_argument("--split", choices=("test", "val"), default="test",
+                   help="evaluate on the test split, or on a validation split carved from the training split "
+                        "(for choosing settings; default test)")
     b.add_argument("--experts", type=int_list, default=[4, 8, 16])
     b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
     b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
@@ -791,7 +898,10 @@ def _write_subset_outputs(result: dict, out: Path) -> None:
             ("oracle", "{oracle:.4f}"), ("% retained" + (" (R2)" if reg else ""), "{pct_retained:.1f} +- {pct_retained_sd:.1f}"),
             ("random % retained", "{random_pct_retained:.1f}"), ("z", "{z:.1f} +- {z_sd:.1f}"),
             ("C_sum share", "{csum_share:.3f}"), ("evals saved", "{evals_saved:.3f}")]
-    text = _table_rst(table, cols)
+    cfg = result["config"]
+    what = f"dataset {cfg['dataset']}" + (f", arch {cfg.get('arch')}" if cfg.get("arch") else "") + \
+        f", split {cfg.get('split', 'test')}, {cfg['model_seeds']} model(s) per n, evaluated on {cfg['n_test']} points"
+    text = what + "\n\n" + _table_rst(table, cols)
     per = [("n", "n_experts"), ("k", "k"), ("seed", "seed_index"), ("full", "{full:.4f}"), ("Alg.1", "{alg1:.4f}"),
            ("random", "{random_mean:.4f} +- {random_sd:.4f}"), ("oracle", "{oracle:.4f}"), ("% retained", "{pct_retained:.1f}"),
            ("z", "{z:.1f}")]
@@ -825,13 +935,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     _device(args.device)
     if args.dataset == "norm":
         parse_tokenisation(args.tokens)
+        if args.arch is not None:
+            raise ValueError("--arch applies to the image datasets only, not to --dataset norm")
+    elif (args.arch or ("conv" if args.dataset == "digits" else "patch")) == "conv" and args.patch is not None:
+        raise ValueError("--patch applies to --arch patch only (the conv model's tokens come from --grid)")
     if args.dataset == "fashion-mnist":
         find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
     out = ensure_writable_dir(args.out)
     result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
                          args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,
                          args.data_path, args.max_exhaustive, args.random_state, args.device,
-                         normalize=args.normalize)
+                         normalize=args.normalize, arch=args.arch, channels=args.channels, grid=args.grid,
+                         token_norm=not args.no_token_norm, split=args.split)
     if not result["rows"]:
         raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
     _write_subset_outputs(result, out)

@@ -24,6 +24,12 @@ Experts are two-layer MLPs ``d -> h -> d`` whose hidden width follows a total-pa
 ``4`` for its MNIST models).  The expert weights of all ``n`` experts are stored as stacked
 tensors so that a forward pass over all experts, or over a per-example subset of ``k`` experts
 (Algorithm 1), is a single batched ``einsum``.
+
+Three small models wrap the layer: :class:`SoftMoERegressor` (the ``||X||`` experiment,
+Appendix B), :class:`SoftMoEClassifier` (patch tokens, the paper's MNIST model) and
+:class:`ConvSoftMoEClassifier` (conv stem -> 9 tokens -> LayerNorm -> Soft MoE without residual,
+after the paper's CIFAR-10 model).  All three have linear (or summation) heads, so the output of
+any expert subset is a sum of per-expert contributions (``expert_contributions``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ __all__ = [
     "SoftMoEOutput",
     "SoftMoERegressor",
     "SoftMoEClassifier",
+    "ConvSoftMoEClassifier",
     "make_generator",
 ]
 
@@ -506,7 +513,8 @@ class SoftMoE(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# two small models: the ||X|| regressor (Appendix B) and a patch classifier (Section 4.2)
+# small models: the ||X|| regressor (Appendix B), a patch classifier (Section 4.2) and a conv-stem
+# classifier (an analogue of the CIFAR-10 model of Appendix D.2)
 # --------------------------------------------------------------------------------------------
 
 
@@ -562,14 +570,14 @@ class SoftMoEClassifier(nn.Module):
     n_classes : int
     budget_factor : float
         Expert width ``budget_factor * d / n`` (4 for the paper's MNIST models).
-    random_state : int
-        Seed for the layer and the head.
+    random_state : int or torch.Generator
+        Seed (or generator) for the layer and the head.
     **layer_kwargs
         Passed to :class:`SoftMoE`.
     """
 
     def __init__(self, m: int, d: int, n_experts: int, n_classes: int, budget_factor: float = 4.0,
-                 random_state: int = 0, **layer_kwargs) -> None:
+                 random_state: int | torch.Generator = 0, **layer_kwargs) -> None:
         super().__init__()
         self.m, self.d, self.n_classes = int(m), int(d), int(n_classes)
         g = make_generator(random_state)
@@ -585,13 +593,105 @@ class SoftMoEClassifier(nn.Module):
         """Number of experts."""
         return self.layer.n_experts
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits ``[b, n_classes]`` for tokens ``[b, m, d]``."""
-        out = self.layer(x, keep=keep, experts_idx=experts_idx)
+    def tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """The Soft MoE layer's input: the patch tokens ``[b, m, d]`` themselves."""
+        return x
+
+    def readout(self, out: torch.Tensor) -> torch.Tensor:
+        """Linear head on the flattened layer output ``[b, m, d] -> [b, n_classes]``."""
         return self.head(out.flatten(1))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[b, n_classes]``; ``keep`` / ``experts_idx`` select experts as in :meth:`SoftMoE.forward`."""
+        return self.readout(self.layer(self.tokens(x), keep=keep, experts_idx=experts_idx))
 
     def expert_contributions(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(contrib [b, n, classes], bias [classes])``; logits of subset ``S`` are
         ``bias + sum_{j in S} contrib[:, j]`` because the head is linear."""
-        c = self.layer.expert_contributions(x)  # [b, n, m, d]
+        c = self.layer.expert_contributions(self.tokens(x))  # [b, n, m, d]
         return c.flatten(2) @ self.head.weight.T, self.head.bias
+
+
+class ConvSoftMoEClassifier(SoftMoEClassifier):
+    """Conv stem -> tokens -> LayerNorm -> Soft MoE (no residual) -> flatten -> linear head.
+
+    A small analogue of seed 002's CIFAR-10 model (Appendix D.2): there a convolutional backbone
+    turns each image into a ``3 x 3`` grid of 768-channel features, i.e. 9 tokens, which go through
+    pre-norm transformer blocks whose FFNs are replaced by Soft MoE layers **without** the residual
+    connection around them.  Here the stem is ``len(channels)`` convolutions ``3 x 3`` (padding 1,
+    ReLU) followed by adaptive average pooling to a ``grid x grid`` map, whose cells are the
+    ``m = grid^2`` tokens of dimension ``d = channels[-1]``; a LayerNorm over the channels (the
+    pre-norm of the transformer block, ``token_norm=True``) feeds one :class:`SoftMoE` layer, and
+    its output is flattened into a linear head.  There is no attention block.
+
+    The head is linear in the layer's output, so the logits of any expert subset are sums of
+    per-expert contributions (:meth:`expert_contributions`), as for :class:`SoftMoEClassifier`.
+
+    Parameters
+    ----------
+    n_experts : int
+    n_classes : int
+    in_channels : int
+        Image channels (1 for digits and Fashion-MNIST); inputs ``[b, H, W]`` are read as one channel.
+    channels : sequence of int
+        Output channels of the stem convolutions; the last one is the token dimension ``d``.
+    grid : int
+        Side of the pooled feature map: ``m = grid^2`` tokens.
+    budget_factor : float
+        Expert width ``budget_factor * d / n`` (:func:`budget_hidden_width`): the expert weight
+        count ``2 * budget_factor * d^2`` does not depend on ``n``.
+    token_norm : bool
+        LayerNorm (with affine parameters) on the tokens before the Soft MoE layer.
+    random_state : int or torch.Generator
+        Seed of every initial weight (stem, layer, head).
+    **layer_kwargs
+        Passed to :class:`SoftMoE` (e.g. ``normalize``, ``slots_per_expert``).
+
+    Examples
+    --------
+    >>> model = ConvSoftMoEClassifier(n_experts=8, n_classes=10, random_state=0)
+    >>> model.tokens(torch.zeros(2, 8, 8)).shape
+    torch.Size([2, 9, 64])
+    >>> model(torch.zeros(2, 8, 8)).shape
+    torch.Size([2, 10])
+    """
+
+    def __init__(self, n_experts: int, n_classes: int, in_channels: int = 1, channels: tuple[int, ...] = (32, 64),
+                 grid: int = 3, budget_factor: float = 4.0, token_norm: bool = True,
+                 random_state: int | torch.Generator = 0, **layer_kwargs) -> None:
+        channels = tuple(int(c) for c in channels)
+        if not channels or min(channels) < 1:
+            raise ValueError(f"channels must be a non-empty sequence of positive integers, got {channels!r}")
+        for name, v in (("in_channels", in_channels), ("grid", grid), ("n_classes", n_classes)):
+            if int(v) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        g = make_generator(random_state)
+        # the stem draws first, then the layer and the head (the base class), all from ``g``
+        convs, c_in = [], int(in_channels)
+        for c_out in channels:
+            conv = nn.Conv2d(c_in, c_out, 3, padding=1)
+            bound = 1 / math.sqrt(c_in * 9)  # nn.Conv2d's default bound, drawn from our generator
+            with torch.no_grad():
+                conv.weight.uniform_(-bound, bound, generator=g)
+                conv.bias.uniform_(-bound, bound, generator=g)
+            convs += [conv, nn.ReLU()]
+            c_in = c_out
+        super().__init__(int(grid) ** 2, channels[-1], n_experts, n_classes, budget_factor, random_state=g, **layer_kwargs)
+        self.in_channels, self.grid = int(in_channels), int(grid)
+        self.stem = nn.Sequential(*convs, nn.AdaptiveAvgPool2d(self.grid))
+        self.token_norm = nn.LayerNorm(self.d) if token_norm else nn.Identity()
+
+    def tokens(self, images: torch.Tensor) -> torch.Tensor:
+        """The Soft MoE layer's input: ``[b, H, W]`` or ``[b, C, H, W]`` images -> ``[b, grid^2, d]``.
+
+        Tokens are the cells of the pooled feature map in raster order, after the LayerNorm.
+        """
+        if not isinstance(images, torch.Tensor):
+            raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
+        if images.dim() == 3 and self.in_channels == 1:
+            images = images.unsqueeze(1)
+        if images.dim() != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(f"images must have shape [b, {self.in_channels}, H, W]"
+                             + (" or [b, H, W]" if self.in_channels == 1 else "") + f", got {tuple(images.shape)}")
+        f = self.stem(images)  # [b, d, grid, grid]
+        return self.token_norm(f.flatten(2).transpose(1, 2))
