@@ -56,7 +56,7 @@ from ..gates import gate_weights, safe_norm
 from ..mixing import MixingMeasure, ParameterBox
 from ..model import MoEModel
 from .init import random_init
-from .lse_kernel import Design, gauss_newton, n_free_params, residual_and_jacobian, score_taus
+from .lse_kernel import Design, gauss_newton, n_free_params, residual_and_jacobian, score_taus, unpack_params
 from .lse_kernel import evaluate as kernel_evaluate
 from .lse_kernel import forward as kernel_forward
 
@@ -93,20 +93,6 @@ def pack_params(G: MixingMeasure) -> torch.Tensor:
     return torch.cat(
         [G.beta0[:, :-1], G.beta1[:, :-1, :].reshape(R, -1), G.eta.reshape(R, -1)], dim=1
     )
-
-
-def unpack_params(theta: torch.Tensor, n_components: int, d: int):
-    """Inverse of :func:`pack_params`: ``(beta0 [R,k], beta1 [R,k,d], eta [R,k,d+1])``.
-
-    The reference atom's router is filled with zeros (A.3).
-    """
-    R, k = theta.shape[0], n_components
-    i0, i1 = k - 1, (k - 1) * (d + 1)
-    zero = theta.new_zeros(R, 1)
-    beta0 = torch.cat([theta[:, :i0], zero], dim=1)
-    beta1 = torch.cat([theta[:, i0:i1].reshape(R, k - 1, d), theta.new_zeros(R, 1, d)], dim=1)
-    eta = theta[:, i1:].reshape(R, k, d + 1)
-    return beta0, beta1, eta
 
 
 def _box_bounds(box: ParameterBox, k: int, d: int, device, dtype):

@@ -47,6 +47,7 @@ __all__ = [
     "n_free_params",
     "residual_and_jacobian",
     "router_coefficients",
+    "unpack_params",
 ]
 
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
@@ -165,8 +166,13 @@ class ForwardCache:
         return ForwardCache(pick(self.u_b), pick(self.u_s), pick(self.v), pick(self.s), pick(self.r))
 
 
-def _unpack(theta: torch.Tensor, k: int, d: int):
-    R = theta.shape[0]
+def unpack_params(theta: torch.Tensor, n_components: int, d: int):
+    """Free-parameter vectors ``[R, P]`` to ``(beta0 [R,k], beta1 [R,k,d], eta [R,k,d+1])``.
+
+    The reference atom's router is filled with zeros (A.3); the inverse is
+    :func:`moestat.estimators.lse.pack_params`.
+    """
+    R, k = theta.shape[0], n_components
     i0, i1 = k - 1, (k - 1) * (d + 1)
     beta0 = torch.cat([theta[:, :i0], theta.new_zeros(R, 1)], dim=1)
     beta1 = torch.cat([theta[:, i0:i1].reshape(R, k - 1, d), theta.new_zeros(R, 1, d)], dim=1)
@@ -193,7 +199,8 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
     z = eta @ xe  # [R, k, c]
     h, dh = model.expert.phi_and_dphi(z)
     if temperature is not None:
-        # smoothed Top-K (lse._soft_topk_parts has the derivation): mask sigmoid((s - t)/T)
+        # smoothed Top-K: mask m = sigmoid((s - t)/T), t the midpoint of the K-th and (K+1)-th
+        # scores; u_s adds the mask's derivative through s and through t (two scores move t)
         top = torch.topk(s, K + 1, dim=1)
         thr = 0.5 * (top.values[:, K - 1] + top.values[:, K])  # [R, c]
         m = torch.sigmoid((s - thr.unsqueeze(1)) / temperature)
@@ -224,6 +231,23 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
     return f, (u_b, u_s, w * dh, s)
 
 
+def _forward_setup(model, data: Design, theta, k: int, temperature):
+    """Parameters, score scale, ``K`` and the effective temperature of a forward pass."""
+    beta0, beta1, eta = unpack_params(theta, k, data.xs[0].shape[1])
+    sig, _ = _router_factors(model, beta1)
+    K = model.gate.k_active
+    T = temperature if (temperature is not None and K is not None and K < k) else None
+    return beta0, beta1, eta, sig, K, T
+
+
+def _residuals(model, data: Design, theta, k: int, temperature) -> torch.Tensor:
+    """Residuals ``[R, n]`` (chunks concatenated), no Jacobian coefficients."""
+    beta0, beta1, eta, sig, K, T = _forward_setup(model, data, theta, k, temperature)
+    r = [_chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, T, False)[0] - y
+         for xs, xe, y in zip(data.xs, data.xe, data.y)]
+    return r[0] if len(r) == 1 else torch.cat(r, dim=-1)
+
+
 def forward(
     model: MoEModel,
     data: Design,
@@ -239,12 +263,8 @@ def forward(
     The cache is dropped (``None``) when it would exceed ``budget`` bytes.
     """
     k = n_components
-    d = data.xs[0].shape[1]
     R = theta.shape[0]
-    beta0, beta1, eta = _unpack(theta, k, d)
-    sig, _ = _router_factors(model, beta1)
-    K = model.gate.k_active
-    T = temperature if (temperature is not None and K is not None and K < k) else None
+    beta0, beta1, eta, sig, K, T = _forward_setup(model, data, theta, k, temperature)
     n_arrays = 5 if T is not None else 4  # u_b, (u_s,) v, s and r (~1/k of one)
     keep = keep and (budget is None or n_arrays * R * k * data.n * theta.element_size() <= budget)
     F = theta.new_zeros(R)
@@ -319,7 +339,7 @@ def gauss_newton(
         cache = forward(model, data, theta, k, temperature, keep=True)[1]
         if cache is None:  # too large to keep as a whole: one chunk at a time
             return _gauss_newton_chunked(model, data, theta, k, temperature)
-    _, beta1, _ = _unpack(theta, k, d)
+    _, beta1, _ = unpack_params(theta, k, d)
     sig, cb = score_derivative_factors(model, beta1, k)
     P = n_free_params(k, d)
     i0, i1 = k - 1, (k - 1) * (d + 1)
@@ -362,11 +382,11 @@ def residual_and_jacobian(model, data: Design, theta, n_components: int, tempera
     if len(data.xs) != 1:
         raise ValueError("residual_and_jacobian needs a one-chunk Design (chunk=n)")
     k = n_components
+    if not jacobian:  # scipy's ``fun``: the forward pass without the Jacobian's coefficients
+        return _residuals(model, data, theta, k, temperature), None
     _, cache = forward(model, data, theta, k, temperature, keep=True, budget=None)
     r = cache.r[0]
-    if not jacobian:
-        return r, None
-    _, beta1, _ = _unpack(theta, k, data.xs[0].shape[1])
+    _, beta1, _ = unpack_params(theta, k, data.xs[0].shape[1])
     sig, cb = score_derivative_factors(model, beta1, k)
     a, us = router_coefficients(cache.u_s[0], cache.s[0], sig, cb, k)
     Jt = jacobian_t(data.xs[0], data.xe[0], cache.u_b[0], a, us, cache.v[0], cb, k)
