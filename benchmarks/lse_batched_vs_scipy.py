@@ -44,12 +44,12 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from moestat.cli import positive_int, run_main
+from moestat.cli.common import positive_int, run_main
 from moestat.estimators import LeastSquaresMoE, near_truth_init
 from moestat.estimators.lse import AUTO_TEMPERATURES, scipy_reference_fit
 from moestat.io import atomic_write_json
-from moestat.mixing import MixingMeasure
-from moestat.scenarios import ROUTERS, make_scenario
+from moestat.model.mixing import MixingMeasure
+from moestat.data.synthetic import ROUTERS, make_scenario
 
 
 def _best_time(fn, repeat: int):
@@ -157,7 +157,7 @@ def _n_list(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from moestat.cli import ArgumentParser
+    from moestat.cli.common import ArgumentParser
 
     p = ArgumentParser(prog="python benchmarks/lse_batched_vs_scipy.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--router", choices=ROUTERS, default="perturbed")

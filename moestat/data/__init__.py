@@ -1,1 +1,1 @@
-"""Data: toy generators and real-data loaders (IDX files, scikit-learn digits)."""
+"""Data: synthetic MoE scenarios, the thesis's toy generators, the ||X||_2 target, image loaders."""

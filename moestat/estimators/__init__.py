@@ -4,17 +4,17 @@
 :mod:`moestat.estimators.em` is importable.
 """
 
-from .init import near_truth_init, random_init
-from .lse import LeastSquaresMoE
-from .null import NullEstimator
-from .sgd import SGDMoE
+from moestat.estimators.starts import near_truth_init, random_init
+from moestat.estimators.lse import LeastSquaresMoE
+from moestat.estimators.null import NullEstimator
+from moestat.estimators.sgd import SGDMoE
 
 __all__ = ["LeastSquaresMoE", "SGDMoE", "NullEstimator", "near_truth_init", "random_init", "ESTIMATORS"]
 
 ESTIMATORS = {"lse": LeastSquaresMoE, "sgd": SGDMoE, "null": NullEstimator}
 
 try:  # optional: written separately
-    from .em import EMGaussianMoE  # noqa: F401
+    from moestat.estimators.em import EMGaussianMoE  # noqa: F401
 except ImportError:  # pragma: no cover - depends on whether em.py exists yet
     pass
 else:

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp, softmax
 
-from moestat.experts import Expert
-from moestat.gates import Gate
-from moestat.mixing import MixingMeasure
-from moestat.model import MoEModel
+from moestat.model.experts import Expert
+from moestat.model.gates import Gate
+from moestat.model.mixing import MixingMeasure
+from moestat.model.regression import MoEModel
 
 __all__ = ["EMGaussianMoE"]
 
@@ -46,7 +46,7 @@ _LOG2PI = float(np.log(2.0 * np.pi))
 def _check_model(model, n_components: int) -> None:
     gate, expert = getattr(model, "gate", None), getattr(model, "expert", None)
     if gate is None or expert is None:
-        raise ValueError(f"model must be a moestat.model.MoEModel (gate, expert) or None, got {model!r}")
+        raise ValueError(f"model must be a moestat.model.regression.MoEModel (gate, expert) or None, got {model!r}")
     k_active = getattr(gate, "k_active", None)
     # Top-K with K >= k activates every expert: the dense gate.
     if getattr(gate, "kind", None) != "linear" or (k_active is not None and k_active < n_components):
@@ -82,7 +82,7 @@ class EMGaussianMoE:
 
     Parameters
     ----------
-    model : moestat.model.MoEModel, optional
+    model : moestat.model.regression.MoEModel, optional
         Must have the dense ``linear`` gate and ``identity`` experts (the default when ``None``).
         Passed first so that the rates engine can build it like the least-squares estimator,
         ``EMGaussianMoE(model, k, ...)``; an integer here is read as ``n_components``.

@@ -52,13 +52,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..gates import gate_weights, safe_norm
-from ..mixing import MixingMeasure, ParameterBox
-from ..model import MoEModel
-from .init import random_init
-from .lse_kernel import Design, gauss_newton, n_free_params, residual_and_jacobian, score_taus, unpack_params
-from .lse_kernel import evaluate as kernel_evaluate
-from .lse_kernel import forward as kernel_forward
+from moestat.model.gates import gate_weights, safe_norm
+from moestat.model.mixing import MixingMeasure, ParameterBox
+from moestat.model.regression import MoEModel
+from moestat.estimators.starts import random_init
+from moestat.estimators.lse_kernel import Design, gauss_newton, n_free_params, residual_and_jacobian, score_taus, unpack_params
+from moestat.estimators.lse_kernel import evaluate as kernel_evaluate
+from moestat.estimators.lse_kernel import forward as kernel_forward
 
 __all__ = [
     "LeastSquaresMoE",
@@ -499,7 +499,7 @@ def as_rng(random_state) -> np.random.Generator:
 
 
 def random_starts(R: int, n_components: int, d: int, rng: np.random.Generator) -> MixingMeasure:
-    """``R`` independent :func:`~moestat.estimators.init.random_init` draws, batched."""
+    """``R`` independent :func:`~moestat.estimators.starts.random_init` draws, batched."""
     return MixingMeasure.stack([random_init(n_components, d, rng) for _ in range(R)])
 
 
@@ -538,7 +538,7 @@ class LeastSquaresMoE:
         Number of starts per replicate; the one with the smallest objective is kept.
     init : {"random"} or MixingMeasure
         Default start when :meth:`fit` gets none: ``"random"`` draws
-        :func:`~moestat.estimators.init.random_init` starts; a measure (unbatched or ``[R]``)
+        :func:`~moestat.estimators.starts.random_init` starts; a measure (unbatched or ``[R]``)
         is used as given.
     random_state : None, int, SeedSequence or Generator
         Seed of the random starts.

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..model import MoEModel
+from moestat.model.regression import MoEModel
 
 __all__ = [
     "Design",

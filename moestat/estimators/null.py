@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mixing import MixingMeasure
-from ..model import MoEModel
-from .lse import as_rng, check_model, check_n_components, objective_and_grad, prepare_data, prepare_init, random_starts
+from moestat.model.mixing import MixingMeasure
+from moestat.model.regression import MoEModel
+from moestat.estimators.lse import as_rng, check_model, check_n_components, objective_and_grad, prepare_data, prepare_init, random_starts
 
 __all__ = ["NullEstimator"]
 

@@ -19,9 +19,9 @@ import math
 import numpy as np
 import torch
 
-from ..mixing import MixingMeasure, ParameterBox
-from ..model import MoEModel
-from .lse import (
+from moestat.model.mixing import MixingMeasure, ParameterBox
+from moestat.model.regression import MoEModel
+from moestat.estimators.lse import (
     _box_bounds,
     _predict_parts,
     as_rng,

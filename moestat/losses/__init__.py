@@ -1,7 +1,7 @@
 """Losses between fitted and true mixing measures: generic Voronoi losses and the regression error."""
 
-from .regression import regression_l2_error
-from .voronoi import (
+from moestat.losses.regression_l2 import regression_l2_error
+from moestat.losses.voronoi import (
     EXPONENT_TABLES,
     cell_parameter_errors,
     cell_sizes,

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..mixing import MixingMeasure
+from moestat.model.mixing import MixingMeasure
 
 __all__ = [
     "EXPONENT_TABLES",

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from moestat import metrics
+from moestat.nn import metrics
 from moestat.nn.routers import ROUTERS, NoisyTopKRouter, RouterOutput, make_router
 
 __all__ = [
@@ -278,7 +278,7 @@ def matched_mlp_hidden(n_params: int, in_features: int, n_classes: int) -> int:
 def _decomposition_metrics(weights: np.ndarray, mask: np.ndarray, y: np.ndarray, n_classes: int) -> dict:
     """H_s, H_u, I(E;Y), usage entropy, count matrix and tokens per expert (thesis Ch. 4).
 
-    Uses :mod:`moestat.metrics`.  The combine weights are renormalised per row first (they sum
+    Uses :mod:`moestat.nn.metrics`.  The combine weights are renormalised per row first (they sum
     to < 1 for naive top-k), so ``H_s`` is the entropy of the weights actually used to combine
     the experts; the selected expert ``E`` is the argmax weight and ``Y`` the true label.
     """

@@ -47,8 +47,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moestat.gates import top_k_mask
-from moestat.metrics import (
+from moestat.model.gates import top_k_mask
+from moestat.nn.metrics import (
     count_matrix,
     error_attribution,
     expert_usage,
@@ -648,7 +648,7 @@ def evaluate_moe(model: MoE, x, y, method: "str | Method", labels=None) -> dict:
         ``accuracy`` (%; classification) or ``mse``; ``H_s`` (entropy of the combination weights
         used), ``H_s_gate`` (entropy of the gate's softmax), ``H_u``, ``I_EY``, ``usage`` (samples
         per expert), ``counts`` (matrix C) and, for classification, ``attribution``
-        (see :func:`moestat.metrics.error_attribution`).
+        (see :func:`moestat.nn.metrics.error_attribution`).
     """
     pred = predict_moe(model, x, method)
     res: dict[str, Any] = {

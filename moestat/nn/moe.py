@@ -11,7 +11,7 @@ the business of :mod:`moestat.nn.methods`.  This keeps the module reusable by ev
   Classification experts return logits (the expert softmax is applied by the methods).
 * **Gate** (``gate_type="router"``): an MLP body ``g: R^d -> R^h`` (identity when
   ``gate_hidden=()``) followed by a router with weight ``W [M, h]`` and bias ``b [M]``.  The gate
-  logits are ``z = s(h; W) + b`` with the score ``s`` from :func:`moestat.gates.gate_scores`
+  logits are ``z = s(h; W) + b`` with the score ``s`` from :func:`moestat.model.gates.gate_scores`
   (``linear``: ``W h``; ``cosine``; ``perturbed`` cosine), i.e. the same vocabulary as the
   statistical side of moestat.
 * **Attentive gate** (``gate_type="attentive"``, seed 000 Ch. 7, Eqs. 7.1-7.5): query
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from moestat.gates import GATE_KINDS, Gate
+from moestat.model.gates import GATE_KINDS, Gate
 
 __all__ = ["MoE", "MoEOutput", "make_generator"]
 
@@ -101,7 +101,7 @@ class MoE(nn.Module):
     expert_hidden, gate_hidden : sequence of int
         Hidden widths of the expert and gate MLPs (``()``: linear).
     gate_kind : {"linear", "cosine", "perturbed"}
-        Router score of :mod:`moestat.gates`.
+        Router score of :mod:`moestat.model.gates`.
     gate_tau : float or (float, float)
         ``(tau1, tau2)`` of the perturbed cosine router.
     gate_type : {"router", "attentive"}
@@ -168,7 +168,7 @@ class MoE(nn.Module):
         self.task, self.gate_type, self.activation = task, gate_type, activation
         self.expert_hidden_sizes, self.gate_hidden_sizes = expert_hidden, gate_hidden
         self.attention_dim, self.expert_bias, self.gate_bias = int(attention_dim), bool(expert_bias), bool(gate_bias)
-        self.router = Gate(gate_kind, tau=gate_tau)  # score vocabulary of moestat.gates
+        self.router = Gate(gate_kind, tau=gate_tau)  # score vocabulary of moestat.model.gates
         gen = make_generator(random_state)
         M, d = self.n_experts, self.n_inputs
 

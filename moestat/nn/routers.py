@@ -3,7 +3,7 @@
 Every router maps features ``h`` of shape ``[n, d]`` to a :class:`RouterOutput` holding the
 combine weights ``[n, M]`` (exactly 0 off the selected experts), the boolean selection mask, the
 full softmax probabilities and an auxiliary loss.  The score and Top-K vocabulary is the one of
-:mod:`moestat.gates` (``gate_scores``, ``top_k_mask``, ``gate_weights``); this module only adds
+:mod:`moestat.model.gates` (``gate_scores``, ``top_k_mask``, ``gate_weights``); this module only adds
 the trainable parameters and the seed 001 / Shazeer et al. (2017) pieces that are not in it
 (noise, un-renormalised top-k, balancing losses).
 
@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from moestat.gates import gate_scores, gate_weights, top_k_mask
+from moestat.model.gates import gate_scores, gate_weights, top_k_mask
 
 __all__ = [
     "ROUTERS",
@@ -352,9 +352,9 @@ class NoisyTopKRouter(Router):
 class CosineRouter(Router):
     """Cosine (``tau = 0``) or perturbed cosine router with Top-K (seed 004 eqs. 2 and 9).
 
-    Scores come from :func:`moestat.gates.gate_scores` with ``kind="cosine"`` or
+    Scores come from :func:`moestat.model.gates.gate_scores` with ``kind="cosine"`` or
     ``"perturbed"``; Top-K is chosen on the score alone, and the softmax of ``score + b`` over the
-    K selected experts gives the weights (:func:`moestat.gates.gate_weights`).  The scores lie in
+    K selected experts gives the weights (:func:`moestat.model.gates.gate_weights`).  The scores lie in
     ``[-1, 1]``; ``temperature`` divides them before the softmax (1 = the paper's model).
 
     Parameters

@@ -13,7 +13,7 @@ With one expert and one slot, ``C`` is the all-ones column and every output row 
 ``f(D^T X)``: one expert applied to one softmax-weighted average of the tokens.  Theorem 1 of
 seed 002 rests on exactly this collapse.
 
-The router is stored in the package's gate vocabulary (:mod:`moestat.gates`): ``router_weight``
+The router is stored in the package's gate vocabulary (:mod:`moestat.model.gates`): ``router_weight``
 has one row per slot (``beta1``, shape ``[n * p, d]``) and the logits are
 ``gate_scores(X, router_weight, "linear")``.  The optional Puigcerver normalisation (off by
 default, as in seed 002) uses the ``cosine`` score times a learned scale.
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from moestat.experts import activation_fn
-from moestat.gates import gate_scores
+from moestat.model.experts import activation_fn
+from moestat.model.gates import gate_scores
 
 __all__ = [
     "budget_hidden_width",
@@ -248,7 +248,7 @@ class ExpertMLPs(nn.Module):
     hidden : int
         Hidden width of every expert.
     activation : str
-        One of :data:`moestat.experts.ACTIVATIONS` (ReLU is the paper's MNIST choice; Appendix B
+        One of :data:`moestat.model.experts.ACTIVATIONS` (ReLU is the paper's MNIST choice; Appendix B
         does not name one).
     bias : bool
         Learn biases in both layers.
@@ -400,7 +400,7 @@ class SoftMoE(nn.Module):
         if hidden is None:
             hidden = budget_hidden_width(self.d, self.n_experts, budget_factor)
         self.normalize = bool(normalize)
-        # beta1 layout of moestat.gates: one row per slot, slot s = j * p + t belongs to expert j
+        # beta1 layout of moestat.model.gates: one row per slot, slot s = j * p + t belongs to expert j
         self.router_weight = nn.Parameter(torch.randn(self.n_experts * self.slots_per_expert, self.d,
                                                       generator=g, dtype=dtype) / math.sqrt(self.d))
         if self.normalize:

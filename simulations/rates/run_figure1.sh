@@ -9,4 +9,4 @@ export OMP_NUM_THREADS=1
 python -m moestat.rates --config simulations/rates/fig1a.toml --n-jobs "$JOBS" --out "$OUT/fig1a" --resume
 python -m moestat.rates --config simulations/rates/fig1b.toml --n-jobs "$JOBS" --out "$OUT/fig1b" --resume
 python -m moestat.rates --router perturbed --estimator null --n-jobs "$JOBS" --out "$OUT/null" --resume
-python -m moestat.plot "$OUT/fig1b" --losses voronoi,param_single,param_multi,regression_l2 --name fig1b_parameters
+moestat plot "$OUT/fig1b" --losses voronoi,param_single,param_multi,regression_l2 --name fig1b_parameters

@@ -1,4 +1,4 @@
-"""Render a ``summary.json`` written by ``python -m moestat.realdata`` as a reST list-table.
+"""Render a ``summary.json`` written by ``moestat realdata`` as a reST list-table.
 
     python simulations/realdata/render_rst.py simulations/realdata/fmnist_compare/summary.json
 """

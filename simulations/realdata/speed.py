@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from moestat.data.realdata import load_dataset
+from moestat.data.images import load_dataset
 from moestat.io import atomic_write_json
 from moestat.nn.classifier import count_parameters, fit_classifier
-from moestat.realdata import build_model, softmoe_available
+from moestat.experiments.realdata import build_model, softmoe_available
 
 ARCHS = {
     "experts-64": dict(expert_hidden=64),

@@ -56,7 +56,7 @@ def main() -> int:
                 and not Path("/usr/share/datasets/fashion-mnist").is_dir():
             print("skipping fashion: dataset-fashion-mnist not installed (set MOESTAT_DATA)")
             continue
-        cmd = [sys.executable, "-m", "moestat.softmoe", *STEPS[name], "--out", str(Path(a.out) / name)]
+        cmd = [sys.executable, "-m", "moestat.experiments.softmoe_study", *STEPS[name], "--out", str(Path(a.out) / name)]
         print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
         rc = subprocess.call(cmd, env=env)
         if rc:

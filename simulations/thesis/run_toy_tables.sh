@@ -5,5 +5,5 @@
 set -euo pipefail
 OUT=${1:-simulations/thesis/results}
 export OMP_NUM_THREADS=1
-python -m moestat.toy classify --method all --experts 3,5 --runs 10 --epochs 40 --seed 0 --out "$OUT/classify"
-python -m moestat.toy regress --method all --runs 10 --epochs 40 --seed 0 --out "$OUT/regress"
+moestat toy classify --method all --experts 3,5 --runs 10 --epochs 40 --seed 0 --out "$OUT/classify"
+moestat toy regress --method all --runs 10 --epochs 40 --seed 0 --out "$OUT/regress"

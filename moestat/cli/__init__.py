@@ -1,0 +1,1 @@
+"""The ``moestat`` command: one module per subcommand, argument parsing only."""

@@ -1,0 +1,37 @@
+"""``moestat plot DIR``: argument parsing for :func:`moestat.rates.figures.redraw`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from moestat.cli.common import ArgumentParser, usage_errors
+from moestat.rates.figures import redraw
+
+__all__ = ["main"]
+
+EXAMPLES = """\
+examples:
+  moestat plot runs/fig1a
+  moestat plot runs/fig1b --losses voronoi,param_single,param_multi --name fig1b_params
+  moestat plot runs/exact --routers perturbed
+"""
+
+
+def _list(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``moestat plot``."""
+    p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv.", epilog=EXAMPLES)
+    p.add_argument("run_dir", metavar="DIR", help="output folder of python -m moestat.rates")
+    p.add_argument("--losses", type=_list, default=["voronoi"], help="comma list of losses (voronoi, voronoi_direction, param_single, param_multi, mass, regression_l2)")
+    p.add_argument("--routers", type=_list, default=None, help="comma list of routers (default: all in the run)")
+    p.add_argument("--name", default="convergence", help="file stem of the figure (default convergence)")
+    args = p.parse_args(argv)
+    with usage_errors():  # TODO(one-house): split validation from drawing in rates.figures.redraw
+        paths = redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name)
+    print("wrote " + ", ".join(str(x) for x in paths))
+    return 0
+

@@ -1,0 +1,151 @@
+"""``moestat rates`` (also ``python -m moestat.rates``): argument parsing for :func:`moestat.rates.run_rates`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from moestat.cli.common import (
+    ArgumentParser,
+    UsageError,
+    add_device,
+    add_n_jobs,
+    add_out,
+    add_quiet,
+    add_resume,
+    add_seed,
+    name_choice,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    usage_errors,
+)
+from moestat.io import ensure_writable_dir
+from moestat.rates.experiment import format_table, run_rates
+from moestat.rates.sweep import ROUTERS, RatesConfig
+
+__all__ = ["build_parser", "config_from_args", "main"]
+
+
+EXAMPLES = """\
+examples:
+  moestat rates --router perturbed
+  moestat rates --router perturbed,cosine --setting exact --out runs/exact
+  moestat rates --preset fig1b --n-jobs 2 --out runs/fig1b
+  moestat rates --config simulations/rates/fig1a.toml --out runs/fig1a --resume
+  moestat rates --router perturbed --estimator null --out runs/null
+  moestat rates --preset fig1a --backend dask --scheduler tcp://10.0.0.5:8786 --out runs/fig1a
+
+Flags override --config, which overrides --preset, which overrides the defaults.
+"""
+
+
+def _k_active(text: str):
+    if text in ("auto", "dense"):
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, 'auto' or 'dense', got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def build_parser() -> ArgumentParser:
+    """The argument parser (every option defaults to "not given", so presets can fill it)."""
+    S = argparse.SUPPRESS
+    p = ArgumentParser(
+        prog="moestat rates",
+        description="Sweep sample sizes and replicates, fit convergence rates with 95% intervals, "
+        "compare them with the theorems of Nguyen et al. (2024) on cosine routers, and draw a paper-style convergence plot.",
+        epilog=EXAMPLES,
+        argument_default=S,
+    )
+    g = p.add_argument_group("scenario")
+    g.add_argument("--router", type=name_choice(ROUTERS, many=True), help="perturbed, cosine, linear or a comma list (one curve each, same data); aliases perturbed-cosine, vanilla, softmax; default perturbed")
+    g.add_argument("--setting", help="exact or over (over-specified, k = k* + 1); default exact")
+    g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 0.5")
+    g.add_argument("--expert", help="expert activation: identity, gelu, relu, tanh, sigmoid, poly; default gelu")
+    g.add_argument("--d", type=positive_int, help="input dimension; default 4")
+    g.add_argument("--k-true", type=positive_int, help="true number of experts k*; default 3")
+    g.add_argument("--k-active", type=_k_active, help="true activated experts K, 'auto' (2 exact, dense over) or 'dense'")
+    g.add_argument("--k-fit", type=positive_int, help="fitted atoms (default k* exact, k*+1 over)")
+    g.add_argument("--k-active-fit", type=_k_active, help="K-bar of the fit, 'auto' (Prop. 1 minimum) or 'dense'")
+    g.add_argument("--noise-var", type=_float, help="noise variance nu; default 0.01")
+    g.add_argument("--truth-seed", type=nonneg_int, help="seed of the true parameters")
+    g = p.add_argument_group("sweep")
+    g.add_argument("--n-min", type=positive_int, help="smallest sample size")
+    g.add_argument("--n-max", type=positive_int, help="largest sample size")
+    g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes")
+    g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2)")
+    g.add_argument("--estimator", help="lse, sgd, null (and em when available); default lse")
+    g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
+    g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random")
+    g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
+    add_seed(g, None)
+    g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")
+    g = p.add_argument_group("execution")
+    add_n_jobs(g, None)
+    g.add_argument("--backend", help="loky (default) or dask")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask)")
+    add_device(g, None)
+    add_out(g, "rates-out")
+    add_resume(g)
+    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, smoke")
+    g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _)")
+    add_quiet(g)
+    g = p.add_argument_group("rate fit")
+    g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window")
+    g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window")
+    g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
+    g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> RatesConfig:
+    """Defaults < ``--preset`` < ``--config`` < explicit flags."""
+    from moestat.rates.presets import load_toml, preset_dict
+
+    data: dict[str, Any] = {}
+    if hasattr(ns, "preset"):
+        data.update(preset_dict(ns.preset))
+    if hasattr(ns, "config"):
+        data.update({str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()})
+    for k, v in vars(ns).items():
+        if k not in ("preset", "config", "out", "resume"):
+            data[k] = v
+    return RatesConfig.from_dict(data)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``moestat rates`` (and ``python -m moestat.rates``)."""
+    from moestat.rates.sweep import check_resumable
+
+    ns = build_parser().parse_args(argv)
+    out = Path(ns.out)
+    resume = getattr(ns, "resume", False)
+    with usage_errors():
+        config = config_from_args(ns)
+        config.validate()
+        if str(ns.out).strip() == "":
+            raise UsageError("--out must name a folder")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} exists and is not a directory")
+        if out.is_dir():
+            check_resumable(out, config, resume)
+        ensure_writable_dir(out)
+    summary = run_rates(config, out, resume=resume)
+    if not config.quiet:
+        print(format_table(summary))
+        print(f"wrote {out / 'summary.json'} and convergence.pdf/.png ({summary['elapsed_s']:.1f} s)")
+    return 0

@@ -1,0 +1,121 @@
+"""``moestat softmoe``: argument parsing for :mod:`moestat.experiments.softmoe_study`."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import torch
+
+from moestat.cli.common import ArgumentParser, int_list, nonneg_float, positive_int, UsageError, usage_errors
+from moestat.data.images import find_idx_files
+from moestat.experiments import softmoe_study as _study
+from moestat.experiments.softmoe_study import (
+    _device,
+    parse_tokenisation,
+    run_norm_target,
+    run_subsets,
+    write_norm_outputs,
+    write_subset_outputs,
+)
+from moestat.io import ensure_writable_dir
+
+__all__ = ["main"]
+
+
+def _build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="moestat softmoe", description=_study.__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    a = sub.add_parser("norm-target", help="Appendix B: ||X||_2 with n experts at a fixed expert budget",
+                       description="Seed 002 Appendix B and Theorem 1 witness.\n\nExample:\n"
+                                   "  moestat softmoe norm-target --steps 3000 --seeds 5 --out results/norm")
+    a.add_argument("--steps", type=positive_int, default=3000, help="Adam steps, a fresh batch each (default 3000)")
+    a.add_argument("--seeds", type=positive_int, default=5, help="seeds per configuration (default 5)")
+    a.add_argument("--tokens", default="5x2,2x5", help="comma-separated tokenisations m x d of R^10 (default 5x2,2x5)")
+    a.add_argument("--experts", type=int_list, default=[1, 2, 5, 10], help="numbers of experts (default 1,2,5,10)")
+    a.add_argument("--batch-size", type=positive_int, default=256)
+    a.add_argument("--lr", type=nonneg_float, default=1e-3)
+    a.add_argument("--budget-factor", type=nonneg_float, default=10.0, help="expert width c*d/n (default c=10)")
+    a.add_argument("--eval-size", type=positive_int, default=20000)
+    a.add_argument("--random-state", type=int, default=0)
+    a.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    a.add_argument("--n-jobs", type=positive_int, default=2, help="joblib workers (default 2; results do not depend on it)")
+    a.add_argument("--out", default="results/softmoe-norm-target", help="output folder")
+    b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
+                       description="Seed 002 Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\nExample:\n"
+                                   "  moestat softmoe subsets --dataset digits --experts 4,8,16 --model-seeds 5 --out results/digits")
+    b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits")
+    b.add_argument("--arch", choices=("conv", "patch"), default=None,
+                   help="classifier: conv stem -> 9 tokens -> LayerNorm -> Soft MoE (no residual) -> linear head, or "
+                        "patch tokens -> Soft MoE -> linear head (the paper's MNIST model); default conv for digits, "
+                        "patch for fashion-mnist")
+    b.add_argument("--channels", type=int_list, default=[32, 64], help="conv stem channels (default 32,64)")
+    b.add_argument("--grid", type=positive_int, default=3, help="conv model: grid x grid tokens (default 3)")
+    b.add_argument("--no-token-norm", action="store_true", help="conv model: no LayerNorm before the Soft MoE layer")
+    b.add_argument("--split", choices=("test", "val"), default="test",
+                   help="evaluate on the test split, or on a validation split carved from the training split "
+                        "(for choosing settings; default test)")
+    b.add_argument("--experts", type=int_list, default=[4, 8, 16])
+    b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
+    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
+    b.add_argument("--model-seeds", type=positive_int, default=3)
+    b.add_argument("--random-seeds", type=positive_int, default=10)
+    b.add_argument("--epochs", type=positive_int, default=None)
+    b.add_argument("--steps", type=positive_int, default=3000, help="Adam steps for --dataset norm")
+    b.add_argument("--batch-size", type=positive_int, default=None)
+    b.add_argument("--lr", type=nonneg_float, default=1e-3)
+    b.add_argument("--budget-factor", type=nonneg_float, default=None)
+    b.add_argument("--patch", type=positive_int, default=None)
+    b.add_argument("--tokens", default="5x2", help="tokenisation for --dataset norm")
+    b.add_argument("--data-path", default=None, help="Fashion-MNIST IDX folder (default $MOESTAT_DATA/fashion-mnist "
+                                                     "or /usr/share/datasets/fashion-mnist)")
+    b.add_argument("--max-exhaustive", type=positive_int, default=5000)
+    b.add_argument("--random-state", type=int, default=0)
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in seed 002)")
+    b.add_argument("--out", default="results/softmoe-subsets")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``moestat softmoe``."""
+    args = _build_parser().parse_args(argv)
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    if args.command == "norm-target":
+        with usage_errors():
+            tokens = [t.strip() for t in args.tokens.split(",") if t.strip()]
+            for t in tokens:
+                m, d = parse_tokenisation(t)
+                if m * d != 10:
+                    raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
+            if args.lr <= 0 or args.budget_factor <= 0:
+                raise ValueError("--lr and --budget-factor must be positive")
+            _device(args.device)
+            out = ensure_writable_dir(args.out)
+        result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
+                                 args.budget_factor, args.eval_size, args.random_state, device=args.device,
+                                 n_jobs=args.n_jobs)
+        write_norm_outputs(result, out)
+        return 0
+    with usage_errors():
+        if args.lr <= 0 or (args.budget_factor is not None and args.budget_factor <= 0):
+            raise ValueError("--lr and --budget-factor must be positive")
+        _device(args.device)
+        if args.dataset == "norm":
+            parse_tokenisation(args.tokens)
+            if args.arch is not None:
+                raise ValueError("--arch applies to the image datasets only, not to --dataset norm")
+        elif (args.arch or ("conv" if args.dataset == "digits" else "patch")) == "conv" and args.patch is not None:
+            raise ValueError("--patch applies to --arch patch only (the conv model's tokens come from --grid)")
+        if args.dataset == "fashion-mnist":
+            find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
+        out = ensure_writable_dir(args.out)
+    result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
+                         args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,
+                         args.data_path, args.max_exhaustive, args.random_state, args.device,
+                         normalize=args.normalize, arch=args.arch, channels=args.channels, grid=args.grid,
+                         token_norm=not args.no_token_norm, split=args.split)
+    if not result["rows"]:
+        raise UsageError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
+    write_subset_outputs(result, out)
+    return 0

@@ -1,0 +1,70 @@
+"""``moestat theory``: argument parsing for :func:`moestat.experiments.theory.run_checks`.
+
+Exit status: 0 when every check passed; 1 when any check failed, was inconclusive or raised; 3
+when none failed but some were skipped (``--allow-skips`` turns that into 0); 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_resume, add_seed, positive_int, usage_errors
+from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, write_report
+from moestat.io import ensure_writable_dir
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="moestat theory", description="Check the theorems of Nguyen et al. (2024) on cosine routers (and Theorem 1 of the Soft MoE implicit-bias paper, 2024) against measurements.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="CI-sized run (default)")
+    g.add_argument("--full", dest="mode", action="store_const", const="full", help="paper-scale run (long)")
+    p.set_defaults(mode="quick")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="check or module names to run")
+    add_out(p, "theory_out")
+    add_seed(p, 0)
+    add_n_jobs(p, 1)
+    p.add_argument("--reps", type=positive_int, default=None, help="override the mode's replicates per n")
+    p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size")
+    add_resume(p, "reuse finished rate fits already in --out (same settings only)")
+    p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print("\n".join(CHECK_NAMES))
+        return 0
+    with usage_errors():
+        _validate(args)
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    command = "moestat theory " + " ".join(argv_list)
+    t0 = time.perf_counter()
+    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max,
+                         resume=args.resume)
+    mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
+    code = exit_code(results, args.allow_skips)
+    print(f"wrote {mpath} and {jpath}; exit {code}")
+    return code
+
+
+def _validate(args) -> None:
+    if args.only:
+        known = set(CHECK_NAMES) | {m.__name__.rsplit(".", 1)[-1] for m in MODULES}
+        bad = sorted(set(args.only) - known)
+        if bad:
+            raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
+    if args.n_max is not None and args.n_max < 64:
+        raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
+    ensure_writable_dir(args.out)
+    rate_mods = {"regression_rate", "exact_weak", "vanilla_slow", "over_strong", "null_control"}
+    rate_names = {n for m in MODULES if m.__name__.rsplit(".", 1)[-1] in rate_mods for n in m.NAMES} | rate_mods
+    uses_rates = not args.only or bool(set(args.only) & rate_names)
+    if uses_rates and not args.resume and any((Path(args.out) / "rates").glob(f"{args.mode}-*/results.csv")):
+        raise ValueError(f"--out {args.out} already holds {args.mode} rate results; pass --resume or choose another folder")

@@ -1,0 +1,211 @@
+"""Plumbing shared by every subcommand of ``moestat``: one-line usage errors, exit codes, and the
+options that mean the same thing wherever they appear.
+
+Exit status, the same for every subcommand:
+
+* ``0`` success (``moestat theory`` has its own codes for failed checks, see its help);
+* ``1`` an unexpected error *after the work started*: the traceback is printed, because it is a
+  bug or an environment failure, never the user's input;
+* ``2`` bad input (arguments, files, an unusable output folder): one line on stderr, nothing
+  written;
+* ``130`` interrupted (Ctrl-C): what had finished is on disk.
+
+The boundary between "bad input" and "work" is drawn by :func:`usage_errors`: a subcommand parses,
+then validates inside ``with usage_errors():`` (where a ``ValueError`` or a missing file becomes a
+:class:`UsageError`), and only then starts the work, where every exception is an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+__all__ = [
+    "UsageError",
+    "usage_errors",
+    "run_main",
+    "ArgumentParser",
+    "positive_int",
+    "nonneg_int",
+    "nonneg_float",
+    "int_list",
+    "name_choice",
+    "add_seed",
+    "add_out",
+    "add_n_jobs",
+    "add_device",
+    "add_quiet",
+    "add_resume",
+]
+
+#: Set by ``moestat --debug``: usage errors show their traceback too.
+DEBUG_ENV = "MOESTAT_DEBUG"
+
+
+class UsageError(ValueError):
+    """Invalid user input; reported as ``<prog>: error: <message>`` with exit status 2."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)) and exc.filename:
+        text = f"{exc.strerror or text}: {exc.filename}" if not text or text.startswith("[Errno") else text
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """Turn what goes wrong while *validating* user input into a :class:`UsageError`.
+
+    ``ValueError``, ``TypeError`` and the file errors (missing, unreadable, not a directory) raised
+    inside the block are the user's input being refused; outside the block the same exceptions
+    are internal errors (exit 1 with a traceback).
+    """
+    try:
+        yield
+    except UsageError:
+        raise
+    except (ValueError, TypeError, FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError) as exc:
+        raise UsageError(_first_line(exc)) from exc
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with examples kept verbatim in ``--help``, shown defaults and one-line errors."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # argparse prints usage + message; we keep it to one line
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
+             prog: str = "moestat") -> int:
+    """Run ``main(argv)`` and map its outcome to an exit status (see the module docstring)."""
+    debug = bool(os.environ.get(DEBUG_ENV))
+    try:
+        rc = main(argv)
+        return 0 if rc is None else int(rc)
+    except UsageError as exc:
+        if debug:
+            traceback.print_exc()
+        sys.stderr.write(f"{prog}: error: {_first_line(exc)}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted; finished results are kept\n")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - shown in full: an internal error is not bad input
+        traceback.print_exc()
+        sys.stderr.write(f"{prog}: internal error ({type(exc).__name__}): {_first_line(exc)}\n"
+                         "this is not a problem with your input; please report it with the traceback above\n")
+        return 1
+
+
+# ---------------------------------------------------------------------------------------------
+# argument types
+# ---------------------------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0 (seeds)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+    return v
+
+
+def int_list(text: str) -> list[int]:
+    """argparse type: comma-separated positive integers, e.g. ``1,2,5,10``."""
+    try:
+        vals = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return vals
+
+
+def name_choice(known: Sequence[str], aliases: dict[str, str] | None = None, *, many: bool = False):
+    """argparse type for names from one vocabulary: hyphen and underscore both accepted, aliases
+    mapped to the canonical spelling (see :func:`moestat.model.gates.canonical_name`).
+
+    With ``many=True`` the value is a comma list and a list of canonical names is returned.
+    """
+    from moestat.model.gates import canonical_name
+
+    def parse(text: str):
+        parts = [t.strip() for t in text.split(",") if t.strip()] if many else [text.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected {'a comma list of names' if many else 'a name'}, got {text!r}")
+        try:
+            vals = [canonical_name(t, known, aliases) for t in parts]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return vals if many else vals[0]
+
+    parse.__name__ = "name"
+    return parse
+
+
+# ---------------------------------------------------------------------------------------------
+# options that mean the same thing in every subcommand
+# ---------------------------------------------------------------------------------------------
+def add_seed(p, default: int | None = 0, help: str = "root seed of every random stream") -> None:
+    p.add_argument("--seed", type=nonneg_int, default=default if default is not None else argparse.SUPPRESS,
+                   help=f"{help} (default {default if default is not None else 0})")
+
+
+def add_out(p, default: str | None, help: str = "output folder") -> None:
+    if default is None:
+        p.add_argument("--out", metavar="DIR", required=True, help=f"{help} (required)")
+    else:
+        p.add_argument("--out", metavar="DIR", default=default, help=f"{help} (default {default})")
+
+
+def add_n_jobs(p, default: int | None = 1) -> None:
+    p.add_argument("--n-jobs", type=positive_int, default=default if default is not None else argparse.SUPPRESS,
+                   help=f"parallel workers; results do not depend on it (default {default if default is not None else 1})")
+
+
+def add_device(p, default: str | None = "cpu") -> None:
+    p.add_argument("--device", default=default if default is not None else argparse.SUPPRESS,
+                   help=f"cpu, cuda[:N] or auto (default {default if default is not None else 'cpu'})")
+
+
+def add_quiet(p) -> None:
+    p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS if p.argument_default is argparse.SUPPRESS else False,
+                   help="no progress bar and no printed table")
+
+
+def add_resume(p, help: str = "continue the run in --out, skipping what is finished (same settings only)") -> None:
+    p.add_argument("--resume", action="store_true", default=argparse.SUPPRESS if p.argument_default is argparse.SUPPRESS else False,
+                   help=help)

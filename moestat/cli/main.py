@@ -1,0 +1,83 @@
+"""The ``moestat`` command: ``moestat <subcommand> [options]``.
+
+Installed through ``[project.scripts]``; ``python -m moestat <subcommand>`` is the same, and
+``python -m moestat.rates`` is kept as the README's main door.  Each subcommand lives in its own
+module ``moestat.cli.cmd_<name>`` with a ``main(argv)`` that parses, validates (exit 2 on bad input)
+and calls library functions; this module only dispatches.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from moestat.cli.common import DEBUG_ENV, run_main
+
+__all__ = ["SUBCOMMANDS", "main"]
+
+#: name -> (module, one-line summary), in the order ``moestat --help`` lists them.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "rates": ("moestat.cli.cmd_rates", "sweep n and replicates, fit rates with 95% CIs, compare with the theorems, plot"),
+    "plot": ("moestat.cli.cmd_plot", "re-draw a rates run's convergence figure from its results (no refit)"),
+    "theory": ("moestat.cli.cmd_theory", "theorem -- predicted -- measured (CI) -- verdict table"),
+    "softmoe": ("moestat.cli.cmd_softmoe", "Soft MoE: the ||X||_2 target and expert-subset selection"),
+    "toy": ("moestat.cli.cmd_toy", "the thesis's toy task decompositions and training methods"),
+    "realdata": ("moestat.cli.cmd_realdata", "every gate on Fashion-MNIST / digits"),
+}
+
+
+def _help() -> str:
+    from moestat import __version__
+
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = [
+        f"usage: moestat [--version] [--debug] <subcommand> [options]",
+        "",
+        f"moestat {__version__}: statistical simulation and estimation rates of Mixture-of-Experts models.",
+        "",
+        "subcommands:",
+        *(f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()),
+        "",
+        "options:",
+        "  -h, --help  show this message and exit",
+        "  --version   print the version and exit",
+        "  --debug     show the traceback of usage errors too",
+        "",
+        "`moestat <subcommand> --help` shows a subcommand's options; `python -m moestat` is the same command.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int:
+    """Dispatch ``argv`` (default ``sys.argv[1:]``) to a subcommand and return its exit status.
+
+    ``prog_suffix`` is set by ``python -m moestat.rates``: the rest of ``sys.argv`` is appended to
+    ``argv`` (which then names only the subcommand).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if prog_suffix:
+        args = args + list(sys.argv[1:])
+    while args and args[0] == "--debug":
+        os.environ[DEBUG_ENV] = "1"
+        args = args[1:]
+    if not args or args[0] in ("-h", "--help"):
+        sys.stdout.write(_help())
+        return 0 if args else 2
+    if args[0] == "--version":
+        from moestat import __version__
+
+        print(f"moestat {__version__}")
+        return 0
+    name = args[0].replace("_", "-")
+    if name not in SUBCOMMANDS:
+        sys.stderr.write(f"moestat: error: unknown subcommand {args[0]!r}; expected one of {', '.join(SUBCOMMANDS)}\n")
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return run_main(module.main, args[1:], prog=f"moestat {name}")
+
+
+def console_main() -> None:
+    """Entry point of the installed ``moestat`` script."""
+    raise SystemExit(main())

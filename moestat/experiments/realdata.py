@@ -1,0 +1,532 @@
+"""Real-data MoE runs: every gate and training method on Fashion-MNIST, MNIST and digits.
+
+Command line::
+
+    moestat realdata --dataset fashion-mnist --gate noisy_topk_load --experts 8 --k 2 \\
+        --epochs 15 --seeds 3 --device auto --out runs/fmnist
+    moestat realdata --dataset fashion-mnist --compare all --epochs 15 --seeds 3 --out runs/cmp
+
+writes into ``--out``:
+
+- ``runs.jsonl``: one JSON line per (gate, seed) as soon as it finishes (``--resume`` skips those);
+- ``summary.csv`` / ``summary.md`` / ``summary.json``: test accuracy mean +- std over seeds,
+  H_s, H_u, I(E;Y), expert-usage entropy, parameters, seconds per epoch, and the reference points
+  (the Fashion-MNIST README's "MLP 256-128-100" line when the Debian package ships it);
+- ``router_distribution.{png,pdf}``: tokens (top-k assignments) per expert on the test set, one
+  panel per gate (seed 001's Figures 3-7);
+- ``class_expert_heatmaps.{png,pdf}``: argmax expert by true class, one panel per gate (the
+  thesis's expert-selection tables).
+
+The library functions (:func:`run_experiment`, :func:`build_model`, :func:`summarise`,
+:func:`plot_router_distribution`, :func:`plot_class_heatmaps`) do all the work.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from moestat.data.images import DATASETS, RealDataset, load_dataset
+from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.nn.classifier import (
+    MLPClassifier,
+    MoEClassifier,
+    SoftMoEImageClassifier,
+    count_parameters,
+    evaluate_classifier,
+    fit_classifier,
+    matched_mlp_hidden,
+)
+
+__all__ = [
+    "GATE_SPECS",
+    "COMPARE_ALL",
+    "softmoe_available",
+    "thesis_methods",
+    "readme_reference",
+    "build_model",
+    "run_experiment",
+    "summarise",
+    "format_table",
+    "plot_router_distribution",
+    "plot_class_heatmaps",
+    "main",
+]
+
+# name -> (router, router kwargs, training method); "mlp" and "softmoe" are handled apart.
+# Balancing-loss weights are seed 001's (B3: w_importance = w_load = 0.1).
+GATE_SPECS: dict[str, tuple[str | None, dict, str]] = {
+    "mlp": (None, {}, "mixture"),
+    "dense": ("dense", {}, "mixture"),
+    "dense_stochastic": ("dense", {}, "stochastic"),
+    "naive_topk": ("naive_topk", {}, "mixture"),
+    "topk_mask": ("topk_mask", {}, "mixture"),
+    "topk_mask_importance": ("topk_mask", {"w_importance": 0.1}, "mixture"),
+    "noisy_topk": ("noisy_topk", {}, "mixture"),
+    "noisy_topk_load": ("noisy_topk", {"w_load": 0.1}, "mixture"),
+    "noisy_topk_importance_load": ("noisy_topk", {"w_importance": 0.1, "w_load": 0.1}, "mixture"),
+    "cosine": ("cosine", {}, "mixture"),
+    "perturbed_cosine": ("perturbed_cosine", {}, "mixture"),
+    "softmoe": (None, {}, "mixture"),
+}
+
+COMPARE_ALL = tuple(GATE_SPECS)
+
+README_LOCATIONS = (
+    Path("/usr/share/doc/dataset-fashion-mnist/README.md.gz"),
+    Path("/usr/share/doc/dataset-fashion-mnist/README.md"),
+    Path("/usr/share/datasets/fashion-mnist/README.md"),
+)
+
+
+def softmoe_available() -> bool:
+    """Whether :mod:`moestat.nn.softmoe` imports and a tiny forward/backward pass works."""
+    try:
+        m = SoftMoEImageClassifier((4, 4), 3, n_experts=2, patch=2, random_state=0)
+        out = m(torch.rand(2, 16))
+        m.loss(out, torch.zeros(2, dtype=torch.long)).backward()
+        return bool(torch.isfinite(out.log_probs).all())
+    except Exception:  # pragma: no cover - depends on the other module
+        return False
+
+
+def thesis_methods() -> tuple[str, ...]:
+    """Names of the thesis training methods of :mod:`moestat.nn.methods` (empty if absent).
+
+    They are reachable as gates ``thesis:<name>``, e.g. ``thesis:peeking_expert``.
+    """
+    try:
+        from moestat.nn.methods import METHODS
+    except Exception:  # pragma: no cover - module of another issue
+        return ()
+    return tuple(f"thesis:{m}" for m in METHODS)
+
+
+def _run_thesis(gate: str, dataset: RealDataset, t: dict, *, seed: int, epochs: int, batch_size: int, lr: float,
+                n_experts: int, k: int, expert_hidden: int, gate_hidden: int | None = None, **_ignored) -> dict:
+    """Train one thesis method with :func:`moestat.nn.methods.train_moe` and evaluate it.
+
+    The model is :class:`moestat.nn.moe.MoE` with MLP experts ``d -> expert_hidden -> C`` and a
+    linear (or ``gate_hidden``) gate, Adam (thesis Sec. 3.8); the method keeps its own schedule
+    and inference rule.  ``train_moe`` keeps the last epoch (no validation-based selection).
+    """
+    from moestat.nn.methods import evaluate_moe, get_method, train_moe
+    from moestat.nn.moe import MoE
+
+    method = get_method(gate.split(":", 1)[1])
+    if method.aggregation == "top_k" and method.k is not None and method.k > n_experts:
+        raise ValueError(f"{gate} needs at least {method.k} experts")
+    model = MoE(dataset.n_features, dataset.n_classes, n_experts, expert_hidden=(expert_hidden,),
+                gate_hidden=(gate_hidden,) if gate_hidden else (),
+                gate_type="attentive" if method.gate == "attentive" else "router", random_state=seed)
+    t0 = time.perf_counter()
+    res = train_moe(model, (t["X_train"], t["y_train"]), method, epochs=epochs, batch_size=batch_size, lr=lr,
+                    optimizer="adam", random_state=seed)
+    train_s = time.perf_counter() - t0
+    ev = evaluate_moe(res.model, t["X_test"], t["y_test"], method)
+    counts = np.asarray(ev["counts"], dtype=np.int64)
+    usage = np.asarray(ev["usage"], dtype=np.int64)
+    from moestat.nn import metrics
+
+    return {
+        "n_params": count_parameters(res.model), "test_accuracy": ev["accuracy"] / 100.0,
+        "test_loss": float("nan"), "val_accuracy": float("nan"), "best_epoch": epochs,
+        "seconds_per_epoch": train_s / epochs, "history": res.history,
+        "H_s": ev["H_s"], "H_u": ev["H_u"], "I_EY": ev["I_EY"],
+        "usage_entropy": float(metrics.entropy(usage / max(usage.sum(), 1))),
+        "counts": counts.tolist(), "tokens_per_expert": usage.tolist(),
+    }
+
+
+def readme_reference(label: str = "MLP 256-128-100") -> dict | None:
+    """The Fashion-MNIST README's benchmark row ``label`` (as shipped by ``dataset-fashion-mnist``).
+
+    Returns
+    -------
+    dict or None
+        ``{"classifier", "preprocessing", "test_accuracy", "source"}``, or ``None`` when no
+        README is installed or the row is absent.
+    """
+    for path in README_LOCATIONS:
+        if not path.is_file():
+            continue
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if len(cells) >= 3 and cells[0] == label:
+                    try:
+                        acc = float(cells[2])
+                    except ValueError:
+                        continue
+                    return {"classifier": label, "preprocessing": cells[1], "test_accuracy": acc, "source": str(path)}
+    return None
+
+
+def build_model(
+    gate: str,
+    dataset: RealDataset,
+    *,
+    n_experts: int = 8,
+    k: int = 2,
+    expert_hidden: int = 64,
+    gate_hidden: int | None = None,
+    shared_hidden: int | None = None,
+    combine: str = "probs",
+    method: str | None = None,
+    tau: float = 1.0,
+    temperature: float = 1.0,
+    k1_fix: bool = True,
+    mlp_params: int | None = None,
+    softmoe_patch: int | None = None,
+    random_state: int = 0,
+) -> torch.nn.Module:
+    """Build the model of one gate spec (see :data:`GATE_SPECS`).
+
+    ``mlp`` is a one-hidden-layer MLP whose width matches ``mlp_params`` parameters (default: the
+    dense MoE with the same settings).  ``softmoe`` cuts the images into ``softmoe_patch``-sided
+    patches (default: half the image side, i.e. 4 tokens, as seed 002 does for MNIST).
+    """
+    if gate not in GATE_SPECS:
+        raise ValueError(f"unknown gate {gate!r}; expected one of {', '.join(GATE_SPECS)}")
+    d, C = dataset.n_features, dataset.n_classes
+    router, rkw, default_method = GATE_SPECS[gate]
+    if gate == "mlp":
+        if mlp_params is None:
+            ref = build_model("dense", dataset, n_experts=n_experts, k=k, expert_hidden=expert_hidden,
+                              gate_hidden=gate_hidden, shared_hidden=shared_hidden)
+            mlp_params = count_parameters(ref)
+        return MLPClassifier(d, C, matched_mlp_hidden(mlp_params, d, C), random_state=random_state)
+    if gate == "softmoe":
+        patch = softmoe_patch or dataset.image_shape[0] // 2
+        return SoftMoEImageClassifier(dataset.image_shape, C, n_experts, patch=patch, random_state=random_state)
+    rkw = dict(rkw, k1_fix=k1_fix)
+    if router in ("cosine", "perturbed_cosine"):
+        rkw["temperature"] = temperature
+    if router == "perturbed_cosine":
+        rkw["tau"] = tau
+    return MoEClassifier(
+        d, C, n_experts, k, router, expert_hidden=expert_hidden, gate_hidden=gate_hidden,
+        shared_hidden=shared_hidden, combine=combine, method=method or default_method,
+        router_kwargs=rkw, random_state=random_state,
+    )
+
+
+def _log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def _read_done(path: Path) -> dict:
+    done = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line after a kill
+                continue
+            done[(row["gate"], int(row["seed"]))] = row
+    return done
+
+
+def run_experiment(
+    dataset: RealDataset,
+    gates: Sequence[str],
+    out_dir: str | Path,
+    *,
+    seeds: int = 3,
+    base_seed: int = 0,
+    epochs: int = 10,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    lr_schedule: str = "constant",
+    device: str = "cpu",
+    resume: bool = False,
+    summarise_only: bool = False,
+    progress: bool | None = None,
+    **model_kwargs,
+) -> dict:
+    """Train every gate in ``gates`` for ``seeds`` seeds, evaluate on the test set, write files.
+
+    Parameters
+    ----------
+    dataset : RealDataset
+        Data (the split is fixed; the seeds change initialisation, shuffling and noise).
+    gates : sequence of str
+        Gate specs from :data:`GATE_SPECS`.
+    out_dir : str or Path
+        Output folder (created).
+    seeds : int
+        Seeds ``base_seed, ..., base_seed + seeds - 1`` per gate.
+    epochs, batch_size, lr, lr_schedule
+        Training settings (:func:`moestat.nn.classifier.fit_classifier`).
+    device : str
+        Torch device.
+    resume : bool
+        Keep the rows already in ``runs.jsonl`` and skip those runs.
+    summarise_only : bool
+        Train nothing: summarise and plot the rows already in ``runs.jsonl`` (implies
+        ``resume``; e.g. after merging the ``runs.jsonl`` of runs done in parallel).
+    progress : bool or None
+        Progress bars (``None``: only on a terminal).
+    **model_kwargs
+        Passed to :func:`build_model`.
+
+    Returns
+    -------
+    dict
+        The summary written to ``summary.json``.
+    """
+    out = ensure_writable_dir(out_dir)
+    runs_path = out / "runs.jsonl"
+    resume = resume or summarise_only
+    done = _read_done(runs_path) if resume else {}
+    if not resume and runs_path.exists():
+        runs_path.unlink()
+    t = dataset.tensors(device)
+    mlp_params = None
+    if "mlp" in gates:
+        ref = build_model("dense", dataset, **{k: v for k, v in model_kwargs.items() if k != "mlp_params"})
+        mlp_params = model_kwargs.pop("mlp_params", None) or count_parameters(ref)
+    jobs = [(g, base_seed + s) for g in gates for s in range(seeds)]
+    rows = []
+    for i, (gate, seed) in enumerate(jobs, 1):
+        if (gate, seed) in done:
+            rows.append(done[(gate, seed)])
+            continue
+        if summarise_only:
+            continue
+        t0 = time.perf_counter()
+        if gate.startswith("thesis:"):
+            row = {"gate": gate, "seed": seed, "dataset": dataset.name, "epochs": epochs,
+                   **_run_thesis(gate, dataset, t, seed=seed, epochs=epochs, batch_size=batch_size, lr=lr,
+                                 **model_kwargs)}
+            row["history"] = json.loads(json.dumps(row["history"], default=lambda o: getattr(o, "tolist", str)()))
+            row["wall_seconds"] = time.perf_counter() - t0
+            append_line(runs_path, json.dumps(row))
+            rows.append(row)
+            _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
+                 f"({row['seconds_per_epoch']:.1f} s/epoch)")
+            continue
+        model = build_model(gate, dataset, random_state=seed, mlp_params=mlp_params, **model_kwargs).to(device)
+        fit = fit_classifier(
+            model, t["X_train"], t["y_train"], t["X_val"], t["y_val"], epochs=epochs, batch_size=batch_size,
+            lr=lr, lr_schedule=lr_schedule, random_state=seed, progress=progress, desc=f"{gate} seed {seed}",
+        )
+        ev = evaluate_classifier(model, t["X_test"], t["y_test"])
+        row = {
+            "gate": gate, "seed": seed, "dataset": dataset.name, "n_params": count_parameters(model),
+            "test_accuracy": ev["accuracy"], "test_loss": ev["loss"],
+            "val_accuracy": max((h.get("val_accuracy", float("nan")) for h in fit.history), default=float("nan")),
+            "best_epoch": fit.best_epoch, "epochs": epochs, "seconds_per_epoch": fit.seconds_per_epoch,
+            "cpu_seconds_per_epoch": fit.cpu_seconds_per_epoch, "wall_seconds": time.perf_counter() - t0, "history": fit.history,
+        }
+        for key in ("H_s", "H_u", "I_EY", "usage_entropy"):
+            if key in ev:
+                row[key] = ev[key]
+        if "counts" in ev:
+            row["counts"] = ev["counts"].tolist()
+            row["tokens_per_expert"] = ev["tokens_per_expert"].tolist()
+        append_line(runs_path, json.dumps(row))
+        rows.append(row)
+        _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
+             f"({row['seconds_per_epoch']:.1f} s/epoch, best epoch {row['best_epoch']})")
+    summary = summarise(rows)
+    summary["config"] = {
+        "dataset": dataset.describe(), "gates": list(gates), "seeds": seeds, "base_seed": base_seed,
+        "epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_schedule": lr_schedule, "device": str(device),
+        "torch_threads": torch.get_num_threads(), **{k: v for k, v in model_kwargs.items()},
+    }
+    ref = readme_reference() if dataset.name == "fashion-mnist" else None
+    summary["references"] = {"readme_mlp_256_128_100": ref}
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_text(out / "summary.md", format_table(summary, markdown=True) + "\n")
+    atomic_write_text(out / "summary.csv", _csv(summary))
+    moe_rows = [r for r in rows if "counts" in r]
+    if moe_rows:
+        plot_router_distribution(moe_rows, out / "router_distribution")
+        plot_class_heatmaps(moe_rows, out / "class_expert_heatmaps", class_names=dataset.class_names)
+    return summary
+
+
+_METRICS = ("test_accuracy", "H_s", "H_u", "I_EY", "usage_entropy", "seconds_per_epoch", "cpu_seconds_per_epoch",
+            "n_params", "best_epoch")
+
+
+def summarise(rows: Sequence[dict]) -> dict:
+    """Mean and sample standard deviation (ddof = 1) over seeds per gate, in first-seen order.
+
+    Returns
+    -------
+    dict
+        ``{"gates": [{"gate", "n_seeds", "<metric>_mean", "<metric>_std", ...}, ...]}``.
+    """
+    order: list[str] = []
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["gate"] not in by:
+            order.append(r["gate"])
+            by[r["gate"]] = []
+        by[r["gate"]].append(r)
+    out = []
+    for g in order:
+        rs = by[g]
+        e = {"gate": g, "n_seeds": len(rs), "test_accuracy_runs": [r["test_accuracy"] for r in rs]}
+        for m in _METRICS:
+            vals = np.array([r[m] for r in rs if m in r and r[m] is not None], dtype=float)
+            if len(vals):
+                e[f"{m}_mean"] = float(vals.mean())
+                e[f"{m}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
+        out.append(e)
+    return {"gates": out}
+
+
+def _fmt(e: dict, m: str, digits: int) -> str:
+    if f"{m}_mean" not in e:
+        return "-"
+    mu, sd = e[f"{m}_mean"], e.get(f"{m}_std", float("nan"))
+    return f"{mu:.{digits}f}" if not math.isfinite(sd) else f"{mu:.{digits}f} ± {sd:.{digits}f}"
+
+
+def format_table(summary: dict, markdown: bool = False) -> str:
+    """The comparison table (one row per gate) as aligned text or Markdown."""
+    head = ["gate", "seeds", "test acc", "H_s", "H_u", "I(E;Y)", "usage H", "params", "s/epoch"]
+    body = []
+    for e in summary["gates"]:
+        body.append([
+            e["gate"], str(e["n_seeds"]), _fmt(e, "test_accuracy", 4), _fmt(e, "H_s", 3), _fmt(e, "H_u", 3),
+            _fmt(e, "I_EY", 3), _fmt(e, "usage_entropy", 3),
+            f"{int(e['n_params_mean'])}" if "n_params_mean" in e else "-",
+            f"{e['seconds_per_epoch_mean']:.1f}" if "seconds_per_epoch_mean" in e else "-",
+        ])
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in [head] + body)
+
+
+def _csv(summary: dict) -> str:
+    cols = ["gate", "n_seeds"] + [f"{m}_{s}" for m in _METRICS for s in ("mean", "std")]
+    lines = [",".join(cols)]
+    for e in summary["gates"]:
+        lines.append(",".join(str(e.get(c, "")) for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+def _save(fig, stem: Path) -> None:
+    for ext in ("png", "pdf"):
+        atomic_savefig(fig, stem.with_suffix(f".{ext}"), dpi=150, bbox_inches="tight")
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(4, n)
+    return math.ceil(n / cols), cols
+
+
+def plot_router_distribution(rows: Sequence[dict], stem: str | Path) -> None:
+    """Bar charts of tokens (top-k assignments) per expert on the test set, one panel per gate.
+
+    Bars are the mean over seeds, error bars the min-max range; experts are sorted by load
+    within each seed first (expert indices are arbitrary), as in seed 001's Figures 3-7.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gates = list(dict.fromkeys(r["gate"] for r in rows))
+    nr, nc = _grid(len(gates))
+    fig, axes = plt.subplots(nr, nc, figsize=(1.8 * nc + 0.6, 1.5 * nr + 0.4), squeeze=False, sharey=True)
+    for ax, g in zip(axes.ravel(), gates):
+        tok = np.array([sorted(r["tokens_per_expert"], reverse=True) for r in rows if r["gate"] == g], dtype=float)
+        frac = tok / tok.sum(1, keepdims=True)
+        mu = frac.mean(0)
+        ax.bar(np.arange(len(mu)), mu, color="tab:blue", width=0.8,
+               yerr=[mu - frac.min(0), frac.max(0) - mu], capsize=1.5, error_kw={"lw": 0.6})
+        ax.set_title(g.replace("_", " "), fontsize=7)
+        ax.set_xticks(np.arange(len(mu)))
+        ax.set_xticklabels([str(i + 1) for i in range(len(mu))], fontsize=5)
+        ax.tick_params(axis="y", labelsize=6)
+    for ax in axes.ravel()[len(gates):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("share of assignments", fontsize=6)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("expert (by load)", fontsize=6)
+    fig.tight_layout()
+    _save(fig, Path(stem))
+    plt.close(fig)
+
+
+def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Sequence[str] | None = None) -> None:
+    """Heat maps of the argmax expert by true class (first seed of each gate), column-normalised."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first: dict[str, dict] = {}
+    for r in rows:
+        first.setdefault(r["gate"], r)
+    gates = list(first)
+    nr, nc = _grid(len(gates))
+    fig, axes = plt.subplots(nr, nc, figsize=(1.9 * nc + 0.8, 2.5 * nr + 0.4), squeeze=False, constrained_layout=True)
+    im = None
+    for ax, g in zip(axes.ravel(), gates):
+        c = np.asarray(first[g]["counts"], dtype=float)
+        frac = c / np.maximum(c.sum(0, keepdims=True), 1)
+        im = ax.imshow(frac, aspect="auto", cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"{g.replace('_', ' ')} (seed {first[g]['seed']})", fontsize=6)
+        ax.set_yticks(range(c.shape[0]))
+        ax.set_yticklabels([str(i + 1) for i in range(c.shape[0])], fontsize=5)
+        ax.set_xticks(range(c.shape[1]))
+        labels = list(class_names) if class_names is not None and len(class_names) == c.shape[1] else range(c.shape[1])
+        ax.set_xticklabels([str(s)[:7] for s in labels], fontsize=4.5, rotation=90)
+    for ax in axes.ravel()[len(gates):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("expert", fontsize=6)
+    if im is not None:
+        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6)
+        cb.ax.tick_params(labelsize=5)
+        cb.set_label("share of the class", fontsize=6)
+    _save(fig, Path(stem))
+    plt.close(fig)
+
+
+def _gate_list(text: str) -> list[str]:
+    gates: list[str] = []
+    for tok in (g.strip() for g in text.split(",")):
+        if not tok:
+            continue
+        if tok == "all":
+            gates += [g for g in COMPARE_ALL if g != "softmoe" or softmoe_available()]
+        elif tok == "thesis":
+            gates += list(thesis_methods())
+        elif tok in GATE_SPECS or tok in thesis_methods():
+            gates.append(tok)
+        else:
+            raise ValueError(f"unknown gate {tok!r}; expected 'all', 'thesis', thesis:<method> or one of {', '.join(GATE_SPECS)}")
+    if not gates:
+        raise ValueError(f"no gate given in {text!r}")
+    return list(dict.fromkeys(gates))
+
+
+def _device(text: str) -> str:
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {text}: CUDA is not available on this machine")
+    if text != "cpu" and not text.startswith("cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda[:N], got {text!r}")
+    return text

@@ -1,0 +1,248 @@
+"""Shared machinery of the theory checks: the result record, the run context, slope fits."""
+
+from __future__ import annotations
+
+import math
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["CheckResult", "Context", "MODES", "ols_slope", "bootstrap_slope", "skipped", "rates_available"]
+
+MODES = ("quick", "full")
+
+
+@dataclass
+class CheckResult:
+    """One claim, its prediction, its measurement and the verdict.
+
+    ``passed`` is ``True``/``False`` for a decided check and ``None`` for a skipped one
+    (``status == "skipped"``); a skip is never counted as a pass.  ``inconclusive`` (``passed``
+    False) marks a slope check whose prediction lies in an interval too wide to tell it apart
+    from other rates (see :func:`slope_verdict`).
+    """
+
+    name: str
+    claim: str
+    predicted: float | None
+    measured: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    passed: bool | None = None
+    status: str = "failed"  # passed | failed | inconclusive | skipped | error
+    rule: str = ""
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.status not in ("passed", "failed", "inconclusive", "skipped", "error"):
+            raise ValueError(f"unknown status {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("predicted", "measured", "ci_low", "ci_high"):
+            v = d[k]
+            d[k] = None if v is None or not math.isfinite(float(v)) else float(v)
+        return d
+
+    def line(self) -> str:
+        """One printed line: name, prediction, measurement (CI), verdict."""
+        f = lambda v: "n/a" if v is None or not math.isfinite(float(v)) else f"{float(v):.4g}"  # noqa: E731
+        ci = "" if self.ci_low is None and self.ci_high is None else f" [{f(self.ci_low)}, {f(self.ci_high)}]"
+        return f"{self.name}: predicted {f(self.predicted)}, measured {f(self.measured)}{ci} -> {self.status.upper()}"
+
+
+def verdict(name: str, claim: str, predicted, measured, ci_low, ci_high, ok: bool, rule: str, note: str = "",
+            details: dict | None = None) -> CheckResult:
+    """A decided :class:`CheckResult` (``ok`` already evaluated by the check's stated rule)."""
+    ok = bool(ok)
+    return CheckResult(name, claim, predicted, measured, ci_low, ci_high, ok, "passed" if ok else "failed", rule, note,
+                       details or {})
+
+
+def skipped(name: str, claim: str, reason: str, predicted=None) -> CheckResult:
+    """A skipped check: ``passed`` is ``None`` and the reason is in ``note``."""
+    return CheckResult(name, claim, predicted, None, None, None, None, "skipped", "", f"skipped: {reason}")
+
+
+def rates_available() -> str | None:
+    """``None`` when ``moestat.rates.run_rates`` imports, else the one-line reason."""
+    try:
+        from moestat.rates import RatesConfig, run_rates  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means the engine is unusable
+        return f"engine unavailable ({type(exc).__name__}: {exc})"
+    return None
+
+
+def ols_slope(n: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """OLS slope of ``log y`` on ``log n`` with its 95% t-interval ``(slope, low, high)``."""
+    from scipy import stats
+
+    ln, ly = np.log(np.asarray(n, float)), np.log(np.asarray(y, float))
+    res = stats.linregress(ln, ly)
+    dof = len(ln) - 2
+    if dof < 1:
+        return float(res.slope), float("nan"), float("nan")
+    t = stats.t.ppf(0.975, dof)
+    return float(res.slope), float(res.slope - t * res.stderr), float(res.slope + t * res.stderr)
+
+
+def bootstrap_slope(ns: np.ndarray, values: np.ndarray, rng: np.random.Generator, n_boot: int = 500) -> tuple[float, float, float]:
+    """Slope of log(mean over replicates) on log n, with a percentile bootstrap over replicates.
+
+    ``values`` has shape ``[len(ns), reps]``.  Returns ``(slope, low, high)`` where the interval
+    is the envelope of the bootstrap 95% interval and the OLS t-interval (the wider of the two on
+    each side), the same convention as the rates engine.
+    """
+    values = np.asarray(values, float)
+    slope, lo_t, hi_t = ols_slope(ns, values.mean(1))
+    reps = values.shape[1]
+    boots = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, reps, size=(values.shape[0], reps))
+        m = np.take_along_axis(values, idx, axis=1).mean(1)
+        boots.append(ols_slope(ns, m)[0])
+    lo_b, hi_b = np.percentile(boots, [2.5, 97.5])
+    lo = np.nanmin([lo_t, lo_b])
+    hi = np.nanmax([hi_t, hi_b])
+    return slope, float(lo), float(hi)
+
+
+class Context:
+    """What every check receives: the mode, an output folder and a cache of rate runs.
+
+    Parameters
+    ----------
+    mode : {"quick", "full"}
+    out_dir : Path
+        Where rate runs write their files (``<out_dir>/rates/<key>/``).
+    seed : int
+        Root seed; every check derives its streams from it.
+    n_jobs : int
+        Parallel work units for the rates engine.
+    reps, n_max : int, optional
+        Overrides of the mode's replicate count and largest sample size (recorded in the report).
+    resume : bool
+        Let the rates engine resume runs already in ``<out_dir>/rates/<mode>-<key>/`` (same
+        configuration only; the engine refuses another one).
+    """
+
+    def __init__(self, mode: str, out_dir: Path, seed: int = 0, n_jobs: int = 1, log: Callable[[str], None] | None = None,
+                 reps: int | None = None, n_max: int | None = None, resume: bool = False):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.out_dir = Path(out_dir)
+        self.seed = int(seed)
+        self.n_jobs = int(n_jobs)
+        self.log = log or (lambda s: None)
+        self.reps = reps  # optional override of every check's replicate count
+        self.n_max = n_max  # optional override of the largest sample size
+        self.resume = bool(resume)  # reuse finished fits in <out_dir>/rates/<mode>-<key>/
+        self._rates: dict[str, Any] = {}
+
+    @property
+    def quick(self) -> bool:
+        return self.mode == "quick"
+
+    def rng(self, name: str) -> np.random.Generator:
+        """A generator for check ``name``, independent of the order checks run in."""
+        key = [ord(c) for c in name]
+        return np.random.default_rng(np.random.SeedSequence([self.seed, *key]))
+
+    def rates(self, key: str, **cfg) -> dict[str, Any]:
+        """Run (once per key) ``run_rates(RatesConfig(**cfg))`` and return its summary.
+
+        Raises
+        ------
+        RuntimeError
+            When the rates engine is unavailable (the caller turns this into a skip).
+        """
+        if key in self._rates:
+            return self._rates[key]
+        reason = rates_available()
+        if reason is not None:
+            raise RuntimeError(reason)
+        from moestat.rates import RatesConfig, run_rates
+
+        cfg.setdefault("seed", self.seed)
+        cfg.setdefault("n_jobs", self.n_jobs)
+        cfg.setdefault("quiet", True)
+        self.log(f"  rates run {key!r}: {cfg}")
+        summary = run_rates(RatesConfig(**cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
+        self._rates[key] = summary
+        return summary
+
+
+def find_fit(summary: dict[str, Any], router: str, loss: str) -> dict[str, Any] | None:
+    """The ``fits`` entry of a rates summary for ``router`` and exactly ``loss``."""
+    for f in summary.get("fits", []):
+        if f.get("router") == router and f.get("loss") == loss:
+            return f
+    return None
+
+
+def per_n_means(summary: dict[str, Any], out_dir: Path, key: str, router: str, column: str) -> dict[int, float]:
+    """Mean of ``column`` per sample size from ``<out_dir>/rates/<key>/results.csv`` (for reports).
+
+    ``key`` is the folder name, ``<mode>-<run key>`` as returned by the ``*_run`` helpers of
+    :mod:`moestat.experiments.theory.grids`.
+    """
+    import pandas as pd
+
+    path = Path(out_dir) / "rates" / key / "results.csv"
+    if not path.exists():
+        return {}
+    df = pd.read_csv(path)
+    sub = df[df["router"] == router]
+    return {int(n): float(v) for n, v in sub.groupby("n")[column].mean().items()}
+
+
+def run_guarded(fn: Callable[[Context], list[CheckResult]], ctx: Context, names: list[str]) -> list[CheckResult]:
+    """Run one check module; an unexpected exception becomes an ``error`` result (not a pass)."""
+    try:
+        return fn(ctx)
+    except RuntimeError as exc:
+        if "engine unavailable" in str(exc):
+            return [skipped(n, "", str(exc)) for n in names]
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported, counted as a failure
+        tb = traceback.format_exc(limit=3)
+        return [CheckResult(n, "", None, None, None, None, False, "error", "", f"error: {type(exc).__name__}: {exc}",
+                            {"traceback": tb}) for n in names]
+
+
+#: A slope interval wider than this cannot tell -1/2 from both 0 and -1: "consistent" with it is
+#: no evidence, so such a check is reported ``inconclusive`` (not passed).
+MAX_CI_WIDTH = 1.0
+
+
+def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tolerance: float, extra: dict | None = None,
+                  note: str = "") -> CheckResult:
+    """Verdict for a predicted log-log slope.
+
+    Passed when ``predicted in [ci_low - tol, ci_high + tol]`` and the 95% interval is at most
+    :data:`MAX_CI_WIDTH` wide; ``inconclusive`` (not passed) when the prediction is inside but the
+    interval is wider; failed otherwise.
+    """
+    rule = (f"predicted slope inside the 95% CI widened by {tolerance:g} on each side, "
+            f"with the CI at most {MAX_CI_WIDTH:g} wide (else inconclusive)")
+    if fit is None or fit.get("slope") is None:
+        return CheckResult(name, claim, predicted, None, None, None, False, "failed", rule,
+                           "no slope in the rates summary for this loss" + (f"; {note}" if note else ""), extra or {})
+    s, lo, hi = float(fit["slope"]), fit.get("ci_low"), fit.get("ci_high")
+    lo = float("nan") if lo is None else float(lo)
+    hi = float("nan") if hi is None else float(hi)
+    ok = math.isfinite(lo) and math.isfinite(hi) and (lo - tolerance) <= predicted <= (hi + tolerance)
+    det = {"engine_predicted": fit.get("predicted"), "engine_consistent": fit.get("consistent")}
+    det.update(extra or {})
+    res = verdict(name, claim, predicted, s, lo, hi, ok, rule, note, det)
+    if ok and not (hi - lo) <= MAX_CI_WIDTH:
+        res.passed = False
+        res.status = "inconclusive"
+        res.note = (note + "; " if note else "") + f"prediction inside an uninformative interval (width {hi - lo:.2f} > {MAX_CI_WIDTH:g})"
+    return res

@@ -1,0 +1,314 @@
+"""Rate fits with uncertainty: statsmodels OLS on log-log, a bootstrap over replicates, window
+sensitivity, the ``C / log(n)^t`` alternative, and verdicts against seed 004's theorems.
+
+For one router and one loss, the data are the per-replicate losses ``L_{n,r}`` on a grid of
+sample sizes.  Within the declared window ``[window_min, window_max]``:
+
+* **log-of-mean fit** (the peers' and the paper's figure): OLS of ``log(mean_r L_{n,r})`` on
+  ``log n``; its slope is the reported ``slope``.
+* **per-replicate fit**: OLS of ``log L_{n,r}`` on ``log n`` over every point, with
+  heteroscedasticity-robust (HC3) errors (the slope of ``E log L``; reported beside it).
+* **bootstrap over replicates**: replicates are resampled with replacement independently at
+  each ``n`` (the data sets at different ``n`` are independent), the log-of-mean slope is
+  refitted, and the 2.5% / 97.5% percentiles taken.
+
+The reported 95% interval ``[ci_low, ci_high]`` is the **envelope** of the bootstrap interval
+(sampling noise of the replicates) and the OLS t-interval of the log-of-mean fit (lack of fit
+of a straight line, e.g. curvature before the asymptotic regime); it is never narrower than
+either.
+
+Verdict (defined here once, applied to every fit): a loss with a predicted exponent ``p`` is
+``consistent`` when ``ci_low - tol <= p <= ci_high + tol`` with the declared tolerance ``tol``
+(default 0.15, the band of the issue).  The stricter ``within_band`` says whether the whole
+interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
+vanilla cosine router's Voronoi losses) get ``predicted = None`` and are judged by whether the
+``C / log(n)^t`` model has the lower AIC and, when the perturbed router is in the same run, by
+the slope being at least :data:`FLATTER_MARGIN` flatter than the perturbed one.
+
+The theorems' rates carry a log factor, ``(log n / n)^{1/2}``; the slope of the log loss on
+``log(n / log n)`` is reported too (``slope_log_n_over_n``; ``-1/2`` for a loss of exactly that
+rate, where the slope on ``log n`` is slightly flatter).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "FLATTER_MARGIN",
+    "LOSS_DEFINITIONS",
+    "predicted_exponent",
+    "ols_fit",
+    "log_mean_fit",
+    "per_replicate_fit",
+    "bootstrap_slope",
+    "window_sensitivity",
+    "log_model_comparison",
+    "verdict",
+    "fit_rates",
+    "aggregate",
+]
+
+#: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
+DEFAULT_TOLERANCE = 0.15
+#: How much flatter than the perturbed router the vanilla cosine Voronoi slope must be.
+FLATTER_MARGIN = 0.2
+
+#: What each loss column measures (written into summary.json).
+LOSS_DEFINITIONS = {
+    "voronoi": "Voronoi loss of the setting: D3 (eq. 16 = D_{1,1}) exact, D2 (eq. 13) over-specified; max over K-subsets of true cells",
+    "voronoi_direction": "the same Voronoi loss with beta1 replaced by beta1/||beta1|| (direction only)",
+    "param_single": "max plain distance ||omega_i - omega*_j|| over fitted atoms alone in their Voronoi cell (Thm 5 (i))",
+    "param_multi": "max plain distance ||omega_i - omega*_j|| over fitted atoms sharing a Voronoi cell (Thm 5 (i))",
+    "mass": "max |sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)| over cells",
+    "regression_l2": "||g_hat - g*||_{L2(mu)} on a fixed held-out sample (Thms 1, 4)",
+}
+
+
+def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "lse") -> float | None:
+    """The exponent of ``n`` that seed 004 predicts for ``loss`` (``None``: no polynomial rate).
+
+    Perturbed router: Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
+    D2, single-atom cells, masses and regression ``-1/2``; atoms in multi-atom cells ``-1/4``).
+    Vanilla cosine router: regression ``-1/2`` (Theorem 1), Voronoi and parameter losses have no
+    polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
+    its parameter losses are not covered by seed 004.  The null estimator (returns its start)
+    has slope 0 for every loss.
+    """
+    if estimator == "null":
+        return 0.0
+    if loss == "regression_l2":
+        return -0.5
+    if router != "perturbed":
+        return None
+    if setting == "exact":
+        return None if loss == "param_multi" else -0.5
+    return -0.25 if loss == "param_multi" else -0.5
+
+
+def ols_fit(x: np.ndarray, y: np.ndarray, robust: bool = False) -> dict[str, float]:
+    """statsmodels OLS of ``y`` on ``x`` with intercept: slope, 95% CI, intercept, R^2, AIC."""
+    import statsmodels.api as sm
+
+    x = np.asarray(x, float)
+    y = np.asarray(y, float)
+    X = sm.add_constant(x, has_constant="add")
+    res = sm.OLS(y, X).fit(cov_type="HC3" if robust else "nonrobust")
+    ci = np.asarray(res.conf_int(0.05))
+    return {
+        "slope": float(res.params[1]),
+        "intercept": float(res.params[0]),
+        "se": float(res.bse[1]),
+        "ci_low": float(ci[1, 0]),
+        "ci_high": float(ci[1, 1]),
+        "r2": float(res.rsquared),
+        "aic": float(res.aic),
+        "n_points": int(len(y)),
+    }
+
+
+def _clean(ns: Sequence[int], values: Sequence[np.ndarray]):
+    """Keep finite positive losses; drop sample sizes with fewer than 2 of them."""
+    out_n, out_v = [], []
+    for n, v in zip(ns, values):
+        v = np.asarray(v, float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size >= 2:
+            out_n.append(int(n))
+            out_v.append(v)
+    return out_n, out_v
+
+
+def log_mean_fit(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, float]:
+    """OLS of ``log(mean loss)`` on ``log n`` (one point per sample size)."""
+    means = np.array([np.mean(v) for v in values])
+    return ols_fit(np.log(ns), np.log(means))
+
+
+def per_replicate_fit(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, float]:
+    """OLS of ``log loss`` on ``log n`` over every replicate, HC3 errors."""
+    x = np.concatenate([np.full(len(v), math.log(n)) for n, v in zip(ns, values)])
+    y = np.concatenate([np.log(v) for v in values])
+    return ols_fit(x, y, robust=True)
+
+
+def bootstrap_slope(
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000
+) -> dict[str, float]:
+    """Percentile bootstrap of the log-of-mean slope, resampling replicates within each ``n``."""
+    x = np.log(np.asarray(ns, float))
+    xc = x - x.mean()
+    logm = np.empty((n_boot, len(ns)))
+    for j, v in enumerate(values):
+        idx = rng.integers(0, len(v), size=(n_boot, len(v)))
+        logm[:, j] = np.log(v[idx].mean(axis=1))
+    slopes = (logm - logm.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
+    lo, hi = np.percentile(slopes, [2.5, 97.5])
+    return {"ci_low": float(lo), "ci_high": float(hi), "se": float(slopes.std(ddof=1)), "n_boot": int(n_boot)}
+
+
+def window_sensitivity(ns: Sequence[int], values: Sequence[np.ndarray], min_points: int = 3) -> list[dict[str, Any]]:
+    """Log-of-mean slope after dropping the first ``j`` sample sizes, ``j = 0, 1, ...``."""
+    out = []
+    for j in range(0, len(ns) - min_points + 1):
+        f = log_mean_fit(ns[j:], values[j:])
+        out.append({"drop": j, "n_min": int(ns[j]), "slope": f["slope"], "ci_low": f["ci_low"], "ci_high": f["ci_high"]})
+    return out
+
+
+def log_model_comparison(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Compare ``log L = a + s log n`` (power) with ``log L = a - t log log n`` (``C/log(n)^t``) by AIC.
+
+    Both models have two parameters and are fitted to the log-of-mean points, so the lower AIC is
+    the better fit.
+    """
+    means = np.log([np.mean(v) for v in values])
+    power = ols_fit(np.log(ns), means)
+    logm = ols_fit(np.log(np.log(np.asarray(ns, float))), means)
+    return {
+        "power_aic": power["aic"],
+        "log_aic": logm["aic"],
+        "t": -logm["slope"],
+        "t_ci": [-logm["ci_high"], -logm["ci_low"]],
+        "better": "log" if logm["aic"] < power["aic"] else "power",
+    }
+
+
+def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+    """``consistent``: ``predicted`` in ``[ci_low - tol, ci_high + tol]``; ``within_band``: the CI
+    inside ``[predicted - tol, predicted + tol]``.  ``None`` for both when nothing is predicted."""
+    if predicted is None or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
+        return {"consistent": None, "within_band": None}
+    return {
+        "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
+        "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
+    }
+
+
+def aggregate(df, loss: str, router: str):
+    """Per-``n`` mean, standard deviation and count of ``loss`` for ``router`` (finite values)."""
+    sub = df[df["router"] == router]
+    rows = []
+    for n, g in sub.groupby("n"):
+        v = g[loss].to_numpy(float)
+        v = v[np.isfinite(v)]
+        rows.append({"n": int(n), "mean": float(v.mean()) if v.size else math.nan, "std": float(v.std(ddof=1)) if v.size > 1 else math.nan, "count": int(v.size)})
+    return rows
+
+
+def fit_rates(
+    df,
+    *,
+    setting: str,
+    estimator: str,
+    routers: Sequence[str] | None = None,
+    losses: Sequence[str] | None = None,
+    window: tuple[int | None, int | None] = (None, None),
+    tolerance: float = DEFAULT_TOLERANCE,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        ``results.csv`` as read by :func:`moestat.rates.sweep.read_results`.
+    setting, estimator : str
+        Used for the predicted exponents.
+    routers, losses : sequence of str, optional
+        Default: every router in ``df`` and every loss column with data.
+    window : (int or None, int or None)
+        Declared fitting window in ``n``.
+    tolerance : float
+        See :func:`verdict`.
+    n_boot : int
+        Bootstrap resamples.
+    seed : int
+        Seed of the bootstrap (``SeedSequence(seed, spawn_key=(router, loss))``-style).
+
+    Returns
+    -------
+    list of dict
+        Each with at least ``router, setting, loss, slope, ci_low, ci_high, predicted,
+        consistent``.
+    """
+    from moestat.rates.sweep import LOSS_NAMES
+
+    routers = list(routers) if routers is not None else sorted(df["router"].unique())
+    losses = list(losses) if losses is not None else list(LOSS_NAMES)
+    lo, hi = window
+    fits: list[dict[str, Any]] = []
+    for ri, router in enumerate(routers):
+        sub = df[df["router"] == router]
+        for li, loss in enumerate(losses):
+            ns_all = sorted(int(n) for n in sub["n"].unique())
+            ns_win = [n for n in ns_all if (lo is None or n >= lo) and (hi is None or n <= hi)]
+            vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
+            ns, vals = _clean(ns_win, vals)
+            entry: dict[str, Any] = {
+                "router": router,
+                "setting": setting,
+                "loss": loss,
+                "definition": LOSS_DEFINITIONS.get(loss, loss),
+                "estimator": estimator,
+                "predicted": predicted_exponent(router, setting, loss, estimator),
+            }
+            if len(ns) < 3:
+                entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
+                fits.append(entry)
+                continue
+            lm = log_mean_fit(ns, vals)
+            pr = per_replicate_fit(ns, vals)
+            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
+            bs = bootstrap_slope(ns, vals, rng, n_boot)
+            ci_low = min(bs["ci_low"], lm["ci_low"])
+            ci_high = max(bs["ci_high"], lm["ci_high"])
+            nf = np.asarray(ns, float)
+            # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
+            lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
+            entry.update(
+                {
+                    "slope": lm["slope"],
+                    "ci_low": ci_low,
+                    "ci_high": ci_high,
+                    "window": [ns[0], ns[-1]],
+                    "n_sizes": len(ns),
+                    "n_values": int(sum(len(v) for v in vals)),
+                    "log_mean": lm,
+                    "per_replicate": pr,
+                    "bootstrap": bs,
+                    "slope_log_n_over_n": lnn["slope"],
+                    "window_sensitivity": window_sensitivity(ns, vals),
+                }
+            )
+            if router == "cosine":
+                entry["log_model"] = log_model_comparison(ns, vals)
+            entry.update(verdict(entry["predicted"], ci_low, ci_high, tolerance))
+            fits.append(entry)
+    _judge_vanilla(fits)
+    return fits
+
+
+def _judge_vanilla(fits: list[dict[str, Any]]) -> None:
+    """Verdict for losses without a polynomial prediction under the vanilla cosine router."""
+    by_key = {(f["router"], f["loss"]): f for f in fits}
+    for f in fits:
+        # Theorems 2/3 are about the Voronoi loss itself; other null-predicted losses stay unjudged.
+        if f["router"] != "cosine" or f["loss"] != "voronoi" or f["predicted"] is not None or f.get("slope") is None:
+            continue
+        ref = by_key.get(("perturbed", f["loss"]))
+        lm = f.get("log_model", {})
+        f["log_model_preferred"] = lm.get("better") == "log"
+        if ref is not None and ref.get("slope") is not None:
+            f["perturbed_slope"] = ref["slope"]
+            f["flatter_than_perturbed"] = bool(f["slope"] >= ref["slope"] + FLATTER_MARGIN)
+            f["consistent"] = f["flatter_than_perturbed"]
+        else:
+            f["consistent"] = f["log_model_preferred"]
+        f["judged_by"] = "flatter_than_perturbed" if "flatter_than_perturbed" in f else "log_model_aic"

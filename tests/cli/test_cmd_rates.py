@@ -1,0 +1,161 @@
+"""The ``python -m moestat.rates`` / ````moestat plot`` doors: bad input, summary schema, presets."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moestat.cli.common import run_main
+from moestat.rates.presets import PRESETS, load_toml
+from moestat.cli import cmd_plot as plot_cli
+from moestat.cli.cmd_rates import main
+from moestat.rates import RatesConfig, run_rates
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--d", "2", "--n-min", "40", "--n-max", "90", "--n-points", "3", "--reps", "3", "--max-iter", "5", "--n-boot", "100", "--quiet"]
+
+
+def _run(argv, capsys):
+    try:
+        rc = run_main(main, argv, prog="moestat rates")
+    except SystemExit as exc:  # argparse-level errors exit from the parser itself
+        rc = exc.code
+    err = capsys.readouterr().err
+    return rc, err
+
+
+def _listing(path: Path):
+    return sorted((str(p.relative_to(path)), p.stat().st_mtime_ns, p.stat().st_size) for p in path.rglob("*")) if path.exists() else None
+
+
+BAD = [
+    (["--n-min", "-5"], "n-min"),
+    (["--n-max", "2.5"], "n-max"),
+    (["--n-min", "5000", "--n-max", "100"], "n_min"),
+    (["--router", "foo"], "router"),
+    (["--router", "perturbed,perturbed"], "router"),
+    (["--tau", "-1"], "tau"),
+    (["--tau", "0"], "tau"),
+    (["--k-active", "5"], "k_active"),
+    (["--k-active", "two"], "k-active"),
+    (["--reps", "1"], "reps"),
+    (["--n-points", "2"], "n_points"),
+    (["--setting", "under"], "setting"),
+    (["--estimator", "magic"], "estimator"),
+    (["--init", "far"], "init"),
+    (["--backend", "dask"], "scheduler"),
+    (["--backend", "spark"], "backend"),
+    (["--device", "tpu"], "device"),
+    (["--preset", "nope"], "preset"),
+    (["--window-min", "85"], "window"),
+    (["--n-jobs", "0"], "n-jobs"),
+]
+
+
+@pytest.mark.parametrize("argv,word", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_values_exit_2_with_one_line_and_write_nothing(argv, word, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, err = _run(TINY + argv + ["--out", str(out)], capsys)
+    assert rc == 2
+    assert err.count("\n") == 1 and word in err, err
+    assert not out.exists()
+
+
+def test_unwritable_out(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc, err = _run(TINY + ["--out", str(blocker / "sub")], capsys)
+    assert rc == 2 and err.count("\n") == 1 and str(blocker) in err
+    rc, err = _run(TINY + ["--out", str(blocker)], capsys)
+    assert rc == 2 and "not a directory" in err
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    "text,word",
+    [("reps = [1, 2", "malformed TOML"), ("reps = 3\nbogus = 1\n", "bogus"), ("[rates]\ntau = -2\n", "tau"), ('router = "perturbed,nope"\n', "router")],
+)
+def test_bad_toml(text, word, tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    rc, err = _run(TINY + ["--config", str(cfg), "--out", str(out)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and word in err, err
+    assert not out.exists()
+    rc, err = _run(["--config", str(tmp_path / "missing.toml"), "--out", str(out)], capsys)
+    assert rc == 2 and "missing.toml" in err
+
+
+def test_summary_schema_resume_guard_and_redraw(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc, err = _run(TINY + ["--router", "perturbed,cosine", "--out", str(out)], capsys)
+    assert rc == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    for name in ("results.csv", "provenance.json", "convergence.pdf", "convergence.png", "convergence_all.png"):
+        assert (out / name).stat().st_size > 0
+    assert summary["counts"]["fits"] == summary["counts"]["expected"] == 2 * 3 * 3
+    assert {"converged", "failed", "nonfinite", "by_router"} <= set(summary["counts"])
+    keys = {"router", "setting", "loss", "slope", "ci_low", "ci_high", "predicted", "consistent"}
+    losses = set()
+    for f in summary["fits"]:
+        assert keys <= set(f)
+        losses.add(f["loss"])
+        if f["slope"] is not None:
+            assert f["ci_low"] <= f["slope"] <= f["ci_high"]
+    for word in ("voronoi", "single", "multi", "direction", "regression"):
+        assert any(word in name for name in losses)
+    prov = json.loads((out / "provenance.json").read_text())
+    assert {"version", "git_commit", "config", "platform", "torch", "runs"} <= set(prov)
+    assert prov["runs"][-1]["finished"] is not None
+
+    # the same folder without --resume, or with --resume but another config, is refused untouched
+    before = _listing(out)
+    rc, err = _run(TINY + ["--router", "perturbed,cosine", "--out", str(out)], capsys)
+    assert rc == 2 and "--resume" in err
+    rc, err = _run(TINY + ["--router", "perturbed,cosine", "--seed", "1", "--out", str(out), "--resume"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "seed" in err
+    assert _listing(out) == before
+    # resuming a finished run recomputes nothing and returns the same fits
+    again = run_rates(RatesConfig.from_dict({**summary["config"]}), out, resume=True)
+    assert again["fits"] == summary["fits"]
+
+    assert run_main(plot_cli.main, [str(out), "--losses", "voronoi,regression_l2", "--routers", "cosine", "--name", "re"]) == 0
+    assert (out / "re.pdf").exists() and (out / "re.png").exists()
+    assert run_main(plot_cli.main, [str(out), "--losses", "nonsense"]) == 2
+    assert run_main(plot_cli.main, [str(tmp_path / "nowhere")]) == 2
+
+
+def test_help_has_examples():
+    r = subprocess.run([sys.executable, "-m", "moestat.rates", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0 and "examples:" in r.stdout and "--scheduler" in r.stdout
+
+
+@pytest.mark.parametrize("name", ["fig1a", "fig1b"])
+def test_simulation_toml_mirrors_preset(name):
+    data = load_toml(ROOT / "simulations" / "rates" / f"{name}.toml")
+    assert data == PRESETS[name]
+    assert RatesConfig.from_preset(name) == RatesConfig.from_toml(ROOT / "simulations" / "rates" / f"{name}.toml")
+
+
+def test_flags_override_config_which_overrides_preset(tmp_path):
+    from moestat.cli.cmd_rates import build_parser, config_from_args
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("reps = 7\nn_points = 5\n")
+    ns = build_parser().parse_args(["--preset", "fig1a", "--config", str(cfg), "--n-points", "4"])
+    c = config_from_args(ns)
+    assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ["perturbed", "cosine"], 128000)
+
+
+def test_estimator_model_mismatch_is_caught_before_writing(tmp_path, capsys):
+    from moestat.rates.sweep import estimator_registry
+
+    if "em" not in estimator_registry():
+        pytest.skip("EM estimator not available")
+    out = tmp_path / "out"
+    rc, err = _run(TINY + ["--estimator", "em", "--out", str(out)], capsys)  # EM needs a dense linear gate
+    assert rc == 2 and err.count("\n") == 1
+    assert not out.exists()

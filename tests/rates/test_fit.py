@@ -1,0 +1,137 @@
+"""Rate fits on synthetic losses with a known exponent (no model fitting involved)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from moestat.rates.fit import (
+    DEFAULT_TOLERANCE,
+    bootstrap_slope,
+    fit_rates,
+    log_model_comparison,
+    predicted_exponent,
+    verdict,
+    window_sensitivity,
+)
+
+
+def _synthetic(exponent, ns, reps, rng, router="perturbed", sigma=0.2, law="power"):
+    rows = []
+    for n in ns:
+        base = n**exponent if law == "power" else 1.0 / math.log(n) ** 2
+        for r in range(reps):
+            v = base * math.exp(sigma * rng.standard_normal())
+            rows.append({"router": router, "setting": "exact", "n": n, "replicate": r, "voronoi": v, "regression_l2": v})
+    return pd.DataFrame(rows)
+
+
+NS = [500, 1000, 2000, 4000, 8000, 16000]
+
+
+@pytest.mark.parametrize("exponent", [-0.5, -0.25, 0.0])
+def test_known_slope_is_recovered(exponent):
+    df = _synthetic(exponent, NS, 20, np.random.default_rng(1))
+    (fit,) = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=300)
+    assert fit["ci_low"] <= exponent <= fit["ci_high"]
+    assert abs(fit["slope"] - exponent) < 0.1
+    assert abs(fit["per_replicate"]["slope"] - exponent) < 0.1
+    # the reported CI is the envelope of the bootstrap and OLS intervals
+    assert fit["ci_low"] <= min(fit["bootstrap"]["ci_low"], fit["log_mean"]["ci_low"]) + 1e-12
+    assert fit["ci_high"] >= max(fit["bootstrap"]["ci_high"], fit["log_mean"]["ci_high"]) - 1e-12
+
+
+def test_wrong_prediction_is_flagged():
+    df = _synthetic(-1.0, NS, 20, np.random.default_rng(2), sigma=0.05)
+    (fit,) = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=200)
+    assert fit["predicted"] == -0.5
+    assert fit["consistent"] is False and fit["within_band"] is False
+
+
+def test_bootstrap_is_seeded():
+    rng = np.random.default_rng(0)
+    vals = [rng.lognormal(size=10) for _ in NS]
+    a = bootstrap_slope(NS, vals, np.random.default_rng(5), 200)
+    b = bootstrap_slope(NS, vals, np.random.default_rng(5), 200)
+    assert a == b
+    assert a["ci_low"] < a["ci_high"]
+
+
+def test_window_sensitivity_drops_leading_sizes():
+    rng = np.random.default_rng(3)
+    vals = [n**-0.5 * rng.lognormal(0, 0.1, size=8) for n in NS]
+    ws = window_sensitivity(NS, vals)
+    assert [w["drop"] for w in ws] == list(range(len(NS) - 2))
+    assert [w["n_min"] for w in ws] == NS[: len(NS) - 2]
+    assert all(abs(w["slope"] + 0.5) < 0.2 for w in ws)
+
+
+def test_log_model_wins_on_log_decay_and_power_on_power():
+    ns = [100, 300, 1000, 3000, 10000, 30000, 100000]
+    df = _synthetic(None, ns, 20, np.random.default_rng(4), sigma=0.02, law="log")
+    vals = [df.loc[df.n == n, "voronoi"].to_numpy() for n in ns]
+    assert log_model_comparison(ns, vals)["better"] == "log"
+    df = _synthetic(-0.5, ns, 20, np.random.default_rng(4), sigma=0.02)
+    vals = [df.loc[df.n == n, "voronoi"].to_numpy() for n in ns]
+    assert log_model_comparison(ns, vals)["better"] == "power"
+
+
+def test_vanilla_voronoi_is_judged_against_perturbed():
+    rng = np.random.default_rng(6)
+    df = pd.concat([_synthetic(-0.5, NS, 10, rng, "perturbed"), _synthetic(-0.05, NS, 10, rng, "cosine")])
+    fits = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=200)
+    cos = next(f for f in fits if f["router"] == "cosine")
+    assert cos["predicted"] is None and cos["judged_by"] == "flatter_than_perturbed"
+    assert cos["consistent"] is True and "log_model" in cos
+    df2 = pd.concat([_synthetic(-0.5, NS, 10, rng, "perturbed"), _synthetic(-0.5, NS, 10, rng, "cosine")])
+    cos2 = next(f for f in fit_rates(df2, setting="exact", estimator="lse", losses=["voronoi"], n_boot=200) if f["router"] == "cosine")
+    assert cos2["consistent"] is False
+
+
+def test_predicted_exponents_follow_the_theorems():
+    assert predicted_exponent("perturbed", "exact", "voronoi") == -0.5
+    assert predicted_exponent("perturbed", "exact", "voronoi_direction") == -0.5
+    assert predicted_exponent("perturbed", "over", "voronoi") == -0.5
+    assert predicted_exponent("perturbed", "over", "param_single") == -0.5
+    assert predicted_exponent("perturbed", "over", "param_multi") == -0.25
+    assert predicted_exponent("cosine", "exact", "voronoi") is None
+    assert predicted_exponent("cosine", "over", "regression_l2") == -0.5
+    assert predicted_exponent("linear", "exact", "voronoi") is None
+    assert predicted_exponent("linear", "exact", "regression_l2") == -0.5
+    assert predicted_exponent("cosine", "exact", "voronoi", estimator="null") == 0.0
+
+
+@settings(max_examples=40)
+@given(
+    p=st.floats(-1, 0.5),
+    lo=st.floats(-1, 0.5),
+    w=st.floats(0, 0.5),
+    tol=st.floats(0, 0.3),
+)
+def test_verdict_rule(p, lo, w, tol):
+    hi = lo + w
+    v = verdict(p, lo, hi, tol)
+    assert v["consistent"] == (lo - tol <= p <= hi + tol)
+    assert v["within_band"] == (p - tol <= lo and hi <= p + tol)
+    if v["within_band"]:
+        assert v["consistent"]
+    assert verdict(None, lo, hi, tol) == {"consistent": None, "within_band": None}
+
+
+def test_nonfinite_and_nonpositive_losses_are_dropped():
+    df = _synthetic(-0.5, NS, 6, np.random.default_rng(7))
+    df.loc[df.index[:3], "voronoi"] = np.nan
+    df.loc[df.index[3], "voronoi"] = 0.0
+    (fit,) = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=100)
+    assert fit["n_values"] == len(df) - 4
+    assert DEFAULT_TOLERANCE == 0.15
+
+
+def test_log_factor_slope_recovers_the_theorem_rate():
+    ns = [1000, 4000, 16000, 64000, 256000]
+    rows = [{"router": "perturbed", "n": n, "replicate": r, "voronoi": math.sqrt(math.log(n) / n)} for n in ns for r in range(3)]
+    (fit,) = fit_rates(pd.DataFrame(rows), setting="exact", estimator="lse", losses=["voronoi"], n_boot=50)
+    assert abs(fit["slope_log_n_over_n"] + 0.5) < 1e-9
+    assert -0.5 < fit["slope"] < -0.4  # the log factor flattens the plain slope
