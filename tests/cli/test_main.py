@@ -1,0 +1,117 @@
+"""The ``moestat`` command: dispatch, version, and the exit-status contract shared by every door."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import moestat
+from moestat.cli.common import UsageError, name_choice, run_main, usage_errors
+from moestat.cli.main import SUBCOMMANDS, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_every_subcommand(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("rates", "plot", "theory", "softmoe", "toy", "realdata"):
+        assert f"  {name} " in out
+    assert set(SUBCOMMANDS) >= {"rates", "plot", "theory", "softmoe", "toy", "realdata"}
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"moestat {moestat.__version__}"
+
+
+def test_unknown_subcommand_is_one_line_exit_2(capsys):
+    assert main(["fit-everything"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown subcommand" in err and "rates" in err
+
+
+def test_no_subcommand_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "subcommands:" in capsys.readouterr().out
+
+
+def test_subcommand_help_names_the_subcommand(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["rates", "--help"])
+    assert exc.value.code == 0
+    assert "usage: moestat rates" in capsys.readouterr().out
+
+
+def test_usage_error_is_one_line_exit_2(capsys):
+    def bad(argv):
+        with usage_errors():
+            raise ValueError("--reps must be >= 2\nsecond line is dropped")
+
+    assert run_main(bad, [], prog="moestat x") == 2
+    err = capsys.readouterr().err
+    assert err == "moestat x: error: --reps must be >= 2\n"
+
+
+def test_missing_file_during_validation_is_a_usage_error(tmp_path, capsys):
+    def bad(argv):
+        with usage_errors():
+            open(tmp_path / "nope.toml", encoding="utf-8")
+
+    assert run_main(bad, [], prog="moestat x") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.toml" in err
+
+
+def test_error_after_the_work_started_is_internal_exit_1_with_traceback(capsys):
+    def buggy(argv):
+        with usage_errors():
+            pass  # arguments were fine
+        raise ValueError("shape mismatch deep inside a sweep")
+
+    assert run_main(buggy, [], prog="moestat x") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "internal error (ValueError)" in err and "not a problem with your input" in err
+
+
+def test_interrupt_exits_130(capsys):
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    assert run_main(interrupted, [], prog="moestat x") == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback_of_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("MOESTAT_DEBUG", "1")
+
+    def bad(argv):
+        raise UsageError("bad flag")
+
+    assert run_main(bad, [], prog="moestat x") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.rstrip().endswith("moestat x: error: bad flag")
+
+
+def test_name_choice_accepts_hyphen_underscore_and_aliases():
+    parse = name_choice(("perturbed", "cosine", "linear"), many=True)
+    assert parse("perturbed-cosine, vanilla,linear") == ["perturbed", "cosine", "linear"]
+    one = name_choice(("output_mixture", "stochastic"))
+    assert one("output-mixture") == "output_mixture"
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="expected one of"):
+        one("mixtur")
+
+
+def test_module_doors_outside_the_repository(tmp_path):
+    # the installed package carries every door, the theory checks included
+    r = subprocess.run([sys.executable, "-m", "moestat", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "theory" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "moestat.rates", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "usage: moestat rates" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "moestat", "theory", "--only", "pde", "--out", str(tmp_path / "th")],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "th" / "theory_report.md").exists()
