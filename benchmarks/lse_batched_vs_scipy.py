@@ -7,7 +7,7 @@ of the default sweep grid 2000 ... 128000) with ``R`` replicates (default 20, th
 count), near-truth starts with constant noise 0.05 (``near_truth_init``).  ``--n`` takes a
 comma-separated list to time several cells of the grid in one run.
 
-Baseline (fair by construction): :func:`moestat.estimators.lse.scipy_reference_fit`, i.e.
+Baseline (fair by construction): :func:`moestat.estimators.reference.scipy_reference_fit`, i.e.
 ``scipy.optimize.least_squares(method="trf")`` per replicate in a Python loop, with the same
 residual and the same analytic Jacobian (the same kernel,
 :mod:`moestat.estimators.lse_kernel`, with its features built once per replicate), the same
@@ -46,7 +46,8 @@ from threadpoolctl import threadpool_limits
 
 from moestat.cli.common import positive_int, run_main
 from moestat.estimators import LeastSquaresMoE, near_truth_init
-from moestat.estimators.lse import AUTO_TEMPERATURES, scipy_reference_fit
+from moestat.estimators.lse import AUTO_TEMPERATURES
+from moestat.estimators.reference import scipy_reference_fit
 from moestat.io import atomic_write_json
 from moestat.model.mixing import MixingMeasure
 from moestat.data.synthetic import ROUTERS, make_scenario

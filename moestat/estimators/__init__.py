@@ -1,22 +1,46 @@
-"""Estimators of the mixing measure: batched least squares, SGD, the null control, starts.
+"""Estimators of the mixing measure and their shared contract.
 
-``ESTIMATORS`` maps the command-line names to classes; ``"em"`` is added when
-:mod:`moestat.estimators.em` is importable.
+Every estimator derives from :class:`~moestat.estimators.base.MoEEstimator` (the contract:
+``fit``/``predict``/``score`` on batches of replicates, common fitted attributes, failures
+reported per replicate, :meth:`~moestat.estimators.base.MoEEstimator.for_scenario`).
+
+* :class:`LeastSquaresMoE` -- batched least squares by Levenberg-Marquardt
+  (:mod:`~moestat.estimators.lse`, :mod:`~moestat.estimators.levenberg_marquardt`,
+  :mod:`~moestat.estimators.lse_kernel`); its scipy baseline is
+  :mod:`~moestat.estimators.reference`.
+* :class:`SGDMoE` -- minibatch SGD, the optimiser of Nguyen et al. (2024).
+* :class:`EMGaussianMoE` -- EM for the Gaussian mixture of linear experts.
+* :class:`NullEstimator` -- returns its start (the control of the rate experiments).
+* :mod:`~moestat.estimators.starts` -- starting points; :mod:`~moestat.estimators.validation` --
+  the input checks they share.
+
+``ESTIMATORS`` maps the command-line names to the classes.
 """
 
-from moestat.estimators.starts import near_truth_init, random_init
+from moestat.estimators.base import FAILURE_STATUSES, MoEEstimator
+from moestat.estimators.em import EMGaussianMoE
 from moestat.estimators.lse import LeastSquaresMoE
 from moestat.estimators.null import NullEstimator
 from moestat.estimators.sgd import SGDMoE
+from moestat.estimators.starts import near_truth_init, random_init, random_starts
 
-__all__ = ["LeastSquaresMoE", "SGDMoE", "NullEstimator", "near_truth_init", "random_init", "ESTIMATORS"]
+__all__ = [
+    "MoEEstimator",
+    "FAILURE_STATUSES",
+    "LeastSquaresMoE",
+    "SGDMoE",
+    "EMGaussianMoE",
+    "NullEstimator",
+    "near_truth_init",
+    "random_init",
+    "random_starts",
+    "ESTIMATORS",
+]
 
-ESTIMATORS = {"lse": LeastSquaresMoE, "sgd": SGDMoE, "null": NullEstimator}
-
-try:  # optional: written separately
-    from moestat.estimators.em import EMGaussianMoE  # noqa: F401
-except ImportError:  # pragma: no cover - depends on whether em.py exists yet
-    pass
-else:
-    ESTIMATORS["em"] = EMGaussianMoE
-    __all__.append("EMGaussianMoE")
+#: Command-line name -> estimator class (``moestat rates --estimator NAME``).
+ESTIMATORS: dict[str, type[MoEEstimator]] = {
+    "lse": LeastSquaresMoE,
+    "sgd": SGDMoE,
+    "null": NullEstimator,
+    "em": EMGaussianMoE,
+}

@@ -1,7 +1,7 @@
 """EM for the softmax-gated Gaussian mixture of (linear) experts (Jordan & Jacobs, 1994).
 
-Model, with ``x~ = (x, 1)`` and the last atom the reference (seed 004 A.3: ``beta0_k = 0``,
-``beta1_k = 0``)::
+Model, with ``x~ = (x, 1)`` and the last atom the reference (Nguyen et al. (2024), A.3:
+``beta0_k = 0``, ``beta1_k = 0``)::
 
     p(y | x) = sum_i pi_i(x) N(y; a_i^T x + b_i, sigma^2),
     pi_i(x)  = softmax_i(beta1_i^T x + beta0_i),     eta_i = (a_i, b_i).
@@ -19,8 +19,8 @@ One EM iteration:
 Both M-steps increase the expected complete-data log-likelihood, so the observed log-likelihood
 never decreases (generalised EM; Dempster, Laird & Rubin 1977) -- the tests check this over seeds.
 The fitted mean function ``g(x) = sum_i pi_i(x) (a_i^T x + b_i)`` is the regression function of
-seed 004, so :attr:`EMGaussianMoE.objective_` (its residual sum of squares) is comparable with the
-least-squares estimator's objective.
+Nguyen et al. (2024), so :attr:`EMGaussianMoE.objective_` -- its mean squared residual, as for
+every estimator -- is comparable with the least-squares estimator's objective.
 
 Only dense linear softmax gates with identity (linear) experts are supported; other gates or
 experts raise ``ValueError``.
@@ -31,12 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.special import logsumexp, softmax
 
 from moestat.model.experts import Expert
 from moestat.model.gates import Gate
 from moestat.model.mixing import MixingMeasure
 from moestat.model.regression import MoEModel
+from moestat.estimators.base import MoEEstimator
+from moestat.estimators.validation import prepare_data, prepare_init
 
 __all__ = ["EMGaussianMoE"]
 
@@ -58,15 +61,6 @@ def _check_model(model, n_components: int) -> None:
         raise ValueError(f"EMGaussianMoE supports only identity (linear) experts, got {expert!r}")
 
 
-def _np64(a, name: str) -> np.ndarray:
-    if hasattr(a, "detach"):
-        a = a.detach().cpu().numpy()
-    a = np.asarray(a, dtype=np.float64)
-    if not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} contains NaN or infinite values")
-    return a
-
-
 @dataclass
 class _Fit:
     V: np.ndarray  # [k, d+1] gate (beta1, beta0); last row 0
@@ -76,24 +70,30 @@ class _Fit:
     converged: bool
     n_iter: int
 
+    @staticmethod
+    def failed(k: int, q: int) -> "_Fit":
+        """Placeholder of a failed replicate: NaN parameters, no path."""
+        return _Fit(np.full((k, q), np.nan), np.full((k, q), np.nan), np.nan, [], False, 0)
 
-class EMGaussianMoE:
+
+class EMGaussianMoE(MoEEstimator):
     """EM estimator of a softmax-gated Gaussian MoE regression, batched over replicates.
 
     Parameters
     ----------
     model : moestat.model.regression.MoEModel, optional
         Must have the dense ``linear`` gate and ``identity`` experts (the default when ``None``).
-        Passed first so that the rates engine can build it like the least-squares estimator,
-        ``EMGaussianMoE(model, k, ...)``; an integer here is read as ``n_components``.
+        Passed first like every estimator's, ``EMGaussianMoE(model, k, ...)``; an integer
+        here is read as ``n_components`` (``EMGaussianMoE(3)``).
     n_components : int
         Number of experts ``k`` (default 2).
     max_iter : int
         Maximum EM iterations per start.
     tol : float
         Convergence when the per-sample log-likelihood changes by less than ``tol``.
-    random_state : int or numpy.random.SeedSequence
-        Seeds the random starts (one independent stream per replicate and start).
+    random_state : None, int, SeedSequence or Generator
+        Seeds the random starts: one independent stream per replicate (``spawn``) and one per
+        start within it (see :class:`~moestat.estimators.base.MoEEstimator`).
     n_init : int
         Random starts per replicate (ignored when ``init`` is given); the best log-likelihood wins.
     gate_newton_steps : int
@@ -106,16 +106,28 @@ class EMGaussianMoE:
     ----------
     params_ : MixingMeasure
         Batched fit: ``beta0 [R, k]``, ``beta1 [R, k, d]``, ``eta [R, k, d+1]``; last atom is the
-        reference (``beta0 = beta1 = 0``).
-    noise_var_ : ndarray, shape ``[R]``
+        reference (``beta0 = beta1 = 0``); NaN for a replicate whose fit failed.
+    objective_ : ndarray, shape ``[R]``
+        Mean squared residual ``(1/n) sum_i (Y_i - g(X_i))^2`` of the fitted mean function
+        (:meth:`predict`), NaN where the fit failed.
     converged_ : ndarray of bool, shape ``[R]``
     n_iter_ : ndarray of int, shape ``[R]``
-    objective_ : ndarray, shape ``[R]``
-        Residual sum of squares ``sum_i (Y_i - g(X_i))^2`` of the fitted mean function.
+        EM iterations of the winning start.
+    status_ : list of str
+        ``"tol"`` (converged), ``"max_iter"``, ``"nonfinite"`` (the data overflow, or the fit
+        became non-finite) or ``"linalg_error"`` (a least-squares solve failed).
+    noise_var_ : ndarray, shape ``[R]``
     loglik_ : ndarray, shape ``[R]``
         Final observed-data log-likelihood (sum over samples).
     loglik_path_ : list of list of float
         Log-likelihood after every E-step of the winning start, per replicate.
+    n_features_in_ : int
+
+    Notes
+    -----
+    :meth:`for_scenario` uses ``max_iter`` and ``random_state``; EM runs in NumPy on the CPU
+    (no ``device``) and is unconstrained (no box).  It refuses a scenario whose fitted model
+    is not the dense linear gate with identity experts.
 
     Examples
     --------
@@ -140,26 +152,45 @@ class EMGaussianMoE:
         gate_newton_steps: int = 3,
         min_noise_var: float = 1e-10,
     ) -> None:
+        self.model = model
+        self.n_components = n_components
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.n_init = n_init
+        self.gate_newton_steps = gate_newton_steps
+        self.min_noise_var = min_noise_var
+
+    @classmethod
+    def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "EMGaussianMoE":
+        return cls(scenario.fit_model, scenario.k_fit, max_iter=max_iter, random_state=random_state)
+
+    def _resolved(self) -> tuple[MoEModel, int]:
+        """``(model, k)`` with the defaults and the ``EMGaussianMoE(k)`` shorthand applied."""
+        model, k = self.model, self.n_components
         if isinstance(model, (int, np.integer)) and not isinstance(model, bool):
-            if n_components is not None:
-                raise ValueError("give the number of experts once: EMGaussianMoE(model, n_components) or EMGaussianMoE(n_components)")
-            model, n_components = None, int(model)
-        n_components = 2 if n_components is None else n_components
+            if k is not None:
+                raise ValueError(
+                    "give the number of experts once: EMGaussianMoE(model, n_components) or EMGaussianMoE(n_components)"
+                )
+            model, k = None, model
+        k = 2 if k is None else k
         if model is None:
             model = MoEModel(Gate("linear"), Expert("identity"))
-        for nm, v in (("n_components", n_components), ("max_iter", max_iter), ("n_init", n_init),
-                      ("gate_newton_steps", gate_newton_steps)):
-            if isinstance(v, bool) or int(v) != v or v < 1:
+        return model, k
+
+    def _check_params(self) -> None:
+        model, k = self._resolved()
+        for nm, v in (("n_components", k), ("max_iter", self.max_iter), ("n_init", self.n_init),
+                      ("gate_newton_steps", self.gate_newton_steps)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}")
-        _check_model(model, int(n_components))
-        self.model = model
-        if not (tol >= 0 and np.isfinite(tol)):
-            raise ValueError(f"tol must be a non-negative number, got {tol!r}")
-        if not min_noise_var > 0:
-            raise ValueError(f"min_noise_var must be positive, got {min_noise_var!r}")
-        self.n_components, self.max_iter, self.tol = int(n_components), int(max_iter), float(tol)
-        self.random_state, self.n_init = random_state, int(n_init)
-        self.gate_newton_steps, self.min_noise_var = int(gate_newton_steps), float(min_noise_var)
+        _check_model(model, int(k))
+        if not (self.tol >= 0 and np.isfinite(self.tol)):
+            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
+        if not self.min_noise_var > 0:
+            raise ValueError(f"min_noise_var must be positive, got {self.min_noise_var!r}")
+        self._rng()
 
     # ---- public API --------------------------------------------------------------------------
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "EMGaussianMoE":
@@ -178,61 +209,74 @@ class EMGaussianMoE:
         EMGaussianMoE
             ``self``, with the fitted attributes set.
         """
-        X, Y = _np64(X, "X"), _np64(Y, "Y")
-        if X.ndim == 2 and Y.ndim == 1:
-            X, Y = X[None], Y[None]
-        if X.ndim != 3 or Y.ndim != 2 or Y.shape != X.shape[:2]:
-            raise ValueError(f"X must have shape [R, n, d] and Y [R, n]; got X {X.shape} and Y {Y.shape}")
+        self._check_params()
+        _, k = self._resolved()
+        k = int(k)
+        Xt, Yt = prepare_data(X, Y, k, torch.device("cpu"), min_samples=2)
+        X, Y = Xt.numpy(), Yt.numpy()
         R, n, d = X.shape
-        k = self.n_components
-        if n < 2:
-            raise ValueError(f"need at least 2 samples per replicate, got n={n}")
-        inits = None
-        if init is not None:
-            m = init.numpy()
-            if m.n_atoms != k or m.dim != d or m.eta_dim != d + 1:
-                raise ValueError(
-                    f"init must have k={k} atoms, beta1 dimension d={d} and eta dimension d+1={d + 1}; "
-                    f"got k={m.n_atoms}, d={m.dim}, q={m.eta_dim}"
-                )
-            if not m.batch_shape:
-                m = m.expand(R)
-            if m.batch_shape != (R,):
-                raise ValueError(f"init batch shape {m.batch_shape} does not match R={R}")
-            inits = m
-        root = self.random_state if isinstance(self.random_state, np.random.SeedSequence) else np.random.SeedSequence(int(self.random_state))
-        streams = root.spawn(R)
-        fits = []
+        inits = None if init is None else prepare_init(init, R, k, d, reference=False)
+        # one stream per replicate, then one per start (as SeedSequence.spawn: Generator.spawn
+        # spawns the generator's seed sequence)
+        streams = self._rng().spawn(R)
+        fits, status = [], []
         for r in range(R):
-            Xt = np.concatenate([X[r], np.ones((n, 1))], axis=1)
-            if inits is not None:
-                V0 = np.concatenate([inits.beta1[r], inits.beta0[r][:, None]], axis=1)
-                fits.append(self._run(Xt, Y[r], V0 - V0[-1], inits.eta[r].copy(), None))
+            Xe = np.concatenate([X[r], np.ones((n, 1))], axis=1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                # data so large that its squares overflow make every step below non-finite
+                finite = np.isfinite(np.sum(Xe**2)) and np.isfinite(np.sum(Y[r] ** 2))
+            f = None
+            if finite:
+                try:
+                    f = self._fit_replicate(Xe, Y[r], None if inits is None else inits[r], streams[r])
+                except np.linalg.LinAlgError:
+                    status.append("linalg_error")
+                else:
+                    ok = all(np.isfinite(a).all() for a in (f.V, f.E, f.s2, f.path[-1]))
+                    status.append(("tol" if f.converged else "max_iter") if ok else "nonfinite")
+                    f = f if ok else None
             else:
-                best = None
-                for ss in streams[r].spawn(self.n_init):
-                    V0, E0 = self._random_start(Xt, Y[r], np.random.default_rng(ss))
-                    f = self._run(Xt, Y[r], V0, E0, None)
-                    if best is None or f.path[-1] > best.path[-1]:
-                        best = f
-                fits.append(best)
-        self.params_ = MixingMeasure(
+                status.append("nonfinite")
+            fits.append(f if f is not None else _Fit.failed(k, d + 1))
+        params = MixingMeasure(
             np.stack([f.V[:, -1] for f in fits]), np.stack([f.V[:, :-1] for f in fits]), np.stack([f.E for f in fits])
         )
         self.noise_var_ = np.array([f.s2 for f in fits])
-        self.converged_ = np.array([f.converged for f in fits], dtype=bool)
-        self.n_iter_ = np.array([f.n_iter for f in fits], dtype=np.int64)
-        self.loglik_ = np.array([f.path[-1] for f in fits])
+        self.loglik_ = np.array([f.path[-1] if f.path else np.nan for f in fits])
         self.loglik_path_ = [list(f.path) for f in fits]
-        self.objective_ = ((Y - self.predict(X)) ** 2).sum(1)
+        # objective_ from predict itself: the mean squared residual of the fitted mean function
+        self.params_, self.n_features_in_ = params, d
+        objective = np.mean((Y - self.predict(X)) ** 2, axis=1)
+        converged = np.array([f.converged for f in fits], dtype=bool)
+        n_iter = np.array([f.n_iter for f in fits], dtype=np.int64)
+        self._set_fit(params, objective, converged, n_iter, status, d)
         return self
 
+    def _fit_replicate(self, Xe, y, init: MixingMeasure | None, rng: np.random.Generator) -> "_Fit":
+        """The EM fit of one replicate: from ``init``, or the best of ``n_init`` random starts."""
+        if init is not None:
+            V0 = np.concatenate([init.beta1, init.beta0[:, None]], axis=1)
+            return self._run(Xe, y, V0 - V0[-1], init.eta.copy(), None)
+        best = None
+        for start_rng in rng.spawn(self.n_init):
+            V0, E0 = self._random_start(Xe, y, start_rng)
+            f = self._run(Xe, y, V0, E0, None)
+            if best is None or f.path[-1] > best.path[-1]:
+                best = f
+        return best
+
     def predict(self, X) -> np.ndarray:
-        """Fitted mean function ``g(x) = sum_i pi_i(x) (a_i^T x + b_i)``: ``[R, n]``."""
-        if not hasattr(self, "params_"):
-            raise ValueError("this EMGaussianMoE is not fitted yet; call fit first")
-        X = _np64(X, "X")
-        X = X[None] if X.ndim == 2 else X
+        """Fitted mean function ``g(x) = sum_i pi_i(x) (a_i^T x + b_i)``.
+
+        Parameters
+        ----------
+        X : array or Tensor, shape ``[R, n, d]`` or ``[n, d]``
+
+        Returns
+        -------
+        ndarray, shape ``[R, n]``
+        """
+        X = self._check_X(X).numpy()
         p = self.params_
         logits = np.einsum("rnd,rkd->rnk", X, p.beta1) + p.beta0[:, None, :]
         mu = np.einsum("rnd,rkd->rnk", X, p.eta[..., :-1]) + p.eta[:, None, :, -1]
@@ -251,7 +295,7 @@ class EMGaussianMoE:
 
     def _random_start(self, Xt, y, rng):
         """Hard partition from a few Lloyd iterations on standardised (x, y), k-means++ seeding."""
-        n, k = Xt.shape[0], self.n_components
+        n, k = Xt.shape[0], int(self._resolved()[1])
         Z = np.concatenate([Xt[:, :-1], y[:, None]], axis=1)
         Z = (Z - Z.mean(0)) / np.where(Z.std(0) > 0, Z.std(0), 1.0)
         centres = [Z[rng.integers(n)]]
@@ -319,7 +363,7 @@ class EMGaussianMoE:
                 break
         return V
 
-    def _run(self, Xt, y, V, E, s2):
+    def _run(self, Xt, y, V, E, s2) -> _Fit:
         n = Xt.shape[0]
         floor = self.min_noise_var * max(float(np.var(y)), 1e-300)
         if s2 is None:  # residual variance of the starting mixture

@@ -1,12 +1,13 @@
 """Residual, gradient and Gauss-Newton matrix of the batched least-squares fit.
 
-This is the inner loop of :func:`moestat.estimators.lse.levenberg_marquardt`; everything else
-in the estimator is bookkeeping around it.  It computes, for ``R`` replicates at once,
+This is the inner loop of :func:`moestat.estimators.levenberg_marquardt.levenberg_marquardt`;
+everything else in the estimator is bookkeeping around it.  It computes, for ``R`` replicates at once,
 
 * ``F = 0.5 sum_i (g(x_i) - y_i)^2`` (forward pass, every trial point), and
 * ``A = J^T J`` and ``grad = J^T r`` (only at accepted points),
 
-with the analytic derivatives of :mod:`moestat.estimators.lse` (module docstring there).
+with the analytic derivatives of :mod:`moestat.estimators.levenberg_marquardt` (module
+docstring there).
 
 Why a separate, "component-major" kernel
 ----------------------------------------
@@ -170,7 +171,7 @@ def unpack_params(theta: torch.Tensor, n_components: int, d: int):
     """Free-parameter vectors ``[R, P]`` to ``(beta0 [R,k], beta1 [R,k,d], eta [R,k,d+1])``.
 
     The reference atom's router is filled with zeros (A.3); the inverse is
-    :func:`moestat.estimators.lse.pack_params`.
+    :func:`moestat.estimators.levenberg_marquardt.pack_params`.
     """
     R, k = theta.shape[0], n_components
     i0, i1 = k - 1, (k - 1) * (d + 1)
@@ -218,7 +219,7 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
         u_s = u_b + q - q.sum(1, keepdim=True) * dthr
     else:
         if K is not None and K < k:
-            # hard Top-K on the score without the bias (seed 004 eq. (2))
+            # hard Top-K on the score without the bias (Nguyen et al. (2024), eq. (2))
             idx = torch.topk(s, K, dim=1).indices
             keep = torch.zeros_like(s, dtype=torch.bool).scatter_(1, idx, True)
             logits = logits.masked_fill(~keep, float("-inf"))
@@ -377,7 +378,7 @@ def residual_and_jacobian(model, data: Design, theta, n_components: int, tempera
     """Residuals ``r [R, n]`` and (if asked) ``J = dr/dtheta [R, n, P]`` (a transposed view).
 
     One-chunk designs only (``Design.build(..., chunk=n)``); used by
-    :func:`~moestat.estimators.lse.predict_and_jacobian` and the scipy reference.
+    :func:`~moestat.estimators.levenberg_marquardt.predict_and_jacobian` and the scipy reference.
     """
     if len(data.xs) != 1:
         raise ValueError("residual_and_jacobian needs a one-chunk Design (chunk=n)")

@@ -1,22 +1,27 @@
 """The null estimator: returns its start unchanged.
 
 It is the control of the rate experiments: any slope its Voronoi loss shows against ``n``
-comes from the initialisation (e.g. the peer code's ``n ** -0.083`` noise schedule, seed 004
-reference Section 9), not from the data.
+comes from the initialisation (e.g. the peer code's ``n ** -0.083`` noise schedule; reference
+notes on Nguyen et al. (2024), Section 9), not from the data.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from moestat.devices import resolve_device
 from moestat.model.mixing import MixingMeasure
 from moestat.model.regression import MoEModel
-from moestat.estimators.lse import as_rng, check_model, check_n_components, objective_and_grad, prepare_data, prepare_init, random_starts
+from moestat.estimators.base import MoEEstimator
+from moestat.estimators.levenberg_marquardt import objective_and_grad
+from moestat.estimators.starts import random_starts
+from moestat.estimators.validation import check_model, check_n_components, prepare_data, prepare_init
 
 __all__ = ["NullEstimator"]
 
 
-class NullEstimator:
+class NullEstimator(MoEEstimator):
     """Estimator that returns its initialisation (the "does nothing" control).
 
     Parameters
@@ -28,22 +33,31 @@ class NullEstimator:
     random_state : None, int, SeedSequence or Generator
         Seed of the random start drawn when :meth:`fit` gets no ``init``.
     device : str
-        Accepted for interface compatibility; the computation runs on the CPU.
+        Checked (:func:`moestat.devices.resolve_device`) for a uniform interface; the
+        computation runs on the CPU.
 
     Attributes
     ----------
     params_ : MixingMeasure
         The start, batched ``[R]``.
     objective_ : ndarray, shape ``[R]``
-        Mean squared residual at the start.
-    converged_ : ndarray of bool
-        Always True.
-    n_iter_ : ndarray of int
+        Mean squared residual at the start (NaN where it is not finite).
+    converged_ : ndarray of bool, shape ``[R]``
+        True, except where the objective is not finite.
+    n_iter_ : ndarray of int, shape ``[R]``
         Always 0.
     status_ : list of str
-        ``"null"``.
-    grad_norm_ : ndarray
+        ``"null"``, or ``"nonfinite"`` where the objective at the start is not finite.
+    grad_norm_ : ndarray, shape ``[R]``
         Gradient norm of the objective at the start.
+    init_ : MixingMeasure
+        The start (the same as ``params_``).
+    n_features_in_ : int
+
+    Notes
+    -----
+    :meth:`for_scenario` uses ``random_state`` and ``device`` (there is no iteration, so no
+    ``max_iter``, and no box: the start is returned as it is).
 
     Examples
     --------
@@ -63,29 +77,42 @@ class NullEstimator:
         self.n_components = n_components
         self.random_state = random_state
         self.device = device
-        check_model(model)
-        check_n_components(n_components, model)
-        as_rng(random_state)
+
+    @classmethod
+    def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "NullEstimator":
+        return cls(scenario.fit_model, scenario.k_fit, random_state=random_state, device=device)
+
+    def _check_params(self) -> None:
+        check_model(self.model)
+        check_n_components(self.n_components, self.model)
+        resolve_device(self.device)
+        self._rng()
 
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "NullEstimator":
-        """Record ``init`` (or a random start) as the fit; see the class docstring."""
-        import torch
+        """Record ``init`` (or a random start) as the fit.
 
-        check_model(self.model)
-        k = check_n_components(self.n_components, self.model)
+        Parameters
+        ----------
+        X : array or Tensor, shape ``[R, n, d]`` (or ``[n, d]``)
+        Y : array or Tensor, shape ``[R, n]`` (or ``[n]``)
+        init : MixingMeasure, optional
+            The start, batched ``[R]`` or unbatched (shared); a random start per replicate
+            (from ``random_state``) when not given.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        k = self.n_components
         Xt, Yt = prepare_data(X, Y, k, torch.device("cpu"))
         R, n, d = Xt.shape
         if init is None:
-            G = random_starts(R, k, d, as_rng(self.random_state))
+            G = random_starts(R, k, d, self._rng())
         else:
             G = prepare_init(init, R, k, d)
         obj, gn = objective_and_grad(self.model, Xt, Yt, G, k)
-        self.params_ = G
+        self._set_fit(G, obj.numpy(), np.ones(R, dtype=bool), np.zeros(R, dtype=int), ["null"] * R, d)
         self.init_ = G
-        self.objective_ = obj.numpy()
         self.grad_norm_ = gn.numpy()
-        self.converged_ = np.ones(R, dtype=bool)
-        self.n_iter_ = np.zeros(R, dtype=int)
-        self.status_ = ["null"] * R
-        self.n_features_in_ = d
         return self

@@ -1,12 +1,12 @@
-"""Minibatch SGD on the least-squares objective, the paper's optimiser (seed 004, Section 5).
+"""Minibatch SGD on the least-squares objective, the optimiser of Nguyen et al. (2024), Section 5.
 
 Batched over replicates: every replicate has its own minibatch stream (its own permutation per
 epoch) and its own parameters; one summed loss gives each replicate exactly its own gradient
 because the replicates share no parameters.
 
-Known limitation (reference Section 9, item 3): with a learning rate that does not go to 0 the
-iterate fluctuates at a level set by ``lr`` and the batch size, not by ``n``; this floor flattens
-rate curves at large ``n``.  Use ``lr_schedule="cosine"`` (default) and/or ``polish``.  The
+Known limitation (reference notes on Nguyen et al. (2024), Section 9, item 3): with a learning
+rate that does not go to 0 the iterate fluctuates at a level set by ``lr`` and the batch size,
+not by ``n``; this floor flattens rate curves at large ``n``.  Use ``lr_schedule="cosine"`` (default) and/or ``polish``.  The
 hard Top-K mask also has zero derivative in ``beta1``, so SGD, like any local method, does not
 see the first-order effect of moving the selection boundary (see
 :class:`~moestat.estimators.lse.LeastSquaresMoE`, ``topk_temperatures``).
@@ -19,30 +19,35 @@ import math
 import numpy as np
 import torch
 
+from moestat.devices import resolve_device
+from moestat.model.gates import gate_weights
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
-from moestat.estimators.lse import (
-    _box_bounds,
-    _predict_parts,
-    as_rng,
+from moestat.estimators.base import MoEEstimator
+from moestat.estimators.levenberg_marquardt import box_bounds, levenberg_marquardt, objective_and_grad, pack_params
+from moestat.estimators.lse_kernel import unpack_params
+from moestat.estimators.starts import random_starts
+from moestat.estimators.validation import (
     check_model,
     check_n_components,
     check_positive_float,
     check_positive_int,
-    levenberg_marquardt,
-    objective_and_grad,
-    pack_params,
     prepare_data,
     prepare_init,
-    random_starts,
-    resolve_device,
-    unpack_params,
 )
 
 __all__ = ["SGDMoE", "LR_SCHEDULES", "POLISH_METHODS"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 POLISH_METHODS = (None, "lbfgs", "lm")
+
+
+def _predict(model: MoEModel, X: torch.Tensor, beta0, beta1, eta) -> torch.Tensor:
+    """``g [R, n]`` at ``X [R, n, d]``, sample-major through the gate/expert vocabulary (autograd
+    differentiates it; the least-squares kernel's analytic Jacobian is not needed here)."""
+    w = gate_weights(model.gate.scores(X, beta1), beta0, model.gate.k_active)
+    h = model.expert.phi(model.expert.preactivation(X, eta))
+    return (w * h).sum(-1)
 
 
 def _lr_at(lr: float, schedule: str, step: int, total: int) -> float:
@@ -54,7 +59,7 @@ def _lr_at(lr: float, schedule: str, step: int, total: int) -> float:
     return lr * (0.1 ** (int(step >= 0.5 * total) + int(step >= 0.75 * total)))
 
 
-class SGDMoE:
+class SGDMoE(MoEEstimator):
     """Projected minibatch SGD for the MoE least-squares objective, batched over replicates.
 
     Parameters
@@ -82,15 +87,24 @@ class SGDMoE:
         Iterates are projected onto the box after every step.
     random_state : None, int, SeedSequence or Generator
         Seeds the minibatch order and the random starts.
-    device : {"cpu", "cuda", "auto"}
-        Tensor device.
+    device : {"cpu", "cuda", "cuda:N", "auto"}
+        Tensor device (:func:`moestat.devices.resolve_device`).
 
     Attributes
     ----------
-    params_, objective_, converged_, n_iter_, status_, grad_norm_, init_
+    params_, objective_, converged_, n_iter_, status_, grad_norm_, init_, n_features_in_
         As in :class:`~moestat.estimators.lse.LeastSquaresMoE`; ``n_iter_`` counts SGD steps
         (plus polish iterations) and ``status_`` is ``"grad_tol"`` (converged),
-        ``"not_converged"`` or ``"nonfinite"``.
+        ``"not_converged"`` or ``"nonfinite"`` (failed; a non-finite replicate is left out of
+        the polish so that it cannot spoil the others' line search).
+
+    Notes
+    -----
+    :meth:`for_scenario` uses ``scenario.box``, ``random_state`` and ``device``; SGD's budget is
+    ``epochs``, so ``max_iter`` is not used.
+
+    The minibatch order is drawn for the whole batch (``[R, n]`` per epoch), so a replicate's
+    fit depends on how many replicates share its batch (not on their data).
 
     Examples
     --------
@@ -131,9 +145,12 @@ class SGDMoE:
         self.box = box
         self.random_state = random_state
         self.device = device
-        self._validate_params()
 
-    def _validate_params(self) -> None:
+    @classmethod
+    def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "SGDMoE":
+        return cls(scenario.fit_model, scenario.k_fit, box=scenario.box, random_state=random_state, device=device)
+
+    def _check_params(self) -> None:
         check_model(self.model)
         check_n_components(self.n_components, self.model)
         check_positive_float("lr", self.lr)
@@ -147,24 +164,32 @@ class SGDMoE:
         if not isinstance(self.box, ParameterBox):
             raise TypeError(f"box must be a ParameterBox, got {type(self.box).__name__}")
         resolve_device(self.device)
-        as_rng(self.random_state)
+        self._rng()
 
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "SGDMoE":
-        """Fit every replicate; ``X [R, n, d]``, ``Y [R, n]`` (or unbatched), optional start.
+        """Fit every replicate.
+
+        Parameters
+        ----------
+        X : array or Tensor, shape ``[R, n, d]`` (or ``[n, d]``)
+        Y : array or Tensor, shape ``[R, n]`` (or ``[n]``)
+        init : MixingMeasure, optional
+            Start, batched ``[R]`` or unbatched (shared); a random start per replicate (from
+            ``random_state``) when not given.
 
         Returns
         -------
         self
         """
-        self._validate_params()
+        self._check_params()
         dev = resolve_device(self.device)
         k = self.n_components
         Xt, Yt = prepare_data(X, Y, k, dev)
         R, n, d = Xt.shape
-        rng = as_rng(self.random_state)
+        rng = self._rng()
         G0 = random_starts(R, k, d, rng) if init is None else prepare_init(init, R, k, d)
         gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(0, 2**63 - 1)))
-        lower, upper = _box_bounds(self.box, k, d, dev, torch.float64)
+        lower, upper = box_bounds(self.box, k, d, dev, torch.float64)
         theta = pack_params(G0.torch(device=dev)).clone().requires_grad_(True)
         B = min(self.batch_size, n)
         steps_per_epoch = math.ceil(n / B)
@@ -178,7 +203,7 @@ class SGDMoE:
                 idx = perm[:, s : s + B]
                 xb, yb = Xt[ridx, idx], Yt[ridx, idx]
                 beta0, beta1, eta = unpack_params(theta, k, d)
-                f = _predict_parts(self.model, xb, beta0, beta1, eta)[3]
+                f = _predict(self.model, xb, beta0, beta1, eta)
                 # sum over replicates of each replicate's minibatch mean: separable gradients
                 loss = ((f - yb) ** 2).mean(-1).sum()
                 (grad,) = torch.autograd.grad(loss, theta)
@@ -188,28 +213,37 @@ class SGDMoE:
                 step += 1
         n_iter = np.full(R, step, dtype=int)
         theta = theta.detach()
-        if self.polish == "lbfgs":
-            theta, it = self._lbfgs(Xt, Yt, theta, lower, upper)
-            n_iter += it
-        elif self.polish == "lm":
-            res = levenberg_marquardt(self.model, Xt, Yt, theta, k, lower, upper, max_iter=200)
-            theta = res["theta"]
-            n_iter += res["n_iter"].cpu().numpy()
+        if self.polish is not None:
+            # A replicate whose loss is not finite stays out of the polish: L-BFGS minimises the
+            # sum over replicates with one line search, which one NaN would spoil for all.
+            with torch.no_grad():
+                f = _predict(self.model, Xt, *unpack_params(theta, k, d))
+                ok = torch.isfinite(((f - Yt) ** 2).mean(-1)) & torch.isfinite(theta).all(-1)
+            sel = None if bool(ok.all()) else torch.nonzero(ok).flatten()
+            if sel is None or sel.numel():
+                Xp, Yp, tp = (Xt, Yt, theta) if sel is None else (Xt[sel], Yt[sel], theta[sel])
+                if self.polish == "lbfgs":
+                    tp, it = self._lbfgs(Xp, Yp, tp, lower, upper)
+                else:  # "lm"
+                    res = levenberg_marquardt(self.model, Xp, Yp, tp, k, lower, upper, max_iter=200)
+                    tp, it = res["theta"], res["n_iter"].cpu().numpy()
+                if sel is None:
+                    theta = tp
+                    n_iter += it
+                else:
+                    theta = theta.clone()
+                    theta[sel] = tp
+                    n_iter[sel.cpu().numpy()] += it
         beta0, beta1, eta = unpack_params(theta, k, d)
         G = MixingMeasure(beta0.cpu().numpy(), beta1.cpu().numpy(), eta.cpu().numpy())
         obj, gn = objective_and_grad(self.model, Xt, Yt, G, k)
         obj, gn = obj.cpu().numpy(), gn.cpu().numpy()
         finite = np.isfinite(obj) & np.isfinite(gn)
-        self.converged_ = finite & (gn <= self.tol)
-        self.status_ = [
-            "nonfinite" if not fi else ("grad_tol" if c else "not_converged") for fi, c in zip(finite, self.converged_)
-        ]
-        self.params_ = G
+        converged = finite & (gn <= self.tol)
+        status = ["nonfinite" if not fi else ("grad_tol" if c else "not_converged") for fi, c in zip(finite, converged)]
+        self._set_fit(G, np.where(finite, obj, np.nan), converged, n_iter, status, d)
         self.init_ = G0
-        self.objective_ = np.where(finite, obj, np.nan)
         self.grad_norm_ = gn
-        self.n_iter_ = n_iter
-        self.n_features_in_ = d
         return self
 
     def _lbfgs(self, Xt, Yt, theta, lower, upper, max_iter: int = 200):
@@ -223,7 +257,7 @@ class SGDMoE:
         def closure():
             opt.zero_grad()
             beta0, beta1, eta = unpack_params(th, k, d)
-            f = _predict_parts(self.model, Xt, beta0, beta1, eta)[3]
+            f = _predict(self.model, Xt, beta0, beta1, eta)
             loss = ((f - Yt) ** 2).mean(-1).sum()
             loss.backward()
             return loss

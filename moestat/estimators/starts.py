@@ -1,13 +1,13 @@
 """Starting points for the estimators: near-truth, random, and the peer-code artefact.
 
 Every initialiser returns an **unbatched** :class:`~moestat.model.mixing.MixingMeasure` whose last
-atom is the reference expert of seed 004 (A.3): ``beta0 = 0`` and ``beta1 = 0`` exactly; its
+atom is the reference expert of Nguyen et al. (2024) (A.3): ``beta0 = 0`` and ``beta1 = 0`` exactly; its
 expert parameter ``eta`` is free and therefore perturbed like every other free parameter.
 
 Why the noise scale does not depend on ``n`` by default
 --------------------------------------------------------
-The peer simulation code (seed 004 reference, Section 8) starts near the truth with noise of
-standard deviation ``0.005 * n ** -0.083``.  An estimator that does *nothing* then already has a
+The peer simulation code (reference notes on Nguyen et al. (2024), Section 8) starts near the
+truth with noise of standard deviation ``0.005 * n ** -0.083``.  An estimator that does *nothing* then already has a
 Voronoi loss that decreases like ``n ** -0.083`` (Section 9, item 1), and for the vanilla cosine
 router, whose radial direction ``||beta1||`` is never corrected by the data (PDE (4)), that
 artefact is the whole slope.  ``schedule="constant"`` (the default) removes it; ``"peer"`` is
@@ -20,10 +20,11 @@ import numpy as np
 
 from moestat.model.mixing import MixingMeasure
 
-__all__ = ["near_truth_init", "random_init", "INIT_SCHEDULES", "PEER_EXPONENT"]
+__all__ = ["near_truth_init", "random_init", "random_starts", "INIT_SCHEDULES", "PEER_EXPONENT"]
 
 INIT_SCHEDULES = ("constant", "peer")
-#: Exponent of the peer code's n-shrinking initialisation noise (seed 004 reference, Section 8).
+#: Exponent of the peer code's n-shrinking initialisation noise (reference notes on Nguyen et
+#: al. (2024), Section 8).
 PEER_EXPONENT = -0.083
 
 
@@ -47,7 +48,7 @@ def near_truth_init(
     n: int | None = None,
     schedule: str = "constant",
 ) -> MixingMeasure:
-    """A start near the true mixing measure (seed 004, Section 5: "near the true parameters").
+    """A start near the true mixing measure (Nguyen et al. (2024), Section 5: "near the true parameters").
 
     Parameters
     ----------
@@ -192,3 +193,11 @@ def random_init(
     beta0[-1] = 0.0
     beta1[-1] = 0.0
     return MixingMeasure(beta0, beta1, eta)
+
+
+def random_starts(R: int, n_components: int, d: int, rng: np.random.Generator) -> MixingMeasure:
+    """``R`` independent :func:`random_init` draws (in replicate order), batched ``[R]``.
+
+    The estimators' default start when ``fit`` gets no ``init``.
+    """
+    return MixingMeasure.stack([random_init(n_components, d, rng) for _ in range(R)])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
-import inspect
 import io
 import json
 import math
@@ -457,15 +456,7 @@ def estimator_registry() -> dict:
 
 def _build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
     cls = estimator_registry()[name]
-    offered = {
-        "box": scenario.box,
-        "max_iter": max_iter,
-        "random_state": random_state,
-        "device": device,
-    }
-    params = inspect.signature(cls).parameters
-    kwargs = {k: v for k, v in offered.items() if k in params}
-    return cls(scenario.fit_model, scenario.k_fit, **kwargs)
+    return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
 
 
 def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator):

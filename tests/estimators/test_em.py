@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import softmax
 
+from moestat.data.synthetic import make_scenario
 from moestat.estimators.em import EMGaussianMoE
 from moestat.model.experts import Expert
 from moestat.model.gates import Gate
@@ -82,12 +83,14 @@ def test_fitted_attributes_and_objective():
         assert getattr(em, name).shape == (3,)
     assert em.converged_.dtype == bool and em.n_iter_.dtype.kind == "i"
     assert len(em.loglik_path_) == 3
-    np.testing.assert_allclose(em.objective_, ((Y - em.predict(X)) ** 2).sum(1))
-    # The EM fit should beat the best single line in residual sum of squares.
+    # objective_ is the mean squared residual of its own predict, as for every estimator
+    np.testing.assert_allclose(em.objective_, ((Y - em.predict(X)) ** 2).mean(1))
+    assert em.status_ == ["tol"] * 3
+    # The EM fit should beat the best single line in mean squared residual.
     for r in range(3):
         A = np.c_[X[r], np.ones(400)]
-        rss_ols = ((Y[r] - A @ np.linalg.lstsq(A, Y[r], rcond=None)[0]) ** 2).sum()
-        assert em.objective_[r] < rss_ols
+        mse_ols = ((Y[r] - A @ np.linalg.lstsq(A, Y[r], rcond=None)[0]) ** 2).mean()
+        assert em.objective_[r] < mse_ols
 
 
 def test_init_near_truth_is_used():
@@ -107,22 +110,27 @@ def test_single_component_is_ols():
 
 
 def test_rejects_unsupported_models_and_bad_input():
+    # parameters are stored by __init__ and checked by fit (scikit-learn's convention)
+    X, Y = sample(50, 1, seed=0)
     with pytest.raises(ValueError, match="linear softmax gate"):
-        EMGaussianMoE(MoEModel(Gate("cosine"), Expert("identity")), 2)
+        EMGaussianMoE(MoEModel(Gate("cosine"), Expert("identity")), 2).fit(X, Y)
     with pytest.raises(ValueError, match="linear softmax gate"):
-        EMGaussianMoE(MoEModel(Gate("linear", k_active=1), Expert("identity")), 2)
-    EMGaussianMoE(MoEModel(Gate("linear", k_active=2), Expert("identity")), 2)  # K = k is dense
+        EMGaussianMoE(MoEModel(Gate("linear", k_active=1), Expert("identity")), 2).fit(X, Y)
+    EMGaussianMoE(MoEModel(Gate("linear", k_active=2), Expert("identity")), 2).fit(X, Y)  # K = k is dense
     with pytest.raises(ValueError, match="identity"):
-        EMGaussianMoE(MoEModel(Gate("linear"), Expert("gelu")), 2)
+        EMGaussianMoE(MoEModel(Gate("linear"), Expert("gelu")), 2).fit(X, Y)
     with pytest.raises(ValueError, match="MoEModel"):
-        EMGaussianMoE("linear", 2)
+        EMGaussianMoE("linear", 2).fit(X, Y)
     with pytest.raises(ValueError, match="once"):
-        EMGaussianMoE(2, 3)
+        EMGaussianMoE(2, 3).fit(X, Y)
+    # the rates engine's constructor, EMGaussianMoE.for_scenario, checks at once
+    with pytest.raises(ValueError, match="linear softmax gate"):
+        EMGaussianMoE.for_scenario(make_scenario("perturbed", "exact"), max_iter=5, random_state=0)
     # the rates engine's calling convention, EMGaussianMoE(model, k, max_iter=..., random_state=...)
     em = EMGaussianMoE(MoEModel(Gate("linear"), Expert("identity")), 3, max_iter=5, random_state=0)
     assert em.n_components == 3
     with pytest.raises(ValueError, match="n_components"):
-        EMGaussianMoE(0)
+        EMGaussianMoE(0).fit(X, Y)
     em = EMGaussianMoE(2)
     with pytest.raises(ValueError, match="shape"):
         em.fit(np.zeros((2, 10, 1)), np.zeros((2, 9)))

@@ -6,7 +6,8 @@ import torch
 
 from moestat import Expert, Gate, MixingMeasure, MoEModel, ParameterBox
 from moestat.estimators import ESTIMATORS, LeastSquaresMoE, NullEstimator, near_truth_init, random_init
-from moestat.estimators.lse import n_free_params, scipy_reference_fit
+from moestat.estimators.lse_kernel import n_free_params
+from moestat.estimators.reference import scipy_reference_fit
 from moestat.data.synthetic import make_scenario
 
 
@@ -208,19 +209,23 @@ MODEL = MoEModel(Gate("perturbed", k_active=2), Expert("gelu"))
     ],
 )
 def test_bad_parameters(kwargs, match):
+    """Parameters are stored by ``__init__`` and checked by ``fit`` (scikit-learn's convention)."""
     kw = dict(n_components=3)
     kw.update(kwargs)
+    est = LeastSquaresMoE(MODEL, **kw)
+    X, Y = np.random.default_rng(0).uniform(-1, 1, (1, 100, 3)), np.zeros((1, 100))
     with pytest.raises(ValueError, match=match):
-        LeastSquaresMoE(MODEL, **kw)
+        est.fit(X, Y)
 
 
 def test_bad_types():
+    X, Y = np.random.default_rng(0).uniform(-1, 1, (1, 100, 3)), np.zeros((1, 100))
     with pytest.raises(TypeError, match="model"):
-        LeastSquaresMoE("gelu", 3)
+        LeastSquaresMoE("gelu", 3).fit(X, Y)
     with pytest.raises(TypeError, match="random_state"):
-        LeastSquaresMoE(MODEL, 3, random_state="seed")
+        LeastSquaresMoE(MODEL, 3, random_state="seed").fit(X, Y)
     with pytest.raises(TypeError, match="box"):
-        LeastSquaresMoE(MODEL, 3, box=10)
+        LeastSquaresMoE(MODEL, 3, box=10).fit(X, Y)
 
 
 def test_bad_data():

@@ -6,12 +6,8 @@ import torch
 
 from moestat import Expert, Gate, MixingMeasure, MoEModel
 from moestat.estimators import random_init
-from moestat.estimators.lse import (
-    n_free_params,
-    pack_params,
-    predict_and_jacobian,
-    unpack_params,
-)
+from moestat.estimators.levenberg_marquardt import pack_params, predict_and_jacobian
+from moestat.estimators.lse_kernel import n_free_params, unpack_params
 from moestat.model.gates import gate_scores
 
 

@@ -66,8 +66,11 @@ MODEL = MoEModel(Gate("perturbed", k_active=2), Expert("gelu"))
     ],
 )
 def test_sgd_bad_parameters(kwargs, match):
+    """Parameters are stored by ``__init__`` and checked by ``fit``."""
+    est = SGDMoE(MODEL, 3, **kwargs)
+    X, Y = np.random.default_rng(0).uniform(-1, 1, (1, 100, 3)), np.zeros((1, 100))
     with pytest.raises(ValueError, match=match):
-        SGDMoE(MODEL, 3, **kwargs)
+        est.fit(X, Y)
 
 
 def test_sgd_bad_data():
@@ -76,4 +79,4 @@ def test_sgd_bad_data():
     with pytest.raises(ValueError, match="Y"):
         SGDMoE(MODEL, 3).fit(X, Y[0])
     with pytest.raises(ValueError, match="n_components"):
-        SGDMoE(MODEL, 1)
+        SGDMoE(MODEL, 1).fit(X, Y)

@@ -1,0 +1,202 @@
+"""The estimator contract (moestat.estimators.base), checked for every entry of ``ESTIMATORS``.
+
+A new estimator added to the registry is picked up by every test here automatically.  The data
+come from the dense linear-gate scenario with identity experts, the one model every estimator
+(EM included) accepts; each estimator is built through ``for_scenario``, as the rates sweep does.
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from moestat.data.synthetic import make_scenario
+from moestat.estimators import ESTIMATORS, FAILURE_STATUSES, MoEEstimator, random_starts
+
+NAMES = sorted(ESTIMATORS)
+R, N, D = 3, 120, 2
+
+#: Estimators whose replicates are not independent of the batch they are in (documented in the
+#: class): SGD draws its minibatch order for the whole ``[R, n]`` batch, so removing a replicate
+#: changes the others' order; their independence of the other replicates' *data* is still checked.
+BATCH_COUPLED = {"sgd"}
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return make_scenario("linear", "exact", d=D, k_true=2, expert="identity")
+
+
+@pytest.fixture(scope="module")
+def data(scenario):
+    rng = np.random.default_rng(0)
+    XY = [scenario.sample(N, rng) for _ in range(R)]
+    X = np.stack([a for a, _ in XY])
+    Y = np.stack([b for _, b in XY])
+    init = random_starts(R, scenario.k_fit, D, np.random.default_rng(1))
+    return X, Y, init
+
+
+def build(name, scenario, random_state=0, **params):
+    est = ESTIMATORS[name].for_scenario(scenario, max_iter=30, random_state=random_state, device="cpu")
+    return est.set_params(**params) if params else est
+
+
+def same_fit(a, b, idx_a=slice(None), idx_b=slice(None), rtol=0.0):
+    """Two fits agree on the given replicates (parameters, objective, status, iterations)."""
+    for field in ("beta0", "beta1", "eta"):
+        np.testing.assert_allclose(
+            getattr(a.params_, field)[idx_a], getattr(b.params_, field)[idx_b], rtol=rtol, atol=rtol * 1e-2
+        )
+    np.testing.assert_allclose(a.objective_[idx_a], b.objective_[idx_b], rtol=rtol)
+    np.testing.assert_array_equal(np.asarray(a.status_)[idx_a], np.asarray(b.status_)[idx_b])
+    np.testing.assert_array_equal(a.n_iter_[idx_a], b.n_iter_[idx_b])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # a replicate's LSE fit is independent of its batch only with one thread (see
+    # tests/estimators/test_lse.py::test_batched_equals_one_at_a_time); sweeps run so too
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_registry_is_the_contract():
+    assert NAMES == ["em", "lse", "null", "sgd"]
+    for cls in ESTIMATORS.values():
+        assert issubclass(cls, MoEEstimator)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fit_returns_self_with_common_attributes(name, scenario, data):
+    X, Y, init = data
+    est = build(name, scenario)
+    assert est.fit(X, Y, init=init) is est
+    G = est.params_
+    assert G.batch_shape == (R,) and isinstance(G.beta0, np.ndarray)
+    assert G.beta0.shape == (R, 2) and G.beta1.shape == (R, 2, D) and G.eta.shape == (R, 2, D + 1)
+    assert est.objective_.shape == (R,) and est.objective_.dtype == np.float64
+    assert est.converged_.shape == (R,) and est.converged_.dtype == bool
+    assert est.n_iter_.shape == (R,) and est.n_iter_.dtype.kind == "i"
+    assert isinstance(est.status_, list) and len(est.status_) == R and all(isinstance(s, str) for s in est.status_)
+    assert not set(est.status_) & set(FAILURE_STATUSES)
+    assert est.n_features_in_ == D
+    assert np.all(np.isfinite(est.objective_))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_objective_is_mean_squared_residual_of_predict(name, scenario, data):
+    X, Y, init = data
+    est = build(name, scenario).fit(X, Y, init=init)
+    pred = est.predict(X)
+    assert pred.shape == (R, N)
+    np.testing.assert_allclose(est.objective_, np.mean((Y - pred) ** 2, axis=1), rtol=1e-10)
+    score = est.score(X, Y)
+    assert score.shape == (R,)
+    np.testing.assert_allclose(score, -est.objective_, rtol=1e-10)
+    # an unbatched X is evaluated under every replicate's fit
+    np.testing.assert_allclose(est.predict(X[0])[0], pred[0], rtol=1e-12)
+    with pytest.raises(ValueError, match="X must have shape"):
+        est.predict(X[..., :1])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unfitted_predict_and_score_raise(name, scenario, data):
+    X, Y, _ = data
+    est = build(name, scenario)
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+    with pytest.raises(NotFittedError):
+        est.score(X, Y)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_init_only_stores_and_fit_validates(name, scenario, data):
+    X, Y, _ = data
+    cls = ESTIMATORS[name]
+    # no check in __init__: any value is stored as given ...
+    est = cls(scenario.fit_model, 0, random_state="not a seed")
+    assert est.get_params()["n_components"] == 0 and est.random_state == "not a seed"
+    # ... and fit refuses it
+    with pytest.raises(ValueError, match="n_components"):
+        est.fit(X, Y)
+    with pytest.raises(TypeError, match="random_state"):
+        cls(scenario.fit_model, 2, random_state="not a seed").fit(X, Y)
+    # scikit-learn's parameter API: clone, set_params, repr
+    good = build(name, scenario, random_state=3)
+    twin = clone(good)
+    assert twin is not good and twin.get_params() == good.get_params()
+    assert good.set_params(random_state=4) is good and good.random_state == 4
+    assert type(good).__name__ in repr(good)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kind", ["int", "seedsequence", "generator"])
+def test_same_random_state_same_fit(name, kind, scenario, data):
+    """Random starts (no init): the same seed gives the same fit, for every kind of seed."""
+    X, Y, _ = data
+
+    def seed():
+        return {
+            "int": 7,
+            "seedsequence": np.random.SeedSequence(7),
+            "generator": np.random.default_rng(7),
+        }[kind]
+
+    a = build(name, scenario, random_state=seed()).fit(X, Y)
+    b = build(name, scenario, random_state=seed()).fit(X, Y)
+    same_fit(a, b)
+    if kind == "seedsequence":
+        # one SeedSequence object used twice gives the same fit twice (it is never consumed)
+        ss = np.random.SeedSequence(7)
+        first = build(name, scenario, random_state=ss).fit(X, Y)
+        again = build(name, scenario, random_state=ss).fit(X, Y)
+        same_fit(first, again)
+        same_fit(a, first)
+    # None draws fresh entropy and still fits
+    assert build(name, scenario, random_state=None).fit(X, Y).objective_.shape == (R,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_failed_replicate_is_reported_not_raised(name, scenario, data):
+    """A replicate whose data overflow (finite, but squares beyond float64) fails alone."""
+    X, Y, init = data
+    bad = 1
+    Yb = Y.copy()
+    Yb[bad] *= 1e200
+    with np.errstate(over="ignore", invalid="ignore"):
+        est = build(name, scenario).fit(X, Yb, init=init)
+    assert est.status_[bad] in FAILURE_STATUSES
+    assert np.isnan(est.objective_[bad]) and not est.converged_[bad]
+    good = [r for r in range(R) if r != bad]
+    assert not {est.status_[r] for r in good} & set(FAILURE_STATUSES)
+    # the others are fitted as if the bad replicate were sound ...
+    sound = build(name, scenario).fit(X, Y, init=init)
+    same_fit(est, sound, good, good, rtol=1e-10)
+    # ... and, unless the estimator couples its batch, as if it were not there at all
+    if name not in BATCH_COUPLED:
+        alone = build(name, scenario).fit(X[good], Y[good], init=init[good])
+        same_fit(est, alone, good, slice(None), rtol=1e-10)
+    np.testing.assert_allclose(est.objective_[good], np.mean((Y[good] - est.predict(X)[good]) ** 2, axis=1), rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_input_is_a_value_error_at_fit(name, scenario, data):
+    """Non-finite *data* is bad input (ValueError), unlike a fit that becomes non-finite."""
+    X, Y, _ = data
+    Xn = X.copy()
+    Xn[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        build(name, scenario).fit(Xn, Y)
+    with pytest.raises(ValueError, match="shape"):
+        build(name, scenario).fit(X, Y[:, :-1])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_for_scenario_builds_the_fit_model(name, scenario):
+    est = build(name, scenario, random_state=5)
+    assert type(est) is ESTIMATORS[name]
+    assert est.model == scenario.fit_model and est.n_components == scenario.k_fit and est.random_state == 5
