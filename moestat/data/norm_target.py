@@ -1,4 +1,4 @@
-"""The ``t(X) = ||X||_2`` target of seed 002 (Theorem 1, Appendix B) and Theorem 1's witnesses.
+"""The ``t(X) = ||X||_2`` target and Theorem 1's witnesses, from the Soft MoE implicit-bias paper (2024).
 
 Appendix B draws ``X ~ N(0, 5 I_10)`` afresh for every batch and regresses ``y = ||X||_2``.  We
 read the 5 as the variance (the paper does not say).  The best constant predictor is

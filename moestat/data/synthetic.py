@@ -1,15 +1,15 @@
 """Scenarios: a true mixing measure, a gate, an expert family, an input law and a noise level.
 
-A :class:`Scenario` samples ``(X, Y)`` from seed 004's data model (eq. 1 / eq. 8)::
+A :class:`Scenario` samples ``(X, Y)`` from the data model of Nguyen et al. (2024) (eq. (1) / eq. (8))::
 
     Y_i = g_{G*}(X_i) + eps_i,   eps_i ~ N(0, nu),   X_i ~ mu (default Uniform[-1, 1]^d)
 
 and says how the model is fitted: with ``k_fit`` atoms and ``k_active_fit`` activated experts
 (``k_fit = k*`` exact-specified; ``k_fit > k*`` over-specified with K-bar experts, eq. 7 / eq. 12).
 
-:func:`make_scenario` builds the paper-style synthetic scenario of Section 5.1 / App. E.1; its
-constants are partly lost in the seed text, so the defaults below are our documented choices
-(see ``docs/guide/model.rst``).
+:func:`make_scenario` builds the paper-style synthetic scenario of Section 5.1 / App. E.1.  The
+constants we could not recover from the paper's text are our documented choices (see
+``docs/guide/model.rst``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import numpy as np
 import torch
 
 from moestat.model.experts import ACTIVATIONS, Expert
-from moestat.model.gates import Gate
+from moestat.model.gates import GATE_KINDS, Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
+from moestat.seeding import numpy_generator
 
 __all__ = [
     "INPUT_LAWS",
@@ -36,9 +37,13 @@ __all__ = [
 ]
 
 INPUT_LAWS = ("uniform", "gaussian")
-#: Router names used on the command line: ``perturbed`` is the perturbed cosine router (eq. 9),
-#: ``cosine`` the vanilla cosine router (eq. 2, tau = 0), ``linear`` the softmax gate.
-ROUTERS = ("perturbed", "cosine", "linear")
+#: The routers a scenario can use, and the one definition of the ``--router`` vocabulary of
+#: ``moestat rates`` (import it from here).  It is the tuple
+#: :data:`moestat.model.gates.GATE_KINDS` itself, since a router of the statistical model *is* a
+#: gate kind: ``perturbed`` the perturbed cosine router (eq. (9), tau > 0), ``cosine`` the vanilla
+#: cosine router (eq. (2), the paper's tau = 0), ``linear`` the softmax gate.
+ROUTERS = GATE_KINDS
+#: Exact-specified (``k_fit = k*``) or over-specified (``k_fit > k*``) fits.
 SETTINGS = ("exact", "over")
 
 
@@ -88,7 +93,7 @@ class Scenario:
             raise ValueError("Scenario.truth must be an unbatched mixing measure")
         object.__setattr__(self, "truth", truth)
         if not truth.satisfies_reference_convention():
-            raise ValueError("Scenario.truth: the last atom must have beta0 = 0 and beta1 = 0 (seed 004, A.3)")
+            raise ValueError("Scenario.truth: the last atom must have beta0 = 0 and beta1 = 0 (Nguyen et al. (2024), A.3)")
         if truth.eta_dim != truth.dim + 1:
             raise ValueError(f"Scenario.truth: eta must have d + 1 = {truth.dim + 1} entries per atom, got {truth.eta_dim}")
         for a in (truth.beta0, truth.beta1, truth.eta):
@@ -194,8 +199,7 @@ class Scenario:
         ``rng`` may be a ``numpy.random.Generator``, a ``SeedSequence`` or an int seed; the same
         stream always gives the same data.
         """
-        if not isinstance(rng, np.random.Generator):
-            rng = np.random.default_rng(rng)
+        rng = numpy_generator(rng)
         X = self.sample_x(n, rng)
         eps = rng.normal(0.0, math.sqrt(self.noise_var), size=X.shape[0])
         return X, self.regression_function(X) + eps
@@ -226,7 +230,7 @@ def draw_truth(
     min_expert_dist: float = 0.5,
     max_tries: int = 10_000,
 ) -> MixingMeasure:
-    """Draw a true mixing measure in the style of seed 004 App. E.1.
+    """Draw a true mixing measure in the style of Nguyen et al. (2024), App. E.1.
 
     Router rows ``beta1_i ~ N(0, router_scale^2 I_d / d)`` and biases ``beta0_i ~ N(0,
     bias_scale^2)`` for ``i < k*``; the last atom is the reference ``(0, 0_d)`` (A.3).  Experts
@@ -256,7 +260,7 @@ def draw_truth(
     )
 
 
-#: Defaults of the documented paper-style scenario (seed 004 Section 5.1; see docs/guide/model.rst).
+#: Defaults of the documented paper-style scenario (Nguyen et al. (2024), Section 5.1; see docs/guide/model.rst).
 DEFAULTS = dict(
     d=4, k_true=3, k_active=None, expert="gelu", tau=0.5, noise_var=0.01, truth_seed=2405_14131,
     router_scale=1.0, bias_scale=0.5, expert_scale=3.0,

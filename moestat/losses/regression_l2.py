@@ -1,4 +1,4 @@
-"""Regression error ``||g_{G_hat} - g_{G*}||_{L2(mu)}`` (seed 004, Theorems 1 and 4)."""
+"""Regression error ``||g_{G_hat} - g_{G*}||_{L2(mu)}`` (Nguyen et al. (2024), Theorems 1 and 4)."""
 
 from __future__ import annotations
 

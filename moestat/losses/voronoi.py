@@ -1,4 +1,4 @@
-"""Voronoi losses between a fitted and a true mixing measure (seed 004, eqs. 5, 13, 16 and D_{1,r}).
+"""Voronoi losses between a fitted and a true mixing measure (Nguyen et al. (2024), eqs. (5), (13), (16) and D_{1,r}).
 
 One generic implementation serves every loss of the paper.  Fitted atoms ``omega_i = (beta1_i,
 eta_i)`` are assigned to the nearest true atom ``omega*_j`` (Voronoi cells ``A_j``, eq. 5; the
@@ -183,7 +183,7 @@ def voronoi_loss(
     metric: str = "euclidean",
     direction: bool = False,
 ) -> np.ndarray:
-    """A Voronoi loss ``D(G, G*)`` of seed 004.
+    """A Voronoi loss ``D(G, G*)`` of Nguyen et al. (2024).
 
     Parameters
     ----------

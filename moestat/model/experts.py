@@ -1,9 +1,9 @@
-"""Expert functions ``h(x, (a, b)) = phi(a^T x + b)`` (seed 004, Section 5.1).
+"""Expert functions ``h(x, (a, b)) = phi(a^T x + b)`` (Nguyen et al. (2024), Section 5.1).
 
 The expert parameter ``eta`` of one expert is the vector ``(a_1, ..., a_d, b)`` of length
 ``d + 1``; a stack of experts has shape ``[..., k, d + 1]``.
 
-Which activations satisfy which identifiability condition (seed 004, Definitions 1 and 2):
+Which activations satisfy which identifiability condition (Nguyen et al. (2024), Definitions 1 and 2):
 gelu, tanh and sigmoid are strongly identifiable; polynomials of degree ``p >= 2`` too; the
 identity (linear experts) is only weakly identifiable; relu is not smooth enough for
 Definition 1.  :mod:`moestat.model.identifiability` checks these numerically.

@@ -1,7 +1,7 @@
 """Gating functions: one vocabulary for the statistical models and the neural-network layers.
 
 A gate turns inputs ``x`` and per-expert router parameters ``(beta0, beta1)`` into mixture
-weights.  It does so in two steps, following seed 004 eq. (2)/(9):
+weights.  It does so in two steps, following Nguyen et al. (2024), eqs. (2) and (9):
 
 1. a *score* ``s(x; beta1)`` per expert, **without** the bias ``beta0``:
 
@@ -36,7 +36,12 @@ __all__ = [
     "gate_weights",
 ]
 
-GATE_KINDS = ("linear", "cosine", "perturbed")
+#: The score kinds, which are also the router names of the statistical side
+#: (:data:`moestat.data.synthetic.ROUTERS` is this same tuple): ``perturbed`` the perturbed cosine
+#: router (eq. (9)), ``cosine`` the vanilla cosine router (eq. (2)), ``linear`` the softmax gate.
+#: The neural-network routers (:mod:`moestat.nn.routers`) are a different vocabulary: they say how
+#: experts are selected and trained, and use these kinds as their score.
+GATE_KINDS = ("perturbed", "cosine", "linear")
 
 #: Other spellings of gate and router names, accepted everywhere (statistical models, neural
 #: layers, every subcommand) and mapped to the canonical one.  Hyphens and underscores are
@@ -87,8 +92,8 @@ def _as_tensor(a, like: torch.Tensor | None = None) -> torch.Tensor:
 def safe_norm(v: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """Euclidean norm whose gradient at the zero vector is 0 instead of NaN.
 
-    The reference expert of seed 004 (A.3) has ``beta1 = 0``; ``torch.linalg.norm`` would put
-    ``0 * inf`` into the backward pass there.
+    The reference expert (convention (A.3) of Nguyen et al. (2024)) has ``beta1 = 0``;
+    ``torch.linalg.norm`` would put ``0 * inf`` into the backward pass there.
     """
     sq = (v * v).sum(dim=dim, keepdim=keepdim)
     pos = sq > 0
@@ -122,8 +127,8 @@ def gate_scores(
         Inputs.
     beta1 : array or Tensor, shape ``[..., k, d]``
         Router directions, one row per expert.
-    kind : {"linear", "cosine", "perturbed"}
-        Gate family.  ``cosine`` is eq. (2) of seed 004, ``perturbed`` eq. (9).
+    kind : {"perturbed", "cosine", "linear"}
+        Gate family.  ``cosine`` is eq. (2) of Nguyen et al. (2024), ``perturbed`` eq. (9).
     tau : float or (float, float)
         ``(tau1, tau2)`` of the perturbed router; a single number sets both (the paper's
         experiments use ``tau1 = tau2``).  Ignored for the other kinds.
@@ -204,10 +209,10 @@ class Gate:
 
     Parameters
     ----------
-    kind : {"linear", "cosine", "perturbed"}
+    kind : {"perturbed", "cosine", "linear"}
         Score function (see module docstring).
     tau : float or (float, float)
-        Perturbation ``(tau1, tau2)`` of the perturbed cosine router (seed 004 eq. 9).
+        Perturbation ``(tau1, tau2)`` of the perturbed cosine router (Nguyen et al. (2024), eq. (9)).
     k_active : int or None
         Top-K: number of experts activated per input (``None`` = dense softmax).
 

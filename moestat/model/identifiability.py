@@ -1,6 +1,6 @@
-"""Numerical identifiability checks (seed 004, Definitions 1 and 2) and PDE residuals (eq. 4, Lemma 4).
+"""Numerical identifiability checks (Nguyen et al. (2024), Definitions 1 and 2) and PDE residuals (eq. 4, Lemma 4).
 
-Definitions 1 and 2 of seed 004 ask whether the functions of ``x``::
+Definitions 1 and 2 of Nguyen et al. (2024) ask whether the functions of ``x``::
 
     d^{|a1| + |a2|} F-bar / d beta1^{a1} d eta^{a2} (x; beta1_j, eta_j),   j in [k],
     F-bar(x; beta1, eta) = exp(s(x; beta1)) h(x, eta),
@@ -54,6 +54,7 @@ from torch.func import jacfwd, jacrev, jvp
 from moestat.model.experts import Expert
 from moestat.model.gates import Gate, gate_scores
 from moestat.model.mixing import MixingMeasure
+from moestat.seeding import numpy_generator
 
 __all__ = [
     "DEFAULT_RTOL",
@@ -74,6 +75,11 @@ __all__ = [
 DEFAULT_RTOL = 1e-10
 
 ExpertLike = Expert | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _f64(a) -> torch.Tensor:
+    """``a`` (array-like or Tensor) as a float64 tensor; tensors keep their device."""
+    return torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a, dtype=np.float64), dtype=torch.float64)
 
 
 def _expert_fn(expert: ExpertLike) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -130,7 +136,7 @@ def random_atoms(k: int, d: int, q: int | None = None, random_state: int | np.ra
     q = int(d) + 1 if q is None else int(q)
     if q < 1:
         raise ValueError(f"q must be a positive integer, got {q!r}")
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = numpy_generator(random_state)
     sd = float(scale) / math.sqrt(d)
     b1 = torch.as_tensor(rng.normal(0.0, sd, size=(int(k), int(d))), dtype=torch.float64)
     eta = torch.as_tensor(rng.normal(0.0, sd, size=(int(k), q)), dtype=torch.float64)
@@ -152,15 +158,15 @@ def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tu
             b1, eta = atoms
         except (TypeError, ValueError):
             raise ValueError("atoms must be a MixingMeasure or a pair (beta1 [k, d], eta [k, q])") from None
-    b1 = torch.as_tensor(np.asarray(b1, dtype=np.float64) if not isinstance(b1, torch.Tensor) else b1, dtype=torch.float64)
-    eta = torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
+    b1 = _f64(b1)
+    eta = _f64(eta)
     if b1.ndim != 2 or eta.ndim != 2 or b1.shape[0] != eta.shape[0]:
         raise ValueError(f"atoms: beta1 must be [k, d] and eta [k, q] with the same k, got {tuple(b1.shape)} and {tuple(eta.shape)}")
     return b1, eta
 
 
 def _default_x(n: int, d: int, random_state) -> torch.Tensor:
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = numpy_generator(random_state)
     # Uniform[-1, 1]^d: the bounded input law of the scenarios (A.1).
     return torch.as_tensor(rng.uniform(-1.0, 1.0, size=(n, d)), dtype=torch.float64)
 
@@ -240,7 +246,7 @@ def design_matrix(
         n = n_samples if n_samples is not None else max(200, 6 * n_per_atom * k_)
         rs = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(np.random.SeedSequence(random_state).spawn(1)[0])
         x = _default_x(int(n), dd, rs)
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
+    x = _f64(x)
     if x.ndim != 2 or x.shape[1] != dd:
         raise ValueError(f"x must have shape [n, {dd}], got {tuple(x.shape)}")
     cols: list[torch.Tensor] = []
@@ -459,10 +465,17 @@ def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, *
 
 # ---- PDE residuals --------------------------------------------------------------------------
 
+def _pde_inputs(x, beta1, eta, expert: ExpertLike | None):
+    """``(x [n, d], beta1 [d], eta [q], h)`` in float64; no ``expert`` means the constant 1 expert."""
+    e = torch.zeros(1, dtype=torch.float64) if eta is None else _f64(eta)
+    h = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    return _f64(x), _f64(beta1), e, h
+
+
 def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine") -> torch.Tensor:
     """``beta1^T grad_{beta1} F(x; beta1, eta)`` by autograd, per input.
 
-    PDE (4) of seed 004 says this is 0 for the cosine router (``F`` is homogeneous of degree 0 in
+    PDE (4) of Nguyen et al. (2024) says this is 0 for the cosine router (``F`` is homogeneous of degree 0 in
     ``beta1``); for the perturbed router it equals :func:`perturbed_pde_closed_form`.
 
     Parameters
@@ -479,10 +492,7 @@ def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gat
     -------
     Tensor ``[n]``
     """
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    e = torch.zeros(1, dtype=torch.float64) if eta is None else torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
-    ex = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    x, b, e, ex = _pde_inputs(x, beta1, eta, expert)
     J = jacrev(lambda bb: fbar(x, bb, e, ex, gate))(b)  # [n, d]
     return J @ b
 
@@ -503,9 +513,9 @@ def perturbed_pde_closed_form(x, beta1, F, tau: float | tuple[float, float] = 1.
     Tensor ``[n]``
     """
     t1, t2 = Gate("perturbed", tau=tau).tau
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    F = torch.as_tensor(np.asarray(F, dtype=np.float64) if not isinstance(F, torch.Tensor) else F, dtype=torch.float64)
+    x = _f64(x)
+    b = _f64(beta1)
+    F = _f64(F)
     return t1 * (x @ b) / ((torch.linalg.vector_norm(b) + t1) ** 2 * (torch.linalg.vector_norm(x, dim=-1) + t2)) * F
 
 
@@ -531,10 +541,7 @@ def lemma4_residual(x, beta1, r: int = 2, eta=None, expert: ExpertLike | None = 
     """
     if isinstance(r, bool) or int(r) != r or r < 1:
         raise ValueError(f"r must be a positive integer, got {r!r}")
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    e = torch.zeros(1, dtype=torch.float64) if eta is None else torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
-    ex = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    x, b, e, ex = _pde_inputs(x, beta1, eta, expert)
     F = lambda bb: fbar(x, bb, e, ex, gate)  # noqa: E731
     if method == "multiindex":
         if r == 1:

@@ -1,4 +1,4 @@
-"""Mixing measures ``G = sum_i exp(beta0_i) delta_(beta1_i, eta_i)`` (seed 004, Section 1).
+"""Mixing measures ``G = sum_i exp(beta0_i) delta_(beta1_i, eta_i)`` (Nguyen et al. (2024), Section 1).
 
 A :class:`MixingMeasure` stores its atoms as three arrays with optional leading batch
 (replicate) dimensions::
@@ -7,7 +7,7 @@ A :class:`MixingMeasure` stores its atoms as three arrays with optional leading 
     beta1 [..., k, d]   router directions
     eta   [..., k, q]   expert parameters
 
-Identifiability conventions (seed 004, A.3): the **last** atom is the reference expert with
+Identifiability conventions (Nguyen et al. (2024), A.3): the **last** atom is the reference expert with
 ``beta0 = 0`` and ``beta1 = 0``, in the truth and in every fit.  Softmax translation invariance
 makes any other choice equivalent to this one (see :meth:`MixingMeasure.normalised`).
 

@@ -1,4 +1,4 @@
-"""The MoE regression function ``g_G(x)`` of seed 004 eqs. (2), (7), (9) and (12).
+"""The MoE regression function ``g_G(x)`` of Nguyen et al. (2024), eqs. (2), (7), (9) and (12).
 
 ``g_G(x) = sum_i w_i(x) h(x, eta_i)`` with ``w`` the gate's (Top-K) softmax weights.
 """

@@ -1,4 +1,4 @@
-"""Voronoi losses, scenarios and the regression error (seed 004 eqs. 5, 13, 16)."""
+"""Voronoi losses, scenarios and the regression error (Nguyen et al. (2024), eqs. (5), (13), (16))."""
 
 import itertools
 import math
