@@ -89,7 +89,7 @@ def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str):
     deta = np.linalg.norm(fitted.eta[..., :, None, :] - truth.eta[..., None, :, :], axis=-1)
     if metric == "euclidean":  # ||omega_i - omega*_j|| on the concatenation, eq. (5)
         dist = np.sqrt(db1**2 + deta**2)
-    elif metric == "block":  # the peer codes' sum of block norms
+    elif metric == "block":  # ||dbeta1|| + ||deta||, the cell metric some public implementations use
         dist = db1 + deta
     else:
         raise ValueError(f"unknown Voronoi metric {metric!r}; expected 'euclidean' or 'block'")
@@ -103,7 +103,7 @@ def voronoi_cells(fitted: MixingMeasure, truth: MixingMeasure, metric: str = "eu
     -------
     ndarray of int, shape ``[..., k]``
         ``cells[..., i] = j`` when fitted atom ``i`` is in ``A_j``.  Ties go to the lowest ``j``
-        (one cell per atom, unlike the double counting of some peer code).
+        (one cell per atom: an atom equidistant from two true atoms is never counted twice).
     """
     fitted, truth = _prepare(fitted, truth, direction)
     return np.argmin(_distances(fitted, truth, metric)[2], axis=-1)
@@ -135,7 +135,8 @@ def cell_terms(
     r : float
         The ``r`` of ``D_{1,r}``.
     metric : {"euclidean", "block"}
-        Distance used to form the cells.
+        Distance used to form the cells: ``euclidean`` is ``||omega_i - omega*_j||`` on the
+        concatenation (eq. (5)), ``block`` is ``||dbeta1|| + ||deta||``.
     direction : bool
         Compare ``beta1 / ||beta1||`` instead of ``beta1`` (see :func:`direction_only`).
     exponent : callable, optional

@@ -21,7 +21,7 @@ result ``[..., n, k]``.  NumPy arrays are accepted and converted.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -54,31 +54,61 @@ NAME_ALIASES = {
 }
 
 
-def canonical_name(text: str, known, aliases: dict[str, str] | None = None) -> str:
+def canonical_name(text: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """The canonical spelling of a name from the vocabulary ``known``.
 
-    ``-`` and ``_`` are interchangeable (``output-mixture`` is ``output_mixture``); an alias of
-    :data:`NAME_ALIASES` (or of ``aliases``, which takes precedence) maps to its canonical name
-    when that name is in ``known``; a canonical name in ``known`` is returned as it is.
+    ``-`` and ``_`` are interchangeable, in ``text`` and in the keys and targets of the alias
+    tables (``output-mixture`` is ``output_mixture``).  A name in ``known`` is returned as it is
+    spelled there.  Otherwise an alias of :data:`NAME_ALIASES` (or of ``aliases``, which takes
+    precedence) and its target are the same name in either direction: ``perturbed_cosine`` gives
+    ``perturbed`` in :data:`GATE_KINDS`, and ``perturbed`` gives ``perturbed_cosine`` in a
+    vocabulary that spells it so.
+
+    Parameters
+    ----------
+    text : str
+        The name as the user wrote it (surrounding white space is ignored).
+    known : iterable of str
+        The canonical names of this vocabulary (e.g. :data:`GATE_KINDS`).
+    aliases : mapping of str to str, optional
+        Extra aliases of this vocabulary, on top of :data:`NAME_ALIASES`.
+
+    Returns
+    -------
+    str
+        An element of ``known``.
 
     Raises
     ------
     ValueError
         The name is not in the vocabulary (the message lists the known names).
+
+    Examples
+    --------
+    >>> canonical_name("perturbed-cosine", GATE_KINDS)
+    'perturbed'
     """
     known = tuple(known)
     name = str(text).strip()
-    norm = name.replace("-", "_")
-    by_norm = {k.replace("-", "_"): k for k in known}
+    by_norm = {_fold(k): k for k in known}
+    norm = _fold(name)
     if norm in by_norm:
         return by_norm[norm]
-    table = {**NAME_ALIASES, **(aliases or {})}
-    target = table.get(norm)
-    if target is not None:
-        t = target.replace("-", "_")
-        if t in by_norm:
-            return by_norm[t]
+    table = {_fold(k): _fold(v) for k, v in {**NAME_ALIASES, **(aliases or {})}.items()}
+    # An alias and its target name one thing, whichever of the two a vocabulary calls canonical
+    # (the neural routers say ``perturbed_cosine`` where the statistical side says ``perturbed``).
+    meaning = table.get(norm, norm)
+    matches = [k for n, k in by_norm.items() if table.get(n, n) == meaning]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ValueError(f"ambiguous name {name!r}: it could be {' or '.join(matches)}")
     raise ValueError(f"unknown name {name!r}; expected one of {', '.join(known)}")
+
+
+def _fold(name: str) -> str:
+    """The spelling names are compared in: hyphens read as underscores."""
+    return name.replace("-", "_")
 
 
 def _as_tensor(a, like: torch.Tensor | None = None) -> torch.Tensor:

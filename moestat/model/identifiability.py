@@ -27,8 +27,8 @@ A caveat worth knowing (documented in ``docs/guide/theory.rst``): experts that a
 their parameter, ``h(x, t eta) = t^p h(x, eta)`` -- linear experts ``a^T x + b``, polynomial
 experts ``(a^T x + b)^p``, ReLU, constant experts -- satisfy Euler's identity
 ``eta^T grad_eta F-bar = p F-bar`` (and ``eta^T grad_eta (d F-bar / d eta_u) = (p - 1) d F-bar / d eta_u``),
-a linear relation between consecutive orders.  The family of Definitions 1/2 *as reconstructed*
-(orders ``0..r``) is therefore dependent for them, although the paper lists linear and
+a linear relation between consecutive orders.  The family of Definitions 1/2 as we read
+them (orders ``0..r``) is therefore dependent for them, although the paper lists linear and
 polynomial experts as weakly (and polynomials of degree >= 2 as strongly) identifiable.  The
 ``min_order`` argument lets one inspect the family without the order-0 term.
 
