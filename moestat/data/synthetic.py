@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from moestat.model.experts import ACTIVATIONS, Expert
@@ -36,6 +37,7 @@ __all__ = [
     "default_scenario",
 ]
 
+#: Laws of the inputs X (see :class:`Scenario`).
 INPUT_LAWS = ("uniform", "gaussian")
 #: The routers a scenario can use, and the one definition of the ``--router`` vocabulary of
 #: ``moestat rates`` (import it from here).  It is the tuple
@@ -47,7 +49,7 @@ ROUTERS = GATE_KINDS
 SETTINGS = ("exact", "over")
 
 
-def _check_int(name: str, value, minimum: int = 1) -> int:
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -125,14 +127,17 @@ class Scenario:
     # ---- descriptors -------------------------------------------------------------------
     @property
     def d(self) -> int:
+        """Input dimension."""
         return self.truth.dim
 
     @property
     def k_true(self) -> int:
+        """True number of experts k*."""
         return self.truth.n_atoms
 
     @property
     def setting(self) -> str:
+        """``exact`` (``k_fit = k*``) or ``over`` (``k_fit > k*``)."""
         return "exact" if self.k_fit == self.k_true else "over"
 
     @property
@@ -186,8 +191,8 @@ class Scenario:
             return rng.uniform(-1.0, 1.0, size=(n, self.d))
         return np.clip(rng.normal(0.0, math.sqrt(1.0 / 3.0), size=(n, self.d)), -1.0, 1.0)
 
-    def regression_function(self, X) -> np.ndarray:
-        """``g_{G*}(X)`` for ``X [..., n, d]``."""
+    def regression_function(self, X: npt.ArrayLike) -> np.ndarray:
+        """``g_{G*}(X)``, shape ``[..., n]``, for ``X [..., n, d]``."""
         X = np.asarray(X, dtype=np.float64)
         if X.shape[-1] != self.d:
             raise ValueError(f"X must have d={self.d} columns, got {X.shape[-1]}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from moestat.model.mixing import MixingMeasure
@@ -16,7 +17,7 @@ def regression_l2_error(
     fitted: MixingMeasure,
     true_model: MoEModel,
     truth: MixingMeasure,
-    X_holdout,
+    X_holdout: npt.ArrayLike,
 ) -> np.ndarray:
     """Monte-Carlo ``L2(mu)`` distance between fitted and true regression functions.
 

@@ -61,6 +61,16 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
     Under the vanilla cosine router, PDE (4) makes ``g_G`` depend on ``beta1`` only through its
     direction, so ``||beta1||`` is not identifiable; the direction-only loss measures what the
     data can identify.
+
+    Parameters
+    ----------
+    G : MixingMeasure
+        Atoms ``beta1 [..., k, d]`` (batched or not).
+
+    Returns
+    -------
+    MixingMeasure
+        NumPy copy with unit (or zero) ``beta1 [..., k, d]``; ``beta0`` and ``eta`` unchanged.
     """
     m = G.numpy()
     nrm = np.linalg.norm(m.beta1, axis=-1, keepdims=True)
@@ -68,7 +78,7 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
     return MixingMeasure(m.beta0, unit, m.eta)
 
 
-def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool):
+def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool) -> tuple[MixingMeasure, MixingMeasure]:
     fitted, truth = fitted.numpy(), truth.numpy()
     if fitted.dim != truth.dim or fitted.eta_dim != truth.eta_dim:
         raise ValueError(
@@ -83,7 +93,7 @@ def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool):
     return fitted, truth
 
 
-def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str):
+def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-block distances ``[..., k, k*]`` for beta1 and eta, and the cell metric."""
     db1 = np.linalg.norm(fitted.beta1[..., :, None, :] - truth.beta1[..., None, :, :], axis=-1)
     deta = np.linalg.norm(fitted.eta[..., :, None, :] - truth.eta[..., None, :, :], axis=-1)
@@ -99,6 +109,11 @@ def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str):
 def voronoi_cells(fitted: MixingMeasure, truth: MixingMeasure, metric: str = "euclidean", direction: bool = False) -> np.ndarray:
     """Index of the true atom whose Voronoi cell contains each fitted atom (eq. 5).
 
+    Parameters
+    ----------
+    fitted, truth, metric, direction
+        See :func:`cell_terms`.
+
     Returns
     -------
     ndarray of int, shape ``[..., k]``
@@ -110,7 +125,19 @@ def voronoi_cells(fitted: MixingMeasure, truth: MixingMeasure, metric: str = "eu
 
 
 def cell_sizes(cells: np.ndarray, k_star: int) -> np.ndarray:
-    """``|A_j|`` for each true atom, shape ``[..., k*]`` (empty cells count 0)."""
+    """``|A_j|`` for each true atom (empty cells count 0).
+
+    Parameters
+    ----------
+    cells : ndarray of int, shape ``[..., k]``
+        Output of :func:`voronoi_cells`.
+    k_star : int
+        Number of true atoms.
+
+    Returns
+    -------
+    ndarray of int, shape ``[..., k*]``
+    """
     one_hot = cells[..., :, None] == np.arange(k_star)
     return one_hot.sum(axis=-2)
 
@@ -229,6 +256,16 @@ def cell_parameter_errors(
     rate ``n^{-1/2}``); ``multi``: the largest over atoms sharing a cell (predicted ``n^{-1/4}``);
     ``mass``: the largest ``|sum_{A_j} exp(beta0_i) - exp(beta0*_j)|``.  NaN where no atom is of
     that type (e.g. ``multi`` in an exact fit).  Plain distances, not squared.
+
+    Parameters
+    ----------
+    fitted, truth, metric, direction
+        See :func:`cell_terms`.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``single``, ``multi`` and ``mass``, each with the fitted measure's batch shape.
     """
     fitted, truth = _prepare(fitted, truth, direction)
     k_star = truth.n_atoms

@@ -21,8 +21,9 @@ result ``[..., n, k]``.  NumPy arrays are accepted and converted.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
+import numpy.typing as npt
 import torch
 
 __all__ = [
@@ -42,6 +43,10 @@ __all__ = [
 #: The neural-network routers (:mod:`moestat.nn.routers`) are a different vocabulary: they say how
 #: experts are selected and trained, and use these kinds as their score.
 GATE_KINDS = ("perturbed", "cosine", "linear")
+
+#: What the model functions accept for an array argument: a torch tensor (used as it is) or
+#: anything NumPy turns into an array (converted to float64).
+TensorLike = Union[torch.Tensor, npt.ArrayLike]
 
 #: Other spellings of gate and router names, accepted everywhere (statistical models, neural
 #: layers, every subcommand) and mapped to the canonical one.  Hyphens and underscores are
@@ -111,7 +116,7 @@ def _fold(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _as_tensor(a, like: torch.Tensor | None = None) -> torch.Tensor:
+def _as_tensor(a: TensorLike, like: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a
     dtype = like.dtype if like is not None else torch.float64
@@ -144,8 +149,8 @@ def _normalise_tau(tau: float | Sequence[float]) -> tuple[float, float]:
 
 
 def gate_scores(
-    x,
-    beta1,
+    x: TensorLike,
+    beta1: TensorLike,
     kind: str = "perturbed",
     tau: float | Sequence[float] = 1.0,
 ) -> torch.Tensor:
@@ -208,7 +213,7 @@ def top_k_mask(scores: torch.Tensor, k_active: int | None) -> torch.Tensor:
     return mask.scatter(-1, idx, True)
 
 
-def gate_weights(scores: torch.Tensor, beta0, k_active: int | None = None) -> torch.Tensor:
+def gate_weights(scores: torch.Tensor, beta0: TensorLike, k_active: int | None = None) -> torch.Tensor:
     """Softmax of ``score + beta0`` over the Top-K experts chosen on the score alone.
 
     Parameters
@@ -272,10 +277,12 @@ class Gate:
 
     @property
     def tau1(self) -> float:
+        """``tau1``, the perturbation of ``||beta1||``."""
         return self.tau[0]  # type: ignore[index]
 
     @property
     def tau2(self) -> float:
+        """``tau2``, the perturbation of ``||x||``."""
         return self.tau[1]  # type: ignore[index]
 
     def check_n_experts(self, k: int) -> None:
@@ -287,11 +294,11 @@ class Gate:
         """The same gate with another number of activated experts (e.g. K-bar, eq. 7)."""
         return replace(self, k_active=k_active)
 
-    def scores(self, x, beta1) -> torch.Tensor:
+    def scores(self, x: TensorLike, beta1: TensorLike) -> torch.Tensor:
         """Scores ``[..., n, k]`` without bias; see :func:`gate_scores`."""
         return gate_scores(x, beta1, self.kind, self.tau)
 
-    def weights(self, x, beta0, beta1) -> torch.Tensor:
+    def weights(self, x: TensorLike, beta0: TensorLike, beta1: TensorLike) -> torch.Tensor:
         """Mixture weights ``[..., n, k]``; see :func:`gate_weights`."""
         beta1 = _as_tensor(beta1)
         self.check_n_experts(beta1.shape[-2])

@@ -45,14 +45,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 import torch
 from torch.func import jacfwd, jacrev, jvp
 
 from moestat.model.experts import Expert
-from moestat.model.gates import Gate, gate_scores
+from moestat.model.gates import Gate, TensorLike, gate_scores
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -74,10 +74,14 @@ __all__ = [
 #: Default relative singular-value threshold of the rank decision (see module docstring).
 DEFAULT_RTOL = 1e-10
 
-ExpertLike = Expert | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ExpertLike = Union[Expert, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+#: Atoms ``(beta1_j, eta_j)``: an unbatched mixing measure, or the pair ``(beta1 [k, d], eta [k, q])``.
+AtomsLike = Union[MixingMeasure, tuple[TensorLike, TensorLike]]
+#: A seed of :func:`moestat.seeding.numpy_generator` without ``None``.
+Seed = Union[int, np.random.SeedSequence, np.random.Generator]
 
 
-def _f64(a) -> torch.Tensor:
+def _f64(a: TensorLike) -> torch.Tensor:
     """``a`` (array-like or Tensor) as a float64 tensor; tensors keep their device."""
     return torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a, dtype=np.float64), dtype=torch.float64)
 
@@ -125,7 +129,7 @@ def fbar(x: torch.Tensor, beta1: torch.Tensor, eta: torch.Tensor, expert: Expert
     return torch.exp(s) * _expert_fn(expert)(x, eta)
 
 
-def random_atoms(k: int, d: int, q: int | None = None, random_state: int | np.random.Generator = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def random_atoms(k: int, d: int, q: int | None = None, random_state: Seed = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``k`` generic (almost surely distinct, non-zero) atoms ``(beta1 [k, d], eta [k, q])``.
 
     Entries are i.i.d. ``N(0, scale^2 / d)``; ``q`` defaults to ``d + 1`` (the moestat expert).
@@ -143,7 +147,7 @@ def random_atoms(k: int, d: int, q: int | None = None, random_state: int | np.ra
     return b1, eta
 
 
-def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tuple[torch.Tensor, torch.Tensor]:
+def _atoms(atoms: AtomsLike | None, expert: ExpertLike, d: int | None, k: int, random_state: Seed) -> tuple[torch.Tensor, torch.Tensor]:
     if atoms is None:
         if d is None:
             raise ValueError("d is required when atoms is not given")
@@ -165,7 +169,7 @@ def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tu
     return b1, eta
 
 
-def _default_x(n: int, d: int, random_state) -> torch.Tensor:
+def _default_x(n: int, d: int, random_state: Seed) -> torch.Tensor:
     rng = numpy_generator(random_state)
     # Uniform[-1, 1]^d: the bounded input law of the scenarios (A.1).
     return torch.as_tensor(rng.uniform(-1.0, 1.0, size=(n, d)), dtype=torch.float64)
@@ -180,16 +184,16 @@ def _multi_index_label(idx: Sequence[int], d: int) -> str:
 
 def design_matrix(
     expert: ExpertLike,
-    atoms=None,
+    atoms: AtomsLike | None = None,
     order: int = 2,
     gate: Gate | str | None = None,
-    x: torch.Tensor | np.ndarray | None = None,
+    x: TensorLike | None = None,
     *,
     k: int = 2,
     d: int | None = None,
     n_samples: int | None = None,
     min_order: int = 0,
-    random_state: int | np.random.Generator = 0,
+    random_state: Seed = 0,
 ) -> tuple[torch.Tensor, list[str]]:
     """The sampled design matrix of the function family of Definition 1 (``order=2``) or 2 (``order=1``).
 
@@ -320,13 +324,13 @@ class IdentifiabilityResult:
 
 def identifiability_rank(
     expert: ExpertLike,
-    atoms=None,
+    atoms: AtomsLike | None = None,
     order: int = 2,
     gate: Gate | str | None = None,
-    x=None,
+    x: TensorLike | None = None,
     *,
     rtol: float = DEFAULT_RTOL,
-    **kwargs,
+    **kwargs: Any,
 ) -> IdentifiabilityResult:
     """Rank of the design matrix of :func:`design_matrix` (see the module docstring for the rule).
 
@@ -385,7 +389,7 @@ def identifiability_rank(
 
 def check_identifiability(expert: ExpertLike, order: int = 2, gate: Gate | str | None = None, *, d: int = 2, k: int = 2,
                           n_atom_draws: int = 3, random_state: int = 0, rtol: float = DEFAULT_RTOL, min_order: int = 0,
-                          atoms=None, q: int | None = None, scale: float = 2.0) -> IdentifiabilityResult:
+                          atoms: AtomsLike | None = None, q: int | None = None, scale: float = 2.0) -> IdentifiabilityResult:
     """Rank check at several random atom sets; returns the least favourable result.
 
     Definition 1/2 quantify over *every* set of distinct atoms; a finite check can only sample
@@ -436,7 +440,7 @@ def check_identifiability(expert: ExpertLike, order: int = 2, gate: Gate | str |
     return worst
 
 
-def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs) -> bool:
+def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs: Any) -> bool:
     """Definition 1 (orders ``<= 2``) holds at the sampled atoms; see :func:`check_identifiability`.
 
     For ``phi(a^T x + b)`` experts with ``d >= 2`` the literal family has ``d(d-1)/2`` relations
@@ -452,7 +456,7 @@ def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None,
     return check_identifiability(expert, 2, gate, **kwargs).independent
 
 
-def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs) -> bool:
+def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs: Any) -> bool:
     """Definition 2 (orders ``<= 1``) holds at the sampled atoms; see :func:`check_identifiability`.
 
     Examples
@@ -465,14 +469,15 @@ def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, *
 
 # ---- PDE residuals --------------------------------------------------------------------------
 
-def _pde_inputs(x, beta1, eta, expert: ExpertLike | None):
+def _pde_inputs(x: TensorLike, beta1: TensorLike, eta: TensorLike | None, expert: ExpertLike | None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ExpertLike]:
     """``(x [n, d], beta1 [d], eta [q], h)`` in float64; no ``expert`` means the constant 1 expert."""
     e = torch.zeros(1, dtype=torch.float64) if eta is None else _f64(eta)
     h = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
     return _f64(x), _f64(beta1), e, h
 
 
-def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine") -> torch.Tensor:
+def pde_residual(x: TensorLike, beta1: TensorLike, eta: TensorLike | None = None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine") -> torch.Tensor:
     """``beta1^T grad_{beta1} F(x; beta1, eta)`` by autograd, per input.
 
     PDE (4) of Nguyen et al. (2024) says this is 0 for the cosine router (``F`` is homogeneous of degree 0 in
@@ -497,7 +502,7 @@ def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gat
     return J @ b
 
 
-def perturbed_pde_closed_form(x, beta1, F, tau: float | tuple[float, float] = 1.0) -> torch.Tensor:
+def perturbed_pde_closed_form(x: TensorLike, beta1: TensorLike, F: TensorLike, tau: float | tuple[float, float] = 1.0) -> torch.Tensor:
     """``tau1 beta1^T x / ((||beta1|| + tau1)^2 (||x|| + tau2)) * F``: the perturbed router's residual.
 
     Parameters
@@ -519,7 +524,7 @@ def perturbed_pde_closed_form(x, beta1, F, tau: float | tuple[float, float] = 1.
     return t1 * (x @ b) / ((torch.linalg.vector_norm(b) + t1) ** 2 * (torch.linalg.vector_norm(x, dim=-1) + t2)) * F
 
 
-def lemma4_residual(x, beta1, r: int = 2, eta=None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine",
+def lemma4_residual(x: TensorLike, beta1: TensorLike, r: int = 2, eta: TensorLike | None = None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine",
                     method: str = "multiindex") -> torch.Tensor:
     """``sum_{|alpha| = r} beta1^alpha / alpha! d^r F / d beta1^alpha`` (Lemma 4, eq. 50), per input.
 
