@@ -209,6 +209,23 @@ class Scenario:
         eps = rng.normal(0.0, math.sqrt(self.noise_var), size=X.shape[0])
         return X, self.regression_function(X) + eps
 
+    def sample_replicates(
+        self, n: int, n_rep: int, rng: np.random.Generator | np.random.SeedSequence | int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``n_rep`` independent data sets of size ``n``, drawn one after the other from one stream.
+
+        Returns
+        -------
+        X : ndarray, shape ``[n_rep, n, d]``
+        Y : ndarray, shape ``[n_rep, n]``
+            Replicate ``r`` is the ``r``-th :meth:`sample` call on ``rng`` (the batched
+            estimators' input layout).
+        """
+        n_rep = _check_int("n_rep", n_rep)
+        rng = numpy_generator(rng)
+        draws = [self.sample(n, rng) for _ in range(n_rep)]
+        return np.stack([X for X, _ in draws]), np.stack([Y for _, Y in draws])
+
     def holdout(self, n: int = 4096, seed: int = 20240523) -> np.ndarray:
         """A fixed held-out input sample for the L2(mu) regression error (same for every fit)."""
         return self.sample_x(n, np.random.default_rng(seed))

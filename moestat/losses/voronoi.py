@@ -142,6 +142,20 @@ def cell_sizes(cells: np.ndarray, k_star: int) -> np.ndarray:
     return one_hot.sum(axis=-2)
 
 
+def _assign(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Voronoi cells from distances ``[..., k, k*]``: ``cells [..., k]``, ``sizes [..., k*]`` and
+    the membership mask ``[..., k, k*]``."""
+    k_star = dist.shape[-1]
+    cells = np.argmin(dist, axis=-1)
+    return cells, cell_sizes(cells, k_star), cells[..., :, None] == np.arange(k_star)
+
+
+def _mass_gaps(fitted: MixingMeasure, truth: MixingMeasure, member: np.ndarray) -> np.ndarray:
+    """``|sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)|`` per true atom, ``[..., k*]``."""
+    cell_mass = np.where(member, np.exp(fitted.beta0)[..., :, None], 0.0).sum(axis=-2)
+    return np.abs(cell_mass - np.exp(truth.beta0))
+
+
 def cell_terms(
     fitted: MixingMeasure,
     truth: MixingMeasure,
@@ -182,17 +196,13 @@ def cell_terms(
             raise ValueError(f"r must be >= 1, got {r!r}")
         exponent = EXPONENT_TABLES[loss](r)
     fitted, truth = _prepare(fitted, truth, direction)
-    k_star = truth.n_atoms
     db1, deta, dist = _distances(fitted, truth, metric)
-    cells = np.argmin(dist, axis=-1)  # [..., k]
-    sizes = cell_sizes(cells, k_star)  # [..., k*]
-    member = cells[..., :, None] == np.arange(k_star)  # [..., k, k*]
+    cells, sizes, member = _assign(dist)
     e = exponent(sizes)[..., None, :]  # exponent of each atom's cell, [..., 1, k*]
     mass = np.exp(fitted.beta0)[..., :, None]  # [..., k, 1]
     per_atom = mass * (db1**e + deta**e)
     param_part = np.where(member, per_atom, 0.0).sum(axis=-2)
-    cell_mass = np.where(member, mass, 0.0).sum(axis=-2)
-    mass_part = np.abs(cell_mass - np.exp(truth.beta0))
+    mass_part = _mass_gaps(fitted, truth, member)
     return {
         "terms": param_part + mass_part,
         "sizes": sizes,
@@ -259,8 +269,12 @@ def cell_parameter_errors(
 
     Parameters
     ----------
-    fitted, truth, metric, direction
-        See :func:`cell_terms`.
+    fitted : MixingMeasure
+        Fitted atoms, batched ``[...]`` or not.
+    truth : MixingMeasure
+        The k* true atoms.
+    metric, direction
+        As in :func:`cell_terms`.
 
     Returns
     -------
@@ -268,17 +282,13 @@ def cell_parameter_errors(
         ``single``, ``multi`` and ``mass``, each with the fitted measure's batch shape.
     """
     fitted, truth = _prepare(fitted, truth, direction)
-    k_star = truth.n_atoms
     _, _, dist = _distances(fitted, truth, metric)
-    cells = np.argmin(dist, axis=-1)
-    sizes = cell_sizes(cells, k_star)
+    cells, sizes, member = _assign(dist)
     own = np.take_along_axis(dist, cells[..., None], axis=-1)[..., 0]  # distance to own true atom
     own_size = np.take_along_axis(sizes, cells, axis=-1)
     single = np.where(own_size == 1, own, -np.inf).max(axis=-1)
     multi = np.where(own_size > 1, own, -np.inf).max(axis=-1)
-    member = cells[..., :, None] == np.arange(k_star)
-    cell_mass = np.where(member, np.exp(fitted.beta0)[..., :, None], 0.0).sum(axis=-2)
-    mass = np.abs(cell_mass - np.exp(truth.beta0)).max(axis=-1)
+    mass = _mass_gaps(fitted, truth, member).max(axis=-1)
     return {
         "single": np.where(np.isfinite(single), single, np.nan),
         "multi": np.where(np.isfinite(multi), multi, np.nan),
