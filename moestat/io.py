@@ -6,33 +6,59 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "ensure_writable_dir"]
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once, at import: os.umask can only be read by setting it, which must not race with threads
+# that create files later.
+_FILE_MODE = 0o666 & ~_read_umask()
+
+
+@contextmanager
+def _replacing(path: Path, suffix: str) -> Iterator[str]:
+    """A temporary path next to ``path`` that becomes ``path`` when the block succeeds.
+
+    The temporary file is in the same folder (so ``os.replace`` is atomic), gets the permissions
+    a plain ``open`` would give (``mkstemp`` creates files readable by the owner only), and is
+    removed when the block raises, so no half-written file is ever left behind.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    with _replacing(path, ".tmp") as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
     return path
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     """Atomically write ``data`` as indented JSON (NaN/inf written as ``null``)."""
 
-    def clean(o):
+    def clean(o: Any) -> Any:
         if isinstance(o, float) and (o != o or o in (float("inf"), float("-inf"))):
             return None
         if isinstance(o, dict):
@@ -48,18 +74,11 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(clean(data), indent=2, sort_keys=False) + "\n")
 
 
-def atomic_savefig(fig, path: str | os.PathLike, **kwargs) -> Path:
+def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
     """``fig.savefig`` to a temporary file, then rename (format taken from ``path``'s suffix)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
+    with _replacing(path, path.suffix) as tmp:
         fig.savefig(tmp, **kwargs)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

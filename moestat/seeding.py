@@ -12,16 +12,20 @@ replicate, start)), or an already built generator, which is used as it is.
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported on first use, so that importing this module stays cheap
+    import torch
 
 __all__ = ["SeedLike", "numpy_generator", "torch_generator", "int_seed", "spawn_int_seeds"]
 
 SeedLike = Union[int, np.integer, np.random.SeedSequence, np.random.Generator, None]
 
 
-def _check_type(random_state, what: str) -> None:
+def _check_type(random_state: object, what: str) -> None:
+    """Refuse what is not a seed (``bool`` included: ``True`` as a seed is almost always a slip)."""
     if isinstance(random_state, bool) or not isinstance(
         random_state, (int, np.integer, np.random.SeedSequence, np.random.Generator)
     ):
@@ -36,8 +40,16 @@ def numpy_generator(random_state: SeedLike, *, allow_none: bool = False) -> np.r
     Parameters
     ----------
     random_state : int, SeedSequence, Generator or None
-        ``None`` draws fresh OS entropy and is accepted only with ``allow_none=True`` (the
-        scikit-learn convention of estimators); experiments always pass a seed.
+        A non-negative int or a ``SeedSequence`` seeds a new generator (the same seed, the same
+        stream); ``None`` draws fresh OS entropy and is accepted only with ``allow_none=True``
+        (the scikit-learn convention of estimators); experiments always pass a seed.
+    allow_none : bool
+        Accept ``None``.
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``random_state`` itself when it is a Generator (draws advance the caller's stream).
 
     Raises
     ------
@@ -59,22 +71,74 @@ def numpy_generator(random_state: SeedLike, *, allow_none: bool = False) -> np.r
 
 
 def int_seed(ss: np.random.SeedSequence) -> int:
-    """A 63-bit integer seed drawn from ``ss`` (the first word of its state, shifted by one bit so
-    that it is a valid non-negative ``int64``)."""
+    """A 63-bit integer seed drawn from ``ss``.
+
+    The first 64-bit word of ``ss``'s state, shifted right by one bit so that it is a valid
+    non-negative ``int64`` (what ``torch.manual_seed`` and NumPy's legacy seeding accept).
+
+    Parameters
+    ----------
+    ss : numpy.random.SeedSequence
+
+    Returns
+    -------
+    int
+        In ``[0, 2**63)``; the same ``ss`` always gives the same integer.
+    """
+    if not isinstance(ss, np.random.SeedSequence):
+        raise TypeError(f"int_seed needs a numpy SeedSequence, got {type(ss).__name__}")
     return int(ss.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def spawn_int_seeds(random_state: int, count: int) -> list[int]:
-    """``count`` independent 63-bit seeds: one per child of ``SeedSequence(random_state)``."""
-    return [int_seed(s) for s in np.random.SeedSequence(random_state).spawn(count)]
+    """``count`` independent 63-bit seeds: :func:`int_seed` of each child of ``SeedSequence(random_state)``.
+
+    Parameters
+    ----------
+    random_state : int
+        Non-negative root seed.
+    count : int
+        Number of seeds (``>= 0``).
+
+    Returns
+    -------
+    list of int, length ``count``
+        Child ``i`` does not depend on ``count``: the first seeds of a longer list are the seeds
+        of a shorter one.
+    """
+    _check_type(random_state, "a non-negative int")
+    if isinstance(random_state, (np.random.SeedSequence, np.random.Generator)):
+        raise TypeError(f"random_state must be a non-negative int, got {type(random_state).__name__}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"count must be a non-negative integer, got {count!r}")
+    return [int_seed(s) for s in np.random.SeedSequence(int(random_state)).spawn(int(count))]
 
 
-def torch_generator(random_state, device="cpu"):
-    """A :class:`torch.Generator` on ``device`` from an int or a ``SeedSequence`` (a
-    ``torch.Generator`` is returned as it is; ``None`` is refused).
+#: ``torch.Generator.manual_seed`` takes a seed below 2**64 (numpy takes larger ones).
+_TORCH_SEED_LIMIT = 2**64
 
-    A ``SeedSequence`` is reduced with :func:`int_seed`, so the same sequence always gives the
-    same torch stream.
+
+def torch_generator(
+    random_state: int | np.integer | np.random.SeedSequence | torch.Generator,
+    device: str | torch.device = "cpu",
+) -> torch.Generator:
+    """A :class:`torch.Generator` on ``device`` from an int or a ``SeedSequence``.
+
+    Parameters
+    ----------
+    random_state : int, SeedSequence or torch.Generator
+        A ``torch.Generator`` is returned as it is (``device`` is then ignored); an int must lie
+        in ``[0, 2**64)``; a ``SeedSequence`` is reduced with :func:`int_seed`, so the same
+        sequence always gives the same torch stream.
+    device : str or torch.device
+        Device of the new generator.
+
+    Raises
+    ------
+    TypeError
+        Not a seed (``bool`` and numpy ``Generator`` included).
+    ValueError
+        ``None``, a negative integer or one of ``2**64`` or more.
     """
     import torch
 
@@ -86,6 +150,8 @@ def torch_generator(random_state, device="cpu"):
     if isinstance(random_state, np.random.Generator):
         raise TypeError("random_state must be an int, a SeedSequence or a torch.Generator, got a numpy Generator")
     seed = int_seed(random_state) if isinstance(random_state, np.random.SeedSequence) else int(random_state)
+    if seed >= _TORCH_SEED_LIMIT:
+        raise ValueError(f"random_state must be below 2**64 for a torch generator, got {seed}")
     g = torch.Generator(device=device)
     g.manual_seed(seed)
     return g

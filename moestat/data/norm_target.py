@@ -1,4 +1,4 @@
-"""The ``t(X) = ||X||_2`` target of seed 002 (Theorem 1, Appendix B) and Theorem 1's witnesses.
+"""The ``t(X) = ||X||_2`` target and Theorem 1's witnesses, from the Soft MoE implicit-bias paper (2024).
 
 Appendix B draws ``X ~ N(0, 5 I_10)`` afresh for every batch and regresses ``y = ||X||_2``.  We
 read the 5 as the variance (the paper does not say).  The best constant predictor is
@@ -23,6 +23,7 @@ All other entries are 0, so only coordinate ``c`` of the router matters.  The pa
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -45,6 +46,7 @@ def sample_norm_target(n_samples: int, generator: torch.Generator, dim: int = 10
     Parameters
     ----------
     n_samples : int
+        Number of draws.
     generator : torch.Generator
         Source of the draws (its device is the output's device).
     dim : int
@@ -52,6 +54,7 @@ def sample_norm_target(n_samples: int, generator: torch.Generator, dim: int = 10
     variance : float
         Per-coordinate variance (5 in the paper).
     dtype : torch.dtype
+        Floating dtype of the draws.
 
     Returns
     -------
@@ -92,7 +95,7 @@ def constant_predictor_mse(dim: int = 10, variance: float = 5.0) -> float:
     return float(variance * (dim - chi_mean(dim) ** 2))
 
 
-def witness_pairs(phi: torch.Tensor | np.ndarray, m: int, a_values, coord: int | None = None,
+def witness_pairs(phi: torch.Tensor | np.ndarray, m: int, a_values: Sequence[float], coord: int | None = None,
                   zero_tol: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, str]:
     """Theorem 1's pairs ``(A_a, B_a)`` for a single-slot router column ``phi``.
 
@@ -160,7 +163,7 @@ def slot_gap(phi: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.Tenso
     """
     phi = torch.as_tensor(phi, dtype=torch.float64).reshape(-1, 1)
 
-    def slot(X):
+    def slot(X: torch.Tensor) -> torch.Tensor:  # [r, m, d] -> the one slot, [r, d]
         w = torch.softmax(X.to(torch.float64) @ phi, dim=1)  # [r, m, 1], softmax over tokens
         return (w.transpose(1, 2) @ X.to(torch.float64))[:, 0]
 

@@ -1,15 +1,15 @@
 """Scenarios: a true mixing measure, a gate, an expert family, an input law and a noise level.
 
-A :class:`Scenario` samples ``(X, Y)`` from seed 004's data model (eq. 1 / eq. 8)::
+A :class:`Scenario` samples ``(X, Y)`` from the data model of Nguyen et al. (2024) (eq. (1) / eq. (8))::
 
     Y_i = g_{G*}(X_i) + eps_i,   eps_i ~ N(0, nu),   X_i ~ mu (default Uniform[-1, 1]^d)
 
 and says how the model is fitted: with ``k_fit`` atoms and ``k_active_fit`` activated experts
 (``k_fit = k*`` exact-specified; ``k_fit > k*`` over-specified with K-bar experts, eq. 7 / eq. 12).
 
-:func:`make_scenario` builds the paper-style synthetic scenario of Section 5.1 / App. E.1; its
-constants are partly lost in the seed text, so the defaults below are our documented choices
-(see ``docs/guide/model.rst``).
+:func:`make_scenario` builds the paper-style synthetic scenario of Section 5.1 / App. E.1.  The
+constants we could not recover from the paper's text are our documented choices (see
+``docs/guide/model.rst``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from moestat.model.experts import ACTIVATIONS, Expert
-from moestat.model.gates import Gate
+from moestat.model.gates import GATE_KINDS, Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
+from moestat.seeding import numpy_generator
 
 __all__ = [
     "INPUT_LAWS",
@@ -35,14 +37,19 @@ __all__ = [
     "default_scenario",
 ]
 
+#: Laws of the inputs X (see :class:`Scenario`).
 INPUT_LAWS = ("uniform", "gaussian")
-#: Router names used on the command line: ``perturbed`` is the perturbed cosine router (eq. 9),
-#: ``cosine`` the vanilla cosine router (eq. 2, tau = 0), ``linear`` the softmax gate.
-ROUTERS = ("perturbed", "cosine", "linear")
+#: The routers a scenario can use, and the one definition of the ``--router`` vocabulary of
+#: ``moestat rates`` (import it from here).  It is the tuple
+#: :data:`moestat.model.gates.GATE_KINDS` itself, since a router of the statistical model *is* a
+#: gate kind: ``perturbed`` the perturbed cosine router (eq. (9), tau > 0), ``cosine`` the vanilla
+#: cosine router (eq. (2), the paper's tau = 0), ``linear`` the softmax gate.
+ROUTERS = GATE_KINDS
+#: Exact-specified (``k_fit = k*``) or over-specified (``k_fit > k*``) fits.
 SETTINGS = ("exact", "over")
 
 
-def _check_int(name: str, value, minimum: int = 1) -> int:
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -88,7 +95,7 @@ class Scenario:
             raise ValueError("Scenario.truth must be an unbatched mixing measure")
         object.__setattr__(self, "truth", truth)
         if not truth.satisfies_reference_convention():
-            raise ValueError("Scenario.truth: the last atom must have beta0 = 0 and beta1 = 0 (seed 004, A.3)")
+            raise ValueError("Scenario.truth: the last atom must have beta0 = 0 and beta1 = 0 (Nguyen et al. (2024), A.3)")
         if truth.eta_dim != truth.dim + 1:
             raise ValueError(f"Scenario.truth: eta must have d + 1 = {truth.dim + 1} entries per atom, got {truth.eta_dim}")
         for a in (truth.beta0, truth.beta1, truth.eta):
@@ -120,14 +127,17 @@ class Scenario:
     # ---- descriptors -------------------------------------------------------------------
     @property
     def d(self) -> int:
+        """Input dimension."""
         return self.truth.dim
 
     @property
     def k_true(self) -> int:
+        """True number of experts k*."""
         return self.truth.n_atoms
 
     @property
     def setting(self) -> str:
+        """``exact`` (``k_fit = k*``) or ``over`` (``k_fit > k*``)."""
         return "exact" if self.k_fit == self.k_true else "over"
 
     @property
@@ -181,8 +191,8 @@ class Scenario:
             return rng.uniform(-1.0, 1.0, size=(n, self.d))
         return np.clip(rng.normal(0.0, math.sqrt(1.0 / 3.0), size=(n, self.d)), -1.0, 1.0)
 
-    def regression_function(self, X) -> np.ndarray:
-        """``g_{G*}(X)`` for ``X [..., n, d]``."""
+    def regression_function(self, X: npt.ArrayLike) -> np.ndarray:
+        """``g_{G*}(X)``, shape ``[..., n]``, for ``X [..., n, d]``."""
         X = np.asarray(X, dtype=np.float64)
         if X.shape[-1] != self.d:
             raise ValueError(f"X must have d={self.d} columns, got {X.shape[-1]}")
@@ -194,11 +204,27 @@ class Scenario:
         ``rng`` may be a ``numpy.random.Generator``, a ``SeedSequence`` or an int seed; the same
         stream always gives the same data.
         """
-        if not isinstance(rng, np.random.Generator):
-            rng = np.random.default_rng(rng)
+        rng = numpy_generator(rng)
         X = self.sample_x(n, rng)
         eps = rng.normal(0.0, math.sqrt(self.noise_var), size=X.shape[0])
         return X, self.regression_function(X) + eps
+
+    def sample_replicates(
+        self, n: int, n_rep: int, rng: np.random.Generator | np.random.SeedSequence | int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``n_rep`` independent data sets of size ``n``, drawn one after the other from one stream.
+
+        Returns
+        -------
+        X : ndarray, shape ``[n_rep, n, d]``
+        Y : ndarray, shape ``[n_rep, n]``
+            Replicate ``r`` is the ``r``-th :meth:`sample` call on ``rng`` (the batched
+            estimators' input layout).
+        """
+        n_rep = _check_int("n_rep", n_rep)
+        rng = numpy_generator(rng)
+        draws = [self.sample(n, rng) for _ in range(n_rep)]
+        return np.stack([X for X, _ in draws]), np.stack([Y for _, Y in draws])
 
     def holdout(self, n: int = 4096, seed: int = 20240523) -> np.ndarray:
         """A fixed held-out input sample for the L2(mu) regression error (same for every fit)."""
@@ -226,7 +252,7 @@ def draw_truth(
     min_expert_dist: float = 0.5,
     max_tries: int = 10_000,
 ) -> MixingMeasure:
-    """Draw a true mixing measure in the style of seed 004 App. E.1.
+    """Draw a true mixing measure in the style of Nguyen et al. (2024), App. E.1.
 
     Router rows ``beta1_i ~ N(0, router_scale^2 I_d / d)`` and biases ``beta0_i ~ N(0,
     bias_scale^2)`` for ``i < k*``; the last atom is the reference ``(0, 0_d)`` (A.3).  Experts
@@ -256,7 +282,7 @@ def draw_truth(
     )
 
 
-#: Defaults of the documented paper-style scenario (seed 004 Section 5.1; see docs/guide/model.rst).
+#: Defaults of the documented paper-style scenario (Nguyen et al. (2024), Section 5.1; see docs/guide/model.rst).
 DEFAULTS = dict(
     d=4, k_true=3, k_active=None, expert="gelu", tau=0.5, noise_var=0.01, truth_seed=2405_14131,
     router_scale=1.0, bias_scale=0.5, expert_scale=3.0,

@@ -1,4 +1,4 @@
-"""Synthetic toy problems of Krishnamurthy's thesis (seed 000, Sec. 3.1), after Kirsch et al. (2018).
+"""Synthetic toy problems of Krishnamurthy (2023), PhD thesis, Sec. 3.1, after Kirsch et al. (2018).
 
 Two generators, both seedable and returning NumPy arrays (``float64`` inputs):
 
@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from moestat.seeding import SeedLike, numpy_generator
 
 __all__ = [
     "CLASSIFICATION_MEANS",
@@ -81,16 +83,6 @@ class ToyData:
     n_outputs: int
 
 
-def _rng(random_state) -> np.random.Generator:
-    if isinstance(random_state, np.random.Generator):
-        return random_state
-    if isinstance(random_state, np.random.SeedSequence):
-        return np.random.default_rng(random_state)
-    if random_state is None:
-        raise ValueError("random_state must be given (an int, SeedSequence or Generator): no global randomness")
-    return np.random.default_rng(int(random_state))
-
-
 def _check_n(name: str, n: int, minimum: int = 1) -> int:
     if isinstance(n, bool) or int(n) != n or n < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {n!r}")
@@ -101,11 +93,11 @@ def make_toy_classification(
     n_train: int = 2400,
     n_test: int = 600,
     *,
-    random_state=0,
+    random_state: SeedLike = 0,
     means: np.ndarray | None = None,
     std: float = CLASSIFICATION_STD,
 ) -> ToyData:
-    """The 2-D, 6-class Gaussian-mixture toy of seed 000, Sec. 3.1.1.
+    """The 2-D, 6-class Gaussian-mixture toy of Krishnamurthy (2023), Sec. 3.1.1.
 
     Each class is one isotropic Gaussian component; classes are balanced (``n // n_classes``
     samples each, the remainder spread over the first classes) and the samples shuffled.
@@ -139,7 +131,7 @@ def make_toy_classification(
         raise ValueError(f"means must have shape [n_classes >= 2, 2], got {means.shape}")
     if not (np.isfinite(std) and std > 0):
         raise ValueError(f"std must be a positive number, got {std!r}")
-    rng = _rng(random_state)
+    rng = numpy_generator(random_state)
     n_cls = means.shape[0]
 
     def draw(n: int):
@@ -159,11 +151,11 @@ def make_toy_regression(
     n_train: int = 2000,
     n_test: int = 500,
     *,
-    random_state=0,
+    random_state: SeedLike = 0,
     means: np.ndarray | None = None,
     noise_std: float = 0.0,
 ) -> ToyData:
-    """The rotation/scale regression toy of seed 000, Sec. 3.1.2 (Kirsch et al. 2018), Eq. (3.1).
+    """The rotation/scale regression toy of Krishnamurthy (2023), Sec. 3.1.2 (after Kirsch et al. 2018), Eq. (3.1).
 
     ``s ~ Uniform{0, 1}``, ``x | s ~ N(means[s], I)``, ``y = R x`` if ``s = 0`` and ``y = S x`` if
     ``s = 1``, plus optional Gaussian noise (the thesis's targets are noise-free).
@@ -199,7 +191,7 @@ def make_toy_regression(
         raise ValueError(f"means must have shape [2, 2], got {means.shape}")
     if not (np.isfinite(noise_std) and noise_std >= 0):
         raise ValueError(f"noise_std must be a non-negative number, got {noise_std!r}")
-    rng = _rng(random_state)
+    rng = numpy_generator(random_state)
     maps = np.stack([ROTATION, SCALING])
 
     def draw(n: int):

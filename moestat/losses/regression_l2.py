@@ -1,8 +1,9 @@
-"""Regression error ``||g_{G_hat} - g_{G*}||_{L2(mu)}`` (seed 004, Theorems 1 and 4)."""
+"""Regression error ``||g_{G_hat} - g_{G*}||_{L2(mu)}`` (Nguyen et al. (2024), Theorems 1 and 4)."""
 
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from moestat.model.mixing import MixingMeasure
@@ -16,7 +17,7 @@ def regression_l2_error(
     fitted: MixingMeasure,
     true_model: MoEModel,
     truth: MixingMeasure,
-    X_holdout,
+    X_holdout: npt.ArrayLike,
 ) -> np.ndarray:
     """Monte-Carlo ``L2(mu)`` distance between fitted and true regression functions.
 

@@ -1,4 +1,4 @@
-"""Voronoi losses between a fitted and a true mixing measure (seed 004, eqs. 5, 13, 16 and D_{1,r}).
+"""Voronoi losses between a fitted and a true mixing measure (Nguyen et al. (2024), eqs. (5), (13), (16) and D_{1,r}).
 
 One generic implementation serves every loss of the paper.  Fitted atoms ``omega_i = (beta1_i,
 eta_i)`` are assigned to the nearest true atom ``omega*_j`` (Voronoi cells ``A_j``, eq. 5; the
@@ -61,6 +61,16 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
     Under the vanilla cosine router, PDE (4) makes ``g_G`` depend on ``beta1`` only through its
     direction, so ``||beta1||`` is not identifiable; the direction-only loss measures what the
     data can identify.
+
+    Parameters
+    ----------
+    G : MixingMeasure
+        Atoms ``beta1 [..., k, d]`` (batched or not).
+
+    Returns
+    -------
+    MixingMeasure
+        NumPy copy with unit (or zero) ``beta1 [..., k, d]``; ``beta0`` and ``eta`` unchanged.
     """
     m = G.numpy()
     nrm = np.linalg.norm(m.beta1, axis=-1, keepdims=True)
@@ -68,7 +78,7 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
     return MixingMeasure(m.beta0, unit, m.eta)
 
 
-def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool):
+def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool) -> tuple[MixingMeasure, MixingMeasure]:
     fitted, truth = fitted.numpy(), truth.numpy()
     if fitted.dim != truth.dim or fitted.eta_dim != truth.eta_dim:
         raise ValueError(
@@ -83,13 +93,13 @@ def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool):
     return fitted, truth
 
 
-def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str):
+def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-block distances ``[..., k, k*]`` for beta1 and eta, and the cell metric."""
     db1 = np.linalg.norm(fitted.beta1[..., :, None, :] - truth.beta1[..., None, :, :], axis=-1)
     deta = np.linalg.norm(fitted.eta[..., :, None, :] - truth.eta[..., None, :, :], axis=-1)
     if metric == "euclidean":  # ||omega_i - omega*_j|| on the concatenation, eq. (5)
         dist = np.sqrt(db1**2 + deta**2)
-    elif metric == "block":  # the peer codes' sum of block norms
+    elif metric == "block":  # ||dbeta1|| + ||deta||, the cell metric some public implementations use
         dist = db1 + deta
     else:
         raise ValueError(f"unknown Voronoi metric {metric!r}; expected 'euclidean' or 'block'")
@@ -99,20 +109,51 @@ def _distances(fitted: MixingMeasure, truth: MixingMeasure, metric: str):
 def voronoi_cells(fitted: MixingMeasure, truth: MixingMeasure, metric: str = "euclidean", direction: bool = False) -> np.ndarray:
     """Index of the true atom whose Voronoi cell contains each fitted atom (eq. 5).
 
+    Parameters
+    ----------
+    fitted, truth, metric, direction
+        See :func:`cell_terms`.
+
     Returns
     -------
     ndarray of int, shape ``[..., k]``
         ``cells[..., i] = j`` when fitted atom ``i`` is in ``A_j``.  Ties go to the lowest ``j``
-        (one cell per atom, unlike the double counting of some peer code).
+        (one cell per atom: an atom equidistant from two true atoms is never counted twice).
     """
     fitted, truth = _prepare(fitted, truth, direction)
     return np.argmin(_distances(fitted, truth, metric)[2], axis=-1)
 
 
 def cell_sizes(cells: np.ndarray, k_star: int) -> np.ndarray:
-    """``|A_j|`` for each true atom, shape ``[..., k*]`` (empty cells count 0)."""
+    """``|A_j|`` for each true atom (empty cells count 0).
+
+    Parameters
+    ----------
+    cells : ndarray of int, shape ``[..., k]``
+        Output of :func:`voronoi_cells`.
+    k_star : int
+        Number of true atoms.
+
+    Returns
+    -------
+    ndarray of int, shape ``[..., k*]``
+    """
     one_hot = cells[..., :, None] == np.arange(k_star)
     return one_hot.sum(axis=-2)
+
+
+def _assign(dist: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Voronoi cells from distances ``[..., k, k*]``: ``cells [..., k]``, ``sizes [..., k*]`` and
+    the membership mask ``[..., k, k*]``."""
+    k_star = dist.shape[-1]
+    cells = np.argmin(dist, axis=-1)
+    return cells, cell_sizes(cells, k_star), cells[..., :, None] == np.arange(k_star)
+
+
+def _mass_gaps(fitted: MixingMeasure, truth: MixingMeasure, member: np.ndarray) -> np.ndarray:
+    """``|sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)|`` per true atom, ``[..., k*]``."""
+    cell_mass = np.where(member, np.exp(fitted.beta0)[..., :, None], 0.0).sum(axis=-2)
+    return np.abs(cell_mass - np.exp(truth.beta0))
 
 
 def cell_terms(
@@ -135,7 +176,8 @@ def cell_terms(
     r : float
         The ``r`` of ``D_{1,r}``.
     metric : {"euclidean", "block"}
-        Distance used to form the cells.
+        Distance used to form the cells: ``euclidean`` is ``||omega_i - omega*_j||`` on the
+        concatenation (eq. (5)), ``block`` is ``||dbeta1|| + ||deta||``.
     direction : bool
         Compare ``beta1 / ||beta1||`` instead of ``beta1`` (see :func:`direction_only`).
     exponent : callable, optional
@@ -154,17 +196,13 @@ def cell_terms(
             raise ValueError(f"r must be >= 1, got {r!r}")
         exponent = EXPONENT_TABLES[loss](r)
     fitted, truth = _prepare(fitted, truth, direction)
-    k_star = truth.n_atoms
     db1, deta, dist = _distances(fitted, truth, metric)
-    cells = np.argmin(dist, axis=-1)  # [..., k]
-    sizes = cell_sizes(cells, k_star)  # [..., k*]
-    member = cells[..., :, None] == np.arange(k_star)  # [..., k, k*]
+    cells, sizes, member = _assign(dist)
     e = exponent(sizes)[..., None, :]  # exponent of each atom's cell, [..., 1, k*]
     mass = np.exp(fitted.beta0)[..., :, None]  # [..., k, 1]
     per_atom = mass * (db1**e + deta**e)
     param_part = np.where(member, per_atom, 0.0).sum(axis=-2)
-    cell_mass = np.where(member, mass, 0.0).sum(axis=-2)
-    mass_part = np.abs(cell_mass - np.exp(truth.beta0))
+    mass_part = _mass_gaps(fitted, truth, member)
     return {
         "terms": param_part + mass_part,
         "sizes": sizes,
@@ -183,7 +221,7 @@ def voronoi_loss(
     metric: str = "euclidean",
     direction: bool = False,
 ) -> np.ndarray:
-    """A Voronoi loss ``D(G, G*)`` of seed 004.
+    """A Voronoi loss ``D(G, G*)`` of Nguyen et al. (2024).
 
     Parameters
     ----------
@@ -228,19 +266,29 @@ def cell_parameter_errors(
     rate ``n^{-1/2}``); ``multi``: the largest over atoms sharing a cell (predicted ``n^{-1/4}``);
     ``mass``: the largest ``|sum_{A_j} exp(beta0_i) - exp(beta0*_j)|``.  NaN where no atom is of
     that type (e.g. ``multi`` in an exact fit).  Plain distances, not squared.
+
+    Parameters
+    ----------
+    fitted : MixingMeasure
+        Fitted atoms, batched ``[...]`` or not.
+    truth : MixingMeasure
+        The k* true atoms.
+    metric, direction
+        As in :func:`cell_terms`.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``single``, ``multi`` and ``mass``, each with the fitted measure's batch shape.
     """
     fitted, truth = _prepare(fitted, truth, direction)
-    k_star = truth.n_atoms
     _, _, dist = _distances(fitted, truth, metric)
-    cells = np.argmin(dist, axis=-1)
-    sizes = cell_sizes(cells, k_star)
+    cells, sizes, member = _assign(dist)
     own = np.take_along_axis(dist, cells[..., None], axis=-1)[..., 0]  # distance to own true atom
     own_size = np.take_along_axis(sizes, cells, axis=-1)
     single = np.where(own_size == 1, own, -np.inf).max(axis=-1)
     multi = np.where(own_size > 1, own, -np.inf).max(axis=-1)
-    member = cells[..., :, None] == np.arange(k_star)
-    cell_mass = np.where(member, np.exp(fitted.beta0)[..., :, None], 0.0).sum(axis=-2)
-    mass = np.abs(cell_mass - np.exp(truth.beta0)).max(axis=-1)
+    mass = _mass_gaps(fitted, truth, member).max(axis=-1)
     return {
         "single": np.where(np.isfinite(single), single, np.nan),
         "multi": np.where(np.isfinite(multi), multi, np.nan),

@@ -1,9 +1,9 @@
-"""Expert functions ``h(x, (a, b)) = phi(a^T x + b)`` (seed 004, Section 5.1).
+"""Expert functions ``h(x, (a, b)) = phi(a^T x + b)`` (Nguyen et al. (2024), Section 5.1).
 
 The expert parameter ``eta`` of one expert is the vector ``(a_1, ..., a_d, b)`` of length
 ``d + 1``; a stack of experts has shape ``[..., k, d + 1]``.
 
-Which activations satisfy which identifiability condition (seed 004, Definitions 1 and 2):
+Which activations satisfy which identifiability condition (Nguyen et al. (2024), Definitions 1 and 2):
 gelu, tanh and sigmoid are strongly identifiable; polynomials of degree ``p >= 2`` too; the
 identity (linear experts) is only weakly identifiable; relu is not smooth enough for
 Definition 1.  :mod:`moestat.model.identifiability` checks these numerically.
@@ -12,9 +12,12 @@ Definition 1.  :mod:`moestat.model.identifiability` checks these numerically.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
+
+if TYPE_CHECKING:  # the annotation alias only; experts do not depend on gates
+    from moestat.model.gates import TensorLike
 
 __all__ = ["ACTIVATIONS", "Expert", "activation_fn"]
 
@@ -22,7 +25,7 @@ ACTIVATIONS = ("identity", "gelu", "relu", "tanh", "sigmoid", "poly")
 
 
 def activation_fn(name: str, degree: int = 2) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The scalar activation ``phi`` called ``name`` (``poly`` is ``z ** degree``)."""
+    """The scalar activation ``phi`` called ``name`` (``poly`` is ``z ** degree``), applied elementwise (any shape)."""
     if name == "identity":
         return lambda z: z
     if name == "gelu":
@@ -122,7 +125,7 @@ class Expert:
             return sg, sg * (1.0 - sg)
         return self.phi(z), self.dphi(z)
 
-    def preactivation(self, x, eta) -> torch.Tensor:
+    def preactivation(self, x: TensorLike, eta: TensorLike) -> torch.Tensor:
         """``a^T x + b`` with shape ``[..., n, k]`` for ``x [..., n, d]`` and ``eta [..., k, d+1]``."""
         x = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)
         eta = eta if isinstance(eta, torch.Tensor) else torch.as_tensor(eta, dtype=x.dtype, device=x.device)
@@ -131,9 +134,10 @@ class Expert:
             raise ValueError(f"eta must have d + 1 = {d + 1} entries per expert, got {eta.shape[-1]}")
         return x @ eta[..., :d].transpose(-1, -2) + eta[..., d].unsqueeze(-2)
 
-    def __call__(self, x, eta) -> torch.Tensor:
+    def __call__(self, x: TensorLike, eta: TensorLike) -> torch.Tensor:
         """Expert outputs ``h(x_i, eta_j)`` with shape ``[..., n, k]``."""
         return self.phi(self.preactivation(x, eta))
 
     def describe(self) -> str:
+        """Short name: the activation, or ``poly<p>``."""
         return f"poly{self.degree}" if self.activation == "poly" else self.activation

@@ -1,7 +1,7 @@
 """Gating functions: one vocabulary for the statistical models and the neural-network layers.
 
 A gate turns inputs ``x`` and per-expert router parameters ``(beta0, beta1)`` into mixture
-weights.  It does so in two steps, following seed 004 eq. (2)/(9):
+weights.  It does so in two steps, following Nguyen et al. (2024), eqs. (2) and (9):
 
 1. a *score* ``s(x; beta1)`` per expert, **without** the bias ``beta0``:
 
@@ -21,8 +21,9 @@ result ``[..., n, k]``.  NumPy arrays are accepted and converted.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
+import numpy.typing as npt
 import torch
 
 __all__ = [
@@ -36,7 +37,16 @@ __all__ = [
     "gate_weights",
 ]
 
-GATE_KINDS = ("linear", "cosine", "perturbed")
+#: The score kinds, which are also the router names of the statistical side
+#: (:data:`moestat.data.synthetic.ROUTERS` is this same tuple): ``perturbed`` the perturbed cosine
+#: router (eq. (9)), ``cosine`` the vanilla cosine router (eq. (2)), ``linear`` the softmax gate.
+#: The neural-network routers (:mod:`moestat.nn.routers`) are a different vocabulary: they say how
+#: experts are selected and trained, and use these kinds as their score.
+GATE_KINDS = ("perturbed", "cosine", "linear")
+
+#: What the model functions accept for an array argument: a torch tensor (used as it is) or
+#: anything NumPy turns into an array (converted to float64).
+TensorLike = Union[torch.Tensor, npt.ArrayLike]
 
 #: Other spellings of gate and router names, accepted everywhere (statistical models, neural
 #: layers, every subcommand) and mapped to the canonical one.  Hyphens and underscores are
@@ -49,34 +59,64 @@ NAME_ALIASES = {
 }
 
 
-def canonical_name(text: str, known, aliases: dict[str, str] | None = None) -> str:
+def canonical_name(text: str, known: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
     """The canonical spelling of a name from the vocabulary ``known``.
 
-    ``-`` and ``_`` are interchangeable (``output-mixture`` is ``output_mixture``); an alias of
-    :data:`NAME_ALIASES` (or of ``aliases``, which takes precedence) maps to its canonical name
-    when that name is in ``known``; a canonical name in ``known`` is returned as it is.
+    ``-`` and ``_`` are interchangeable, in ``text`` and in the keys and targets of the alias
+    tables (``output-mixture`` is ``output_mixture``).  A name in ``known`` is returned as it is
+    spelled there.  Otherwise an alias of :data:`NAME_ALIASES` (or of ``aliases``, which takes
+    precedence) and its target are the same name in either direction: ``perturbed_cosine`` gives
+    ``perturbed`` in :data:`GATE_KINDS`, and ``perturbed`` gives ``perturbed_cosine`` in a
+    vocabulary that spells it so.
+
+    Parameters
+    ----------
+    text : str
+        The name as the user wrote it (surrounding white space is ignored).
+    known : iterable of str
+        The canonical names of this vocabulary (e.g. :data:`GATE_KINDS`).
+    aliases : mapping of str to str, optional
+        Extra aliases of this vocabulary, on top of :data:`NAME_ALIASES`.
+
+    Returns
+    -------
+    str
+        An element of ``known``.
 
     Raises
     ------
     ValueError
         The name is not in the vocabulary (the message lists the known names).
+
+    Examples
+    --------
+    >>> canonical_name("perturbed-cosine", GATE_KINDS)
+    'perturbed'
     """
     known = tuple(known)
     name = str(text).strip()
-    norm = name.replace("-", "_")
-    by_norm = {k.replace("-", "_"): k for k in known}
+    by_norm = {_fold(k): k for k in known}
+    norm = _fold(name)
     if norm in by_norm:
         return by_norm[norm]
-    table = {**NAME_ALIASES, **(aliases or {})}
-    target = table.get(norm)
-    if target is not None:
-        t = target.replace("-", "_")
-        if t in by_norm:
-            return by_norm[t]
+    table = {_fold(k): _fold(v) for k, v in {**NAME_ALIASES, **(aliases or {})}.items()}
+    # An alias and its target name one thing, whichever of the two a vocabulary calls canonical
+    # (the neural routers say ``perturbed_cosine`` where the statistical side says ``perturbed``).
+    meaning = table.get(norm, norm)
+    matches = [k for n, k in by_norm.items() if table.get(n, n) == meaning]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ValueError(f"ambiguous name {name!r}: it could be {' or '.join(matches)}")
     raise ValueError(f"unknown name {name!r}; expected one of {', '.join(known)}")
 
 
-def _as_tensor(a, like: torch.Tensor | None = None) -> torch.Tensor:
+def _fold(name: str) -> str:
+    """The spelling names are compared in: hyphens read as underscores."""
+    return name.replace("-", "_")
+
+
+def _as_tensor(a: TensorLike, like: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(a, torch.Tensor):
         return a
     dtype = like.dtype if like is not None else torch.float64
@@ -87,8 +127,8 @@ def _as_tensor(a, like: torch.Tensor | None = None) -> torch.Tensor:
 def safe_norm(v: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """Euclidean norm whose gradient at the zero vector is 0 instead of NaN.
 
-    The reference expert of seed 004 (A.3) has ``beta1 = 0``; ``torch.linalg.norm`` would put
-    ``0 * inf`` into the backward pass there.
+    The reference expert (convention (A.3) of Nguyen et al. (2024)) has ``beta1 = 0``;
+    ``torch.linalg.norm`` would put ``0 * inf`` into the backward pass there.
     """
     sq = (v * v).sum(dim=dim, keepdim=keepdim)
     pos = sq > 0
@@ -109,8 +149,8 @@ def _normalise_tau(tau: float | Sequence[float]) -> tuple[float, float]:
 
 
 def gate_scores(
-    x,
-    beta1,
+    x: TensorLike,
+    beta1: TensorLike,
     kind: str = "perturbed",
     tau: float | Sequence[float] = 1.0,
 ) -> torch.Tensor:
@@ -122,8 +162,8 @@ def gate_scores(
         Inputs.
     beta1 : array or Tensor, shape ``[..., k, d]``
         Router directions, one row per expert.
-    kind : {"linear", "cosine", "perturbed"}
-        Gate family.  ``cosine`` is eq. (2) of seed 004, ``perturbed`` eq. (9).
+    kind : {"perturbed", "cosine", "linear"}
+        Gate family.  ``cosine`` is eq. (2) of Nguyen et al. (2024), ``perturbed`` eq. (9).
     tau : float or (float, float)
         ``(tau1, tau2)`` of the perturbed router; a single number sets both (the paper's
         experiments use ``tau1 = tau2``).  Ignored for the other kinds.
@@ -173,7 +213,7 @@ def top_k_mask(scores: torch.Tensor, k_active: int | None) -> torch.Tensor:
     return mask.scatter(-1, idx, True)
 
 
-def gate_weights(scores: torch.Tensor, beta0, k_active: int | None = None) -> torch.Tensor:
+def gate_weights(scores: torch.Tensor, beta0: TensorLike, k_active: int | None = None) -> torch.Tensor:
     """Softmax of ``score + beta0`` over the Top-K experts chosen on the score alone.
 
     Parameters
@@ -204,10 +244,10 @@ class Gate:
 
     Parameters
     ----------
-    kind : {"linear", "cosine", "perturbed"}
+    kind : {"perturbed", "cosine", "linear"}
         Score function (see module docstring).
     tau : float or (float, float)
-        Perturbation ``(tau1, tau2)`` of the perturbed cosine router (seed 004 eq. 9).
+        Perturbation ``(tau1, tau2)`` of the perturbed cosine router (Nguyen et al. (2024), eq. (9)).
     k_active : int or None
         Top-K: number of experts activated per input (``None`` = dense softmax).
 
@@ -237,10 +277,12 @@ class Gate:
 
     @property
     def tau1(self) -> float:
+        """``tau1``, the perturbation of ``||beta1||``."""
         return self.tau[0]  # type: ignore[index]
 
     @property
     def tau2(self) -> float:
+        """``tau2``, the perturbation of ``||x||``."""
         return self.tau[1]  # type: ignore[index]
 
     def check_n_experts(self, k: int) -> None:
@@ -252,11 +294,11 @@ class Gate:
         """The same gate with another number of activated experts (e.g. K-bar, eq. 7)."""
         return replace(self, k_active=k_active)
 
-    def scores(self, x, beta1) -> torch.Tensor:
+    def scores(self, x: TensorLike, beta1: TensorLike) -> torch.Tensor:
         """Scores ``[..., n, k]`` without bias; see :func:`gate_scores`."""
         return gate_scores(x, beta1, self.kind, self.tau)
 
-    def weights(self, x, beta0, beta1) -> torch.Tensor:
+    def weights(self, x: TensorLike, beta0: TensorLike, beta1: TensorLike) -> torch.Tensor:
         """Mixture weights ``[..., n, k]``; see :func:`gate_weights`."""
         beta1 = _as_tensor(beta1)
         self.check_n_experts(beta1.shape[-2])

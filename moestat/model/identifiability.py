@@ -1,6 +1,6 @@
-"""Numerical identifiability checks (seed 004, Definitions 1 and 2) and PDE residuals (eq. 4, Lemma 4).
+"""Numerical identifiability checks (Nguyen et al. (2024), Definitions 1 and 2) and PDE residuals (eq. 4, Lemma 4).
 
-Definitions 1 and 2 of seed 004 ask whether the functions of ``x``::
+Definitions 1 and 2 of Nguyen et al. (2024) ask whether the functions of ``x``::
 
     d^{|a1| + |a2|} F-bar / d beta1^{a1} d eta^{a2} (x; beta1_j, eta_j),   j in [k],
     F-bar(x; beta1, eta) = exp(s(x; beta1)) h(x, eta),
@@ -27,8 +27,8 @@ A caveat worth knowing (documented in ``docs/guide/theory.rst``): experts that a
 their parameter, ``h(x, t eta) = t^p h(x, eta)`` -- linear experts ``a^T x + b``, polynomial
 experts ``(a^T x + b)^p``, ReLU, constant experts -- satisfy Euler's identity
 ``eta^T grad_eta F-bar = p F-bar`` (and ``eta^T grad_eta (d F-bar / d eta_u) = (p - 1) d F-bar / d eta_u``),
-a linear relation between consecutive orders.  The family of Definitions 1/2 *as reconstructed*
-(orders ``0..r``) is therefore dependent for them, although the paper lists linear and
+a linear relation between consecutive orders.  The family of Definitions 1/2 as we read
+them (orders ``0..r``) is therefore dependent for them, although the paper lists linear and
 polynomial experts as weakly (and polynomials of degree >= 2 as strongly) identifiable.  The
 ``min_order`` argument lets one inspect the family without the order-0 term.
 
@@ -45,15 +45,16 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 import torch
 from torch.func import jacfwd, jacrev, jvp
 
 from moestat.model.experts import Expert
-from moestat.model.gates import Gate, gate_scores
+from moestat.model.gates import Gate, TensorLike, gate_scores
 from moestat.model.mixing import MixingMeasure
+from moestat.seeding import numpy_generator
 
 __all__ = [
     "DEFAULT_RTOL",
@@ -73,7 +74,16 @@ __all__ = [
 #: Default relative singular-value threshold of the rank decision (see module docstring).
 DEFAULT_RTOL = 1e-10
 
-ExpertLike = Expert | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ExpertLike = Union[Expert, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+#: Atoms ``(beta1_j, eta_j)``: an unbatched mixing measure, or the pair ``(beta1 [k, d], eta [k, q])``.
+AtomsLike = Union[MixingMeasure, tuple[TensorLike, TensorLike]]
+#: A seed of :func:`moestat.seeding.numpy_generator` without ``None``.
+Seed = Union[int, np.random.SeedSequence, np.random.Generator]
+
+
+def _f64(a: TensorLike) -> torch.Tensor:
+    """``a`` (array-like or Tensor) as a float64 tensor; tensors keep their device."""
+    return torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a, dtype=np.float64), dtype=torch.float64)
 
 
 def _expert_fn(expert: ExpertLike) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -119,7 +129,7 @@ def fbar(x: torch.Tensor, beta1: torch.Tensor, eta: torch.Tensor, expert: Expert
     return torch.exp(s) * _expert_fn(expert)(x, eta)
 
 
-def random_atoms(k: int, d: int, q: int | None = None, random_state: int | np.random.Generator = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def random_atoms(k: int, d: int, q: int | None = None, random_state: Seed = 0, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """``k`` generic (almost surely distinct, non-zero) atoms ``(beta1 [k, d], eta [k, q])``.
 
     Entries are i.i.d. ``N(0, scale^2 / d)``; ``q`` defaults to ``d + 1`` (the moestat expert).
@@ -130,14 +140,14 @@ def random_atoms(k: int, d: int, q: int | None = None, random_state: int | np.ra
     q = int(d) + 1 if q is None else int(q)
     if q < 1:
         raise ValueError(f"q must be a positive integer, got {q!r}")
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+    rng = numpy_generator(random_state)
     sd = float(scale) / math.sqrt(d)
     b1 = torch.as_tensor(rng.normal(0.0, sd, size=(int(k), int(d))), dtype=torch.float64)
     eta = torch.as_tensor(rng.normal(0.0, sd, size=(int(k), q)), dtype=torch.float64)
     return b1, eta
 
 
-def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tuple[torch.Tensor, torch.Tensor]:
+def _atoms(atoms: AtomsLike | None, expert: ExpertLike, d: int | None, k: int, random_state: Seed) -> tuple[torch.Tensor, torch.Tensor]:
     if atoms is None:
         if d is None:
             raise ValueError("d is required when atoms is not given")
@@ -152,15 +162,15 @@ def _atoms(atoms, expert: ExpertLike, d: int | None, k: int, random_state) -> tu
             b1, eta = atoms
         except (TypeError, ValueError):
             raise ValueError("atoms must be a MixingMeasure or a pair (beta1 [k, d], eta [k, q])") from None
-    b1 = torch.as_tensor(np.asarray(b1, dtype=np.float64) if not isinstance(b1, torch.Tensor) else b1, dtype=torch.float64)
-    eta = torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
+    b1 = _f64(b1)
+    eta = _f64(eta)
     if b1.ndim != 2 or eta.ndim != 2 or b1.shape[0] != eta.shape[0]:
         raise ValueError(f"atoms: beta1 must be [k, d] and eta [k, q] with the same k, got {tuple(b1.shape)} and {tuple(eta.shape)}")
     return b1, eta
 
 
-def _default_x(n: int, d: int, random_state) -> torch.Tensor:
-    rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
+def _default_x(n: int, d: int, random_state: Seed) -> torch.Tensor:
+    rng = numpy_generator(random_state)
     # Uniform[-1, 1]^d: the bounded input law of the scenarios (A.1).
     return torch.as_tensor(rng.uniform(-1.0, 1.0, size=(n, d)), dtype=torch.float64)
 
@@ -174,16 +184,16 @@ def _multi_index_label(idx: Sequence[int], d: int) -> str:
 
 def design_matrix(
     expert: ExpertLike,
-    atoms=None,
+    atoms: AtomsLike | None = None,
     order: int = 2,
     gate: Gate | str | None = None,
-    x: torch.Tensor | np.ndarray | None = None,
+    x: TensorLike | None = None,
     *,
     k: int = 2,
     d: int | None = None,
     n_samples: int | None = None,
     min_order: int = 0,
-    random_state: int | np.random.Generator = 0,
+    random_state: Seed = 0,
 ) -> tuple[torch.Tensor, list[str]]:
     """The sampled design matrix of the function family of Definition 1 (``order=2``) or 2 (``order=1``).
 
@@ -240,7 +250,7 @@ def design_matrix(
         n = n_samples if n_samples is not None else max(200, 6 * n_per_atom * k_)
         rs = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(np.random.SeedSequence(random_state).spawn(1)[0])
         x = _default_x(int(n), dd, rs)
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
+    x = _f64(x)
     if x.ndim != 2 or x.shape[1] != dd:
         raise ValueError(f"x must have shape [n, {dd}], got {tuple(x.shape)}")
     cols: list[torch.Tensor] = []
@@ -314,13 +324,13 @@ class IdentifiabilityResult:
 
 def identifiability_rank(
     expert: ExpertLike,
-    atoms=None,
+    atoms: AtomsLike | None = None,
     order: int = 2,
     gate: Gate | str | None = None,
-    x=None,
+    x: TensorLike | None = None,
     *,
     rtol: float = DEFAULT_RTOL,
-    **kwargs,
+    **kwargs: Any,
 ) -> IdentifiabilityResult:
     """Rank of the design matrix of :func:`design_matrix` (see the module docstring for the rule).
 
@@ -379,7 +389,7 @@ def identifiability_rank(
 
 def check_identifiability(expert: ExpertLike, order: int = 2, gate: Gate | str | None = None, *, d: int = 2, k: int = 2,
                           n_atom_draws: int = 3, random_state: int = 0, rtol: float = DEFAULT_RTOL, min_order: int = 0,
-                          atoms=None, q: int | None = None, scale: float = 2.0) -> IdentifiabilityResult:
+                          atoms: AtomsLike | None = None, q: int | None = None, scale: float = 2.0) -> IdentifiabilityResult:
     """Rank check at several random atom sets; returns the least favourable result.
 
     Definition 1/2 quantify over *every* set of distinct atoms; a finite check can only sample
@@ -430,7 +440,7 @@ def check_identifiability(expert: ExpertLike, order: int = 2, gate: Gate | str |
     return worst
 
 
-def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs) -> bool:
+def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs: Any) -> bool:
     """Definition 1 (orders ``<= 2``) holds at the sampled atoms; see :func:`check_identifiability`.
 
     For ``phi(a^T x + b)`` experts with ``d >= 2`` the literal family has ``d(d-1)/2`` relations
@@ -446,7 +456,7 @@ def is_strongly_identifiable(expert: ExpertLike, gate: Gate | str | None = None,
     return check_identifiability(expert, 2, gate, **kwargs).independent
 
 
-def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs) -> bool:
+def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, **kwargs: Any) -> bool:
     """Definition 2 (orders ``<= 1``) holds at the sampled atoms; see :func:`check_identifiability`.
 
     Examples
@@ -459,10 +469,18 @@ def is_weakly_identifiable(expert: ExpertLike, gate: Gate | str | None = None, *
 
 # ---- PDE residuals --------------------------------------------------------------------------
 
-def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine") -> torch.Tensor:
+def _pde_inputs(x: TensorLike, beta1: TensorLike, eta: TensorLike | None, expert: ExpertLike | None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ExpertLike]:
+    """``(x [n, d], beta1 [d], eta [q], h)`` in float64; no ``expert`` means the constant 1 expert."""
+    e = torch.zeros(1, dtype=torch.float64) if eta is None else _f64(eta)
+    h = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    return _f64(x), _f64(beta1), e, h
+
+
+def pde_residual(x: TensorLike, beta1: TensorLike, eta: TensorLike | None = None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine") -> torch.Tensor:
     """``beta1^T grad_{beta1} F(x; beta1, eta)`` by autograd, per input.
 
-    PDE (4) of seed 004 says this is 0 for the cosine router (``F`` is homogeneous of degree 0 in
+    PDE (4) of Nguyen et al. (2024) says this is 0 for the cosine router (``F`` is homogeneous of degree 0 in
     ``beta1``); for the perturbed router it equals :func:`perturbed_pde_closed_form`.
 
     Parameters
@@ -479,15 +497,12 @@ def pde_residual(x, beta1, eta=None, expert: ExpertLike | None = None, gate: Gat
     -------
     Tensor ``[n]``
     """
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    e = torch.zeros(1, dtype=torch.float64) if eta is None else torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
-    ex = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    x, b, e, ex = _pde_inputs(x, beta1, eta, expert)
     J = jacrev(lambda bb: fbar(x, bb, e, ex, gate))(b)  # [n, d]
     return J @ b
 
 
-def perturbed_pde_closed_form(x, beta1, F, tau: float | tuple[float, float] = 1.0) -> torch.Tensor:
+def perturbed_pde_closed_form(x: TensorLike, beta1: TensorLike, F: TensorLike, tau: float | tuple[float, float] = 1.0) -> torch.Tensor:
     """``tau1 beta1^T x / ((||beta1|| + tau1)^2 (||x|| + tau2)) * F``: the perturbed router's residual.
 
     Parameters
@@ -503,13 +518,13 @@ def perturbed_pde_closed_form(x, beta1, F, tau: float | tuple[float, float] = 1.
     Tensor ``[n]``
     """
     t1, t2 = Gate("perturbed", tau=tau).tau
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    F = torch.as_tensor(np.asarray(F, dtype=np.float64) if not isinstance(F, torch.Tensor) else F, dtype=torch.float64)
+    x = _f64(x)
+    b = _f64(beta1)
+    F = _f64(F)
     return t1 * (x @ b) / ((torch.linalg.vector_norm(b) + t1) ** 2 * (torch.linalg.vector_norm(x, dim=-1) + t2)) * F
 
 
-def lemma4_residual(x, beta1, r: int = 2, eta=None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine",
+def lemma4_residual(x: TensorLike, beta1: TensorLike, r: int = 2, eta: TensorLike | None = None, expert: ExpertLike | None = None, gate: Gate | str | None = "cosine",
                     method: str = "multiindex") -> torch.Tensor:
     """``sum_{|alpha| = r} beta1^alpha / alpha! d^r F / d beta1^alpha`` (Lemma 4, eq. 50), per input.
 
@@ -531,10 +546,7 @@ def lemma4_residual(x, beta1, r: int = 2, eta=None, expert: ExpertLike | None = 
     """
     if isinstance(r, bool) or int(r) != r or r < 1:
         raise ValueError(f"r must be a positive integer, got {r!r}")
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor) else x, dtype=torch.float64)
-    b = torch.as_tensor(np.asarray(beta1, dtype=np.float64) if not isinstance(beta1, torch.Tensor) else beta1, dtype=torch.float64)
-    e = torch.zeros(1, dtype=torch.float64) if eta is None else torch.as_tensor(np.asarray(eta, dtype=np.float64) if not isinstance(eta, torch.Tensor) else eta, dtype=torch.float64)
-    ex = expert if expert is not None else (lambda xx, ee: torch.ones(xx.shape[0], dtype=xx.dtype))
+    x, b, e, ex = _pde_inputs(x, beta1, eta, expert)
     F = lambda bb: fbar(x, bb, e, ex, gate)  # noqa: E731
     if method == "multiindex":
         if r == 1:

@@ -1,4 +1,4 @@
-"""Mixing measures ``G = sum_i exp(beta0_i) delta_(beta1_i, eta_i)`` (seed 004, Section 1).
+"""Mixing measures ``G = sum_i exp(beta0_i) delta_(beta1_i, eta_i)`` (Nguyen et al. (2024), Section 1).
 
 A :class:`MixingMeasure` stores its atoms as three arrays with optional leading batch
 (replicate) dimensions::
@@ -7,7 +7,7 @@ A :class:`MixingMeasure` stores its atoms as three arrays with optional leading 
     beta1 [..., k, d]   router directions
     eta   [..., k, q]   expert parameters
 
-Identifiability conventions (seed 004, A.3): the **last** atom is the reference expert with
+Identifiability conventions (Nguyen et al. (2024), A.3): the **last** atom is the reference expert with
 ``beta0 = 0`` and ``beta1 = 0``, in the truth and in every fit.  Softmax translation invariance
 makes any other choice equivalent to this one (see :meth:`MixingMeasure.normalised`).
 
@@ -17,15 +17,19 @@ The compact parameter space of assumption (A.1) is a :class:`ParameterBox`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
+import numpy.typing as npt
 import torch
+
+if TYPE_CHECKING:
+    from moestat.model.gates import TensorLike
 
 __all__ = ["MixingMeasure", "ParameterBox"]
 
 
-def _to_numpy(a) -> np.ndarray:
+def _to_numpy(a: TensorLike) -> np.ndarray:
     if isinstance(a, torch.Tensor):
         return a.detach().cpu().numpy().astype(np.float64, copy=False)
     return np.asarray(a, dtype=np.float64)
@@ -68,18 +72,22 @@ class MixingMeasure:
     # ---- shape information -------------------------------------------------------------
     @property
     def n_atoms(self) -> int:
+        """Number of atoms ``k``."""
         return int(self.beta0.shape[-1])
 
     @property
     def dim(self) -> int:
+        """Input dimension ``d`` (length of ``beta1_i``)."""
         return int(self.beta1.shape[-1])
 
     @property
     def eta_dim(self) -> int:
+        """Length ``q`` of an expert parameter ``eta_i`` (``d + 1`` for moestat experts)."""
         return int(self.eta.shape[-1])
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
+        """Leading (replicate) dimensions, ``()`` for a single measure."""
         return tuple(self.beta0.shape[:-1])
 
     # ---- conversions -------------------------------------------------------------------
@@ -87,23 +95,23 @@ class MixingMeasure:
         """A copy holding float64 NumPy arrays."""
         return MixingMeasure(_to_numpy(self.beta0), _to_numpy(self.beta1), _to_numpy(self.eta))
 
-    def torch(self, device=None, dtype=torch.float64) -> "MixingMeasure":
+    def torch(self, device: str | torch.device | None = None, dtype: torch.dtype = torch.float64) -> "MixingMeasure":
         """A copy holding torch tensors on ``device``."""
         conv = lambda a: torch.as_tensor(_to_numpy(a) if not isinstance(a, torch.Tensor) else a, dtype=dtype, device=device)  # noqa: E731
         return MixingMeasure(conv(self.beta0), conv(self.beta1), conv(self.eta))
 
-    def omega(self):
+    def omega(self) -> np.ndarray | torch.Tensor:
         """``omega_i = (beta1_i, eta_i)`` concatenated: shape ``[..., k, d + q]`` (eq. 5)."""
         if isinstance(self.beta1, torch.Tensor):
             return torch.cat([self.beta1, self.eta], dim=-1)
         return np.concatenate([self.beta1, self.eta], axis=-1)
 
-    def masses(self):
-        """``exp(beta0_i)``, the atom weights of ``G``."""
+    def masses(self) -> np.ndarray | torch.Tensor:
+        """``exp(beta0_i)``, the atom weights of ``G``: shape ``[..., k]``."""
         return torch.exp(self.beta0) if isinstance(self.beta0, torch.Tensor) else np.exp(self.beta0)
 
     # ---- batching ----------------------------------------------------------------------
-    def __getitem__(self, idx) -> "MixingMeasure":
+    def __getitem__(self, idx: Any) -> "MixingMeasure":
         """Index the batch dimensions, e.g. ``G[r]`` is replicate ``r``."""
         if not self.batch_shape:
             raise IndexError("an unbatched mixing measure cannot be indexed; use .atom(i)")
@@ -130,7 +138,7 @@ class MixingMeasure:
             np.stack([m.beta0 for m in ms]), np.stack([m.beta1 for m in ms]), np.stack([m.eta for m in ms])
         )
 
-    def permute(self, perm) -> "MixingMeasure":
+    def permute(self, perm: npt.ArrayLike) -> "MixingMeasure":
         """Reorder the atoms (last axis of beta0) by ``perm``."""
         perm = np.asarray(perm)
         m = self.numpy()
@@ -158,6 +166,7 @@ class MixingMeasure:
 
     @staticmethod
     def from_dict(data: dict) -> "MixingMeasure":
+        """The inverse of :meth:`to_dict`: float64 NumPy atoms from nested lists."""
         return MixingMeasure(np.asarray(data["beta0"], float), np.asarray(data["beta1"], float), np.asarray(data["eta"], float))
 
 
@@ -186,6 +195,7 @@ class ParameterBox:
                 raise ValueError(f"ParameterBox.{name} must be a positive finite number, got {v!r}")
 
     def contains(self, G: MixingMeasure, atol: float = 1e-12) -> bool:
+        """True when every atom of ``G`` (every replicate) lies in the box, up to ``atol``."""
         m = G.numpy()
         return bool(
             np.all(np.abs(m.beta0) <= self.beta0 + atol)

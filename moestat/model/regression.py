@@ -1,4 +1,4 @@
-"""The MoE regression function ``g_G(x)`` of seed 004 eqs. (2), (7), (9) and (12).
+"""The MoE regression function ``g_G(x)`` of Nguyen et al. (2024), eqs. (2), (7), (9) and (12).
 
 ``g_G(x) = sum_i w_i(x) h(x, eta_i)`` with ``w`` the gate's (Top-K) softmax weights.
 """
@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from moestat.model.experts import Expert
-from moestat.model.gates import Gate
+from moestat.model.gates import Gate, TensorLike
 from moestat.model.mixing import MixingMeasure
 
 __all__ = ["MoEModel"]
@@ -41,25 +41,26 @@ class MoEModel:
     expert: Expert
 
     def with_k_active(self, k_active: int | None) -> "MoEModel":
+        """The same model with ``k_active`` activated experts (K-bar of the fitted model, eq. (7))."""
         return replace(self, gate=self.gate.with_k_active(k_active))
 
     @staticmethod
-    def _tensors(x, G: MixingMeasure):
+    def _tensors(x: TensorLike, G: MixingMeasure) -> tuple[torch.Tensor, MixingMeasure]:
         x = x if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.float64)
         Gt = G.torch(device=x.device, dtype=x.dtype) if not isinstance(G.beta0, torch.Tensor) else G
         return x, Gt
 
-    def weights(self, x, G: MixingMeasure) -> torch.Tensor:
+    def weights(self, x: TensorLike, G: MixingMeasure) -> torch.Tensor:
         """Gate weights ``[..., n, k]``; batch dims of ``x`` and ``G`` broadcast."""
         x, Gt = self._tensors(x, G)
         return self.gate.weights(x, Gt.beta0, Gt.beta1)
 
-    def expert_outputs(self, x, G: MixingMeasure) -> torch.Tensor:
+    def expert_outputs(self, x: TensorLike, G: MixingMeasure) -> torch.Tensor:
         """``h(x_i, eta_j)`` with shape ``[..., n, k]``."""
         x, Gt = self._tensors(x, G)
         return self.expert(x, Gt.eta)
 
-    def predict(self, x, G: MixingMeasure) -> torch.Tensor:
+    def predict(self, x: TensorLike, G: MixingMeasure) -> torch.Tensor:
         """``g_G(x)`` with shape ``[..., n]``.
 
         ``x`` is ``[..., n, d]``; ``G`` may carry batch dimensions ``[...]`` that broadcast with
@@ -71,4 +72,5 @@ class MoEModel:
         return (w * h).sum(-1)
 
     def describe(self) -> str:
+        """Short name, e.g. ``perturbed(tau=1,1) top-2 / gelu``."""
         return f"{self.gate.describe()} / {self.expert.describe()}"

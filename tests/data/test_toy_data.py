@@ -1,4 +1,4 @@
-"""Toy generators of seed 000, Sec. 3.1."""
+"""Toy generators of Krishnamurthy (2023), Sec. 3.1."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Voronoi losses, scenarios and the regression error (seed 004 eqs. 5, 13, 16)."""
+"""Voronoi losses, scenarios and the regression error (Nguyen et al. (2024), eqs. (5), (13), (16))."""
 
 import itertools
 import math
@@ -123,6 +123,20 @@ def test_scenario_sampling_is_reproducible_and_seed_dependent():
     # the noise has the scenario's variance
     X, Y = s.sample(20000, 3)
     assert np.var(Y - s.regression_function(X)) == pytest.approx(s.noise_var, rel=0.05)
+
+
+def test_sample_replicates_is_successive_samples_from_one_stream():
+    s = default_scenario("perturbed", "exact")
+    X, Y = s.sample_replicates(50, 3, 11)
+    assert X.shape == (3, 50, s.d) and Y.shape == (3, 50)
+    rng = np.random.default_rng(11)
+    for r in range(3):
+        Xr, Yr = s.sample(50, rng)
+        assert np.array_equal(X[r], Xr) and np.array_equal(Y[r], Yr)
+    with pytest.raises(ValueError, match="n_rep"):
+        s.sample_replicates(50, 0, 11)
+    with pytest.raises(ValueError, match="no global randomness"):
+        s.sample(50, None)
 
 
 def test_routers_share_truth_and_data():

@@ -1,4 +1,4 @@
-"""Gates and experts against hand-computed values (seed 004 eqs. 2 and 9)."""
+"""Gates and experts against hand-computed values (Nguyen et al. (2024), eqs. (2) and (9))."""
 
 import math
 

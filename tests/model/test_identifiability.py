@@ -1,4 +1,4 @@
-"""Rank checks of the function families of seed 004 Definitions 1/2 and the PDE residuals.
+"""Rank checks of the function families of Nguyen et al. (2024), Definitions 1/2, and the PDE residuals.
 
 The expected ranks below are derived by hand (see docs/guide/theory.rst), not copied from a run:
 PDE (4) removes one function per atom under the cosine router; Euler's identity for experts

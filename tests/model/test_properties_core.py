@@ -1,4 +1,4 @@
-"""Property-based tests of the structural facts the theorems of seed 004 rest on.
+"""Property-based tests of the structural facts the theorems of Nguyen et al. (2024) rest on.
 
 Voronoi losses (eqs. 13, 16 and D_{1,r}), gate invariances (PDE (4) for the cosine router and
 its failure for the perturbed one), Top-K selection and the scenario sampler.

@@ -1,0 +1,96 @@
+"""moestat.io: atomic writes leave either the old file or the new one, never half of one."""
+
+import json
+import math
+import os
+import stat
+
+import numpy as np
+import pytest
+import torch
+
+from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_atomic_write_text_replaces_and_leaves_no_temporary(tmp_path):
+    p = tmp_path / "a.txt"
+    p.write_text("old")
+    assert atomic_write_text(p, "new \u00e9") == p
+    assert p.read_text(encoding="utf-8") == "new \u00e9"
+    assert os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_atomic_write_gets_umask_permissions_like_open(tmp_path):
+    # mkstemp creates 0600 files; results must be as readable as a plain open() would make them
+    atomic_write_text(tmp_path / "a.txt", "x")
+    plain = tmp_path / "b.txt"
+    plain.write_text("x")
+    assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == stat.S_IMODE(os.stat(plain).st_mode)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o666 & ~_umask()
+
+
+def test_failed_write_keeps_old_file_and_removes_temporary(tmp_path):
+    p = tmp_path / "a.json"
+    p.write_text("{}")
+    with pytest.raises(TypeError):
+        atomic_write_json(p, {"x": object()})
+    assert p.read_text() == "{}"
+    assert os.listdir(tmp_path) == ["a.json"]
+
+
+def test_atomic_write_json_cleans_non_finite_and_numpy_torch(tmp_path):
+    data = {
+        1: math.nan,
+        "inf": [math.inf, -math.inf, 1.5],
+        "np": np.array([1.0, np.nan]),
+        "np32": np.float32("nan"),
+        "scalar": np.int64(3),
+        "tensor": torch.tensor([2.0, 3.0]),
+        "t0": torch.tensor(4.0),
+        "tuple": (1, 2),
+    }
+    text = atomic_write_json(tmp_path / "x.json", data).read_text()
+    assert text.endswith("\n")
+    assert json.loads(text) == {
+        "1": None, "inf": [None, None, 1.5], "np": [1.0, None], "np32": None, "scalar": 3,
+        "tensor": [2.0, 3.0], "t0": 4.0, "tuple": [1, 2],
+    }
+
+
+def test_atomic_savefig(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    p = atomic_savefig(fig, tmp_path / "f.png")
+    plt.close(fig)
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path) == ["f.png"]
+
+
+def test_append_line_adds_newline_and_appends(tmp_path):
+    p = tmp_path / "r.csv"
+    append_line(p, "a,b")
+    append_line(p, "1,2\n")
+    assert p.read_text() == "a,b\n1,2\n"
+
+
+def test_ensure_writable_dir(tmp_path):
+    d = ensure_writable_dir(tmp_path / "x" / "y")
+    assert d.is_dir()
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        ensure_writable_dir(f)
+    with pytest.raises(ValueError, match="cannot create output directory") as ei:
+        ensure_writable_dir(f / "sub")
+    assert "\n" not in str(ei.value)
