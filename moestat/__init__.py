@@ -1,26 +1,15 @@
-"""moestat: statistical simulation and estimation rates of Mixture-of-Experts models."""
+"""moestat: statistical simulation and estimation rates of Mixture-of-Experts models.
 
-from moestat.model.experts import ACTIVATIONS, Expert
-from moestat.model.identifiability import check_identifiability, is_strongly_identifiable, is_weakly_identifiable
-from moestat.model.gates import GATE_KINDS, Gate, gate_scores, gate_weights, top_k_mask
-from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.regression import MoEModel
+The package follows the pipeline: :mod:`moestat.model` (gates, experts, mixing measures, the
+regression function, identifiability) -> :mod:`moestat.data` -> :mod:`moestat.estimators` ->
+:mod:`moestat.losses` -> :mod:`moestat.rates`; beside it :mod:`moestat.nn` (neural layers with the
+same gates) and :mod:`moestat.experiments`; :mod:`moestat.cli` is the ``moestat`` command.  The
+model's names are re-exported here for convenience.
+"""
+
+from moestat.model import *  # noqa: F401,F403 - the model's public names, listed in moestat.model.__all__
+from moestat.model import __all__ as _model_all
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ACTIVATIONS",
-    "check_identifiability",
-    "is_strongly_identifiable",
-    "is_weakly_identifiable",
-    "Expert",
-    "GATE_KINDS",
-    "Gate",
-    "gate_scores",
-    "gate_weights",
-    "top_k_mask",
-    "MixingMeasure",
-    "ParameterBox",
-    "MoEModel",
-    "__version__",
-]
+__all__ = [*_model_all, "__version__"]

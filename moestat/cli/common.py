@@ -110,26 +110,23 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
 # ---------------------------------------------------------------------------------------------
 # argument types
 # ---------------------------------------------------------------------------------------------
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def _int_at_least(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    """argparse type: an integer >= 0 (seeds)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return v
+#: argparse type: an integer >= 1.
+positive_int = _int_at_least(1, "a positive integer")
+#: argparse type: an integer >= 0 (seeds).
+nonneg_int = _int_at_least(0, "a non-negative integer")
 
 
 def nonneg_float(text: str) -> float:
