@@ -24,7 +24,7 @@ from moestat.cli.common import (
 )
 from moestat.io import ensure_writable_dir
 from moestat.rates.experiment import format_table, run_rates
-from moestat.rates.sweep import ROUTERS, RatesConfig
+from moestat.rates.config import ROUTERS, SETTINGS, RatesConfig
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -129,7 +129,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat rates`` (and ``python -m moestat.rates``)."""
-    from moestat.rates.sweep import check_resumable
+    from moestat.rates.store import check_resumable
 
     ns = build_parser().parse_args(argv)
     out = Path(ns.out)

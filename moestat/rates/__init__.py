@@ -7,6 +7,6 @@ From Python::
 """
 
 from moestat.rates.experiment import format_table, run_rates
-from moestat.rates.sweep import RatesConfig
+from moestat.rates.config import RatesConfig
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]

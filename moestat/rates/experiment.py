@@ -1,7 +1,8 @@
 """A rate experiment end to end: a scenario in, a convergence plot and an honest slope table out.
 
 :func:`run_rates` (what ``moestat rates`` calls) chains :mod:`moestat.rates.sweep`
-(seeds, work units, parallel execution, resumable ``results.csv``, ``provenance.json``),
+(seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
+resumable ``results.csv``, ``provenance.json``),
 :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
 :mod:`moestat.rates.figures` (``convergence.pdf``/``.png``).  From Python::
 
@@ -17,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from moestat.rates.sweep import RatesConfig, check_resumable, run_sweep
+from moestat.rates.config import RatesConfig
+from moestat.rates.store import check_resumable, config_hash
+from moestat.rates.sweep import run_sweep
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
@@ -81,7 +84,6 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     from moestat.io import atomic_write_json, ensure_writable_dir
     from moestat.rates.figures import plot_convergence
     from moestat.rates.fit import DEFAULT_TOLERANCE, fit_rates
-    from moestat.rates.sweep import config_hash
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")

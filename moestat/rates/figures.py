@@ -96,7 +96,7 @@ def plot_convergence(
     Parameters
     ----------
     df : pandas.DataFrame
-        Results (see :func:`moestat.rates.sweep.read_results`).
+        Results (see :func:`moestat.rates.store.read_results`).
     fits : sequence of dict
         Fit entries (``summary.json["fits"]``); used for the lines and legend, never refitted.
     out_stem : path
@@ -164,7 +164,7 @@ def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[s
     from moestat.io import ensure_writable_dir
     from moestat.rates.figures import plot_convergence
     from moestat.rates.fit import fit_rates
-    from moestat.rates.sweep import LOSS_NAMES, read_results
+    from moestat.rates.store import LOSS_NAMES, read_results
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

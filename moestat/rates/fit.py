@@ -217,7 +217,7 @@ def fit_rates(
     Parameters
     ----------
     df : pandas.DataFrame
-        ``results.csv`` as read by :func:`moestat.rates.sweep.read_results`.
+        ``results.csv`` as read by :func:`moestat.rates.store.read_results`.
     setting, estimator : str
         Used for the predicted exponents.
     routers, losses : sequence of str, optional
@@ -237,7 +237,7 @@ def fit_rates(
         Each with at least ``router, setting, loss, slope, ci_low, ci_high, predicted,
         consistent``.
     """
-    from moestat.rates.sweep import LOSS_NAMES
+    from moestat.rates.store import LOSS_NAMES
 
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)

@@ -1,6 +1,6 @@
 """Named presets of ``python -m moestat.rates`` and TOML config files.
 
-A preset is a partial :class:`~moestat.rates.sweep.RatesConfig`: the keys it sets override the
+A preset is a partial :class:`~moestat.rates.config.RatesConfig`: the keys it sets override the
 defaults, and flags given on the command line override the preset.  The Figure 1 presets are
 mirrored by ``simulations/rates/fig1a.toml`` and ``fig1b.toml`` (a test checks they agree).
 

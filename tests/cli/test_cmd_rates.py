@@ -147,7 +147,7 @@ def test_flags_override_config_which_overrides_preset(tmp_path):
     cfg.write_text("reps = 7\nn_points = 5\n")
     ns = build_parser().parse_args(["--preset", "fig1a", "--config", str(cfg), "--n-points", "4"])
     c = config_from_args(ns)
-    assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ["perturbed", "cosine"], 128000)
+    assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ("perturbed", "cosine"), 128000)
 
 
 def test_estimator_model_mismatch_is_caught_before_writing(tmp_path, capsys):

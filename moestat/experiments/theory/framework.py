@@ -155,7 +155,9 @@ class Context:
         return np.random.default_rng(np.random.SeedSequence([self.seed, *key]))
 
     def rates(self, key: str, **cfg) -> dict[str, Any]:
-        """Run (once per key) ``run_rates(RatesConfig(**cfg))`` and return its summary.
+        """Run (once per key) ``run_rates(RatesConfig.from_dict(cfg))`` and return its summary.
+
+        ``cfg`` holds flat config keys (see :mod:`moestat.rates.config`).
 
         Raises
         ------
@@ -173,7 +175,7 @@ class Context:
         cfg.setdefault("n_jobs", self.n_jobs)
         cfg.setdefault("quiet", True)
         self.log(f"  rates run {key!r}: {cfg}")
-        summary = run_rates(RatesConfig(**cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
+        summary = run_rates(RatesConfig.from_dict(cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
         self._rates[key] = summary
         return summary
 
