@@ -46,6 +46,7 @@ __all__ = [
     "log_mean_fit",
     "per_replicate_fit",
     "bootstrap_slope",
+    "slope_with_interval",
     "window_sensitivity",
     "log_model_comparison",
     "verdict",
@@ -149,6 +150,44 @@ def bootstrap_slope(
     slopes = (logm - logm.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
     lo, hi = np.percentile(slopes, [2.5, 97.5])
     return {"ci_low": float(lo), "ci_high": float(hi), "se": float(slopes.std(ddof=1)), "n_boot": int(n_boot)}
+
+
+def slope_with_interval(
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000
+) -> dict[str, Any]:
+    """The log-of-mean slope with its 95% interval: the one slope-with-interval of moestat.
+
+    The interval is the envelope of the replicate bootstrap (:func:`bootstrap_slope`) and the OLS
+    t-interval of the log-of-mean fit (:func:`log_mean_fit`): never narrower than either.  Used by
+    :func:`fit_rates` for every rate in ``summary.json`` and by the theory checks
+    (:mod:`moestat.experiments.theory`).
+
+    Parameters
+    ----------
+    ns : sequence of int, length S
+        Sample sizes (at least 3 for a finite t-interval).
+    values : sequence of S arrays, or array of shape (S, R)
+        Positive losses per sample size; ``values[j]`` holds the replicates at ``ns[j]``.
+    rng : numpy.random.Generator
+        Stream of the bootstrap resamples.
+    n_boot : int
+        Bootstrap resamples.
+
+    Returns
+    -------
+    dict
+        ``slope``, ``ci_low``, ``ci_high`` and the two ingredients, ``log_mean`` (see
+        :func:`ols_fit`) and ``bootstrap`` (see :func:`bootstrap_slope`).
+    """
+    lm = log_mean_fit(ns, values)
+    bs = bootstrap_slope(ns, values, rng, n_boot)
+    return {
+        "slope": lm["slope"],
+        "ci_low": min(bs["ci_low"], lm["ci_low"]),
+        "ci_high": max(bs["ci_high"], lm["ci_high"]),
+        "log_mean": lm,
+        "bootstrap": bs,
+    }
 
 
 def window_sensitivity(ns: Sequence[int], values: Sequence[np.ndarray], min_points: int = 3) -> list[dict[str, Any]]:
@@ -263,12 +302,10 @@ def fit_rates(
                               "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
                 fits.append(entry)
                 continue
-            lm = log_mean_fit(ns, vals)
             pr = per_replicate_fit(ns, vals)
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            bs = bootstrap_slope(ns, vals, rng, n_boot)
-            ci_low = min(bs["ci_low"], lm["ci_low"])
-            ci_high = max(bs["ci_high"], lm["ci_high"])
+            swi = slope_with_interval(ns, vals, rng, n_boot)
+            lm, bs, ci_low, ci_high = swi["log_mean"], swi["bootstrap"], swi["ci_low"], swi["ci_high"]
             nf = np.asarray(ns, float)
             # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
             lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
