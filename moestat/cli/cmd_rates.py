@@ -1,4 +1,10 @@
-"""``moestat rates`` (also ``python -m moestat.rates``): argument parsing for :func:`moestat.rates.run_rates`."""
+"""``moestat rates`` (also ``python -m moestat.rates``): argument parsing for :func:`moestat.rates.run_rates`.
+
+The flags are the flat keys of :class:`moestat.rates.config.RatesConfig`.  The configuration is
+built and validated, and ``--out`` checked, inside :func:`~moestat.cli.common.usage_errors` (bad
+input: one line, exit 2, nothing written); the sweep runs outside it, where any exception is an
+internal error (exit 1 with its traceback).
+"""
 
 from __future__ import annotations
 
@@ -73,7 +79,7 @@ def build_parser() -> ArgumentParser:
     )
     g = p.add_argument_group("scenario")
     g.add_argument("--router", type=name_choice(ROUTERS, many=True), help="perturbed, cosine, linear or a comma list (one curve each, same data); aliases perturbed-cosine, vanilla, softmax; default perturbed")
-    g.add_argument("--setting", help="exact or over (over-specified, k = k* + 1); default exact")
+    g.add_argument("--setting", type=name_choice(SETTINGS), help="exact or over (over-specified, k = k* + 1); default exact")
     g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 0.5")
     g.add_argument("--expert", help="expert activation: identity, gelu, relu, tanh, sigmoid, poly; default gelu")
     g.add_argument("--d", type=positive_int, help="input dimension; default 4")
