@@ -1,5 +1,6 @@
 """Rate fits with uncertainty: statsmodels OLS on log-log, a bootstrap over replicates, window
-sensitivity, the ``C / log(n)^t`` alternative, and verdicts against seed 004's theorems.
+sensitivity, the ``C / log(n)^t`` alternative, and verdicts against the theorems of Nguyen et al. (2024)
+("Statistical Advantages of Perturbing Cosine Router in Sparse Mixture of Experts").
 
 For one router and one loss, the data are the per-replicate losses ``L_{n,r}`` on a grid of
 sample sizes.  Within the declared window ``[window_min, window_max]``:
@@ -71,13 +72,13 @@ LOSS_DEFINITIONS = {
 
 
 def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "lse") -> float | None:
-    """The exponent of ``n`` that seed 004 predicts for ``loss`` (``None``: no polynomial rate).
+    """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no polynomial rate).
 
-    Perturbed router: Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
+    Perturbed router: Nguyen et al. (2024), Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
     D2, single-atom cells, masses and regression ``-1/2``; atoms in multi-atom cells ``-1/4``).
     Vanilla cosine router: regression ``-1/2`` (Theorem 1), Voronoi and parameter losses have no
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
-    its parameter losses are not covered by seed 004.  The null estimator (returns its start)
+    its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
     has slope 0 for every loss.
     """
     if estimator == "null":

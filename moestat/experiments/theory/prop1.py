@@ -1,4 +1,4 @@
-"""Proposition 1 of seed 004: too few activated experts leave a regression error that does not vanish.
+"""Proposition 1 of Nguyen et al. (2024): too few activated experts leave a regression error that does not vanish.
 
 Set-up (designed so the check can fail): the true gate is dense with k* = 3 experts (K = 3), the
 fit has k = 4 atoms.  An over-specified fit splits one true atom into a cell of two, so the
