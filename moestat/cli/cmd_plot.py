@@ -4,7 +4,6 @@ work: any error there is an internal one, exit 1)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, usage_errors

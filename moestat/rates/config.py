@@ -2,17 +2,17 @@
 
 A :class:`RatesConfig` is made of five specs, one per concern:
 
-===============  ===================  ================================================================
-attribute        spec                 flat keys (the long flags of ``moestat rates``)
-===============  ===================  ================================================================
-``router``       tuple of str         ``router`` (one curve each, all on the same data)
-``scenario``     :class:`ScenarioSpec`  ``setting tau expert d k_true k_active k_fit k_active_fit
-                                      noise_var input_law truth_seed``
-``grid``         :class:`GridSpec`    ``n_min n_max n_points reps seed chunk holdout``
-``fitting``      :class:`FittingSpec` ``estimator max_iter init init_scale device``
-``execution``    :class:`ExecutionSpec` ``n_jobs backend scheduler quiet``
-``analysis``     :class:`AnalysisSpec`  ``window_min window_max tolerance n_boot``
-===============  ===================  ================================================================
+===============  ========================  =========================================================
+attribute        spec                      flat keys (the long flags of ``moestat rates``)
+===============  ========================  =========================================================
+``router``       tuple of str              ``router`` (one curve each, all on the same data)
+``scenario``     :class:`ScenarioSpec`     ``setting tau expert d k_true k_active k_fit
+                                           k_active_fit noise_var input_law truth_seed``
+``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
+``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device``
+``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
+``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot``
+===============  ========================  =========================================================
 
 Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
 sorts them into the specs, and every flat key can be read back as an attribute

@@ -7,7 +7,7 @@ resumable ``results.csv``, ``provenance.json``),
 :mod:`moestat.rates.figures` (``convergence.pdf``/``.png``).  From Python::
 
     from moestat.rates import RatesConfig, run_rates
-    summary = run_rates(RatesConfig(router=["perturbed", "cosine"], reps=10), "out/")
+    summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from moestat.rates.config import RatesConfig
 from moestat.rates.store import check_resumable, config_hash
