@@ -192,5 +192,8 @@ def test_config_is_normalised_when_built_and_validate_does_not_mutate(tmp_path):
     assert cfg.replace(reps=3).reps == 3 and cfg.reps == 20
     # flat keys round-trip through to_dict (what summary.json and provenance.json hold)
     assert RatesConfig.from_dict(cfg.to_dict()) == cfg
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg)) == cfg  # the flat-key attribute lookup survives pickling
     with pytest.raises(ValueError, match="unknown config key"):
         RatesConfig.from_dict({"bogus": 1})
