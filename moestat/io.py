@@ -87,7 +87,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
     A single ``write`` of a line to a file opened with ``O_APPEND`` is not torn by a concurrent
     appender, and a kill between rows leaves only complete rows (a kill *during* the write can
-    leave a partial last line, which readers must skip: see :func:`moestat.rates.sweep.read_results`).
+    leave a partial last line, which readers must skip: see :func:`moestat.rates.store.read_results`).
     """
     if not line.endswith("\n"):
         line += "\n"

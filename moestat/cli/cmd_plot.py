@@ -1,12 +1,13 @@
-"""``moestat plot DIR``: argument parsing for :func:`moestat.rates.figures.redraw`."""
+"""``moestat plot DIR``: argument parsing for :func:`moestat.rates.figures.prepare_redraw` (the run
+folder is read and checked: bad input, exit 2) and :func:`~moestat.rates.figures.draw_redraw` (the
+work: any error there is an internal one, exit 1)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, usage_errors
-from moestat.rates.figures import redraw
+from moestat.rates.figures import draw_redraw, prepare_redraw
 
 __all__ = ["main"]
 
@@ -25,13 +26,14 @@ def _list(text: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat plot``."""
     p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv.", epilog=EXAMPLES)
-    p.add_argument("run_dir", metavar="DIR", help="output folder of python -m moestat.rates")
+    p.add_argument("run_dir", metavar="DIR", help="output folder of moestat rates")
     p.add_argument("--losses", type=_list, default=["voronoi"], help="comma list of losses (voronoi, voronoi_direction, param_single, param_multi, mass, regression_l2)")
-    p.add_argument("--routers", type=_list, default=None, help="comma list of routers (default: all in the run)")
+    p.add_argument("--routers", type=_list, default=None, help="comma list of routers, aliases accepted (default: all in the run)")
     p.add_argument("--name", default="convergence", help="file stem of the figure (default convergence)")
     args = p.parse_args(argv)
-    with usage_errors():  # TODO(one-house): split validation from drawing in rates.figures.redraw
-        paths = redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name)
+    with usage_errors():
+        plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name)
+    paths = draw_redraw(plan)
     print("wrote " + ", ".join(str(x) for x in paths))
     return 0
 

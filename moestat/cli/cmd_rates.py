@@ -1,4 +1,10 @@
-"""``moestat rates`` (also ``python -m moestat.rates``): argument parsing for :func:`moestat.rates.run_rates`."""
+"""``moestat rates`` (also ``python -m moestat.rates``): argument parsing for :func:`moestat.rates.run_rates`.
+
+The flags are the flat keys of :class:`moestat.rates.config.RatesConfig`.  The configuration is
+built and validated, and ``--out`` checked, inside :func:`~moestat.cli.common.usage_errors` (bad
+input: one line, exit 2, nothing written); the sweep runs outside it, where any exception is an
+internal error (exit 1 with its traceback).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from moestat.cli.common import (
 )
 from moestat.io import ensure_writable_dir
 from moestat.rates.experiment import format_table, run_rates
-from moestat.rates.sweep import ROUTERS, RatesConfig
+from moestat.rates.config import ROUTERS, SETTINGS, RatesConfig
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -73,7 +79,7 @@ def build_parser() -> ArgumentParser:
     )
     g = p.add_argument_group("scenario")
     g.add_argument("--router", type=name_choice(ROUTERS, many=True), help="perturbed, cosine, linear or a comma list (one curve each, same data); aliases perturbed-cosine, vanilla, softmax; default perturbed")
-    g.add_argument("--setting", help="exact or over (over-specified, k = k* + 1); default exact")
+    g.add_argument("--setting", type=name_choice(SETTINGS), help="exact or over (over-specified, k = k* + 1); default exact")
     g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 0.5")
     g.add_argument("--expert", help="expert activation: identity, gelu, relu, tanh, sigmoid, poly; default gelu")
     g.add_argument("--d", type=positive_int, help="input dimension; default 4")
@@ -129,7 +135,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat rates`` (and ``python -m moestat.rates``)."""
-    from moestat.rates.sweep import check_resumable
+    from moestat.rates.store import check_resumable
 
     ns = build_parser().parse_args(argv)
     out = Path(ns.out)

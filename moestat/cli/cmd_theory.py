@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_resume, add_seed, positive_int, usage_errors
+from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, usage_errors
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, write_report
 from moestat.io import ensure_writable_dir
 
@@ -31,6 +31,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--reps", type=positive_int, default=None, help="override the mode's replicates per n")
     p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size")
     add_resume(p, "reuse finished rate fits already in --out (same settings only)")
+    add_quiet(p)
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     return p
@@ -43,11 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     with usage_errors():
         _validate(args)
+    # the checks run outside usage_errors: an exception there is a bug, not bad input (and each
+    # check's own exceptions are reported as an "error" result by the runner)
     argv_list = list(sys.argv[1:] if argv is None else argv)
     command = "moestat theory " + " ".join(argv_list)
     t0 = time.perf_counter()
-    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, reps=args.reps, n_max=args.n_max,
-                         resume=args.resume)
+    results = run_checks(args.mode, args.out, args.only, args.seed, args.n_jobs, verbose=not args.quiet, reps=args.reps,
+                         n_max=args.n_max, resume=args.resume)
     mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
     code = exit_code(results, args.allow_skips)
     print(f"wrote {mpath} and {jpath}; exit {code}")
@@ -55,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _validate(args) -> None:
+    """Check the arguments (raises ``ValueError``); ``--only`` names take ``-`` for ``_``."""
     if args.only:
+        args.only = [name.replace("-", "_") for name in args.only]
         known = set(CHECK_NAMES) | {m.__name__.rsplit(".", 1)[-1] for m in MODULES}
         bad = sorted(set(args.only) - known)
         if bad:

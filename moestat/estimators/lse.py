@@ -32,8 +32,7 @@ from moestat.estimators.validation import (
     prepare_init,
 )
 
-# resolve_device is re-exported for moestat.rates.sweep, which imports it from here.
-__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER", "resolve_device"]
+__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER"]
 
 _INIT_NAMES = ("random",)
 #: Default continuation schedule for sparse (Top-K) gates: temperatures of the smoothed mask.

@@ -1,12 +1,13 @@
 """A rate experiment end to end: a scenario in, a convergence plot and an honest slope table out.
 
 :func:`run_rates` (what ``moestat rates`` calls) chains :mod:`moestat.rates.sweep`
-(seeds, work units, parallel execution, resumable ``results.csv``, ``provenance.json``),
+(seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
+resumable ``results.csv``, ``provenance.json``),
 :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
 :mod:`moestat.rates.figures` (``convergence.pdf``/``.png``).  From Python::
 
     from moestat.rates import RatesConfig, run_rates
-    summary = run_rates(RatesConfig(router=["perturbed", "cosine"], reps=10), "out/")
+    summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from moestat.rates.sweep import RatesConfig, check_resumable, run_sweep
+from moestat.rates.config import RatesConfig
+from moestat.rates.store import check_resumable, config_hash
+from moestat.rates.sweep import run_sweep
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
@@ -81,7 +84,6 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     from moestat.io import atomic_write_json, ensure_writable_dir
     from moestat.rates.figures import plot_convergence
     from moestat.rates.fit import DEFAULT_TOLERANCE, fit_rates
-    from moestat.rates.sweep import config_hash
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")

@@ -1,7 +1,7 @@
 """Paper-style convergence figures: log-log loss against n, one colour per router.
 
 Each panel shows, for every router, the mean loss over replicates with error bars of two
-standard deviations (seed 004 Figure 1 style), the fitted line of the log-of-mean regression
+standard deviations (the style of Figure 1 of Nguyen et al. (2024)), the fitted line of the log-of-mean regression
 over the declared window with its slope and 95% interval in the legend, and a dashed grey line
 with the theorem's predicted slope (anchored at the first fitted mean).  On a log axis a lower
 bar ``mean - 2 sd <= 0`` cannot be drawn; such bars are truncated at ``mean / 20`` and the
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ROUTER_COLOURS", "LOSS_LABELS", "plot_convergence", "redraw", "COLUMN_WIDTH_IN"]
+__all__ = ["ROUTER_COLOURS", "LOSS_LABELS", "plot_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
+           "COLUMN_WIDTH_IN"]
 
 #: One colour per router (colour-blind safe pair for the two cosine routers).
 ROUTER_COLOURS = {"perturbed": "#0072B2", "cosine": "#D55E00", "linear": "#009E73"}
@@ -96,7 +98,7 @@ def plot_convergence(
     Parameters
     ----------
     df : pandas.DataFrame
-        Results (see :func:`moestat.rates.sweep.read_results`).
+        Results (see :func:`moestat.rates.store.read_results`).
     fits : sequence of dict
         Fit entries (``summary.json["fits"]``); used for the lines and legend, never refitted.
     out_stem : path
@@ -144,13 +146,120 @@ def plot_convergence(
     return paths
 
 
+@dataclass(frozen=True)
+class RedrawPlan:
+    """A checked request to re-draw a rates run (what :func:`prepare_redraw` returns).
+
+    Attributes
+    ----------
+    df : pandas.DataFrame
+        ``results.csv`` of the run (see :func:`moestat.rates.store.read_results`).
+    fits : list of dict or None
+        ``summary.json["fits"]`` when the run has one; ``None``: refit in :func:`draw_redraw`.
+    out_stem : Path
+        Output path without suffix.
+    losses : tuple of str
+    routers : tuple of str or None
+        ``None``: every router in the results.
+    """
+
+    df: Any
+    fits: list | None
+    out_stem: Path
+    losses: tuple[str, ...]
+    routers: tuple[str, ...] | None
+
+
+def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None,
+                   name: str = "convergence") -> RedrawPlan:
+    """Read and check a run folder for :func:`draw_redraw`; draws nothing.
+
+    Loss and router names accept ``-`` for ``_`` and the router aliases of
+    :data:`moestat.model.gates.NAME_ALIASES`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such folder, or no ``results.csv`` in it.
+    ValueError
+        An unknown loss or router, a bad ``name``, an empty or foreign results file, losses
+        without a finite value, an
+        unreadable ``summary.json``, or a folder that cannot be written.
+    """
+    from moestat.io import ensure_writable_dir
+    from moestat.model.gates import canonical_name
+    from moestat.rates.config import ROUTERS
+    from moestat.rates.store import LOSS_NAMES, read_results
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist")
+    clean_losses = []
+    for loss in losses:
+        try:
+            clean_losses.append(canonical_name(loss, LOSS_NAMES))
+        except ValueError:
+            raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSS_NAMES)}") from None
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"--name must be a plain file stem, got {name!r}")
+    df = read_results(run_dir / "results.csv")
+    if df.empty:
+        raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
+    if not any(np.isfinite(df[loss].to_numpy(float)).any() for loss in clean_losses):
+        raise ValueError(f"nothing to plot: none of {', '.join(clean_losses)} has finite values in {run_dir / 'results.csv'}")
+    present = sorted(df["router"].unique())
+    clean_routers = None
+    if routers is not None:
+        clean_routers = []
+        for r in routers:
+            try:
+                r = canonical_name(r, ROUTERS)
+            except ValueError:
+                pass  # reported just below, with the routers the run has
+            if r not in present:
+                raise ValueError(f"router {r!r} is not in {run_dir / 'results.csv'} (has {', '.join(present)})")
+            clean_routers.append(r)
+    summary_path = run_dir / "summary.json"
+    fits = None
+    if summary_path.exists():
+        try:
+            fits = json.loads(summary_path.read_text(encoding="utf-8"))["fits"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"cannot read the fits of {summary_path}: {exc!r}") from None
+    ensure_writable_dir(run_dir)
+    return RedrawPlan(df, fits, run_dir / name, tuple(clean_losses),
+                      None if clean_routers is None else tuple(clean_routers))
+
+
+def draw_redraw(plan: RedrawPlan) -> list[Path]:
+    """Draw a checked :class:`RedrawPlan`: refit when the run has no ``summary.json``, then plot.
+
+    Returns
+    -------
+    list of Path
+        The written PDF and PNG.
+    """
+    from moestat.rates.fit import fit_rates
+
+    df = plan.df
+    fits = plan.fits
+    if fits is None:
+        fits = fit_rates(df, setting=str(df["setting"].iloc[0]), estimator=str(df["estimator"].iloc[0]),
+                         losses=list(plan.losses))
+    routers = None if plan.routers is None else list(plan.routers)
+    return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers)
+
+
 def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None, name: str = "convergence") -> list[Path]:
     """Draw ``run_dir/<name>.pdf`` and ``.png`` from a finished (or partial) rates run.
+
+    The same as ``draw_redraw(prepare_redraw(...))``; ``moestat plot`` calls the two steps
+    apart, so that only the first one's errors count as bad input.
 
     Parameters
     ----------
     run_dir : path-like
-        A ``--out`` folder of ``python -m moestat.rates``.
+        A ``--out`` folder of ``moestat rates``.
     losses, routers : sequence of str
         What to draw (routers default to every router in the results).
     name : str
@@ -161,31 +270,4 @@ def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[s
     list of Path
         The written PDF and PNG.
     """
-    from moestat.io import ensure_writable_dir
-    from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import fit_rates
-    from moestat.rates.sweep import LOSS_NAMES, read_results
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    for loss in losses:
-        if loss not in LOSS_NAMES:
-            raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSS_NAMES)}")
-    if not name or "/" in name or name.startswith("."):
-        raise ValueError(f"--name must be a plain file stem, got {name!r}")
-    df = read_results(run_dir / "results.csv")
-    if df.empty:
-        raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
-    present = sorted(df["router"].unique())
-    if routers is not None:
-        for r in routers:
-            if r not in present:
-                raise ValueError(f"router {r!r} is not in {run_dir / 'results.csv'} (has {', '.join(present)})")
-    summary_path = run_dir / "summary.json"
-    if summary_path.exists():
-        fits = json.loads(summary_path.read_text(encoding="utf-8"))["fits"]
-    else:
-        fits = fit_rates(df, setting=str(df["setting"].iloc[0]), estimator=str(df["estimator"].iloc[0]), losses=list(losses))
-    ensure_writable_dir(run_dir)
-    return plot_convergence(df, fits, run_dir / name, losses=list(losses), routers=routers)
+    return draw_redraw(prepare_redraw(run_dir, losses=losses, routers=routers, name=name))

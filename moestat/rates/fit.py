@@ -1,5 +1,6 @@
 """Rate fits with uncertainty: statsmodels OLS on log-log, a bootstrap over replicates, window
-sensitivity, the ``C / log(n)^t`` alternative, and verdicts against seed 004's theorems.
+sensitivity, the ``C / log(n)^t`` alternative, and verdicts against the theorems of Nguyen et al. (2024)
+("Statistical Advantages of Perturbing Cosine Router in Sparse Mixture of Experts").
 
 For one router and one loss, the data are the per-replicate losses ``L_{n,r}`` on a grid of
 sample sizes.  Within the declared window ``[window_min, window_max]``:
@@ -46,6 +47,7 @@ __all__ = [
     "log_mean_fit",
     "per_replicate_fit",
     "bootstrap_slope",
+    "slope_with_interval",
     "window_sensitivity",
     "log_model_comparison",
     "verdict",
@@ -70,13 +72,13 @@ LOSS_DEFINITIONS = {
 
 
 def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "lse") -> float | None:
-    """The exponent of ``n`` that seed 004 predicts for ``loss`` (``None``: no polynomial rate).
+    """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no polynomial rate).
 
-    Perturbed router: Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
+    Perturbed router: Nguyen et al. (2024), Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
     D2, single-atom cells, masses and regression ``-1/2``; atoms in multi-atom cells ``-1/4``).
     Vanilla cosine router: regression ``-1/2`` (Theorem 1), Voronoi and parameter losses have no
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
-    its parameter losses are not covered by seed 004.  The null estimator (returns its start)
+    its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
     has slope 0 for every loss.
     """
     if estimator == "null":
@@ -151,6 +153,44 @@ def bootstrap_slope(
     return {"ci_low": float(lo), "ci_high": float(hi), "se": float(slopes.std(ddof=1)), "n_boot": int(n_boot)}
 
 
+def slope_with_interval(
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000
+) -> dict[str, Any]:
+    """The log-of-mean slope with its 95% interval: the one slope-with-interval of moestat.
+
+    The interval is the envelope of the replicate bootstrap (:func:`bootstrap_slope`) and the OLS
+    t-interval of the log-of-mean fit (:func:`log_mean_fit`): never narrower than either.  Used by
+    :func:`fit_rates` for every rate in ``summary.json`` and by the theory checks
+    (:mod:`moestat.experiments.theory`).
+
+    Parameters
+    ----------
+    ns : sequence of int, length S
+        Sample sizes (at least 3 for a finite t-interval).
+    values : sequence of S arrays, or array of shape (S, R)
+        Positive losses per sample size; ``values[j]`` holds the replicates at ``ns[j]``.
+    rng : numpy.random.Generator
+        Stream of the bootstrap resamples.
+    n_boot : int
+        Bootstrap resamples.
+
+    Returns
+    -------
+    dict
+        ``slope``, ``ci_low``, ``ci_high`` and the two ingredients, ``log_mean`` (see
+        :func:`ols_fit`) and ``bootstrap`` (see :func:`bootstrap_slope`).
+    """
+    lm = log_mean_fit(ns, values)
+    bs = bootstrap_slope(ns, values, rng, n_boot)
+    return {
+        "slope": lm["slope"],
+        "ci_low": min(bs["ci_low"], lm["ci_low"]),
+        "ci_high": max(bs["ci_high"], lm["ci_high"]),
+        "log_mean": lm,
+        "bootstrap": bs,
+    }
+
+
 def window_sensitivity(ns: Sequence[int], values: Sequence[np.ndarray], min_points: int = 3) -> list[dict[str, Any]]:
     """Log-of-mean slope after dropping the first ``j`` sample sizes, ``j = 0, 1, ...``."""
     out = []
@@ -217,7 +257,7 @@ def fit_rates(
     Parameters
     ----------
     df : pandas.DataFrame
-        ``results.csv`` as read by :func:`moestat.rates.sweep.read_results`.
+        ``results.csv`` as read by :func:`moestat.rates.store.read_results`.
     setting, estimator : str
         Used for the predicted exponents.
     routers, losses : sequence of str, optional
@@ -237,7 +277,7 @@ def fit_rates(
         Each with at least ``router, setting, loss, slope, ci_low, ci_high, predicted,
         consistent``.
     """
-    from moestat.rates.sweep import LOSS_NAMES
+    from moestat.rates.store import LOSS_NAMES
 
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
@@ -263,12 +303,10 @@ def fit_rates(
                               "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
                 fits.append(entry)
                 continue
-            lm = log_mean_fit(ns, vals)
             pr = per_replicate_fit(ns, vals)
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            bs = bootstrap_slope(ns, vals, rng, n_boot)
-            ci_low = min(bs["ci_low"], lm["ci_low"])
-            ci_high = max(bs["ci_high"], lm["ci_high"])
+            swi = slope_with_interval(ns, vals, rng, n_boot)
+            lm, bs, ci_low, ci_high = swi["log_mean"], swi["bootstrap"], swi["ci_low"], swi["ci_high"]
             nf = np.asarray(ns, float)
             # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
             lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))

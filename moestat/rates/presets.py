@@ -1,6 +1,6 @@
-"""Named presets of ``python -m moestat.rates`` and TOML config files.
+"""Named presets of ``moestat rates`` (also ``python -m moestat.rates``) and TOML config files.
 
-A preset is a partial :class:`~moestat.rates.sweep.RatesConfig`: the keys it sets override the
+A preset is a partial :class:`~moestat.rates.config.RatesConfig`: the keys it sets override the
 defaults, and flags given on the command line override the preset.  The Figure 1 presets are
 mirrored by ``simulations/rates/fig1a.toml`` and ``fig1b.toml`` (a test checks they agree).
 
@@ -8,8 +8,8 @@ mirrored by ``simulations/rates/fig1a.toml`` and ``fig1b.toml`` (a test checks t
 name       what it reproduces
 =========  ==========================================================================
 default    the quick default run (also what no ``--preset`` gives)
-fig1a      seed 004 Figure 1(a): exact-specified, perturbed vs vanilla cosine
-fig1b      seed 004 Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
+fig1a      Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
+fig1b      Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
 smoke      a seconds-long run for tests and CI
 =========  ==========================================================================
 """

@@ -147,7 +147,7 @@ def test_flags_override_config_which_overrides_preset(tmp_path):
     cfg.write_text("reps = 7\nn_points = 5\n")
     ns = build_parser().parse_args(["--preset", "fig1a", "--config", str(cfg), "--n-points", "4"])
     c = config_from_args(ns)
-    assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ["perturbed", "cosine"], 128000)
+    assert (c.reps, c.n_points, c.router, c.n_max) == (7, 4, ("perturbed", "cosine"), 128000)
 
 
 def test_estimator_model_mismatch_is_caught_before_writing(tmp_path, capsys):
@@ -159,3 +159,41 @@ def test_estimator_model_mismatch_is_caught_before_writing(tmp_path, capsys):
     rc, err = _run(TINY + ["--estimator", "em", "--out", str(out)], capsys)  # EM needs a dense linear gate
     assert rc == 2 and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_bug_in_the_middle_of_a_sweep_exits_1_with_a_traceback(tmp_path, capsys, monkeypatch):
+    """A ValueError raised while the sweep runs is an internal error, never "bad input" (exit 2)."""
+    import moestat.rates.sweep as sweep
+
+    def broken(*args, **kwargs):
+        raise ValueError("boom inside run_unit")
+
+    monkeypatch.setattr(sweep, "compute_losses", broken)
+    rc, err = _run(TINY + ["--out", str(tmp_path / "out")], capsys)
+    assert rc == 1
+    assert "Traceback" in err and "boom inside run_unit" in err and "internal error" in err
+
+
+def test_config_is_normalised_when_built_and_validate_does_not_mutate(tmp_path):
+    cfg = RatesConfig.from_dict({"router": "perturbed-cosine, vanilla", "tau": 1, "k_active": None, "setting": "over"})
+    assert cfg.router == ("perturbed", "cosine")
+    assert cfg.tau == 1.0 and isinstance(cfg.tau, float)
+    assert cfg.k_active == "dense" and cfg.scenario.k_active == "dense"
+    before = cfg.to_dict()
+    assert cfg.validate() is cfg
+    assert cfg.to_dict() == before
+    # TOML may spell routers and settings with hyphens or aliases
+    toml = tmp_path / "c.toml"
+    toml.write_text('[rates]\nrouter = ["perturbed-cosine", "softmax"]\n')
+    assert RatesConfig.from_toml(toml).router == ("perturbed", "linear")
+    # frozen: a change is a new object
+    with pytest.raises(AttributeError):
+        cfg.reps = 3
+    assert cfg.replace(reps=3).reps == 3 and cfg.reps == 20
+    # flat keys round-trip through to_dict (what summary.json and provenance.json hold)
+    assert RatesConfig.from_dict(cfg.to_dict()) == cfg
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cfg)) == cfg  # the flat-key attribute lookup survives pickling
+    with pytest.raises(ValueError, match="unknown config key"):
+        RatesConfig.from_dict({"bogus": 1})

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from moestat.experiments.theory import CHECK_NAMES, CheckResult, exit_code, run_checks  # noqa: E402
-from moestat.experiments.theory.framework import bootstrap_slope, ols_slope, skipped  # noqa: E402
+from moestat.experiments.theory.framework import skipped  # noqa: E402
 from moestat.cli.cmd_theory import main  # noqa: E402
 
 
@@ -57,17 +57,18 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert e.value.code == 2
 
 
-def test_slope_helpers():
-    import numpy as np
-
-    ns = np.array([100, 400, 1600, 6400])
-    y = 3.0 * ns ** -0.5
-    s, lo, hi = ols_slope(ns, y)
-    assert abs(s + 0.5) < 1e-12
-    vals = np.stack([y * f for f in (0.9, 1.0, 1.1)], axis=1)
-    s2, lo2, hi2 = bootstrap_slope(ns, vals, np.random.default_rng(0), 100)
-    assert abs(s2 + 0.5) < 1e-9 and lo2 <= s2 <= hi2
+def test_check_names_are_unique():
     assert len(CHECK_NAMES) == len(set(CHECK_NAMES))
+
+
+def test_checks_use_the_rates_slope_with_interval():
+    """One slope-with-interval implementation: the theory checks have no copy of their own."""
+    import moestat.experiments.theory.framework as framework
+    import moestat.experiments.theory.prop1 as prop1
+    from moestat.rates.fit import slope_with_interval
+
+    assert prop1.slope_with_interval is slope_with_interval
+    assert not hasattr(framework, "ols_slope") and not hasattr(framework, "bootstrap_slope")
 
 
 def test_slope_verdict_pass_fail_inconclusive():

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from moestat.rates.sweep import RESULT_COLUMNS, RatesConfig, read_results, run_sweep
+from moestat.rates.config import RatesConfig
+from moestat.rates.store import RESULT_COLUMNS, read_results
+from moestat.rates.sweep import run_sweep
 
 TINY = dict(d=2, n_min=40, n_max=90, n_points=3, reps=3, max_iter=5, holdout=256, n_boot=100, quiet=True, chunk=2)
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +25,7 @@ def _frame(df):
 @pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_results(tmp_path):
     distributed = pytest.importorskip("distributed")
-    cfg = RatesConfig(**TINY).validate()
+    cfg = RatesConfig.from_dict(TINY).validate()
     (tmp_path / "loky").mkdir()
     ref = run_sweep(cfg, tmp_path / "loky", progress=False)
     with distributed.LocalCluster(

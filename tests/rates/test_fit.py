@@ -11,6 +11,8 @@ from moestat.rates.fit import (
     DEFAULT_TOLERANCE,
     bootstrap_slope,
     fit_rates,
+    ols_fit,
+    slope_with_interval,
     log_model_comparison,
     predicted_exponent,
     verdict,
@@ -48,6 +50,19 @@ def test_wrong_prediction_is_flagged():
     (fit,) = fit_rates(df, setting="exact", estimator="lse", losses=["voronoi"], n_boot=200)
     assert fit["predicted"] == -0.5
     assert fit["consistent"] is False and fit["within_band"] is False
+
+
+def test_slope_with_interval_on_an_exact_power_law():
+    # (moved from the theory checks' own slope helpers, now this one implementation)
+    ns = np.array([100, 400, 1600, 6400])
+    y = 3.0 * ns ** -0.5
+    assert abs(ols_fit(np.log(ns), np.log(y))["slope"] + 0.5) < 1e-12
+    vals = np.stack([y * f for f in (0.9, 1.0, 1.1)], axis=1)  # shape (S, R)
+    fit = slope_with_interval(ns, vals, np.random.default_rng(0), 100)
+    assert abs(fit["slope"] + 0.5) < 1e-9 and fit["ci_low"] <= fit["slope"] <= fit["ci_high"]
+    # the interval is the envelope of the bootstrap and the OLS t-interval
+    assert fit["ci_low"] == min(fit["bootstrap"]["ci_low"], fit["log_mean"]["ci_low"])
+    assert fit["ci_high"] == max(fit["bootstrap"]["ci_high"], fit["log_mean"]["ci_high"])
 
 
 def test_bootstrap_is_seeded():

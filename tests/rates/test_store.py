@@ -4,24 +4,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from moestat.rates.sweep import (
-    LOSS_NAMES,
-    RESULT_COLUMNS,
-    RatesConfig,
-    ResultStore,
-    build_scenario,
-    make_units,
-    read_results,
-    replicate_streams,
-    run_sweep,
-    sample_sizes,
-)
+from moestat.rates.config import RatesConfig, sample_sizes
+from moestat.rates.store import LOSS_NAMES, RESULT_COLUMNS, ResultStore, read_results
+from moestat.rates.sweep import build_scenario, make_units, replicate_streams, run_sweep
 
 TINY = dict(d=2, n_min=40, n_max=90, n_points=3, reps=3, max_iter=5, holdout=256, n_boot=100, quiet=True)
 
 
 def tiny(**kw):
-    return RatesConfig(**{**TINY, **kw}).validate()
+    return RatesConfig.from_dict({**TINY, **kw}).validate()
 
 
 def _frame(df):

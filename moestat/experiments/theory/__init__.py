@@ -1,4 +1,5 @@
-"""Theory checks: one module per claim of seed 004 (and seed 002's Theorem 1), and a runner.
+"""Theory checks: one module per claim of Nguyen et al. (2024) (and Theorem 1 of
+the Soft MoE implicit-bias paper (2024)), and a runner.
 
 Each module exposes ``NAMES`` (its check names) and ``run(ctx) -> list[CheckResult]``; each result
 carries the prediction, the measurement, a confidence interval where one exists, the rule that

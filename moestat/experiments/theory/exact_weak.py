@@ -1,4 +1,4 @@
-"""Theorem 6 (App. A) of seed 004: perturbed router, exact-specified, weakly identifiable experts.
+"""Theorem 6 (App. A) of Nguyen et al. (2024): perturbed router, exact-specified, weakly identifiable experts.
 
 Prediction: the Voronoi loss D_3 (eq. 16) decays like n^{-1/2}: slope -1/2.  GELU experts are
 weakly identifiable (see :mod:`moestat.model.identifiability`).  Rule: -1/2 inside the 95% CI widened

@@ -1,4 +1,8 @@
-"""Shared machinery of the theory checks: the result record, the run context, slope fits."""
+"""Shared machinery of the theory checks: the result record, the run context, verdicts.
+
+Slopes with intervals come from :func:`moestat.rates.fit.slope_with_interval`, the same
+implementation as the rates engine.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CheckResult", "Context", "MODES", "ols_slope", "bootstrap_slope", "skipped", "rates_available"]
+__all__ = ["CheckResult", "Context", "MODES", "skipped", "rates_available"]
 
 MODES = ("quick", "full")
 
@@ -78,40 +82,6 @@ def rates_available() -> str | None:
     return None
 
 
-def ols_slope(n: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """OLS slope of ``log y`` on ``log n`` with its 95% t-interval ``(slope, low, high)``."""
-    from scipy import stats
-
-    ln, ly = np.log(np.asarray(n, float)), np.log(np.asarray(y, float))
-    res = stats.linregress(ln, ly)
-    dof = len(ln) - 2
-    if dof < 1:
-        return float(res.slope), float("nan"), float("nan")
-    t = stats.t.ppf(0.975, dof)
-    return float(res.slope), float(res.slope - t * res.stderr), float(res.slope + t * res.stderr)
-
-
-def bootstrap_slope(ns: np.ndarray, values: np.ndarray, rng: np.random.Generator, n_boot: int = 500) -> tuple[float, float, float]:
-    """Slope of log(mean over replicates) on log n, with a percentile bootstrap over replicates.
-
-    ``values`` has shape ``[len(ns), reps]``.  Returns ``(slope, low, high)`` where the interval
-    is the envelope of the bootstrap 95% interval and the OLS t-interval (the wider of the two on
-    each side), the same convention as the rates engine.
-    """
-    values = np.asarray(values, float)
-    slope, lo_t, hi_t = ols_slope(ns, values.mean(1))
-    reps = values.shape[1]
-    boots = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, reps, size=(values.shape[0], reps))
-        m = np.take_along_axis(values, idx, axis=1).mean(1)
-        boots.append(ols_slope(ns, m)[0])
-    lo_b, hi_b = np.percentile(boots, [2.5, 97.5])
-    lo = np.nanmin([lo_t, lo_b])
-    hi = np.nanmax([hi_t, hi_b])
-    return slope, float(lo), float(hi)
-
-
 class Context:
     """What every check receives: the mode, an output folder and a cache of rate runs.
 
@@ -155,7 +125,9 @@ class Context:
         return np.random.default_rng(np.random.SeedSequence([self.seed, *key]))
 
     def rates(self, key: str, **cfg) -> dict[str, Any]:
-        """Run (once per key) ``run_rates(RatesConfig(**cfg))`` and return its summary.
+        """Run (once per key) ``run_rates(RatesConfig.from_dict(cfg))`` and return its summary.
+
+        ``cfg`` holds flat config keys (see :mod:`moestat.rates.config`).
 
         Raises
         ------
@@ -173,7 +145,7 @@ class Context:
         cfg.setdefault("n_jobs", self.n_jobs)
         cfg.setdefault("quiet", True)
         self.log(f"  rates run {key!r}: {cfg}")
-        summary = run_rates(RatesConfig(**cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
+        summary = run_rates(RatesConfig.from_dict(cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
         self._rates[key] = summary
         return summary
 

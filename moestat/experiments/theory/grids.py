@@ -1,7 +1,7 @@
 """Rate-run configurations shared by the rate checks (one run feeds several checks).
 
 Quick mode is sized for CI (a few minutes on 2 cores); full mode follows the paper's scale as far
-as this machine allows (seed 004 uses 20 replicates per n; sample sizes are not recoverable).
+as this machine allows (Nguyen et al. (2024) use 20 replicates per n; sample sizes are not recoverable).
 The scenario is moestat's documented default (d = 4, k* = 3, GELU experts, tau = 0.5, nu = 0.01,
 near-truth start with constant noise 0.05); dense gate in both settings, the over-specified
 fit with k = k* + 1 (see :func:`moestat.data.synthetic.make_scenario`).
@@ -17,7 +17,7 @@ TOLERANCE = 0.15
 
 GRIDS = {
     "quick": dict(n_min=2000, n_max=32000, n_points=5, reps=8, n_boot=200),
-    "full": dict(n_min=2000, n_max=128000, n_points=7, reps=20, n_boot=1000),  # seed 004: 20 replicates per n
+    "full": dict(n_min=2000, n_max=128000, n_points=7, reps=20, n_boot=1000),  # Nguyen et al. (2024): 20 replicates per n
 }
 
 

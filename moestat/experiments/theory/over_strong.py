@@ -1,4 +1,4 @@
-"""Theorem 5 of seed 004: perturbed router, over-specified (k = k* + 1), strongly identifiable experts.
+"""Theorem 5 of Nguyen et al. (2024): perturbed router, over-specified (k = k* + 1), strongly identifiable experts.
 
 Predictions (slopes of log mean loss on log n):
 

@@ -1,4 +1,4 @@
-"""PDE (4) and Lemma 4 of seed 004, checked with autograd at random points.
+"""PDE (4) and Lemma 4 of Nguyen et al. (2024), checked with autograd at random points.
 
 - ``pde4_cosine``: ``max |beta1^T grad_{beta1} F| / max |F|`` over random ``(x, beta1, eta)`` for
   the vanilla cosine router; predicted 0 (F is homogeneous of degree 0 in beta1).  Verdict:

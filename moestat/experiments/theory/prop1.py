@@ -1,4 +1,4 @@
-"""Proposition 1 of seed 004: too few activated experts leave a regression error that does not vanish.
+"""Proposition 1 of Nguyen et al. (2024): too few activated experts leave a regression error that does not vanish.
 
 Set-up (designed so the check can fail): the true gate is dense with k* = 3 experts (K = 3), the
 fit has k = 4 atoms.  An over-specified fit splits one true atom into a cell of two, so the
@@ -30,7 +30,8 @@ from moestat.losses import regression_l2_error
 from moestat.model.regression import MoEModel
 from moestat.data.synthetic import make_scenario
 
-from moestat.experiments.theory.framework import CheckResult, Context, bootstrap_slope, verdict
+from moestat.experiments.theory.framework import CheckResult, Context, verdict
+from moestat.rates.fit import slope_with_interval
 
 NAMES = ["prop1_too_few_active_experts", "prop1_population_floor"]
 SLOPE_THRESHOLD = -0.25
@@ -87,8 +88,10 @@ def run(ctx: Context) -> list[CheckResult]:
             errs[kbar][i] = regression_l2_error(fit_model, G, true_model, truth, hold)
             objs[kbar][i] = obj
         ctx.log(f"  prop1 n={n}: err K-bar=3 {errs[3][i].mean():.4g}, K-bar=4 {errs[4][i].mean():.4g}")
-    s3, lo3, hi3 = bootstrap_slope(ns, errs[3], ctx.rng("prop1-boot3"), 300)
-    s4, lo4, hi4 = bootstrap_slope(ns, errs[4], ctx.rng("prop1-boot4"), 300)
+    f3 = slope_with_interval(ns, errs[3], ctx.rng("prop1-boot3"), 300)
+    f4 = slope_with_interval(ns, errs[4], ctx.rng("prop1-boot4"), 300)
+    s3, lo3, hi3 = f3["slope"], f3["ci_low"], f3["ci_high"]
+    s4, lo4, hi4 = f4["slope"], f4["ci_low"], f4["ci_high"]
     ratio = float(errs[3][-1].mean() / errs[4][-1].mean())
     ok = s3 > SLOPE_THRESHOLD and ratio >= RATIO
     det = {

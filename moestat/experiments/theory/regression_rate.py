@@ -1,4 +1,4 @@
-"""Theorems 1 and 4 of seed 004: the regression L2 error decays like (log n / n)^{1/2}.
+"""Theorems 1 and 4 of Nguyen et al. (2024): the regression L2 error decays like (log n / n)^{1/2}.
 
 Prediction: slope -1/2 of log(mean L2 error) on log n (the log factor changes the slope over
 our grids by less than 0.05), for the vanilla cosine router (Thm 1) and the perturbed router

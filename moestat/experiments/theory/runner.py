@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Sequence

@@ -1,4 +1,4 @@
-"""Seed 002, Theorem 1: a single-expert Soft MoE cannot fit ``||X||_2``.
+"""Theorem 1 of the Soft MoE implicit-bias paper (2024): a single-expert Soft MoE cannot fit ``||X||_2``.
 
 The proof's witness pairs ``(A_a, B_a)`` (Appendix A) are evaluated through the Soft MoE layer
 itself (one expert, one slot; :class:`moestat.nn.softmoe.SoftMoE`): the slots ``D(X)^T X`` of
@@ -61,7 +61,7 @@ def run(ctx: Context) -> list[CheckResult]:
         worst_L = min(worst_L, float(L[-1]) if float(slack[-1]) > 0 else -math.inf)
     ok = worst_gap < 1e-6 and worst_L > 1e6 and combine_ok
     return [verdict("softmoe_thm1_witness",
-                    "Seed 002 Theorem 1: one-expert Soft MoE slots of the witness pairs coincide while ||A|| - ||B|| grows like a",
+                    "Soft MoE implicit-bias paper (2024), Theorem 1: one-expert Soft MoE slots of the witness pairs coincide while ||A|| - ||B|| grows like a",
                     0.0, worst_gap, None, None, ok,
                     "max slot gap at the largest a < 1e-6, implied L_f L_g > 1e6, combine weights all 1, in every sign case",
                     details={"m": m, "d": d, "cases": per_case, "min_lipschitz_lower_bound": worst_L, "combine_all_ones": combine_ok})]

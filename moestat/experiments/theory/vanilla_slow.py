@@ -1,4 +1,4 @@
-"""Theorems 2 and 3 of seed 004: the vanilla cosine router has no polynomial rate in the paper's loss.
+"""Theorems 2 and 3 of Nguyen et al. (2024): the vanilla cosine router has no polynomial rate in the paper's loss.
 
 The paper's loss D_{1,r} compares ``beta1`` itself.  By PDE (4) the regression function depends
 on ``beta1`` only through ``beta1 / ||beta1||``, so the norm is never corrected by the data:

@@ -1,0 +1,532 @@
+"""The configuration of a rate experiment: small frozen specs, built from flat keys.
+
+A :class:`RatesConfig` is made of five specs, one per concern:
+
+===============  ========================  =========================================================
+attribute        spec                      flat keys (the long flags of ``moestat rates``)
+===============  ========================  =========================================================
+``router``       tuple of str              ``router`` (one curve each, all on the same data)
+``scenario``     :class:`ScenarioSpec`     ``setting tau expert d k_true k_active k_fit
+                                           k_active_fit noise_var input_law truth_seed``
+``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
+``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device``
+``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
+``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot``
+===============  ========================  =========================================================
+
+Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
+sorts them into the specs, and every flat key can be read back as an attribute
+(``config.reps`` is ``config.grid.reps``).  The split also says what a resumed sweep may change:
+``execution`` and ``analysis`` never change a number in ``results.csv``, so they are left out of
+:func:`moestat.rates.store.config_hash`.
+
+Building a spec *normalises* (a comma string of routers becomes a tuple, router and setting
+names take their canonical spelling through :func:`moestat.model.gates.canonical_name`,
+``k_active=None`` becomes ``"dense"``, an integer ``tau`` a float); :meth:`RatesConfig.validate`
+only *checks* and never changes the object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# The router and setting words are owned by the scenarios (one tuple, one meaning).
+from moestat.data.synthetic import ROUTERS, SETTINGS
+
+__all__ = [
+    "ROUTERS",
+    "SETTINGS",
+    "INITS",
+    "BACKENDS",
+    "ScenarioSpec",
+    "GridSpec",
+    "FittingSpec",
+    "ExecutionSpec",
+    "AnalysisSpec",
+    "RatesConfig",
+    "sample_sizes",
+]
+
+INITS = ("near", "peer", "random")
+BACKENDS = ("loky", "dask")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _canonical(value: Any, known: tuple[str, ...]) -> Any:
+    """The canonical spelling of ``value`` if it is a known name (or an alias), else ``value``
+    unchanged, so that :meth:`RatesConfig.validate` reports it with the field's own message."""
+    from moestat.model.gates import canonical_name
+
+    if not isinstance(value, str):
+        return value
+    try:
+        return canonical_name(value, known)
+    except ValueError:
+        return value
+
+
+def _positive_ints(spec: Any, names: tuple[str, ...]) -> None:
+    for name in names:
+        v = getattr(spec, name)
+        if not _is_int(v) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    # normalisation in __post_init__ of a frozen dataclass: the object is still being built
+    object.__setattr__(obj, name, value)
+
+
+def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
+    """``n_points`` log-spaced integers from ``n_min`` to ``n_max`` (duplicates after rounding dropped).
+
+    Returns
+    -------
+    list of int
+        Sorted, distinct; length at most ``n_points``.
+    """
+    if n_points == 1 or n_min == n_max:
+        return [int(n_min)]
+    vals = np.rint(np.exp(np.linspace(math.log(n_min), math.log(n_max), n_points))).astype(int)
+    return sorted(set(int(v) for v in vals))
+
+
+# ---------------------------------------------------------------------------------------------
+# the specs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """The synthetic regression model (see :func:`moestat.data.synthetic.make_scenario`).
+
+    Parameters
+    ----------
+    setting : {"exact", "over"}
+        Exact-specified (``k_fit = k_true``) or over-specified (``k_fit = k_true + 1``).
+    tau : float
+        ``tau1 = tau2 = tau`` of the perturbed router (> 0 for it).
+    expert : str
+        Expert activation, see :data:`moestat.model.experts.ACTIVATIONS`.
+    d, k_true : int
+        Input dimension and true number of experts.
+    k_active : int, "auto" or "dense"
+        True number of activated experts K (``"auto"``: ``make_scenario``'s default, K = 2 exact
+        and dense over-specified; ``None`` is read as ``"dense"``).
+    k_fit : int or None
+        Fitted atoms (``None``: the setting's default).
+    k_active_fit : int, "auto" or "dense"
+        K-bar of the fitted model (``"auto"``: the Proposition 1 minimum).
+    noise_var : float
+        Noise variance nu (> 0).
+    input_law : {"uniform", "gaussian"}
+    truth_seed : int
+        Seed of the one-off draw of the true parameters.
+    """
+
+    setting: str = "exact"
+    tau: float = 0.5  # moestat.data.synthetic.DEFAULTS["tau"]
+    expert: str = "gelu"
+    d: int = 4
+    k_true: int = 3
+    k_active: int | str = "auto"
+    k_fit: int | None = None
+    k_active_fit: int | str = "auto"
+    noise_var: float = 0.01
+    input_law: str = "uniform"
+    truth_seed: int = 2405_14131
+
+    def __post_init__(self) -> None:
+        _set(self, "setting", _canonical(self.setting, SETTINGS))
+        if _is_int(self.tau):
+            _set(self, "tau", float(self.tau))
+        for name in ("k_active", "k_active_fit"):
+            if getattr(self, name) is None:
+                _set(self, name, "dense")
+
+    def validate(self) -> None:
+        """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
+        if self.setting not in SETTINGS:
+            raise ValueError(f"unknown setting {self.setting!r}; expected one of {', '.join(SETTINGS)}")
+        if not _is_number(self.tau) or not math.isfinite(self.tau):
+            raise ValueError(f"tau must be a finite number, got {self.tau!r}")
+        if self.tau < 0:
+            raise ValueError(f"tau must be >= 0, got {self.tau!r}")
+        _positive_ints(self, ("d", "k_true"))
+        if not _is_int(self.truth_seed) or self.truth_seed < 0:
+            raise ValueError(f"truth_seed must be a non-negative integer, got {self.truth_seed!r}")
+        for name in ("k_active", "k_active_fit"):
+            v = getattr(self, name)
+            if isinstance(v, str):
+                if v not in ("auto", "dense"):
+                    raise ValueError(f"{name} must be a positive integer, 'auto' or 'dense', got {v!r}")
+            elif not _is_int(v) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, 'auto' or 'dense', got {v!r}")
+        if _is_int(self.k_active) and self.k_active > self.k_true:
+            raise ValueError(f"k_active (K={self.k_active}) must not exceed k_true (k={self.k_true})")
+        if self.k_fit is not None and (not _is_int(self.k_fit) or self.k_fit < 1):
+            raise ValueError(f"k_fit must be a positive integer, got {self.k_fit!r}")
+        if not _is_number(self.noise_var) or not math.isfinite(self.noise_var) or self.noise_var < 0:
+            raise ValueError(f"noise_var must be a finite number >= 0, got {self.noise_var!r}")
+        if self.noise_var <= 0:
+            raise ValueError(f"noise_var must be > 0, got {self.noise_var!r}")
+
+    def key(self, router: str) -> str:
+        """JSON key from which a worker rebuilds the scenario of ``router`` (see
+        :func:`moestat.rates.sweep.build_scenario`, cached per process)."""
+        return json.dumps({"router": router, **dataclasses.asdict(self)}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """The sweep grid: sample sizes, replicates, seeds and the work-unit size.
+
+    Parameters
+    ----------
+    n_min, n_max, n_points : int
+        ``n_points`` log-spaced sample sizes from ``n_min`` to ``n_max`` (rounded, distinct; at
+        least 3 for a rate fit with an interval).
+    reps : int
+        Replicates per sample size (>= 2).
+    seed : int
+        Root seed of every data and start stream (see :func:`moestat.rates.sweep.replicate_streams`).
+    chunk : int or None
+        Replicates per work unit (``None``: all of them); fixed, so results do not depend on
+        ``n_jobs``.
+    holdout : int
+        Size of the fixed held-out sample of the regression L2 error.
+    """
+
+    n_min: int = 2000
+    n_max: int = 128000
+    n_points: int = 7
+    reps: int = 20
+    seed: int = 0
+    chunk: int | None = None
+    holdout: int = 4096
+
+    @property
+    def ns(self) -> list[int]:
+        """The grid of sample sizes."""
+        return sample_sizes(self.n_min, self.n_max, self.n_points)
+
+    def validate(self) -> None:
+        """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
+        _positive_ints(self, ("n_min", "n_max", "n_points", "reps", "holdout"))
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.n_min > self.n_max:
+            raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
+        if self.reps < 2:
+            raise ValueError(f"reps must be >= 2 for a rate fit with an interval, got {self.reps}")
+        if self.n_points < 3:
+            raise ValueError(f"n_points must be >= 3 for a rate fit with an interval, got {self.n_points}")
+        ns = self.ns
+        if len(ns) < 3:
+            raise ValueError(
+                f"n_min={self.n_min}..n_max={self.n_max} gives only {len(ns)} distinct sample sizes; need >= 3"
+            )
+        if self.chunk is not None and (not _is_int(self.chunk) or self.chunk < 1):
+            raise ValueError(f"chunk must be a positive integer, got {self.chunk!r}")
+
+
+@dataclass(frozen=True)
+class FittingSpec:
+    """How each replicate is fitted.
+
+    Parameters
+    ----------
+    estimator : str
+        A key of ``moestat.estimators.ESTIMATORS`` (``lse``, ``sgd``, ``null``, ``em``).
+    max_iter : int
+        Iteration budget passed to estimators that take one.
+    init : {"near", "peer", "random"}
+        ``near``: truth + N(0, init_scale^2) (constant in n); ``peer``: the peer code's
+        ``init_scale * n^-0.083`` (an artefact, kept to show it); ``random``: a data-free start.
+    init_scale : float
+        Noise scale of the near-truth start.
+    device : str
+        ``cpu``, ``cuda[:N]`` or ``auto`` (estimator tensors; may change the last digits, so it
+        is part of the configuration a resumed sweep must match).
+    """
+
+    estimator: str = "lse"
+    max_iter: int = 200
+    init: str = "near"
+    init_scale: float = 0.05
+    device: str = "cpu"
+
+    def validate(self) -> None:
+        """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
+        from moestat.devices import resolve_device
+        from moestat.rates.sweep import estimator_registry
+
+        _positive_ints(self, ("max_iter",))
+        if self.init not in INITS:
+            raise ValueError(f"unknown init {self.init!r}; expected one of {', '.join(INITS)}")
+        if not _is_number(self.init_scale) or not math.isfinite(self.init_scale) or self.init_scale < 0:
+            raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
+        registry = estimator_registry()
+        if self.estimator not in registry:
+            raise ValueError(f"unknown estimator {self.estimator!r}; expected one of {', '.join(sorted(registry))}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"device must be a string, got {self.device!r}")
+        resolve_device(self.device)
+
+
+@dataclass(frozen=True)
+class ExecutionSpec:
+    """Where and how the work units run; never changes a number of ``results.csv``.
+
+    Parameters
+    ----------
+    n_jobs : int
+        Parallel work units.
+    backend : {"loky", "dask"}
+    scheduler : str or None
+        ``dask.distributed`` scheduler address (``backend="dask"`` only).
+    quiet : bool
+        No progress bar and no printed table.
+    """
+
+    n_jobs: int = 1
+    backend: str = "loky"
+    scheduler: str | None = None
+    quiet: bool = False
+
+    def validate(self) -> None:
+        """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
+        _positive_ints(self, ("n_jobs",))
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        if self.backend == "dask" and not self.scheduler:
+            raise ValueError("backend 'dask' needs a scheduler address (--scheduler tcp://HOST:PORT)")
+        if self.backend != "dask" and self.scheduler:
+            raise ValueError("scheduler is only used with backend 'dask'")
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    """The rate fit of :func:`moestat.rates.fit.fit_rates`; never changes ``results.csv``.
+
+    Parameters
+    ----------
+    window_min, window_max : int or None
+        Declared fitting window in ``n`` (``None``: the whole grid).
+    tolerance : float
+        Half-width by which the 95% CI is widened for the ``consistent`` verdict.
+    n_boot : int
+        Bootstrap resamples over replicates.
+    """
+
+    window_min: int | None = None
+    window_max: int | None = None
+    tolerance: float = 0.15
+    n_boot: int = 1000
+
+    def validate(self) -> None:
+        """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
+        _positive_ints(self, ("n_boot",))
+        if not _is_number(self.tolerance) or not math.isfinite(self.tolerance) or self.tolerance < 0:
+            raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
+        for name in ("window_min", "window_max"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or v < 1):
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+#: Spec attribute of :class:`RatesConfig` -> its class.
+_GROUPS: dict[str, type] = {
+    "scenario": ScenarioSpec,
+    "grid": GridSpec,
+    "fitting": FittingSpec,
+    "execution": ExecutionSpec,
+    "analysis": AnalysisSpec,
+}
+#: Flat key -> the spec attribute that holds it.
+_GROUP_OF: dict[str, str] = {f.name: g for g, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
+#: Flat keys in the order of ``to_dict`` (that of the flat configuration of earlier versions, so
+#: ``summary.json``, ``provenance.json`` and :func:`~moestat.rates.store.config_hash` are unchanged).
+FLAT_KEYS = (
+    "router", "setting", "tau", "expert", "d", "k_true", "k_active", "k_fit", "k_active_fit", "noise_var",
+    "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
+    "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
+    "window_min", "window_max", "tolerance", "n_boot",
+)
+assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
+
+
+def _routers(value: Any) -> Any:
+    """A comma string or a sequence of router names -> a tuple of canonical names (unknown names
+    are kept as given for :meth:`RatesConfig.validate` to report)."""
+    if isinstance(value, str):
+        value = [r.strip() for r in value.split(",") if r.strip()]
+    if isinstance(value, (list, tuple)):
+        return tuple(_canonical(r, ROUTERS) for r in value)
+    return value
+
+
+@dataclass(frozen=True)
+class RatesConfig:
+    """Configuration of a rate experiment (see the module docstring for the specs).
+
+    Build it from flat keys with :meth:`from_dict`, :meth:`from_preset` or :meth:`from_toml`
+    (or from the specs directly); change it with :meth:`replace`, which returns a new object.
+    Every flat key reads as an attribute: ``config.reps``, ``config.estimator``, ...
+
+    Parameters
+    ----------
+    router : tuple of str
+        Routers, one curve each: ``perturbed`` (Nguyen et al. (2024), eq. 9), ``cosine``
+        (vanilla, eq. 2) and ``linear`` (softmax gate); all see the same data.  Aliases
+        (``perturbed-cosine``, ``vanilla``, ``softmax``) and a comma string are accepted.
+    scenario : ScenarioSpec
+    grid : GridSpec
+    fitting : FittingSpec
+    execution : ExecutionSpec
+    analysis : AnalysisSpec
+
+    Examples
+    --------
+    >>> cfg = RatesConfig.from_dict({"router": "perturbed-cosine,vanilla", "reps": 10})
+    >>> cfg.router, cfg.reps, cfg.grid.reps
+    (('perturbed', 'cosine'), 10, 10)
+    """
+
+    router: tuple[str, ...] = ("perturbed",)
+    scenario: ScenarioSpec = field(default_factory=ScenarioSpec)
+    grid: GridSpec = field(default_factory=GridSpec)
+    fitting: FittingSpec = field(default_factory=FittingSpec)
+    execution: ExecutionSpec = field(default_factory=ExecutionSpec)
+    analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
+
+    def __post_init__(self) -> None:
+        _set(self, "router", _routers(self.router))
+        for name, cls in _GROUPS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise TypeError(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+
+    def __getattr__(self, name: str) -> Any:
+        # only called when normal lookup fails: the flat keys read through to their spec
+        group = _GROUP_OF.get(name)
+        if group is None:
+            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+        return getattr(object.__getattribute__(self, group), name)
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The flat keys (what presets, TOML files and flags may set)."""
+        return FLAT_KEYS
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RatesConfig":
+        """Build from flat keys (a TOML table, ``summary.json["config"]``); ``-`` or ``_`` in keys.
+
+        Raises
+        ------
+        ValueError
+            ``data`` is not a mapping, or holds an unknown key.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"config must be a table of settings, got {type(data).__name__}")
+        return cls().replace(**data)
+
+    @classmethod
+    def from_preset(cls, name: str) -> "RatesConfig":
+        """A named preset (see :mod:`moestat.rates.presets`)."""
+        from moestat.rates.presets import preset_dict
+
+        return cls.from_dict(preset_dict(name))
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike) -> "RatesConfig":
+        """Read a TOML file whose top level (or ``[rates]`` table) holds flat config keys."""
+        from moestat.rates.presets import load_toml
+
+        return cls.from_dict(load_toml(path))
+
+    def replace(self, **changes: Any) -> "RatesConfig":
+        """A new configuration with ``changes`` (flat keys, or whole specs by attribute name).
+
+        Raises
+        ------
+        ValueError
+            An unknown key.
+        """
+        top: dict[str, Any] = {}
+        per_group: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            k = str(key).replace("-", "_")
+            if k == "router" or k in _GROUPS:
+                top[k] = value
+            elif k in _GROUP_OF:
+                per_group.setdefault(_GROUP_OF[k], {})[k] = value
+            else:
+                raise ValueError(f"unknown config key {key!r}")
+        for group, vals in per_group.items():
+            top[group] = dataclasses.replace(top.get(group, getattr(self, group)), **vals)
+        return dataclasses.replace(self, **top)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat keys and their values (JSON-ready; ``router`` as a list)."""
+        return {k: (list(self.router) if k == "router" else getattr(self, k)) for k in FLAT_KEYS}
+
+    # ---- validation ---------------------------------------------------------------------
+    def validate(self) -> "RatesConfig":
+        """Check every field and return ``self`` unchanged; raise a one-line ``ValueError`` naming
+        the first bad one.
+
+        Also builds the scenario and the estimator of every router, so model-level problems
+        (K > k, tau = 0 for the perturbed router, an estimator that needs another gate, ...) are
+        found before anything is written.
+        """
+        from moestat.rates.sweep import _build_estimator, build_scenario
+
+        if not isinstance(self.router, tuple) or not self.router:
+            raise ValueError("router must be a non-empty list of router names")
+        for r in self.router:
+            if r not in ROUTERS:
+                raise ValueError(f"unknown router {r!r}; expected one of {', '.join(ROUTERS)}")
+        if len(set(self.router)) != len(self.router):
+            raise ValueError(f"router lists a router twice: {','.join(self.router)}")
+        for name in _GROUPS:
+            getattr(self, name).validate()
+        ns = self.ns
+        lo = self.window_min or ns[0]
+        hi = self.window_max or ns[-1]
+        if sum(lo <= n <= hi for n in ns) < 3:
+            raise ValueError(f"the fitting window [{lo}, {hi}] holds fewer than 3 sample sizes of the grid {ns}")
+        for r in self.router:
+            # building the estimator too catches estimator/model mismatches (e.g. EM needs a
+            # dense linear gate) before anything is written
+            _build_estimator(self.estimator, build_scenario(self.scenario_key(r)), self.max_iter, 0, self.device)
+        return self
+
+    # ---- derived --------------------------------------------------------------------------
+    @property
+    def ns(self) -> list[int]:
+        """The grid of sample sizes."""
+        return self.grid.ns
+
+    def scenario_key(self, router: str) -> str:
+        """JSON key from which a worker rebuilds the scenario of ``router`` (cached per process)."""
+        return self.scenario.key(router)
+
+    def result_fields(self) -> dict[str, Any]:
+        """The flat keys that determine the numbers in ``results.csv`` (guarded on resume):
+        everything but the ``execution`` and ``analysis`` specs."""
+        skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
+        return {k: v for k, v in self.to_dict().items() if k not in skip}
