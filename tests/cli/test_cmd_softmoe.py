@@ -12,7 +12,9 @@ import pytest
 from moestat.cli.common import run_main
 from moestat.data.norm_target import constant_predictor_mse
 from moestat.cli.cmd_softmoe import main
-from moestat.experiments.softmoe_study import load_fashion_mnist_tokens, norm_target_table, read_idx, run_norm_target
+from moestat.data.images import read_idx
+from moestat.experiments.softmoe_norm_target import norm_target_table, run_norm_target
+from moestat.experiments.softmoe_subsets import load_image_tokens
 
 
 def _run(argv, capsys):
@@ -81,7 +83,7 @@ def test_idx_reader_and_fashion_loader(tmp_path):
         _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
     imgs = read_idx(tmp_path / "train-images-idx3-ubyte.gz")
     assert imgs.shape == (6, 28, 28) and imgs.dtype == np.uint8
-    Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(tmp_path)
+    Xtr, ytr, Xte, yte = load_image_tokens("fashion-mnist", patch=14, data_path=tmp_path)
     assert Xtr.shape == (6, 4, 196) and Xte.shape == (3, 4, 196) and float(Xtr.max()) <= 1.0
     assert Xtr[0, 0, :14].mul(255).round().long().tolist() == imgs[0, 0, :14].tolist()
     (tmp_path / "bad.gz").write_bytes(gzip.compress(b"\x01\x02\x03\x04"))
