@@ -99,3 +99,32 @@ def test_every_gate_spec_builds():
     for g in GATE_SPECS:
         m = build_model(g, ds, n_experts=4, k=2, expert_hidden=8)
         assert sum(p.numel() for p in m.parameters()) > 0
+
+
+def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
+    import moestat.cli.cmd_realdata as cmd
+
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the middle of the work")  # a ValueError too: still not bad input
+
+    monkeypatch.setattr(cmd, "run_experiment", boom)
+    rc = run_main(main, ["--dataset", "digits", "--gate", "dense", "--out", str(tmp_path / "o")], prog="moestat realdata")
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" in err and "internal error" in err
+
+
+def test_gate_names_accept_aliases_and_hyphens():
+    from moestat.experiments.realdata import parse_gates
+
+    assert parse_gates("perturbed-cosine,topk-mask,thesis:output-mixture") == ["perturbed", "topk_mask",
+                                                                              "thesis:output_mixture"]
+    assert parse_gates("perturbed_cosine,perturbed") == ["perturbed"]
+    with pytest.raises(ValueError, match="unknown thesis method"):
+        parse_gates("thesis:nope")
+
+
+def test_base_seed_is_an_alias_of_seed():
+    from moestat.cli.cmd_realdata import build_parser
+
+    assert build_parser().parse_args(["--base-seed", "4", "--out", "x"]).seed == 4
+    assert build_parser().parse_args(["--seed", "4", "--out", "x"]).seed == 4

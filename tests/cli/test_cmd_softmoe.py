@@ -95,3 +95,33 @@ def test_module_entry_point_reports_one_line():
     p = subprocess.run([sys.executable, "-m", "moestat", "softmoe", "norm-target", "--tokens", "3x3"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
+    import moestat.cli.cmd_softmoe as cmd
+
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the middle of the work")  # a ValueError too: still not bad input
+
+    monkeypatch.setattr(cmd, "run_subsets", boom)
+    rc = run_main(main, ["subsets", "--dataset", "digits", "--experts", "4", "--out", str(tmp_path / "o")],
+                  prog="moestat softmoe")
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" in err and "internal error" in err
+
+
+def test_no_subset_to_evaluate_is_a_usage_error_before_any_work(tmp_path, capsys):
+    out = tmp_path / "o"
+    rc = run_main(main, ["subsets", "--dataset", "digits", "--experts", "3", "--k-fracs", "2", "--out", str(out)],
+                  prog="moestat softmoe")
+    err = capsys.readouterr().err
+    assert rc == 2 and "no (n, k) pair" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_random_state_is_an_alias_of_seed():
+    from moestat.cli.cmd_softmoe import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["norm-target", "--random-state", "7"]).seed == 7
+    assert p.parse_args(["subsets", "--seed", "7"]).seed == 7
