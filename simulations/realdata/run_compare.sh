@@ -19,7 +19,7 @@ moestat realdata --dataset fashion-mnist $COMMON --out $OUT/fmnist_compare_part3
 wait
 # Soft MoE last, one process per seed (--base-seed s --seeds 1 gives exactly seed s of --seeds 3)
 for s in 0 1 2; do
-    moestat realdata --dataset fashion-mnist ${COMMON/--seeds 3/--seeds 1} --base-seed $s \
+    moestat realdata --dataset fashion-mnist ${COMMON/--seeds 3/--seeds 1} --seed $s \
         --out $OUT/fmnist_compare_softmoe_s$s --compare softmoe &
 done
 wait
@@ -35,7 +35,7 @@ done
 wait
 mkdir -p $OUT/fmnist_long
 cat $OUT/fmnist_long20_{mlp,dense,noisy_topk_load,cosine,perturbed_cosine}/runs.jsonl > $OUT/fmnist_long/runs.jsonl
-moestat realdata --dataset fashion-mnist --compare mlp,dense,noisy_topk_load,cosine,perturbed_cosine $LONG \
+moestat realdata --dataset fashion-mnist --compare mlp,dense,noisy_topk_load,cosine,perturbed $LONG \
     --summarise-only --out $OUT/fmnist_long
 
 # Digits: every gate and every thesis training method, 3 seeds, 30 epochs.
