@@ -219,6 +219,12 @@ def _read_done(path: Path) -> dict:
                 row = json.loads(line)
             except json.JSONDecodeError:  # a torn last line after a kill
                 continue
+            # rows written before the names were unified say perturbed_cosine: read them as perturbed
+            if not row["gate"].startswith("thesis:"):
+                try:
+                    row["gate"] = canonical_name(row["gate"], tuple(GATE_SPECS))
+                except ValueError:
+                    pass  # a gate of a later version: kept under its own name, never matched
             done[(row["gate"], int(row["seed"]))] = row
     return done
 

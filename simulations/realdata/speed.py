@@ -33,7 +33,7 @@ ARCHS = {
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--gates", default="dense,noisy_topk_load,perturbed_cosine,softmoe")
+    ap.add_argument("--gates", default="dense,noisy_topk_load,perturbed,softmoe")
     ap.add_argument("--out", default=str(Path(__file__).with_name("speed.json")))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

@@ -128,3 +128,14 @@ def test_base_seed_is_an_alias_of_seed():
 
     assert build_parser().parse_args(["--base-seed", "4", "--out", "x"]).seed == 4
     assert build_parser().parse_args(["--seed", "4", "--out", "x"]).seed == 4
+
+
+def test_rows_recorded_as_perturbed_cosine_are_read_as_perturbed(tmp_path, capsys):
+    out = tmp_path / "old"
+    out.mkdir()
+    row = {"gate": "perturbed_cosine", "seed": 0, "dataset": "digits", "test_accuracy": 0.5, "n_params": 10}
+    (out / "runs.jsonl").write_text(json.dumps(row) + "\n")
+    assert main(["--dataset", "digits", "--compare", "perturbed", "--seeds", "1", "--summarise-only", "--quiet",
+                 "--out", str(out)]) == 0
+    gates = json.loads((out / "summary.json").read_text())["gates"]
+    assert [g["gate"] for g in gates] == ["perturbed"] and gates[0]["test_accuracy_mean"] == 0.5
