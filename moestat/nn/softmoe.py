@@ -187,7 +187,7 @@ def tokenize_vector(x: torch.Tensor, m: int, d: int) -> torch.Tensor:
 def patch_tokenize(images: torch.Tensor, patch: int) -> torch.Tensor:
     """Cut ``[b, H, W]`` images into non-overlapping ``patch x patch`` tokens in raster order.
 
-    Seed 002 cuts 28x28 MNIST into four 14x14 patches (``X`` in ``R^{4 x 196}``).
+    The Soft MoE implicit-bias paper (2024) cuts 28x28 MNIST into four 14x14 patches (``X`` in ``R^{4 x 196}``).
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""The ||X||_2 target and Theorem 1's witness pairs (seed 002 Section 3, Appendices A and B)."""
+"""The ||X||_2 target and Theorem 1's witness pairs (the Soft MoE implicit-bias paper, 2024, Section 3, Appendices A and B)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Routers of moestat.nn.routers: forward/backward, the seed 001 formulas, the k = 1 problem."""
+"""Routers of moestat.nn.routers: forward/backward, the formulas of Datta (2024), the k = 1 problem."""
 
 from __future__ import annotations
 
