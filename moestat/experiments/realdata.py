@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from moestat.data.images import DATASETS, RealDataset, load_dataset
+from moestat.data.images import RealDataset
 from moestat.model.gates import canonical_name
 from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.classifier import (
