@@ -24,6 +24,7 @@ from moestat.data.images import DATASETS, load_dataset
 from moestat.devices import resolve_device
 from moestat.experiments import realdata as _rd
 from moestat.experiments.realdata import GATE_SPECS, format_table, parse_gates, run_experiment
+from moestat.nn.classifier import CLASSIFIER_METHODS
 from moestat.io import ensure_writable_dir
 
 __all__ = ["build_parser", "main"]
@@ -59,7 +60,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--gate-hidden", type=int, default=0, help="gate MLP hidden width (0: linear router)")
     p.add_argument("--shared-hidden", type=int, default=0, help="shared feature extractor width (0: none)")
     p.add_argument("--combine", choices=("probs", "logits"), default="probs")
-    p.add_argument("--method", choices=("mixture", "stochastic"), default=None, help="override the gate's training method")
+    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method")
     p.add_argument("--tau", type=nonneg_float, default=1.0, help="perturbed cosine tau1 = tau2")
     p.add_argument("--temperature", type=float, default=1.0, help="cosine score divisor")
     p.add_argument("--no-k1-fix", action="store_true", help="literal top-1 softmax (zero gate gradient)")

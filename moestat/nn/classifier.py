@@ -44,7 +44,7 @@ from moestat.nn.train import FitResult, ShuffledBatches, fit
 from moestat.seeding import torch_generator
 
 __all__ = [
-    "METHODS",
+    "CLASSIFIER_METHODS",
     "COMBINES",
     "ClassifierOutput",
     "MoEClassifier",
@@ -57,7 +57,8 @@ __all__ = [
     "evaluate_classifier",
 ]
 
-METHODS = ("mixture", "stochastic")
+#: Training rules of :class:`MoEClassifier` (the thesis methods are :data:`moestat.nn.methods.METHODS`).
+CLASSIFIER_METHODS = ("mixture", "stochastic")
 COMBINES = ("probs", "logits")
 
 
@@ -166,8 +167,8 @@ class MoEClassifier(nn.Module):
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}")
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        if method not in CLASSIFIER_METHODS:
+            raise ValueError(f"method must be one of {CLASSIFIER_METHODS}, got {method!r}")
         try:
             router = canonical_name(router, ROUTERS)
         except ValueError:
