@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Sequence
 
 import torch
 
-from moestat.cli.common import ArgumentParser, nonneg_float, positive_int, usage_errors
-from moestat.data.images import DATASETS, load_dataset
-from moestat.experiments import realdata as _rd
-from moestat.experiments.realdata import (
-    GATE_SPECS,
-    _device,
-    _gate_list,
-    _log,
-    format_table,
-    run_experiment,
-    softmoe_available,
+from moestat.cli.common import (
+    ArgumentParser,
+    add_device,
+    add_out,
+    add_quiet,
+    add_resume,
+    add_seed,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    usage_errors,
 )
+from moestat.data.images import DATASETS, load_dataset
+from moestat.devices import resolve_device
+from moestat.experiments import realdata as _rd
+from moestat.experiments.realdata import GATE_SPECS, format_table, parse_gates, run_experiment
+from moestat.nn.classifier import CLASSIFIER_METHODS
 from moestat.io import ensure_writable_dir
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def _parser() -> ArgumentParser:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="moestat realdata",
         description=_rd.__doc__.split("\n\n")[0],
@@ -36,13 +43,16 @@ def _parser() -> ArgumentParser:
     )
     p.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
     p.add_argument("--data-path", default=None, help="folder with the IDX files (default: MOESTAT_DATA or /usr/share/datasets/<dataset>)")
-    p.add_argument("--gate", default="dense", help="one gate (ignored with --compare)")
+    p.add_argument("--gate", default="dense",
+                   help="one gate (ignored with --compare); - and _ interchangeable, perturbed_cosine = perturbed")
     p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method)")
     p.add_argument("--experts", type=positive_int, default=8)
     p.add_argument("--k", type=positive_int, default=2)
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--seeds", type=positive_int, default=3)
-    p.add_argument("--base-seed", type=int, default=0)
+    add_seed(p, help="seed of the first run; run s of a gate uses --seed + s")
+    # --base-seed was this command's spelling of --seed; kept as a hidden alias
+    p.add_argument("--base-seed", dest="seed", type=nonneg_int, help=argparse.SUPPRESS)
     p.add_argument("--batch-size", type=positive_int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant")
@@ -50,53 +60,59 @@ def _parser() -> ArgumentParser:
     p.add_argument("--gate-hidden", type=int, default=0, help="gate MLP hidden width (0: linear router)")
     p.add_argument("--shared-hidden", type=int, default=0, help="shared feature extractor width (0: none)")
     p.add_argument("--combine", choices=("probs", "logits"), default="probs")
-    p.add_argument("--method", choices=("mixture", "stochastic"), default=None, help="override the gate's training method")
+    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method")
     p.add_argument("--tau", type=nonneg_float, default=1.0, help="perturbed cosine tau1 = tau2")
     p.add_argument("--temperature", type=float, default=1.0, help="cosine score divisor")
     p.add_argument("--no-k1-fix", action="store_true", help="literal top-1 softmax (zero gate gradient)")
     p.add_argument("--val-fraction", type=float, default=1 / 12)
-    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--split-seed", type=nonneg_int, default=0,
+                   help="seed of the validation (and digits test) split (default 0; see moestat.data.images)")
     p.add_argument("--max-train", type=positive_int, default=None)
-    p.add_argument("--device", default="auto")
+    add_device(p, default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
-    p.add_argument("--resume", action="store_true", help="skip the runs already in OUT/runs.jsonl")
+    add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="train nothing; summarise OUT/runs.jsonl")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--out", required=True)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_quiet(p)
+    add_out(p, None)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat realdata``."""
-    a = _parser().parse_args(argv)
+    a = build_parser().parse_args(argv)
     with usage_errors():
-        gates = _gate_list(a.compare) if a.compare else _gate_list(a.gate)
-        if "softmoe" in gates and not softmoe_available():
-            raise ValueError("gate softmoe needs a working moestat.nn.softmoe")
+        gates = parse_gates(a.compare) if a.compare else parse_gates(a.gate)
         if a.k > a.experts:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")
         if not (a.lr > 0):
             raise ValueError(f"--lr must be > 0, got {a.lr}")
         if not (a.temperature > 0):
             raise ValueError(f"--temperature must be > 0, got {a.temperature}")
-        if "perturbed_cosine" in gates and a.tau <= 0:
-            raise ValueError("--tau must be > 0 for perturbed_cosine (tau = 0 is the gate 'cosine')")
+        if "perturbed" in gates and a.tau <= 0:
+            raise ValueError("--tau must be > 0 for the perturbed cosine router (tau = 0 is the gate 'cosine')")
         if a.gate_hidden < 0 or a.shared_hidden < 0 or a.threads < 0:
             raise ValueError("--gate-hidden, --shared-hidden and --threads must be >= 0")
-        device = _device(a.device)
-        if a.threads:
-            torch.set_num_threads(a.threads)
+        try:
+            device = str(resolve_device(a.device))
+        except ValueError as exc:
+            raise ValueError(f"--device: {exc}") from None
         ds = load_dataset(a.dataset, a.data_path, val_fraction=a.val_fraction, random_state=a.split_seed, max_train=a.max_train)
         ensure_writable_dir(a.out)
-    _log(ds.describe())
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if not a.quiet:
+        sys.stderr.write(ds.describe() + "\n")
     summary = run_experiment(
-        ds, gates, a.out, seeds=a.seeds, base_seed=a.base_seed, epochs=a.epochs, batch_size=a.batch_size,
+        ds, gates, a.out, seeds=a.seeds, base_seed=a.seed, epochs=a.epochs, batch_size=a.batch_size,
         lr=a.lr, lr_schedule=a.lr_schedule, device=device, resume=a.resume, summarise_only=a.summarise_only,
-        progress=False if a.no_progress else None,
+        progress=False if (a.no_progress or a.quiet) else None, verbose=not a.quiet,
         n_experts=a.experts, k=a.k, expert_hidden=a.expert_hidden, gate_hidden=a.gate_hidden or None,
         shared_hidden=a.shared_hidden or None, combine=a.combine, method=a.method, tau=a.tau,
         temperature=a.temperature, k1_fix=not a.no_k1_fix,
     )
+    if a.quiet:
+        return 0
     print(format_table(summary))
     ref = summary["references"].get("readme_mlp_256_128_100")
     if ref:

@@ -1,33 +1,49 @@
-"""``moestat softmoe``: argument parsing for :mod:`moestat.experiments.softmoe_study`."""
+"""``moestat softmoe``: argument parsing for :mod:`moestat.experiments.softmoe_norm_target` and
+:mod:`moestat.experiments.softmoe_subsets` (the Soft MoE implicit-bias paper, 2024)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Sequence
 
 import torch
 
-from moestat.cli.common import ArgumentParser, int_list, nonneg_float, positive_int, UsageError, usage_errors
-from moestat.data.images import find_idx_files
-from moestat.experiments import softmoe_study as _study
-from moestat.experiments.softmoe_study import (
-    _device,
-    parse_tokenisation,
-    run_norm_target,
-    run_subsets,
-    write_norm_outputs,
-    write_subset_outputs,
+from moestat.cli.common import (
+    ArgumentParser,
+    add_device,
+    add_n_jobs,
+    add_out,
+    add_quiet,
+    add_seed,
+    int_list,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+    usage_errors,
 )
+from moestat.data.images import find_idx_files
+from moestat.devices import resolve_device
+from moestat.experiments.softmoe_norm_target import run_norm_target, write_norm_outputs
+from moestat.experiments.softmoe_subsets import run_subsets, subset_sizes, write_subset_outputs
 from moestat.io import ensure_writable_dir
+from moestat.nn.softmoe import parse_tokenisation
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def _build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="moestat softmoe", description=_study.__doc__.split("\n\n")[0])
+def _seed_alias(p: ArgumentParser) -> None:
+    # --random-state was this command's spelling of --seed; kept as a hidden alias
+    p.add_argument("--random-state", dest="seed", type=nonneg_int, help=argparse.SUPPRESS)
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="moestat softmoe",
+                       description="Soft MoE experiments of the Soft MoE implicit-bias paper (2024): the ||X||_2 "
+                                   "target (Appendix B, Theorem 1) and expert subsets (Algorithm 1).")
     sub = p.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     a = sub.add_parser("norm-target", help="Appendix B: ||X||_2 with n experts at a fixed expert budget",
-                       description="Seed 002 Appendix B and Theorem 1 witness.\n\nExample:\n"
+                       description="The paper's Appendix B and the Theorem 1 witness.\n\nExample:\n"
                                    "  moestat softmoe norm-target --steps 3000 --seeds 5 --out results/norm")
     a.add_argument("--steps", type=positive_int, default=3000, help="Adam steps, a fresh batch each (default 3000)")
     a.add_argument("--seeds", type=positive_int, default=5, help="seeds per configuration (default 5)")
@@ -37,13 +53,16 @@ def _build_parser() -> ArgumentParser:
     a.add_argument("--lr", type=nonneg_float, default=1e-3)
     a.add_argument("--budget-factor", type=nonneg_float, default=10.0, help="expert width c*d/n (default c=10)")
     a.add_argument("--eval-size", type=positive_int, default=20000)
-    a.add_argument("--random-state", type=int, default=0)
-    a.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    a.add_argument("--n-jobs", type=positive_int, default=2, help="joblib workers (default 2; results do not depend on it)")
-    a.add_argument("--out", default="results/softmoe-norm-target", help="output folder")
+    add_seed(a)
+    _seed_alias(a)
+    add_device(a)
+    add_n_jobs(a, default=2)
+    add_out(a, "results/softmoe-norm-target")
+    add_quiet(a)
     b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
-                       description="Seed 002 Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\nExample:\n"
-                                   "  moestat softmoe subsets --dataset digits --experts 4,8,16 --model-seeds 5 --out results/digits")
+                       description="The paper's Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\n"
+                                   "Example:\n  moestat softmoe subsets --dataset digits --experts 4,8,16 "
+                                   "--model-seeds 5 --out results/digits")
     b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits")
     b.add_argument("--arch", choices=("conv", "patch"), default=None,
                    help="classifier: conv stem -> 9 tokens -> LayerNorm -> Soft MoE (no residual) -> linear head, or "
@@ -55,6 +74,9 @@ def _build_parser() -> ArgumentParser:
     b.add_argument("--split", choices=("test", "val"), default="test",
                    help="evaluate on the test split, or on a validation split carved from the training split "
                         "(for choosing settings; default test)")
+    b.add_argument("--split-seed", type=nonneg_int, default=0,
+                   help="seed of the digits test split and of the validation split (default 0: the split of every "
+                        "digits run)")
     b.add_argument("--experts", type=int_list, default=[4, 8, 16])
     b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
     b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
@@ -70,17 +92,23 @@ def _build_parser() -> ArgumentParser:
     b.add_argument("--data-path", default=None, help="Fashion-MNIST IDX folder (default $MOESTAT_DATA/fashion-mnist "
                                                      "or /usr/share/datasets/fashion-mnist)")
     b.add_argument("--max-exhaustive", type=positive_int, default=5000)
-    b.add_argument("--random-state", type=int, default=0)
-    b.add_argument("--device", default="cpu")
-    b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in seed 002)")
-    b.add_argument("--out", default="results/softmoe-subsets")
+    add_seed(b)
+    _seed_alias(b)
+    add_device(b)
+    b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in the paper)")
+    add_out(b, "results/softmoe-subsets")
+    add_quiet(b)
     return p
+
+
+def _threads() -> None:
+    # one thread per process unless OMP_NUM_THREADS says otherwise: the models are tiny
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat softmoe``."""
-    args = _build_parser().parse_args(argv)
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    args = build_parser().parse_args(argv)
     if args.command == "norm-target":
         with usage_errors():
             tokens = [t.strip() for t in args.tokens.split(",") if t.strip()]
@@ -90,32 +118,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
             if args.lr <= 0 or args.budget_factor <= 0:
                 raise ValueError("--lr and --budget-factor must be positive")
-            _device(args.device)
-            out = ensure_writable_dir(args.out)
+            resolve_device(args.device)
+            ensure_writable_dir(args.out)
+        _threads()
         result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
-                                 args.budget_factor, args.eval_size, args.random_state, device=args.device,
+                                 args.budget_factor, args.eval_size, args.seed, device=args.device,
                                  n_jobs=args.n_jobs)
-        write_norm_outputs(result, out)
+        write_norm_outputs(result, args.out, echo=not args.quiet)
         return 0
     with usage_errors():
         if args.lr <= 0 or (args.budget_factor is not None and args.budget_factor <= 0):
             raise ValueError("--lr and --budget-factor must be positive")
-        _device(args.device)
+        resolve_device(args.device)
         if args.dataset == "norm":
             parse_tokenisation(args.tokens)
             if args.arch is not None:
                 raise ValueError("--arch applies to the image datasets only, not to --dataset norm")
         elif (args.arch or ("conv" if args.dataset == "digits" else "patch")) == "conv" and args.patch is not None:
             raise ValueError("--patch applies to --arch patch only (the conv model's tokens come from --grid)")
+        if not any(subset_sizes(n, args.k_fracs, args.k) for n in args.experts):
+            raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
         if args.dataset == "fashion-mnist":
             find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
-        out = ensure_writable_dir(args.out)
-    result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds, args.epochs,
-                         args.steps, args.batch_size, args.lr, args.budget_factor, args.patch, args.tokens,
-                         args.data_path, args.max_exhaustive, args.random_state, args.device,
-                         normalize=args.normalize, arch=args.arch, channels=args.channels, grid=args.grid,
-                         token_norm=not args.no_token_norm, split=args.split)
-    if not result["rows"]:
-        raise UsageError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
-    write_subset_outputs(result, out)
+        ensure_writable_dir(args.out)
+    _threads()
+    result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds,
+                         args.epochs, args.steps, args.batch_size, args.lr, args.budget_factor, args.patch,
+                         args.tokens, args.data_path, args.max_exhaustive, args.seed, args.device,
+                         normalize=args.normalize, progress=False if args.quiet else None, arch=args.arch,
+                         channels=args.channels, grid=args.grid, token_norm=not args.no_token_norm,
+                         split=args.split, split_seed=args.split_seed)
+    write_subset_outputs(result, args.out, echo=not args.quiet)
     return 0

@@ -9,9 +9,18 @@ Where the files are looked for (first hit wins):
 3. the Debian location ``/usr/share/datasets/<name>`` (``apt-get install dataset-fashion-mnist``
    puts Fashion-MNIST there; Debian ships no MNIST package, so MNIST needs a path).
 
-Splits are deterministic: the official 60k/10k train/test split of the IDX files is kept, and a
-stratified validation set is carved out of the training part with ``random_state``.  Digits has
-no official split; a stratified test split (20 %) is drawn first with the same seed.
+The one split (every command that reads these data sets uses :func:`load_dataset`: ``moestat
+realdata`` and ``moestat softmoe subsets``):
+
+* Fashion-MNIST / MNIST: the official split of the IDX files, 60,000 train / 10,000 test, kept as
+  it is; ``val_fraction`` of the training images (default 1/12: 55,000 / 5,000) is held out as a
+  validation set, stratified by class (scikit-learn's ``train_test_split``) with ``random_state``.
+* digits (scikit-learn's 1,797 8x8 images, no official split): a stratified 20% test split is drawn
+  first (360 test / 1,437 rest), then the validation set out of the rest, both with
+  ``random_state`` (default 0).  With the default ``val_fraction`` 1/12: 1,317 / 120 / 360; with
+  ``val_fraction=0``: 1,437 / 0 / 360.  The test split does not depend on ``val_fraction``.
+
+The same ``random_state`` always gives the same split; the kept indices are in file order.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Toy-problem runs of seed 000, Ch. 3: ``moestat toy classify|regress``.
+"""Toy-problem runs of Krishnamurthy (2023), Ch. 3: ``moestat toy classify|regress``.
 
 Examples
 --------
@@ -31,19 +31,22 @@ import numpy as np
 
 from moestat.data.toy import ROTATION, SCALING, ToyData, make_toy_classification, make_toy_regression
 from moestat.io import atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
-from moestat.nn.methods import METHODS, Method, evaluate_moe, get_method, predict_moe, train_moe
-from moestat.nn.moe import MoE
+from moestat.nn.layer import MoELayer
+from moestat.model.gates import canonical_name
+from moestat.nn.methods import METHODS, Method, get_method, train_moe
+from moestat.nn.predict import evaluate_moe, predict_moe
 
 __all__ = [
     "CLASSIFY_METHODS",
     "REGRESS_METHODS",
+    "parse_methods",
     "toy_model",
     "run_classification",
     "run_regression",
     "format_table",
+    "write_toy_outputs",
     "plot_decision_regions",
     "plot_expert_matrices",
-    "main",
 ]
 
 #: Methods run by ``--method all`` on the 6-class toy.
@@ -59,8 +62,35 @@ REGRESS_METHODS = ("output_mixture", "stochastic", "em")
 ATTENTIVE_GATE_HIDDEN = 16
 
 
-def toy_model(method: "str | Method", n_experts: int, task: str, random_state) -> MoE:
-    """The toy architecture of seed 000, Sec. 3.1: linear experts and a linear softmax gate.
+def parse_methods(text: str, task: str) -> list[str]:
+    """The thesis methods named in ``text``: ``all`` (:data:`CLASSIFY_METHODS` or
+    :data:`REGRESS_METHODS`) or a comma list of names of :data:`moestat.nn.methods.METHODS`
+    (``-`` and ``_`` interchangeable: ``output-mixture`` is ``output_mixture``).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or a method that needs class distributions on the regression toy.
+    """
+    if text.strip() == "all":
+        return list(CLASSIFY_METHODS if task == "classification" else REGRESS_METHODS)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError("--method: give a method name, a comma-separated list or 'all'")
+    out = []
+    for nm in names:
+        try:
+            nm = canonical_name(nm, tuple(METHODS))
+        except ValueError:
+            raise ValueError(f"--method: unknown method {nm!r}; expected 'all' or one of {', '.join(sorted(METHODS))}") from None
+        if task == "regression" and METHODS[nm].gate == "entropy":
+            raise ValueError(f"--method: {nm!r} needs class distributions and cannot run on the regression toy")
+        out.append(nm)
+    return out
+
+
+def toy_model(method: "str | Method", n_experts: int, task: str, random_state) -> MoELayer:
+    """The toy architecture of Krishnamurthy (2023), Sec. 3.1: linear experts and a linear softmax gate.
 
     Regression experts are bias-free 2x2 maps (the gate keeps its bias).  Attentive methods get a
     gate body with :data:`ATTENTIVE_GATE_HIDDEN` units and that attention width (the thesis never
@@ -70,27 +100,25 @@ def toy_model(method: "str | Method", n_experts: int, task: str, random_state) -
     m = get_method(method)
     att = m.gate == "attentive"
     if task == "classification":
-        return MoE(2, 6, n_experts, gate_type="attentive" if att else "router",
+        return MoELayer(2, 6, n_experts, gate_type="attentive" if att else "router",
                    gate_hidden=(ATTENTIVE_GATE_HIDDEN,) if att else (), attention_dim=ATTENTIVE_GATE_HIDDEN,
                    random_state=random_state)
-    return MoE(2, 2, n_experts, task="regression", expert_bias=False,
+    return MoELayer(2, 2, n_experts, task="regression", expert_bias=False,
                gate_type="attentive" if att else "router",
                gate_hidden=(ATTENTIVE_GATE_HIDDEN,) if att else (), attention_dim=ATTENTIVE_GATE_HIDDEN,
                random_state=random_state)
 
 
-def _run_seeds(seed: int, run: int) -> tuple[np.random.SeedSequence, np.random.SeedSequence]:
-    # Common random numbers: run r uses the same initialisation and shuffling stream for every
-    # method, so method differences are not seed noise.
-    ss = np.random.SeedSequence(entropy=seed, spawn_key=(1, run))
-    init_ss, train_ss = ss.spawn(2)
-    return init_ss, train_ss
+def _run_streams(seed: int, run: int) -> list[np.random.SeedSequence]:
+    """``[init, train]`` streams of run ``run``: common random numbers, i.e. run ``r`` uses the same
+    initialisation and shuffling streams for every method, so method differences are not seed noise."""
+    return np.random.SeedSequence(entropy=seed, spawn_key=(1, run)).spawn(2)
 
 
-def _progress(total: int, desc: str):
+def _progress(total: int, desc: str, progress: bool | None):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, disable=None, leave=False)
+    return tqdm(total=total, desc=desc, disable=None if progress is None else not progress, leave=False)
 
 
 def run_classification(
@@ -104,6 +132,7 @@ def run_classification(
     optimizer: str = "rmsprop",
     seed: int = 0,
     keep_models: bool = False,
+    progress: bool | None = None,
 ) -> dict:
     """Train every (method, number of experts, run) on the 6-class toy and evaluate on its test set.
 
@@ -111,15 +140,15 @@ def run_classification(
     -------
     dict
         ``data`` (the :class:`~moestat.data.toy.ToyData`), ``rows`` (one dict per run with the
-        metrics of :func:`~moestat.nn.methods.evaluate_moe` plus ``method``, ``experts``, ``run``,
+        metrics of :func:`~moestat.nn.predict.evaluate_moe` plus ``method``, ``experts``, ``run``,
         ``seconds``) and, with ``keep_models``, ``models[(method, M)]`` = run-0 trained model.
     """
     methods = [get_method(m).name for m in methods]
     data = make_toy_classification(random_state=np.random.SeedSequence(entropy=seed, spawn_key=(0,)))
     rows, models = [], {}
-    bar = _progress(len(methods) * len(experts) * runs, "toy classify")
+    bar = _progress(len(methods) * len(experts) * runs, "toy classify", progress)
     for name, M, r in itertools.product(methods, experts, range(runs)):
-        init_ss, train_ss = _run_seeds(seed, r)
+        init_ss, train_ss = _run_streams(seed, r)
         model = toy_model(name, M, "classification", init_ss)
         t0 = time.perf_counter()
         res = train_moe(model, data, name, epochs=epochs, lr=lr, batch_size=batch_size,
@@ -155,6 +184,7 @@ def run_regression(
     optimizer: str = "rmsprop",
     seed: int = 0,
     keep_models: bool = False,
+    progress: bool | None = None,
 ) -> dict:
     """Train each method on the rotation/scale toy; report Frobenius errors of the experts vs ``R``, ``S``.
 
@@ -169,9 +199,9 @@ def run_regression(
     methods = [get_method(m).name for m in methods]
     data = make_toy_regression(random_state=np.random.SeedSequence(entropy=seed, spawn_key=(0,)))
     rows, models = [], {}
-    bar = _progress(len(methods) * runs, "toy regress")
+    bar = _progress(len(methods) * runs, "toy regress", progress)
     for name, r in itertools.product(methods, range(runs)):
-        init_ss, train_ss = _run_seeds(seed, r)
+        init_ss, train_ss = _run_streams(seed, r)
         model = toy_model(name, experts, "regression", init_ss)
         t0 = time.perf_counter()
         res = train_moe(model, data, name, epochs=epochs, lr=lr, batch_size=batch_size,
@@ -222,7 +252,42 @@ def format_table(rows: list[dict], task: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_decision_regions(model: MoE, method: "str | Method", data: ToyData, path: str | Path, title: str | None = None) -> None:
+def write_toy_outputs(res: dict, task: str, out: str | Path, config: dict, figures: bool = True) -> str:
+    """Write ``<task>_results.json``, ``<task>_table.md`` and (``figures``) the figures into ``out``.
+
+    Parameters
+    ----------
+    res : dict
+        What :func:`run_classification` / :func:`run_regression` returned (with ``keep_models``
+        for the decision-region figures).
+    task : {"classification", "regression"}
+    out : path-like
+        Output folder (created).
+    config : dict
+        Settings recorded next to the rows.
+    figures : bool
+
+    Returns
+    -------
+    str
+        The Markdown table.
+    """
+    out = ensure_writable_dir(out)
+    stem = "classify" if task == "classification" else "regress"
+    table = format_table(res["rows"], task)
+    atomic_write_json(out / f"{stem}_results.json", {"config": config, "rows": res["rows"]})
+    atomic_write_text(out / f"{stem}_table.md", table)
+    if figures:
+        if task == "classification":
+            for (name, M), model in res["models"].items():
+                plot_decision_regions(model, name, res["data"], out / f"regions_{name}_M{M}",
+                                      title=f"{name}, {M} experts (run 0)")
+        else:
+            plot_expert_matrices(res["rows"], out / "expert_matrices")
+    return table
+
+
+def plot_decision_regions(model: MoELayer, method: "str | Method", data: ToyData, path: str | Path, title: str | None = None) -> None:
     """Per-expert decision regions on the 2-D toy (thesis Figs. 3.2-3.7), saved as PDF and PNG.
 
     Panel ``i``: the background colour is expert ``i``'s predicted class everywhere, drawn strong

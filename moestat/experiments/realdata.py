@@ -13,7 +13,7 @@ writes into ``--out``:
   H_s, H_u, I(E;Y), expert-usage entropy, parameters, seconds per epoch, and the reference points
   (the Fashion-MNIST README's "MLP 256-128-100" line when the Debian package ships it);
 - ``router_distribution.{png,pdf}``: tokens (top-k assignments) per expert on the test set, one
-  panel per gate (seed 001's Figures 3-7);
+  panel per gate (Datta (2024)'s Figures 3-7);
 - ``class_expert_heatmaps.{png,pdf}``: argmax expert by true class, one panel per gate (the
   thesis's expert-selection tables).
 
@@ -34,7 +34,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from moestat.data.images import DATASETS, RealDataset, load_dataset
+from moestat.data.images import RealDataset
+from moestat.model.gates import canonical_name
 from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.classifier import (
     MLPClassifier,
@@ -49,8 +50,8 @@ from moestat.nn.classifier import (
 __all__ = [
     "GATE_SPECS",
     "COMPARE_ALL",
-    "softmoe_available",
     "thesis_methods",
+    "parse_gates",
     "readme_reference",
     "build_model",
     "run_experiment",
@@ -58,11 +59,11 @@ __all__ = [
     "format_table",
     "plot_router_distribution",
     "plot_class_heatmaps",
-    "main",
 ]
 
 # name -> (router, router kwargs, training method); "mlp" and "softmoe" are handled apart.
-# Balancing-loss weights are seed 001's (B3: w_importance = w_load = 0.1).
+# Balancing-loss weights are Datta (2024)'s (B3: w_importance = w_load = 0.1).  ``perturbed`` is
+# the perturbed cosine router of Nguyen et al. (2024); ``perturbed_cosine`` is accepted for it.
 GATE_SPECS: dict[str, tuple[str | None, dict, str]] = {
     "mlp": (None, {}, "mixture"),
     "dense": ("dense", {}, "mixture"),
@@ -74,7 +75,7 @@ GATE_SPECS: dict[str, tuple[str | None, dict, str]] = {
     "noisy_topk_load": ("noisy_topk", {"w_load": 0.1}, "mixture"),
     "noisy_topk_importance_load": ("noisy_topk", {"w_importance": 0.1, "w_load": 0.1}, "mixture"),
     "cosine": ("cosine", {}, "mixture"),
-    "perturbed_cosine": ("perturbed_cosine", {}, "mixture"),
+    "perturbed": ("perturbed", {}, "mixture"),
     "softmoe": (None, {}, "mixture"),
 }
 
@@ -87,26 +88,11 @@ README_LOCATIONS = (
 )
 
 
-def softmoe_available() -> bool:
-    """Whether :mod:`moestat.nn.softmoe` imports and a tiny forward/backward pass works."""
-    try:
-        m = SoftMoEImageClassifier((4, 4), 3, n_experts=2, patch=2, random_state=0)
-        out = m(torch.rand(2, 16))
-        m.loss(out, torch.zeros(2, dtype=torch.long)).backward()
-        return bool(torch.isfinite(out.log_probs).all())
-    except Exception:  # pragma: no cover - depends on the other module
-        return False
-
-
 def thesis_methods() -> tuple[str, ...]:
-    """Names of the thesis training methods of :mod:`moestat.nn.methods` (empty if absent).
+    """Names of the thesis training methods of :mod:`moestat.nn.methods`, as gates ``thesis:<name>``
+    (e.g. ``thesis:peeking_expert``)."""
+    from moestat.nn.methods import METHODS
 
-    They are reachable as gates ``thesis:<name>``, e.g. ``thesis:peeking_expert``.
-    """
-    try:
-        from moestat.nn.methods import METHODS
-    except Exception:  # pragma: no cover - module of another issue
-        return ()
     return tuple(f"thesis:{m}" for m in METHODS)
 
 
@@ -114,17 +100,18 @@ def _run_thesis(gate: str, dataset: RealDataset, t: dict, *, seed: int, epochs: 
                 n_experts: int, k: int, expert_hidden: int, gate_hidden: int | None = None, **_ignored) -> dict:
     """Train one thesis method with :func:`moestat.nn.methods.train_moe` and evaluate it.
 
-    The model is :class:`moestat.nn.moe.MoE` with MLP experts ``d -> expert_hidden -> C`` and a
+    The model is :class:`moestat.nn.layer.MoELayer` with MLP experts ``d -> expert_hidden -> C`` and a
     linear (or ``gate_hidden``) gate, Adam (thesis Sec. 3.8); the method keeps its own schedule
     and inference rule.  ``train_moe`` keeps the last epoch (no validation-based selection).
     """
-    from moestat.nn.methods import evaluate_moe, get_method, train_moe
-    from moestat.nn.moe import MoE
+    from moestat.nn.layer import MoELayer
+    from moestat.nn.methods import get_method, train_moe
+    from moestat.nn.predict import evaluate_moe
 
     method = get_method(gate.split(":", 1)[1])
     if method.aggregation == "top_k" and method.k is not None and method.k > n_experts:
         raise ValueError(f"{gate} needs at least {method.k} experts")
-    model = MoE(dataset.n_features, dataset.n_classes, n_experts, expert_hidden=(expert_hidden,),
+    model = MoELayer(dataset.n_features, dataset.n_classes, n_experts, expert_hidden=(expert_hidden,),
                 gate_hidden=(gate_hidden,) if gate_hidden else (),
                 gate_type="attentive" if method.gate == "attentive" else "router", random_state=seed)
     t0 = time.perf_counter()
@@ -193,10 +180,9 @@ def build_model(
 
     ``mlp`` is a one-hidden-layer MLP whose width matches ``mlp_params`` parameters (default: the
     dense MoE with the same settings).  ``softmoe`` cuts the images into ``softmoe_patch``-sided
-    patches (default: half the image side, i.e. 4 tokens, as seed 002 does for MNIST).
+    patches (default: half the image side, i.e. 4 tokens, as the Soft MoE implicit-bias paper does for MNIST).
     """
-    if gate not in GATE_SPECS:
-        raise ValueError(f"unknown gate {gate!r}; expected one of {', '.join(GATE_SPECS)}")
+    gate = canonical_name(gate, tuple(GATE_SPECS))
     d, C = dataset.n_features, dataset.n_classes
     router, rkw, default_method = GATE_SPECS[gate]
     if gate == "mlp":
@@ -209,9 +195,9 @@ def build_model(
         patch = softmoe_patch or dataset.image_shape[0] // 2
         return SoftMoEImageClassifier(dataset.image_shape, C, n_experts, patch=patch, random_state=random_state)
     rkw = dict(rkw, k1_fix=k1_fix)
-    if router in ("cosine", "perturbed_cosine"):
+    if router in ("cosine", "perturbed"):
         rkw["temperature"] = temperature
-    if router == "perturbed_cosine":
+    if router == "perturbed":
         rkw["tau"] = tau
     return MoEClassifier(
         d, C, n_experts, k, router, expert_hidden=expert_hidden, gate_hidden=gate_hidden,
@@ -233,6 +219,12 @@ def _read_done(path: Path) -> dict:
                 row = json.loads(line)
             except json.JSONDecodeError:  # a torn last line after a kill
                 continue
+            # rows written before the names were unified say perturbed_cosine: read them as perturbed
+            if not row["gate"].startswith("thesis:"):
+                try:
+                    row["gate"] = canonical_name(row["gate"], tuple(GATE_SPECS))
+                except ValueError:
+                    pass  # a gate of a later version: kept under its own name, never matched
             done[(row["gate"], int(row["seed"]))] = row
     return done
 
@@ -252,6 +244,7 @@ def run_experiment(
     resume: bool = False,
     summarise_only: bool = False,
     progress: bool | None = None,
+    verbose: bool = True,
     **model_kwargs,
 ) -> dict:
     """Train every gate in ``gates`` for ``seeds`` seeds, evaluate on the test set, write files.
@@ -277,6 +270,8 @@ def run_experiment(
         ``resume``; e.g. after merging the ``runs.jsonl`` of runs done in parallel).
     progress : bool or None
         Progress bars (``None``: only on a terminal).
+    verbose : bool
+        One line on stderr per finished run.
     **model_kwargs
         Passed to :func:`build_model`.
 
@@ -313,8 +308,9 @@ def run_experiment(
             row["wall_seconds"] = time.perf_counter() - t0
             append_line(runs_path, json.dumps(row))
             rows.append(row)
-            _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
-                 f"({row['seconds_per_epoch']:.1f} s/epoch)")
+            if verbose:
+                _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
+                     f"({row['seconds_per_epoch']:.1f} s/epoch)")
             continue
         model = build_model(gate, dataset, random_state=seed, mlp_params=mlp_params, **model_kwargs).to(device)
         fit = fit_classifier(
@@ -337,8 +333,9 @@ def run_experiment(
             row["tokens_per_expert"] = ev["tokens_per_expert"].tolist()
         append_line(runs_path, json.dumps(row))
         rows.append(row)
-        _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
-             f"({row['seconds_per_epoch']:.1f} s/epoch, best epoch {row['best_epoch']})")
+        if verbose:
+            _log(f"[{i}/{len(jobs)}] {gate} seed {seed}: test acc {row['test_accuracy']:.4f} "
+                 f"({row['seconds_per_epoch']:.1f} s/epoch, best epoch {row['best_epoch']})")
     summary = summarise(rows)
     summary["config"] = {
         "dataset": dataset.describe(), "gates": list(gates), "seeds": seeds, "base_seed": base_seed,
@@ -437,7 +434,7 @@ def plot_router_distribution(rows: Sequence[dict], stem: str | Path) -> None:
     """Bar charts of tokens (top-k assignments) per expert on the test set, one panel per gate.
 
     Bars are the mean over seeds, error bars the min-max range; experts are sorted by load
-    within each seed first (expert indices are arbitrary), as in seed 001's Figures 3-7.
+    within each seed first (expert indices are arbitrary), as in Datta (2024)'s Figures 3-7.
     """
     import matplotlib
 
@@ -504,29 +501,37 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
     plt.close(fig)
 
 
-def _gate_list(text: str) -> list[str]:
+def parse_gates(text: str) -> list[str]:
+    """The gates named in a comma list: names of :data:`GATE_SPECS` (aliases such as
+    ``perturbed_cosine`` and ``-`` for ``_`` accepted), ``thesis:<method>``, ``all`` (every gate)
+    and ``thesis`` (every thesis method).
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or no name at all.
+    """
+    from moestat.nn.methods import METHODS
+
     gates: list[str] = []
     for tok in (g.strip() for g in text.split(",")):
         if not tok:
             continue
         if tok == "all":
-            gates += [g for g in COMPARE_ALL if g != "softmoe" or softmoe_available()]
+            gates += list(COMPARE_ALL)
         elif tok == "thesis":
             gates += list(thesis_methods())
-        elif tok in GATE_SPECS or tok in thesis_methods():
-            gates.append(tok)
+        elif tok.startswith("thesis:"):
+            try:
+                gates.append("thesis:" + canonical_name(tok.split(":", 1)[1], tuple(METHODS)))
+            except ValueError:
+                raise ValueError(f"unknown thesis method {tok!r}; expected thesis:<one of {', '.join(METHODS)}>") from None
         else:
-            raise ValueError(f"unknown gate {tok!r}; expected 'all', 'thesis', thesis:<method> or one of {', '.join(GATE_SPECS)}")
+            try:
+                gates.append(canonical_name(tok, tuple(GATE_SPECS)))
+            except ValueError:
+                raise ValueError(f"unknown gate {tok!r}; expected 'all', 'thesis', thesis:<method> or one of "
+                                 f"{', '.join(GATE_SPECS)}") from None
     if not gates:
         raise ValueError(f"no gate given in {text!r}")
     return list(dict.fromkeys(gates))
-
-
-def _device(text: str) -> str:
-    if text == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if text.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {text}: CUDA is not available on this machine")
-    if text != "cpu" and not text.startswith("cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda[:N], got {text!r}")
-    return text

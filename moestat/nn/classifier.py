@@ -6,7 +6,7 @@ Model (:class:`MoEClassifier`)::
     h ─▶ gate: [Linear + ReLU, optional] ─▶ router (moestat.nn.routers) ─▶ weights w [n, M]
     h ─▶ expert i: Linear(d, hidden) + ReLU + Linear(hidden, C) ─▶ logits o_i [n, C]
 
-and, following the thesis (seed 000), two ways of combining the experts:
+and, following Krishnamurthy (2023), two ways of combining the experts:
 
 - ``combine="probs"`` (default): the *output mixture* ``p(y|x) = sum_i w_i softmax(o_i)_y``
   (thesis Eq. 2.1, Jacobs et al. 1991b), computed as a log-sum-exp;
@@ -18,16 +18,17 @@ and two training methods (thesis Ch. 2):
 - ``method="stochastic"``: expected expert loss ``sum_i w_i l(y, o_i)`` (Eq. 2.5), inference
   with the argmax-weight expert only (Eqs. 2.3-2.4).
 
+Training (:func:`fit_classifier`) is the package's one loop, :func:`moestat.nn.train.fit`, with
+Adam, validation after every epoch and the best epoch's weights kept.
+
 All experts are evaluated densely and the router's zero weights remove the others: on a CPU the
 batched ``einsum`` over the stacked expert weights is faster than a sparse dispatch for M = 8.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -36,12 +37,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from moestat.nn import metrics
-from moestat.nn.routers import ROUTERS, NoisyTopKRouter, RouterOutput, make_router
+from moestat.model.gates import canonical_name
+from moestat.nn.layer import MoELayer, MoEOutput
+from moestat.nn.routers import ROUTERS, NoisyTopKRouter
+from moestat.nn.train import FitResult, ShuffledBatches, fit
+from moestat.seeding import torch_generator
 
 __all__ = [
-    "METHODS",
+    "CLASSIFIER_METHODS",
     "COMBINES",
-    "MoEOutput",
+    "ClassifierOutput",
     "MoEClassifier",
     "MLPClassifier",
     "SoftMoEImageClassifier",
@@ -52,7 +57,8 @@ __all__ = [
     "evaluate_classifier",
 ]
 
-METHODS = ("mixture", "stochastic")
+#: Training rules of :class:`MoEClassifier` (the thesis methods are :data:`moestat.nn.methods.METHODS`).
+CLASSIFIER_METHODS = ("mixture", "stochastic")
 COMBINES = ("probs", "logits")
 
 
@@ -76,26 +82,30 @@ def count_parameters(model: nn.Module) -> int:
 
 
 @dataclass
-class MoEOutput:
-    """Forward result of :class:`MoEClassifier`.
+class ClassifierOutput:
+    """Forward result of :class:`MoEClassifier` (and of the Soft MoE image classifier).
 
     Attributes
     ----------
     log_probs : Tensor, shape ``[n, C]``
         Log class probabilities of the model's prediction rule.
-    expert_logits : Tensor, shape ``[n, M, C]``
-        Every expert's logits.
-    router : RouterOutput
-        Weights, mask, full probabilities and auxiliary loss.
+    moe : MoEOutput
+        The MoE layer's quantities: expert logits ``expert_out`` ``[n, M, C]``, combine
+        ``weights``, selection ``mask``, full ``probs`` and the balancing ``aux_loss``.
     """
 
     log_probs: torch.Tensor
-    expert_logits: torch.Tensor
-    router: RouterOutput
+    moe: MoEOutput
+
+    @property
+    def expert_logits(self) -> torch.Tensor:
+        """Every expert's logits ``[n, M, C]``."""
+        return self.moe.expert_out
 
 
 class MoEClassifier(nn.Module):
-    """Mixture-of-experts classifier: MLP experts, an MLP gate, a pluggable router.
+    """Mixture-of-experts classifier: an optional shared extractor, then one :class:`MoELayer`
+    with MLP experts, an MLP gate body and a router of :mod:`moestat.nn.routers`.
 
     Parameters
     ----------
@@ -108,7 +118,7 @@ class MoEClassifier(nn.Module):
     k : int or None
         Experts per input for the sparse routers.
     router : str
-        One of :data:`moestat.nn.routers.ROUTERS`.
+        One of :data:`moestat.nn.routers.ROUTERS` (aliases such as ``perturbed_cosine`` accepted).
     expert_hidden : int
         Hidden width of each expert.
     gate_hidden : int or None
@@ -123,7 +133,8 @@ class MoEClassifier(nn.Module):
         Passed to :func:`moestat.nn.routers.make_router` (``tau``, ``temperature``,
         ``w_importance``, ``w_load``, ``k1_fix``).
     random_state : int
-        Seed of the initial weights (drawn from a private ``torch.Generator``).
+        Seed of the initial weights (drawn from a private ``torch.Generator``: shared extractor,
+        gate, router, then experts).
 
     Examples
     --------
@@ -156,55 +167,38 @@ class MoEClassifier(nn.Module):
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}")
         if combine not in COMBINES:
             raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        if router not in ROUTERS:
-            raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}")
+        if method not in CLASSIFIER_METHODS:
+            raise ValueError(f"method must be one of {CLASSIFIER_METHODS}, got {method!r}")
+        try:
+            router = canonical_name(router, ROUTERS)
+        except ValueError:
+            raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}") from None
         self.in_features, self.n_classes, self.n_experts = int(in_features), int(n_classes), int(n_experts)
         self.combine, self.method, self.router_name = combine, method, router
-        gen = torch.Generator().manual_seed(int(random_state))
+        gen = torch_generator(int(random_state))
         d = in_features
         self.shared = None
         if shared_hidden:
             self.shared = nn.Linear(in_features, int(shared_hidden))
             _init_linear(self.shared, gen)
             d = int(shared_hidden)
-        self.gate_body = None
-        dg = d
-        if gate_hidden:
-            self.gate_body = nn.Linear(d, int(gate_hidden))
-            _init_linear(self.gate_body, gen)
-            dg = int(gate_hidden)
-        self.router = make_router(router, dg, n_experts, k, **(router_kwargs or {}))
-        if not isinstance(self.router, NoisyTopKRouter):  # seed 001: noisy gate starts at 0
-            _uniform_(self.router.weight, dg, gen)
-        M, H, C = n_experts, int(expert_hidden), n_classes
-        self.w1 = nn.Parameter(torch.empty(M, d, H))
-        self.b1 = nn.Parameter(torch.empty(M, H))
-        self.w2 = nn.Parameter(torch.empty(M, H, C))
-        self.b2 = nn.Parameter(torch.empty(M, C))
-        for p, fan in ((self.w1, d), (self.b1, d), (self.w2, H), (self.b2, H)):
-            _uniform_(p, fan, gen)
+        # the same generator goes on to the gate body, the router and the experts, in this order
+        self.layer = MoELayer(d, n_classes, n_experts, expert_hidden=(int(expert_hidden),),
+                              gate_hidden=(int(gate_hidden),) if gate_hidden else (), router=router, k=k,
+                              router_kwargs=router_kwargs, init_order="gate_first", random_state=gen)
+
+    @property
+    def router(self):
+        """The router of the MoE layer (:mod:`moestat.nn.routers`)."""
+        return self.layer.router
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Shared features ``h`` (``x`` itself without a shared extractor)."""
         return F.relu(self.shared(x)) if self.shared is not None else x
 
-    def route(self, h: torch.Tensor) -> RouterOutput:
-        """Router output for features ``h``."""
-        g = F.relu(self.gate_body(h)) if self.gate_body is not None else h
-        return self.router(g)
-
-    def experts(self, h: torch.Tensor) -> torch.Tensor:
-        """Every expert's logits ``[n, M, C]``."""
-        z = F.relu(torch.einsum("nd,mdh->nmh", h, self.w1) + self.b1)
-        return torch.einsum("nmh,mhc->nmc", z, self.w2) + self.b2
-
-    def forward(self, x: torch.Tensor) -> MoEOutput:
-        h = self.features(x)
-        r = self.route(h)
-        o = self.experts(h)
-        w = r.weights
+    def forward(self, x: torch.Tensor) -> ClassifierOutput:
+        out = self.layer(self.features(x))
+        o, w = out.expert_out, out.weights
         if self.method == "stochastic" and not self.training:
             # Eq. 2.3-2.4: inference with the single argmax-weight expert
             idx = w.argmax(dim=-1)
@@ -216,19 +210,19 @@ class MoEClassifier(nn.Module):
             lp = torch.logsumexp(logw.unsqueeze(-1) + F.log_softmax(o, dim=-1), dim=1)
         else:
             lp = F.log_softmax((w.unsqueeze(-1) * o).sum(dim=1), dim=-1)
-        return MoEOutput(lp, o, r)
+        return ClassifierOutput(lp, out)
 
-    def loss(self, out: MoEOutput, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: ClassifierOutput, y: torch.Tensor) -> torch.Tensor:
         """Training loss of the configured method plus the router's auxiliary loss."""
         if self.method == "stochastic":
             # Eq. 2.5: sum_i p_i l(y, o_i), averaged over the batch
             ce = -F.log_softmax(out.expert_logits, dim=-1).gather(
                 -1, y.view(-1, 1, 1).expand(-1, self.n_experts, 1)
             ).squeeze(-1)
-            task = (out.router.weights * ce).sum(dim=-1).mean()
+            task = (out.moe.weights * ce).sum(dim=-1).mean()
         else:
             task = F.nll_loss(out.log_probs, y)
-        return task + out.router.aux_loss
+        return task + out.moe.aux_loss
 
 
 class MLPClassifier(nn.Module):
@@ -249,7 +243,7 @@ class MLPClassifier(nn.Module):
         hidden = [int(hidden)] if isinstance(hidden, (int, np.integer)) else [int(h) for h in hidden]
         if any(h < 1 for h in hidden):
             raise ValueError(f"hidden widths must be positive, got {hidden}")
-        gen = torch.Generator().manual_seed(int(random_state))
+        gen = torch_generator(int(random_state))
         dims = [int(in_features)] + hidden + [int(n_classes)]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         for layer in self.layers:
@@ -326,45 +320,18 @@ def evaluate_classifier(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batc
     for i in range(0, len(y), batch_size):
         xb, yb = X[i : i + batch_size], y[i : i + batch_size]
         out = model(xb)
-        lp = out.log_probs if isinstance(out, MoEOutput) else out
+        lp = out.log_probs if isinstance(out, ClassifierOutput) else out
         # -log of a (possibly un-normalised, naive top-k) likelihood, clipped to stay finite
         loss_sum += float(-lp.gather(1, yb.view(-1, 1)).clamp_min(-1e4).sum())
         correct += int((lp.argmax(1) == yb).sum())
-        if isinstance(out, MoEOutput):
-            ws.append(out.router.weights.float().cpu().numpy())
-            ms.append(out.router.mask.cpu().numpy())
+        if isinstance(out, ClassifierOutput):
+            ws.append(out.moe.weights.float().cpu().numpy())
+            ms.append(out.moe.mask.cpu().numpy())
     model.train(was)
     res = {"accuracy": correct / len(y), "loss": loss_sum / len(y)}
     if ws:
         res.update(_decomposition_metrics(np.concatenate(ws), np.concatenate(ms), y.cpu().numpy(), model.n_classes))
     return res
-
-
-@dataclass
-class FitResult:
-    """What :func:`fit_classifier` returns.
-
-    Attributes
-    ----------
-    model : nn.Module
-        The model with the weights of the best validation epoch (thesis protocol: the model with
-        the minimum validation error).
-    history : list of dict
-        Per epoch: ``epoch``, ``train_loss``, ``val_accuracy``, ``seconds``.
-    best_epoch : int
-        1-based epoch whose weights were kept.
-    seconds_per_epoch : float
-        Mean wall-clock training time per epoch (evaluation excluded).
-    cpu_seconds_per_epoch : float
-        Mean process CPU time per epoch (all threads); unlike the wall clock it does not grow
-        when other jobs share the cores.
-    """
-
-    model: nn.Module
-    history: list = field(default_factory=list)
-    best_epoch: int = 0
-    seconds_per_epoch: float = float("nan")
-    cpu_seconds_per_epoch: float = float("nan")
 
 
 def fit_classifier(
@@ -416,82 +383,25 @@ def fit_classifier(
     -------
     FitResult
     """
-    from tqdm.auto import tqdm
-
-    if isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-    if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not (lr > 0):
-        raise ValueError(f"lr must be > 0, got {lr!r}")
     if len(X_train) != len(y_train) or len(y_train) == 0:
         raise ValueError("X_train and y_train must be non-empty and of equal length")
+    # two streams: shuffling and routing noise (the first 32-bit word of each child sequence)
     s_shuffle, s_noise = np.random.SeedSequence(int(random_state)).spawn(2)
-    g_shuffle = torch.Generator().manual_seed(int(s_shuffle.generate_state(1)[0]))
-    g_noise = torch.Generator().manual_seed(int(s_noise.generate_state(1)[0]))
+    g_shuffle = torch_generator(int(s_shuffle.generate_state(1)[0]))
+    g_noise = torch_generator(int(s_noise.generate_state(1)[0]))
     router = getattr(model, "router", None)
     if isinstance(router, NoisyTopKRouter):
         router.set_generator(g_noise)
-    if lr_schedule not in ("constant", "cosine"):
-        raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {lr_schedule!r}")
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    n = len(y_train)
-    n_batches = math.ceil(n / batch_size)
-    sched = None
-    if lr_schedule == "cosine":
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(epochs) * n_batches)
-    disable = None if progress is None else (not progress)
-    bar = tqdm(total=epochs * n_batches, desc=desc or None, disable=disable, leave=False, mininterval=1.0)
-    res = FitResult(model=model)
-    best_acc, best_state, t_train, c_train = -1.0, None, 0.0, 0.0
-    try:
-        for ep in range(1, int(epochs) + 1):
-            model.train()
-            t0, c0 = time.perf_counter(), time.process_time()
-            perm = torch.randperm(n, generator=g_shuffle).to(X_train.device)
-            tot = 0.0
-            for b in range(n_batches):
-                idx = perm[b * batch_size : (b + 1) * batch_size]
-                xb, yb = X_train[idx], y_train[idx]
-                out = model(xb)
-                loss = model.loss(out, yb)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if sched is not None:
-                    sched.step()
-                tot += float(loss.detach()) * len(idx)
-                bar.update(1)
-            dt = time.perf_counter() - t0
-            t_train += dt
-            c_train += time.process_time() - c0
-            row = {"epoch": ep, "train_loss": tot / n, "seconds": dt}
-            if X_val is not None and y_val is not None and len(y_val):
-                acc = evaluate_classifier(model, X_val, y_val)["accuracy"]
-                row["val_accuracy"] = acc
-                if acc > best_acc:
-                    best_acc, res.best_epoch = acc, ep
-                    best_state = copy.deepcopy(model.state_dict())
-            else:
-                res.best_epoch = ep
-            if not math.isfinite(row["train_loss"]):
-                raise FloatingPointError(f"training loss became {row['train_loss']} at epoch {ep}")
-            res.history.append(row)
-            bar.set_postfix({k: round(v, 4) for k, v in row.items() if k in ("train_loss", "val_accuracy")})
-            if callback is not None:
-                callback(row)
-    finally:
-        bar.close()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    res.seconds_per_epoch = t_train / int(epochs)
-    res.cpu_seconds_per_epoch = c_train / int(epochs)
-    return res
+    validate = None
+    if X_val is not None and y_val is not None and len(y_val):
+        validate = lambda m: evaluate_classifier(m, X_val, y_val)["accuracy"]  # noqa: E731
+    return fit(model, lambda b: model.loss(model(b.x), b.y), ShuffledBatches(X_train, y_train, batch_size, g_shuffle),
+               epochs=epochs, optimizer="adam", lr=lr, weight_decay=weight_decay, lr_schedule=lr_schedule,
+               validate=validate, check_finite=True, progress=progress, desc=desc, callback=callback)
 
 
 class SoftMoEImageClassifier(nn.Module):
-    """Soft MoE (seed 002) on image patches, reporting its routing like the other gates.
+    """Soft MoE (the Soft MoE implicit-bias paper, 2024) on image patches, reporting its routing like the other gates.
 
     Wraps :class:`moestat.nn.softmoe.SoftMoEClassifier` (tokens -> Soft MoE layer -> flatten ->
     linear head).  Images of ``image_shape`` are cut into ``patch x patch`` tokens.  Soft MoE has
@@ -506,9 +416,9 @@ class SoftMoEImageClassifier(nn.Module):
     n_classes, n_experts : int
         Classes and experts.
     patch : int
-        Patch side (14 gives seed 002's four 14x14 MNIST tokens).
+        Patch side (14 gives the paper's four 14x14 MNIST tokens).
     budget_factor : float
-        Expert width ``budget_factor * d / n`` (seed 002 MNIST: 4).
+        Expert width ``budget_factor * d / n`` (the paper's MNIST models: 4).
     random_state : int
         Seed of the initial weights.
     """
@@ -536,9 +446,10 @@ class SoftMoEImageClassifier(nn.Module):
         b, m, s = det.combine.shape
         w = det.combine.reshape(b, m, self.n_experts, s // self.n_experts).sum(-1).mean(1)
         zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
-        r = RouterOutput(w, torch.ones_like(w, dtype=torch.bool), w, zero, det.logits.mean(1))
-        return MoEOutput(F.log_softmax(logits, dim=-1), logits.new_zeros(b, 0, self.n_classes), r)
+        moe = MoEOutput(logits.new_zeros(b, 0, self.n_classes), det.logits.mean(1), w,
+                        torch.ones_like(w, dtype=torch.bool), w, zero)
+        return ClassifierOutput(F.log_softmax(logits, dim=-1), moe)
 
-    def loss(self, out: MoEOutput, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: ClassifierOutput, y: torch.Tensor) -> torch.Tensor:
         """Cross-entropy."""
         return F.nll_loss(out.log_probs, y)

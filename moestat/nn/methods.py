@@ -1,10 +1,10 @@
-"""Training methods for task decomposition (seed 000) as one design: gate x aggregation x schedule.
+"""Training methods for task decomposition (Krishnamurthy 2023) as one design: gate x aggregation x schedule.
 
 A :class:`Method` is three independent choices plus hyper-parameters:
 
 * **gate** -- how the per-expert weights are produced:
   ``softmax`` (router logits ``z``, ``p = softmax(z)``; Sec. 1.0), ``attentive`` (Ch. 7,
-  Eqs. 7.1-7.5; needs ``MoE(gate_type="attentive")``), ``entropy`` (no gate: the expert with the
+  Eqs. 7.1-7.5; needs ``MoELayer(gate_type="attentive")``), ``entropy`` (no gate: the expert with the
   lowest prediction entropy, Eqs. 6.1-6.5) and ``expert_loss`` (the gate regresses each expert's
   log-likelihood of the true class, Eqs. 8.1-8.5).
 * **aggregation** -- how expert outputs ``o_i`` are combined and which loss is minimised:
@@ -31,7 +31,8 @@ per-parameter optimiser (RMSProp/Adam) on a loss whose expert part is computed w
 and whose gate part with detached experts: for element-wise optimisers this is exactly the same
 update as two optimisers over disjoint parameter sets.
 
-:func:`train_moe` never overrides ``nn.Module.train``; it is a plain function.
+:func:`train_moe` is a plain function: every phase of a schedule is one call of the package's one
+training loop, :func:`moestat.nn.train.fit`, with the phase's parameter group, step and hooks.
 
 Classification loss ``l`` is the cross-entropy ``-log o_iy`` of the expert softmax; regression loss
 is the squared error summed over outputs (the thesis does not write ``l`` down; inferred).
@@ -47,17 +48,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from moestat.model.gates import top_k_mask
-from moestat.nn.metrics import (
-    count_matrix,
-    error_attribution,
-    expert_usage,
-    gate_sparsity,
-    mutual_information,
-    usage_counts,
-)
-from moestat.nn.moe import MoE, make_generator
+from moestat.model.gates import canonical_name, top_k_mask
+from moestat.nn.layer import MoELayer
 from moestat.nn.regularizers import importance_loss, similarity_loss
+from moestat.nn.train import OPTIMIZERS, Batch, ShuffledBatches, fit
+from moestat.seeding import torch_generator
 
 __all__ = [
     "Method",
@@ -65,9 +60,6 @@ __all__ = [
     "get_method",
     "train_moe",
     "TrainResult",
-    "Prediction",
-    "predict_moe",
-    "evaluate_moe",
     "per_expert_loss",
     "expert_loglik",
     "aggregate_loss",
@@ -209,8 +201,10 @@ def get_method(method: "str | Method", **overrides: Any) -> Method:
     """
     if isinstance(method, Method):
         return replace(method, **overrides) if overrides else method
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+    try:
+        method = canonical_name(method, tuple(METHODS))  # output-mixture == output_mixture
+    except ValueError:
+        raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}") from None
     return replace(METHODS[method], **overrides) if overrides else METHODS[method]
 
 
@@ -283,26 +277,26 @@ class TrainResult:
 
     Attributes
     ----------
-    model : MoE
+    model : MoELayer
         The model to use for inference (for ``distill`` the distilled plain-gate model).
     method : Method
     history : list of dict
         Per epoch: ``epoch``, ``phase``, ``loss`` (mean training loss), ``temperature`` and
         ``gate_mass`` (mean training combination weight of each expert).
-    teacher : MoE or None
+    teacher : MoELayer or None
         The attentive model a distilled gate was trained from.
     noise_var : float or None
         EM on regression: the fitted noise variance of the expert likelihood.
     """
 
-    model: MoE
+    model: MoELayer
     method: Method
     history: list[dict] = field(default_factory=list)
-    teacher: MoE | None = None
+    teacher: MoELayer | None = None
     noise_var: float | None = None
 
 
-def _as_tensors(data, model: MoE) -> tuple[torch.Tensor, torch.Tensor]:
+def _as_tensors(data, model: MoELayer) -> tuple[torch.Tensor, torch.Tensor]:
     if hasattr(data, "x_train"):
         x, y = data.x_train, data.y_train
     else:
@@ -310,7 +304,7 @@ def _as_tensors(data, model: MoE) -> tuple[torch.Tensor, torch.Tensor]:
             x, y = data
         except (TypeError, ValueError):
             raise ValueError("data must be a ToyData or a pair (x, y)") from None
-    dtype = model.expert_weights[0].dtype
+    dtype = model.experts.weights[0].dtype
     x = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).to(dtype)
     if x.ndim != 2 or x.shape[1] != model.n_inputs:
         raise ValueError(f"x must have shape [n, {model.n_inputs}], got {tuple(x.shape)}")
@@ -328,26 +322,15 @@ def _as_tensors(data, model: MoE) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def _check_compat(model: MoE, method: Method) -> None:
+def _check_compat(model: MoELayer, method: Method) -> None:
     if method.gate == "attentive" and model.gate_type != "attentive":
-        raise ValueError(f"method {method.name!r} needs MoE(gate_type='attentive')")
+        raise ValueError(f"method {method.name!r} needs MoELayer(gate_type='attentive')")
     if method.gate != "attentive" and model.gate_type != "router":
         raise ValueError(f"method {method.name!r} needs a router gate, the model has gate_type={model.gate_type!r}")
     if method.gate == "entropy" and model.task != "classification":
         raise ValueError("the loudest-expert method needs class distributions (classification only)")
     if method.aggregation == "top_k" and method.k > model.n_experts:
         raise ValueError(f"k={method.k} exceeds the number of experts {model.n_experts}")
-
-
-def _make_optimizer(params, optimizer: str, lr: float) -> torch.optim.Optimizer:
-    params = [p for p in params if p.requires_grad]
-    if optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr)
-    if optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    raise ValueError(f"optimizer must be 'rmsprop', 'adam' or 'sgd', got {optimizer!r}")
 
 
 def _split_epochs(total: int, fraction: float) -> tuple[int, int]:
@@ -357,7 +340,7 @@ def _split_epochs(total: int, fraction: float) -> tuple[int, int]:
 
 
 def train_moe(
-    model: MoE,
+    model: MoELayer,
     data,
     method: "str | Method",
     *,
@@ -371,7 +354,7 @@ def train_moe(
 
     Parameters
     ----------
-    model : MoE
+    model : MoELayer
         Trained in place (and, for ``distill``, used as the teacher).
     data : ToyData or (x, y)
         Training inputs ``[n, d]`` and labels ``[n]`` (classification) or targets ``[n, q]``.
@@ -395,7 +378,7 @@ def train_moe(
     --------
     >>> from moestat.data.toy import make_toy_classification
     >>> d = make_toy_classification(600, 60, random_state=0)
-    >>> m = MoE(2, 6, 3, random_state=0)
+    >>> m = MoELayer(2, 6, 3, random_state=0)
     >>> res = train_moe(m, d, "stochastic", epochs=5, random_state=0)
     >>> len(res.history)
     5
@@ -407,36 +390,42 @@ def train_moe(
             raise ValueError(f"{nm} must be a positive integer, got {v!r}")
     if not (lr > 0 and math.isfinite(lr)):
         raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     x, y = _as_tensors(data, model)
     ss = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(int(random_state))
     shuffle_ss, init_ss = ss.spawn(2)
-    gen = make_generator(shuffle_ss)
+    # one shuffling stream for all phases of a schedule
+    batches = ShuffledBatches(x, y, batch_size, torch_generator(shuffle_ss))
     n, task = x.shape[0], model.task
     result = TrainResult(model, method)
     state = {"noise_var": float(y.var()) if task == "regression" else None}
 
-    def run_phase(mod: MoE, n_epochs: int, phase: str, params, step_fn, temp_fn=lambda e: 1.0, epoch_start=None):
-        opt = _make_optimizer(params, optimizer, lr)
-        for e in range(n_epochs):
-            temp = temp_fn(e)
+    def run_phase(mod: MoELayer, n_epochs: int, phase: str, params, step_fn, temp_fn=lambda e: 1.0, epoch_start=None):
+        if n_epochs == 0:
+            return
+        cur: dict = {}
+
+        def on_epoch_start(e: int) -> None:
+            cur["temp"] = temp_fn(e)
             if epoch_start is not None:
                 epoch_start(mod)
-            perm = torch.randperm(n, generator=gen)
-            tot, mass = 0.0, torch.zeros(mod.n_experts, dtype=torch.float64)
-            for start in range(0, n, batch_size):
-                idx = perm[start:start + batch_size]
-                state["idx"] = idx
-                xb, yb = x[idx], y[idx]
-                out = mod(xb)
-                loss, w = step_fn(mod, xb, yb, out, temp)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                tot += float(loss.detach()) * len(idx)
-                mass += w.detach().to(torch.float64).sum(0)
+            cur["mass"] = torch.zeros(mod.n_experts, dtype=torch.float64)
+
+        def step(batch: Batch) -> torch.Tensor:
+            state["idx"] = batch.idx
+            out = mod(batch.x)
+            loss, w = step_fn(mod, batch.x, batch.y, out, cur["temp"])
+            cur["mass"] += w.detach().to(torch.float64).sum(0)
+            return loss
+
+        fitted = fit(mod, step, batches, epochs=n_epochs, params=params, optimizer=optimizer, lr=lr,
+                     on_epoch_start=on_epoch_start,
+                     epoch_info=lambda e: {"temperature": cur["temp"], "gate_mass": (cur["mass"] / n).tolist()})
+        for row in fitted.history:
             result.history.append({
-                "epoch": len(result.history) + 1, "phase": phase, "loss": tot / n,
-                "temperature": temp, "gate_mass": (mass / n).tolist(),
+                "epoch": len(result.history) + 1, "phase": phase, "loss": row["train_loss"],
+                "temperature": row["temperature"], "gate_mass": row["gate_mass"],
             })
 
     agg, k = method.aggregation, method.k
@@ -536,139 +525,9 @@ def train_moe(
     elif sch == "distill":
         e_distil, e_att = _split_epochs(epochs, method.distill_fraction)
         run_phase(model, e_att, "attentive", model.parameters(), step_end_to_end)
-        student = model.distilled_copy(random_state=make_generator(init_ss))
+        student = model.distilled_copy(random_state=torch_generator(init_ss))
         run_phase(student, e_distil, "distill_gate", student.gate_parameters(), step_frozen_experts)
         result.teacher, result.model = model, student
     elif sch == "expert_loss":
         run_phase(model, epochs, "expert_loss", model.parameters(), step_expert_loss)
     return result
-
-
-# ---- inference and evaluation ----------------------------------------------------------------
-@dataclass
-class Prediction:
-    """Inference of a trained MoE (NumPy arrays).
-
-    Attributes
-    ----------
-    output : ndarray, shape ``[n, q]``
-        Class probabilities or regression outputs of the MoE.
-    weights : ndarray, shape ``[n, M]``
-        Combination weights actually used at inference (one-hot for hard-selection methods).
-    gate_probs : ndarray, shape ``[n, M]``
-        The gate's soft distribution ``softmax(z)`` (equal to ``weights`` for gate-less methods).
-    selected : ndarray of int, shape ``[n]``
-        ``argmax`` of ``weights`` (the expert "selected" for I(E;Y)).
-    expert_outputs : ndarray, shape ``[n, M, q]``
-        Each expert's class probabilities or regression output.
-    """
-
-    output: np.ndarray
-    weights: np.ndarray
-    gate_probs: np.ndarray
-    selected: np.ndarray
-    expert_outputs: np.ndarray
-
-    @property
-    def y_pred(self) -> np.ndarray:
-        """Predicted classes ``argmax`` of :attr:`output`."""
-        return self.output.argmax(-1)
-
-    @property
-    def expert_predictions(self) -> np.ndarray:
-        """Each expert's predicted class ``[n, M]``."""
-        return self.expert_outputs.argmax(-1)
-
-
-@torch.no_grad()
-def predict_moe(model: MoE, x, method: "str | Method") -> Prediction:
-    """Inference rule of ``method`` (Eqs. 2.1, 2.3-2.4, 2.7, 2.9, 5.2, 6.4-6.5, 8.1-8.2).
-
-    Parameters
-    ----------
-    model : MoE
-        A trained model (``TrainResult.model``).
-    x : array, shape ``[n, d]``
-    method : str or Method
-
-    Returns
-    -------
-    Prediction
-    """
-    method = get_method(method)
-    dtype = model.expert_weights[0].dtype
-    x = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).to(dtype)
-    if method.schedule == "distill" and model.gate_type == "router":
-        method = replace(method, gate="softmax", schedule="end_to_end")
-    _check_compat(model, method)
-    out = model(x)
-    o, z, M = out.expert_out, out.gate_logits, model.n_experts
-    if method.gate == "entropy":
-        score = -_prediction_entropy(o)  # Eq. 6.4: argmin H(o_i)
-    else:
-        score = z  # Eq. 8.1 for the expert-loss gate; argmax p for softmax gates
-    gate_probs = torch.softmax(z, -1) if method.gate in _SOFT_GATES else None
-    if method.aggregation in _HARD_AGGS:
-        w = F.one_hot(score.argmax(1), M).to(o.dtype)
-    else:
-        w = _log_weights(z, method.aggregation, method.k).exp()
-    if gate_probs is None:
-        gate_probs = w
-    if model.task == "classification":
-        probs = torch.softmax(o, -1)
-        if method.aggregation == "pre_softmax":
-            output = torch.softmax((w.unsqueeze(-1) * o).sum(1), -1)
-        else:
-            output = (w.unsqueeze(-1) * probs).sum(1)
-        eo = probs
-    else:
-        output = (w.unsqueeze(-1) * o).sum(1)
-        eo = o
-    c = lambda t: t.detach().cpu().numpy().astype(np.float64)  # noqa: E731
-    return Prediction(c(output), c(w), c(gate_probs), w.argmax(1).cpu().numpy(), c(eo))
-
-
-def evaluate_moe(model: MoE, x, y, method: "str | Method", labels=None) -> dict:
-    """Accuracy (or MSE) and the decomposition metrics of seed 000, Ch. 4, on ``(x, y)``.
-
-    Parameters
-    ----------
-    model : MoE
-    x : array, shape ``[n, d]``
-    y : array
-        Class labels (classification) or targets ``[n, q]``.
-    method : str or Method
-    labels : array of int, shape ``[n]``, optional
-        Labels for the count matrix / I(E;Y); default ``y`` for classification.  For regression
-        pass the latent component (e.g. ``ToyData.s_test``); without it I(E;Y) is NaN.
-
-    Returns
-    -------
-    dict
-        ``accuracy`` (%; classification) or ``mse``; ``H_s`` (entropy of the combination weights
-        used), ``H_s_gate`` (entropy of the gate's softmax), ``H_u``, ``I_EY``, ``usage`` (samples
-        per expert), ``counts`` (matrix C) and, for classification, ``attribution``
-        (see :func:`moestat.nn.metrics.error_attribution`).
-    """
-    pred = predict_moe(model, x, method)
-    res: dict[str, Any] = {
-        "H_s": gate_sparsity(pred.weights),
-        "H_s_gate": gate_sparsity(pred.gate_probs),
-        "H_u": expert_usage(pred.weights),
-        "usage": usage_counts(pred.selected, model.n_experts).tolist(),
-    }
-    y_np = np.asarray(y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y)
-    if model.task == "classification":
-        res["accuracy"] = 100.0 * float((pred.y_pred == y_np).mean())
-        res["attribution"] = error_attribution(pred.expert_predictions, y_np, y_pred=pred.y_pred)
-        labels = y_np if labels is None else labels
-    else:
-        yy = y_np.reshape(len(y_np), -1)
-        res["mse"] = float(((pred.output - yy) ** 2).sum(1).mean())
-    if labels is not None:
-        C = count_matrix(pred.selected, labels, model.n_experts)
-        res["counts"] = C.tolist()
-        res["I_EY"] = mutual_information(C)
-    else:
-        res["I_EY"] = float("nan")
-    return res

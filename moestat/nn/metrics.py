@@ -1,4 +1,4 @@
-"""Task-decomposition metrics of seed 000, Ch. 4, and error attribution of seed 003.
+"""Task-decomposition metrics of Krishnamurthy (2023), Ch. 4, and error attribution of Krishnamurthy & Watkins (2021).
 
 All functions accept NumPy arrays or torch tensors and return Python floats / NumPy arrays.
 Entropies are in bits (log base 2), as the thesis's tables imply (maxima ``log2 M``).
@@ -10,7 +10,7 @@ Entropies are in bits (log base 2), as the thesis's tables imply (maxima ``log2 
   (Eqs. 4.3-4.9).
 * :func:`usage_counts` -- samples per expert (the thesis's "sample distribution").
 * :func:`error_attribution` -- splits misclassified samples into *gate errors* (some expert would
-  have been right) and *expert errors* (no expert is right), the data-driven attribution seed 003
+  have been right) and *expert errors* (no expert is right), the data-driven attribution Krishnamurthy & Watkins (2021)
   motivates (our operational definition; the paper gives none).
 """
 
@@ -56,7 +56,7 @@ def entropy(p, axis: int = -1, base: float = 2.0) -> np.ndarray:
 
 
 def softmax_temperature(z, temperature: float = 1.0) -> np.ndarray:
-    """``exp(z_i/T) / sum_j exp(z_j/T)`` along the last axis (seed 000, Eq. 5.1).
+    """``exp(z_i/T) / sum_j exp(z_j/T)`` along the last axis (Krishnamurthy 2023, Eq. 5.1).
 
     Examples
     --------
@@ -173,7 +173,7 @@ def usage_counts(selected, n_experts: int) -> np.ndarray:
 
 
 def error_attribution(expert_predictions, y, y_pred=None, selected=None) -> dict:
-    """Attribute each misclassified sample to the gate or to the experts (seed 003, Sec. 1).
+    """Attribute each misclassified sample to the gate or to the experts (Krishnamurthy & Watkins 2021, Sec. 1).
 
     A misclassified sample is a **gate error** when at least one expert, on its own, predicts the
     true class (a better routing would have fixed it), and an **expert error** when none does (no

@@ -1,4 +1,6 @@
-"""Gate regularisers of seed 000: ``L_importance`` (Eqs. 3.2-3.3) and the sample-similarity ``L_s`` (Eqs. 9.1-9.3).
+"""Gate regularisers: ``L_importance`` (Krishnamurthy 2023, Eqs. 3.2-3.3; with ``squared=True`` the
+``CV^2`` form of Shazeer et al. 2017 and Datta 2024, used by the routers of :mod:`moestat.nn.routers`)
+and the sample-similarity ``L_s`` (Krishnamurthy 2023, Eqs. 9.1-9.3).
 
 Both take the gate probabilities ``p`` of a batch (``[N, M]``, rows summing to 1) and return a
 scalar tensor to be *added* to the task loss (their weights are inside them, as in the thesis).
@@ -13,13 +15,13 @@ import torch
 __all__ = ["importance_loss", "similarity_loss", "euclidean_distances"]
 
 
-def _check_probs(p: torch.Tensor) -> None:
-    if p.ndim != 2 or p.shape[1] < 2:
-        raise ValueError(f"gate probabilities must have shape [N, M >= 2], got {tuple(p.shape)}")
+def _check_probs(p: torch.Tensor, min_experts: int = 2) -> None:
+    if p.ndim != 2 or p.shape[1] < min_experts:
+        raise ValueError(f"gate probabilities must have shape [N, M >= {min_experts}], got {tuple(p.shape)}")
 
 
 def importance_loss(p: torch.Tensor, weight: float = 1.0, *, squared: bool = False) -> torch.Tensor:
-    """``L_importance = w * CV(I)`` with ``I = sum_{x in batch} p_x`` (seed 000, Eqs. 3.2-3.3).
+    """``L_importance = w * CV(I)`` with ``I = sum_{x in batch} p_x`` (Krishnamurthy 2023, Eqs. 3.2-3.3).
 
     The thesis uses the coefficient of variation ``std(I) / mean(I)`` over the ``M`` entries of
     ``I``, not its square as Shazeer et al. (2017); ``squared=True`` gives Shazeer's ``CV^2``.
@@ -28,7 +30,7 @@ def importance_loss(p: torch.Tensor, weight: float = 1.0, *, squared: bool = Fal
     Parameters
     ----------
     p : Tensor, shape ``[N, M]``
-        Gate probabilities of a batch.
+        Gate probabilities (or a router's combine weights) of a batch; one expert gives 0.
     weight : float
         ``w_importance`` (thesis grid 0.2-1.0).
     squared : bool
@@ -45,7 +47,7 @@ def importance_loss(p: torch.Tensor, weight: float = 1.0, *, squared: bool = Fal
     >>> float(importance_loss(torch.full((4, 2), 0.5)))
     0.0
     """
-    _check_probs(p)
+    _check_probs(p, min_experts=1)
     imp = p.sum(0)
     cv = imp.std(correction=0) / imp.mean().clamp_min(torch.finfo(p.dtype).tiny)
     return weight * (cv * cv if squared else cv)
@@ -67,7 +69,7 @@ def similarity_loss(
     *,
     distance: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Sample-similarity soft constraint ``L_s`` (seed 000, Ch. 9, Eqs. 9.1-9.3).
+    """Sample-similarity soft constraint ``L_s`` (Krishnamurthy 2023, Ch. 9, Eqs. 9.1-9.3).
 
     ``L_s = 1/(N^2-N) sum_{x,x'} [beta_s S(x,x') - beta_d D(x,x')]`` with
     ``S = (1/M) sum_e p(e|x) p(e|x') d(x,x')`` (same-expert term, Eq. 9.2) and

@@ -4,21 +4,21 @@ Every router maps features ``h`` of shape ``[n, d]`` to a :class:`RouterOutput` 
 combine weights ``[n, M]`` (exactly 0 off the selected experts), the boolean selection mask, the
 full softmax probabilities and an auxiliary loss.  The score and Top-K vocabulary is the one of
 :mod:`moestat.model.gates` (``gate_scores``, ``top_k_mask``, ``gate_weights``); this module only adds
-the trainable parameters and the seed 001 / Shazeer et al. (2017) pieces that are not in it
+the trainable parameters and the Datta (2024) / Shazeer et al. (2017) pieces that are not in it
 (noise, un-renormalised top-k, balancing losses).
 
 Routers (``ROUTERS``):
 
 ========================  ====================================================================
 ``dense``                 softmax(x W^T + b) over all M experts (thesis "output mixture" gate)
-``naive_topk``            softmax(x W^T) * TopK(x W^T, k), **not** renormalised (seed 001 B2.1)
-``topk_mask``             softmax over the top-k logits only, renormalised (seed 001 B2.2)
-``noisy_topk``            softmax(KeepTopK(x W_g + N(0,1) softplus(x W_noise), k)) (seed 001 B2.3)
-``cosine``                Top-K softmax of the cosine score + b (seed 004 eq. 2)
-``perturbed_cosine``      Top-K softmax of the perturbed cosine score + b (seed 004 eq. 9)
+``naive_topk``            softmax(x W^T) * TopK(x W^T, k), **not** renormalised (Datta (2024) B2.1)
+``topk_mask``             softmax over the top-k logits only, renormalised (Datta (2024) B2.2)
+``noisy_topk``            softmax(KeepTopK(x W_g + N(0,1) softplus(x W_noise), k)) (Datta (2024) B2.3)
+``cosine``                Top-K softmax of the cosine score + b (Nguyen et al. (2024) eq. 2)
+``perturbed``             Top-K softmax of the perturbed cosine score + b (Nguyen et al. (2024) eq. 9)
 ========================  ====================================================================
 
-Any router accepts ``w_importance`` (seed 001 B3: ``w CV(sum_x G(x))^2``); ``noisy_topk`` also
+Any router accepts ``w_importance`` (Datta (2024) B3: ``w CV(sum_x G(x))^2``); ``noisy_topk`` also
 accepts ``w_load`` (the Normal-CDF smooth load estimator).
 
 The k = 1 zero-gradient problem (davidmrau/mixture-of-experts issue #27): with k = 1,
@@ -41,7 +41,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from moestat.model.gates import gate_scores, gate_weights, top_k_mask
+from moestat.model.gates import canonical_name, gate_scores, gate_weights, top_k_mask
+from moestat.nn.regularizers import importance_loss
 
 __all__ = [
     "ROUTERS",
@@ -53,13 +54,13 @@ __all__ = [
     "NoisyTopKRouter",
     "CosineRouter",
     "cv_squared",
-    "importance_loss",
     "load_loss",
     "noisy_top_k_load",
     "make_router",
 ]
 
-ROUTERS = ("dense", "naive_topk", "topk_mask", "noisy_topk", "cosine", "perturbed_cosine")
+#: Router names; ``perturbed_cosine`` is accepted as an alias of ``perturbed`` (and ``-`` for ``_``).
+ROUTERS = ("dense", "naive_topk", "topk_mask", "noisy_topk", "cosine", "perturbed")
 
 _EPS = 1e-10
 
@@ -94,7 +95,7 @@ def cv_squared(v: torch.Tensor, eps: float = _EPS) -> torch.Tensor:
     """Squared coefficient of variation ``(std(v) / (mean(v) + eps))^2`` over the last axis.
 
     The population standard deviation (``ddof = 0``) is used, as in Shazeer et al.'s
-    ``tf.nn.moments``; seed 001 does not say which (B3).  A single entry gives 0.
+    ``tf.nn.moments``; Datta (2024) does not say which (B3).  A single entry gives 0.
     """
     if v.shape[-1] < 2:
         return torch.zeros(v.shape[:-1], dtype=v.dtype, device=v.device)
@@ -102,27 +103,10 @@ def cv_squared(v: torch.Tensor, eps: float = _EPS) -> torch.Tensor:
     return (std / (v.mean(dim=-1) + eps)) ** 2
 
 
-def importance_loss(weights: torch.Tensor, w_importance: float = 0.1) -> torch.Tensor:
-    """``L_importance = w * CV(Importance(X))^2`` with ``Importance(X) = sum_x G(x)`` (seed 001 B3).
-
-    Parameters
-    ----------
-    weights : Tensor, shape ``[n, M]``
-        Gate values ``G(x)`` of the batch.
-    w_importance : float
-        Weight (seed 001: 0.1).
-
-    Returns
-    -------
-    Tensor, scalar
-    """
-    return w_importance * cv_squared(weights.sum(dim=0))
-
-
 def noisy_top_k_load(
     clean: torch.Tensor, noisy: torch.Tensor, noise_std: torch.Tensor, k: int
 ) -> torch.Tensor:
-    """Smooth per-sample probability that each expert is in the top k (seed 001 B3, Load).
+    """Smooth per-sample probability that each expert is in the top k (Datta (2024) B3, Load).
 
     ``P(x, i) = Phi((clean_i - kth_excluding(H, k, i)) / noise_std_i)``, where
     ``kth_excluding(H, k, i)`` is the k-th largest entry of the noisy logits ``H`` without entry
@@ -162,7 +146,7 @@ def noisy_top_k_load(
 def load_loss(
     clean: torch.Tensor, noisy: torch.Tensor, noise_std: torch.Tensor, k: int, w_load: float = 0.1
 ) -> torch.Tensor:
-    """``L_load = w * CV(Load(X))^2`` with ``Load(X)_i = sum_x P(x, i)`` (seed 001 B3).
+    """``L_load = w * CV(Load(X))^2`` with ``Load(X)_i = sum_x P(x, i)`` (Datta (2024) B3).
 
     See :func:`noisy_top_k_load` for the arguments.
 
@@ -228,7 +212,7 @@ class Router(nn.Module):
     def _finish(self, weights, mask, probs, logits, aux=None) -> RouterOutput:
         aux = torch.zeros((), dtype=weights.dtype, device=weights.device) if aux is None else aux
         if self.w_importance > 0 and self.training:
-            aux = aux + importance_loss(weights, self.w_importance)
+            aux = aux + importance_loss(weights, self.w_importance, squared=True)
         return RouterOutput(weights, mask, probs, aux, logits)
 
     def _topk_weights(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -262,7 +246,7 @@ class DenseRouter(Router):
 
 
 class TopKMaskRouter(Router):
-    """Top-k mask gate: softmax over the top-k logits, renormalised (seed 001 B2.2)."""
+    """Top-k mask gate: softmax over the top-k logits, renormalised (Datta (2024) B2.2)."""
 
     def forward(self, h: torch.Tensor) -> RouterOutput:
         s = self.scores(h)
@@ -271,7 +255,7 @@ class TopKMaskRouter(Router):
 
 
 class NaiveTopKRouter(Router):
-    """Naive top-k gate: ``softmax(x W^T) * TopK(x W^T, k)``, not renormalised (seed 001 B2.1).
+    """Naive top-k gate: ``softmax(x W^T) * TopK(x W^T, k)``, not renormalised (Datta (2024) B2.1).
 
     The kept weights sum to less than 1, so the gate always receives a gradient, even for k = 1.
     """
@@ -284,11 +268,11 @@ class NaiveTopKRouter(Router):
 
 
 class NoisyTopKRouter(Router):
-    """Noisy top-k gate with optional load loss (seed 001 B2.3 and B3; Shazeer et al. 2017).
+    """Noisy top-k gate with optional load loss (Datta (2024) B2.3 and B3; Shazeer et al. 2017).
 
     ``H(x)_i = (x W_g)_i + eps_i softplus((x W_noise)_i)``, ``eps ~ N(0, 1)`` per input and expert,
     drawn only in training mode from the generator passed to :meth:`set_generator` (or the
-    ``generator`` argument of ``forward``).  ``W_g`` and ``W_noise`` start at 0 as in seed 001,
+    ``generator`` argument of ``forward``).  ``W_g`` and ``W_noise`` start at 0 as in Datta (2024),
     so the noise sd is ``log 2`` and the clean logits tie at initialisation.  No bias.
 
     Parameters
@@ -296,7 +280,7 @@ class NoisyTopKRouter(Router):
     in_features, n_experts, k
         As for :class:`Router`; ``k`` is required here.
     w_load : float
-        Weight of the load loss (0 = off; seed 001 uses 0.1).
+        Weight of the load loss (0 = off; Datta (2024) uses 0.1).
     w_importance : float
         Weight of the importance loss (0 = off).
     k1_fix : bool
@@ -336,7 +320,7 @@ class NoisyTopKRouter(Router):
             eps = torch.randn(clean.shape, generator=gen, dtype=clean.dtype, device="cpu").to(clean.device)
             noisy = clean + eps * noise_std
         else:
-            noise_std, noisy = None, clean  # noise off at evaluation (seed 001: "presumably")
+            noise_std, noisy = None, clean  # noise off at evaluation (Datta (2024): "presumably")
         probs = torch.softmax(noisy, dim=-1)
         mask = top_k_mask(noisy, None if k == M else k)
         if k == 1 and self.k1_fix:
@@ -350,7 +334,7 @@ class NoisyTopKRouter(Router):
 
 
 class CosineRouter(Router):
-    """Cosine (``tau = 0``) or perturbed cosine router with Top-K (seed 004 eqs. 2 and 9).
+    """Cosine (``tau = 0``) or perturbed cosine router with Top-K (Nguyen et al. (2024) eqs. 2 and 9).
 
     Scores come from :func:`moestat.model.gates.gate_scores` with ``kind="cosine"`` or
     ``"perturbed"``; Top-K is chosen on the score alone, and the softmax of ``score + b`` over the
@@ -439,6 +423,10 @@ def make_router(
     >>> out.weights.shape, int(out.mask.sum())
     (torch.Size([3, 4]), 6)
     """
+    try:
+        name = canonical_name(name, ROUTERS)
+    except ValueError:
+        raise ValueError(f"unknown router {name!r}; expected one of {ROUTERS}") from None
     common = dict(w_importance=w_importance, k1_fix=k1_fix)
     if name == "dense":
         return DenseRouter(in_features, n_experts, **common)
@@ -450,9 +438,9 @@ def make_router(
         return NoisyTopKRouter(in_features, n_experts, k, w_load=w_load, **common)
     if name == "cosine":
         return CosineRouter(in_features, n_experts, k, tau=None, temperature=temperature, **common)
-    if name == "perturbed_cosine":
+    if name == "perturbed":
         t = (float(tau), float(tau)) if isinstance(tau, (int, float)) else tuple(tau)
         if not all(v > 0 for v in t):
-            raise ValueError(f"perturbed_cosine needs tau > 0, got {tau!r} (tau = 0 is the vanilla 'cosine')")
+            raise ValueError(f"the perturbed cosine router needs tau > 0, got {tau!r} (tau = 0 is the vanilla 'cosine')")
         return CosineRouter(in_features, n_experts, k, tau=t, temperature=temperature, **common)
-    raise ValueError(f"unknown router {name!r}; expected one of {ROUTERS}")
+    raise AssertionError(f"router {name!r} is in ROUTERS but not built")  # pragma: no cover

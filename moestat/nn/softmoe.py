@@ -1,7 +1,7 @@
-"""Soft Mixture of Experts (Puigcerver et al. 2024) as defined in seed 002, Definition 1.
+"""Soft Mixture of Experts (Puigcerver et al. 2024) as defined in the Soft MoE implicit-bias paper (2024), Definition 1.
 
 For an input ``X`` of ``m`` tokens in ``R^d`` and a router ``Phi`` with one column per slot,
-both weight matrices come from the same logits ``L = X Phi`` (seed 002, eq. 1):
+both weight matrices come from the same logits ``L = X Phi`` (the paper, eq. 1):
 
 - dispatch ``D = softmax(L)`` over **tokens** (each column of ``D`` sums to 1), so slot ``s``
   is the convex combination ``(D^T X)_s`` of the tokens;
@@ -11,18 +11,18 @@ both weight matrices come from the same logits ``L = X Phi`` (seed 002, eq. 1):
 
 With one expert and one slot, ``C`` is the all-ones column and every output row equals
 ``f(D^T X)``: one expert applied to one softmax-weighted average of the tokens.  Theorem 1 of
-seed 002 rests on exactly this collapse.
+the paper rests on exactly this collapse.
 
 The router is stored in the package's gate vocabulary (:mod:`moestat.model.gates`): ``router_weight``
 has one row per slot (``beta1``, shape ``[n * p, d]``) and the logits are
 ``gate_scores(X, router_weight, "linear")``.  The optional Puigcerver normalisation (off by
-default, as in seed 002) uses the ``cosine`` score times a learned scale.
+default, as in the paper) uses the ``cosine`` score times a learned scale.
 
 Experts are two-layer MLPs ``d -> h -> d`` whose hidden width follows a total-parameter budget
 (:func:`budget_hidden_width`): ``h = factor * d / n`` keeps the expert weight count
-``2 * n * d * h = 2 * factor * d^2`` fixed across ``n`` (``factor = 10`` in seed 002 Appendix B,
-``4`` for its MNIST models).  The expert weights of all ``n`` experts are stored as stacked
-tensors so that a forward pass over all experts, or over a per-example subset of ``k`` experts
+``2 * n * d * h = 2 * factor * d^2`` fixed across ``n`` (``factor = 10`` in the paper's Appendix B,
+``4`` for its MNIST models).  The ``n`` experts are one :class:`~moestat.nn.expert_mlp.ExpertMLP` (stacked
+weights), so that a forward pass over all experts, or over a per-example subset of ``k`` experts
 (Algorithm 1), is a single batched ``einsum``.
 
 Three small models wrap the layer: :class:`SoftMoERegressor` (the ``||X||`` experiment,
@@ -40,8 +40,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from moestat.model.experts import activation_fn
 from moestat.model.gates import gate_scores
+from moestat.nn.expert_mlp import ExpertMLP
+from moestat.seeding import torch_generator
 
 __all__ = [
     "budget_hidden_width",
@@ -49,37 +50,12 @@ __all__ = [
     "parse_tokenisation",
     "tokenize_vector",
     "patch_tokenize",
-    "ExpertMLPs",
     "SoftMoE",
     "SoftMoEOutput",
     "SoftMoERegressor",
     "SoftMoEClassifier",
     "ConvSoftMoEClassifier",
-    "make_generator",
 ]
-
-
-def make_generator(random_state: int | torch.Generator | None, device: str | torch.device = "cpu") -> torch.Generator:
-    """A ``torch.Generator`` from a seed (or the generator itself).
-
-    Parameters
-    ----------
-    random_state : int or torch.Generator
-        Seed or generator.  ``None`` is refused: every draw in moestat comes from a seed passed in.
-    device : str or torch.device
-        Device of a newly created generator.
-
-    Returns
-    -------
-    torch.Generator
-    """
-    if isinstance(random_state, torch.Generator):
-        return random_state
-    if random_state is None or isinstance(random_state, bool) or not isinstance(random_state, int):
-        raise ValueError(f"random_state must be an int seed or a torch.Generator, got {random_state!r}")
-    g = torch.Generator(device=device)
-    g.manual_seed(int(random_state))
-    return g
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,7 +66,7 @@ def make_generator(random_state: int | torch.Generator | None, device: str | tor
 def budget_hidden_width(d: int, n_experts: int, factor: float = 10.0, rounding: str = "round", min_width: int = 1) -> int:
     """Hidden width of each expert MLP under a fixed total expert budget.
 
-    ``h = factor * d / n`` (seed 002 Appendix B uses ``factor = 10``; MNIST uses ``4``), so the
+    ``h = factor * d / n`` (the paper Appendix B uses ``factor = 10``; MNIST uses ``4``), so the
     total expert weight count ``2 n d h = 2 factor d^2`` does not depend on ``n`` whenever
     ``factor * d / n`` is an integer.  Otherwise it is rounded (the paper's MNIST widths
     ``784 / n`` are not integers for ``n >= 32``; it does not say how it rounded).
@@ -144,7 +120,7 @@ def expert_param_count(d: int, hidden: int, n_experts: int, bias: bool = False) 
     d, hidden, n_experts : int
         Token dimension, hidden width, number of experts.
     bias : bool
-        Count the biases too (seed 002 counts weights only: ``20 d^2`` in Appendix B).
+        Count the biases too (the paper counts weights only: ``20 d^2`` in Appendix B).
 
     Returns
     -------
@@ -186,7 +162,7 @@ def parse_tokenisation(spec: str) -> tuple[int, int]:
 def tokenize_vector(x: torch.Tensor, m: int, d: int) -> torch.Tensor:
     """Split vectors of length ``m * d`` into ``m`` tokens of dimension ``d`` in index order.
 
-    Token ``i`` holds coordinates ``i d, ..., (i + 1) d - 1`` (a row-major reshape; seed 002
+    Token ``i`` holds coordinates ``i d, ..., (i + 1) d - 1`` (a row-major reshape; the paper
     Appendix B splits ``R^10`` into ``5 x 2`` or ``2 x 5`` this way).
 
     Parameters
@@ -211,7 +187,7 @@ def tokenize_vector(x: torch.Tensor, m: int, d: int) -> torch.Tensor:
 def patch_tokenize(images: torch.Tensor, patch: int) -> torch.Tensor:
     """Cut ``[b, H, W]`` images into non-overlapping ``patch x patch`` tokens in raster order.
 
-    Seed 002 cuts 28x28 MNIST into four 14x14 patches (``X`` in ``R^{4 x 196}``).
+    The Soft MoE implicit-bias paper (2024) cuts 28x28 MNIST into four 14x14 patches (``X`` in ``R^{4 x 196}``).
 
     Parameters
     ----------
@@ -230,93 +206,6 @@ def patch_tokenize(images: torch.Tensor, patch: int) -> torch.Tensor:
         raise ValueError(f"patch={patch} must divide the image size {H}x{W}")
     t = images.reshape(b, H // patch, patch, W // patch, patch).permute(0, 1, 3, 2, 4)
     return t.reshape(b, (H // patch) * (W // patch), patch * patch)
-
-
-# --------------------------------------------------------------------------------------------
-# experts
-# --------------------------------------------------------------------------------------------
-
-
-class ExpertMLPs(nn.Module):
-    """``n`` two-layer MLPs ``d -> hidden -> d`` stored as stacked weights.
-
-    Parameters
-    ----------
-    n_experts : int
-    d : int
-        Input and output dimension.
-    hidden : int
-        Hidden width of every expert.
-    activation : str
-        One of :data:`moestat.model.experts.ACTIVATIONS` (ReLU is the paper's MNIST choice; Appendix B
-        does not name one).
-    bias : bool
-        Learn biases in both layers.
-    generator : torch.Generator
-        Source of the initial weights (PyTorch's ``nn.Linear`` rule, uniform on
-        ``+-1/sqrt(fan_in)``).
-    """
-
-    def __init__(self, n_experts: int, d: int, hidden: int, activation: str = "relu", bias: bool = True,
-                 generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        for name, v in (("n_experts", n_experts), ("d", d), ("hidden", hidden)):
-            if int(v) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.n_experts, self.d, self.hidden = int(n_experts), int(d), int(hidden)
-        self.activation = activation
-        self._act = activation_fn(activation)
-        g = make_generator(0) if generator is None else generator
-        self.w1 = nn.Parameter(torch.empty(n_experts, d, hidden, dtype=dtype))
-        self.w2 = nn.Parameter(torch.empty(n_experts, hidden, d, dtype=dtype))
-        nn.init.uniform_(self.w1, -1 / math.sqrt(d), 1 / math.sqrt(d), generator=g)
-        nn.init.uniform_(self.w2, -1 / math.sqrt(hidden), 1 / math.sqrt(hidden), generator=g)
-        if bias:
-            self.b1 = nn.Parameter(torch.empty(n_experts, hidden, dtype=dtype))
-            self.b2 = nn.Parameter(torch.empty(n_experts, d, dtype=dtype))
-            nn.init.uniform_(self.b1, -1 / math.sqrt(d), 1 / math.sqrt(d), generator=g)
-            nn.init.uniform_(self.b2, -1 / math.sqrt(hidden), 1 / math.sqrt(hidden), generator=g)
-        else:
-            self.register_parameter("b1", None)
-            self.register_parameter("b2", None)
-
-    def forward(self, slots: torch.Tensor, experts_idx: torch.Tensor | None = None) -> torch.Tensor:
-        """Apply the experts to their slots.
-
-        Parameters
-        ----------
-        slots : Tensor, shape ``[b, n, p, d]`` or, with ``experts_idx``, ``[b, k, p, d]``
-            Slot ``(j, s)`` is fed to expert ``j`` (or to expert ``experts_idx[:, j]``).
-        experts_idx : LongTensor, shape ``[b, k]``, optional
-            Per-example expert indices: only these ``k`` experts are evaluated.
-
-        Returns
-        -------
-        Tensor, same shape as ``slots``
-        """
-        if experts_idx is None:
-            # shared weights: contract as n matrix products [b p, d] x [d, h] (no per-example copy)
-            h = torch.einsum("bjpd,jdh->bjph", slots, self.w1)
-            if self.b1 is not None:
-                h = h + self.b1[None, :, None, :]
-            h = self._act(h)
-            y = torch.einsum("bjph,jhd->bjpd", h, self.w2)
-            if self.b2 is not None:
-                y = y + self.b2[None, :, None, :]
-            return y
-        w1, w2 = self.w1[experts_idx], self.w2[experts_idx]  # [b, k, d, h]: per-example experts
-        h = torch.einsum("bjpd,bjdh->bjph", slots, w1)
-        if self.b1 is not None:
-            h = h + self.b1[experts_idx].unsqueeze(2)
-        h = self._act(h)
-        y = torch.einsum("bjph,bjhd->bjpd", h, w2)
-        if self.b2 is not None:
-            y = y + self.b2[experts_idx].unsqueeze(2)
-        return y
-
-    def n_weights(self, bias: bool = False) -> int:
-        """Expert parameter count (weights only by default, as seed 002 counts them)."""
-        return expert_param_count(self.d, self.hidden, self.n_experts, bias=bias and self.b1 is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +246,7 @@ class SoftMoEOutput:
 
 
 class SoftMoE(nn.Module):
-    """Soft MoE layer (seed 002, Definition 1), batched and device-aware.
+    """Soft MoE layer (the paper, Definition 1), batched and device-aware.
 
     Parameters
     ----------
@@ -366,7 +255,7 @@ class SoftMoE(nn.Module):
     n_experts : int
         Number of experts ``n``.
     slots_per_expert : int
-        ``p`` (seed 002 uses 1 throughout; Puigcerver et al. allow more).
+        ``p`` (the paper uses 1 throughout; Puigcerver et al. allow more).
     hidden : int, optional
         Expert hidden width; by default :func:`budget_hidden_width` ``(d, n, budget_factor)``.
     budget_factor : float
@@ -377,7 +266,7 @@ class SoftMoE(nn.Module):
         Biases inside the experts.
     normalize : bool
         Puigcerver et al.'s l2 normalisation of tokens and router columns with a learned scale
-        (cosine score); off by default, as in seed 002 (with it Theorem 1 does not apply).
+        (cosine score); off by default, as in the paper (with it Theorem 1 does not apply).
     random_state : int or torch.Generator
         Seed of the initial weights.  The router starts at ``N(0, 1/d)``.
 
@@ -395,7 +284,7 @@ class SoftMoE(nn.Module):
         super().__init__()
         if int(slots_per_expert) < 1:
             raise ValueError(f"slots_per_expert must be a positive integer, got {slots_per_expert!r}")
-        g = make_generator(random_state)
+        g = torch_generator(random_state)
         self.d, self.n_experts, self.slots_per_expert = int(d), int(n_experts), int(slots_per_expert)
         if hidden is None:
             hidden = budget_hidden_width(self.d, self.n_experts, budget_factor)
@@ -407,7 +296,11 @@ class SoftMoE(nn.Module):
             self.scale = nn.Parameter(torch.ones((), dtype=dtype))
         else:
             self.register_parameter("scale", None)
-        self.experts = ExpertMLPs(self.n_experts, self.d, int(hidden), activation, expert_bias, g, dtype)
+        self.hidden = int(hidden)
+        # n MLPs d -> hidden -> d; the weights are drawn before the biases (the order of the
+        # original Soft MoE module, so seeds reproduce its initial weights)
+        self.experts = ExpertMLP(self.n_experts, self.d, self.d, (self.hidden,), bias=expert_bias, activation=activation,
+                                 generator=g, init_order="weights_first", dtype=dtype)
 
     @property
     def n_slots(self) -> int:
@@ -444,7 +337,7 @@ class SoftMoE(nn.Module):
         x : Tensor, shape ``[b, m, d]``
         keep : BoolTensor, shape ``[b, n]`` or ``[n]``, optional
             Experts to keep; all experts are evaluated and the rows of the others are zeroed
-            (seed 002 Section 4.1).  ``C`` is **not** renormalised.
+            (the paper Section 4.1).  ``C`` is **not** renormalised.
         experts_idx : LongTensor, shape ``[b, k]``, optional
             Distinct expert indices per example; only these ``k`` experts (and their dispatch
             columns) are computed, which is what saves compute in Algorithm 1.  Same result as
@@ -466,7 +359,7 @@ class SoftMoE(nn.Module):
         if experts_idx is None:
             dispatch = torch.softmax(logits, dim=-2)
             slots = (dispatch.transpose(1, 2) @ x).reshape(b, n, p, self.d)
-            y = self.experts(slots)
+            y = self.experts.per_expert(slots)
             if keep is None:
                 kept = torch.ones(b, n, dtype=torch.bool, device=x.device)
             else:
@@ -485,7 +378,7 @@ class SoftMoE(nn.Module):
             sel_logits = logits.gather(2, cols[:, None, :].expand(b, m, k * p))
             sel_dispatch = torch.softmax(sel_logits, dim=-2)
             sel_slots = (sel_dispatch.transpose(1, 2) @ x).reshape(b, k, p, self.d)
-            sel_y = self.experts(sel_slots, experts_idx)
+            sel_y = self.experts.per_expert(sel_slots, experts_idx)
             y = x.new_zeros(b, n, p, self.d)
             y = y.scatter(1, experts_idx[:, :, None, None].expand(b, k, p, self.d), sel_y)
             slots = x.new_zeros(b, n, p, self.d).scatter(1, experts_idx[:, :, None, None].expand(b, k, p, self.d), sel_slots)
@@ -519,7 +412,7 @@ class SoftMoE(nn.Module):
 
 
 class SoftMoERegressor(nn.Module):
-    """Tokeniser -> Soft MoE -> non-trainable summation head (seed 002 Appendix B).
+    """Tokeniser -> Soft MoE -> non-trainable summation head (the paper Appendix B).
 
     The prediction for ``x`` in ``R^{m d}`` is the sum of all ``m d`` entries of the layer's
     output; there is no residual connection and nothing else is trained.
@@ -560,7 +453,7 @@ class SoftMoERegressor(nn.Module):
 
 
 class SoftMoEClassifier(nn.Module):
-    """Tokens -> Soft MoE -> flatten -> linear head (seed 002 Section 4.2 MNIST model).
+    """Tokens -> Soft MoE -> flatten -> linear head (the paper Section 4.2 MNIST model).
 
     Parameters
     ----------
@@ -580,7 +473,7 @@ class SoftMoEClassifier(nn.Module):
                  random_state: int | torch.Generator = 0, **layer_kwargs) -> None:
         super().__init__()
         self.m, self.d, self.n_classes = int(m), int(d), int(n_classes)
-        g = make_generator(random_state)
+        g = torch_generator(random_state)
         self.layer = SoftMoE(d, n_experts, budget_factor=budget_factor, random_state=g, **layer_kwargs)
         self.head = nn.Linear(m * d, n_classes)
         bound = 1 / math.sqrt(m * d)
@@ -615,7 +508,7 @@ class SoftMoEClassifier(nn.Module):
 class ConvSoftMoEClassifier(SoftMoEClassifier):
     """Conv stem -> tokens -> LayerNorm -> Soft MoE (no residual) -> flatten -> linear head.
 
-    A small analogue of seed 002's CIFAR-10 model (Appendix D.2): there a convolutional backbone
+    A small analogue of the paper's CIFAR-10 model (Appendix D.2): there a convolutional backbone
     turns each image into a ``3 x 3`` grid of 768-channel features, i.e. 9 tokens, which go through
     pre-norm transformer blocks whose FFNs are replaced by Soft MoE layers **without** the residual
     connection around them.  Here the stem is ``len(channels)`` convolutions ``3 x 3`` (padding 1,
@@ -665,7 +558,7 @@ class ConvSoftMoEClassifier(SoftMoEClassifier):
         for name, v in (("in_channels", in_channels), ("grid", grid), ("n_classes", n_classes)):
             if int(v) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        g = make_generator(random_state)
+        g = torch_generator(random_state)
         # the stem draws first, then the layer and the head (the base class), all from ``g``
         convs, c_in = [], int(in_channels)
         for c_out in channels:

@@ -1,6 +1,6 @@
-"""Expert-subset discovery for Soft MoE: Algorithm 1 of seed 002 and its baselines.
+"""Expert-subset discovery for Soft MoE: Algorithm 1 of the Soft MoE implicit-bias paper (2024) and its baselines.
 
-Algorithm 1 (seed 002, Section 4.3) for an input ``X``:
+Algorithm 1 (the paper, Section 4.3) for an input ``X``:
 
 1. ``C(X)`` = softmax of ``X Phi`` over slots (eq. 1);
 2. ``C_sum_j = sum_i C(X)_{ij}`` (summed over the tokens ``i``, and over the ``p`` slots of
@@ -228,7 +228,7 @@ def exhaustive_subset_search(contrib: torch.Tensor, bias: torch.Tensor, target: 
 
 
 def csum_top_share(c_sum: torch.Tensor, k: int) -> torch.Tensor:
-    """Share of ``C_sum`` held by the ``k`` largest experts (seed 002 Figure 6), per input.
+    """Share of ``C_sum`` held by the ``k`` largest experts (the paper's Figure 6), per input.
 
     Parameters
     ----------

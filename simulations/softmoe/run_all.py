@@ -1,4 +1,4 @@
-"""Reproduce every seed 002 (Soft MoE) figure and table recorded in docs/guide/softmoe.rst.
+"""Reproduce every figure and table of the Soft MoE implicit-bias paper (2024) recorded in docs/guide/softmoe.rst.
 
 Usage::
 
@@ -56,7 +56,7 @@ def main() -> int:
                 and not Path("/usr/share/datasets/fashion-mnist").is_dir():
             print("skipping fashion: dataset-fashion-mnist not installed (set MOESTAT_DATA)")
             continue
-        cmd = [sys.executable, "-m", "moestat.experiments.softmoe_study", *STEPS[name], "--out", str(Path(a.out) / name)]
+        cmd = [sys.executable, "-m", "moestat", "softmoe", *STEPS[name], "--out", str(Path(a.out) / name)]
         print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
         rc = subprocess.call(cmd, env=env)
         if rc:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Toy tables of seed 000 (Tables 3.1/3.2 layout) and the regression-toy expert recovery.
+# Toy tables of Krishnamurthy (2023) (Tables 3.1/3.2 layout) and the regression-toy expert recovery.
 # CPU only, single-threaded; about 15-25 minutes on one busy core.
 # Usage: bash simulations/thesis/run_toy_tables.sh [OUTDIR]
 set -euo pipefail

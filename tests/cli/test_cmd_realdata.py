@@ -21,8 +21,9 @@ def test_compare_on_digits_writes_table_and_plots(tmp_path, capsys):
                "--device", "cpu", "--out", str(out)])
     assert rc == 0
     table = capsys.readouterr().out
-    for g in ("mlp", "dense", "noisy_topk_load", "perturbed_cosine"):
+    for g in ("mlp", "dense", "noisy_topk_load", "perturbed"):
         assert g in table
+    assert "perturbed_cosine" not in table  # the alias is reported under the canonical name
     rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and {r["seed"] for r in rows} == {0, 1}
     summary = json.loads((out / "summary.json").read_text())
@@ -92,11 +93,49 @@ def test_readme_reference_parses_the_debian_readme():
 
 def test_every_gate_spec_builds():
     from moestat.data.images import load_dataset
-    from moestat.experiments.realdata import build_model, softmoe_available
+    from moestat.experiments.realdata import build_model
 
     ds = load_dataset("digits")
     for g in GATE_SPECS:
-        if g == "softmoe" and not softmoe_available():
-            continue
         m = build_model(g, ds, n_experts=4, k=2, expert_hidden=8)
         assert sum(p.numel() for p in m.parameters()) > 0
+
+
+def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
+    import moestat.cli.cmd_realdata as cmd
+
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the middle of the work")  # a ValueError too: still not bad input
+
+    monkeypatch.setattr(cmd, "run_experiment", boom)
+    rc = run_main(main, ["--dataset", "digits", "--gate", "dense", "--out", str(tmp_path / "o")], prog="moestat realdata")
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" in err and "internal error" in err
+
+
+def test_gate_names_accept_aliases_and_hyphens():
+    from moestat.experiments.realdata import parse_gates
+
+    assert parse_gates("perturbed-cosine,topk-mask,thesis:output-mixture") == ["perturbed", "topk_mask",
+                                                                              "thesis:output_mixture"]
+    assert parse_gates("perturbed_cosine,perturbed") == ["perturbed"]
+    with pytest.raises(ValueError, match="unknown thesis method"):
+        parse_gates("thesis:nope")
+
+
+def test_base_seed_is_an_alias_of_seed():
+    from moestat.cli.cmd_realdata import build_parser
+
+    assert build_parser().parse_args(["--base-seed", "4", "--out", "x"]).seed == 4
+    assert build_parser().parse_args(["--seed", "4", "--out", "x"]).seed == 4
+
+
+def test_rows_recorded_as_perturbed_cosine_are_read_as_perturbed(tmp_path, capsys):
+    out = tmp_path / "old"
+    out.mkdir()
+    row = {"gate": "perturbed_cosine", "seed": 0, "dataset": "digits", "test_accuracy": 0.5, "n_params": 10}
+    (out / "runs.jsonl").write_text(json.dumps(row) + "\n")
+    assert main(["--dataset", "digits", "--compare", "perturbed", "--seeds", "1", "--summarise-only", "--quiet",
+                 "--out", str(out)]) == 0
+    gates = json.loads((out / "summary.json").read_text())["gates"]
+    assert [g["gate"] for g in gates] == ["perturbed"] and gates[0]["test_accuracy_mean"] == 0.5

@@ -12,7 +12,9 @@ import pytest
 from moestat.cli.common import run_main
 from moestat.data.norm_target import constant_predictor_mse
 from moestat.cli.cmd_softmoe import main
-from moestat.experiments.softmoe_study import load_fashion_mnist_tokens, norm_target_table, read_idx, run_norm_target
+from moestat.data.images import read_idx
+from moestat.experiments.softmoe_norm_target import norm_target_table, run_norm_target
+from moestat.experiments.softmoe_subsets import load_image_tokens
 
 
 def _run(argv, capsys):
@@ -81,7 +83,7 @@ def test_idx_reader_and_fashion_loader(tmp_path):
         _write_idx(tmp_path / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n, dtype=np.uint8), 0x08)
     imgs = read_idx(tmp_path / "train-images-idx3-ubyte.gz")
     assert imgs.shape == (6, 28, 28) and imgs.dtype == np.uint8
-    Xtr, ytr, Xte, yte = load_fashion_mnist_tokens(tmp_path)
+    Xtr, ytr, Xte, yte = load_image_tokens("fashion-mnist", patch=14, data_path=tmp_path)
     assert Xtr.shape == (6, 4, 196) and Xte.shape == (3, 4, 196) and float(Xtr.max()) <= 1.0
     assert Xtr[0, 0, :14].mul(255).round().long().tolist() == imgs[0, 0, :14].tolist()
     (tmp_path / "bad.gz").write_bytes(gzip.compress(b"\x01\x02\x03\x04"))
@@ -93,3 +95,33 @@ def test_module_entry_point_reports_one_line():
     p = subprocess.run([sys.executable, "-m", "moestat", "softmoe", "norm-target", "--tokens", "3x3"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
+    import moestat.cli.cmd_softmoe as cmd
+
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the middle of the work")  # a ValueError too: still not bad input
+
+    monkeypatch.setattr(cmd, "run_subsets", boom)
+    rc = run_main(main, ["subsets", "--dataset", "digits", "--experts", "4", "--out", str(tmp_path / "o")],
+                  prog="moestat softmoe")
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" in err and "internal error" in err
+
+
+def test_no_subset_to_evaluate_is_a_usage_error_before_any_work(tmp_path, capsys):
+    out = tmp_path / "o"
+    rc = run_main(main, ["subsets", "--dataset", "digits", "--experts", "3", "--k-fracs", "2", "--out", str(out)],
+                  prog="moestat softmoe")
+    err = capsys.readouterr().err
+    assert rc == 2 and "no (n, k) pair" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_random_state_is_an_alias_of_seed():
+    from moestat.cli.cmd_softmoe import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["norm-target", "--random-state", "7"]).seed == 7
+    assert p.parse_args(["subsets", "--seed", "7"]).seed == 7

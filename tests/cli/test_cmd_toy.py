@@ -57,3 +57,24 @@ def test_module_entry_point_exit_status(tmp_path):
                            str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("moestat toy: error:")
     assert not (tmp_path / "x").exists()
+
+
+def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
+    import moestat.cli.cmd_toy as cmd
+
+    def boom(*args, **kwargs):
+        raise ValueError("a bug in the middle of the work")  # a ValueError too: still not bad input
+
+    monkeypatch.setattr(cmd, "run_classification", boom)
+    rc = run_main(main, ["classify", "--method", "top1", "--experts", "2", "--runs", "1", "--out", str(tmp_path / "o")],
+                  prog="moestat toy")
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" in err and "internal error" in err
+
+
+def test_method_names_accept_hyphens(tmp_path):
+    out = tmp_path / "h"
+    assert main(["classify", "--method", "output-mixture", "--experts", "2", "--runs", "1", "--epochs", "1",
+                 "--no-figures", "--quiet", "--out", str(out)]) == 0
+    rows = json.loads((out / "classify_results.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == ["output_mixture"]

@@ -146,3 +146,13 @@ def test_real_fashion_mnist_smoke():
     ev = evaluate_classifier(m, t["X_test"][:2000], t["y_test"][:2000])
     assert ev["accuracy"] > 0.6  # chance is 0.1
     assert torch.isfinite(torch.tensor(ev["loss"]))
+
+
+def test_the_one_digits_split_sizes_and_its_independence_of_val_fraction():
+    a = load_dataset("digits")
+    b = load_dataset("digits", val_fraction=0)
+    assert (len(a.y_train), len(a.y_val), len(a.y_test)) == (1317, 120, 360)
+    assert (len(b.y_train), len(b.y_val), len(b.y_test)) == (1437, 0, 360)
+    assert np.array_equal(a.y_test, b.y_test) and np.array_equal(a.X_test, b.X_test)
+    # stratified: every class has its share of the test split (36 of about 180 each)
+    assert np.bincount(a.y_test).min() >= 35 and np.bincount(a.y_test).max() <= 37

@@ -1,4 +1,4 @@
-"""Conv-stem Soft MoE classifier (analogue of seed 002's CIFAR-10 model) and its subset evaluation."""
+"""Conv-stem Soft MoE classifier (analogue of the Soft MoE implicit-bias paper's CIFAR-10 model) and its subset evaluation."""
 
 import json
 
@@ -9,7 +9,8 @@ from moestat.cli.common import run_main
 from moestat.nn.softmoe import ConvSoftMoEClassifier, SoftMoE
 from moestat.nn.subsets import algorithm1_select, subset_predictions
 from moestat.cli.cmd_softmoe import main
-from moestat.experiments.softmoe_study import evaluate_subsets, load_digits_images, load_digits_tokens, validation_split
+from moestat.data.images import load_dataset
+from moestat.experiments.softmoe_subsets import evaluate_subsets, load_image_tokens
 
 
 def _imgs(b=6, seed=0, size=8):
@@ -84,15 +85,19 @@ def test_evaluate_subsets_on_conv_model():
     assert r1["oracle"] >= r1["alg1"] - 1e-12 and r1["evals_saved"] == pytest.approx(0.75)
 
 
-def test_digit_loaders_share_the_split_and_validation_is_inside_train():
-    Xi, yi, Xit, yit = load_digits_images(random_state=5)
-    Xt, yt, Xtt, ytt = load_digits_tokens(4, random_state=5)
+def test_digit_inputs_share_the_one_split_and_validation_is_inside_train():
+    Xi, yi, Xit, yit = load_image_tokens("digits", arch="conv", split_seed=5)
+    Xt, yt, Xtt, ytt = load_image_tokens("digits", arch="patch", patch=4, split_seed=5)
     assert Xi.shape[1:] == (8, 8) and Xt.shape[1:] == (4, 16)
     assert torch.equal(yi, yt) and torch.equal(yit, ytt)
     assert torch.equal(Xt[:, 0], Xi[:, :4, :4].reshape(-1, 16))
-    Xf, yf, Xv, yv = validation_split(Xi, yi, 0.25, random_state=0)
-    assert len(yf) + len(yv) == len(yi) and abs(len(yv) - 0.25 * len(yi)) <= 1
-    flat = {tuple(r.flatten().tolist()) for r in Xi}
+    # the one digits split of moestat.data.images: a stratified 20% test split
+    ds = load_dataset("digits", val_fraction=0, random_state=5)
+    assert torch.equal(yit, torch.from_numpy(ds.y_test)) and len(yit) == 360 and len(yi) == 1437
+    X0 = load_image_tokens("digits", arch="conv", split_seed=0)[0]
+    Xf, yf, Xv, yv = load_image_tokens("digits", arch="conv", split="val", split_seed=0)
+    assert len(yf) + len(yv) == len(X0) and abs(len(yv) - 0.25 * len(X0)) <= 1
+    flat = {tuple(r.flatten().tolist()) for r in X0}
     assert all(tuple(r.flatten().tolist()) in flat for r in Xv)  # validation images come from train
 
 
@@ -106,7 +111,7 @@ def test_cli_conv_tiny_run(tmp_path, capsys):
     res = json.loads((out / "subsets.json").read_text())
     cfg = res["config"]
     assert cfg["arch"] == "conv" and cfg["split"] == "val" and cfg["grid"] == 3 and cfg["token_norm"] is True
-    assert res["rows"][0]["n_test"] == cfg["n_test"] and cfg["n_test"] + cfg["n_train"] == 1347
+    assert res["rows"][0]["n_test"] == cfg["n_test"] and cfg["n_test"] + cfg["n_train"] == 1437  # digits minus its test split
     assert res["models"][0]["hidden"] == 8 and res["rows"][0]["token_dim"] == 8  # 4 * 8 / 4
 
 

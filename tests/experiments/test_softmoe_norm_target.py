@@ -1,4 +1,4 @@
-"""The ||X||_2 target and Theorem 1's witness pairs (seed 002 Section 3, Appendices A and B)."""
+"""The ||X||_2 target and Theorem 1's witness pairs (the Soft MoE implicit-bias paper, 2024, Section 3, Appendices A and B)."""
 
 import math
 
@@ -15,7 +15,7 @@ from moestat.data.norm_target import (
     witness_pairs,
 )
 from moestat.nn.softmoe import SoftMoERegressor
-from moestat.experiments.softmoe_study import fit_regressor, witness_check
+from moestat.experiments.softmoe_norm_target import fit_regressor, witness_check
 
 
 def test_sampler_is_seeded_and_labels_are_norms():
@@ -75,7 +75,7 @@ def test_tolerance():
 def test_one_expert_is_worse_than_many_on_the_norm_target():
     """Appendix B's claim in miniature (5x2 tokens, 2 seeds, 1500 steps): n = 1 ends above the
     best of n in {2, 5}.  Only the ordering n = 1 vs best n > 1 is asserted, not monotonicity."""
-    from moestat.experiments.softmoe_study import norm_target_table, run_norm_target
+    from moestat.experiments.softmoe_norm_target import norm_target_table, run_norm_target
 
     res = run_norm_target(tokens=("5x2",), experts=(1, 2, 5), steps=1500, seeds=2, eval_size=5000, random_state=11,
                           a_values=(20.0,))

@@ -1,4 +1,4 @@
-"""The thesis's training methods (seed 000) on the toy problems, and the MoE module."""
+"""The thesis's training methods (Krishnamurthy 2023) on the toy problems, and the MoE layer."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,9 @@ from torch import nn
 
 from moestat.data.toy import ROTATION, SCALING, make_toy_classification, make_toy_regression
 from moestat.nn.metrics import gate_sparsity
-from moestat.nn.methods import METHODS, Method, evaluate_moe, get_method, predict_moe, train_moe
-from moestat.nn.moe import MoE
+from moestat.nn.layer import MoELayer
+from moestat.nn.methods import METHODS, Method, get_method, train_moe
+from moestat.nn.predict import evaluate_moe, predict_moe
 from moestat.experiments.decomposition import toy_model
 
 
@@ -47,7 +48,7 @@ def test_regression_toy_recovers_R_and_S():
 def test_top1_gate_gets_no_gradient():
     # softmax(KeepTopK(z, 1)) is identically 1 on the kept expert: Eq. 2.6-2.8 give the gate no signal.
     d = make_toy_classification(120, 10, random_state=0)
-    model = MoE(2, 6, 3, random_state=0)
+    model = MoELayer(2, 6, 3, random_state=0)
     before = [p.detach().clone() for p in model.gate_parameters()]
     train_moe(model, d, "top1", epochs=2, random_state=0)
     for b, p in zip(before, model.gate_parameters()):
@@ -59,7 +60,7 @@ def test_em_differs_from_output_mixture(toy):
     # epoch-level E-step of the generalised EM must not.
     outs = {}
     for name in ("em", "output_mixture"):
-        m = MoE(2, 6, 3, random_state=4)
+        m = MoELayer(2, 6, 3, random_state=4)
         train_moe(m, toy, name, epochs=2, random_state=5)
         outs[name] = m.router_weight.detach().clone()
     assert not torch.allclose(outs["em"], outs["output_mixture"])
@@ -75,7 +76,7 @@ def test_distillation_returns_plain_gate_with_teacher_experts(toy):
 
 
 def test_peeking_phases_and_frozen_experts(toy):
-    model = MoE(2, 6, 3, random_state=0)
+    model = MoELayer(2, 6, 3, random_state=0)
     res = train_moe(model, toy, get_method("peeking_expert", split_fraction=0.5), epochs=7, random_state=0)
     phases = [h["phase"] for h in res.history]
     assert phases[0] == "peeking_step1" and "peeking_gate_frozen_experts" in phases and phases[-1] == "peeking_joint"
@@ -84,7 +85,7 @@ def test_peeking_phases_and_frozen_experts(toy):
 def test_dual_temperature_schedule():
     d = make_toy_classification(120, 10, random_state=0)
     m = get_method("dual_temperature", temperature=4.0, temperature_decay=0.5, decay_start=0.5)
-    res = train_moe(MoE(2, 6, 3, random_state=0), d, m, epochs=6, random_state=0)
+    res = train_moe(MoELayer(2, 6, 3, random_state=0), d, m, epochs=6, random_state=0)
     temps = [h["temperature"] for h in res.history]
     assert temps[:3] == [4.0] * 3 and temps[3] == pytest.approx(4.0) and temps[4] == pytest.approx(4.0 / 1.5)
     assert min(temps) >= 1.0
@@ -92,34 +93,34 @@ def test_dual_temperature_schedule():
 
 def test_loudest_schedule_blocks():
     d = make_toy_classification(120, 10, random_state=0)
-    res = train_moe(MoE(2, 6, 2, random_state=0), d, "loudest_expert", epochs=8, random_state=0)
+    res = train_moe(MoELayer(2, 6, 2, random_state=0), d, "loudest_expert", epochs=8, random_state=0)
     assert [h["temperature"] for h in res.history] == [10.0, 10.0, 1.0, 1.0, 0.01, 0.01, 0.001, 0.001]
 
 
 def test_training_is_seeded_and_module_train_untouched():
-    assert MoE.train is nn.Module.train
+    assert MoELayer.train is nn.Module.train
     d = make_toy_classification(240, 10, random_state=0)
     w = []
     for _ in range(2):
-        m = MoE(2, 6, 3, random_state=7)
+        m = MoELayer(2, 6, 3, random_state=7)
         train_moe(m, d, "stochastic", epochs=2, random_state=8)
         w.append(m.router_weight.detach().clone())
     torch.testing.assert_close(w[0], w[1])
 
 
 def test_moe_module_general_shapes_and_groups():
-    m = MoE(5, 3, 4, task="regression", expert_hidden=(8, 6), gate_hidden=(7,), gate_kind="perturbed", random_state=0)
+    m = MoELayer(5, 3, 4, task="regression", expert_hidden=(8, 6), gate_hidden=(7,), gate_kind="perturbed", random_state=0)
     out = m(torch.randn(10, 5))
     assert out.expert_out.shape == (10, 4, 3) and out.gate_logits.shape == (10, 4)
     assert out.expert_hidden.shape == (10, 4, 6) and out.gate_hidden.shape == (10, 7)
     e, g = {id(p) for p in m.expert_parameters()}, {id(p) for p in m.gate_parameters()}
     assert not (e & g) and e | g == {id(p) for p in m.parameters()}
-    att = MoE(5, 3, 4, gate_type="attentive", expert_hidden=(8,), random_state=0)
+    att = MoELayer(5, 3, 4, gate_type="attentive", expert_hidden=(8,), random_state=0)
     assert att(torch.randn(2, 5)).gate_logits.shape == (2, 4)
-    cos = MoE(2, 6, 3, gate_kind="cosine", gate_bias=False, random_state=0)
+    cos = MoELayer(2, 6, 3, gate_kind="cosine", gate_bias=False, random_state=0)
     assert cos(torch.randn(4, 2)).gate_logits.abs().max() <= 1.0 + 1e-6  # cosine scores
     with pytest.raises(ValueError, match="gate_kind"):
-        MoE(2, 6, 3, gate_kind="rbf")
+        MoELayer(2, 6, 3, gate_kind="rbf")
     with pytest.raises(ValueError, match="shape"):
         m(torch.randn(3, 2))
 
@@ -134,10 +135,10 @@ def test_method_validation_messages():
     with pytest.raises(ValueError, match="regularisers"):
         Method("x", "entropy", "select", "loudest", importance=0.2)
     with pytest.raises(ValueError, match="attentive"):
-        train_moe(MoE(2, 6, 3), (np.zeros((4, 2)), np.zeros(4)), "attentive")
+        train_moe(MoELayer(2, 6, 3), (np.zeros((4, 2)), np.zeros(4)), "attentive")
     with pytest.raises(ValueError, match="classification only"):
-        train_moe(MoE(2, 2, 2, task="regression"), (np.zeros((4, 2)), np.zeros((4, 2))), "loudest_expert")
+        train_moe(MoELayer(2, 2, 2, task="regression"), (np.zeros((4, 2)), np.zeros((4, 2))), "loudest_expert")
     with pytest.raises(ValueError, match="class labels"):
-        train_moe(MoE(2, 6, 3), (np.zeros((4, 2)), np.full(4, 9)), "stochastic")
+        train_moe(MoELayer(2, 6, 3), (np.zeros((4, 2)), np.full(4, 9)), "stochastic")
     with pytest.raises(ValueError, match="exceeds"):
-        train_moe(MoE(2, 6, 1), (np.zeros((4, 2)), np.zeros(4)), "top2")
+        train_moe(MoELayer(2, 6, 1), (np.zeros((4, 2)), np.zeros(4)), "top2")

@@ -1,4 +1,4 @@
-"""Decomposition metrics (seed 000, Ch. 4), error attribution (seed 003) and the regularisers."""
+"""Decomposition metrics (Krishnamurthy 2023, Ch. 4), error attribution (Krishnamurthy & Watkins 2021) and the regularisers."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Routers of moestat.nn.routers: forward/backward, the seed 001 formulas, the k = 1 problem."""
+"""Routers of moestat.nn.routers: forward/backward, the formulas of Datta (2024), the k = 1 problem."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from scipy.stats import norm
 
 from moestat.model.gates import Gate
+from moestat.nn.regularizers import importance_loss
 from moestat.nn.routers import (
     ROUTERS,
     NoisyTopKRouter,
     cv_squared,
-    importance_loss,
     load_loss,
     make_router,
     noisy_top_k_load,
@@ -74,7 +74,7 @@ def test_topk_mask_is_gate_weights_and_naive_is_unrenormalised():
 
 @pytest.mark.parametrize("tau", [None, 0.5, (0.3, 2.0)])
 def test_cosine_routers_match_core_gate(tau):
-    name = "cosine" if tau is None else "perturbed_cosine"
+    name = "cosine" if tau is None else "perturbed"
     r = make_router(name, 5, 4, 2, tau=tau if tau is not None else 1.0)
     with torch.no_grad():
         r.bias.copy_(torch.tensor([0.1, -0.2, 0.3, 0.0]))
@@ -88,7 +88,7 @@ def test_importance_loss_hand_computation():
     w = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.2, 0.3, 0.5]])
     imp = np.array([1.7, 0.8, 0.5])
     cv2 = (imp.std(ddof=0) / imp.mean()) ** 2
-    assert importance_loss(w, 0.1).item() == pytest.approx(0.1 * cv2, rel=1e-6)
+    assert importance_loss(w, 0.1, squared=True).item() == pytest.approx(0.1 * cv2, rel=1e-6)
     assert cv_squared(torch.tensor([2.0, 2.0, 2.0])).item() == pytest.approx(0.0, abs=1e-12)
 
 
@@ -144,7 +144,7 @@ def test_noisy_router_zero_init_and_eval_is_deterministic():
     assert out.aux_loss.item() == 0.0 and torch.equal(out.weights, r(x).weights)
 
 
-@pytest.mark.parametrize("name", ["topk_mask", "noisy_topk", "cosine", "perturbed_cosine"])
+@pytest.mark.parametrize("name", ["topk_mask", "noisy_topk", "cosine", "perturbed", "perturbed_cosine"])
 def test_k1_zero_gradient_problem_and_fix(name):
     """k = 1: softmax over one kept logit is constant 1, so the gate gets no gradient unless fixed."""
     x = torch.rand(6, 5, generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""Soft MoE layer (seed 002, Definition 1): shapes, weight normalisations, the n = 1 collapse."""
+"""Soft MoE layer (the Soft MoE implicit-bias paper, 2024, Definition 1): shapes, weight normalisations, the n = 1 collapse."""
 
 import itertools
 
@@ -46,7 +46,7 @@ def test_single_expert_collapses_to_one_expert_on_the_dispatch_average():
     w = torch.softmax(x @ layer.router_weight[0], dim=1)  # [b, m], softmax over tokens
     avg = (w[:, :, None] * x).sum(1)  # [b, d]
     e = layer.experts
-    f = torch.relu(avg @ e.w1[0] + e.b1[0]) @ e.w2[0] + e.b2[0]
+    f = torch.relu(avg @ e.weights[0][0] + e.biases[0][0]) @ e.weights[1][0] + e.biases[1][0]
     torch.testing.assert_close(det.output, f[:, None, :].expand(6, 5, 4))
 
 

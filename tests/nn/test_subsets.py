@@ -1,4 +1,4 @@
-"""Algorithm 1, random subsets and the exhaustive existence test (seed 002 Sections 4.2-4.3)."""
+"""Algorithm 1, random subsets and the exhaustive existence test (the Soft MoE implicit-bias paper, 2024, Sections 4.2-4.3)."""
 
 import itertools
 import math
