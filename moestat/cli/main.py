@@ -33,7 +33,7 @@ def _help() -> str:
 
     width = max(len(n) for n in SUBCOMMANDS)
     lines = [
-        f"usage: moestat [--version] [--debug] <subcommand> [options]",
+        "usage: moestat [--version] [--debug] <subcommand> [options]",
         "",
         f"moestat {__version__}: statistical simulation and estimation rates of Mixture-of-Experts models.",
         "",

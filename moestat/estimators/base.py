@@ -33,6 +33,8 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from moestat.devices import resolve_device
+from moestat.estimators.validation import prepare_data
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -127,6 +129,21 @@ class MoEEstimator(BaseEstimator):
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "MoEEstimator":  # pragma: no cover - abstract
         """Fit every replicate of ``X [R, n, d]``, ``Y [R, n]`` (optional start ``init``); return ``self``."""
         raise NotImplementedError
+
+    def _start_fit(self, X, Y, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.device]:
+        """The first steps of every ``fit``: check the constructor arguments, resolve the device
+        (or use ``device``), and check the data.
+
+        Returns
+        -------
+        X : Tensor, shape ``[R, n, d]``
+        Y : Tensor, shape ``[R, n]``
+        device : torch.device
+        """
+        self._check_params()
+        dev = resolve_device(self.device) if device is None else device
+        Xt, Yt = prepare_data(X, Y, self.n_components, dev)
+        return Xt, Yt, dev
 
     def _set_fit(
         self,

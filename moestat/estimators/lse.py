@@ -28,7 +28,6 @@ from moestat.estimators.validation import (
     check_n_components,
     check_positive_float,
     check_positive_int,
-    prepare_data,
     prepare_init,
 )
 
@@ -223,10 +222,8 @@ class LeastSquaresMoE(MoEEstimator):
         -------
         self
         """
-        self._check_params()
-        dev = resolve_device(self.device)
+        Xt, Yt, dev = self._start_fit(X, Y)
         k = self.n_components
-        Xt, Yt = prepare_data(X, Y, k, dev)
         R, n, d = Xt.shape
         rng = self._rng()
         starts = self._starts(R, d, init, rng)

@@ -16,7 +16,7 @@ from moestat.model.regression import MoEModel
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.levenberg_marquardt import objective_and_grad
 from moestat.estimators.starts import random_starts
-from moestat.estimators.validation import check_model, check_n_components, prepare_data, prepare_init
+from moestat.estimators.validation import check_model, check_n_components, prepare_init
 
 __all__ = ["NullEstimator"]
 
@@ -103,9 +103,8 @@ class NullEstimator(MoEEstimator):
         -------
         self
         """
-        self._check_params()
+        Xt, Yt, _ = self._start_fit(X, Y, device=torch.device("cpu"))  # nothing to fit: the CPU is enough
         k = self.n_components
-        Xt, Yt = prepare_data(X, Y, k, torch.device("cpu"))
         R, n, d = Xt.shape
         if init is None:
             G = random_starts(R, k, d, self._rng())

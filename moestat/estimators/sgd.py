@@ -32,7 +32,6 @@ from moestat.estimators.validation import (
     check_n_components,
     check_positive_float,
     check_positive_int,
-    prepare_data,
     prepare_init,
 )
 
@@ -181,10 +180,8 @@ class SGDMoE(MoEEstimator):
         -------
         self
         """
-        self._check_params()
-        dev = resolve_device(self.device)
+        Xt, Yt, dev = self._start_fit(X, Y)
         k = self.n_components
-        Xt, Yt = prepare_data(X, Y, k, dev)
         R, n, d = Xt.shape
         rng = self._rng()
         G0 = random_starts(R, k, d, rng) if init is None else prepare_init(init, R, k, d)

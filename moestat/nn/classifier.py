@@ -39,7 +39,7 @@ from torch.nn import functional as F
 from moestat.nn import metrics
 from moestat.model.gates import canonical_name
 from moestat.nn.layer import MoELayer, MoEOutput
-from moestat.nn.routers import ROUTERS, NoisyTopKRouter
+from moestat.nn.routers import LAYER_ROUTERS, NoisyTopKRouter
 from moestat.nn.train import FitResult, ShuffledBatches, fit
 from moestat.seeding import torch_generator
 
@@ -118,7 +118,7 @@ class MoEClassifier(nn.Module):
     k : int or None
         Experts per input for the sparse routers.
     router : str
-        One of :data:`moestat.nn.routers.ROUTERS` (aliases such as ``perturbed_cosine`` accepted).
+        One of :data:`moestat.nn.routers.LAYER_ROUTERS` (aliases such as ``perturbed_cosine`` accepted).
     expert_hidden : int
         Hidden width of each expert.
     gate_hidden : int or None
@@ -170,9 +170,9 @@ class MoEClassifier(nn.Module):
         if method not in CLASSIFIER_METHODS:
             raise ValueError(f"method must be one of {CLASSIFIER_METHODS}, got {method!r}")
         try:
-            router = canonical_name(router, ROUTERS)
+            router = canonical_name(router, LAYER_ROUTERS)
         except ValueError:
-            raise ValueError(f"unknown router {router!r}; expected one of {ROUTERS}") from None
+            raise ValueError(f"unknown router {router!r}; expected one of {LAYER_ROUTERS}") from None
         self.in_features, self.n_classes, self.n_experts = int(in_features), int(n_classes), int(n_experts)
         self.combine, self.method, self.router_name = combine, method, router
         gen = torch_generator(int(random_state))

@@ -119,7 +119,7 @@ class MoELayer(nn.Module):
     activation : str
         Hidden activation of both MLPs (:data:`moestat.model.experts.ACTIVATIONS`).
     router : str, optional
-        A router of :data:`moestat.nn.routers.ROUTERS` as gate head instead of the score router.
+        A router of :data:`moestat.nn.routers.LAYER_ROUTERS` as gate head instead of the score router.
     k : int, optional
         Experts per input of a sparse ``router``.
     router_kwargs : dict, optional

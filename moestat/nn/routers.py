@@ -7,7 +7,7 @@ full softmax probabilities and an auxiliary loss.  The score and Top-K vocabular
 the trainable parameters and the Datta (2024) / Shazeer et al. (2017) pieces that are not in it
 (noise, un-renormalised top-k, balancing losses).
 
-Routers (``ROUTERS``):
+Routers (``LAYER_ROUTERS``):
 
 ========================  ====================================================================
 ``dense``                 softmax(x W^T + b) over all M experts (thesis "output mixture" gate)
@@ -45,7 +45,7 @@ from moestat.model.gates import canonical_name, gate_scores, gate_weights, top_k
 from moestat.nn.regularizers import importance_loss
 
 __all__ = [
-    "ROUTERS",
+    "LAYER_ROUTERS",
     "RouterOutput",
     "Router",
     "DenseRouter",
@@ -59,8 +59,10 @@ __all__ = [
     "make_router",
 ]
 
-#: Router names; ``perturbed_cosine`` is accepted as an alias of ``perturbed`` (and ``-`` for ``_``).
-ROUTERS = ("dense", "naive_topk", "topk_mask", "noisy_topk", "cosine", "perturbed")
+#: The routers a neural MoE layer can use (a different list from the statistical score kinds of
+#: :data:`moestat.model.gates.GATE_KINDS`, which these reuse for ``cosine`` and ``perturbed``);
+#: ``perturbed_cosine`` is accepted as an alias of ``perturbed`` (and ``-`` for ``_``).
+LAYER_ROUTERS = ("dense", "naive_topk", "topk_mask", "noisy_topk", "cosine", "perturbed")
 
 _EPS = 1e-10
 
@@ -395,7 +397,7 @@ def make_router(
     Parameters
     ----------
     name : str
-        One of :data:`ROUTERS`.
+        One of :data:`LAYER_ROUTERS`.
     in_features : int
         Router input dimension.
     n_experts : int
@@ -424,9 +426,9 @@ def make_router(
     (torch.Size([3, 4]), 6)
     """
     try:
-        name = canonical_name(name, ROUTERS)
+        name = canonical_name(name, LAYER_ROUTERS)
     except ValueError:
-        raise ValueError(f"unknown router {name!r}; expected one of {ROUTERS}") from None
+        raise ValueError(f"unknown router {name!r}; expected one of {LAYER_ROUTERS}") from None
     common = dict(w_importance=w_importance, k1_fix=k1_fix)
     if name == "dense":
         return DenseRouter(in_features, n_experts, **common)
@@ -443,4 +445,4 @@ def make_router(
         if not all(v > 0 for v in t):
             raise ValueError(f"the perturbed cosine router needs tau > 0, got {tau!r} (tau = 0 is the vanilla 'cosine')")
         return CosineRouter(in_features, n_experts, k, tau=t, temperature=temperature, **common)
-    raise AssertionError(f"router {name!r} is in ROUTERS but not built")  # pragma: no cover
+    raise AssertionError(f"router {name!r} is in LAYER_ROUTERS but not built")  # pragma: no cover

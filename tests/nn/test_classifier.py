@@ -15,7 +15,7 @@ from moestat.nn.classifier import (
     fit_classifier,
     matched_mlp_hidden,
 )
-from moestat.nn.routers import ROUTERS
+from moestat.nn.routers import LAYER_ROUTERS
 
 
 def _data(n=64, d=12, C=3, seed=0):
@@ -25,7 +25,7 @@ def _data(n=64, d=12, C=3, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("router", ROUTERS)
+@pytest.mark.parametrize("router", LAYER_ROUTERS)
 @pytest.mark.parametrize("combine", ["probs", "logits"])
 def test_each_gate_forward_backward(router, combine):
     X, y = _data()

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from moestat.model.gates import Gate
 from moestat.nn.regularizers import importance_loss
 from moestat.nn.routers import (
-    ROUTERS,
+    LAYER_ROUTERS,
     NoisyTopKRouter,
     cv_squared,
     load_loss,
@@ -33,7 +33,7 @@ def _router(name, k=2, **kw):
     return r
 
 
-@pytest.mark.parametrize("name", ROUTERS)
+@pytest.mark.parametrize("name", LAYER_ROUTERS)
 def test_forward_backward_tiny_batch(name):
     r = _router(name, k=2, w_importance=0.1, w_load=0.1 if name == "noisy_topk" else 0.0)
     x = torch.rand(6, 5, generator=torch.Generator().manual_seed(3))
