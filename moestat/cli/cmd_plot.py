@@ -23,14 +23,19 @@ def _list(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``moestat plot``."""
+def build_parser() -> ArgumentParser:
+    """The argument parser of ``moestat plot``."""
     p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv.", epilog=EXAMPLES)
     p.add_argument("run_dir", metavar="DIR", help="output folder of moestat rates")
     p.add_argument("--losses", type=_list, default=["voronoi"], help="comma list of losses (voronoi, voronoi_direction, param_single, param_multi, mass, regression_l2)")
     p.add_argument("--routers", type=_list, default=None, help="comma list of routers, aliases accepted (default: all in the run)")
     p.add_argument("--name", default="convergence", help="file stem of the figure (default convergence)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``moestat plot``."""
+    args = build_parser().parse_args(argv)
     with usage_errors():
         plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name)
     paths = draw_redraw(plan)

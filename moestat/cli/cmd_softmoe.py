@@ -49,10 +49,10 @@ def build_parser() -> ArgumentParser:
     a.add_argument("--seeds", type=positive_int, default=5, help="seeds per configuration (default 5)")
     a.add_argument("--tokens", default="5x2,2x5", help="comma-separated tokenisations m x d of R^10 (default 5x2,2x5)")
     a.add_argument("--experts", type=int_list, default=[1, 2, 5, 10], help="numbers of experts (default 1,2,5,10)")
-    a.add_argument("--batch-size", type=positive_int, default=256)
-    a.add_argument("--lr", type=nonneg_float, default=1e-3)
+    a.add_argument("--batch-size", type=positive_int, default=256, help="samples per Adam step")
+    a.add_argument("--lr", type=nonneg_float, default=1e-3, help="Adam learning rate (> 0)")
     a.add_argument("--budget-factor", type=nonneg_float, default=10.0, help="expert width c*d/n (default c=10)")
-    a.add_argument("--eval-size", type=positive_int, default=20000)
+    a.add_argument("--eval-size", type=positive_int, default=20000, help="fresh samples for the final mean squared error")
     add_seed(a)
     _seed_alias(a)
     add_device(a)
@@ -63,7 +63,7 @@ def build_parser() -> ArgumentParser:
                        description="The paper's Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\n"
                                    "Example:\n  moestat softmoe subsets --dataset digits --experts 4,8,16 "
                                    "--model-seeds 5 --out results/digits")
-    b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits")
+    b.add_argument("--dataset", choices=("digits", "fashion-mnist", "norm"), default="digits", help="scikit-learn digits, Fashion-MNIST (IDX files) or the ||X||_2 regression task")
     b.add_argument("--arch", choices=("conv", "patch"), default=None,
                    help="classifier: conv stem -> 9 tokens -> LayerNorm -> Soft MoE (no residual) -> linear head, or "
                         "patch tokens -> Soft MoE -> linear head (the paper's MNIST model); default conv for digits, "
@@ -77,21 +77,21 @@ def build_parser() -> ArgumentParser:
     b.add_argument("--split-seed", type=nonneg_int, default=0,
                    help="seed of the digits test split and of the validation split (default 0: the split of every "
                         "digits run)")
-    b.add_argument("--experts", type=int_list, default=[4, 8, 16])
+    b.add_argument("--experts", type=int_list, default=[4, 8, 16], help="numbers of experts n, one model per n and model seed")
     b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
     b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
-    b.add_argument("--model-seeds", type=positive_int, default=3)
-    b.add_argument("--random-seeds", type=positive_int, default=10)
-    b.add_argument("--epochs", type=positive_int, default=None)
+    b.add_argument("--model-seeds", type=positive_int, default=3, help="models trained per n")
+    b.add_argument("--random-seeds", type=positive_int, default=10, help="random k-subsets drawn per test point as the baseline")
+    b.add_argument("--epochs", type=positive_int, default=None, help="training epochs (default: 60 digits, 5 fashion-mnist)")
     b.add_argument("--steps", type=positive_int, default=3000, help="Adam steps for --dataset norm")
-    b.add_argument("--batch-size", type=positive_int, default=None)
-    b.add_argument("--lr", type=nonneg_float, default=1e-3)
-    b.add_argument("--budget-factor", type=nonneg_float, default=None)
-    b.add_argument("--patch", type=positive_int, default=None)
+    b.add_argument("--batch-size", type=positive_int, default=None, help="mini-batch size (default: 64 digits, 256 otherwise)")
+    b.add_argument("--lr", type=nonneg_float, default=1e-3, help="Adam learning rate (> 0)")
+    b.add_argument("--budget-factor", type=nonneg_float, default=None, help="expert width c*d/n (default: c = 4 conv, 16 digits patch, 4 fashion-mnist, 16 norm)")
+    b.add_argument("--patch", type=positive_int, default=None, help="patch side of the patch model (default: 4 digits, 14 fashion-mnist)")
     b.add_argument("--tokens", default="5x2", help="tokenisation for --dataset norm")
     b.add_argument("--data-path", default=None, help="Fashion-MNIST IDX folder (default $MOESTAT_DATA/fashion-mnist "
                                                      "or /usr/share/datasets/fashion-mnist)")
-    b.add_argument("--max-exhaustive", type=positive_int, default=5000)
+    b.add_argument("--max-exhaustive", type=positive_int, default=5000, help="largest number of k-subsets searched exhaustively for the oracle")
     add_seed(b)
     _seed_alias(b)
     add_device(b)

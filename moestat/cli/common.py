@@ -73,11 +73,25 @@ def usage_errors() -> Iterator[None]:
         raise UsageError(_first_line(exc)) from exc
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples kept verbatim; every option's default shown (unless its help text
+    already states it, or there is none to show)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text or default in (None, False, argparse.SUPPRESS)
+                or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default {shown})" if text else f"(default {shown})"
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with examples kept verbatim in ``--help``, shown defaults and one-line errors."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse prints usage + message; we keep it to one line
@@ -120,6 +134,7 @@ def _int_at_least(minimum: int, what: str):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return v
 
+    parse.__name__ = what.replace(" ", "_")
     return parse
 
 

@@ -115,3 +115,39 @@ def test_module_doors_outside_the_repository(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "th" / "theory_report.md").exists()
+
+
+def _parsers():
+    import argparse
+    import importlib
+
+    for name, (mod, _) in SUBCOMMANDS.items():
+        p = importlib.import_module(mod).build_parser()
+        yield p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                yield from a.choices.values()
+
+
+def test_every_option_of_every_subcommand_has_help():
+    import argparse
+
+    missing = [f"{p.prog} {a.option_strings[0] if a.option_strings else a.dest}"
+               for p in _parsers() for a in p._actions
+               if not a.help and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_shared_options_mean_the_same_everywhere():
+    # --seed, --out, --n-jobs, --device, --quiet, --resume: same type and same help wording
+    # (defaults may differ per subcommand and are shown in --help)
+    seen = {}
+    for p in _parsers():
+        for a in p._actions:
+            for opt in ("--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out"):
+                if opt in a.option_strings:
+                    seen.setdefault(opt, []).append((p.prog, a.type, type(a).__name__))
+    assert set(seen) == {"--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out"}
+    for opt, uses in seen.items():
+        kinds = {(t, k) for _, t, k in uses}
+        assert len(kinds) == 1, f"{opt} is parsed differently across subcommands: {uses}"
