@@ -13,7 +13,8 @@ on the validation split.  Written to ``--out``:
 Metrics: token accuracy over real tokens and validation loss (what the study reports); entity
 precision/recall/F1 (NER) or exact match/F1 (spans) of :mod:`moestat.nn.span_metrics`; the
 task-decomposition metrics of :mod:`moestat.nn.metrics` on the router's softmax over the
-validation tokens (``H_s``, ``H_u``, and ``I(E;Y)`` between the top expert and the gold tag).
+validation tokens (``H_s``, ``H_u``, and ``I(E;Y)`` between the top expert and the gold tag), and
+``H_assign``, the entropy of the top-k assignment histogram (:func:`assignment_entropy`).
 
 Tasks (:func:`load_task`): ``conll`` and ``squad`` from the user's files, or -- without
 ``--data-path`` -- the synthetic demo tasks of :mod:`moestat.data.text_tasks`, which are *not*
@@ -34,14 +35,14 @@ import torch
 
 from moestat.data import text_tasks as tt
 from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text
-from moestat.nn.metrics import count_matrix, expert_usage, gate_sparsity, mutual_information
+from moestat.nn.metrics import count_matrix, entropy, expert_usage, gate_sparsity, mutual_information
 from moestat.nn.sequence import GATES, SequenceMoE, sequence_loss
 from moestat.nn.span_metrics import entity_prf, span_em_f1
 from moestat.nn.train import Batch, ShuffledBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator
 
 __all__ = ["TASKS", "STUDY_TABLE", "load_task", "TrimmedBatches", "evaluate", "train_one", "run_experiment",
-           "summarise", "format_table", "plot_usage", "parse_gates"]
+           "summarise", "format_table", "plot_usage", "plot_curves", "assignment_entropy", "parse_gates"]
 
 TASKS = ("conll", "squad")
 
@@ -295,13 +296,22 @@ def run_experiment(task: tt.TextTask, gates: Sequence[str], out: str | Path, *, 
 
 
 _METRICS = ("val_accuracy", "val_loss", "entity_precision", "entity_recall", "entity_f1", "exact_match", "f1",
-            "H_s", "H_u", "I_EY", "seconds_per_epoch")
+            "H_s", "H_u", "H_assign", "I_EY", "seconds_per_epoch")
+
+
+def assignment_entropy(usage: Sequence[int]) -> float:
+    """Entropy in bits of the top-k assignment shares (the histogram of Figures 3-7): 1 bit for two
+    equally used experts, 3 bits for 8.  ``H_u`` is taken on the full softmax, which can be near
+    uniform while the top-k choice is concentrated."""
+    u = np.asarray(usage, dtype=float)
+    return float(entropy(u / u.sum())) if u.sum() > 0 else float("nan")
 
 
 def summarise(rows: Sequence[dict], description: str = "") -> dict:
     """Mean, sd (ddof 1; 0 for one seed) and number of seeds of every metric per gate."""
     by: dict[str, list[dict]] = {}
     for r in rows:
+        r.setdefault("H_assign", assignment_entropy(r["usage"]))
         by.setdefault(r["gate"], []).append(r)
     table = {}
     for gate, rs in by.items():
@@ -350,7 +360,7 @@ def plot_usage(rows: Sequence[dict], stem: str | Path) -> None:
     for ax, (g, r) in zip(axes[0], first.items()):
         u = np.asarray(r["usage"], dtype=float)
         ax.bar(np.arange(len(u)), u / u.sum())
-        ax.set_title(f"{g} (H_u {r['H_u']:.2f})", fontsize=9)
+        ax.set_title(f"{g} ({assignment_entropy(u):.2f} bits)", fontsize=9)
         ax.set_xlabel("expert")
         ax.set_xticks(np.arange(len(u)))
     axes[0][0].set_ylabel("share of assignments")
@@ -375,6 +385,7 @@ def plot_curves(rows: Sequence[dict], stem: str | Path) -> None:
         seen.add(r["gate"])
         ax.plot(*zip(*h), marker="o", ms=3, label=r["gate"])
     ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("validation loss")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -52,3 +52,9 @@ def test_same_seed_same_result_and_span_demo():
     a = train_one(task, "noisy", 3, epochs=1, batch_size=8)
     b = train_one(task, "noisy", 3, epochs=1, batch_size=8)
     assert a["val_loss"] == b["val_loss"] and 0 <= a["exact_match"] <= 100 and "f1" in a
+
+
+def test_assignment_entropy_hand_computed():
+    from moestat.experiments.tagging import assignment_entropy
+
+    assert assignment_entropy([5, 5, 0, 0]) == 1.0 and assignment_entropy([1] * 8) == 3.0
