@@ -39,19 +39,19 @@ def build_parser() -> ArgumentParser:
             f"gates: {', '.join(GATES)}"
         ),
     )
-    p.add_argument("--task", choices=TASKS, default="conll")
+    p.add_argument("--task", choices=TASKS, default="conll", help="named-entity tagging (CoNLL-2003) or span extraction (SQuAD 1.1)")
     p.add_argument("--data-path", default=None,
                    help="folder with train.txt/valid.txt (CoNLL-2003) or train-v1.1.json/dev-v1.1.json (SQuAD 1.1); "
                         "default: the synthetic demo task")
     p.add_argument("--glove", default=None, help="GloVe text file (glove.6B.50d.txt); default: embeddings drawn from the seed")
     p.add_argument("--gate", default="load", help="one model (ignored with --compare)")
     p.add_argument("--compare", default=None, help="comma-separated models or 'all'")
-    p.add_argument("--experts", type=positive_int, default=8)
-    p.add_argument("--k", type=positive_int, default=2)
+    p.add_argument("--experts", type=positive_int, default=8, help="experts of the MoE layer")
+    p.add_argument("--k", type=positive_int, default=2, help="experts kept per token by the top-k gates")
     p.add_argument("--epochs", type=positive_int, default=None, help="default 10 (conll), 5 (squad)")
-    p.add_argument("--seeds", type=positive_int, default=1)
+    p.add_argument("--seeds", type=positive_int, default=1, help="runs per model (seeds --seed, --seed + 1, ...)")
     add_seed(p, help="seed of the first run; run s of a model uses --seed + s")
-    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per mini-batch")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (the study names none)")
     p.add_argument("--max-len", type=positive_int, default=None, help="default 128 (conll), 256 (squad), 40 (demo spans)")
     p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training examples")
