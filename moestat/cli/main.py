@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "softmoe": ("moestat.cli.cmd_softmoe", "Soft MoE: the ||X||_2 target and expert-subset selection"),
     "toy": ("moestat.cli.cmd_toy", "the thesis's toy task decompositions and training methods"),
     "realdata": ("moestat.cli.cmd_realdata", "every gate on Fashion-MNIST / digits"),
+    "lm": ("moestat.cli.cmd_lm", "linear / cosine / perturbed cosine routers in a character-level MoE Transformer"),
 }
 
 
