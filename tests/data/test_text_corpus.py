@@ -79,6 +79,6 @@ def test_kjv_when_installed():
     if shutil.which("bible") is None:
         pytest.skip("the Debian package bible-kjv is not installed")
     c = load_corpus("kjv", max_chars=200_000)
-    text = "".join(c.vocab[i] for i in c.train[:60])
+    text = "".join(c.vocab[i] for i in c.train[:80])
     assert text.startswith("Genesis 1\n\n1 In the beginning God created the heaven and the earth.")
     assert (len(c.train), len(c.val), len(c.test)) == (180_000, 10_000, 10_000)
