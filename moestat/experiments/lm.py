@@ -238,7 +238,8 @@ def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu",
     done = _read_done(runs_path) if resume else {}
     if not resume and runs_path.exists():
         runs_path.unlink()
-    jobs = [(r, base_seed + s) for r in routers for s in range(seeds)]
+    # seed-major order: an interrupted comparison has the same seeds for every router
+    jobs = [(r, base_seed + s) for s in range(seeds) for r in routers]
     rows = []
     for i, (router, seed) in enumerate(jobs, 1):
         if (router, seed) in done:
