@@ -30,7 +30,7 @@ def test_two_routers_two_seeds_outputs_table_and_resume(tmp_path, text_file, cap
     table = capsys.readouterr().out
     assert "| cosine | 2 |" in table and "| perturbed | 2 |" in table
     rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
-    assert [(r["router"], r["seed"]) for r in rows] == [("cosine", 0), ("cosine", 1), ("perturbed", 0), ("perturbed", 1)]
+    assert [(r["router"], r["seed"]) for r in rows] == [("cosine", 0), ("perturbed", 0), ("cosine", 1), ("perturbed", 1)]  # seed-major
     assert all(len(r["curve"]) == 2 and r["steps"] == 10 for r in rows)
     for f in ("summary.json", "table.md", "curves.png", "routing.png", "checkpoints/perturbed_seed1.pt"):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
