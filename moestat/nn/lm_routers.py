@@ -83,7 +83,7 @@ class LMRouter(nn.Module):
     router_dim : int
         Projection dimension ``r`` of the cosine kinds (ignored by ``linear``).
     temperature : float
-        Divisor of the cosine scores (X-MoE's code uses 0.3 in the perturbed reference code).
+        Divisor of the cosine scores (0.3: the value of the public perturbed-router implementation).
     tau : float or (float, float)
         ``(tau1, tau2)`` of the perturbed score (one number sets both).
     balance_coef : float
