@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "toy": ("moestat.cli.cmd_toy", "the thesis's toy task decompositions and training methods"),
     "realdata": ("moestat.cli.cmd_realdata", "every gate on Fashion-MNIST / digits"),
     "tagging": ("moestat.cli.cmd_tagging", "the sparse-gating study's BiLSTM + MoE on CoNLL-2003 NER / SQuAD 1.1 (or a demo)"),
+    "lm": ("moestat.cli.cmd_lm", "linear / cosine / perturbed cosine routers in a character-level MoE Transformer"),
 }
 
 
