@@ -40,24 +40,29 @@ def build_parser() -> ArgumentParser:
             "the kjv corpus needs the Debian packages bible-kjv and bible-kjv-text (apt-get install bible-kjv)"
         ),
     )
-    p.add_argument("--corpus", choices=CORPORA, default="kjv")
+    p.add_argument("--corpus", choices=CORPORA, default="kjv", help="kjv (offline, Debian package), enwik8, text8 or any UTF-8 file")
     p.add_argument("--data-path", default=None, help="the enwik8 / text8 / text file (or its folder)")
     p.add_argument("--max-chars", type=positive_int, default=None, help="keep only the first N characters (kjv, file)")
     p.add_argument("--routers", type=name_choice(LM_ROUTERS, many=True), default=list(LM_ROUTERS),
                    help=f"comma-separated routers among {', '.join(LM_ROUTERS)}")
-    p.add_argument("--preset", choices=tuple(_lm.PRESETS), default="cpu")
-    p.add_argument("--seeds", type=positive_int, default=3)
+    p.add_argument("--preset", choices=tuple(_lm.PRESETS), default="cpu", help="model and training sizes: cpu (minutes on 2 cores) or small (for a GPU)")
+    p.add_argument("--seeds", type=positive_int, default=3, help="runs per router")
     add_seed(p, help="seed of the first run; run s of a router uses --seed + s")
     g = p.add_argument_group("overrides of the preset")
-    for name in ("steps", "batch_size", "eval_every", "eval_symbols"):
-        g.add_argument("--" + name.replace("_", "-"), type=positive_int, default=None)
-    g.add_argument("--lr", type=float, default=None)
-    for name in ("context", "d_model", "n_layers", "n_heads", "n_experts", "k", "expert_hidden", "router_dim"):
-        g.add_argument("--" + name.replace("_", "-"), type=positive_int, default=None)
+    sizes = {
+        "steps": "optimiser steps per run", "batch_size": "windows per step",
+        "eval_every": "steps between validation evaluations", "eval_symbols": "validation characters per evaluation",
+        "context": "characters per window", "d_model": "model width", "n_layers": "Transformer blocks",
+        "n_heads": "attention heads", "n_experts": "experts per MoE layer", "k": "experts kept per token",
+        "expert_hidden": "hidden width of each expert", "router_dim": "projection dimension of the cosine routers",
+    }
+    for name, what in sizes.items():
+        g.add_argument("--" + name.replace("_", "-"), type=positive_int, default=None, help=f"{what} (default: the preset's)")
+    g.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the preset's)")
     g.add_argument("--temperature", type=float, default=None, help="cosine score divisor (default 0.3)")
     g.add_argument("--tau", type=nonneg_float, default=None, help="perturbed cosine tau1 = tau2 (default 0.1)")
     g.add_argument("--balance-coef", type=nonneg_float, default=None, help="Switch balance loss weight (default 0.01)")
-    g.add_argument("--dropout", type=nonneg_float, default=None)
+    g.add_argument("--dropout", type=nonneg_float, default=None, help="dropout rate (default 0)")
     add_device(p, default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")

@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_help_lists_every_subcommand(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for name in ("rates", "plot", "theory", "softmoe", "toy", "realdata"):
+    for name in SUBCOMMANDS:
         assert f"  {name} " in out
-    assert set(SUBCOMMANDS) >= {"rates", "plot", "theory", "softmoe", "toy", "realdata"}
+    assert set(SUBCOMMANDS) >= {"rates", "plot", "theory", "softmoe", "toy", "realdata", "tagging", "lm"}
 
 
 def test_version(capsys):
