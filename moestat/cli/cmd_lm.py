@@ -10,6 +10,7 @@ import torch
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
+    add_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -64,7 +65,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--balance-coef", type=nonneg_float, default=None, help="Switch balance loss weight (default 0.01)")
     g.add_argument("--dropout", type=nonneg_float, default=None, help="dropout rate (default 0)")
     add_device(p, default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_quiet(p)
@@ -88,8 +89,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--lr must be > 0, got {train_o['lr']}")
         if "temperature" in model_o and not model_o["temperature"] > 0:
             raise ValueError(f"--temperature must be > 0, got {model_o['temperature']}")
-        if a.threads < 0:
-            raise ValueError("--threads must be >= 0")
         tk = {**_lm.PRESETS[a.preset]["train"], **train_o}
         if tk["steps"] % tk["eval_every"]:
             raise ValueError(f"--steps {tk['steps']} must be a multiple of --eval-every {tk['eval_every']}")
@@ -98,10 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--k {mk['k']} must not exceed --n-experts {mk['n_experts']}")
         if mk["d_model"] % mk["n_heads"]:
             raise ValueError(f"--d-model {mk['d_model']} must be a multiple of --n-heads {mk['n_heads']}")
-        try:
-            device = str(resolve_device(a.device))
-        except ValueError as exc:
-            raise ValueError(f"--device: {exc}") from None
+        device = str(resolve_device(a.device))  # checked by the parser; resolves auto
         corpus = load_corpus(a.corpus, a.data_path, max_chars=a.max_chars)
         if len(corpus.val) < mk["context"] + 1 or len(corpus.test) < mk["context"] + 1:
             raise ValueError(f"the validation / test parts are shorter than one window of {mk['context']} + 1")

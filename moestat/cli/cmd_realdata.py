@@ -11,6 +11,7 @@ import torch
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
+    add_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -69,7 +70,7 @@ def build_parser() -> ArgumentParser:
                    help="seed of the validation (and digits test) split (default 0; see moestat.data.images)")
     p.add_argument("--max-train", type=positive_int, default=None, help="use at most this many training images (default: all)")
     add_device(p, default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="train nothing; summarise OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -91,12 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--temperature must be > 0, got {a.temperature}")
         if "perturbed" in gates and a.tau <= 0:
             raise ValueError("--tau must be > 0 for the perturbed cosine router (tau = 0 is the gate 'cosine')")
-        if a.gate_hidden < 0 or a.shared_hidden < 0 or a.threads < 0:
-            raise ValueError("--gate-hidden, --shared-hidden and --threads must be >= 0")
-        try:
-            device = str(resolve_device(a.device))
-        except ValueError as exc:
-            raise ValueError(f"--device: {exc}") from None
+        if a.gate_hidden < 0 or a.shared_hidden < 0:
+            raise ValueError("--gate-hidden and --shared-hidden must be >= 0")
+        device = str(resolve_device(a.device))  # checked by the parser; resolves auto
         ds = load_dataset(a.dataset, a.data_path, val_fraction=a.val_fraction, random_state=a.split_seed, max_train=a.max_train)
         ensure_writable_dir(a.out)
     if a.threads:

@@ -23,7 +23,6 @@ from moestat.cli.common import (
     usage_errors,
 )
 from moestat.data.images import find_idx_files
-from moestat.devices import resolve_device
 from moestat.experiments.softmoe_norm_target import run_norm_target, write_norm_outputs
 from moestat.experiments.softmoe_subsets import run_subsets, subset_sizes, write_subset_outputs
 from moestat.io import ensure_writable_dir
@@ -118,7 +117,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
             if args.lr <= 0 or args.budget_factor <= 0:
                 raise ValueError("--lr and --budget-factor must be positive")
-            resolve_device(args.device)
             ensure_writable_dir(args.out)
         _threads()
         result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
@@ -129,7 +127,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         if args.lr <= 0 or (args.budget_factor is not None and args.budget_factor <= 0):
             raise ValueError("--lr and --budget-factor must be positive")
-        resolve_device(args.device)
         if args.dataset == "norm":
             parse_tokenisation(args.tokens)
             if args.arch is not None:

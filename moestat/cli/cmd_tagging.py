@@ -10,6 +10,7 @@ import torch
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
+    add_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -60,7 +61,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-steps", type=positive_int, default=None,
                    help="stop every epoch after N batches (timing; s/epoch is extrapolated)")
     add_device(p, default="cpu")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     add_quiet(p)
     add_out(p, None)
@@ -76,12 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")
         if not (a.lr > 0):
             raise ValueError(f"--lr must be > 0, got {a.lr}")
-        if a.threads < 0:
-            raise ValueError("--threads must be >= 0")
-        try:
-            device = str(resolve_device(a.device))
-        except ValueError as exc:
-            raise ValueError(f"--device: {exc}") from None
+        device = str(resolve_device(a.device))  # checked by the parser; resolves auto
         task = load_task(a.task, a.data_path, a.glove, max_len=a.max_len, demo_train=a.demo_train,
                          demo_val=a.demo_val, max_train=a.max_train)
         ensure_writable_dir(a.out)

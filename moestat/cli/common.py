@@ -40,6 +40,8 @@ __all__ = [
     "add_device",
     "add_quiet",
     "add_resume",
+    "add_threads",
+    "device_name",
 ]
 
 #: Set by ``moestat --debug``: usage errors show their traceback too.
@@ -208,8 +210,20 @@ def add_n_jobs(p, default: int | None = 1) -> None:
                    help=f"parallel workers; results do not depend on it (default {default if default is not None else 1})")
 
 
+def device_name(text: str) -> str:
+    """argparse type: a device name :func:`moestat.devices.resolve_device` accepts on this machine
+    (returned as given, so ``auto`` is resolved where the work runs)."""
+    from moestat.devices import resolve_device
+
+    try:
+        resolve_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def add_device(p, default: str | None = "cpu") -> None:
-    p.add_argument("--device", default=default if default is not None else argparse.SUPPRESS,
+    p.add_argument("--device", type=device_name, default=default if default is not None else argparse.SUPPRESS,
                    help=f"cpu, cuda[:N] or auto (default {default if default is not None else 'cpu'})")
 
 
@@ -221,3 +235,7 @@ def add_quiet(p) -> None:
 def add_resume(p, help: str = "continue the run in --out, skipping what is finished (same settings only)") -> None:
     p.add_argument("--resume", action="store_true", default=argparse.SUPPRESS if p.argument_default is argparse.SUPPRESS else False,
                    help=help)
+
+
+def add_threads(p) -> None:
+    p.add_argument("--threads", type=nonneg_int, default=0, help="torch threads (0: torch's default)")

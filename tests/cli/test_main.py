@@ -139,15 +139,15 @@ def test_every_option_of_every_subcommand_has_help():
 
 
 def test_shared_options_mean_the_same_everywhere():
-    # --seed, --out, --n-jobs, --device, --quiet, --resume: same type and same help wording
+    # --seed, --out, --n-jobs, --device, --quiet, --resume, --threads: parsed by the same type
     # (defaults may differ per subcommand and are shown in --help)
     seen = {}
     for p in _parsers():
         for a in p._actions:
-            for opt in ("--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out"):
+            for opt in ("--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out", "--threads"):
                 if opt in a.option_strings:
                     seen.setdefault(opt, []).append((p.prog, a.type, type(a).__name__))
-    assert set(seen) == {"--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out"}
+    assert set(seen) == {"--seed", "--n-jobs", "--device", "--quiet", "--resume", "--out", "--threads"}
     for opt, uses in seen.items():
         kinds = {(t, k) for _, t, k in uses}
         assert len(kinds) == 1, f"{opt} is parsed differently across subcommands: {uses}"
