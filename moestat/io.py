@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "ensure_writable_dir"]
+__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "read_jsonl", "ensure_writable_dir"]
 
 
 def _read_umask() -> int:
@@ -97,6 +97,35 @@ def append_line(path: str | os.PathLike, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The records of a JSON-lines file written by :func:`append_line` (``[]`` when it is absent).
+
+    A kill during an append can leave a torn last line: it is skipped (the record it would have
+    held was not finished).  An undecodable line anywhere else is not a torn append, so it is an
+    error naming the file and the line.
+
+    Raises
+    ------
+    ValueError
+        A malformed line before the last one.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines):
+                continue
+            raise ValueError(f"{path}:{i}: not a JSON record") from None
+    return records
 
 
 def ensure_writable_dir(path: str | os.PathLike) -> Path:

@@ -94,3 +94,18 @@ def test_ensure_writable_dir(tmp_path):
     with pytest.raises(ValueError, match="cannot create output directory") as ei:
         ensure_writable_dir(f / "sub")
     assert "\n" not in str(ei.value)
+
+
+def test_read_jsonl_skips_only_a_torn_last_line(tmp_path):
+    from moestat.io import append_line, read_jsonl
+
+    path = tmp_path / "runs.jsonl"
+    assert read_jsonl(path) == []
+    append_line(path, '{"gate": "dense", "seed": 0}')
+    append_line(path, '{"gate": "dense", "seed": 1}')
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"gate": "dense", "se')  # a kill during the third append
+    assert read_jsonl(path) == [{"gate": "dense", "seed": 0}, {"gate": "dense", "seed": 1}]
+    path.write_text('{"a": 1}\nnot json\n{"a": 2}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a JSON record"):
+        read_jsonl(path)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from moestat.data.text_corpus import TextCorpus
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
 from moestat.nn.lm_routers import LM_ROUTERS
 from moestat.nn.metrics import expert_usage, gate_sparsity
 from moestat.nn.train import FreshBatches, fit
@@ -192,13 +192,7 @@ def _log(msg: str) -> None:
 
 
 def _read_done(path: Path) -> dict:
-    done = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                done[(r["router"], r["seed"])] = r
-    return done
+    return {(r["router"], r["seed"]): r for r in read_jsonl(path)}
 
 
 def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu", seeds: int = 3, base_seed: int = 0,

@@ -36,7 +36,7 @@ import torch
 
 from moestat.data.images import RealDataset
 from moestat.model.gates import canonical_name
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
 from moestat.nn.classifier import (
     MLPClassifier,
     MoEClassifier,
@@ -213,19 +213,14 @@ def _log(msg: str) -> None:
 
 def _read_done(path: Path) -> dict:
     done = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+    for row in read_jsonl(path):
+        # rows written before the names were unified say perturbed_cosine: read them as perturbed
+        if not row["gate"].startswith("thesis:"):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line after a kill
-                continue
-            # rows written before the names were unified say perturbed_cosine: read them as perturbed
-            if not row["gate"].startswith("thesis:"):
-                try:
-                    row["gate"] = canonical_name(row["gate"], tuple(GATE_SPECS))
-                except ValueError:
-                    pass  # a gate of a later version: kept under its own name, never matched
-            done[(row["gate"], int(row["seed"]))] = row
+                row["gate"] = canonical_name(row["gate"], tuple(GATE_SPECS))
+            except ValueError:
+                pass  # a gate of a later version: kept under its own name, never matched
+        done[(row["gate"], int(row["seed"]))] = row
     return done
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from moestat.data import text_tasks as tt
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text
+from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, read_jsonl
 from moestat.nn.metrics import count_matrix, entropy, expert_usage, gate_sparsity, mutual_information
 from moestat.nn.sequence import GATES, SequenceMoE, sequence_loss
 from moestat.nn.span_metrics import entity_prf, span_em_f1
@@ -247,15 +247,7 @@ def train_one(task: tt.TextTask, gate: str, seed: int, *, epochs: int, batch_siz
 
 
 def _read_done(path: Path) -> dict:
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line after a kill
-                continue
-            done[(r["gate"], r["seed"])] = r
-    return done
+    return {(r["gate"], r["seed"]): r for r in read_jsonl(path)}
 
 
 def run_experiment(task: tt.TextTask, gates: Sequence[str], out: str | Path, *, seeds: int = 1, base_seed: int = 0,
