@@ -115,6 +115,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window")
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
+    g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
     return p
 
 

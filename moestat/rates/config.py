@@ -11,7 +11,7 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
 ``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
-``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot``
+``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth``
 ===============  ========================  =========================================================
 
 Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
@@ -329,18 +329,24 @@ class AnalysisSpec:
         Half-width by which the 95% CI is widened for the ``consistent`` verdict.
     n_boot : int
         Bootstrap resamples over replicates.
+    halfwidth : float
+        Target half-width of the 95% slope interval for the Monte Carlo plan printed with the
+        table (:func:`moestat.rates.verdicts.plan`).
     """
 
     window_min: int | None = None
     window_max: int | None = None
     tolerance: float = 0.15
     n_boot: int = 1000
+    halfwidth: float = 0.05
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
         _positive_ints(self, ("n_boot",))
         if not _is_number(self.tolerance) or not math.isfinite(self.tolerance) or self.tolerance < 0:
             raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
+        if not _is_number(self.halfwidth) or not math.isfinite(self.halfwidth) or self.halfwidth <= 0:
+            raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
         for name in ("window_min", "window_max"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
@@ -363,7 +369,7 @@ FLAT_KEYS = (
     "router", "setting", "tau", "expert", "d", "k_true", "k_active", "k_fit", "k_active_fit", "noise_var",
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
-    "window_min", "window_max", "tolerance", "n_boot",
+    "window_min", "window_max", "tolerance", "n_boot", "halfwidth",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 

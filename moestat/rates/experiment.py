@@ -105,6 +105,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         tolerance=config.tolerance,
         n_boot=config.n_boot,
         seed=config.seed,
+        halfwidth=config.halfwidth,
     )
     summary = {
         "schema": SUMMARY_SCHEMA,
@@ -116,6 +117,12 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             "consistent = predicted in [ci_low - tolerance, ci_high + tolerance]; "
             "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
+        ),
+        "category_rule": (
+            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
+            "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
+            "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
+            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing)"
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
@@ -141,21 +148,28 @@ def _fmt(v, spec=".3f") -> str:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """The slope table printed by the command (one line per router and loss)."""
-    head = f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'per-rep':>7} {'pred':>6}  {'verdict':<12} window"
+    """The slope table printed by the command: one line per router and loss with its category,
+    then one reason line and one Monte Carlo planning line per fit."""
+    head = (f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'Theil-Sen':>9} {'pred':>6}  "
+            f"{'category':<15} window")
     lines = [head, "-" * len(head)]
     for f in summary["fits"]:
         ci = f"[{_fmt(f['ci_low'], '.3f')}, {_fmt(f['ci_high'], '.3f')}]" if f.get("slope") is not None else "-"
-        v = f.get("consistent")
-        verdict = "-" if v is None else ("consistent" if v else "INCONSISTENT")
-        if f.get("judged_by") == "flatter_than_perturbed":
-            verdict += "*"
-        pr = f.get("per_replicate", {}).get("slope")
+        cat = f.get("category") or "-"
+        if f.get("judged_by") == "flatter_than_perturbed" and cat in ("consistent", "inconsistent"):
+            cat += "*"
+        rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
         lines.append(
-            f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(pr):>7} "
-            f"{_fmt(f.get('predicted'), '.2f'):>6}  {verdict:<12} {win}"
+            f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(rob):>9} "
+            f"{_fmt(f.get('predicted'), '.2f'):>6}  {cat:<15} {win}"
         )
+    lines.append("")
+    lines.append("reasons and plans:")
+    for f in summary["fits"]:
+        lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
+        if f.get("plan") and f.get("predicted") is not None:
+            lines.append(f"    plan: {f['plan']['line']}")
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
                  f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))

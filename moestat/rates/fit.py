@@ -38,6 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, categorize, curvature, plan, robust_slope, tail_slope
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "FLATTER_MARGIN",
@@ -251,6 +253,7 @@ def fit_rates(
     tolerance: float = DEFAULT_TOLERANCE,
     n_boot: int = 1000,
     seed: int = 0,
+    halfwidth: float = DEFAULT_HALFWIDTH,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -270,12 +273,16 @@ def fit_rates(
         Bootstrap resamples.
     seed : int
         Seed of the bootstrap (``SeedSequence(seed, spawn_key=(router, loss))``-style).
+    halfwidth : float
+        Target half-width of the 95% interval for the Monte Carlo plan
+        (:func:`moestat.rates.verdicts.plan`).
 
     Returns
     -------
     list of dict
         Each with at least ``router, setting, loss, slope, ci_low, ci_high, predicted,
-        consistent``.
+        consistent, category, reason``; with a slope also ``robust`` (Theil--Sen),
+        ``curvature``, ``tail``, ``converged`` ([converged, fits] in the window) and ``plan``.
     """
     from moestat.rates.store import LOSS_NAMES
 
@@ -290,6 +297,8 @@ def fit_rates(
             ns_win = [n for n in ns_all if (lo is None or n >= lo) and (hi is None or n <= hi)]
             vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
             ns, vals = _clean(ns_win, vals)
+            in_win = sub[sub["n"].isin(ns_win)]
+            conv = (int(in_win["converged"].fillna(False).astype(bool).sum()), int(len(in_win))) if "converged" in in_win else None
             entry: dict[str, Any] = {
                 "router": router,
                 "setting": setting,
@@ -300,7 +309,9 @@ def fit_rates(
             }
             if len(ns) < 3:
                 entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
-                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
+                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
+                              "category": "inconclusive",
+                              "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
                 fits.append(entry)
                 continue
             pr = per_replicate_fit(ns, vals)
@@ -328,6 +339,12 @@ def fit_rates(
             if router == "cosine":
                 entry["log_model"] = log_model_comparison(ns, vals)
             entry.update(verdict(entry["predicted"], ci_low, ci_high, tolerance))
+            rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
+            cat = categorize(predicted=entry["predicted"], slope=lm["slope"], ci=(ci_low, ci_high), ns=ns, values=vals,
+                             tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
+            entry.update({"robust": rob, "curvature": cv, "tail": tl, "converged": list(conv) if conv else None, **cat})
+            entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
+                                 curv=cv, ns=ns, category=cat["category"], halfwidth=halfwidth)
             fits.append(entry)
     _judge_vanilla(fits)
     return fits
@@ -350,3 +367,11 @@ def _judge_vanilla(fits: list[dict[str, Any]]) -> None:
         else:
             f["consistent"] = f["log_model_preferred"]
         f["judged_by"] = "flatter_than_perturbed" if "flatter_than_perturbed" in f else "log_model_aic"
+        if f.get("category") is None:
+            # Theorems 2/3: no polynomial rate; judged by the rule above (no interval to contain a prediction)
+            how = (f"slope {f['slope']:.2f} vs perturbed {f['perturbed_slope']:.2f} (flatter by >= {FLATTER_MARGIN:g}?)"
+                   if "flatter_than_perturbed" in f else f"C/log(n)^t preferred by AIC: {f['log_model_preferred']}")
+            f["category"] = "consistent" if f["consistent"] else "inconsistent"
+            f["reason"] = f"no polynomial rate (Thms 2/3): {how}"
+        elif f["category"] == "floor":
+            f["reason"] += "; a floor is what Thms 2/3 predict (no polynomial rate)"
