@@ -307,6 +307,12 @@ def fit_rates(
                 "estimator": estimator,
                 "predicted": predicted_exponent(router, setting, loss, estimator),
             }
+            if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
+                entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+                              "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
+                              "category": None, "reason": "not defined in this setting (no finite positive value)"})
+                fits.append(entry)
+                continue
             if len(ns) < 3:
                 entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
                               "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",

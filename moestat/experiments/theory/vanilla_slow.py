@@ -9,11 +9,13 @@ noise and the loss flattens.  The direction-only loss (``beta1 / ||beta1||`` in 
 Prediction: the slope of the paper's loss is shallower than any polynomial rate the perturbed
 router achieves; operationally (written before any run) the measured slope is above -0.25
 (the reference digest's acceptance band).  The direction-only slope is reported, not judged.
+The engine's verdict category (:mod:`moestat.rates.verdicts`) is attached and may only tighten
+the rule: a pass needs the category ``consistent`` or ``floor``.
 """
 
 from __future__ import annotations
 
-from moestat.experiments.theory.framework import CheckResult, Context, find_fit, per_n_means, verdict
+from moestat.experiments.theory.framework import CheckResult, Context, apply_category, find_fit, per_n_means, verdict
 from moestat.experiments.theory.grids import exact_run, over_run
 
 NAMES = ["thm2_vanilla_exact_slow", "thm3_vanilla_over_slow"]
@@ -34,8 +36,10 @@ def _one(ctx: Context, name: str, thm: str, key: str, s: dict) -> CheckResult:
     if fit is None or fit.get("slope") is None:
         return CheckResult(name, "", None, None, None, None, False, "failed", rule, "no slope in the summary", extra)
     slope = float(fit["slope"])
-    return verdict(name, f"{thm}: vanilla cosine router, paper's Voronoi loss slower than any polynomial ({key.split('-')[-1]}-specified)",
-                   THRESHOLD, slope, fit.get("ci_low"), fit.get("ci_high"), slope > THRESHOLD, rule, details=extra)
+    # a floor is the "no polynomial rate" the theorems predict; inconclusive/pre-asymptotic data cannot pass
+    return apply_category(verdict(name, f"{thm}: vanilla cosine router, paper's Voronoi loss slower than any polynomial ({key.split('-')[-1]}-specified)",
+                   THRESHOLD, slope, fit.get("ci_low"), fit.get("ci_high"), slope > THRESHOLD, rule, details=extra), fit,
+                          passing=("consistent", "floor"))
 
 
 def run(ctx: Context) -> list[CheckResult]:
