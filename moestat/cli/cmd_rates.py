@@ -100,6 +100,10 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
     add_seed(g, None)
     g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")
+    g.add_argument("--extra-starts", type=nonneg_int,
+                   help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
+    g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
+                   help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
     g = p.add_argument_group("execution")
     add_n_jobs(g, None)
     g.add_argument("--backend", help="loky (default) or dask")

@@ -9,7 +9,8 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``scenario``     :class:`ScenarioSpec`     ``setting tau expert d k_true k_active k_fit
                                            k_active_fit noise_var input_law truth_seed``
 ``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
-``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device``
+``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
+                                           extra_starts cell_errors``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
 ``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth``
 ===============  ========================  =========================================================
@@ -260,6 +261,13 @@ class FittingSpec:
     device : str
         ``cpu``, ``cuda[:N]`` or ``auto`` (estimator tensors; may change the last digits, so it
         is part of the configuration a resumed sweep must match).
+    extra_starts : int
+        Optimum certificate: extra starts per (n, replicate), fitted in one batch after the
+        near-truth fit (which stays bit-identical); results in ``extras.csv``
+        (:mod:`moestat.rates.extras`).  0 (the default): none.
+    cell_errors : bool
+        Also record Theorem 5's mass-weighted per-cell errors and the beta1 radial/directional
+        split (:mod:`moestat.losses.cell_errors`) in ``extras.csv``.
     """
 
     estimator: str = "lse"
@@ -267,6 +275,8 @@ class FittingSpec:
     init: str = "near"
     init_scale: float = 0.05
     device: str = "cpu"
+    extra_starts: int = 0
+    cell_errors: bool = False
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -274,6 +284,10 @@ class FittingSpec:
         from moestat.rates.sweep import estimator_registry
 
         _positive_ints(self, ("max_iter",))
+        if not _is_int(self.extra_starts) or not 0 <= self.extra_starts <= 64:
+            raise ValueError(f"extra_starts must be an integer in [0, 64], got {self.extra_starts!r}")
+        if not isinstance(self.cell_errors, bool):
+            raise ValueError(f"cell_errors must be true or false, got {self.cell_errors!r}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {', '.join(INITS)}")
         if not _is_number(self.init_scale) or not math.isfinite(self.init_scale) or self.init_scale < 0:
@@ -369,7 +383,7 @@ FLAT_KEYS = (
     "router", "setting", "tau", "expert", "d", "k_true", "k_active", "k_fit", "k_active_fit", "noise_var",
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
-    "window_min", "window_max", "tolerance", "n_boot", "halfwidth",
+    "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -535,4 +549,6 @@ class RatesConfig:
         """The flat keys that determine the numbers in ``results.csv`` (guarded on resume):
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
-        return {k: v for k, v in self.to_dict().items() if k not in skip}
+        # keys added after results existed count only when set, so earlier folders stay resumable
+        optional = {"extra_starts": 0, "cell_errors": False}
+        return {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}

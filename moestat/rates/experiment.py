@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import time
+
+import numpy as np
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,26 @@ def _counts(df, config: RatesConfig) -> dict[str, Any]:
         for k in total:
             total[k] += c[k]
     return {**total, "by_router": out}
+
+
+def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
+    """Per router and ``n``: replicates whose near-truth fit was beaten by an extra start (``None``
+    without extra starts)."""
+    if config.extra_starts <= 0 or "beaten" not in df:
+        return None
+    from moestat.rates.extras import BEATEN_RTOL
+
+    out: dict[str, Any] = {"extra_starts": config.extra_starts, "beaten_rtol": BEATEN_RTOL, "by_router": {}}
+    for router in config.router:
+        sub = df[df["router"] == router]
+        rows = []
+        for n, g in sub.groupby("n"):
+            b = g["beaten"].to_numpy(float)
+            have = b[~np.isnan(b)]
+            rows.append({"n": int(n), "beaten": int(have.sum()), "certified": int(have.size), "missing": int(b.size - have.size),
+                         "fraction_beaten": float(have.mean()) if have.size else None})
+        out["by_router"][router] = rows
+    return out
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
@@ -96,8 +118,17 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     ensure_writable_dir(out)
     t0 = time.perf_counter()
     df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
+    from moestat.rates.extras import extra_columns, merge_extras
+    from moestat.rates.store import LOSS_NAMES
+
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
+    df = merge_extras(df, out / "extras.csv") if ex_cols else df
+    from moestat.rates.extras import CERTIFICATE_COLUMNS
+
+    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
     fits = fit_rates(
         df,
+        losses=losses,
         setting=config.setting,
         estimator=config.estimator,
         routers=config.router,
@@ -127,6 +158,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": _counts(df, config),
+        "certificate": _certificate_summary(df, config),
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
@@ -170,6 +202,11 @@ def format_table(summary: dict[str, Any]) -> str:
         lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
         if f.get("plan") and f.get("predicted") is not None:
             lines.append(f"    plan: {f['plan']['line']}")
+    cert = summary.get("certificate")
+    if cert:
+        lines.append(f"certificate ({cert['extra_starts']} extra starts; near-truth fit beaten by > {cert['beaten_rtol']:g} relative):")
+        for router, rows in cert["by_router"].items():
+            lines.append(f"  {router}: " + ", ".join(f"n={r['n']} {r['beaten']}/{r['certified']}" for r in rows))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
                  f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))

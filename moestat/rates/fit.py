@@ -70,6 +70,10 @@ LOSS_DEFINITIONS = {
     "param_multi": "max plain distance ||omega_i - omega*_j|| over fitted atoms sharing a Voronoi cell (Thm 5 (i))",
     "mass": "max |sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)| over cells",
     "regression_l2": "||g_hat - g*||_{L2(mu)} on a fixed held-out sample (Thms 1, 4)",
+    "weighted_single": "sum over one-atom cells of exp(beta0_i) ||omega_i - omega*_j|| (a D2 term, Thm 5)",
+    "weighted_multi": "sum over multi-atom cells of sum_{i in A_j} exp(beta0_i) ||omega_i - omega*_j||^2 (a D2 term, Thm 5)",
+    "beta1_radial": "max | ||beta1_i|| - ||beta1*_j|| | (PDE (4): unidentified under the vanilla cosine router)",
+    "beta1_direction": "max || beta1_i/||beta1_i|| - beta1*_j/||beta1*_j|| || (identified by both cosine routers)",
 }
 
 
@@ -82,9 +86,28 @@ def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "l
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
     its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
     has slope 0 for every loss.
+
+    Theorem 5's mass-weighted cell errors (``weighted_single``, ``weighted_multi``: terms of D2,
+    eq. 13) are predicted ``-1/2`` for the perturbed router; PDE (4) splits the ``beta1`` error into
+    ``beta1_radial`` (no rate under the vanilla router: a floor) and ``beta1_direction`` (``-1/2``
+    exact-specified; ``-1/4`` for the perturbed over-specified fit, whose max includes multi-atom
+    cells).  ``best_<loss>`` (the loss at the certificate's best-objective fit) has the prediction
+    of ``<loss>``.
     """
     if estimator == "null":
         return 0.0
+    if loss.startswith("best_"):  # the same loss at the best-objective fit of the certificate
+        loss = loss[len("best_"):]
+    if loss == "beta1_direction":  # PDE (4): the direction is identified by both cosine routers
+        if setting == "exact" and router in ("perturbed", "cosine"):
+            return -0.5
+        return -0.25 if router == "perturbed" else None  # max over atoms includes multi-atom cells
+    if loss == "beta1_radial":  # unidentified under the vanilla router (a floor), -1/2 perturbed
+        if router != "perturbed":
+            return None
+        return -0.5 if setting == "exact" else -0.25
+    if loss in ("weighted_single", "weighted_multi"):  # D2 terms (eq. 13), Theorem 5
+        return -0.5 if router == "perturbed" else None
     if loss == "regression_l2":
         return -0.5
     if router != "perturbed":
