@@ -111,7 +111,7 @@ def build_parser() -> ArgumentParser:
     add_device(g, None)
     add_out(g, "rates-out")
     add_resume(g)
-    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, smoke")
+    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _)")
     add_quiet(g)
     g = p.add_argument_group("rate fit")
