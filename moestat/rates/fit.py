@@ -373,7 +373,8 @@ def fit_rates(
                              tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
             entry.update({"robust": rob, "curvature": cv, "tail": tl, "converged": list(conv) if conv else None, **cat})
             entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
-                                 curv=cv, ns=ns, category=cat["category"], halfwidth=halfwidth)
+                                 curv=cv, ns=ns, category=cat["category"], halfwidth=halfwidth,
+                                 stable_from=cat.get("stable_from"))
             fits.append(entry)
     _judge_vanilla(fits)
     return fits

@@ -229,10 +229,19 @@ def categorize(
         return {"category": "floor", "reason": f"no decay over the window: 95% CI [{_f(lo)}, {_f(hi)}] contains 0 and excludes {predicted:g} - {tol:g}"}
     if curv.get("significant") and abs(curv["change"]) > tol:
         n0 = stable_from(ns, values, tol)
-        where = f"stable from n = {n0}" if n0 is not None and n0 > ns[0] else "not yet stable within the window: a larger n-max is needed"
+        if n0 is not None and n0 > ns[0]:
+            j = list(ns).index(n0)
+            st = robust_slope(ns[j:], values[j:])
+            verdict_there = "" if predicted is None else (
+                f", {'contains' if st['ci_low'] - tol <= predicted <= st['ci_high'] + tol else 'excludes'} {predicted:g} +- {tol:g}")
+            where = (f"stable from n = {n0}: Theil-Sen slope there {_f(st['slope'])} [{_f(st['ci_low'])}, {_f(st['ci_high'])}]"
+                     f"{verdict_there}")
+        else:
+            where = "not yet stable within the window: a larger n-max is needed"
         return {"category": "pre-asymptotic",
                 "reason": f"log-log curvature: local slope {_f(curv['slope_start'])} at n = {ns[0]} -> {_f(curv['slope_end'])} "
-                          f"at n = {ns[-1]}; {where}"}
+                          f"at n = {ns[-1]}; {where}",
+                "stable_from": n0 if n0 is not None and n0 > ns[0] else None}
     if predicted is None:
         return {"category": None, "reason": "no polynomial rate predicted for this loss"}
     if predicted < 0 and hi >= 0.0:
@@ -260,6 +269,7 @@ def plan(
     ns: Sequence[int],
     category: str | None,
     halfwidth: float = DEFAULT_HALFWIDTH,
+    stable_from: int | None = None,
 ) -> dict[str, Any]:
     """Monte Carlo planning from the run's own variance.
 
@@ -277,6 +287,9 @@ def plan(
     category : str or None
     halfwidth : float
         Target half-width ``h`` of the 95% interval.
+    stable_from : int, optional
+        For a ``pre-asymptotic`` fit, the ``n`` from which the curve is straight
+        (:func:`stable_from`): then a window starting there, not a larger n-max, is what is needed.
 
     Returns
     -------
@@ -289,7 +302,8 @@ def plan(
     hb = 0.5 * (bootstrap["ci_high"] - bootstrap["ci_low"])
     hl = 0.5 * (log_mean["ci_high"] - log_mean["ci_low"])
     need = max(int(reps), int(math.ceil(reps * (hb / halfwidth) ** 2))) if hb > 0 else int(reps)
-    larger = bool(category in ("pre-asymptotic", "floor") or (curv.get("significant") and hl > halfwidth))
+    larger = bool(category == "floor" or (category == "pre-asymptotic" and stable_from is None)
+                  or (category != "pre-asymptotic" and curv.get("significant") and hl > halfwidth))
     n_reach = None
     if curv.get("significant") and predicted is not None and curv.get("c", 0) != 0:
         u = (predicted - curv["b"]) / (2 * curv["c"])
@@ -299,6 +313,8 @@ def plan(
     parts = [f"{need} replicates per n for +-{halfwidth:g} (bootstrap +-{hb:.3f} with {reps})"]
     if hl > halfwidth:
         parts.append(f"straight-line lack of fit +-{hl:.3f} does not shrink with replicates")
+    if stable_from is not None:
+        parts.append(f"fit the window n >= {stable_from} (declare --window-min {stable_from} before the next run)")
     if larger:
         parts.append("larger n-max needed" + (f" (local slope reaches {predicted:g} near n = {n_reach:.3g}, quadratic extrapolation)"
                                                if n_reach is not None else ""))

@@ -81,7 +81,17 @@ def test_bending_curve_is_pre_asymptotic():
     f = _fit(vals)
     assert f["category"] == "pre-asymptotic", f["reason"]
     assert "local slope" in f["reason"]
-    assert f["plan"]["larger_n_needed"] is True
+    # the transient has died out within the window: the plan names the window, not a larger n
+    assert f["stable_from"] is not None and f"--window-min {f['stable_from']}" in f["plan"]["line"]
+    assert f["plan"]["larger_n_needed"] is False
+
+
+def test_curve_still_bending_at_the_top_needs_larger_n():
+    vals = _losses(lambda n: n ** -0.5 + 2e4 * n ** -1.5, sigma=0.1, seed=5)
+    f = _fit(vals)
+    assert f["category"] == "pre-asymptotic" and "not yet stable" in f["reason"], f["reason"]
+    assert f["plan"]["larger_n_needed"] is True and "larger n-max needed" in f["plan"]["line"]
+    assert f["plan"]["n_reach"] > NS[-1]  # where the local slope reaches -1/2 (extrapolated)
 
 
 def test_one_wild_replicate_cannot_make_a_verdict():
