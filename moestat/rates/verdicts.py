@@ -17,7 +17,8 @@ one-line reason, evaluated in this order (the first that applies wins):
 ``floor``
     the loss stops decreasing: over the upper part of the window (the largest
     ``max(3, ceil(S/2))`` sample sizes) the robust slope's interval contains 0 and, widened by the
-    tolerance, excludes the predicted exponent (or the whole-window interval does so).
+    tolerance, excludes the predicted exponent (-1/2 when nothing is predicted), or the
+    whole-window interval does so.
 ``pre-asymptotic``
     significant curvature in log-log (the 99% interval of the quadratic coefficient of a
     per-replicate fit of ``log L`` on ``log n, (log n)^2`` excludes 0) *and* the local slope changes by
@@ -217,11 +218,10 @@ def categorize(
     tail = tail if tail is not None else tail_slope(ns, values)
     curv = curv if curv is not None else curvature(ns, values)
     # floor: flat at the top of the window where it should decrease (Theil-Sen, so one replicate
-    # cannot fake it); with no prediction, any flat and well-measured tail is a floor.
-    tail_w = tail["ci_high"] - tail["ci_low"]
-    if tail["ci_high"] >= 0.0 and tail_w <= MAX_CI_WIDTH and (
-            predicted is None or (predicted < 0 and tail["ci_low"] - tol > predicted)):
-        what = "" if predicted is None else f", excludes {predicted:g} - {tol:g}"
+    # cannot fake it); with no prediction, the flat tail must exclude the parametric -1/2 (widened)
+    ref = predicted if predicted is not None else -0.5
+    if tail["ci_high"] >= 0.0 and tail["ci_high"] - tail["ci_low"] <= MAX_CI_WIDTH and ref < 0 and tail["ci_low"] - tol > ref:
+        what = f", excludes {ref:g} - {tol:g}"
         return {"category": "floor",
                 "reason": f"stops decreasing: Theil-Sen slope over n >= {tail['n_min']} is {_f(tail['slope'])} "
                           f"[{_f(tail['ci_low'])}, {_f(tail['ci_high'])}] (contains 0{what})"}
