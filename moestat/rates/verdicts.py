@@ -225,8 +225,8 @@ def categorize(
         return {"category": "floor",
                 "reason": f"stops decreasing: Theil-Sen slope over n >= {tail['n_min']} is {_f(tail['slope'])} "
                           f"[{_f(tail['ci_low'])}, {_f(tail['ci_high'])}] (contains 0{what})"}
-    if predicted is not None and predicted < 0 and hi >= 0.0 and lo - tol > predicted:
-        return {"category": "floor", "reason": f"no decay over the window: 95% CI [{_f(lo)}, {_f(hi)}] contains 0 and excludes {predicted:g} - {tol:g}"}
+    if ref < 0 and hi >= 0.0 and lo - tol > ref:
+        return {"category": "floor", "reason": f"no decay over the window: 95% CI [{_f(lo)}, {_f(hi)}] contains 0 and excludes {ref:g} - {tol:g}"}
     if curv.get("significant") and abs(curv["change"]) > tol:
         n0 = stable_from(ns, values, tol)
         if n0 is not None and n0 > ns[0]:

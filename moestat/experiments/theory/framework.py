@@ -172,10 +172,14 @@ def per_n_means(summary: dict[str, Any], out_dir: Path, key: str, router: str, c
     """
     import pandas as pd
 
+    from moestat.rates.extras import merge_extras
+
     path = Path(out_dir) / "rates" / key / "results.csv"
     if not path.exists():
         return {}
-    df = pd.read_csv(path)
+    df = merge_extras(pd.read_csv(path), path.parent / "extras.csv")  # cell errors live in extras.csv
+    if column not in df:
+        return {}
     sub = df[df["router"] == router]
     return {int(n): float(v) for n, v in sub.groupby("n")[column].mean().items()}
 
@@ -223,6 +227,10 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
         res.status = CATEGORY_STATUS.get(cat, "failed")
     elif not res.passed and CATEGORY_STATUS.get(cat) == "inconclusive":
         res.status = "inconclusive"
+    elif not res.passed and cat in passing:
+        # the engine judged by its own rule; the check's stricter rule failed
+        res.category, res.reason = "inconsistent", f"the check's rule fails ({res.rule}); engine: {cat}: {why}"
+        res.details["category"], res.details["reason"] = res.category, res.reason
     return res
 
 

@@ -38,3 +38,22 @@ def test_vanilla_floor_may_pass_but_inconclusive_may_not():
     assert apply_category(base(), _fit(-0.05, -0.1, 0.0, None, "floor"), passing=("consistent", "floor")).passed is True
     r = apply_category(base(), _fit(-0.05, -0.1, 0.0, None, "inconclusive"), passing=("consistent", "floor"))
     assert r.passed is False and r.status == "inconclusive"
+
+
+def test_per_n_means_reads_extras(tmp_path):
+    from moestat.experiments.theory.framework import per_n_means
+
+    d = tmp_path / "rates" / "quick-over"
+    d.mkdir(parents=True)
+    (d / "results.csv").write_text("router,n,replicate,voronoi\nperturbed,100,0,1.0\nperturbed,100,1,3.0\n")
+    (d / "extras.csv").write_text("router,n,replicate,weighted_multi\nperturbed,100,0,0.5\nperturbed,100,1,1.5\n")
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "voronoi") == {100: 2.0}
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "weighted_multi") == {100: 1.0}
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "beta1_radial") == {}
+
+
+def test_failed_rule_is_labelled_inconsistent_even_if_the_engine_agreed():
+    r = apply_category(verdict("thm2", "", -0.25, -0.39, -0.5, -0.29, False, "slope > -0.25"),
+                       _fit(-0.39, -0.5, -0.29, None, "consistent", "flatter than perturbed"))
+    assert r.passed is False and r.status == "failed" and r.category == "inconsistent"
+    assert "slope > -0.25" in r.reason and "flatter than perturbed" in r.reason
