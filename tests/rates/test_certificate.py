@@ -2,21 +2,26 @@
 
 import pandas as pd
 
-from moestat.rates import RatesConfig, run_rates
+from moestat.rates import RatesConfig
+from moestat.rates.sweep import run_sweep
 
 BASE = {"n_min": 100, "n_max": 400, "n_points": 3, "reps": 2, "max_iter": 15, "holdout": 256, "n_boot": 50, "quiet": True}
 
 
-def _run(tmp_path, name, **kw):
-    s = run_rates(RatesConfig.from_dict({**BASE, **kw}), tmp_path / name)
-    return s, tmp_path / name
+def _sweep(tmp_path, name, **kw):
+    """The sweep alone (no rate fit, no figures): enough for results.csv and extras.csv."""
+    cfg = RatesConfig.from_dict({**BASE, **kw})
+    cfg.validate()
+    (tmp_path / name).mkdir()
+    run_sweep(cfg, tmp_path / name, progress=False)
+    return tmp_path / name
 
 
 def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_path):
-    s0, d0 = _run(tmp_path, "plain")
-    s1, d1 = _run(tmp_path, "cert", extra_starts=3, cell_errors=True)
-    s2, d2 = _run(tmp_path, "cert_chunked", extra_starts=3, cell_errors=True, chunk=1)
-    assert not (d0 / "extras.csv").exists() and s0["certificate"] is None
+    d0 = _sweep(tmp_path, "plain")
+    d1 = _sweep(tmp_path, "cert", extra_starts=3, cell_errors=True)
+    d2 = _sweep(tmp_path, "cert_chunked", extra_starts=3, cell_errors=True, chunk=1)
+    assert not (d0 / "extras.csv").exists()
     r0, r1 = (pd.read_csv(d / "results.csv").drop(columns="time") for d in (d0, d1))
     assert r0.equals(r1)  # the near-truth fits are untouched by the extra starts
     e1 = pd.read_csv(d1 / "extras.csv").sort_values(["n", "replicate"]).reset_index(drop=True)
@@ -27,7 +32,18 @@ def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_pa
     assert (m["best_objective"] <= m["objective"] * (1 + 1e-12)).all()
     same = m["beaten"] == 0
     assert (m.loc[same, "best_voronoi"] == m.loc[same, "voronoi"]).all()  # no better minimum: the same fit
-    rows = s1["certificate"]["by_router"]["perturbed"]
+    # what run_rates does with it (without drawing figures): the per-n certificate and the extra losses
+    from moestat.rates.experiment import _certificate_summary
+    from moestat.rates.extras import extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.store import read_results
+
+    cfg = RatesConfig.from_dict({**BASE, "extra_starts": 3, "cell_errors": True})
+    df = merge_extras(read_results(d1 / "results.csv"), d1 / "extras.csv")
+    rows = _certificate_summary(df, cfg)["by_router"]["perturbed"]
     assert [r["n"] for r in rows] == [100, 200, 400] and sum(r["certified"] for r in rows) == 6
-    losses = {f["loss"] for f in s1["fits"]}
-    assert {"best_voronoi", "weighted_single", "beta1_radial", "beta1_direction"} <= losses
+    assert sum(r["beaten"] for r in rows) == int(m["beaten"].sum())
+    extra = [c for c in extra_columns(3, True) if c.startswith(("best_", "weighted", "beta1")) and c != "best_objective"
+             and c != "best_start"]
+    fits = fit_rates(df, setting="exact", estimator="lse", losses=extra, n_boot=50)
+    assert {f["loss"] for f in fits} == set(extra) and all("category" in f for f in fits)
