@@ -100,6 +100,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
     add_seed(g, None)
     g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")
+    g.add_argument("--max-reps", type=nonneg_int,
+                   help="adaptive replicates: grow --reps (at most doubling per round) until the plan's --halfwidth is met "
+                        "or this many replicates are reached; resumable; default 0 (off)")
     g.add_argument("--extra-starts", type=nonneg_int,
                    help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,

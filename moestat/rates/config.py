@@ -8,7 +8,8 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``router``       tuple of str              ``router`` (one curve each, all on the same data)
 ``scenario``     :class:`ScenarioSpec`     ``setting tau expert d k_true k_active k_fit
                                            k_active_fit noise_var input_law truth_seed``
-``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
+``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout
+                                           max_reps``
 ``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
                                            extra_starts cell_errors``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
@@ -208,6 +209,12 @@ class GridSpec:
         ``n_jobs``.
     holdout : int
         Size of the fixed held-out sample of the regression L2 error.
+    max_reps : int
+        Adaptive replicates (0: off): after the sweep, while the Monte Carlo plan
+        (:func:`moestat.rates.verdicts.plan`) asks for more replicates than ``reps`` for some
+        predicted rate, add replicates (at most doubling per round) up to ``max_reps`` and refit;
+        replicate ``r`` has the same streams whatever the round, so the grown sweep equals a sweep
+        run with the final ``reps`` from the start, and ``--resume`` continues it.
     """
 
     n_min: int = 2000
@@ -217,6 +224,7 @@ class GridSpec:
     seed: int = 0
     chunk: int | None = None
     holdout: int = 4096
+    max_reps: int = 0
 
     @property
     def ns(self) -> list[int]:
@@ -241,6 +249,8 @@ class GridSpec:
             )
         if self.chunk is not None and (not _is_int(self.chunk) or self.chunk < 1):
             raise ValueError(f"chunk must be a positive integer, got {self.chunk!r}")
+        if not _is_int(self.max_reps) or self.max_reps < 0 or (self.max_reps and self.max_reps < self.reps):
+            raise ValueError(f"max_reps must be 0 (off) or an integer >= reps ({self.reps}), got {self.max_reps!r}")
 
 
 @dataclass(frozen=True)
@@ -383,7 +393,7 @@ FLAT_KEYS = (
     "router", "setting", "tau", "expert", "d", "k_true", "k_active", "k_fit", "k_active_fit", "noise_var",
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
-    "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors",
+    "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -550,5 +560,7 @@ class RatesConfig:
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
-        optional = {"extra_starts": 0, "cell_errors": False}
+        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0}
+        if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
+            skip = skip | {"reps"}
         return {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}

@@ -71,6 +71,31 @@ def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
     return out
 
 
+def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
+    """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
+    from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.store import LOSS_NAMES
+
+    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
+    df = merge_extras(df, out / "extras.csv") if ex_cols else df
+    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
+    fits = fit_rates(
+        df,
+        losses=losses,
+        setting=config.setting,
+        estimator=config.estimator,
+        routers=config.router,
+        window=(config.window_min, config.window_max),
+        tolerance=config.tolerance,
+        n_boot=config.n_boot,
+        seed=config.seed,
+        halfwidth=config.halfwidth,
+    )
+    return df, fits
+
+
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
@@ -105,7 +130,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     """
     from moestat.io import atomic_write_json, ensure_writable_dir
     from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import DEFAULT_TOLERANCE, fit_rates
+    from moestat.rates.fit import DEFAULT_TOLERANCE
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
@@ -117,27 +142,22 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         check_resumable(out, config, resume)
     ensure_writable_dir(out)
     t0 = time.perf_counter()
-    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
-    from moestat.rates.extras import extra_columns, merge_extras
-    from moestat.rates.store import LOSS_NAMES
-
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
-    df = merge_extras(df, out / "extras.csv") if ex_cols else df
-    from moestat.rates.extras import CERTIFICATE_COLUMNS
-
-    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
-    fits = fit_rates(
-        df,
-        losses=losses,
-        setting=config.setting,
-        estimator=config.estimator,
-        routers=config.router,
-        window=(config.window_min, config.window_max),
-        tolerance=config.tolerance,
-        n_boot=config.n_boot,
-        seed=config.seed,
-        halfwidth=config.halfwidth,
-    )
+    df, fits = _sweep_and_fit(config, out, resume)
+    adaptive = None
+    if config.max_reps:
+        # Adaptive replicates: grow reps (at most doubling per round) while the plan asks for more;
+        # replicate r has the same streams in every round, so the store only gains rows.
+        adaptive = {"max_reps": config.max_reps, "halfwidth": config.halfwidth, "rounds": []}
+        while True:
+            need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
+                       default=config.reps)
+            adaptive["rounds"].append({"reps": config.reps, "reps_needed": int(need)})
+            if need <= config.reps or config.reps >= config.max_reps:
+                break
+            config = config.replace(reps=min(config.max_reps, max(config.reps + 1, min(need, 2 * config.reps))))
+            df, fits = _sweep_and_fit(config, out, True)
+        adaptive["final_reps"] = config.reps
+        adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= config.reps)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
@@ -159,6 +179,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": _counts(df, config),
         "certificate": _certificate_summary(df, config),
+        "adaptive": adaptive,
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
@@ -207,6 +228,11 @@ def format_table(summary: dict[str, Any]) -> str:
         lines.append(f"certificate ({cert['extra_starts']} extra starts; near-truth fit beaten by > {cert['beaten_rtol']:g} relative):")
         for router, rows in cert["by_router"].items():
             lines.append(f"  {router}: " + ", ".join(f"n={r['n']} {r['beaten']}/{r['certified']}" for r in rows))
+    ad = summary.get("adaptive")
+    if ad:
+        steps = " -> ".join(f"{r['reps']} (plan {r['reps_needed']})" for r in ad["rounds"])
+        lines.append(f"adaptive replicates (max {ad['max_reps']}, +-{ad['halfwidth']:g}): {steps}; "
+                     + ("target met" if ad["met"] else "budget spent before the target"))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
                  f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))
