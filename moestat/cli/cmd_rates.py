@@ -100,6 +100,13 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
     add_seed(g, None)
     g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")
+    g.add_argument("--max-reps", type=nonneg_int,
+                   help="adaptive replicates: grow --reps (at most doubling per round) until the plan's --halfwidth is met "
+                        "or this many replicates are reached; resumable; default 0 (off)")
+    g.add_argument("--extra-starts", type=nonneg_int,
+                   help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
+    g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
+                   help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
     g = p.add_argument_group("execution")
     add_n_jobs(g, None)
     g.add_argument("--backend", help="loky (default) or dask")
@@ -107,7 +114,7 @@ def build_parser() -> ArgumentParser:
     add_device(g, None)
     add_out(g, "rates-out")
     add_resume(g)
-    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, smoke")
+    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _)")
     add_quiet(g)
     g = p.add_argument_group("rate fit")
@@ -115,6 +122,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window")
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
+    g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
     return p
 
 

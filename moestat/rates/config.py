@@ -8,10 +8,12 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``router``       tuple of str              ``router`` (one curve each, all on the same data)
 ``scenario``     :class:`ScenarioSpec`     ``setting tau expert d k_true k_active k_fit
                                            k_active_fit noise_var input_law truth_seed``
-``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout``
-``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device``
+``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout
+                                           max_reps``
+``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
+                                           extra_starts cell_errors``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
-``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot``
+``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth``
 ===============  ========================  =========================================================
 
 Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
@@ -207,6 +209,12 @@ class GridSpec:
         ``n_jobs``.
     holdout : int
         Size of the fixed held-out sample of the regression L2 error.
+    max_reps : int
+        Adaptive replicates (0: off): after the sweep, while the Monte Carlo plan
+        (:func:`moestat.rates.verdicts.plan`) asks for more replicates than ``reps`` for some
+        predicted rate, add replicates (at most doubling per round) up to ``max_reps`` and refit;
+        replicate ``r`` has the same streams whatever the round, so the grown sweep equals a sweep
+        run with the final ``reps`` from the start, and ``--resume`` continues it.
     """
 
     n_min: int = 2000
@@ -216,6 +224,7 @@ class GridSpec:
     seed: int = 0
     chunk: int | None = None
     holdout: int = 4096
+    max_reps: int = 0
 
     @property
     def ns(self) -> list[int]:
@@ -240,6 +249,8 @@ class GridSpec:
             )
         if self.chunk is not None and (not _is_int(self.chunk) or self.chunk < 1):
             raise ValueError(f"chunk must be a positive integer, got {self.chunk!r}")
+        if not _is_int(self.max_reps) or self.max_reps < 0 or (self.max_reps and self.max_reps < self.reps):
+            raise ValueError(f"max_reps must be 0 (off) or an integer >= reps ({self.reps}), got {self.max_reps!r}")
 
 
 @dataclass(frozen=True)
@@ -260,6 +271,13 @@ class FittingSpec:
     device : str
         ``cpu``, ``cuda[:N]`` or ``auto`` (estimator tensors; may change the last digits, so it
         is part of the configuration a resumed sweep must match).
+    extra_starts : int
+        Optimum certificate: extra starts per (n, replicate), fitted in one batch after the
+        near-truth fit (which stays bit-identical); results in ``extras.csv``
+        (:mod:`moestat.rates.extras`).  0 (the default): none.
+    cell_errors : bool
+        Also record Theorem 5's mass-weighted per-cell errors and the beta1 radial/directional
+        split (:mod:`moestat.losses.cell_errors`) in ``extras.csv``.
     """
 
     estimator: str = "lse"
@@ -267,6 +285,8 @@ class FittingSpec:
     init: str = "near"
     init_scale: float = 0.05
     device: str = "cpu"
+    extra_starts: int = 0
+    cell_errors: bool = False
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -274,6 +294,10 @@ class FittingSpec:
         from moestat.rates.sweep import estimator_registry
 
         _positive_ints(self, ("max_iter",))
+        if not _is_int(self.extra_starts) or not 0 <= self.extra_starts <= 64:
+            raise ValueError(f"extra_starts must be an integer in [0, 64], got {self.extra_starts!r}")
+        if not isinstance(self.cell_errors, bool):
+            raise ValueError(f"cell_errors must be true or false, got {self.cell_errors!r}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {', '.join(INITS)}")
         if not _is_number(self.init_scale) or not math.isfinite(self.init_scale) or self.init_scale < 0:
@@ -329,18 +353,24 @@ class AnalysisSpec:
         Half-width by which the 95% CI is widened for the ``consistent`` verdict.
     n_boot : int
         Bootstrap resamples over replicates.
+    halfwidth : float
+        Target half-width of the 95% slope interval for the Monte Carlo plan printed with the
+        table (:func:`moestat.rates.verdicts.plan`).
     """
 
     window_min: int | None = None
     window_max: int | None = None
     tolerance: float = 0.15
     n_boot: int = 1000
+    halfwidth: float = 0.05
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
         _positive_ints(self, ("n_boot",))
         if not _is_number(self.tolerance) or not math.isfinite(self.tolerance) or self.tolerance < 0:
             raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
+        if not _is_number(self.halfwidth) or not math.isfinite(self.halfwidth) or self.halfwidth <= 0:
+            raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
         for name in ("window_min", "window_max"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
@@ -363,7 +393,7 @@ FLAT_KEYS = (
     "router", "setting", "tau", "expert", "d", "k_true", "k_active", "k_fit", "k_active_fit", "noise_var",
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
-    "window_min", "window_max", "tolerance", "n_boot",
+    "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -529,4 +559,8 @@ class RatesConfig:
         """The flat keys that determine the numbers in ``results.csv`` (guarded on resume):
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
-        return {k: v for k, v in self.to_dict().items() if k not in skip}
+        # keys added after results existed count only when set, so earlier folders stay resumable
+        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0}
+        if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
+            skip = skip | {"reps"}
+        return {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}

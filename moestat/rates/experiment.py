@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 import time
+
+import numpy as np
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,51 @@ def _counts(df, config: RatesConfig) -> dict[str, Any]:
         for k in total:
             total[k] += c[k]
     return {**total, "by_router": out}
+
+
+def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
+    """Per router and ``n``: replicates whose near-truth fit was beaten by an extra start (``None``
+    without extra starts)."""
+    if config.extra_starts <= 0 or "beaten" not in df:
+        return None
+    from moestat.rates.extras import BEATEN_RTOL
+
+    out: dict[str, Any] = {"extra_starts": config.extra_starts, "beaten_rtol": BEATEN_RTOL, "by_router": {}}
+    for router in config.router:
+        sub = df[df["router"] == router]
+        rows = []
+        for n, g in sub.groupby("n"):
+            b = g["beaten"].to_numpy(float)
+            have = b[~np.isnan(b)]
+            rows.append({"n": int(n), "beaten": int(have.sum()), "certified": int(have.size), "missing": int(b.size - have.size),
+                         "fraction_beaten": float(have.mean()) if have.size else None})
+        out["by_router"][router] = rows
+    return out
+
+
+def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
+    """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
+    from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.store import LOSS_NAMES
+
+    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
+    df = merge_extras(df, out / "extras.csv") if ex_cols else df
+    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
+    fits = fit_rates(
+        df,
+        losses=losses,
+        setting=config.setting,
+        estimator=config.estimator,
+        routers=config.router,
+        window=(config.window_min, config.window_max),
+        tolerance=config.tolerance,
+        n_boot=config.n_boot,
+        seed=config.seed,
+        halfwidth=config.halfwidth,
+    )
+    return df, fits
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
@@ -83,7 +130,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     """
     from moestat.io import atomic_write_json, ensure_writable_dir
     from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import DEFAULT_TOLERANCE, fit_rates
+    from moestat.rates.fit import DEFAULT_TOLERANCE
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
@@ -95,17 +142,22 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         check_resumable(out, config, resume)
     ensure_writable_dir(out)
     t0 = time.perf_counter()
-    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
-    fits = fit_rates(
-        df,
-        setting=config.setting,
-        estimator=config.estimator,
-        routers=config.router,
-        window=(config.window_min, config.window_max),
-        tolerance=config.tolerance,
-        n_boot=config.n_boot,
-        seed=config.seed,
-    )
+    df, fits = _sweep_and_fit(config, out, resume)
+    adaptive = None
+    if config.max_reps:
+        # Adaptive replicates: grow reps (at most doubling per round) while the plan asks for more;
+        # replicate r has the same streams in every round, so the store only gains rows.
+        adaptive = {"max_reps": config.max_reps, "halfwidth": config.halfwidth, "rounds": []}
+        while True:
+            need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
+                       default=config.reps)
+            adaptive["rounds"].append({"reps": config.reps, "reps_needed": int(need)})
+            if need <= config.reps or config.reps >= config.max_reps:
+                break
+            config = config.replace(reps=min(config.max_reps, max(config.reps + 1, min(need, 2 * config.reps))))
+            df, fits = _sweep_and_fit(config, out, True)
+        adaptive["final_reps"] = config.reps
+        adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= config.reps)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
@@ -117,9 +169,17 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
         ),
+        "category_rule": (
+            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
+            "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
+            "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
+            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing)"
+        ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": _counts(df, config),
+        "certificate": _certificate_summary(df, config),
+        "adaptive": adaptive,
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
@@ -141,21 +201,38 @@ def _fmt(v, spec=".3f") -> str:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """The slope table printed by the command (one line per router and loss)."""
-    head = f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'per-rep':>7} {'pred':>6}  {'verdict':<12} window"
+    """The slope table printed by the command: one line per router and loss with its category,
+    then one reason line and one Monte Carlo planning line per fit."""
+    head = (f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'Theil-Sen':>9} {'pred':>6}  "
+            f"{'category':<15} window")
     lines = [head, "-" * len(head)]
     for f in summary["fits"]:
         ci = f"[{_fmt(f['ci_low'], '.3f')}, {_fmt(f['ci_high'], '.3f')}]" if f.get("slope") is not None else "-"
-        v = f.get("consistent")
-        verdict = "-" if v is None else ("consistent" if v else "INCONSISTENT")
-        if f.get("judged_by") == "flatter_than_perturbed":
-            verdict += "*"
-        pr = f.get("per_replicate", {}).get("slope")
+        cat = f.get("category") or "-"
+        if f.get("judged_by") == "flatter_than_perturbed" and cat in ("consistent", "inconsistent"):
+            cat += "*"
+        rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
         lines.append(
-            f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(pr):>7} "
-            f"{_fmt(f.get('predicted'), '.2f'):>6}  {verdict:<12} {win}"
+            f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(rob):>9} "
+            f"{_fmt(f.get('predicted'), '.2f'):>6}  {cat:<15} {win}"
         )
+    lines.append("")
+    lines.append("reasons and plans:")
+    for f in summary["fits"]:
+        lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
+        if f.get("plan") and f.get("predicted") is not None:
+            lines.append(f"    plan: {f['plan']['line']}")
+    cert = summary.get("certificate")
+    if cert:
+        lines.append(f"certificate ({cert['extra_starts']} extra starts; near-truth fit beaten by > {cert['beaten_rtol']:g} relative):")
+        for router, rows in cert["by_router"].items():
+            lines.append(f"  {router}: " + ", ".join(f"n={r['n']} {r['beaten']}/{r['certified']}" for r in rows))
+    ad = summary.get("adaptive")
+    if ad:
+        steps = " -> ".join(f"{r['reps']} (plan {r['reps_needed']})" for r in ad["rounds"])
+        lines.append(f"adaptive replicates (max {ad['max_reps']}, +-{ad['halfwidth']:g}): {steps}; "
+                     + ("target met" if ad["met"] else "budget spent before the target"))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
                  f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))

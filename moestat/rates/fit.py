@@ -38,6 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, categorize, curvature, plan, robust_slope, tail_slope
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "FLATTER_MARGIN",
@@ -68,6 +70,10 @@ LOSS_DEFINITIONS = {
     "param_multi": "max plain distance ||omega_i - omega*_j|| over fitted atoms sharing a Voronoi cell (Thm 5 (i))",
     "mass": "max |sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)| over cells",
     "regression_l2": "||g_hat - g*||_{L2(mu)} on a fixed held-out sample (Thms 1, 4)",
+    "weighted_single": "sum over one-atom cells of exp(beta0_i) ||omega_i - omega*_j|| (a D2 term, Thm 5)",
+    "weighted_multi": "sum over multi-atom cells of sum_{i in A_j} exp(beta0_i) ||omega_i - omega*_j||^2 (a D2 term, Thm 5)",
+    "beta1_radial": "max | ||beta1_i|| - ||beta1*_j|| | (PDE (4): unidentified under the vanilla cosine router)",
+    "beta1_direction": "max || beta1_i/||beta1_i|| - beta1*_j/||beta1*_j|| || (identified by both cosine routers)",
 }
 
 
@@ -80,9 +86,28 @@ def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "l
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
     its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
     has slope 0 for every loss.
+
+    Theorem 5's mass-weighted cell errors (``weighted_single``, ``weighted_multi``: terms of D2,
+    eq. 13) are predicted ``-1/2`` for the perturbed router; PDE (4) splits the ``beta1`` error into
+    ``beta1_radial`` (no rate under the vanilla router: a floor) and ``beta1_direction`` (``-1/2``
+    exact-specified; ``-1/4`` for the perturbed over-specified fit, whose max includes multi-atom
+    cells).  ``best_<loss>`` (the loss at the certificate's best-objective fit) has the prediction
+    of ``<loss>``.
     """
     if estimator == "null":
         return 0.0
+    if loss.startswith("best_"):  # the same loss at the best-objective fit of the certificate
+        loss = loss[len("best_"):]
+    if loss == "beta1_direction":  # PDE (4): the direction is identified by both cosine routers
+        if setting == "exact" and router in ("perturbed", "cosine"):
+            return -0.5
+        return -0.25 if router == "perturbed" else None  # max over atoms includes multi-atom cells
+    if loss == "beta1_radial":  # unidentified under the vanilla router (a floor), -1/2 perturbed
+        if router != "perturbed":
+            return None
+        return -0.5 if setting == "exact" else -0.25
+    if loss in ("weighted_single", "weighted_multi"):  # D2 terms (eq. 13), Theorem 5
+        return -0.5 if router == "perturbed" else None
     if loss == "regression_l2":
         return -0.5
     if router != "perturbed":
@@ -251,6 +276,7 @@ def fit_rates(
     tolerance: float = DEFAULT_TOLERANCE,
     n_boot: int = 1000,
     seed: int = 0,
+    halfwidth: float = DEFAULT_HALFWIDTH,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -270,12 +296,16 @@ def fit_rates(
         Bootstrap resamples.
     seed : int
         Seed of the bootstrap (``SeedSequence(seed, spawn_key=(router, loss))``-style).
+    halfwidth : float
+        Target half-width of the 95% interval for the Monte Carlo plan
+        (:func:`moestat.rates.verdicts.plan`).
 
     Returns
     -------
     list of dict
         Each with at least ``router, setting, loss, slope, ci_low, ci_high, predicted,
-        consistent``.
+        consistent, category, reason``; with a slope also ``robust`` (Theil--Sen),
+        ``curvature``, ``tail``, ``converged`` ([converged, fits] in the window) and ``plan``.
     """
     from moestat.rates.store import LOSS_NAMES
 
@@ -290,6 +320,8 @@ def fit_rates(
             ns_win = [n for n in ns_all if (lo is None or n >= lo) and (hi is None or n <= hi)]
             vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
             ns, vals = _clean(ns_win, vals)
+            in_win = sub[sub["n"].isin(ns_win)]
+            conv = (int(in_win["converged"].fillna(False).astype(bool).sum()), int(len(in_win))) if "converged" in in_win else None
             entry: dict[str, Any] = {
                 "router": router,
                 "setting": setting,
@@ -298,9 +330,17 @@ def fit_rates(
                 "estimator": estimator,
                 "predicted": predicted_exponent(router, setting, loss, estimator),
             }
+            if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
+                entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+                              "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
+                              "category": None, "reason": "not defined in this setting (no finite positive value)"})
+                fits.append(entry)
+                continue
             if len(ns) < 3:
                 entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
-                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
+                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
+                              "category": "inconclusive",
+                              "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
                 fits.append(entry)
                 continue
             pr = per_replicate_fit(ns, vals)
@@ -328,6 +368,13 @@ def fit_rates(
             if router == "cosine":
                 entry["log_model"] = log_model_comparison(ns, vals)
             entry.update(verdict(entry["predicted"], ci_low, ci_high, tolerance))
+            rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
+            cat = categorize(predicted=entry["predicted"], slope=lm["slope"], ci=(ci_low, ci_high), ns=ns, values=vals,
+                             tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
+            entry.update({"robust": rob, "curvature": cv, "tail": tl, "converged": list(conv) if conv else None, **cat})
+            entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
+                                 curv=cv, ns=ns, category=cat["category"], halfwidth=halfwidth,
+                                 stable_from=cat.get("stable_from"))
             fits.append(entry)
     _judge_vanilla(fits)
     return fits
@@ -350,3 +397,11 @@ def _judge_vanilla(fits: list[dict[str, Any]]) -> None:
         else:
             f["consistent"] = f["log_model_preferred"]
         f["judged_by"] = "flatter_than_perturbed" if "flatter_than_perturbed" in f else "log_model_aic"
+        if f.get("category") is None:
+            # Theorems 2/3: no polynomial rate; judged by the rule above (no interval to contain a prediction)
+            how = (f"slope {f['slope']:.2f} vs perturbed {f['perturbed_slope']:.2f} (flatter by >= {FLATTER_MARGIN:g}?)"
+                   if "flatter_than_perturbed" in f else f"C/log(n)^t preferred by AIC: {f['log_model_preferred']}")
+            f["category"] = "consistent" if f["consistent"] else "inconsistent"
+            f["reason"] = f"no polynomial rate (Thms 2/3): {how}"
+        elif f["category"] == "floor":
+            f["reason"] += "; a floor is what Thms 2/3 predict (no polynomial rate)"

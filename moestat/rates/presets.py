@@ -10,8 +10,18 @@ name       what it reproduces
 default    the quick default run (also what no ``--preset`` gives)
 fig1a      Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
 fig1b      Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
+over       Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
+over_1e6   the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
+exact_1e6  the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
 smoke      a seconds-long run for tests and CI
 =========  ==========================================================================
+
+Budget rule for over-specified fits: ``max_iter = 1000`` (5 times the exact-specified 200).
+Over-specified least squares is near-singular at the truth (the split atoms of a cell can trade
+mass and location almost freely), so Levenberg-Marquardt needs more, not different, iterations:
+with 200, 16 of the 72 perturbed fits of ``fig1b`` stopped at ``max_iter``; with 1000, all 144
+fits (both routers) stopped on ``ftol``, the slowest after 821 iterations (docs/guide/rates.rst,
+"Convergence of over-specified fits").
 """
 
 from __future__ import annotations
@@ -42,6 +52,39 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_points": 6,
         "reps": 12,
         "chunk": 4,
+        "max_iter": 1000,
+    },
+    "over": {
+        "router": ["perturbed", "cosine"],
+        "setting": "over",
+        "n_min": 1000,
+        "n_max": 32000,
+        "n_points": 6,
+        "reps": 20,
+        "chunk": 5,
+        "max_iter": 1000,
+        "extra_starts": 4,
+        "cell_errors": True,
+    },
+    "over_1e6": {
+        "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 15625,
+        "n_max": 1_000_000,
+        "n_points": 7,
+        "reps": 20,
+        "chunk": 5,
+        "max_iter": 1000,
+        "cell_errors": True,
+    },
+    "exact_1e6": {
+        "router": ["perturbed"],
+        "setting": "exact",
+        "n_min": 15625,
+        "n_max": 1_000_000,
+        "n_points": 7,
+        "reps": 20,
+        "chunk": 5,
     },
     "smoke": {
         "n_min": 100,

@@ -52,6 +52,9 @@ BAD = [
     (["--preset", "nope"], "preset"),
     (["--window-min", "85"], "window"),
     (["--n-jobs", "0"], "n-jobs"),
+    (["--extra-starts", "-1"], "extra-starts"),
+    (["--extra-starts", "100"], "extra_starts"),
+    (["--halfwidth", "0"], "halfwidth"),
 ]
 
 

@@ -25,8 +25,10 @@ class CheckResult:
 
     ``passed`` is ``True``/``False`` for a decided check and ``None`` for a skipped one
     (``status == "skipped"``); a skip is never counted as a pass.  ``inconclusive`` (``passed``
-    False) marks a slope check whose prediction lies in an interval too wide to tell it apart
-    from other rates (see :func:`slope_verdict`).
+    False) marks a slope check whose verdict category (:mod:`moestat.rates.verdicts`, the same
+    categories as ``moestat rates``) is ``inconclusive`` or ``pre-asymptotic`` (see
+    :func:`slope_verdict`).  ``category`` and ``reason`` carry that category and its one-line
+    reason; a check without a slope gets ``consistent``/``inconsistent`` from its own rule.
     """
 
     name: str
@@ -41,6 +43,8 @@ class CheckResult:
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    category: str | None = None
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in ("passed", "failed", "inconclusive", "skipped", "error"):
@@ -57,7 +61,8 @@ class CheckResult:
         """One printed line: name, prediction, measurement (CI), verdict."""
         f = lambda v: "n/a" if v is None or not math.isfinite(float(v)) else f"{float(v):.4g}"  # noqa: E731
         ci = "" if self.ci_low is None and self.ci_high is None else f" [{f(self.ci_low)}, {f(self.ci_high)}]"
-        return f"{self.name}: predicted {f(self.predicted)}, measured {f(self.measured)}{ci} -> {self.status.upper()}"
+        cat = f" [{self.category}: {self.reason}]" if self.category and self.reason else ""
+        return f"{self.name}: predicted {f(self.predicted)}, measured {f(self.measured)}{ci} -> {self.status.upper()}{cat}"
 
 
 def verdict(name: str, claim: str, predicted, measured, ci_low, ci_high, ok: bool, rule: str, note: str = "",
@@ -65,7 +70,8 @@ def verdict(name: str, claim: str, predicted, measured, ci_low, ci_high, ok: boo
     """A decided :class:`CheckResult` (``ok`` already evaluated by the check's stated rule)."""
     ok = bool(ok)
     return CheckResult(name, claim, predicted, measured, ci_low, ci_high, ok, "passed" if ok else "failed", rule, note,
-                       details or {})
+                       details or {}, category="consistent" if ok else "inconsistent",
+                       reason="the check's rule holds" if ok else "the check's rule fails")
 
 
 def skipped(name: str, claim: str, reason: str, predicted=None) -> CheckResult:
@@ -166,10 +172,14 @@ def per_n_means(summary: dict[str, Any], out_dir: Path, key: str, router: str, c
     """
     import pandas as pd
 
+    from moestat.rates.extras import merge_extras
+
     path = Path(out_dir) / "rates" / key / "results.csv"
     if not path.exists():
         return {}
-    df = pd.read_csv(path)
+    df = merge_extras(pd.read_csv(path), path.parent / "extras.csv")  # cell errors live in extras.csv
+    if column not in df:
+        return {}
     sub = df[df["router"] == router]
     return {int(n): float(v) for n, v in sub.groupby("n")[column].mean().items()}
 
@@ -192,20 +202,54 @@ def run_guarded(fn: Callable[[Context], list[CheckResult]], ctx: Context, names:
 #: no evidence, so such a check is reported ``inconclusive`` (not passed).
 MAX_CI_WIDTH = 1.0
 
+#: Verdict category -> check status (a category that is not ``consistent`` never passes).
+CATEGORY_STATUS = {"consistent": "passed", "inconsistent": "failed", "floor": "failed",
+                   "inconclusive": "inconclusive", "pre-asymptotic": "inconclusive"}
+
+
+def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ...] = ("consistent",)) -> CheckResult:
+    """Attach the engine's category and reason of ``fit`` to ``res`` and let it only tighten the verdict.
+
+    A check that passed by its own rule stays passed only when the category is one of ``passing``;
+    otherwise its status follows :data:`CATEGORY_STATUS`.  A failed check stays failed unless the
+    category says the data cannot decide (``inconclusive``/``pre-asymptotic``: status ``inconclusive``,
+    still not passed).
+    """
+    if fit is None or fit.get("category") is None:
+        return res
+    cat, why = fit["category"], fit.get("reason", "")
+    res.category, res.reason = cat, why
+    res.details["category"], res.details["reason"] = cat, why
+    if fit.get("plan"):
+        res.details["plan"] = fit["plan"].get("line")
+    if res.passed and cat not in passing:
+        res.passed = False
+        res.status = CATEGORY_STATUS.get(cat, "failed")
+    elif not res.passed and CATEGORY_STATUS.get(cat) == "inconclusive":
+        res.status = "inconclusive"
+    elif not res.passed and cat in passing:
+        # the engine judged by its own rule; the check's stricter rule failed
+        res.category, res.reason = "inconsistent", f"the check's rule fails ({res.rule}); engine: {cat}: {why}"
+        res.details["category"], res.details["reason"] = res.category, res.reason
+    return res
+
 
 def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tolerance: float, extra: dict | None = None,
                   note: str = "") -> CheckResult:
     """Verdict for a predicted log-log slope.
 
-    Passed when ``predicted in [ci_low - tol, ci_high + tol]`` and the 95% interval is at most
-    :data:`MAX_CI_WIDTH` wide; ``inconclusive`` (not passed) when the prediction is inside but the
-    interval is wider; failed otherwise.
+    Passed when ``predicted in [ci_low - tol, ci_high + tol]``, the 95% interval is at most
+    :data:`MAX_CI_WIDTH` wide, and the engine's verdict category (:func:`moestat.rates.verdicts.categorize`,
+    computed with the same prediction and tolerance) is ``consistent``; ``inconclusive`` (not
+    passed) when the category is ``inconclusive`` or ``pre-asymptotic``; failed otherwise (a
+    ``floor`` or an ``inconsistent`` slope).
     """
     rule = (f"predicted slope inside the 95% CI widened by {tolerance:g} on each side, "
-            f"with the CI at most {MAX_CI_WIDTH:g} wide (else inconclusive)")
+            f"with the CI at most {MAX_CI_WIDTH:g} wide (else inconclusive), and verdict category 'consistent'")
     if fit is None or fit.get("slope") is None:
         return CheckResult(name, claim, predicted, None, None, None, False, "failed", rule,
-                           "no slope in the rates summary for this loss" + (f"; {note}" if note else ""), extra or {})
+                           "no slope in the rates summary for this loss" + (f"; {note}" if note else ""), extra or {},
+                           category="inconclusive", reason="no slope in the rates summary for this loss")
     s, lo, hi = float(fit["slope"]), fit.get("ci_low"), fit.get("ci_high")
     lo = float("nan") if lo is None else float(lo)
     hi = float("nan") if hi is None else float(hi)
@@ -217,4 +261,9 @@ def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tol
         res.passed = False
         res.status = "inconclusive"
         res.note = (note + "; " if note else "") + f"prediction inside an uninformative interval (width {hi - lo:.2f} > {MAX_CI_WIDTH:g})"
+    if fit.get("predicted") is not None and float(fit["predicted"]) == float(predicted):
+        apply_category(res, fit)
+    else:  # the engine judged another prediction: its category does not apply to this claim
+        res.category = None
+        res.reason = f"engine category is for predicted {fit.get('predicted')}, not {predicted:g}"
     return res

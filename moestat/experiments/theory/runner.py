@@ -128,6 +128,8 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
             lines.append(f"- claim: {r.claim}")
         if r.rule:
             lines.append(f"- rule: {r.rule}")
+        if r.category:
+            lines.append(f"- category: {r.category}: {r.reason}")
         if r.note:
             lines.append(f"- note: {r.note}")
         for k, v in r.details.items():

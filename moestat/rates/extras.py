@@ -1,0 +1,105 @@
+"""``extras.csv``: the optimum certificate and Theorem 5's per-cell quantities, beside ``results.csv``.
+
+Written only when a sweep asks for them (``extra_starts > 0`` or ``cell_errors``), so the default
+``results.csv`` and its columns never change.  One line per ``(router, n, replicate)``, appended in
+the same callback as the ``results.csv`` rows (a kill between the two appends loses at most that
+unit's extras; they are then NaN in the merged frame and the unit is not recomputed -- the
+summary's counts say how many are missing).
+
+Columns (:func:`extra_columns`):
+
+``best_objective, best_start, n_starts, n_starts_converged, beaten``
+    the certificate: the lowest objective over the near-truth start (``best_start = 0``) and the
+    extra starts (``1..E``); ``beaten`` is 1 when an extra start reached an objective lower than
+    the near-truth fit's by more than :data:`BEATEN_RTOL` (relative).
+``best_<loss>``
+    every loss of ``results.csv`` at the best-objective fit (the least-squares estimate the
+    theorems speak of, as far as the starts can tell).
+``weighted_single, weighted_multi, beta1_radial, beta1_direction``
+    :mod:`moestat.losses.cell_errors` at the near-truth fit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+__all__ = ["BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
+
+#: Relative margin by which an extra start must lower the objective to count as beating the
+#: near-truth fit: far above the LM stopping tolerance on the objective (ftol = 1e-12 relative), far
+#: below any difference between distinct local minima.
+BEATEN_RTOL = 1e-6
+
+KEY = ("router", "n", "replicate")
+CERTIFICATE_COLUMNS = ("best_objective", "best_start", "n_starts", "n_starts_converged", "beaten")
+CELL_COLUMNS = ("weighted_single", "weighted_multi", "beta1_radial", "beta1_direction")
+
+
+def extra_columns(extra_starts: int, cell_errors: bool) -> tuple[str, ...]:
+    """The columns of ``extras.csv`` for a configuration (empty: no file)."""
+    from moestat.rates.store import LOSS_NAMES
+
+    cols: list[str] = []
+    if extra_starts > 0:
+        cols += [*CERTIFICATE_COLUMNS, *(f"best_{c}" for c in LOSS_NAMES)]
+    if cell_errors:
+        cols += list(CELL_COLUMNS)
+    return (*KEY, *cols) if cols else ()
+
+
+class ExtrasStore:
+    """Append-only ``extras.csv`` with a fixed header.
+
+    Parameters
+    ----------
+    path : path-like
+    columns : sequence of str
+        :func:`extra_columns` of the configuration.
+    """
+
+    def __init__(self, path: str | os.PathLike, columns: Sequence[str]):
+        self.path = Path(path)
+        self.columns = tuple(columns)
+
+    def create(self) -> None:
+        """Write the header (new file) or cut a torn last line; refuse a file with another header."""
+        from moestat.io import atomic_write_text
+
+        if not self.path.exists():
+            atomic_write_text(self.path, ",".join(self.columns) + "\n")
+            return
+        text = self.path.read_text(encoding="utf-8")
+        if text.split("\n", 1)[0].split(",") != list(self.columns):
+            raise ValueError(f"{self.path} was written with other extras columns")
+        if text and not text.endswith("\n"):
+            atomic_write_text(self.path, text[: text.rfind("\n") + 1])
+
+    def append(self, rows: Iterable[dict]) -> None:
+        """One line per row (``repr`` of floats: exact round trip)."""
+        from moestat.io import append_line
+
+        for row in rows:
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="").writerow([repr(row[c]) if isinstance(row[c], float) else str(row[c]) for c in self.columns])
+            append_line(self.path, buf.getvalue())
+
+
+def merge_extras(df, path: str | os.PathLike):
+    """``df`` (results) left-joined with ``extras.csv`` on ``(router, n, replicate)``; ``df`` if absent."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        return df
+    ex = pd.read_csv(path)
+    ex = ex.drop_duplicates(subset=list(KEY), keep="first")
+    for c in ex.columns:
+        if c not in ("router",):
+            ex[c] = pd.to_numeric(ex[c], errors="coerce")
+    ex["n"] = ex["n"].astype(int)
+    ex["replicate"] = ex["replicate"].astype(int)
+    return df.merge(ex, on=list(KEY), how="left")

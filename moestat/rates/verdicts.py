@@ -1,0 +1,322 @@
+"""Verdict categories with reasons, robust slopes and Monte Carlo planning for one rate fit.
+
+:func:`moestat.rates.fit.fit_rates` computes, for one router and one loss, the log-of-mean slope
+with its 95% interval (the envelope of a replicate bootstrap and the OLS t-interval).  Whether
+that interval *contains* the prediction is not yet a verdict one can trust: an interval 12 wide
+contains every rate, a loss that has stopped decreasing can sit inside a widened interval, a
+log-log curve that is still bending has no single slope, and one wild replicate can move a
+log-of-mean slope.  :func:`categorize` turns the evidence into one of five categories, each with a
+one-line reason, evaluated in this order (the first that applies wins):
+
+``inconclusive``
+    fewer than 3 sample sizes; fewer than :data:`MIN_CONVERGED` of the fits in the window stopped on
+    a convergence criterion (the fitted values need not be the least-squares estimates the theorems
+    speak of); the 95% interval wider than :data:`MAX_CI_WIDTH` (it cannot tell -1/2 from 0 or -1);
+    the interval containing both the prediction and 0 (cannot tell a rate from no decay); or the
+    OLS and the robust (Theil--Sen) slope disagreeing on the verdict.
+``floor``
+    the loss stops decreasing: over the upper part of the window (the largest
+    ``max(3, ceil(S/2))`` sample sizes) the robust slope's interval contains 0 and, widened by the
+    tolerance, excludes the predicted exponent (-1/2 when nothing is predicted), or the
+    whole-window interval does so.
+``pre-asymptotic``
+    significant curvature in log-log (the 99% interval of the quadratic coefficient of a
+    per-replicate fit of ``log L`` on ``log n, (log n)^2`` excludes 0) *and* the local slope changes by
+    more than the tolerance across the window; the reason says from which ``n`` the slope is stable
+    (no significant curvature over ``n >= n_0`` with at least 3 sizes) or that it is not yet.
+``consistent`` / ``inconsistent``
+    the prediction inside / outside the interval widened by the tolerance (the rule of
+    :func:`moestat.rates.fit.verdict`), *and* the Theil--Sen slope on the per-replicate log losses
+    agreeing.
+
+Nothing here loosens the interval rule: ``consistent`` implies the old ``consistent`` flag.
+
+:func:`plan` answers "how many replicates and how large an n would settle it": the bootstrap
+half-width shrinks like ``1/sqrt(R)``, so ``R_needed = ceil(R (h_boot / h)^2)`` for a target
+half-width ``h``; the lack-of-fit half-width of the straight line does not shrink with ``R``, and a
+significant curvature says a larger n-max is needed (with a quadratic extrapolation of where the
+local slope reaches the prediction).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = [
+    "CATEGORIES",
+    "MAX_CI_WIDTH",
+    "MIN_CONVERGED",
+    "DEFAULT_HALFWIDTH",
+    "robust_slope",
+    "curvature",
+    "tail_slope",
+    "stable_from",
+    "categorize",
+    "plan",
+]
+
+#: The verdict categories, in the order they are tested (``consistent``/``inconsistent`` last).
+CATEGORIES = ("inconclusive", "floor", "pre-asymptotic", "consistent", "inconsistent")
+#: A 95% interval wider than this cannot tell -1/2 from both 0 and -1.
+MAX_CI_WIDTH = 1.0
+#: Fraction of the window's fits that must stop on a convergence criterion for any verdict.
+MIN_CONVERGED = 0.9
+#: Level of the curvature test: with six losses and two routers per run, a 5% test would call a
+#: straight line pre-asymptotic in about half of all runs; 1% keeps that to about one in ten.
+CURVATURE_ALPHA = 0.01
+#: Default target half-width of the 95% slope interval for :func:`plan`.
+DEFAULT_HALFWIDTH = 0.05
+
+
+def _xy(ns: Sequence[int], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([np.full(len(v), math.log(n)) for n, v in zip(ns, values)])
+    y = np.concatenate([np.log(np.asarray(v, float)) for v in values])
+    return x, y
+
+
+def robust_slope(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, float]:
+    """Theil--Sen slope of the per-replicate ``log L`` on ``log n`` (scipy.stats.theilslopes).
+
+    The median of pairwise slopes: one wild replicate moves it by at most one rank, where it can
+    move a log-of-mean slope arbitrarily.
+
+    Parameters
+    ----------
+    ns : sequence of int, length S
+    values : sequence of S arrays of positive losses
+
+    Returns
+    -------
+    dict
+        ``slope``, ``ci_low``, ``ci_high`` (the 95% interval of Sen (1968)), ``intercept``.
+    """
+    from scipy.stats import theilslopes
+
+    x, y = _xy(ns, values)
+    res = theilslopes(y, x, alpha=0.95)
+    return {"slope": float(res.slope), "ci_low": float(res.low_slope), "ci_high": float(res.high_slope),
+            "intercept": float(res.intercept)}
+
+
+def curvature(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Quadratic per-replicate fit ``log L = a + b u + c u^2`` with ``u = log n - mean``, HC3 errors.
+
+    Returns
+    -------
+    dict
+        ``c``, ``c_ci`` (99%, :data:`CURVATURE_ALPHA`), ``significant`` (the interval excludes 0), the local slopes
+        ``slope_start``/``slope_end`` (``b + 2 c u``) at the window's ends, ``change`` (their
+        difference) and ``b``/``u_mean`` for extrapolation.  ``significant`` is False with fewer
+        than 4 sample sizes (3 points always fit a parabola).
+    """
+    import statsmodels.api as sm
+
+    x, y = _xy(ns, values)
+    um = float(np.mean(np.log(ns)))
+    u = x - um
+    out: dict[str, Any] = {"c": math.nan, "c_ci": [math.nan, math.nan], "significant": False, "u_mean": um}
+    if len(ns) < 4:
+        return out
+    X = np.column_stack([np.ones_like(u), u, u * u])
+    res = sm.OLS(y, X).fit(cov_type="HC3")
+    ci = np.asarray(res.conf_int(CURVATURE_ALPHA))
+    b, c = float(res.params[1]), float(res.params[2])
+    u0, u1 = math.log(ns[0]) - um, math.log(ns[-1]) - um
+    out.update({
+        "b": b, "c": c, "c_ci": [float(ci[2, 0]), float(ci[2, 1])],
+        "significant": bool(ci[2, 0] > 0 or ci[2, 1] < 0),
+        "slope_start": b + 2 * c * u0, "slope_end": b + 2 * c * u1, "change": 2 * c * (u1 - u0),
+    })
+    return out
+
+
+def tail_slope(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Theil--Sen slope over the largest ``max(3, ceil(S/2))`` sample sizes (``n_min`` included)."""
+    m = max(3, math.ceil(len(ns) / 2))
+    r = robust_slope(ns[-m:], values[-m:])
+    r["n_min"] = int(ns[-m])
+    return r
+
+
+def stable_from(ns: Sequence[int], values: Sequence[np.ndarray], tolerance: float) -> int | None:
+    """The smallest ``n_0`` of the grid such that over ``n >= n_0`` the log-log curve is straight.
+
+    Straight: no significant curvature, or a local-slope change across that part of at most
+    ``tolerance``.  Needs at least 4 sizes in the part (3 always fit a parabola); ``None`` when no
+    such ``n_0`` exists (not yet stable within the window).
+    """
+    for j in range(0, len(ns) - 3):
+        cv = curvature(ns[j:], values[j:])
+        if not cv["significant"] or abs(cv["change"]) <= tolerance:
+            return int(ns[j])
+    return None
+
+
+def _f(v: float) -> str:
+    return f"{v:.2f}"
+
+
+def categorize(
+    *,
+    predicted: float | None,
+    slope: float | None,
+    ci: tuple[float, float] | None,
+    ns: Sequence[int],
+    values: Sequence[np.ndarray],
+    tolerance: float,
+    converged: tuple[int, int] | None = None,
+    robust: dict | None = None,
+    curv: dict | None = None,
+    tail: dict | None = None,
+    halfwidth: float = DEFAULT_HALFWIDTH,
+) -> dict[str, Any]:
+    """The category and one-line reason of one rate fit (rules in the module docstring).
+
+    Parameters
+    ----------
+    predicted : float or None
+        Predicted exponent (``None``: no polynomial rate; then only ``inconclusive``/``floor`` or
+        ``None`` are returned and the caller may judge otherwise).
+    slope : float or None
+        Log-of-mean slope (``None`` when there were too few sample sizes).
+    ci : (float, float) or None
+        Its 95% interval.
+    ns, values : the window's sample sizes and per-replicate losses (see :func:`robust_slope`).
+    tolerance : float
+        Half-width by which the interval is widened (:func:`moestat.rates.fit.verdict`).
+    converged : (int, int), optional
+        Fits in the window that stopped on a convergence criterion, and all fits.
+    robust, curv, tail : dict, optional
+        Precomputed :func:`robust_slope`, :func:`curvature`, :func:`tail_slope` (computed when absent).
+    halfwidth : float
+        Target half-width quoted in an ``inconclusive`` reason (see :func:`plan`).
+
+    Returns
+    -------
+    dict
+        ``category`` (one of :data:`CATEGORIES`, or ``None`` when nothing is predicted and no
+        floor is seen) and ``reason`` (one line).
+    """
+    tol = float(tolerance)
+    if slope is None or ci is None or len(ns) < 3:
+        return {"category": "inconclusive", "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"}
+    lo, hi = float(ci[0]), float(ci[1])
+    if converged is not None and converged[1] > 0 and converged[0] < MIN_CONVERGED * converged[1]:
+        return {"category": "inconclusive",
+                "reason": f"only {converged[0]}/{converged[1]} fits stopped on a convergence criterion (< {MIN_CONVERGED:.0%}): "
+                          "not the least-squares estimates the theorem bounds (a larger max_iter?)"}
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return {"category": "inconclusive", "reason": "non-finite interval"}
+    width = hi - lo
+    if width > MAX_CI_WIDTH:
+        return {"category": "inconclusive",
+                "reason": f"95% CI [{_f(lo)}, {_f(hi)}] is {width:.2f} wide (> {MAX_CI_WIDTH:g}): cannot tell -1/2 from 0 or -1"}
+    robust = robust if robust is not None else robust_slope(ns, values)
+    tail = tail if tail is not None else tail_slope(ns, values)
+    curv = curv if curv is not None else curvature(ns, values)
+    # floor: flat at the top of the window where it should decrease (Theil-Sen, so one replicate
+    # cannot fake it); with no prediction, the flat tail must exclude the parametric -1/2 (widened)
+    ref = predicted if predicted is not None else -0.5
+    if tail["ci_high"] >= 0.0 and tail["ci_high"] - tail["ci_low"] <= MAX_CI_WIDTH and ref < 0 and tail["ci_low"] - tol > ref:
+        what = f", excludes {ref:g} - {tol:g}"
+        return {"category": "floor",
+                "reason": f"stops decreasing: Theil-Sen slope over n >= {tail['n_min']} is {_f(tail['slope'])} "
+                          f"[{_f(tail['ci_low'])}, {_f(tail['ci_high'])}] (contains 0{what})"}
+    if ref < 0 and hi >= 0.0 and lo - tol > ref:
+        return {"category": "floor", "reason": f"no decay over the window: 95% CI [{_f(lo)}, {_f(hi)}] contains 0 and excludes {ref:g} - {tol:g}"}
+    if curv.get("significant") and abs(curv["change"]) > tol:
+        n0 = stable_from(ns, values, tol)
+        if n0 is not None and n0 > ns[0]:
+            j = list(ns).index(n0)
+            st = robust_slope(ns[j:], values[j:])
+            verdict_there = "" if predicted is None else (
+                f", {'contains' if st['ci_low'] - tol <= predicted <= st['ci_high'] + tol else 'excludes'} {predicted:g} +- {tol:g}")
+            where = (f"stable from n = {n0}: Theil-Sen slope there {_f(st['slope'])} [{_f(st['ci_low'])}, {_f(st['ci_high'])}]"
+                     f"{verdict_there}")
+        else:
+            where = "not yet stable within the window: a larger n-max is needed"
+        return {"category": "pre-asymptotic",
+                "reason": f"log-log curvature: local slope {_f(curv['slope_start'])} at n = {ns[0]} -> {_f(curv['slope_end'])} "
+                          f"at n = {ns[-1]}; {where}",
+                "stable_from": n0 if n0 is not None and n0 > ns[0] else None}
+    if predicted is None:
+        return {"category": None, "reason": "no polynomial rate predicted for this loss"}
+    if predicted < 0 and hi >= 0.0:
+        return {"category": "inconclusive",
+                "reason": f"95% CI [{_f(lo)}, {_f(hi)}] contains both {predicted:g} and 0 (no decay)"}
+    ols_ok = lo - tol <= predicted <= hi + tol
+    rob_ok = robust["ci_low"] - tol <= predicted <= robust["ci_high"] + tol
+    rs = f"Theil-Sen {_f(robust['slope'])} [{_f(robust['ci_low'])}, {_f(robust['ci_high'])}]"
+    if ols_ok and rob_ok:
+        return {"category": "consistent", "reason": f"{predicted:g} inside 95% CI [{_f(lo)}, {_f(hi)}] +- {tol:g}; {rs} agrees"}
+    if not ols_ok and not rob_ok:
+        return {"category": "inconsistent", "reason": f"{predicted:g} outside 95% CI [{_f(lo)}, {_f(hi)}] +- {tol:g}; {rs} agrees"}
+    which = "OLS" if ols_ok else "Theil-Sen"
+    return {"category": "inconclusive",
+            "reason": f"only the {which} slope is consistent with {predicted:g} (CI [{_f(lo)}, {_f(hi)}], {rs}): a few replicates drive the slope"}
+
+
+def plan(
+    *,
+    predicted: float | None,
+    reps: int,
+    bootstrap: dict,
+    log_mean: dict,
+    curv: dict,
+    ns: Sequence[int],
+    category: str | None,
+    halfwidth: float = DEFAULT_HALFWIDTH,
+    stable_from: int | None = None,
+) -> dict[str, Any]:
+    """Monte Carlo planning from the run's own variance.
+
+    Parameters
+    ----------
+    predicted : float or None
+    reps : int
+        Replicates per sample size (the smallest count in the window).
+    bootstrap, log_mean : dict
+        :func:`moestat.rates.fit.bootstrap_slope` and :func:`moestat.rates.fit.log_mean_fit` results.
+    curv : dict
+        :func:`curvature` result.
+    ns : sequence of int
+        Sample sizes of the window.
+    category : str or None
+    halfwidth : float
+        Target half-width ``h`` of the 95% interval.
+    stable_from : int, optional
+        For a ``pre-asymptotic`` fit, the ``n`` from which the curve is straight
+        (:func:`stable_from`): then a window starting there, not a larger n-max, is what is needed.
+
+    Returns
+    -------
+    dict
+        ``halfwidth`` (target), ``halfwidth_now`` (bootstrap), ``lack_of_fit_halfwidth``,
+        ``reps_needed`` (``ceil(R (h_boot/h)^2)``, at least ``R``), ``larger_n_needed`` (bool),
+        ``n_reach`` (quadratic extrapolation of where the local slope reaches the prediction, or
+        ``None``) and ``line`` (one printed sentence).
+    """
+    hb = 0.5 * (bootstrap["ci_high"] - bootstrap["ci_low"])
+    hl = 0.5 * (log_mean["ci_high"] - log_mean["ci_low"])
+    need = max(int(reps), int(math.ceil(reps * (hb / halfwidth) ** 2))) if hb > 0 else int(reps)
+    larger = bool(category == "floor" or (category == "pre-asymptotic" and stable_from is None)
+                  or (category != "pre-asymptotic" and curv.get("significant") and hl > halfwidth))
+    n_reach = None
+    if curv.get("significant") and predicted is not None and curv.get("c", 0) != 0:
+        u = (predicted - curv["b"]) / (2 * curv["c"])
+        n_star = math.exp(u + curv["u_mean"])
+        if n_star > ns[-1] and math.isfinite(n_star):
+            n_reach = float(n_star)
+    parts = [f"{need} replicates per n for +-{halfwidth:g} (bootstrap +-{hb:.3f} with {reps})"]
+    if hl > halfwidth:
+        parts.append(f"straight-line lack of fit +-{hl:.3f} does not shrink with replicates")
+    if stable_from is not None:
+        parts.append(f"fit the window n >= {stable_from} (declare --window-min {stable_from} before the next run)")
+    if larger:
+        parts.append("larger n-max needed" + (f" (local slope reaches {predicted:g} near n = {n_reach:.3g}, quadratic extrapolation)"
+                                               if n_reach is not None else ""))
+    return {"halfwidth": halfwidth, "halfwidth_now": hb, "lack_of_fit_halfwidth": hl, "reps_needed": need,
+            "larger_n_needed": larger, "n_reach": n_reach, "line": "; ".join(parts)}

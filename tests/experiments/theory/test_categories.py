@@ -1,0 +1,59 @@
+"""Theory checks take the rates engine's verdict categories and may only tighten their rules."""
+
+from moestat.experiments.theory.framework import apply_category, slope_verdict, verdict
+
+
+def _fit(slope, lo, hi, predicted, category, reason="r"):
+    return {"slope": slope, "ci_low": lo, "ci_high": hi, "predicted": predicted, "consistent": True,
+            "category": category, "reason": reason, "plan": {"line": "20 replicates"}}
+
+
+def test_flat_multi_atom_slope_no_longer_passes():
+    # thm5_param_multi as measured: slope -0.02, predicted -0.25; the widened interval contains it
+    fit = _fit(-0.02, -0.12, 0.08, -0.25, "floor", "stops decreasing")
+    r = slope_verdict("thm5_param_multi", "", fit, -0.25, 0.15)
+    assert r.passed is False and r.status == "failed" and r.category == "floor" and r.reason == "stops decreasing"
+    assert "floor" in r.line() and r.details["plan"] == "20 replicates"
+
+
+def test_consistent_category_passes_and_others_do_not():
+    assert slope_verdict("a", "", _fit(-0.5, -0.6, -0.4, -0.5, "consistent"), -0.5, 0.15).passed is True
+    for cat, status in (("inconclusive", "inconclusive"), ("pre-asymptotic", "inconclusive"), ("inconsistent", "failed")):
+        r = slope_verdict("a", "", _fit(-0.5, -0.6, -0.4, -0.5, cat), -0.5, 0.15)
+        assert (r.passed, r.status, r.category) == (False, status, cat)
+
+
+def test_failed_rule_is_not_rescued_by_a_category():
+    r = slope_verdict("a", "", _fit(-1.0, -1.1, -0.9, -0.5, "consistent"), -0.5, 0.15)
+    assert r.passed is False and r.status == "failed"
+
+
+def test_other_prediction_ignores_the_engine_category():
+    r = slope_verdict("a", "", _fit(-0.5, -0.6, -0.4, -0.25, "inconsistent"), -0.5, 0.15)
+    assert r.passed is True and r.category is None and "not -0.5" in r.reason
+
+
+def test_vanilla_floor_may_pass_but_inconclusive_may_not():
+    base = lambda: verdict("thm2", "", -0.25, -0.05, -0.1, 0.0, True, "slope > -0.25")  # noqa: E731
+    assert apply_category(base(), _fit(-0.05, -0.1, 0.0, None, "floor"), passing=("consistent", "floor")).passed is True
+    r = apply_category(base(), _fit(-0.05, -0.1, 0.0, None, "inconclusive"), passing=("consistent", "floor"))
+    assert r.passed is False and r.status == "inconclusive"
+
+
+def test_per_n_means_reads_extras(tmp_path):
+    from moestat.experiments.theory.framework import per_n_means
+
+    d = tmp_path / "rates" / "quick-over"
+    d.mkdir(parents=True)
+    (d / "results.csv").write_text("router,n,replicate,voronoi\nperturbed,100,0,1.0\nperturbed,100,1,3.0\n")
+    (d / "extras.csv").write_text("router,n,replicate,weighted_multi\nperturbed,100,0,0.5\nperturbed,100,1,1.5\n")
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "voronoi") == {100: 2.0}
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "weighted_multi") == {100: 1.0}
+    assert per_n_means({}, tmp_path, "quick-over", "perturbed", "beta1_radial") == {}
+
+
+def test_failed_rule_is_labelled_inconsistent_even_if_the_engine_agreed():
+    r = apply_category(verdict("thm2", "", -0.25, -0.39, -0.5, -0.29, False, "slope > -0.25"),
+                       _fit(-0.39, -0.5, -0.29, None, "consistent", "flatter than perturbed"))
+    assert r.passed is False and r.status == "failed" and r.category == "inconsistent"
+    assert "slope > -0.25" in r.reason and "flatter than perturbed" in r.reason

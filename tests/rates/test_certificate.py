@@ -1,0 +1,49 @@
+"""Optimum certificate and cell errors in extras.csv: results.csv unchanged, chunking-independent."""
+
+import pandas as pd
+
+from moestat.rates import RatesConfig
+from moestat.rates.sweep import run_sweep
+
+BASE = {"n_min": 100, "n_max": 400, "n_points": 3, "reps": 2, "max_iter": 15, "holdout": 256, "n_boot": 50, "quiet": True}
+
+
+def _sweep(tmp_path, name, **kw):
+    """The sweep alone (no rate fit, no figures): enough for results.csv and extras.csv."""
+    cfg = RatesConfig.from_dict({**BASE, **kw})
+    cfg.validate()
+    (tmp_path / name).mkdir()
+    run_sweep(cfg, tmp_path / name, progress=False)
+    return tmp_path / name
+
+
+def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_path):
+    d0 = _sweep(tmp_path, "plain")
+    d1 = _sweep(tmp_path, "cert", extra_starts=3, cell_errors=True)
+    d2 = _sweep(tmp_path, "cert_chunked", extra_starts=3, cell_errors=True, chunk=1)
+    assert not (d0 / "extras.csv").exists()
+    r0, r1 = (pd.read_csv(d / "results.csv").drop(columns="time") for d in (d0, d1))
+    assert r0.equals(r1)  # the near-truth fits are untouched by the extra starts
+    e1 = pd.read_csv(d1 / "extras.csv").sort_values(["n", "replicate"]).reset_index(drop=True)
+    e2 = pd.read_csv(d2 / "extras.csv").sort_values(["n", "replicate"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(e1, e2)
+    m = r1.merge(e1, on=["router", "n", "replicate"])
+    assert len(m) == 6 and (m["n_starts"] == 4).all() and m["beaten"].isin([0, 1]).all()
+    assert (m["best_objective"] <= m["objective"] * (1 + 1e-12)).all()
+    same = m["beaten"] == 0
+    assert (m.loc[same, "best_voronoi"] == m.loc[same, "voronoi"]).all()  # no better minimum: the same fit
+    # what run_rates does with it (without drawing figures): the per-n certificate and the extra losses
+    from moestat.rates.experiment import _certificate_summary
+    from moestat.rates.extras import extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.store import read_results
+
+    cfg = RatesConfig.from_dict({**BASE, "extra_starts": 3, "cell_errors": True})
+    df = merge_extras(read_results(d1 / "results.csv"), d1 / "extras.csv")
+    rows = _certificate_summary(df, cfg)["by_router"]["perturbed"]
+    assert [r["n"] for r in rows] == [100, 200, 400] and sum(r["certified"] for r in rows) == 6
+    assert sum(r["beaten"] for r in rows) == int(m["beaten"].sum())
+    extra = [c for c in extra_columns(3, True) if c.startswith(("best_", "weighted", "beta1")) and c != "best_objective"
+             and c != "best_start"]
+    fits = fit_rates(df, setting="exact", estimator="lse", losses=extra, n_boot=50)
+    assert {f["loss"] for f in fits} == set(extra) and all("category" in f for f in fits)

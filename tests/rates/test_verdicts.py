@@ -1,0 +1,154 @@
+"""Verdict categories, robust slopes and planning (moestat.rates.verdicts) on synthetic losses with a known law."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from moestat.rates.fit import fit_rates, verdict
+from moestat.rates.verdicts import CATEGORIES, categorize, curvature, plan, robust_slope
+
+NS = [1000, 2000, 4000, 8000, 16000, 32000, 64000, 128000]
+
+
+def _losses(law, reps=20, sigma=0.3, seed=0, ns=NS):
+    """Per-n arrays of losses law(n) * lognormal noise."""
+    rng = np.random.default_rng(seed)
+    return [law(n) * np.exp(sigma * rng.standard_normal(reps)) for n in ns]
+
+
+def _frame(values, ns=NS, router="perturbed", loss="voronoi", converged=True):
+    rows = []
+    for n, v in zip(ns, values):
+        for r, x in enumerate(v):
+            rows.append({"router": router, "n": n, "replicate": r, "converged": converged, loss: x})
+    return pd.DataFrame(rows)
+
+
+def _fit(values, predicted_setting="exact", loss="voronoi", converged=True, ns=NS, **kw):
+    df = _frame(values, ns=ns, loss=loss, converged=converged)
+    (f,) = fit_rates(df, setting=predicted_setting, estimator="lse", routers=["perturbed"], losses=[loss], n_boot=300, **kw)
+    return f
+
+
+def test_true_rate_is_consistent_with_a_reason():
+    f = _fit(_losses(lambda n: n ** -0.5))
+    assert f["category"] == "consistent", f["reason"]
+    assert "inside 95% CI" in f["reason"] and "Theil-Sen" in f["reason"]
+    assert f["plan"]["reps_needed"] >= 20
+
+
+def test_wrong_rate_is_inconsistent():
+    f = _fit(_losses(lambda n: n ** -1.0))
+    assert f["category"] == "inconsistent", f["reason"]
+
+
+def test_no_convergence_is_inconclusive_whatever_the_interval():
+    # the smoke preset's case: 0 of 9 fits converged must never read "consistent"
+    f = _fit(_losses(lambda n: n ** -0.5), converged=False)
+    assert f["consistent"] is True  # the bare interval rule would have said so
+    assert f["category"] == "inconclusive" and "0/160 fits" in f["reason"]
+
+
+def test_wide_interval_is_inconclusive_and_says_how_wide():
+    ns = [100, 200, 400]
+    f = _fit(_losses(lambda n: n ** -0.5, reps=3, sigma=2.0, ns=ns), ns=ns)
+    assert f["ci_high"] - f["ci_low"] > 1.0
+    assert f["category"] == "inconclusive" and "wide" in f["reason"]
+
+
+def test_flat_multi_atom_loss_does_not_pass_against_minus_quarter():
+    # thm5_param_multi: a flat slope (-0.02) against a predicted -1/4 must not be "consistent"
+    vals = _losses(lambda n: 0.3 * n ** -0.02, sigma=0.5, seed=3)
+    f = _fit(vals, predicted_setting="over", loss="param_multi")
+    assert f["predicted"] == -0.25
+    assert f["category"] in ("floor", "inconclusive"), f["reason"]
+
+
+def test_a_floor_is_named_with_the_n_it_starts_from():
+    vals = _losses(lambda n: max(n ** -0.5, 0.01), sigma=0.1, seed=4)  # flat from n = 10 000
+    f = _fit(vals)
+    assert f["category"] == "floor", f["reason"]
+    assert "stops decreasing" in f["reason"] and "n >= 16000" in f["reason"]
+
+
+def test_bending_curve_is_pre_asymptotic():
+    # a fast transient in front of the n^-1/2 rate: the local slope moves by more than the tolerance
+    vals = _losses(lambda n: n ** -0.5 + 2e3 * n ** -1.5, sigma=0.1, seed=5)
+    f = _fit(vals)
+    assert f["category"] == "pre-asymptotic", f["reason"]
+    assert "local slope" in f["reason"]
+    # the transient has died out within the window: the plan names the window, not a larger n
+    assert f["stable_from"] is not None and f"--window-min {f['stable_from']}" in f["plan"]["line"]
+    assert f["plan"]["larger_n_needed"] is False
+
+
+def test_curve_still_bending_at_the_top_needs_larger_n():
+    vals = _losses(lambda n: n ** -0.5 + 2e4 * n ** -1.5, sigma=0.1, seed=5)
+    f = _fit(vals)
+    assert f["category"] == "pre-asymptotic" and "not yet stable" in f["reason"], f["reason"]
+    assert f["plan"]["larger_n_needed"] is True and "larger n-max needed" in f["plan"]["line"]
+    assert f["plan"]["n_reach"] > NS[-1]  # where the local slope reaches -1/2 (extrapolated)
+
+
+def test_one_wild_replicate_cannot_make_a_verdict():
+    vals = _losses(lambda n: n ** -0.5, sigma=0.2, seed=6)
+    clean = _fit(vals)
+    vals[-1][0] *= 1e3  # one replicate at the largest n diverged
+    f = _fit(vals)
+    assert f["slope"] > clean["slope"] + 0.3  # the log-of-mean slope is dragged far from -1/2
+    assert f["category"] in ("inconclusive", "consistent"), f["reason"]
+    assert abs(f["robust"]["slope"] + 0.5) < 0.1
+
+
+def test_robust_slope_recovers_the_exponent():
+    r = robust_slope(NS, _losses(lambda n: 2 * n ** -0.75, sigma=0.2, seed=7))
+    assert r["ci_low"] <= -0.75 <= r["ci_high"] and r["ci_high"] - r["ci_low"] < 0.2
+
+
+def test_curvature_detects_bend_and_not_a_straight_line():
+    assert not curvature(NS, _losses(lambda n: n ** -0.5, sigma=0.2, seed=8))["significant"]
+    c = curvature(NS, _losses(lambda n: n ** -0.5 + 2e3 * n ** -1.5, sigma=0.1, seed=8))
+    assert c["significant"] and c["slope_start"] < c["slope_end"] < 0
+
+
+def test_plan_scales_like_one_over_halfwidth_squared():
+    vals = _losses(lambda n: n ** -0.5, sigma=0.5, seed=9, reps=10)
+    f = _fit(vals)
+    cv = f["curvature"]
+    p1 = plan(predicted=-0.5, reps=10, bootstrap=f["bootstrap"], log_mean=f["log_mean"], curv=cv, ns=NS, category="consistent", halfwidth=0.05)
+    p2 = plan(predicted=-0.5, reps=10, bootstrap=f["bootstrap"], log_mean=f["log_mean"], curv=cv, ns=NS, category="consistent", halfwidth=0.1)
+    hb = p1["halfwidth_now"]
+    assert p1["reps_needed"] == max(10, math.ceil(10 * (hb / 0.05) ** 2))
+    assert p2["reps_needed"] == max(10, math.ceil(10 * (hb / 0.1) ** 2)) < p1["reps_needed"]
+
+
+def test_missing_loss_has_no_category():
+    vals = [np.full(5, np.nan) for _ in NS]
+    f = _fit(vals, loss="param_multi")
+    assert f["slope"] is None and f["category"] is None and "not defined" in f["reason"]
+
+
+@given(p=st.floats(-1.5, 0.5), lo=st.floats(-2, 1), w=st.floats(0, 1.5))
+def test_consistent_category_implies_the_interval_rule(p, lo, w):
+    hi = lo + w
+    vals = _losses(lambda n: n ** -0.5, reps=8, sigma=0.2, seed=1, ns=NS[:5])
+    c = categorize(predicted=p, slope=0.5 * (lo + hi), ci=(lo, hi), ns=NS[:5], values=vals, tolerance=0.15)
+    assert c["category"] in CATEGORIES
+    if c["category"] == "consistent":
+        assert verdict(p, lo, hi, 0.15)["consistent"]
+
+
+@pytest.mark.parametrize("quiet", [True])
+def test_smoke_preset_never_says_consistent(tmp_path, quiet):
+    from moestat.rates import RatesConfig, run_rates
+    from moestat.rates.experiment import format_table
+
+    s = run_rates(RatesConfig.from_preset("smoke").replace(quiet=quiet), tmp_path / "smoke")
+    cats = {f["loss"]: f["category"] for f in s["fits"]}
+    assert "consistent" not in cats.values(), cats
+    table = format_table(s)
+    assert "category" in table and "plan:" in table and "convergence criterion" in table
