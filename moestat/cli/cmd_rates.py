@@ -26,9 +26,9 @@ from moestat.cli.common import (
     nonneg_float,
     nonneg_int,
     positive_int,
+    prepare_out,
     usage_errors,
 )
-from moestat.io import ensure_writable_dir
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.config import ROUTERS, SETTINGS, RatesConfig
 
@@ -105,7 +105,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask)")
     add_device(g, None)
-    add_out(g, "rates-out")
+    add_out(g, "rates")
     add_resume(g)
     g.add_argument("--preset", help="named preset: default, fig1a, fig1b, smoke")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _)")
@@ -143,13 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         config = config_from_args(ns)
         config.validate()
-        if str(ns.out).strip() == "":
-            raise UsageError("--out must name a folder")
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory")
         if out.is_dir():
             check_resumable(out, config, resume)
-        ensure_writable_dir(out)
+        prepare_out(out, resume)
     summary = run_rates(config, out, resume=resume)
     if not config.quiet:
         print(format_table(summary))
