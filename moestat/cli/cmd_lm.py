@@ -43,8 +43,8 @@ def build_parser() -> ArgumentParser:
         ),
     )
     p.add_argument("--corpus", choices=CORPORA, default="kjv", help="kjv (offline, Debian package), enwik8, text8 or any UTF-8 file")
-    p.add_argument("--data-path", default=None, help="the enwik8 / text8 / text file (or its folder)")
-    p.add_argument("--max-chars", type=positive_int, default=None, help="keep only the first N characters (kjv, file)")
+    p.add_argument("--data-path", default=None, help="the enwik8 / text8 / text file (or its folder); default: the kjv text of the Debian package")
+    p.add_argument("--max-chars", type=positive_int, default=None, help="keep only the first N characters (kjv, file; default: all)")
     p.add_argument("--routers", type=name_choice(LM_ROUTERS, many=True), default=list(LM_ROUTERS),
                    help=f"comma-separated routers among {', '.join(LM_ROUTERS)}")
     p.add_argument("--preset", choices=tuple(_lm.PRESETS), default="cpu", help="model and training sizes: cpu (minutes on 2 cores) or small (for a GPU)")

@@ -47,7 +47,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-path", default=None, help="folder with the IDX files (default: MOESTAT_DATA or /usr/share/datasets/<dataset>)")
     p.add_argument("--gate", default="dense",
                    help="one gate (ignored with --compare); - and _ interchangeable, perturbed_cosine = perturbed")
-    p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method)")
+    p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method); default: --gate alone")
     p.add_argument("--experts", type=positive_int, default=8, help="experts M of the MoE layer")
     p.add_argument("--k", type=positive_int, default=2, help="experts kept per input by the Top-K gates")
     p.add_argument("--epochs", type=positive_int, default=10, help="passes over the training split")
@@ -62,7 +62,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--gate-hidden", type=int, default=0, help="gate MLP hidden width (0: linear router)")
     p.add_argument("--shared-hidden", type=int, default=0, help="shared feature extractor width (0: none)")
     p.add_argument("--combine", choices=("probs", "logits"), default="probs", help="mix expert probabilities (output mixture) or logits (pre-softmax)")
-    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method")
+    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method (default: the gate's own)")
     p.add_argument("--tau", type=nonneg_float, default=1.0, help="perturbed cosine tau1 = tau2")
     p.add_argument("--temperature", type=float, default=1.0, help="cosine score divisor")
     p.add_argument("--no-k1-fix", action="store_true", help="literal top-1 softmax (zero gate gradient)")

@@ -83,7 +83,7 @@ def build_parser() -> ArgumentParser:
                         "digits run)")
     b.add_argument("--experts", type=int_list, default=[4, 8, 16], help="numbers of experts n, one model per n and model seed")
     b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
-    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
+    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs; default: from --k-fracs)")
     b.add_argument("--model-seeds", type=positive_int, default=3, help="models trained per n")
     b.add_argument("--random-seeds", type=positive_int, default=10, help="random k-subsets drawn per test point as the baseline")
     b.add_argument("--epochs", type=positive_int, default=None, help="training epochs (default: 60 digits, 5 fashion-mnist)")

@@ -27,7 +27,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="CI-sized run (default)")
     g.add_argument("--full", dest="mode", action="store_const", const="full", help="paper-scale run (long)")
     p.set_defaults(mode="quick")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="check or module names to run")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="check or module names to run (default: all, see --list)")
     add_out(p, "theory")
     add_seed(p, 0)
     add_n_jobs(p, 1)

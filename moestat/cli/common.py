@@ -92,7 +92,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (not action.option_strings or "default" in text or default in (None, False, argparse.SUPPRESS)
+        if (not action.option_strings or "default" in text or any(default is v for v in (None, False, argparse.SUPPRESS))
                 or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
             return text
         shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
