@@ -21,7 +21,7 @@ import numpy as np
 
 from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
 
-__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
+__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
 
 #: One colour per router (colour-blind safe pair for the two cosine routers).
@@ -154,12 +154,28 @@ def plot_convergence(
     list of Path
         The PDF and PNG paths.
     """
+    import matplotlib.pyplot as plt
+
+    from moestat.io import atomic_savefig
+
+    fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title)
+    try:
+        out_stem = Path(out_stem)
+        with plt.rc_context({"pdf.fonttype": 42}):  # TrueType in the PDF: editable text, as journals ask
+            return [atomic_savefig(fig, out_stem.with_suffix(".pdf")),
+                    atomic_savefig(fig, out_stem.with_suffix(".png"), dpi=200)]
+    finally:
+        plt.close(fig)
+
+
+def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),
+                     routers: Sequence[str] | None = None, title: str | None = None):
+    """The figure of :func:`plot_convergence`, not saved (a :class:`matplotlib.figure.Figure`;
+    the caller closes it).  Same parameters."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.io import atomic_savefig
 
     routers = list(routers) if routers is not None else sorted(df["router"].unique(), key=lambda r: list(ROUTER_COLOURS).index(r) if r in ROUTER_COLOURS else 99)
     losses = [l for l in losses if l in df.columns and np.isfinite(df[l].to_numpy(float)).any()]
@@ -194,10 +210,9 @@ def plot_convergence(
         note_lines = textwrap.wrap(note, 90 if ncols == 1 else 170)
         fig.text(0.5, 0.004, "\n".join(note_lines), ha="center", va="bottom", fontsize=5, color="0.3")
         fig.tight_layout(rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))
-        out_stem = Path(out_stem)
-        paths = [atomic_savefig(fig, out_stem.with_suffix(".pdf")), atomic_savefig(fig, out_stem.with_suffix(".png"), dpi=200)]
-        plt.close(fig)
-    return paths
+    return fig
+
+
 
 
 @dataclass(frozen=True)
