@@ -101,19 +101,3 @@ def test_a_torn_last_line_is_dropped_not_reported(run):
         fh.write("perturbed-exact,perturbed,ex")
     rows, audit = audit_results(run / "results.csv")
     assert audit.torn and audit.message() is None and len(rows) == 9
-
-
-def test_results_and_summary_do_not_depend_on_n_jobs(finished, tmp_path):
-    cfg = RatesConfig.from_dict(json.loads((finished / "summary.json").read_text())["config"])
-    two = run_rates(cfg.replace(n_jobs=2, router=["perturbed", "cosine"], chunk=1), tmp_path / "two")
-    one = run_rates(cfg.replace(n_jobs=1, router=["perturbed", "cosine"], chunk=1), tmp_path / "one")
-    t = RESULT_COLUMNS.index("time")
-
-    def no_time(path):
-        return [r[:t] + r[t + 1:] for r in _rows(path)]
-
-    # the same rows in the same order (the time column is a wall-clock measurement)
-    assert no_time(tmp_path / "one" / "results.csv") == no_time(tmp_path / "two" / "results.csv")
-    # the whole fit section, bootstrap intervals included, to the last bit
-    assert json.dumps(one["fits"], sort_keys=True) == json.dumps(two["fits"], sort_keys=True)
-    assert one["counts"] == two["counts"]
