@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from moestat.cli.common import (
     ArgumentParser,
-    UsageError,
     add_device,
     add_n_jobs,
     add_out,

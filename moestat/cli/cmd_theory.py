@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors

@@ -26,6 +26,7 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 __all__ = [
@@ -235,7 +236,7 @@ def add_out(p, door: str, help: str = "output folder") -> None:
     p.add_argument("--out", metavar="DIR", type=out_dir, default=default, help=f"{help} (default {default})")
 
 
-def prepare_out(out: str | os.PathLike, resume: bool | None) -> "Path":
+def prepare_out(out: str | os.PathLike, resume: bool | None) -> Path:
     """Check ``--out`` and create it: the last step of a door's validation.
 
     A folder that already holds anything is refused unless ``resume`` is true (the door then
@@ -247,8 +248,6 @@ def prepare_out(out: str | os.PathLike, resume: bool | None) -> "Path":
     ValueError
         One line naming ``--out``.
     """
-    from pathlib import Path
-
     from moestat.io import ensure_writable_dir
 
     path = Path(out)
@@ -266,8 +265,6 @@ def prepare_out(out: str | os.PathLike, resume: bool | None) -> "Path":
 def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
     """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it is
     still empty (the door created it), so an interrupted run leaves nothing behind."""
-    from pathlib import Path
-
     try:
         yield
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import pytest
 from moestat.cli.cmd_rates import main
 from moestat.cli.common import run_main
 from moestat.rates import RatesConfig, run_rates
-from moestat.rates.store import RESULT_COLUMNS, audit_results, read_results
+from moestat.rates.store import audit_results, read_results
 
 TINY = ["--d", "2", "--n-min", "40", "--n-max", "90", "--n-points", "3", "--reps", "3", "--max-iter", "5",
         "--n-boot", "100", "--quiet"]
