@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "read_jsonl", "ensure_writable_dir"]
+__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "read_jsonl", "ensure_writable_dir",
+           "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config"]
 
 
 def _read_umask() -> int:
@@ -91,7 +92,7 @@ def append_line(path: str | os.PathLike, line: str) -> None:
     """
     if not line.endswith("\n"):
         line += "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides, as for open()
     try:
         os.write(fd, line.encode("utf-8"))
         os.fsync(fd)
@@ -146,3 +147,73 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"output directory {path} is not writable")
     return path
+
+
+#: File in which a door with ``--resume`` records the configuration its stored runs were made with.
+RUN_CONFIG = "run_config.json"
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def read_run_config(out_dir: str | os.PathLike) -> dict | None:
+    """The configuration recorded by :func:`write_run_config` (``None`` when there is none).
+
+    Raises
+    ------
+    ValueError
+        The file exists but is not a JSON object (the message names it).
+    """
+    path = Path(out_dir) / RUN_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("result"), dict):
+        raise ValueError(f"{path}: not a moestat run configuration")
+    return data
+
+
+def write_run_config(out_dir: str | os.PathLike, result: dict, extra: dict | None = None) -> Path:
+    """Record ``result`` (every setting that changes a run's numbers) and ``extra`` (what only
+    says which runs to do: gates, seeds, ...) in ``out_dir/run_config.json``."""
+    return atomic_write_json(Path(out_dir) / RUN_CONFIG, {"result": _plain(result), "extra": _plain(extra or {})})
+
+
+def check_run_config(out_dir: str | os.PathLike, result: dict, resume: bool, store: str = "runs.jsonl") -> dict | None:
+    """Refuse to resume into ``out_dir`` when its runs were made with other settings.
+
+    The runs of a resumable door are keyed by what they are (gate, seed, ...); the settings they
+    share (data set, epochs, model sizes, ...) are recorded once in ``run_config.json``.  A resume
+    with any of those settings changed would report the old runs under the new settings, so it
+    is refused, naming the settings that differ (as ``moestat rates --resume`` does).
+
+    Returns
+    -------
+    dict or None
+        The stored configuration, when there is one.
+
+    Raises
+    ------
+    ValueError
+        One line naming the folder and the differing settings; or a store without a
+        ``run_config.json`` to check it against.
+    """
+    out_dir = Path(out_dir)
+    stored = read_run_config(out_dir)
+    if not resume:
+        return stored
+    if stored is None:
+        if read_jsonl(out_dir / store):
+            raise ValueError(f"--resume: {out_dir} has {store} but no {RUN_CONFIG}; cannot check the settings its runs were made with")
+        return None
+    old, new = stored["result"], _plain(result)
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if diff:
+        shown = ", ".join(f"--{k.replace('_', '-')} ({old.get(k)!r} there, {new.get(k)!r} now)" for k in diff[:4])
+        raise ValueError(f"--resume: {out_dir} was written with other settings (differs in: {shown}"
+                         f"{', ...' if len(diff) > 4 else ''}); resume with those settings or choose a new --out")
+    return stored

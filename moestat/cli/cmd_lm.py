@@ -15,6 +15,7 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    prepare_out,
     name_choice,
     nonneg_float,
     positive_int,
@@ -23,7 +24,7 @@ from moestat.cli.common import (
 from moestat.data.text_corpus import CORPORA, load_corpus
 from moestat.devices import resolve_device
 from moestat.experiments import lm as _lm
-from moestat.io import ensure_writable_dir
+from moestat.io import check_run_config, write_run_config
 from moestat.nn.lm_routers import LM_ROUTERS
 
 __all__ = ["build_parser", "main"]
@@ -42,8 +43,8 @@ def build_parser() -> ArgumentParser:
         ),
     )
     p.add_argument("--corpus", choices=CORPORA, default="kjv", help="kjv (offline, Debian package), enwik8, text8 or any UTF-8 file")
-    p.add_argument("--data-path", default=None, help="the enwik8 / text8 / text file (or its folder)")
-    p.add_argument("--max-chars", type=positive_int, default=None, help="keep only the first N characters (kjv, file)")
+    p.add_argument("--data-path", default=None, help="the enwik8 / text8 / text file (or its folder); default: the kjv text of the Debian package")
+    p.add_argument("--max-chars", type=positive_int, default=None, help="keep only the first N characters (kjv, file; default: all)")
     p.add_argument("--routers", type=name_choice(LM_ROUTERS, many=True), default=list(LM_ROUTERS),
                    help=f"comma-separated routers among {', '.join(LM_ROUTERS)}")
     p.add_argument("--preset", choices=tuple(_lm.PRESETS), default="cpu", help="model and training sizes: cpu (minutes on 2 cores) or small (for a GPU)")
@@ -69,7 +70,7 @@ def build_parser() -> ArgumentParser:
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_quiet(p)
-    add_out(p, None)
+    add_out(p, "lm")
     return p
 
 
@@ -101,7 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         corpus = load_corpus(a.corpus, a.data_path, max_chars=a.max_chars)
         if len(corpus.val) < mk["context"] + 1 or len(corpus.test) < mk["context"] + 1:
             raise ValueError(f"the validation / test parts are shorter than one window of {mk['context']} + 1")
-        ensure_writable_dir(a.out)
+        # the settings the runs in OUT share (runs.jsonl keys them by router and seed only)
+        settings = {"corpus": a.corpus, "data_path": a.data_path, "max_chars": a.max_chars, "preset": a.preset, **tk, **mk}
+        check_run_config(a.out, settings, a.resume)
+        prepare_out(a.out, a.resume)
+        write_run_config(a.out, settings, {"routers": routers, "seeds": a.seeds, "seed": a.seed})
     if a.threads:
         torch.set_num_threads(a.threads)
     if not a.quiet:

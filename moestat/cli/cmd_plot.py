@@ -13,7 +13,8 @@ __all__ = ["main"]
 
 EXAMPLES = """\
 examples:
-  moestat plot runs/fig1a
+  moestat plot runs/fig1a                  # writes runs/fig1a/convergence_replot.pdf/.png
+  moestat plot runs/fig1a --overwrite      # replaces the sweep's own convergence.pdf/.png
   moestat plot runs/fig1b --losses voronoi,param_single,param_multi --name fig1b_params
   moestat plot runs/exact --routers perturbed
 """
@@ -25,11 +26,14 @@ def _list(text: str) -> list[str]:
 
 def build_parser() -> ArgumentParser:
     """The argument parser of ``moestat plot``."""
-    p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv.", epilog=EXAMPLES)
+    p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv, with "
+                       "the configuration stored with the results (provenance.json).", epilog=EXAMPLES)
     p.add_argument("run_dir", metavar="DIR", help="output folder of moestat rates")
     p.add_argument("--losses", type=_list, default=["voronoi"], help="comma list of losses (voronoi, voronoi_direction, param_single, param_multi, mass, regression_l2)")
     p.add_argument("--routers", type=_list, default=None, help="comma list of routers, aliases accepted (default: all in the run)")
-    p.add_argument("--name", default="convergence", help="file stem of the figure (default convergence)")
+    p.add_argument("--name", default=None, help="file stem of the figure (default convergence_replot, beside the sweep's "
+                   "own figure; convergence with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing figures of that name")
     return p
 
 
@@ -37,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat plot``."""
     args = build_parser().parse_args(argv)
     with usage_errors():
-        plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name)
+        plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name,
+                              overwrite=args.overwrite)
     paths = draw_redraw(plan)
     print("wrote " + ", ".join(str(x) for x in paths))
     return 0

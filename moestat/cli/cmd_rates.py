@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from moestat.cli.common import (
     ArgumentParser,
-    UsageError,
     add_device,
     add_n_jobs,
     add_out,
@@ -26,9 +25,9 @@ from moestat.cli.common import (
     nonneg_float,
     nonneg_int,
     positive_int,
+    prepare_out,
     usage_errors,
 )
-from moestat.io import ensure_writable_dir
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.config import ROUTERS, SETTINGS, RatesConfig
 
@@ -84,19 +83,19 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--expert", help="expert activation: identity, gelu, relu, tanh, sigmoid, poly; default gelu")
     g.add_argument("--d", type=positive_int, help="input dimension; default 4")
     g.add_argument("--k-true", type=positive_int, help="true number of experts k*; default 3")
-    g.add_argument("--k-active", type=_k_active, help="true activated experts K, 'auto' (2 exact, dense over) or 'dense'")
+    g.add_argument("--k-active", type=_k_active, help="true activated experts K, 'auto' (2 exact, dense over) or 'dense'; default auto")
     g.add_argument("--k-fit", type=positive_int, help="fitted atoms (default k* exact, k*+1 over)")
-    g.add_argument("--k-active-fit", type=_k_active, help="K-bar of the fit, 'auto' (Prop. 1 minimum) or 'dense'")
+    g.add_argument("--k-active-fit", type=_k_active, help="K-bar of the fit, 'auto' (Prop. 1 minimum) or 'dense'; default auto")
     g.add_argument("--noise-var", type=_float, help="noise variance nu; default 0.01")
-    g.add_argument("--truth-seed", type=nonneg_int, help="seed of the true parameters")
+    g.add_argument("--truth-seed", type=nonneg_int, help="seed of the true parameters; default 240514131")
     g = p.add_argument_group("sweep")
-    g.add_argument("--n-min", type=positive_int, help="smallest sample size")
-    g.add_argument("--n-max", type=positive_int, help="largest sample size")
-    g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes")
-    g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2)")
+    g.add_argument("--n-min", type=positive_int, help="smallest sample size; default 2000")
+    g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")
+    g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes; default 7")
+    g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2); default 20")
     g.add_argument("--estimator", help="lse, sgd, null (and em when available); default lse")
     g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
-    g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random")
+    g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random; default near")
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
     add_seed(g, None)
     g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")
@@ -110,16 +109,16 @@ def build_parser() -> ArgumentParser:
     g = p.add_argument_group("execution")
     add_n_jobs(g, None)
     g.add_argument("--backend", help="loky (default) or dask")
-    g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask)")
+    g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
     add_device(g, None)
-    add_out(g, "rates-out")
+    add_out(g, "rates")
     add_resume(g)
-    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke")
-    g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _)")
+    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke; default none")
+    g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
     add_quiet(g)
     g = p.add_argument_group("rate fit")
-    g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window")
-    g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window")
+    g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window; default --n-min")
+    g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window; default --n-max")
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
@@ -151,13 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         config = config_from_args(ns)
         config.validate()
-        if str(ns.out).strip() == "":
-            raise UsageError("--out must name a folder")
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory")
         if out.is_dir():
             check_resumable(out, config, resume)
-        ensure_writable_dir(out)
+        prepare_out(out, resume)
     summary = run_rates(config, out, resume=resume)
     if not config.quiet:
         print(format_table(summary))

@@ -16,6 +16,7 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    prepare_out,
     nonneg_float,
     nonneg_int,
     positive_int,
@@ -26,7 +27,7 @@ from moestat.devices import resolve_device
 from moestat.experiments import realdata as _rd
 from moestat.experiments.realdata import GATE_SPECS, format_table, parse_gates, run_experiment
 from moestat.nn.classifier import CLASSIFIER_METHODS
-from moestat.io import ensure_writable_dir
+from moestat.io import RUN_CONFIG, check_run_config, read_jsonl, read_run_config
 
 __all__ = ["build_parser", "main"]
 
@@ -46,7 +47,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--data-path", default=None, help="folder with the IDX files (default: MOESTAT_DATA or /usr/share/datasets/<dataset>)")
     p.add_argument("--gate", default="dense",
                    help="one gate (ignored with --compare); - and _ interchangeable, perturbed_cosine = perturbed")
-    p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method)")
+    p.add_argument("--compare", default=None, help="comma-separated gates, 'all' (every gate) and/or 'thesis' (every thesis method); default: --gate alone")
     p.add_argument("--experts", type=positive_int, default=8, help="experts M of the MoE layer")
     p.add_argument("--k", type=positive_int, default=2, help="experts kept per input by the Top-K gates")
     p.add_argument("--epochs", type=positive_int, default=10, help="passes over the training split")
@@ -61,7 +62,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--gate-hidden", type=int, default=0, help="gate MLP hidden width (0: linear router)")
     p.add_argument("--shared-hidden", type=int, default=0, help="shared feature extractor width (0: none)")
     p.add_argument("--combine", choices=("probs", "logits"), default="probs", help="mix expert probabilities (output mixture) or logits (pre-softmax)")
-    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method")
+    p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method (default: the gate's own)")
     p.add_argument("--tau", type=nonneg_float, default=1.0, help="perturbed cosine tau1 = tau2")
     p.add_argument("--temperature", type=float, default=1.0, help="cosine score divisor")
     p.add_argument("--no-k1-fix", action="store_true", help="literal top-1 softmax (zero gate gradient)")
@@ -75,15 +76,48 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--summarise-only", action="store_true", help="train nothing; summarise OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_quiet(p)
-    add_out(p, None)
+    add_out(p, "realdata")
     return p
+
+
+#: The flags that change a run's numbers: recorded in OUT/run_config.json; ``--resume`` with any
+#: of them changed is refused (the runs are keyed by gate and seed only).
+SETTINGS = ("dataset", "val_fraction", "split_seed", "max_train", "experts", "k", "epochs", "batch_size", "lr",
+            "lr_schedule", "expert_hidden", "gate_hidden", "shared_hidden", "combine", "method", "tau", "temperature",
+            "no_k1_fix")
+
+
+def _use_stored_settings(a: argparse.Namespace) -> None:
+    """``--summarise-only`` summarises what is in ``--out`` with the settings and gates it was run
+    with, never the command line's defaults."""
+    from pathlib import Path
+
+    stored = read_run_config(a.out)
+    if stored is None or not read_jsonl(Path(a.out) / "runs.jsonl"):
+        raise ValueError(f"--summarise-only: {a.out} holds no finished runs (runs.jsonl and {RUN_CONFIG} of a realdata run)")
+    defaults = build_parser().parse_args([])
+    given = [k for k in (*SETTINGS, "gate", "compare", "seeds", "seed") if getattr(a, k) != getattr(defaults, k)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise ValueError(f"--summarise-only summarises {a.out} with the settings stored in its {RUN_CONFIG}; drop {flag}")
+    for k, v in stored["result"].items():
+        if k in SETTINGS:
+            setattr(a, k, v)
+    extra = stored.get("extra", {})
+    a.compare = ",".join(extra.get("gates", [])) or None
+    a.seeds = int(extra.get("seeds", a.seeds))
+    a.seed = int(extra.get("seed", a.seed))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat realdata``."""
     a = build_parser().parse_args(argv)
     with usage_errors():
-        gates = parse_gates(a.compare) if a.compare else parse_gates(a.gate)
+        if a.summarise_only:
+            _use_stored_settings(a)
+        if a.compare is not None and not a.compare.strip():
+            raise ValueError("--compare: give comma-separated gates, 'all' or 'thesis' (an empty list would run --gate)")
+        gates = parse_gates(a.compare) if a.compare is not None else parse_gates(a.gate)
         if a.k > a.experts:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")
         if not (a.lr > 0):
@@ -95,8 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.gate_hidden < 0 or a.shared_hidden < 0:
             raise ValueError("--gate-hidden and --shared-hidden must be >= 0")
         device = str(resolve_device(a.device))  # checked by the parser; resolves auto
+        if not 0 < a.val_fraction < 1:
+            raise ValueError(f"--val-fraction must lie in (0, 1), got {a.val_fraction}")
         ds = load_dataset(a.dataset, a.data_path, val_fraction=a.val_fraction, random_state=a.split_seed, max_train=a.max_train)
-        ensure_writable_dir(a.out)
+        settings = {k: getattr(a, k) for k in SETTINGS}
+        check_run_config(a.out, settings, a.resume or a.summarise_only)
+        prepare_out(a.out, a.resume or a.summarise_only)
     if a.threads:
         torch.set_num_threads(a.threads)
     if not a.quiet:
@@ -107,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress=False if (a.no_progress or a.quiet) else None, verbose=not a.quiet,
         n_experts=a.experts, k=a.k, expert_hidden=a.expert_hidden, gate_hidden=a.gate_hidden or None,
         shared_hidden=a.shared_hidden or None, combine=a.combine, method=a.method, tau=a.tau,
-        temperature=a.temperature, k1_fix=not a.no_k1_fix,
+        temperature=a.temperature, k1_fix=not a.no_k1_fix, settings=settings,
     )
     if a.quiet:
         return 0

@@ -16,6 +16,9 @@ from moestat.cli.common import (
     add_out,
     add_quiet,
     add_seed,
+    cleaned_on_interrupt,
+    NOTHING_KEPT,
+    prepare_out,
     int_list,
     nonneg_float,
     nonneg_int,
@@ -25,10 +28,12 @@ from moestat.cli.common import (
 from moestat.data.images import find_idx_files
 from moestat.experiments.softmoe_norm_target import run_norm_target, write_norm_outputs
 from moestat.experiments.softmoe_subsets import run_subsets, subset_sizes, write_subset_outputs
-from moestat.io import ensure_writable_dir
 from moestat.nn.softmoe import parse_tokenisation
 
 __all__ = ["build_parser", "main"]
+
+# Both experiments write their tables and figures at the end; Ctrl-C keeps nothing, and says so.
+ON_INTERRUPT = NOTHING_KEPT
 
 
 def _seed_alias(p: ArgumentParser) -> None:
@@ -56,7 +61,7 @@ def build_parser() -> ArgumentParser:
     _seed_alias(a)
     add_device(a)
     add_n_jobs(a, default=2)
-    add_out(a, "results/softmoe-norm-target")
+    add_out(a, "softmoe-norm-target")
     add_quiet(a)
     b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
                        description="The paper's Sections 4.2-4.4 on digits, Fashion-MNIST or the ||X|| task.\n\n"
@@ -78,7 +83,7 @@ def build_parser() -> ArgumentParser:
                         "digits run)")
     b.add_argument("--experts", type=int_list, default=[4, 8, 16], help="numbers of experts n, one model per n and model seed")
     b.add_argument("--k-fracs", type=int_list, default=[4, 8], help="k = n / f for each f (default 4,8)")
-    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs)")
+    b.add_argument("--k", type=int_list, default=None, help="absolute k values (overrides --k-fracs; default: from --k-fracs)")
     b.add_argument("--model-seeds", type=positive_int, default=3, help="models trained per n")
     b.add_argument("--random-seeds", type=positive_int, default=10, help="random k-subsets drawn per test point as the baseline")
     b.add_argument("--epochs", type=positive_int, default=None, help="training epochs (default: 60 digits, 5 fashion-mnist)")
@@ -95,7 +100,7 @@ def build_parser() -> ArgumentParser:
     _seed_alias(b)
     add_device(b)
     b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in the paper)")
-    add_out(b, "results/softmoe-subsets")
+    add_out(b, "softmoe-subsets")
     add_quiet(b)
     return p
 
@@ -117,11 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
             if args.lr <= 0 or args.budget_factor <= 0:
                 raise ValueError("--lr and --budget-factor must be positive")
-            ensure_writable_dir(args.out)
+            prepare_out(args.out, None)
         _threads()
-        result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
-                                 args.budget_factor, args.eval_size, args.seed, device=args.device,
-                                 n_jobs=args.n_jobs)
+        with cleaned_on_interrupt(args.out):
+            result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
+                                     args.budget_factor, args.eval_size, args.seed, device=args.device,
+                                     n_jobs=args.n_jobs)
         write_norm_outputs(result, args.out, echo=not args.quiet)
         return 0
     with usage_errors():
@@ -137,13 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
         if args.dataset == "fashion-mnist":
             find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
-        ensure_writable_dir(args.out)
+        prepare_out(args.out, None)
     _threads()
-    result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds,
-                         args.epochs, args.steps, args.batch_size, args.lr, args.budget_factor, args.patch,
-                         args.tokens, args.data_path, args.max_exhaustive, args.seed, args.device,
-                         normalize=args.normalize, progress=False if args.quiet else None, arch=args.arch,
-                         channels=args.channels, grid=args.grid, token_norm=not args.no_token_norm,
-                         split=args.split, split_seed=args.split_seed)
+    with cleaned_on_interrupt(args.out):
+        result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds,
+                             args.epochs, args.steps, args.batch_size, args.lr, args.budget_factor, args.patch,
+                             args.tokens, args.data_path, args.max_exhaustive, args.seed, args.device,
+                             normalize=args.normalize, progress=False if args.quiet else None, arch=args.arch,
+                             channels=args.channels, grid=args.grid, token_norm=not args.no_token_norm,
+                             split=args.split, split_seed=args.split_seed)
     write_subset_outputs(result, args.out, echo=not args.quiet)
     return 0

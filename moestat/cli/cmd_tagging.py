@@ -15,13 +15,14 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    prepare_out,
     positive_int,
     usage_errors,
 )
 from moestat.devices import resolve_device
 from moestat.experiments import tagging as _tg
 from moestat.experiments.tagging import TASKS, format_table, load_task, parse_gates, run_experiment
-from moestat.io import ensure_writable_dir
+from moestat.io import check_run_config, write_run_config
 from moestat.nn.sequence import GATES
 
 __all__ = ["build_parser", "main"]
@@ -46,7 +47,7 @@ def build_parser() -> ArgumentParser:
                         "default: the synthetic demo task")
     p.add_argument("--glove", default=None, help="GloVe text file (glove.6B.50d.txt); default: embeddings drawn from the seed")
     p.add_argument("--gate", default="load", help="one model (ignored with --compare)")
-    p.add_argument("--compare", default=None, help="comma-separated models or 'all'")
+    p.add_argument("--compare", default=None, help="comma-separated models or 'all' (default: --gate alone)")
     p.add_argument("--experts", type=positive_int, default=8, help="experts of the MoE layer")
     p.add_argument("--k", type=positive_int, default=2, help="experts kept per token by the top-k gates")
     p.add_argument("--epochs", type=positive_int, default=None, help="default 10 (conll), 5 (squad)")
@@ -55,16 +56,16 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per mini-batch")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (the study names none)")
     p.add_argument("--max-len", type=positive_int, default=None, help="default 128 (conll), 256 (squad), 40 (demo spans)")
-    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training examples")
+    p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training examples (default: all)")
     p.add_argument("--demo-train", type=positive_int, default=1500, help="demo task: training sentences")
     p.add_argument("--demo-val", type=positive_int, default=400, help="demo task: validation sentences")
     p.add_argument("--max-steps", type=positive_int, default=None,
-                   help="stop every epoch after N batches (timing; s/epoch is extrapolated)")
+                   help="stop every epoch after N batches (timing; s/epoch is extrapolated; default: whole epochs)")
     add_device(p, default="cpu")
     add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     add_quiet(p)
-    add_out(p, None)
+    add_out(p, "tagging")
     return p
 
 
@@ -72,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat tagging``."""
     a = build_parser().parse_args(argv)
     with usage_errors():
-        gates = parse_gates(a.compare) if a.compare else parse_gates(a.gate)
+        if a.compare is not None and not a.compare.strip():
+            raise ValueError("--compare: give comma-separated models or 'all' (an empty list would run --gate)")
+        gates = parse_gates(a.compare) if a.compare is not None else parse_gates(a.gate)
         if a.k > a.experts:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")
         if not (a.lr > 0):
@@ -80,7 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = str(resolve_device(a.device))  # checked by the parser; resolves auto
         task = load_task(a.task, a.data_path, a.glove, max_len=a.max_len, demo_train=a.demo_train,
                          demo_val=a.demo_val, max_train=a.max_train)
-        ensure_writable_dir(a.out)
+        # the settings the runs in OUT share (runs.jsonl keys them by gate and seed only)
+        settings = {k: getattr(a, k) for k in ("task", "data_path", "glove", "experts", "k", "epochs", "batch_size", "lr",
+                                               "max_len", "max_train", "demo_train", "demo_val", "max_steps")}
+        check_run_config(a.out, settings, a.resume)
+        prepare_out(a.out, a.resume)
+        write_run_config(a.out, settings, {"gates": gates, "seeds": a.seeds, "seed": a.seed})
     if a.threads:
         torch.set_num_threads(a.threads)
     if not a.quiet:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, usage_errors
+from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, write_report
-from moestat.io import ensure_writable_dir
 
 __all__ = ["build_parser", "main"]
+
+#: Smallest --reps: the rate checks run moestat.rates, whose configuration needs two replicates per
+#: n (the replicate bootstrap of the slope interval resamples replicates; see RatesConfig).
+MIN_REPS = 2
 
 
 def build_parser() -> ArgumentParser:
@@ -24,12 +26,12 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="CI-sized run (default)")
     g.add_argument("--full", dest="mode", action="store_const", const="full", help="paper-scale run (long)")
     p.set_defaults(mode="quick")
-    p.add_argument("--only", nargs="+", metavar="NAME", help="check or module names to run")
-    add_out(p, "theory_out")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="check or module names to run (default: all, see --list)")
+    add_out(p, "theory")
     add_seed(p, 0)
     add_n_jobs(p, 1)
-    p.add_argument("--reps", type=positive_int, default=None, help="override the mode's replicates per n")
-    p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size")
+    p.add_argument("--reps", type=positive_int, default=None, help=f"override the mode's replicates per n (>= {MIN_REPS}; default: 8 quick, 20 full)")
+    p.add_argument("--n-max", type=positive_int, default=None, help="override the mode's largest sample size (>= 64; default: 32000 quick, 128000 full)")
     add_resume(p, "reuse finished rate fits already in --out (same settings only)")
     add_quiet(p)
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
@@ -67,9 +69,6 @@ def _validate(args) -> None:
             raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
     if args.n_max is not None and args.n_max < 64:
         raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
-    ensure_writable_dir(args.out)
-    rate_mods = {"regression_rate", "exact_weak", "vanilla_slow", "over_strong", "null_control"}
-    rate_names = {n for m in MODULES if m.__name__.rsplit(".", 1)[-1] in rate_mods for n in m.NAMES} | rate_mods
-    uses_rates = not args.only or bool(set(args.only) & rate_names)
-    if uses_rates and not args.resume and any((Path(args.out) / "rates").glob(f"{args.mode}-*/results.csv")):
-        raise ValueError(f"--out {args.out} already holds {args.mode} rate results; pass --resume or choose another folder")
+    if args.reps is not None and args.reps < MIN_REPS:
+        raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
+    prepare_out(args.out, args.resume)

@@ -9,6 +9,9 @@ from moestat.cli.common import (
     add_out,
     add_quiet,
     add_seed,
+    cleaned_on_interrupt,
+    NOTHING_KEPT,
+    prepare_out,
     int_list,
     nonneg_float,
     positive_int,
@@ -16,11 +19,14 @@ from moestat.cli.common import (
 )
 from moestat.experiments import decomposition as _toy
 from moestat.experiments.decomposition import parse_methods, run_classification, run_regression, write_toy_outputs
-from moestat.io import ensure_writable_dir
 from moestat.nn.methods import get_method
 from moestat.nn.train import OPTIMIZERS
 
 __all__ = ["build_parser", "main"]
+
+# Every configuration's runs are written together at the end (the tables and figures need all of
+# them); the door says so on Ctrl-C instead of promising to keep anything.
+ON_INTERRUPT = NOTHING_KEPT
 
 
 def build_parser() -> ArgumentParser:
@@ -37,7 +43,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="rmsprop", help="default rmsprop (thesis toy)")
     add_seed(p, help="root seed of data, initialisation and shuffling")
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
-    add_out(p, None, help="output directory")
+    add_out(p, "toy", help="output directory")
     add_quiet(p)
     return p
 
@@ -59,13 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             m = get_method(nm)
             if m.aggregation == "top_k" and m.k > min(experts):
                 raise ValueError(f"--experts: method {nm} keeps {m.k} experts, more than {min(experts)}")
-        ensure_writable_dir(args.out)
+        prepare_out(args.out, None)
     common = dict(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, optimizer=args.optimizer,
                   seed=args.seed, keep_models=not args.no_figures)
-    if task == "classification":
-        res = run_classification(methods, experts, args.runs, progress=False if args.quiet else None, **common)
-    else:
-        res = run_regression(methods, args.runs, experts=experts[0], progress=False if args.quiet else None, **common)
+    with cleaned_on_interrupt(args.out):
+        if task == "classification":
+            res = run_classification(methods, experts, args.runs, progress=False if args.quiet else None, **common)
+        else:
+            res = run_regression(methods, args.runs, experts=experts[0], progress=False if args.quiet else None, **common)
     config = dict(vars(args)) | {"methods": methods, "experts": experts}
     table = write_toy_outputs(res, task, args.out, config, figures=not args.no_figures)
     if not args.quiet:

@@ -8,7 +8,11 @@ Exit status, the same for every subcommand:
   bug or an environment failure, never the user's input;
 * ``2`` bad input (arguments, files, an unusable output folder): one line on stderr, nothing
   written;
-* ``130`` interrupted (Ctrl-C): what had finished is on disk.
+* ``130`` interrupted (Ctrl-C): the doors that write each finished unit as they go keep it
+  (``--resume`` continues); the others say that nothing was kept.
+
+Every door writes into ``--out`` (default ``moestat-out/<door>``); a folder that already holds
+anything is refused unless ``--resume`` is given (:func:`prepare_out`).
 
 The boundary between "bad input" and "work" is drawn by :func:`usage_errors`: a subcommand parses,
 then validates inside ``with usage_errors():`` (where a ``ValueError`` or a missing file becomes a
@@ -22,6 +26,7 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 __all__ = [
@@ -36,6 +41,12 @@ __all__ = [
     "name_choice",
     "add_seed",
     "add_out",
+    "out_dir",
+    "prepare_out",
+    "cleaned_on_interrupt",
+    "DEFAULT_OUT_ROOT",
+    "KEEPS",
+    "NOTHING_KEPT",
     "add_n_jobs",
     "add_device",
     "add_quiet",
@@ -82,7 +93,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (not action.option_strings or "default" in text or default in (None, False, argparse.SUPPRESS)
+        if (not action.option_strings or "default" in text or any(default is v for v in (None, False, argparse.SUPPRESS))
                 or isinstance(action, (argparse._HelpAction, argparse._VersionAction))):
             return text
         shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
@@ -101,9 +112,19 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+#: What Ctrl-C leaves, said by :func:`run_main`: doors that write each finished unit as they go...
+KEEPS = "finished results are kept; --resume continues"
+#: ... and doors that write their results at the end (they say so, rather than promise).
+NOTHING_KEPT = "nothing was kept (this door writes its results when it finishes)"
+
+
 def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
-             prog: str = "moestat") -> int:
-    """Run ``main(argv)`` and map its outcome to an exit status (see the module docstring)."""
+             prog: str = "moestat", on_interrupt: str = KEEPS) -> int:
+    """Run ``main(argv)`` and map its outcome to an exit status (see the module docstring).
+
+    ``on_interrupt`` is what Ctrl-C leaves on disk (:data:`KEEPS` or :data:`NOTHING_KEPT`, the
+    ``ON_INTERRUPT`` of the door's module).
+    """
     debug = bool(os.environ.get(DEBUG_ENV))
     try:
         rc = main(argv)
@@ -114,7 +135,7 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
         sys.stderr.write(f"{prog}: error: {_first_line(exc)}\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted; finished results are kept\n")
+        sys.stderr.write(f"{prog}: interrupted; {on_interrupt}\n")
         return 130
     except Exception as exc:  # noqa: BLE001 - shown in full: an internal error is not bad input
         traceback.print_exc()
@@ -198,11 +219,59 @@ def add_seed(p, default: int | None = 0, help: str = "root seed of every random 
                    help=f"{help} (default {default if default is not None else 0})")
 
 
-def add_out(p, default: str | None, help: str = "output folder") -> None:
-    if default is None:
-        p.add_argument("--out", metavar="DIR", required=True, help=f"{help} (required)")
-    else:
-        p.add_argument("--out", metavar="DIR", default=default, help=f"{help} (default {default})")
+#: Every door writes into ``--out``, by default ``moestat-out/<door>`` under the current folder.
+DEFAULT_OUT_ROOT = "moestat-out"
+
+
+def out_dir(text: str) -> str:
+    """argparse type of ``--out``: a folder name (an empty string would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder name, got {text!r}")
+    return text
+
+
+def add_out(p, door: str, help: str = "output folder") -> None:
+    """``--out DIR``, default ``moestat-out/<door>``: the one output-folder rule of every door."""
+    default = f"{DEFAULT_OUT_ROOT}/{door}"
+    p.add_argument("--out", metavar="DIR", type=out_dir, default=default, help=f"{help} (default {default})")
+
+
+def prepare_out(out: str | os.PathLike, resume: bool | None) -> Path:
+    """Check ``--out`` and create it: the last step of a door's validation.
+
+    A folder that already holds anything is refused unless ``resume`` is true (the door then
+    checks that what is there belongs to the same configuration); ``resume=None`` is a door without
+    ``--resume``.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``--out``.
+    """
+    from moestat.io import ensure_writable_dir
+
+    path = Path(out)
+    if str(out).strip() == "":
+        raise ValueError("--out must name a folder")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path} exists and is not a directory")
+    if path.is_dir() and not resume and any(path.iterdir()):
+        how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
+        raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
+    return ensure_writable_dir(path)
+
+
+@contextmanager
+def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
+    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it is
+    still empty (the door created it), so an interrupted run leaves nothing behind."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        path = Path(out)
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+        raise
 
 
 def add_n_jobs(p, default: int | None = 1) -> None:

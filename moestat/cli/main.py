@@ -77,7 +77,9 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
         sys.stderr.write(f"moestat: error: unknown subcommand {args[0]!r}; expected one of {', '.join(SUBCOMMANDS)}\n")
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    return run_main(module.main, args[1:], prog=f"moestat {name}")
+    from moestat.cli.common import KEEPS
+
+    return run_main(module.main, args[1:], prog=f"moestat {name}", on_interrupt=getattr(module, "ON_INTERRUPT", KEEPS))
 
 
 def console_main() -> None:

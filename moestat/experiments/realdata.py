@@ -36,7 +36,8 @@ import torch
 
 from moestat.data.images import RealDataset
 from moestat.model.gates import canonical_name
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
+from moestat.io import (append_line, atomic_savefig, atomic_write_json, atomic_write_text, check_run_config,
+                        ensure_writable_dir, read_jsonl, write_run_config)
 from moestat.nn.classifier import (
     MLPClassifier,
     MoEClassifier,
@@ -220,7 +221,10 @@ def _read_done(path: Path) -> dict:
                 row["gate"] = canonical_name(row["gate"], tuple(GATE_SPECS))
             except ValueError:
                 pass  # a gate of a later version: kept under its own name, never matched
-        done[(row["gate"], int(row["seed"]))] = row
+        key = (row["gate"], int(row["seed"]))
+        if key in done:  # never written by run_experiment: a merge gone wrong; which copy is right?
+            raise ValueError(f"{path}: gate {key[0]} seed {key[1]} appears twice; keep one line and resume again")
+        done[key] = row
     return done
 
 
@@ -240,6 +244,7 @@ def run_experiment(
     summarise_only: bool = False,
     progress: bool | None = None,
     verbose: bool = True,
+    settings: dict | None = None,
     **model_kwargs,
 ) -> dict:
     """Train every gate in ``gates`` for ``seeds`` seeds, evaluate on the test set, write files.
@@ -267,6 +272,10 @@ def run_experiment(
         Progress bars (``None``: only on a terminal).
     verbose : bool
         One line on stderr per finished run.
+    settings : dict, optional
+        Every setting that changes a run's numbers, keyed by its flag (what ``moestat realdata``
+        passes): recorded in ``run_config.json``, and a resume with other settings is refused
+        naming them (:func:`moestat.io.check_run_config`).  ``None``: not recorded, not checked.
     **model_kwargs
         Passed to :func:`build_model`.
 
@@ -278,9 +287,15 @@ def run_experiment(
     out = ensure_writable_dir(out_dir)
     runs_path = out / "runs.jsonl"
     resume = resume or summarise_only
+    stored = check_run_config(out, settings, resume) if settings is not None else None
     done = _read_done(runs_path) if resume else {}
     if not resume and runs_path.exists():
         runs_path.unlink()
+    if settings is not None and not summarise_only:
+        # the gates of every run into this folder, so that --summarise-only summarises them all
+        old_gates = list(stored.get("extra", {}).get("gates", [])) if stored and resume else []
+        write_run_config(out, settings, {"gates": old_gates + [g for g in gates if g not in old_gates], "seeds": seeds,
+                                         "seed": base_seed})
     t = dataset.tensors(device)
     mlp_params = None
     if "mlp" in gates:

@@ -1,11 +1,12 @@
 """Paper-style convergence figures: log-log loss against n, one colour per router.
 
-Each panel shows, for every router, the mean loss over replicates with error bars of two
-standard deviations (the style of Figure 1 of Nguyen et al. (2024)), the fitted line of the log-of-mean regression
-over the declared window with its slope and 95% interval in the legend, and a dashed grey line
-with the theorem's predicted slope (anchored at the first fitted mean).  On a log axis a lower
-bar ``mean - 2 sd <= 0`` cannot be drawn; such bars are truncated at ``mean / 20`` and the
-truncation is said in the caption of the docs, not hidden.
+Each panel shows, for every router, the mean loss over replicates (markers) with a bar from
+the 10th to the 90th percentile of the replicates (a band that is positive wherever the losses
+are, so it needs no clipping on a log axis), the fitted line of the log-of-mean regression over
+the declared window, and a dashed grey line with the theorem's predicted slope (anchored at the
+first mean).  The legend names each curve in words with its loss (``perturbed cosine, D3``) and
+its slope with the 95% interval; a note under the panels says what the markers, bars and lines
+are.  Display names come from :mod:`moestat.rates.labels`.
 """
 
 from __future__ import annotations
@@ -18,21 +19,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ROUTER_COLOURS", "LOSS_LABELS", "plot_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
+from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
+
+__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
 
 #: One colour per router (colour-blind safe pair for the two cosine routers).
 ROUTER_COLOURS = {"perturbed": "#0072B2", "cosine": "#D55E00", "linear": "#009E73"}
-ROUTER_LABELS = {"perturbed": "perturbed cosine", "cosine": "vanilla cosine", "linear": "linear (softmax)"}
-#: Axis labels of the loss columns.
-LOSS_LABELS = {
-    "voronoi": "Voronoi loss",
-    "voronoi_direction": "Voronoi loss (direction only)",
-    "param_single": "param. error, single-atom cells",
-    "param_multi": "param. error, multi-atom cells",
-    "mass": "mass error",
-    "regression_l2": r"$\|g_{\hat G_n}-g_{G_*}\|_{L^2(\mu)}$",
-}
+#: Percentiles of the replicates spanned by the error bars.
+BAND = (10, 90)
 #: Width of one column of a two-column paper, in inches.
 COLUMN_WIDTH_IN = 3.4
 
@@ -42,46 +37,88 @@ def _frac(p: float) -> str:
     return known.get(round(p, 6), f"{p:g}")
 
 
-def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str) -> None:
-    from moestat.rates.fit import aggregate
+def _per_n(df, loss: str, router: str) -> list[tuple[int, float, float, float, int]]:
+    """``(n, mean, lower, upper, count)`` per sample size: the mean of the finite, positive values
+    and the :data:`BAND` percentiles of the replicates."""
+    sub = df[df["router"] == router]
+    rows = []
+    for n, g in sub.groupby("n"):
+        v = g[loss].to_numpy(float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size:
+            lo, hi = np.percentile(v, BAND)
+            rows.append((int(n), float(v.mean()), float(lo), float(hi), int(v.size)))
+    return rows
 
+
+def _n_label(n: float) -> str:
+    if n >= 1000 and n % 1000 == 0:
+        return f"{int(n) // 1000}k"
+    return f"{int(n)}" if float(n).is_integer() else f"{n:g}"
+
+
+def _log_ticks(ax, ns: Sequence[int]) -> None:
+    """Sample sizes as x ticks (2k, 4k, ...); y ticks at 1, 2, 5 x 10^k when the range is short."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+    ns = sorted(set(int(n) for n in ns))
+    if ns:
+        ax.xaxis.set_major_locator(FixedLocator(ns))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x)))
+        ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo < 100:  # fewer than two decades: label 1, 2, 5 x 10^k
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(_y_label))
+        ax.set_ylim(lo, hi)
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _y_label(y: float, _pos=None) -> str:
+    if 1e-3 <= y < 1e4:
+        return f"{y:g}"
+    e = int(math.floor(math.log10(y) + 1e-9))
+    m = y / 10 ** e
+    return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
+
+
+def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str) -> list[int]:
     anchored = set()
+    ns_all: list[int] = []
     for router in routers:
-        agg = [a for a in aggregate(df, loss, router) if a["count"] > 0 and a["mean"] > 0]
+        agg = _per_n(df, loss, router)
         if not agg:
             continue
         colour = ROUTER_COLOURS.get(router, None)
-        n = np.array([a["n"] for a in agg], float)
-        m = np.array([a["mean"] for a in agg])
-        sd = np.nan_to_num(np.array([a["std"] for a in agg]))
-        lower = np.minimum(2 * sd, m - m / 20.0)
-        ax.errorbar(n, m, yerr=[lower, 2 * sd], fmt="o", ms=3, color=colour, capsize=2, lw=0.8, elinewidth=0.7)
+        n, m, lo, hi, _ = (np.array(c, float) for c in zip(*agg))
+        ns_all += [int(x) for x in n]
+        # bars drawn as segments, not yerr: a skewed sample can put its mean outside the band
+        ax.vlines(n, lo, hi, color=colour, lw=0.7)
+        ax.plot(np.r_[n, n], np.r_[lo, hi], "_", color=colour, ms=4, mew=0.7)
+        ax.plot(n, m, "o", ms=3, color=colour)
         fit = fits_by_key.get((router, loss))
-        label = ROUTER_LABELS.get(router, router)
+        label = curve_label(router, loss, setting)
         if fit and fit.get("slope") is not None:
-            lo, hi = fit["window"]
-            xs = np.exp(np.linspace(math.log(lo), math.log(hi), 20))
+            w0, w1 = fit["window"]
+            xs = np.exp(np.linspace(math.log(w0), math.log(w1), 20))
             lm = fit["log_mean"]
             ax.plot(xs, np.exp(lm["intercept"]) * xs ** lm["slope"], "-", color=colour, lw=1.1,
-                    label=f"{router}: {fit['slope']:.2f} [{fit['ci_low']:.2f}, {fit['ci_high']:.2f}]")
+                    label=f"{label}: {slope_label(fit['slope'], fit['ci_low'], fit['ci_high'])}")
             p = fit.get("predicted")
             if p is not None and p not in anchored:
                 anchored.add(p)
                 x0, y0 = n[0], m[0] * 1.6
                 xs_t = np.array([n[0], n[-1]])
-                ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9, label=f"theory $n^{{{_frac(p)}}}$")
+                ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9, label=f"theorem: slope {_frac(p)}".replace("-", "\u2212"))
         else:
             ax.plot([], [], "o", color=colour, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")
-    ax.set_ylabel(LOSS_LABELS.get(loss, loss))
-    from matplotlib.ticker import NullFormatter
-
-    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel(loss_name(loss))
+    _log_ticks(ax, ns_all)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=5.5, frameon=False, loc="best", handlelength=1.5)
+    return ns_all
 
 
 def plot_convergence(
@@ -108,19 +145,37 @@ def plot_convergence(
     routers : sequence of str, optional
         Default: every router in ``df``.
     title : str, optional
-        Figure title.
+        Ignored when it is the internal ``"<setting>-specified, <estimator>"`` tag that
+        :func:`moestat.rates.run_rates` passes: the title is then written in words from the
+        results (:func:`moestat.rates.labels.run_title`).  Any other string is used as given.
 
     Returns
     -------
     list of Path
         The PDF and PNG paths.
     """
+    import matplotlib.pyplot as plt
+
+    from moestat.io import atomic_savefig
+
+    fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title)
+    try:
+        out_stem = Path(out_stem)
+        with plt.rc_context({"pdf.fonttype": 42}):  # TrueType in the PDF: editable text, as journals ask
+            return [atomic_savefig(fig, out_stem.with_suffix(".pdf")),
+                    atomic_savefig(fig, out_stem.with_suffix(".png"), dpi=200)]
+    finally:
+        plt.close(fig)
+
+
+def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),
+                     routers: Sequence[str] | None = None, title: str | None = None):
+    """The figure of :func:`plot_convergence`, not saved (a :class:`matplotlib.figure.Figure`;
+    the caller closes it).  Same parameters."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.io import atomic_savefig
 
     routers = list(routers) if routers is not None else sorted(df["router"].unique(), key=lambda r: list(ROUTER_COLOURS).index(r) if r in ROUTER_COLOURS else 99)
     losses = [l for l in losses if l in df.columns and np.isfinite(df[l].to_numpy(float)).any()]
@@ -128,22 +183,36 @@ def plot_convergence(
         raise ValueError("nothing to plot: none of the requested losses has finite values")
     ncols = min(len(losses), 3)
     nrows = math.ceil(len(losses) / ncols)
-    width = COLUMN_WIDTH_IN if ncols == 1 else 2.3 * ncols
+    width = COLUMN_WIDTH_IN if ncols == 1 else 3.1 * ncols
     setting = str(df["setting"].iloc[0]) if len(df) else ""
+    estimator = str(df["estimator"].iloc[0]) if len(df) else ""
+    if title is None or title == f"{setting}-specified, {estimator}":
+        title = run_title(loss_name(losses[0]) if len(losses) == 1 else "Losses", setting, estimator)
+    reps = int(df.groupby(["router", "n"]).size().max()) if len(df) else 0
+    note = (f"markers: mean over {reps} replicates; bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates; "
+            "solid: least-squares fit of log mean on log n (slope, 95% CI); dashed: the theorem's slope")
+    panel_h, legend_h = 2.3, 0.11 * (len(routers) + 1) + 0.15
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42}):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, 2.5 * nrows), squeeze=False)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, (panel_h + legend_h) * nrows + 0.4), squeeze=False)
         by_key = {(f["router"], f["loss"]): f for f in fits}
         for ax, loss in zip(axes.flat, losses):
             _panel(ax, df, by_key, loss, routers, setting)
+            # below the axes, so that no legend ever covers the data
+            ax.legend(fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), handlelength=1.8,
+                      borderaxespad=0.0)
         for ax in list(axes.flat)[len(losses):]:
             ax.set_visible(False)
-        if title:
-            fig.suptitle(title, fontsize=7)
-        fig.tight_layout()
-        out_stem = Path(out_stem)
-        paths = [atomic_savefig(fig, out_stem.with_suffix(".pdf")), atomic_savefig(fig, out_stem.with_suffix(".png"), dpi=200)]
-        plt.close(fig)
-    return paths
+        import textwrap
+
+        head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting
+        fig.suptitle("\n".join(w for part in head.split("\n") for w in textwrap.wrap(part, 62 if ncols == 1 else 130)),
+                     fontsize=7)
+        note_lines = textwrap.wrap(note, 90 if ncols == 1 else 170)
+        fig.text(0.5, 0.004, "\n".join(note_lines), ha="center", va="bottom", fontsize=5, color="0.3")
+        fig.tight_layout(rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))
+    return fig
+
+
 
 
 @dataclass(frozen=True)
@@ -153,9 +222,13 @@ class RedrawPlan:
     Attributes
     ----------
     df : pandas.DataFrame
-        ``results.csv`` of the run (see :func:`moestat.rates.store.read_results`).
+        ``results.csv`` of the run, checked against the run's own configuration
+        (:func:`moestat.rates.store.read_results`).
     fits : list of dict or None
-        ``summary.json["fits"]`` when the run has one; ``None``: refit in :func:`draw_redraw`.
+        ``summary.json["fits"]`` when the run has them; ``None``: refit in :func:`draw_redraw`
+        with the run's own settings.
+    config : RatesConfig
+        The configuration stored with the results (``provenance.json``).
     out_stem : Path
         Output path without suffix.
     losses : tuple of str
@@ -165,30 +238,49 @@ class RedrawPlan:
 
     df: Any
     fits: list | None
+    config: Any
     out_stem: Path
     losses: tuple[str, ...]
     routers: tuple[str, ...] | None
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
 def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None,
-                   name: str = "convergence") -> RedrawPlan:
+                   name: str | None = None, overwrite: bool = False) -> RedrawPlan:
     """Read and check a run folder for :func:`draw_redraw`; draws nothing.
 
-    Loss and router names accept ``-`` for ``_`` and the router aliases of
+    The configuration is the one stored with the results (``provenance.json``), never a default:
+    the rows are checked against its grid and a refit (when ``summary.json`` has no fits) uses
+    its settings.  Loss and router names accept ``-`` for ``_`` and the router aliases of
     :data:`moestat.model.gates.NAME_ALIASES`.
+
+    Parameters
+    ----------
+    name : str, optional
+        File stem; default ``convergence_replot`` (beside the sweep's own ``convergence``), or
+        ``convergence`` with ``overwrite``.
+    overwrite : bool
+        Allow replacing existing figures of that name.
 
     Raises
     ------
     FileNotFoundError
-        No such folder, or no ``results.csv`` in it.
+        No such folder, or no ``results.csv`` or ``provenance.json`` in it.
     ValueError
-        An unknown loss or router, a bad ``name``, an empty or foreign results file, losses
-        without a finite value, an
-        unreadable ``summary.json``, or a folder that cannot be written.
+        An unknown loss or router, a bad ``name``, figures of that name without ``overwrite``,
+        an empty, foreign or tampered results file, losses without a finite value, a
+        ``provenance.json`` or ``summary.json`` that is not what a rates run writes, or a folder
+        that cannot be written.  Every message names the file.
     """
     from moestat.io import ensure_writable_dir
     from moestat.model.gates import canonical_name
-    from moestat.rates.config import ROUTERS
+    from moestat.rates.config import ROUTERS, RatesConfig
     from moestat.rates.store import LOSS_NAMES, read_results
 
     run_dir = Path(run_dir)
@@ -200,9 +292,24 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
             clean_losses.append(canonical_name(loss, LOSS_NAMES))
         except ValueError:
             raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSS_NAMES)}") from None
+    if name is None:
+        name = "convergence" if overwrite else "convergence_replot"
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"--name must be a plain file stem, got {name!r}")
-    df = read_results(run_dir / "results.csv")
+    taken = [p for p in (run_dir / f"{name}.pdf", run_dir / f"{name}.png") if p.exists()]
+    if taken and not overwrite:
+        raise ValueError(f"{taken[0]} exists; pass --overwrite to replace it, or --name for another file")
+    prov_path = run_dir / "provenance.json"
+    if not prov_path.is_file():
+        raise FileNotFoundError(f"no provenance.json in {run_dir}: not a moestat rates folder (its configuration is needed)")
+    prov = _read_json(prov_path)
+    if not isinstance(prov, dict) or not isinstance(prov.get("config"), dict):
+        raise ValueError(f"{prov_path}: no configuration in it (not written by moestat rates)")
+    try:
+        config = RatesConfig.from_dict(prov["config"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{prov_path}: its configuration is not readable: {exc}") from None
+    df = read_results(run_dir / "results.csv", config)
     if df.empty:
         raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
     if not any(np.isfinite(df[loss].to_numpy(float)).any() for loss in clean_losses):
@@ -222,17 +329,22 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
     summary_path = run_dir / "summary.json"
     fits = None
     if summary_path.exists():
-        try:
-            fits = json.loads(summary_path.read_text(encoding="utf-8"))["fits"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"cannot read the fits of {summary_path}: {exc!r}") from None
+        summary = _read_json(summary_path)
+        if not isinstance(summary, dict) or not isinstance(summary.get("fits"), list):
+            raise ValueError(f"{summary_path}: no list of fits in it (not written by moestat rates); "
+                             "remove it to refit from results.csv")
+        fits = summary["fits"]
+        bad = [f for f in fits if not isinstance(f, dict) or not {"router", "loss", "slope"} <= set(f)]
+        if bad:
+            raise ValueError(f"{summary_path}: {len(bad)} fit entr{'y' if len(bad) == 1 else 'ies'} without router, loss and slope")
     ensure_writable_dir(run_dir)
-    return RedrawPlan(df, fits, run_dir / name, tuple(clean_losses),
+    return RedrawPlan(df, fits, config, run_dir / name, tuple(clean_losses),
                       None if clean_routers is None else tuple(clean_routers))
 
 
 def draw_redraw(plan: RedrawPlan) -> list[Path]:
-    """Draw a checked :class:`RedrawPlan`: refit when the run has no ``summary.json``, then plot.
+    """Draw a checked :class:`RedrawPlan`: refit (with the run's own settings) when the run has no
+    ``summary.json``, then plot.
 
     Returns
     -------
@@ -241,16 +353,18 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
     """
     from moestat.rates.fit import fit_rates
 
-    df = plan.df
+    df, cfg = plan.df, plan.config
     fits = plan.fits
     if fits is None:
-        fits = fit_rates(df, setting=str(df["setting"].iloc[0]), estimator=str(df["estimator"].iloc[0]),
-                         losses=list(plan.losses))
+        fits = fit_rates(df, setting=cfg.setting, estimator=cfg.estimator, routers=cfg.router, losses=list(plan.losses),
+                         window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance, n_boot=cfg.n_boot,
+                         seed=cfg.seed)
     routers = None if plan.routers is None else list(plan.routers)
     return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers)
 
 
-def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None, name: str = "convergence") -> list[Path]:
+def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None,
+           name: str | None = None, overwrite: bool = False) -> list[Path]:
     """Draw ``run_dir/<name>.pdf`` and ``.png`` from a finished (or partial) rates run.
 
     The same as ``draw_redraw(prepare_redraw(...))``; ``moestat plot`` calls the two steps
@@ -262,12 +376,15 @@ def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[s
         A ``--out`` folder of ``moestat rates``.
     losses, routers : sequence of str
         What to draw (routers default to every router in the results).
-    name : str
-        File stem of the figure.
+    name : str, optional
+        File stem of the figure (default ``convergence_replot``, or ``convergence`` with
+        ``overwrite``).
+    overwrite : bool
+        Replace existing figures of that name.
 
     Returns
     -------
     list of Path
         The written PDF and PNG.
     """
-    return draw_redraw(prepare_redraw(run_dir, losses=losses, routers=routers, name=name))
+    return draw_redraw(prepare_redraw(run_dir, losses=losses, routers=routers, name=name, overwrite=overwrite))

@@ -2,7 +2,12 @@
 
 Finished fits are appended one line per fit (:class:`ResultStore`); a kill loses at most the
 unit in flight, a torn last line is skipped on reading and cut before the next append, and
-``resume`` recomputes only missing ``(router, n, replicate)`` rows.  ``provenance.json`` records
+``resume`` recomputes only missing ``(router, n, replicate)`` rows.  What is read back is
+checked (:func:`audit_results`): a row outside the configured grid, a duplicate or an
+unreadable line is reported in one line naming the file and never enters a summary, and
+``--resume`` refuses such a file rather than guessing which rows to keep.  At the end of a
+sweep the rows are sorted canonically (:meth:`ResultStore.sort`), so ``results.csv`` does not
+depend on ``n_jobs`` or the backend.  ``provenance.json`` records
 the package version, git commit, full configuration (and its :func:`config_hash`), platform,
 torch version/device and the timestamps of every run into the folder; :func:`check_resumable`
 refuses a folder written by another configuration.
@@ -18,6 +23,7 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -34,6 +40,9 @@ __all__ = [
     "write_provenance",
     "check_resumable",
     "config_hash",
+    "audit_results",
+    "StoreAudit",
+    "sort_key",
 ]
 
 #: Loss columns of ``results.csv`` (see :func:`moestat.rates.sweep.compute_losses`).
@@ -114,9 +123,30 @@ class ResultStore:
             csv.writer(buf, lineterminator="").writerow([_fmt(row[c]) for c in RESULT_COLUMNS])
             append_line(self.path, buf.getvalue())
 
-    def read(self):
+    def read(self, config: RatesConfig | None = None):
         """The results as a :class:`pandas.DataFrame` (see :func:`read_results`)."""
-        return read_results(self.path)
+        return read_results(self.path, config)
+
+    def sort(self) -> None:
+        """Rewrite the file (atomically) with its rows in the canonical order of :func:`sort_key`.
+
+        Rows are appended in the order units finish, which depends on ``n_jobs`` and the
+        backend; sorting at the end of a sweep makes ``results.csv`` the same whatever they were.
+        Rows are written back exactly as read (the text of each field is kept).
+        """
+        from moestat.io import atomic_write_text
+
+        rows, audit = audit_results(self.path)
+        msg = audit.message()
+        if msg:
+            raise ValueError(msg)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(RESULT_COLUMNS)
+        w.writerows(rows)
+        text = buf.getvalue()
+        if text != self.path.read_text(encoding="utf-8"):
+            atomic_write_text(self.path, text)
 
     def done(self) -> set[tuple[str, int, int]]:
         """``(router, n, replicate)`` of every complete row."""
@@ -124,36 +154,193 @@ class ResultStore:
         return set(zip(df["router"], df["n"].astype(int), df["replicate"].astype(int)))
 
 
-def read_results(path: str | os.PathLike):
-    """Read ``results.csv`` into a DataFrame, skipping a torn last line and duplicate rows.
+@dataclass
+class StoreAudit:
+    """What :func:`audit_results` found in a ``results.csv`` besides clean rows.
 
-    A kill during an append can leave a partial last line (no newline, or too few fields);
-    such lines are ignored.  If a unit was recomputed after a kill, the first copy of each
-    ``(router, n, replicate)`` is kept (the copies are identical by construction).
+    Attributes
+    ----------
+    path : Path
+    rows : int
+        Complete, well-formed rows that belong to the sweep.
+    torn : bool
+        The last line is a partial append (a kill during a write); it is dropped, never an error.
+    garbage : list of int
+        Line numbers (1-based, the header is line 1) that are not a results row: wrong field
+        count or a non-number where a number belongs.
+    duplicates : list of int
+        Line numbers repeating the ``(router, n, replicate)`` of an earlier row.
+    outside : list of tuple(int, str)
+        Line numbers (and why) of rows outside the configured grid: ``n`` not a sample size of
+        the sweep, ``replicate >= reps``, a router, scenario, setting, seed or estimator the
+        configuration does not have.
     """
-    import pandas as pd
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no results file {path}")
+    path: Path
+    rows: int = 0
+    torn: bool = False
+    garbage: list = field(default_factory=list)
+    duplicates: list = field(default_factory=list)
+    outside: list = field(default_factory=list)
+
+    @property
+    def n_bad(self) -> int:
+        return len(self.garbage) + len(self.duplicates) + len(self.outside)
+
+    def message(self) -> str | None:
+        """One line naming the file and counting every kind of bad row; ``None`` when clean."""
+        if not self.n_bad:
+            return None
+
+        def lines(nums: list) -> str:
+            shown = ", ".join(str(i) for i in nums[:5])
+            return shown + (", ..." if len(nums) > 5 else "")
+
+        parts = []
+        if self.outside:
+            parts.append(f"{len(self.outside)} outside the configured grid (line {lines([i for i, _ in self.outside])}: "
+                         f"{self.outside[0][1]})")
+        if self.duplicates:
+            parts.append(f"{len(self.duplicates)} duplicate (router, n, replicate) (line {lines(self.duplicates)})")
+        if self.garbage:
+            parts.append(f"{len(self.garbage)} unreadable (line {lines(self.garbage)})")
+        return f"{self.path} has {self.n_bad} row(s) that are not results of this sweep: " + "; ".join(parts)
+
+
+def sort_key(router: str, n: int, replicate: int) -> tuple:
+    """The canonical row order of ``results.csv``: ``n`` descending (the order a one-worker sweep
+    appends in: largest ``n`` first), then router name, then replicate."""
+    return (-int(n), str(router), int(replicate))
+
+
+_INT_COLS = ("n", "replicate", "seed", "n_iter")
+_FLOAT_COLS = ("objective", *LOSS_NAMES, "time")
+
+
+def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[int]]:
+    """``[(line number, fields)]`` of the well-formed rows, whether the last line is torn, and the
+    line numbers of the malformed ones."""
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     if not lines or lines[0].split(",") != list(RESULT_COLUMNS):
         raise ValueError(f"{path} is not a moestat results file (unexpected header)")
-    complete = lines[1:-1] if not text.endswith("\n") else lines[1:]
-    rows = []
-    for rec in csv.reader(complete):
-        if len(rec) == len(RESULT_COLUMNS):
-            rows.append(rec)
+    torn = bool(text) and not text.endswith("\n")
+    body = lines[1:-1]  # split leaves "" after a final newline, or the torn fragment
+    rows, garbage = [], []
+    for i, line in enumerate(body, start=2):
+        if not line.strip():
+            continue
+        try:
+            rec = next(csv.reader([line]))
+        except (csv.Error, StopIteration):
+            garbage.append(i)
+            continue
+        if len(rec) != len(RESULT_COLUMNS):
+            garbage.append(i)
+            continue
+        d = dict(zip(RESULT_COLUMNS, rec))
+        try:
+            for c in _INT_COLS:
+                int(d[c])
+            for c in _FLOAT_COLS:
+                float(d[c])
+            if d["converged"] not in ("0", "1", "True", "False"):
+                raise ValueError
+        except ValueError:
+            garbage.append(i)
+            continue
+        rows.append((i, rec))
+    return rows, torn, garbage
+
+
+def _expected(config: RatesConfig) -> dict[str, tuple[str, str]]:
+    from moestat.rates.sweep import build_scenario
+
+    out = {}
+    for r in config.router:
+        sc = build_scenario(config.scenario_key(r))
+        out[r] = (str(sc.name), str(sc.setting))
+    return out
+
+
+def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) -> tuple[list[list[str]], StoreAudit]:
+    """Read ``results.csv`` line by line and sort its rows into clean and bad.
+
+    Parameters
+    ----------
+    path : path-like
+    config : RatesConfig, optional
+        The sweep the file belongs to; without it only garbage and duplicates are found.
+
+    Returns
+    -------
+    rows : list of list of str
+        The clean rows (fields as written), in the canonical order of :func:`sort_key`.
+    audit : StoreAudit
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no results file {path}")
+    parsed, torn, garbage = _parse_lines(path)
+    audit = StoreAudit(path, torn=torn, garbage=garbage)
+    expected = _expected(config) if config is not None else None
+    ns = set(config.ns) if config is not None else None
+    seen: set = set()
+    clean = []
+    for i, rec in parsed:
+        d = dict(zip(RESULT_COLUMNS, rec))
+        key = (d["router"], int(d["n"]), int(d["replicate"]))
+        if config is not None:
+            why = None
+            if d["router"] not in expected:
+                why = f"router {d['router']!r} not in {','.join(config.router)}"
+            elif int(d["n"]) not in ns:
+                why = f"n = {d['n']} is not a sample size of the sweep"
+            elif not 0 <= int(d["replicate"]) < config.reps:
+                why = f"replicate {d['replicate']} outside 0..{config.reps - 1} (--reps {config.reps})"
+            elif (d["scenario"], d["setting"]) != expected[d["router"]]:
+                why = f"scenario {d['scenario']!r} is not the configured one"
+            elif int(d["seed"]) != config.seed:
+                why = f"seed {d['seed']} is not --seed {config.seed}"
+            elif d["estimator"] != config.estimator:
+                why = f"estimator {d['estimator']!r} is not --estimator {config.estimator}"
+            if why:
+                audit.outside.append((i, why))
+                continue
+        if key in seen:
+            audit.duplicates.append(i)
+            continue
+        seen.add(key)
+        clean.append(rec)
+    clean.sort(key=lambda rec: sort_key(rec[1], rec[3], rec[4]))
+    audit.rows = len(clean)
+    return clean, audit
+
+
+def read_results(path: str | os.PathLike, config: RatesConfig | None = None):
+    """Read ``results.csv`` into a DataFrame in the canonical row order (see :func:`sort_key`).
+
+    A kill during an append can leave a partial last line; it is dropped.  Anything else that is
+    not a row of the sweep -- an unreadable line, a duplicate ``(router, n, replicate)``, or (with
+    ``config``) a row outside its grid -- is an error: it must never enter a summary.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and counting the bad rows (see :class:`StoreAudit`).
+    """
+    import pandas as pd
+
+    rows, audit = audit_results(path, config)
+    msg = audit.message()
+    if msg:
+        raise ValueError(msg)
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
-    for c in ("n", "replicate", "seed", "n_iter"):
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
+    for c in _INT_COLS:
+        df[c] = df[c].astype(int)
     df["converged"] = df["converged"].map({"1": True, "0": False, "True": True, "False": False})
-    for c in ("objective", *LOSS_NAMES, "time"):
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
-    df = df.dropna(subset=["n", "replicate"]).drop_duplicates(subset=["router", "n", "replicate"], keep="first")
-    df["n"] = df["n"].astype(int)
-    df["replicate"] = df["replicate"].astype(int)
+    for c in _FLOAT_COLS:
+        df[c] = df[c].astype(float)
     return df.reset_index(drop=True)
 
 
@@ -246,4 +433,11 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
         raise ValueError(
             f"--resume: {out_dir} was written by a different config (differs in: {', '.join(diff) or 'unknown'})"
         )
+    if res_path.exists():
+        # Refused, not quarantined: a row outside the grid, a duplicate or a garbage line means
+        # the file was edited or merged by hand, and only its owner knows which copy is right.
+        _, audit = audit_results(res_path, config)
+        msg = audit.message()
+        if msg:
+            raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and resume again")
     return prev

@@ -348,4 +348,5 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
     total = sum(len(u.replicates) for u in todo)
     execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler, progress=progress, total_fits=total)
     write_provenance(out_dir, config, started=started, finished=utc_now(), previous=prev)
-    return store.read()
+    store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
+    return store.read(config)

@@ -40,12 +40,12 @@ def test_compare_on_digits_writes_table_and_plots(tmp_path, capsys):
                  "--epochs", "2", "--seeds", "2", "--expert-hidden", "8", "--no-progress", "--resume",
                  "--out", str(out)]) == 0
     assert (out / "runs.jsonl").read_text() == before
-    # --summarise-only trains nothing, even for a gate with no finished run
-    assert main(["--dataset", "digits", "--compare", "dense,cosine", "--experts", "4", "--epochs", "2", "--seeds", "2",
-                 "--expert-hidden", "8", "--no-progress", "--summarise-only", "--out", str(out)]) == 0
+    # --summarise-only trains nothing and summarises every gate of the folder with its stored settings
+    (out / "summary.json").unlink()
+    assert main(["--no-progress", "--summarise-only", "--out", str(out)]) == 0
     assert (out / "runs.jsonl").read_text() == before
     gates = [e["gate"] for e in json.loads((out / "summary.json").read_text())["gates"]]
-    assert gates == ["dense"]
+    assert gates == ["mlp", "dense", "noisy_topk_load", "perturbed"]
 
 
 def test_summarise_mean_and_sample_std():
@@ -135,7 +135,14 @@ def test_rows_recorded_as_perturbed_cosine_are_read_as_perturbed(tmp_path, capsy
     out.mkdir()
     row = {"gate": "perturbed_cosine", "seed": 0, "dataset": "digits", "test_accuracy": 0.5, "n_params": 10}
     (out / "runs.jsonl").write_text(json.dumps(row) + "\n")
-    assert main(["--dataset", "digits", "--compare", "perturbed", "--seeds", "1", "--summarise-only", "--quiet",
-                 "--out", str(out)]) == 0
+    # a folder from before run_config.json: the command refuses to guess its settings ...
+    assert run_main(main, ["--summarise-only", "--quiet", "--out", str(out)], prog="moestat realdata") == 2
+    assert "run_config.json" in capsys.readouterr().err
+    # ... the library summarises it when told which gates to read
+    from moestat.data.images import load_dataset
+    from moestat.experiments.realdata import run_experiment
+
+    run_experiment(load_dataset("digits", None), ["perturbed"], out, seeds=1, summarise_only=True, verbose=False,
+                   progress=False)
     gates = json.loads((out / "summary.json").read_text())["gates"]
     assert [g["gate"] for g in gates] == ["perturbed"] and gates[0]["test_accuracy_mean"] == 0.5

@@ -151,3 +151,21 @@ def test_shared_options_mean_the_same_everywhere():
     for opt, uses in seen.items():
         kinds = {(t, k) for _, t, k in uses}
         assert len(kinds) == 1, f"{opt} is parsed differently across subcommands: {uses}"
+
+
+def test_every_option_of_every_subcommand_shows_its_default():
+    # an option that takes a value says what it is when not given: argparse's default through the
+    # shared formatter, or the help text's own "default ..." (computed defaults, "the preset's")
+    import argparse
+
+    from moestat.cli.common import HelpFormatter
+
+    missing = []
+    for p in _parsers():
+        fmt = HelpFormatter(p.prog)
+        for a in p._actions:
+            if not a.option_strings or a.nargs == 0 or a.required or a.help == argparse.SUPPRESS:
+                continue  # positionals, flags, required options, hidden aliases
+            if "default" not in fmt._get_help_string(a):
+                missing.append(f"{p.prog} {a.option_strings[0]}")
+    assert not missing, f"options whose help shows no default: {missing}"

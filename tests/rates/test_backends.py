@@ -28,13 +28,17 @@ def test_dask_local_cluster_gives_the_same_results(tmp_path):
     cfg = RatesConfig.from_dict(TINY).validate()
     (tmp_path / "loky").mkdir()
     ref = run_sweep(cfg, tmp_path / "loky", progress=False)
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    import dask
+
+    with dask.config.set({"temporary-directory": str(tmp_path / "dask-tmp")}), distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+        local_directory=str(tmp_path / "dask-scratch"),  # not /tmp/dask-scratch-space: tests write only to tmp_path
     ) as cluster:
         dcfg = cfg.replace(backend="dask", scheduler=cluster.scheduler_address).validate()
         (tmp_path / "dask").mkdir()
         got = run_sweep(dcfg, tmp_path / "dask", progress=False)
     assert cluster.scheduler_address.startswith("tcp://127.0.0.1")
+    assert any(tmp_path.glob("dask-*/*"))  # the cluster's scratch files went to the test's folder
     assert _frame(got).equals(_frame(ref))
 
 

@@ -30,7 +30,7 @@ CHECK_NAMES = [n for m in MODULES for n in m.NAMES]
 REPORT_SCHEMA = "moestat.theory_report/1"
 
 
-def run_checks(mode: str = "quick", out_dir: str | Path = "theory_out", only: Sequence[str] | None = None, seed: int = 0,
+def run_checks(mode: str = "quick", out_dir: str | Path = "moestat-out/theory", only: Sequence[str] | None = None, seed: int = 0,
                n_jobs: int = 1, verbose: bool = True, reps: int | None = None, n_max: int | None = None,
                resume: bool = False) -> list[CheckResult]:
     """Run the checks and return their results (nothing is written but the rate runs' files).
