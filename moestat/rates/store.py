@@ -285,6 +285,8 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     audit = StoreAudit(path, torn=torn, garbage=garbage)
     expected = _expected(config) if config is not None else None
     ns = set(config.ns) if config is not None else None
+    # an adaptive sweep (--max-reps) owns the replicates up to its budget
+    bound = max(config.reps, getattr(config, "max_reps", 0) or 0) if config is not None else None
     seen: set = set()
     clean = []
     for i, rec in parsed:
@@ -296,8 +298,9 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
                 why = f"router {d['router']!r} not in {','.join(config.router)}"
             elif int(d["n"]) not in ns:
                 why = f"n = {d['n']} is not a sample size of the sweep"
-            elif not 0 <= int(d["replicate"]) < config.reps:
-                why = f"replicate {d['replicate']} outside 0..{config.reps - 1} (--reps {config.reps})"
+            elif not 0 <= int(d["replicate"]) < bound:
+                why = f"replicate {d['replicate']} outside 0..{bound - 1} (--reps {config.reps}" + (
+                    f", --max-reps {config.max_reps})" if config.max_reps else ")")
             elif (d["scenario"], d["setting"]) != expected[d["router"]]:
                 why = f"scenario {d['scenario']!r} is not the configured one"
             elif int(d["seed"]) != config.seed:
@@ -311,6 +314,9 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
             audit.duplicates.append(i)
             continue
         seen.add(key)
+        if config is not None and int(d["replicate"]) >= config.reps:
+            # a later round of an adaptive sweep (--max-reps): a row of the sweep, not of this round
+            continue
         clean.append(rec)
     clean.sort(key=lambda rec: sort_key(rec[1], rec[3], rec[4]))
     audit.rows = len(clean)
