@@ -34,7 +34,7 @@ rate, where the slope on ``log n`` is slightly flatter).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -71,7 +71,9 @@ LOSS_DEFINITIONS = {
 }
 
 
-def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "lse") -> float | None:
+def predicted_exponent(
+    router: str, setting: str, loss: str, estimator: str = "lse", predicted: Mapping[str, float | None] | None = None
+) -> float | None:
     """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no polynomial rate).
 
     Perturbed router: Nguyen et al. (2024), Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
@@ -79,10 +81,14 @@ def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "l
     Vanilla cosine router: regression ``-1/2`` (Theorem 1), Voronoi and parameter losses have no
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
     its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
-    has slope 0 for every loss.
+    has slope 0 for every loss.  ``predicted`` (loss name -> exponent or ``None``), e.g. a file
+    scenario's declared exponents (:mod:`moestat.data.scenario_files`), takes precedence for the
+    losses it names.
     """
     if estimator == "null":
         return 0.0
+    if predicted is not None and loss in predicted:
+        return predicted[loss]
     if loss == "regression_l2":
         return -0.5
     if router != "perturbed":
@@ -251,6 +257,7 @@ def fit_rates(
     tolerance: float = DEFAULT_TOLERANCE,
     n_boot: int = 1000,
     seed: int = 0,
+    predicted: Mapping[str, float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -270,6 +277,8 @@ def fit_rates(
         Bootstrap resamples.
     seed : int
         Seed of the bootstrap (``SeedSequence(seed, spawn_key=(router, loss))``-style).
+    predicted : mapping, optional
+        Loss name -> predicted exponent (e.g. a file scenario's), passed to :func:`predicted_exponent`.
 
     Returns
     -------
@@ -296,7 +305,7 @@ def fit_rates(
                 "loss": loss,
                 "definition": LOSS_DEFINITIONS.get(loss, loss),
                 "estimator": estimator,
-                "predicted": predicted_exponent(router, setting, loss, estimator),
+                "predicted": predicted_exponent(router, setting, loss, estimator, predicted),
             }
             if len(ns) < 3:
                 entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,

@@ -172,3 +172,12 @@ def test_k_active_above_k_star_raises():
     with pytest.raises(ValueError, match="k_active must be >= 1"):
         voronoi_loss(F, G, k_active=0)
     assert voronoi_loss(F, G, k_active=2) == voronoi_loss(F, G)  # K = k* is the dense loss
+
+
+def test_predicted_exponent_mapping_takes_precedence():
+    from moestat.rates.fit import predicted_exponent
+
+    assert predicted_exponent("linear", "exact", "D_sigmoid") is None
+    assert predicted_exponent("linear", "exact", "D_sigmoid", predicted={"D_sigmoid": -0.5}) == -0.5
+    assert predicted_exponent("perturbed", "exact", "voronoi", predicted={"voronoi": None}) is None
+    assert predicted_exponent("perturbed", "exact", "voronoi", predicted={"other": -1.0}) == -0.5
