@@ -194,6 +194,7 @@ def levenberg_marquardt(
     chunk: int | None = None,
     temperature: float | None = None,
     data: Design | None = None,
+    kernel: Any = None,
 ) -> dict[str, Any]:
     """Batched, box-projected Levenberg-Marquardt on ``F(theta) = 0.5 sum_i r_i^2``.
 
@@ -209,6 +210,10 @@ def levenberg_marquardt(
     ``data`` may pass the :class:`~moestat.estimators.lse_kernel.Design` of ``(X, Y)`` built
     once for several calls (continuation stages).
 
+    ``kernel``: an object with ``build``/``evaluate``/``forward``/``gauss_newton`` (the
+    signatures of :mod:`~moestat.estimators.lse_kernel`), e.g.
+    :class:`~moestat.estimators.jacobians.AutogradKernel`; ``None`` is the analytic kernel.
+
     Returns
     -------
     dict
@@ -218,15 +223,18 @@ def levenberg_marquardt(
     R, n, d = X.shape
     k = n_components
     P = theta0.shape[1]
+    build, k_eval, k_fwd, k_gn = Design.build, kernel_evaluate, kernel_forward, gauss_newton
+    if kernel is not None:  # a model outside the analytic kernel (issue 14)
+        build, k_eval, k_fwd, k_gn = kernel.build, kernel.evaluate, kernel.forward, kernel.gauss_newton
     if data is None:
-        data = Design.build(model, X, Y, chunk, n_components=k)
+        data = build(model, X, Y, chunk, n_components=k)
     # radial flat direction (PDE (4)) whenever the score is degree-0 homogeneous in beta1:
     # the vanilla cosine router, or a "perturbed" gate with tau1 = 0
-    cosine = radial_invariant(model)
+    cosine = radial_invariant(model) if kernel is None else kernel.radial_invariant
     span = (upper - lower) * 1e-12
     lo_in, up_in = lower + span, upper - span
     theta = torch.clamp(theta0.clone(), lower, upper)
-    F, A, g = kernel_evaluate(model, data, theta, k, True, temperature)
+    F, A, g = k_eval(model, data, theta, k, True, temperature)
     # results, written back when a replicate stops
     out_theta, out_F, out_g = theta.clone(), F.clone(), g.clone()
     status = ["max_iter"] * R
@@ -285,7 +293,7 @@ def levenberg_marquardt(
         # as an elementwise reduction because a batched mat-vec rounds differently for R = 1
         Ad = (A * delta.unsqueeze(-2)).sum(-1)
         pred = -((g * delta).sum(-1) + 0.5 * (delta * Ad).sum(-1))
-        Ft, cache = kernel_forward(model, data, trial, k, temperature)
+        Ft, cache = k_fwd(model, data, trial, k, temperature)
         actual = F - Ft
         ppos = pred > 0
         rho = torch.where(ppos, actual / torch.where(ppos, pred, 1.0), -1.0)
@@ -295,7 +303,7 @@ def levenberg_marquardt(
         m = acc.numel()
         if m:
             allacc = m == len(idx)
-            At, gt = gauss_newton(
+            At, gt = k_gn(
                 model, data if allacc else data.select(acc), trial if allacc else trial[acc], k,
                 None if cache is None else (cache if allacc else cache.select(acc)), temperature,
             )

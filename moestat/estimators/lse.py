@@ -154,7 +154,10 @@ class LeastSquaresMoE(MoEEstimator):
         )
 
     def _check_params(self) -> None:
-        check_model(self.model)
+        from moestat.model.protocol import ProtocolModel
+
+        if not isinstance(self.model, ProtocolModel):  # a protocol model goes through autograd
+            check_model(self.model)
         check_n_components(self.n_components, self.model)
         if not isinstance(self.box, ParameterBox):
             raise TypeError(f"box must be a ParameterBox, got {type(self.box).__name__}")
@@ -222,15 +225,30 @@ class LeastSquaresMoE(MoEEstimator):
         -------
         self
         """
+        from moestat.model.protocol import ProtocolModel
+        from moestat.estimators import jacobians as jac
+
         Xt, Yt, dev = self._start_fit(X, Y)
         k = self.n_components
         R, n, d = Xt.shape
         rng = self._rng()
-        starts = self._starts(R, d, init, rng)
+        # built-in gate x expert: the analytic kernel; any protocol model: torch.func Jacobians
+        kernel = jac.AutogradKernel(self.model, d) if isinstance(self.model, ProtocolModel) else None
+        if kernel is None:
+            starts = self._starts(R, d, init, rng)
+        else:
+            starts = jac.protocol_starts(self, R, d, kernel.q, kernel.reference, init, rng)
         ftol = self.tol if self.ftol is None else self.ftol
         xtol = self.tol if self.xtol is None else self.xtol
         gtol = 1e-10 if self.gtol is None else self.gtol
-        lower, upper = box_bounds(self.box, k, d, dev, torch.float64)
+        if kernel is None:
+            lower, upper = box_bounds(self.box, k, d, dev, torch.float64)
+            packer = pack_params
+            data = Design.build(self.model, Xt, Yt, n_components=k)  # features once per fit
+        else:
+            lower, upper = jac.bounds(self.box, k, d, kernel.q, kernel.reference, Xt)
+            packer = lambda G: jac.pack(G, kernel.reference)  # noqa: E731
+            data = kernel.build(self.model, Xt, Yt, n_components=k)
         temps = self._temperatures()
         best = None
         # With a sparse gate every start is fitted along two paths, kept per replicate by the
@@ -240,21 +258,20 @@ class LeastSquaresMoE(MoEEstimator):
         # gate directly, which wins when the start already has the right selection boundaries.
         paths = [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
-        data = Design.build(self.model, Xt, Yt, n_components=k)  # features once per fit
         for G0, path in candidates:
-            theta = pack_params(G0.torch(device=dev))
+            theta = packer(G0.torch(device=dev))
             iters = torch.zeros(R, dtype=torch.long, device=dev)
             for T in path:
                 st = levenberg_marquardt(
                     self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
-                    ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=data,
+                    ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=data, kernel=kernel,
                 )
                 ok = torch.isfinite(st["F"]).unsqueeze(-1)
                 theta = torch.where(ok, st["theta"], theta)
                 iters += st["n_iter"]
             res = levenberg_marquardt(
                 self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
-                data=data,
+                data=data, kernel=kernel,
             )
             res["n_iter"] = res["n_iter"] + iters
             obj = (2.0 * res["F"] / n).cpu().numpy()
@@ -279,7 +296,10 @@ class LeastSquaresMoE(MoEEstimator):
                     best[key][r] = cur[key][r]
                 best["status"][r] = cur["status"][r]
                 best["init"][r] = G0[r]
-        beta0, beta1, eta = unpack_params(best["theta"], k, d)
+        if kernel is None:
+            beta0, beta1, eta = unpack_params(best["theta"], k, d)
+        else:
+            beta0, beta1, eta = jac.unpack(best["theta"], k, d, kernel.q, kernel.reference)
         self._set_fit(
             MixingMeasure(beta0.numpy(), beta1.numpy(), eta.numpy()),
             best["objective"], best["converged"], best["n_iter"], best["status"], d,

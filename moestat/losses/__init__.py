@@ -10,9 +10,25 @@ from moestat.losses.voronoi import (
     voronoi_cells,
     voronoi_loss,
 )
+from moestat.losses.voronoi_spec import (
+    BlockSpec,
+    ExponentTable,
+    LossSpec,
+    builtin_spec,
+    cell_terms_from_spec,
+    spec_from_mapping,
+    voronoi_loss_from_spec,
+)
 
 __all__ = [
+    "BlockSpec",
     "EXPONENT_TABLES",
+    "ExponentTable",
+    "LossSpec",
+    "builtin_spec",
+    "cell_terms_from_spec",
+    "spec_from_mapping",
+    "voronoi_loss_from_spec",
     "cell_parameter_errors",
     "cell_sizes",
     "cell_terms",

@@ -79,6 +79,9 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
 
 
 def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool) -> tuple[MixingMeasure, MixingMeasure]:
+    for G, role in ((fitted, "fitted"), (truth, "truth")):
+        if not isinstance(G, MixingMeasure):  # issue 13: an array used to fail with AttributeError
+            raise TypeError(f"{role} must be a MixingMeasure, got {type(G).__name__}")
     fitted, truth = fitted.numpy(), truth.numpy()
     if fitted.dim != truth.dim or fitted.eta_dim != truth.eta_dim:
         raise ValueError(
@@ -230,8 +233,8 @@ def voronoi_loss(
     loss : {"D1", "D2", "D3"}
         ``D1`` = ``D_{1,r}`` (vanilla router), ``D2`` eq. (13), ``D3`` eq. (16).
     k_active : int or None
-        K of the **true** model: the maximum over K-subsets of true atoms, computed as the sum
-        of the K largest cell terms.  ``None``: all ``k*`` cells (dense gate).
+        K of the **true** model (``1 <= K <= k*``): the maximum over K-subsets of true atoms,
+        computed as the sum of the K largest cell terms.  ``None``: all ``k*`` cells (dense gate).
     r, metric, direction
         See :func:`cell_terms`.
 
@@ -239,6 +242,18 @@ def voronoi_loss(
     -------
     ndarray
         The loss, with the fitted measure's batch shape.
+
+    Raises
+    ------
+    TypeError
+        If ``fitted`` or ``truth`` is not a :class:`MixingMeasure`.
+    ValueError
+        If ``k_active`` is not in ``1..k*``, or the loss name or ``r`` is invalid.
+
+    See Also
+    --------
+    moestat.losses.voronoi_spec.voronoi_loss_from_spec : the same losses (and any other) from a
+        specification; ``builtin_spec(loss, r)`` reproduces this function bit for bit.
 
     Examples
     --------
@@ -248,12 +263,13 @@ def voronoi_loss(
     >>> float(voronoi_loss(G, G))
     0.0
     """
+    from moestat.losses.voronoi_spec import check_k_active
+
     t = cell_terms(fitted, truth, loss=loss, r=r, metric=metric, direction=direction)["terms"]
     k_star = t.shape[-1]
-    if k_active is None or k_active >= k_star:
+    check_k_active(k_active, k_star)  # issue 13: k_active > k* used to return the dense sum silently
+    if k_active is None or k_active == k_star:
         return t.sum(axis=-1)
-    if k_active < 1:
-        raise ValueError(f"k_active must be >= 1, got {k_active}")
     return np.sort(t, axis=-1)[..., -k_active:].sum(axis=-1)
 
 

@@ -34,7 +34,7 @@ rate, where the slope on ``log n`` is slightly flatter).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -77,7 +77,9 @@ LOSS_DEFINITIONS = {
 }
 
 
-def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "lse") -> float | None:
+def predicted_exponent(
+    router: str, setting: str, loss: str, estimator: str = "lse", predicted: Mapping[str, float | None] | None = None
+) -> float | None:
     """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no polynomial rate).
 
     Perturbed router: Nguyen et al. (2024), Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
@@ -85,7 +87,9 @@ def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "l
     Vanilla cosine router: regression ``-1/2`` (Theorem 1), Voronoi and parameter losses have no
     polynomial rate (Theorems 2, 3).  Linear router: regression ``-1/2`` (same entropy argument);
     its parameter losses are not covered by Nguyen et al. (2024).  The null estimator (returns its start)
-    has slope 0 for every loss.
+    has slope 0 for every loss.  ``predicted`` (loss name -> exponent or ``None``), e.g. a file
+    scenario's declared exponents (:mod:`moestat.data.scenario_files`), takes precedence for the
+    losses it names.
 
     Theorem 5's mass-weighted cell errors (``weighted_single``, ``weighted_multi``: terms of D2,
     eq. 13) are predicted ``-1/2`` for the perturbed router; PDE (4) splits the ``beta1`` error into
@@ -96,6 +100,8 @@ def predicted_exponent(router: str, setting: str, loss: str, estimator: str = "l
     """
     if estimator == "null":
         return 0.0
+    if predicted is not None and loss in predicted:
+        return predicted[loss]
     if loss.startswith("best_"):  # the same loss at the best-objective fit of the certificate
         loss = loss[len("best_"):]
     if loss == "beta1_direction":  # PDE (4): the direction is identified by both cosine routers
@@ -277,6 +283,7 @@ def fit_rates(
     n_boot: int = 1000,
     seed: int = 0,
     halfwidth: float = DEFAULT_HALFWIDTH,
+    predicted: Mapping[str, float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -299,6 +306,8 @@ def fit_rates(
     halfwidth : float
         Target half-width of the 95% interval for the Monte Carlo plan
         (:func:`moestat.rates.verdicts.plan`).
+    predicted : mapping, optional
+        Loss name -> predicted exponent (e.g. a file scenario's), passed to :func:`predicted_exponent`.
 
     Returns
     -------
@@ -328,7 +337,7 @@ def fit_rates(
                 "loss": loss,
                 "definition": LOSS_DEFINITIONS.get(loss, loss),
                 "estimator": estimator,
-                "predicted": predicted_exponent(router, setting, loss, estimator),
+                "predicted": predicted_exponent(router, setting, loss, estimator, predicted),
             }
             if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
                 entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,

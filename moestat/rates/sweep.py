@@ -217,9 +217,20 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     ``||omega_i - omega*_j||`` over atoms alone in / sharing their Voronoi cell (Theorem 5 (i);
     NaN when no atom is of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
     exp(beta0*_j)|``; ``regression_l2``: ``||g_hat - g*||_{L2(mu)}`` on a fixed held-out sample.
+
+    A scenario with a ``losses`` attribute (a :class:`~moestat.data.scenario_files.FileScenario`)
+    reports its own Voronoi losses instead (one column per :class:`~moestat.losses.voronoi_spec.LossSpec`,
+    by name) and ``regression_l2``.
     """
     from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
 
+    specs = getattr(scenario, "losses", None)
+    if specs:  # a scenario that declares its losses (moestat.data.scenario_files, issue 14)
+        from moestat.losses.voronoi_spec import voronoi_loss_from_spec
+
+        out = {spec.name: voronoi_loss_from_spec(spec, fitted, scenario.truth) for spec in specs}
+        out["regression_l2"] = regression_l2_error(scenario.fit_model, fitted, scenario.model, scenario.truth, X_holdout)
+        return out
     name = "D3" if scenario.setting == "exact" else "D2"
     K = scenario.model.gate.k_active
     pe = cell_parameter_errors(fitted, scenario.truth)

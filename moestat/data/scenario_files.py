@@ -1,0 +1,360 @@
+"""Scenarios from files: a TOML file, or ``path/file.py:function`` returning a scenario.
+
+A :class:`FileScenario` holds everything a rate study needs: the true atoms written out, the
+gate and expert (built-in or of the protocol, :mod:`moestat.model.protocol`), the noise, the
+input law (uniform box, clipped Gaussian, or inputs resampled from a user ``.npy``), the fitted
+number of atoms and activated experts, and the losses to report with their predicted
+exponents (:mod:`moestat.losses.voronoi_spec`).
+
+TOML layout (every key is checked; an error names the key and the file)::
+
+    name = "sigmoid-exact"
+    [gate]
+    score = "linear"          # linear | cosine | perturbed (tau = [tau1, tau2])
+    normalisation = "sigmoid" # softmax | sigmoid
+    # k_active = 2            # Top-K (softmax only); temperature = 1.0
+    [expert]
+    kind = "gelu"             # identity | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
+    [noise]
+    variance = 0.01
+    [input]
+    law = "uniform"           # uniform | gaussian | npy (path = "x.npy", relative to the file)
+    [fit]
+    k = 2                     # fitted atoms; k_active = K-bar (softmax Top-K)
+    [[atoms]]                 # one table per true atom
+    beta0 = 0.5
+    beta1 = [1.0, -0.5]
+    eta = [1.0, 0.0, 0.2]
+    [[losses]]                # a loss specification plus its predicted exponent (or omit it)
+    name = "D3"
+    builtin = "D3"
+    predicted_exponent = -0.5
+
+A softmax gate keeps the reference convention (the last atom has ``beta0 = 0`` and ``beta1 = 0``).
+A softmax gate with a built-in score and expert is a :class:`~moestat.model.regression.MoEModel`
+(analytic kernel); anything else is a :class:`~moestat.model.protocol.ProtocolModel`
+(:mod:`torch.func` Jacobians).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mapping
+from moestat.model.experts import ACTIVATIONS, Expert
+from moestat.model.gates import Gate
+from moestat.model.mixing import MixingMeasure, ParameterBox
+from moestat.model.protocol import ProtocolGate, ProtocolModel, cosine_score, linear_score, mlp_expert, perturbed_score
+from moestat.model.regression import MoEModel
+from moestat.seeding import numpy_generator
+
+__all__ = ["FileScenario", "ScenarioFileError", "load_scenario", "scenario_digest", "scenario_from_mapping"]
+
+INPUT_LAWS = ("uniform", "gaussian", "npy")
+
+
+class ScenarioFileError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class FileScenario:
+    """A user scenario: truth, model, data law, fitted size and the losses to report.
+
+    Parameters
+    ----------
+    truth : MixingMeasure
+        Unbatched true atoms ``beta0 [k*]``, ``beta1 [k*, d]``, ``eta [k*, q]``.
+    model : MoEModel or ProtocolModel
+        The true model (gate with the true K).
+    noise_var : float
+        Variance of the Gaussian noise (shared by every expert).
+    input_law : {"uniform", "gaussian", "npy"}
+        Uniform ``[-1, 1]^d``, ``N(0, I/3)`` clipped to the box, or rows resampled with
+        replacement from ``inputs``.
+    inputs : ndarray, shape ``[m, d]``, optional
+        The user's inputs for ``npy``.
+    k_fit, k_active_fit : int or None
+        Fitted atoms (default ``k*``) and fitted Top-K (default the true K).
+    losses : tuple of LossSpec
+        Losses to report (default D3 exact / D2 over-specified).
+    predicted : dict
+        Loss name -> predicted exponent of ``n`` (``None``: no polynomial rate stated).
+    name : str
+    box : ParameterBox
+    """
+
+    truth: MixingMeasure
+    model: Any
+    noise_var: float = 0.01
+    input_law: str = "uniform"
+    inputs: np.ndarray | None = None
+    k_fit: int | None = None
+    k_active_fit: int | None = None
+    losses: tuple[LossSpec, ...] = ()
+    predicted: Mapping[str, float | None] = field(default_factory=dict)
+    name: str = "file"
+    box: ParameterBox = field(default_factory=ParameterBox)
+
+    def __post_init__(self) -> None:
+        t = self.truth.numpy()
+        if t.batch_shape:
+            raise ValueError("truth must be an unbatched mixing measure")
+        object.__setattr__(self, "truth", t)
+        if not all(np.all(np.isfinite(a)) for a in (t.beta0, t.beta1, t.eta)):
+            raise ValueError("truth contains non-finite parameters")
+        ref = self.model.gate.reference if isinstance(self.model, ProtocolModel) else True
+        if ref and (t.beta0[-1] != 0 or np.any(t.beta1[-1] != 0)):
+            raise ValueError("with a softmax gate the last true atom is the reference: beta0 = 0 and beta1 = 0")
+        q = self.model.n_expert_params(t.dim) if isinstance(self.model, ProtocolModel) else t.dim + 1
+        if t.eta_dim != q:
+            raise ValueError(f"eta must have {q} entries per atom for this expert, got {t.eta_dim}")
+        if not (math.isfinite(self.noise_var) and self.noise_var > 0):
+            raise ValueError(f"noise variance must be a positive finite number, got {self.noise_var!r}")
+        if self.input_law not in INPUT_LAWS:
+            raise ValueError(f"unknown input law {self.input_law!r}; expected one of {INPUT_LAWS}")
+        if self.input_law == "npy":
+            X = np.asarray(self.inputs, dtype=np.float64)
+            if X.ndim != 2 or X.shape[1] != t.dim or X.shape[0] < 1 or not np.all(np.isfinite(X)):
+                raise ValueError(f"inputs must be a finite [m, d={t.dim}] array, got shape {X.shape}")
+            object.__setattr__(self, "inputs", X)
+        k_fit = t.n_atoms if self.k_fit is None else int(self.k_fit)
+        if k_fit < t.n_atoms:
+            raise ValueError(f"fit k={k_fit} must be at least the true number of atoms k*={t.n_atoms}")
+        object.__setattr__(self, "k_fit", k_fit)
+        K = self.model.gate.k_active
+        self.model.gate.check_n_experts(t.n_atoms)
+        if self.k_active_fit is None and K is not None:
+            object.__setattr__(self, "k_active_fit", min(k_fit, K + (k_fit - t.n_atoms)))
+        if not self.losses:
+            mass = "sigmoid" if (isinstance(self.model, ProtocolModel) and self.model.gate.normalisation == "sigmoid") else "softmax"
+            b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
+            object.__setattr__(self, "losses", (replace(b, mass=mass),))
+        names = [s.name for s in self.losses]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate loss names {names}")
+        for s in self.losses:
+            if s.k_active is not None and s.k_active > t.n_atoms:
+                raise ValueError(f"loss {s.name!r}: k_active={s.k_active} exceeds the number of true atoms k*={t.n_atoms}")
+        object.__setattr__(self, "predicted", dict(self.predicted))
+
+    @property
+    def d(self) -> int:
+        """Input dimension."""
+        return self.truth.dim
+
+    @property
+    def k_true(self) -> int:
+        """True number of atoms ``k*``."""
+        return self.truth.n_atoms
+
+    @property
+    def setting(self) -> str:
+        """``exact`` or ``over``."""
+        return "exact" if self.k_fit == self.k_true else "over"
+
+    @property
+    def fit_model(self):
+        """The fitted model (K-bar activated experts)."""
+        return self.model.with_k_active(self.k_active_fit)
+
+    def sample_x(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` inputs ``[n, d]`` from the input law."""
+        if self.input_law == "uniform":
+            return rng.uniform(-1.0, 1.0, size=(n, self.d))
+        if self.input_law == "gaussian":
+            return np.clip(rng.normal(0.0, math.sqrt(1.0 / 3.0), size=(n, self.d)), -1.0, 1.0)
+        return self.inputs[rng.integers(0, self.inputs.shape[0], size=n)]
+
+    def regression_function(self, X) -> np.ndarray:
+        """``g_{G*}(X)`` ``[..., n]``."""
+        return self.model.predict(torch.as_tensor(np.asarray(X, dtype=np.float64)), self.truth).numpy()
+
+    def sample(self, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+        """``(X [n, d], Y [n])`` from the model, with the given stream."""
+        rng = numpy_generator(rng)
+        X = self.sample_x(n, rng)
+        eps = rng.normal(0.0, math.sqrt(self.noise_var), size=n)
+        return X, self.regression_function(X) + eps
+
+    def holdout(self, n: int = 4096, seed: int = 20240523) -> np.ndarray:
+        """A fixed held-out input sample for the L2 regression error."""
+        return self.sample_x(n, np.random.default_rng(seed))
+
+    def near_truth_start(self, scale: float, rng: np.random.Generator) -> MixingMeasure:
+        """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
+        copy true atoms in turn, splitting a softmax atom's mass (``beta0 - log m``).
+
+        The reference atom of a softmax gate stays exactly at zero router.
+        """
+        t, k = self.truth, int(self.k_fit)
+        owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
+        counts = np.bincount(owner, minlength=self.k_true)
+        softmax = not (isinstance(self.model, ProtocolModel) and self.model.gate.normalisation == "sigmoid")
+        b0 = t.beta0[owner] - (np.log(counts[owner]) if softmax else 0.0)
+        b0 = b0 + scale * rng.normal(size=k)
+        b1 = t.beta1[owner] + scale * rng.normal(size=(k, self.d))
+        eta = t.eta[owner] + scale * rng.normal(size=(k, t.eta_dim))
+        ref = self.model.gate.reference if isinstance(self.model, ProtocolModel) else True
+        if ref:  # keep the reference atom last and exactly at zero
+            order = np.concatenate([np.arange(k)[np.arange(k) != self.k_true - 1], [self.k_true - 1]])
+            b0, b1, eta = b0[order], b1[order], eta[order]
+            b0[-1], b1[-1] = 0.0, 0.0
+        return MixingMeasure(b0, b1, eta)
+
+
+def _err(where: str, msg: str) -> ScenarioFileError:
+    return ScenarioFileError(f"{where}: {msg}")
+
+
+def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: str):
+    score = str(gate.get("score", "linear"))
+    norm = str(gate.get("normalisation", "softmax"))
+    k_active = gate.get("k_active")
+    temperature = float(gate.get("temperature", 1.0))
+    tau = gate.get("tau", 1.0)
+    kind = str(expert.get("kind", "gelu"))
+    if score not in ("linear", "cosine", "perturbed"):
+        raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
+    if kind not in ACTIVATIONS + ("mlp",):
+        raise _err(where, f"expert.kind must be one of {ACTIVATIONS + ('mlp',)}, got {kind!r}")
+    if norm == "softmax" and temperature == 1.0 and kind != "mlp":
+        try:
+            return MoEModel(Gate(score, tau=tau, k_active=k_active), Expert(kind, degree=int(expert.get("degree", 2))))
+        except (TypeError, ValueError) as e:
+            raise _err(where, f"[gate]/[expert]: {e}") from None
+    if score == "linear":
+        sfn = linear_score
+    elif score == "cosine":
+        sfn = cosine_score
+    else:
+        t = (float(tau), float(tau)) if isinstance(tau, (int, float)) else tuple(float(v) for v in tau)
+        sfn = perturbed_score(*t)
+    try:
+        pg = ProtocolGate(sfn, norm, k_active, temperature, None, score)
+        if kind == "mlp":
+            ex = mlp_expert(d, int(expert.get("hidden", 4)))
+        else:
+            from moestat.model.protocol import FunctionExpert
+            from moestat.model.experts import activation_fn
+
+            phi = activation_fn(kind, int(expert.get("degree", 2)))
+            ex = FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
+    except (TypeError, ValueError) as e:
+        raise _err(where, f"[gate]/[expert]: {e}") from None
+    return ProtocolModel(pg, ex)
+
+
+def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: Path | None = None) -> FileScenario:
+    """Build a :class:`FileScenario` from a parsed TOML mapping (see the module docstring).
+
+    Raises
+    ------
+    ScenarioFileError
+        Naming ``where`` (the file) and the key.
+    """
+    known = {"name", "gate", "expert", "noise", "input", "fit", "atoms", "losses", "box"}
+    extra = set(m) - known
+    if extra:
+        raise _err(where, f"unknown key(s) {sorted(extra)}; expected {sorted(known)}")
+    atoms = m.get("atoms")
+    if not isinstance(atoms, list) or not atoms:
+        raise _err(where, "[[atoms]] must list at least one true atom")
+    try:
+        beta0 = np.array([float(a["beta0"]) for a in atoms])
+        beta1 = np.array([[float(v) for v in a["beta1"]] for a in atoms])
+        eta = np.array([[float(v) for v in a["eta"]] for a in atoms])
+    except KeyError as e:
+        raise _err(where, f"atoms: every atom needs beta0, beta1 and eta (missing {e.args[0]!r})") from None
+    except (TypeError, ValueError):
+        raise _err(where, "atoms: beta0 must be a number, beta1 and eta lists of numbers of equal length across atoms") from None
+    if beta1.ndim != 2 or eta.ndim != 2:
+        raise _err(where, "atoms: beta1 and eta must have the same length in every atom")
+    d = beta1.shape[1]
+    model = _model(dict(m.get("gate", {})), dict(m.get("expert", {})), d, where)
+    inp = dict(m.get("input", {}))
+    law = str(inp.get("law", "uniform"))
+    inputs = None
+    if law == "npy":
+        if "path" not in inp:
+            raise _err(where, "input.path is required with law = 'npy'")
+        p = Path(inp["path"])
+        p = p if p.is_absolute() or base is None else base / p
+        try:
+            inputs = np.load(p)
+        except (OSError, ValueError) as e:
+            raise _err(where, f"input.path: cannot read {str(p)!r} ({e.__class__.__name__})") from None
+    fit = dict(m.get("fit", {}))
+    losses, predicted = [], {}
+    for i, entry in enumerate(m.get("losses", [])):
+        try:
+            spec = spec_from_mapping(entry, where=f"losses[{i}]")
+        except ValueError as e:
+            raise _err(where, str(e)) from None
+        losses.append(spec)
+        pe = entry.get("predicted_exponent")
+        if pe is not None and not (isinstance(pe, (int, float)) and not isinstance(pe, bool) and math.isfinite(pe)):
+            raise _err(where, f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
+        predicted[spec.name] = None if pe is None else float(pe)
+    box = dict(m.get("box", {}))
+    try:
+        return FileScenario(
+            MixingMeasure(beta0, beta1, eta), model, float(dict(m.get("noise", {})).get("variance", 0.01)), law, inputs,
+            fit.get("k"), fit.get("k_active"), tuple(losses), predicted, str(m.get("name", "file")), ParameterBox(**box),
+        )
+    except (TypeError, ValueError) as e:
+        raise _err(where, str(e)) from None
+
+
+def load_scenario(source: str) -> FileScenario:
+    """A scenario from ``FILE.toml`` or ``path/file.py:function`` (the function returns a :class:`FileScenario`).
+
+    Raises
+    ------
+    ScenarioFileError
+        One line naming the file (and the key).
+    """
+    if ".py:" in source:
+        path, func = source.rsplit(":", 1)
+        p = Path(path)
+        if not p.is_file():
+            raise ScenarioFileError(f"{path}: no such file")
+        spec = importlib.util.spec_from_file_location(f"moestat_user_scenario_{p.stem}", p)
+        mod = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # the user's code: report, do not crash
+            raise ScenarioFileError(f"{path}: importing it failed: {e.__class__.__name__}: {e}") from None
+        fn = getattr(mod, func, None)
+        if not callable(fn):
+            raise ScenarioFileError(f"{path}: no function {func!r}")
+        try:
+            sc = fn()
+        except Exception as e:
+            raise ScenarioFileError(f"{source}: the function raised {e.__class__.__name__}: {e}") from None
+        if not isinstance(sc, FileScenario):
+            raise ScenarioFileError(f"{source}: must return a moestat FileScenario, got {type(sc).__name__}")
+        return sc
+    p = Path(source)
+    if not p.is_file():
+        raise ScenarioFileError(f"{source}: no such file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ScenarioFileError(f"{source}: not valid TOML ({e})") from None
+    return scenario_from_mapping(data, where=source, base=p.parent)
+
+
+def scenario_digest(source: str) -> str:
+    """SHA-256 of the scenario file's bytes (for a config hash: a changed file is a new config)."""
+    path = source.rsplit(":", 1)[0] if ".py:" in source else source
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
