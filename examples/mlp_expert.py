@@ -1,6 +1,6 @@
 """A custom scenario in Python: softmax gate, one-hidden-layer MLP experts (autograd path).
 
-    python -m moestat.rates.file_study examples/mlp_expert.py:scenario
+    moestat rates --scenario examples/mlp_expert.py:scenario --out runs/mlp
 """
 
 import numpy as np

@@ -88,6 +88,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--k-active-fit", type=_k_active, help="K-bar of the fit, 'auto' (Prop. 1 minimum) or 'dense'; default auto")
     g.add_argument("--noise-var", type=_float, help="noise variance nu; default 0.01")
     g.add_argument("--truth-seed", type=nonneg_int, help="seed of the true parameters; default 240514131")
+    g.add_argument("--scenario", dest="scenario_file", metavar="FILE",
+                   help="a user scenario, FILE.toml or path/file.py:function (docs: Add your own model); "
+                        "replaces --router and the scenario flags above; default none (the built-in scenarios)")
     g = p.add_argument_group("sweep")
     g.add_argument("--n-min", type=positive_int, help="smallest sample size; default 2000")
     g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")

@@ -357,4 +357,7 @@ def load_scenario(source: str) -> FileScenario:
 def scenario_digest(source: str) -> str:
     """SHA-256 of the scenario file's bytes (for a config hash: a changed file is a new config)."""
     path = source.rsplit(":", 1)[0] if ".py:" in source else source
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as e:
+        raise ScenarioFileError(f"{path}: cannot be read ({e.strerror or e})") from None

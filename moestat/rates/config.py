@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 import math
 import os
 from dataclasses import dataclass, field
@@ -136,6 +137,10 @@ class ScenarioSpec:
     input_law : {"uniform", "gaussian"}
     truth_seed : int
         Seed of the one-off draw of the true parameters.
+    scenario_file : str
+        A user scenario instead of the built-in one: ``FILE.toml`` or ``path/file.py:function``
+        (:func:`moestat.data.scenario_files.load_scenario`); empty for the built-in scenarios.  With
+        a file, the fields above are ignored and the one curve is labelled ``file:<stem>``.
     """
 
     setting: str = "exact"
@@ -149,6 +154,7 @@ class ScenarioSpec:
     noise_var: float = 0.01
     input_law: str = "uniform"
     truth_seed: int = 2405_14131
+    scenario_file: str = ""
 
     def __post_init__(self) -> None:
         _set(self, "setting", _canonical(self.setting, SETTINGS))
@@ -184,11 +190,20 @@ class ScenarioSpec:
             raise ValueError(f"noise_var must be a finite number >= 0, got {self.noise_var!r}")
         if self.noise_var <= 0:
             raise ValueError(f"noise_var must be > 0, got {self.noise_var!r}")
+        if not isinstance(self.scenario_file, str):
+            raise ValueError(f"scenario_file must be a path string, got {self.scenario_file!r}")
 
     def key(self, router: str) -> str:
         """JSON key from which a worker rebuilds the scenario of ``router`` (see
         :func:`moestat.rates.sweep.build_scenario`, cached per process)."""
-        return json.dumps({"router": router, **dataclasses.asdict(self)}, sort_keys=True)
+        if self.scenario_file:  # a user scenario: the file (and what it holds) is the whole key
+            from moestat.data.scenario_files import scenario_digest
+
+            return json.dumps({"router": router, "scenario_file": self.scenario_file,
+                               "digest": scenario_digest(self.scenario_file)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        del fields["scenario_file"]  # keys of the built-in scenarios stay as they were
+        return json.dumps({"router": router, **fields}, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -394,8 +409,19 @@ FLAT_KEYS = (
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
+    "scenario_file",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
+
+
+def file_label(source: str) -> str:
+    """The curve label of a scenario file: ``file:<stem>`` (``file:<stem>.<function>`` for Python)."""
+    path, func = source, ""
+    head, sep, tail = source.rpartition(":")
+    if sep and head.endswith(".py"):
+        path, func = head, tail
+    stem = Path(path).stem
+    return f"file:{stem}.{func}" if func else f"file:{stem}"
 
 
 def _routers(value: Any) -> Any:
@@ -447,6 +473,10 @@ class RatesConfig:
         for name, cls in _GROUPS.items():
             if not isinstance(getattr(self, name), cls):
                 raise TypeError(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+        if self.scenario.scenario_file:
+            # one curve, labelled by the file: never a built-in router's name, whose predictions
+            # (Nguyen et al. (2024)) would then be applied to the user's model
+            _set(self, "router", (file_label(self.scenario.scenario_file),))
 
     def __getattr__(self, name: str) -> Any:
         # only called when normal lookup fails: the flat keys read through to their spec
@@ -528,7 +558,7 @@ class RatesConfig:
         if not isinstance(self.router, tuple) or not self.router:
             raise ValueError("router must be a non-empty list of router names")
         for r in self.router:
-            if r not in ROUTERS:
+            if r not in ROUTERS and not self.scenario_file:
                 raise ValueError(f"unknown router {r!r}; expected one of {', '.join(ROUTERS)}")
         if len(set(self.router)) != len(self.router):
             raise ValueError(f"router lists a router twice: {','.join(self.router)}")
@@ -560,7 +590,12 @@ class RatesConfig:
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
-        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0}
+        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0, "scenario_file": ""}
         if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
             skip = skip | {"reps"}
-        return {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}
+        out = {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}
+        if self.scenario_file:  # an edited scenario file is another sweep: resume must refuse it
+            from moestat.data.scenario_files import scenario_digest
+
+            out["scenario_digest"] = scenario_digest(self.scenario_file)
+        return out

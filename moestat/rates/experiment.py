@@ -76,9 +76,11 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
     from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
     from moestat.rates.fit import fit_rates
     from moestat.rates.store import LOSS_NAMES
+    from moestat.rates.sweep import config_declared_losses
 
     df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
+    declared = config_declared_losses(config)
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared)
     df = merge_extras(df, out / "extras.csv") if ex_cols else df
     losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
     fits = fit_rates(
@@ -92,8 +94,22 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
         n_boot=config.n_boot,
         seed=config.seed,
         halfwidth=config.halfwidth,
+        predicted=_file_predictions(config),
     )
     return df, fits
+
+
+def _file_predictions(config: RatesConfig) -> dict | None:
+    """A scenario file's predicted exponents (loss name -> exponent or None), or None."""
+    if not config.scenario_file:
+        return None
+    from moestat.rates.sweep import build_scenario
+
+    sc = build_scenario(config.scenario_key(config.router[0]))
+    # what the file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
+    # for their routers, not the user's model -- except the regression error's parametric -1/2
+    return {"regression_l2": -0.5, **{k: None for k in ("voronoi", "voronoi_direction", "param_single", "param_multi", "mass")},
+            **dict(sc.predicted)}
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:

@@ -17,6 +17,8 @@ Columns (:func:`extra_columns`):
     theorems speak of, as far as the starts can tell).
 ``weighted_single, weighted_multi, beta1_radial, beta1_direction``
     :mod:`moestat.losses.cell_errors` at the near-truth fit.
+the losses a scenario file declares (by their names)
+    :mod:`moestat.losses.voronoi_spec` at the near-truth fit.
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ CERTIFICATE_COLUMNS = ("best_objective", "best_start", "n_starts", "n_starts_con
 CELL_COLUMNS = ("weighted_single", "weighted_multi", "beta1_radial", "beta1_direction")
 
 
-def extra_columns(extra_starts: int, cell_errors: bool) -> tuple[str, ...]:
-    """The columns of ``extras.csv`` for a configuration (empty: no file)."""
+def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns of ``extras.csv`` for a configuration (empty: no file).
+
+    ``declared``: the losses a scenario file declares (:func:`moestat.rates.sweep.declared_losses`).
+    """
     from moestat.rates.store import LOSS_NAMES
 
-    cols: list[str] = []
+    cols: list[str] = list(declared)
     if extra_starts > 0:
         cols += [*CERTIFICATE_COLUMNS, *(f"best_{c}" for c in LOSS_NAMES)]
     if cell_errors:

@@ -110,6 +110,10 @@ def build_scenario(key: str):
     from moestat.data.synthetic import make_scenario
 
     p = json.loads(key)
+    if p.get("scenario_file"):  # a user scenario (issue 14): TOML or file.py:function
+        from moestat.data.scenario_files import load_scenario
+
+        return load_scenario(p["scenario_file"])
     k_active = None if p["k_active"] == "dense" else p["k_active"]
     kaf = p["k_active_fit"]
     if kaf == "dense":  # K-bar = k: every fitted expert active
@@ -150,6 +154,10 @@ def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator):
 
     if unit.init == "random":
         return random_init(scenario.k_fit, scenario.d, rng)
+    if hasattr(scenario, "near_truth_start"):  # a user scenario knows its own gate's conventions
+        if unit.init == "peer":
+            raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
+        return scenario.near_truth_start(unit.init_scale, rng)
     schedule = "peer" if unit.init == "peer" else "constant"
     return near_truth_init(scenario.truth, scenario.k_fit, unit.init_scale, rng, n=n, schedule=schedule)
 
@@ -224,17 +232,10 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     """
     from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
 
-    specs = getattr(scenario, "losses", None)
-    if specs:  # a scenario that declares its losses (moestat.data.scenario_files, issue 14)
-        from moestat.losses.voronoi_spec import voronoi_loss_from_spec
-
-        out = {spec.name: voronoi_loss_from_spec(spec, fitted, scenario.truth) for spec in specs}
-        out["regression_l2"] = regression_l2_error(scenario.fit_model, fitted, scenario.model, scenario.truth, X_holdout)
-        return out
     name = "D3" if scenario.setting == "exact" else "D2"
     K = scenario.model.gate.k_active
     pe = cell_parameter_errors(fitted, scenario.truth)
-    return {
+    out = {
         "voronoi": voronoi_loss(fitted, scenario.truth, name, K),
         "voronoi_direction": voronoi_loss(fitted, scenario.truth, name, K, direction=True),
         "param_single": pe["single"],
@@ -242,6 +243,27 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
         "mass": pe["mass"],
         "regression_l2": regression_l2_error(scenario.fit_model, fitted, scenario.model, scenario.truth, X_holdout),
     }
+    for spec in declared_losses(scenario):  # a scenario's own losses (moestat.data.scenario_files)
+        from moestat.losses.voronoi_spec import voronoi_loss_from_spec
+
+        out[spec.name] = voronoi_loss_from_spec(spec, fitted, scenario.truth)
+    return out
+
+
+def declared_losses(scenario) -> tuple:
+    """The loss specifications a user scenario declares (empty for the built-in scenarios).
+
+    They are written to ``extras.csv`` (one column each, by name) and fitted like every loss,
+    with the scenario's own predicted exponents.
+    """
+    return tuple(getattr(scenario, "losses", ()) or ())
+
+
+def config_declared_losses(config: RatesConfig) -> tuple[str, ...]:
+    """Names of the losses declared by the configuration's scenario (empty: built-in scenario)."""
+    if not config.scenario_file:
+        return ()
+    return tuple(spec.name for spec in declared_losses(build_scenario(config.scenario_key(config.router[0]))))
 
 
 @lru_cache(maxsize=16)
@@ -285,6 +307,9 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         fitted = est.params_.numpy()
         losses = compute_losses(scenario, fitted, _holdout(unit.scenario_key, unit.holdout))
         extras = [{} for _ in unit.replicates]
+        for spec in declared_losses(scenario):
+            for i, e in enumerate(extras):
+                e[spec.name] = float(losses[spec.name][i])
         if unit.extra_starts > 0:
             for e, c in zip(extras, _certificate(unit, scenario, X, Y, est, fitted, _holdout(unit.scenario_key, unit.holdout))):
                 e.update(c)
@@ -345,7 +370,7 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
 
     from moestat.rates.extras import ExtrasStore, extra_columns
 
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors)
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors, config_declared_losses(config))
     extras = ExtrasStore(out_dir / "extras.csv", ex_cols) if ex_cols else None
     if extras is not None:
         extras.create()

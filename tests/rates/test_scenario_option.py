@@ -1,0 +1,70 @@
+"""``moestat rates --scenario FILE``: a user scenario through the whole rates pipeline (issue 14)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from moestat.cli.main import main
+from moestat.rates import RatesConfig, run_rates
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TINY = {"n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 30, "holdout": 256, "n_boot": 50,
+        "quiet": True}
+
+
+@pytest.fixture(autouse=True)
+def _no_figures(monkeypatch):
+    import moestat.rates.figures as figures
+
+    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+
+
+def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predictions(tmp_path):
+    src = tmp_path / "s.toml"
+    shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
+    cfg = RatesConfig.from_dict({**TINY, "scenario_file": str(src)})
+    assert cfg.router == ("file:s",)  # never a built-in router's name
+    s = run_rates(cfg.validate(), tmp_path / "out")
+    fits = {f["loss"]: f for f in s["fits"]}
+    assert fits["D_sigmoid"]["predicted"] == -0.5  # the file's declared exponent
+    assert fits["voronoi"]["predicted"] is None  # Nguyen et al. (2024)'s table is not applied to a user model
+    assert fits["regression_l2"]["predicted"] == -0.5
+    ex = pd.read_csv(tmp_path / "out" / "extras.csv")
+    assert list(ex.columns) == ["router", "n", "replicate", "D_sigmoid"] and len(ex) == 6
+    assert (ex["D_sigmoid"] > 0).all()
+    res = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert set(res["router"]) == {"file:s"} and set(res["scenario"]) == {"sigmoid-exact"}
+
+
+def test_resume_refuses_an_edited_scenario_file_and_bad_files_are_usage_errors(tmp_path, capsys):
+    src = tmp_path / "s.toml"
+    shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
+    args = ["rates", "--scenario", str(src), "--n-min", "200", "--n-max", "800", "--n-points", "3", "--reps", "2",
+            "--max-iter", "20", "--n-boot", "50", "--quiet", "--out", str(tmp_path / "o")]
+    assert main(args) == 0
+    before = (tmp_path / "o" / "results.csv").read_bytes()
+    assert main([*args, "--resume"]) == 0  # same file: nothing to do
+    assert (tmp_path / "o" / "results.csv").read_bytes() == before
+    src.write_text(src.read_text().replace("variance = 0.01", "variance = 0.02"))
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "scenario_digest" in err and err.count("\n") == 1
+    assert (tmp_path / "o" / "results.csv").read_bytes() == before
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gate]\nnormalisation = "tanh"\n')
+    assert main(["rates", "--scenario", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert str(bad) in capsys.readouterr().err and not (tmp_path / "b").exists()
+    assert main(["rates", "--scenario", str(tmp_path / "missing.toml"), "--out", str(tmp_path / "m")]) == 2
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_summary_names_the_scenario_file(tmp_path):
+    src = tmp_path / "s.toml"
+    shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
+    run_rates(RatesConfig.from_dict({**TINY, "reps": 2, "scenario_file": str(src)}).validate(), tmp_path / "o")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["config"]["scenario_file"] == str(src)
