@@ -47,12 +47,16 @@ VARIANCES = ("per_expert", "shared")
 _LOG2PI = math.log(2.0 * math.pi)
 
 
-def _check_model(model) -> None:
+def _check_model(model, k: int) -> None:
     if model is None:
         return
     gate, expert = getattr(model, "gate", None), getattr(model, "expert", None)
+    if gate is None or expert is None:
+        raise ValueError(f"model must be a moestat.model.regression.MoEModel (gate, expert) or None, got {model!r}")
     kind, k_active = getattr(gate, "kind", None), getattr(gate, "k_active", None)
-    if kind != "linear" or k_active is not None or getattr(expert, "activation", None) != "identity":
+    # Top-K with K >= k activates every expert: the dense gate
+    dense = k_active is None or k_active >= k
+    if kind != "linear" or not dense or getattr(expert, "activation", None) != "identity":
         raise ValueError(
             f"the Gaussian-MoE MLE needs the dense linear softmax gate with identity (linear) experts, got {model!r}; "
             "use the least-squares estimator for cosine/perturbed or Top-K gates"
@@ -173,7 +177,7 @@ class MLEGaussianMoE(MoEEstimator):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{nm} must be a positive integer, got {v!r}")
         if not isinstance(self.model, (int, np.integer)):
-            _check_model(self.model)
+            _check_model(self.model, int(k))
         if self.variance not in VARIANCES:
             raise ValueError(f"variance must be one of {', '.join(VARIANCES)}, got {self.variance!r}")
         for nm, v, pos in (("tol", self.tol, False), ("init_jitter", self.init_jitter, False),
@@ -382,11 +386,12 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     Xe = torch.cat([X, torch.ones(R, n, 1, dtype=X.dtype, device=X.device)], dim=-1)
     floor_r = var_floor * Y.var(dim=1).clamp_min(1e-300)
     V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()
-    if s2 is None:
+    if s2 is None or shared:  # a shared-variance EM starts inside its model: one pooled variance
         pi = torch.softmax(Xe[rep] @ V.transpose(1, 2), dim=-1)
         resid2 = (Y[rep].unsqueeze(-1) - Xe[rep] @ E.transpose(1, 2)) ** 2
-        s2 = (pi * resid2).sum(1) / pi.sum(1).clamp_min(1e-300)
-        if shared:
+        if not shared:
+            s2 = (pi * resid2).sum(1) / pi.sum(1).clamp_min(1e-300)
+        else:
             s2 = ((pi * resid2).sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
     s2 = torch.maximum(s2.reshape(B, k), floor_r[rep].unsqueeze(-1)).clone()
     out_ll = torch.full((B,), float("nan"), dtype=X.dtype)
