@@ -38,7 +38,7 @@ from moestat.seeding import numpy_generator
 
 __all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "RBAR", "INPUT_LAWS"]
 
-#: rbar(|A_j|) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
+#: rbar(#A_j) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
 #: atoms use the last entry (not covered by the theorem's table).
 RBAR = (1, 4, 6)
 INPUT_LAWS = ("uniform", "grid")
