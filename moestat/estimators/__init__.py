@@ -10,6 +10,8 @@ reported per replicate, :meth:`~moestat.estimators.base.MoEEstimator.for_scenari
   :mod:`~moestat.estimators.reference`.
 * :class:`SGDMoE` -- minibatch SGD, the optimiser of Nguyen et al. (2024).
 * :class:`EMGaussianMoE` -- EM for the Gaussian mixture of linear experts.
+* :class:`MLEGaussianMoE` -- batched torch EM (maximum likelihood) for the Gaussian MoE with
+  per-expert variances (:mod:`~moestat.estimators.mle`).
 * :class:`NullEstimator` -- returns its start (the control of the rate experiments).
 * :mod:`~moestat.estimators.starts` -- starting points; :mod:`~moestat.estimators.validation` --
   the input checks they share.
@@ -20,6 +22,7 @@ reported per replicate, :meth:`~moestat.estimators.base.MoEEstimator.for_scenari
 from moestat.estimators.base import FAILURE_STATUSES, MoEEstimator
 from moestat.estimators.em import EMGaussianMoE
 from moestat.estimators.lse import LeastSquaresMoE
+from moestat.estimators.mle import MLEGaussianMoE
 from moestat.estimators.null import NullEstimator
 from moestat.estimators.sgd import SGDMoE
 from moestat.estimators.starts import near_truth_init, random_init, random_starts
@@ -30,6 +33,7 @@ __all__ = [
     "LeastSquaresMoE",
     "SGDMoE",
     "EMGaussianMoE",
+    "MLEGaussianMoE",
     "NullEstimator",
     "near_truth_init",
     "random_init",
@@ -43,4 +47,5 @@ ESTIMATORS: dict[str, type[MoEEstimator]] = {
     "sgd": SGDMoE,
     "null": NullEstimator,
     "em": EMGaussianMoE,
+    "mle": MLEGaussianMoE,
 }

@@ -20,7 +20,7 @@ import numpy as np
 
 from moestat.model.mixing import MixingMeasure
 
-__all__ = ["near_truth_init", "random_init", "random_starts", "INIT_SCHEDULES", "PEER_EXPONENT"]
+__all__ = ["near_truth_init", "random_init", "random_starts", "random_partition_init", "INIT_SCHEDULES", "PEER_EXPONENT"]
 
 INIT_SCHEDULES = ("constant", "peer")
 #: Exponent of the peer code's n-shrinking initialisation noise (reference notes on Nguyen et
@@ -47,6 +47,7 @@ def near_truth_init(
     rng: np.random.Generator,
     n: int | None = None,
     schedule: str = "constant",
+    log_last: bool = False,
 ) -> MixingMeasure:
     """A start near the true mixing measure (Nguyen et al. (2024), Section 5: "near the true parameters").
 
@@ -67,6 +68,9 @@ def near_truth_init(
         ``"constant"``: noise standard deviation ``scale`` whatever ``n`` is (default).
         ``"peer"``: ``scale * n ** -0.083``, the peer code's schedule; provided only to
         demonstrate that it produces an artificial slope of about -0.083.
+    log_last : bool
+        The last column of ``eta`` is a variance (the Gaussian MoE, :mod:`moestat.model.gaussian_moe`):
+        its noise is multiplicative, ``sigma^2 exp(s z)``, so the start stays a valid density.
 
     Returns
     -------
@@ -138,7 +142,12 @@ def near_truth_init(
     # Noise on every free parameter; the reference's router stays exactly (0, 0).
     beta0[:-1] += sd * rng.standard_normal(k - 1)
     beta1[:-1] += sd * rng.standard_normal((k - 1, d))
-    eta += sd * rng.standard_normal((k, q))
+    noise = sd * rng.standard_normal((k, q))
+    if log_last:
+        eta[:, :-1] += noise[:, :-1]
+        eta[:, -1] *= np.exp(noise[:, -1])
+    else:
+        eta += noise
     beta0[-1] = 0.0
     beta1[-1] = 0.0
     return MixingMeasure(beta0, beta1, eta)
@@ -201,3 +210,41 @@ def random_starts(R: int, n_components: int, d: int, rng: np.random.Generator) -
     The estimators' default start when ``fit`` gets no ``init``.
     """
     return MixingMeasure.stack([random_init(n_components, d, rng) for _ in range(R)])
+
+
+def random_partition_init(X: np.ndarray, Y: np.ndarray, n_components: int, rng: np.random.Generator) -> MixingMeasure:
+    """A Gaussian-MoE start from a random partition of the data (:mod:`moestat.estimators.mle`).
+
+    ``n_components`` samples drawn without replacement are the centres of a random Voronoi
+    partition of the standardised ``(x, y)``; each cell gets its least-squares expert and residual
+    variance, and the gate starts uniform (``beta0 = 0``, ``beta1 = 0``).
+
+    Parameters
+    ----------
+    X : ndarray, shape ``[n, d]``
+    Y : ndarray, shape ``[n]``
+    n_components : int
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    MixingMeasure
+        Unbatched, ``eta [k, d + 2]`` = ``(a, b, sigma^2)``; a cell with fewer than ``d + 2``
+        samples gets the pooled least-squares fit.
+    """
+    k = _check_count("n_components", n_components)
+    rng = _check_rng(rng)
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    n, d = X.shape
+    Z = np.column_stack([X, Y])
+    Z = (Z - Z.mean(0)) / np.where(Z.std(0) > 0, Z.std(0), 1.0)
+    centres = Z[rng.choice(n, size=min(k, n), replace=False)]
+    lab = ((Z[:, None, :] - centres[None]) ** 2).sum(-1).argmin(1)
+    Xe = np.column_stack([X, np.ones(n)])
+    eta = np.empty((k, d + 2))
+    for j in range(k):
+        m = lab == j if np.sum(lab == j) >= d + 2 else np.ones(n, dtype=bool)
+        coef = np.linalg.lstsq(Xe[m], Y[m], rcond=None)[0]
+        eta[j, : d + 1] = coef
+        eta[j, d + 1] = max(float(np.mean((Y[m] - Xe[m] @ coef) ** 2)), 1e-6 * float(np.var(Y)) + 1e-300)
+    return MixingMeasure(np.zeros(k), np.zeros((k, d)), eta)

@@ -65,7 +65,7 @@ def one_thread():
 
 
 def test_registry_is_the_contract():
-    assert NAMES == ["em", "lse", "null", "sgd"]
+    assert NAMES == ["em", "lse", "mle", "null", "sgd"]
     for cls in ESTIMATORS.values():
         assert issubclass(cls, MoEEstimator)
 

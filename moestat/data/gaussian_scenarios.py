@@ -1,0 +1,223 @@
+"""Gaussian mixture-of-experts scenarios and their Voronoi losses (Nguyen, Nguyen & Ho 2023).
+
+A :class:`GaussianMoEScenario` has what :mod:`moestat.rates.sweep` asks of a scenario (``name``,
+``setting``, ``d``, ``k_fit``, ``truth``, ``box``, ``sample``, ``holdout``) and its own
+:meth:`~GaussianMoEScenario.losses`.  Its measures are :class:`~moestat.model.mixing.MixingMeasure`
+objects with ``eta_i = (a_i, b_i, sigma_i^2)`` (:mod:`moestat.model.gaussian_moe`).
+
+Voronoi losses (Nguyen, Nguyen & Ho 2023, Section 3 (exact) and Section 4 (over-fitted)).  The
+cell ``A_j`` of a true atom ``j`` holds the fitted atoms nearer to it than to any other true atom
+(distance on the expert parameters ``(a, b, sigma^2)``, which softmax translations leave
+unchanged).  With ``Delta`` the difference between a fitted atom and its cell's true atom::
+
+    D1 = sum_j |sum_{A_j} exp(beta0_i) - exp(beta0*_j)|
+       + sum_j sum_{A_j} exp(beta0_i) (|Dbeta1| + |Da| + |Db| + |Dsigma^2|)
+    D2 = sum_j |sum_{A_j} exp(beta0_i) - exp(beta0*_j)|
+       + sum_{j: |A_j| = 1} sum_{A_j} exp(beta0_i) (|Dbeta1| + |Da| + |Db| + |Dsigma^2|)
+       + sum_{j: |A_j| > 1} sum_{A_j} exp(beta0_i) (|Dbeta1|^rbar + |Da|^(rbar/2) + |Db|^rbar + |Dsigma^2|^(rbar/2))
+
+with ``rbar(|A_j|) = 1, 4, 6`` for cells of 1, 2, 3 atoms (their Theorem 2; the solvability
+number of their system of polynomial equations); both losses go like ``n^{-1/2}`` (Theorems 1
+and 2), hence an atom alone in its cell is estimated at ``n^{-1/2}``, and an atom sharing a cell
+of two at ``n^{-1/8}`` (``beta1``, ``b``) and ``n^{-1/4}`` (``a``, ``sigma^2``).
+
+The fitted gate is compared with the truth's after fixing softmax's translation freedom: the
+shift that makes the fitted atom(s) in the reference atom's cell the reference (for a cell of
+several atoms, the cell's total mass 1 and its mass-weighted ``beta1`` 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moestat.model.gaussian_moe import mean_function, sample_y
+from moestat.model.mixing import MixingMeasure
+from moestat.seeding import numpy_generator
+
+__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "RBAR", "INPUT_LAWS"]
+
+#: rbar(#A_j) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
+#: atoms use the last entry (not covered by the theorem's table).
+RBAR = (1, 4, 6)
+INPUT_LAWS = ("uniform", "grid")
+
+
+def model1_truth() -> MixingMeasure:
+    """Model 1 of Nguyen, Nguyen & Ho (2023), Section 5: d = 1, K* = 2.
+
+    Gate ``(beta0, beta1) = (-8, 25)`` for expert 1, the reference ``(0, 0)`` for expert 2;
+    experts ``(b, a) = (15, -20)`` and ``(-5, 20)``; standard deviations 0.3 and 0.4.
+    """
+    return MixingMeasure(
+        np.array([-8.0, 0.0]), np.array([[25.0], [0.0]]), np.array([[-20.0, 15.0, 0.09], [20.0, -5.0, 0.16]])
+    )
+
+
+@dataclass(frozen=True)
+class GaussianMoEScenario:
+    """A softmax-gated Gaussian MoE truth, its input law and the number of fitted atoms.
+
+    Parameters
+    ----------
+    name : str
+    truth : MixingMeasure
+        Unbatched, ``eta [k*, d + 2]``, last atom the reference.
+    k_fit : int
+        Fitted atoms (``k*``: exact, more: over-fitted).
+    input_law : {"uniform", "grid"}
+        ``Uniform[0, 1]^d`` inputs, or the peers' deterministic ``linspace(0, 1, n)`` (d = 1).
+    """
+
+    name: str
+    truth: MixingMeasure
+    k_fit: int
+    input_law: str = "uniform"
+    #: predicted exponent of each loss column (Theorems 1 and 2; None: no prediction)
+    predicted: dict = field(default_factory=dict)
+    gaussian_moe: bool = True
+    box = None
+    fit_model = None
+
+    def __post_init__(self) -> None:
+        if self.input_law not in INPUT_LAWS:
+            raise ValueError(f"input_law must be one of {', '.join(INPUT_LAWS)}, got {self.input_law!r}")
+        if self.input_law == "grid" and self.d != 1:
+            raise ValueError("input_law 'grid' is the peers' linspace(0, 1, n) design, d = 1 only")
+        if self.k_fit < self.truth.n_atoms:
+            raise ValueError(f"k_fit ({self.k_fit}) must be >= the true number of atoms ({self.truth.n_atoms})")
+
+    @property
+    def d(self) -> int:
+        return self.truth.dim
+
+    @property
+    def k_true(self) -> int:
+        return self.truth.n_atoms
+
+    @property
+    def setting(self) -> str:
+        return "exact" if self.k_fit == self.k_true else "over"
+
+    def sample_x(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` inputs, ``[n, d]``."""
+        if self.input_law == "grid":
+            return np.linspace(0.0, 1.0, n)[:, None]
+        return rng.uniform(0.0, 1.0, size=(n, self.d))
+
+    def sample(self, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+        """``(X [n, d], Y [n])``: inputs from the input law, then ``y`` from the mixture."""
+        rng = numpy_generator(rng)
+        X = self.sample_x(n, rng)
+        return X, sample_y(X, self.truth, rng)
+
+    def holdout(self, n: int = 4096, seed: int = 20231105) -> np.ndarray:
+        """A fixed uniform held-out input sample for the L2 error of the mean function."""
+        return np.random.default_rng(seed).uniform(0.0, 1.0, size=(n, self.d))
+
+    def losses(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
+        """The sweep's loss columns for a batch of fits ``[R]`` (see the module docstring).
+
+        ``voronoi``: D1 (exact) or D2 (over-fitted); ``voronoi_direction``: NaN (a cosine-router
+        notion); ``param_single`` / ``param_multi``: the largest plain error ``||omega_i -
+        omega*_j||`` over atoms alone in / sharing their cell; ``mass``: the largest cell mass
+        error; ``regression_l2``: ``||g_hat - g*||_{L2}`` of the mean functions on ``X_holdout``.
+        """
+        out = gaussian_voronoi(fitted, self.truth, "D1" if self.setting == "exact" else "D2")
+        g_hat = mean_function(X_holdout, fitted)
+        g_star = mean_function(X_holdout, self.truth)
+        out["regression_l2"] = np.sqrt(np.mean((g_hat - g_star) ** 2, axis=-1))
+        out["voronoi_direction"] = np.full_like(out["voronoi"], np.nan)
+        return out
+
+
+def _normalised(b0: np.ndarray, b1: np.ndarray, cell_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Shift the gate so that the atoms of the reference cell carry mass 1 and mean slope 0."""
+    w = np.exp(b0[cell_ref] - b0[cell_ref].max())
+    w = w / w.sum()
+    c0 = np.log(np.sum(np.exp(b0[cell_ref])))
+    c1 = (w[:, None] * b1[cell_ref]).sum(0)
+    return b0 - c0, b1 - c1
+
+
+def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D1") -> dict[str, np.ndarray]:
+    """Voronoi loss ``D1`` or ``D2`` and per-atom errors of Gaussian-MoE fits.
+
+    Parameters
+    ----------
+    fitted : MixingMeasure
+        ``beta0 [R, k]``, ``beta1 [R, k, d]``, ``eta [R, k, d + 2]`` (or unbatched).
+    truth : MixingMeasure
+        Unbatched, ``k*`` atoms.
+    name : {"D1", "D2"}
+
+    Returns
+    -------
+    dict of ndarray, each ``[R]``
+        ``voronoi``, ``param_single``, ``param_multi`` (NaN when no atom is of that kind),
+        ``mass``, ``empty_cells`` (number of true atoms with an empty cell), ``rate_terms``
+        (``[R, k]`` the per-atom terms, their exponents already applied).
+    """
+    if name not in ("D1", "D2"):
+        raise ValueError(f"name must be D1 or D2, got {name!r}")
+    G = fitted.numpy()
+    if not G.batch_shape:
+        G = MixingMeasure(G.beta0[None], G.beta1[None], G.eta[None])
+    T = truth.numpy()
+    R, k = G.beta0.shape
+    ks = T.n_atoms
+    ref = ks - 1
+    keys = ("voronoi", "param_single", "param_multi", "mass", "empty_cells")
+    out = {key: np.full(R, np.nan) for key in keys}
+    for r in range(R):
+        b0, b1, eta = G.beta0[r], G.beta1[r], G.eta[r]
+        if not (np.isfinite(b0).all() and np.isfinite(b1).all() and np.isfinite(eta).all()):
+            continue
+        dist = np.linalg.norm(eta[:, None, :] - T.eta[None], axis=-1)  # [k, k*]
+        cell = dist.argmin(1)
+        if np.any(cell == ref):
+            b0, b1 = _normalised(b0, b1, cell == ref)
+        loss, single, multi, mass_err = 0.0, [], [], 0.0
+        for j in range(ks):
+            idx = np.flatnonzero(cell == j)
+            mass_j = float(np.exp(b0[idx]).sum()) if idx.size else 0.0
+            mass_err = max(mass_err, abs(mass_j - float(np.exp(T.beta0[j]))))
+            loss += abs(mass_j - float(np.exp(T.beta0[j])))
+            rb = RBAR[min(idx.size, len(RBAR)) - 1] if idx.size else 1
+            for i in idx:
+                dg = float(np.linalg.norm(b1[i] - T.beta1[j]))
+                da = float(np.linalg.norm(eta[i, :-2] - T.eta[j, :-2]))
+                db, dv = abs(eta[i, -2] - T.eta[j, -2]), abs(eta[i, -1] - T.eta[j, -1])
+                if name == "D1" or idx.size == 1:
+                    term = dg + da + db + dv
+                else:  # Theorem 2: rbar for the gate slope and expert intercept, rbar/2 for slope and variance
+                    term = dg**rb + da ** (rb / 2) + db**rb + dv ** (rb / 2)
+                loss += float(np.exp(b0[i])) * term
+                plain = float(np.sqrt(dg**2 + da**2 + db**2 + dv**2))
+                (single if idx.size == 1 else multi).append(plain)
+        out["voronoi"][r] = loss
+        out["param_single"][r] = max(single) if single else np.nan
+        out["param_multi"][r] = max(multi) if multi else np.nan
+        out["mass"][r] = mass_err
+        out["empty_cells"][r] = float(ks - np.unique(cell).size)
+    return out
+
+
+def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law: str = "uniform") -> GaussianMoEScenario:
+    """Model 1 of Nguyen, Nguyen & Ho (2023): exact (K = 2) or over-fitted (``k_fit``, default 3).
+
+    Predicted exponents (their Theorems 1 and 2): D1 and D2 at -1/2; an atom alone in its cell at
+    -1/2; atoms sharing a cell of two at -1/8 (gate slope, expert intercept; the largest plain
+    error is dominated by these) -- stated in ``predicted``.
+    """
+    if setting not in ("exact", "over"):
+        raise ValueError(f"setting must be exact or over, got {setting!r}")
+    k = 2 if setting == "exact" else (3 if k_fit is None else int(k_fit))
+    if setting == "exact" and k_fit not in (None, 2):
+        raise ValueError(f"the exact-fitted model 1 has k_fit = 2, got {k_fit!r}")
+    predicted = {"voronoi": -0.5, "param_single": -0.5, "mass": -0.5, "regression_l2": -0.5}
+    if setting == "over":
+        # a cell of 2 atoms: rbar = 4, gate slope and intercept at n^{-1/(2 rbar)}; of 3: rbar = 6
+        predicted["param_multi"] = -1.0 / (2 * RBAR[min(k - 1, len(RBAR)) - 1]) if k == 3 else None
+    return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted)
