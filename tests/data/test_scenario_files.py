@@ -122,7 +122,9 @@ def test_compute_losses_reports_the_declared_losses(tmp_path):
     rng = np.random.default_rng(0)
     fitted = type(sc.truth).stack([sc.near_truth_start(0.01, rng) for _ in range(3)])
     out = compute_losses(sc, fitted, sc.holdout(256))
-    assert set(out) == {"L", "regression_l2"} and out["L"].shape == (3,)
+    # the sweep's usual columns plus the declared loss (written to extras.csv by the sweep)
+    assert set(out) == {"voronoi", "voronoi_direction", "param_single", "param_multi", "mass", "regression_l2", "L"}
+    assert out["L"].shape == (3,)
     assert np.all(out["L"] > 0) and np.all(out["regression_l2"] > 0)
 
 
