@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moestat.data.synthetic import TruthDescriptors
 from moestat.model.gaussian_moe import mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
@@ -56,7 +57,7 @@ def model1_truth() -> MixingMeasure:
 
 
 @dataclass(frozen=True)
-class GaussianMoEScenario:
+class GaussianMoEScenario(TruthDescriptors):
     """A softmax-gated Gaussian MoE truth, its input law and the number of fitted atoms.
 
     Parameters
@@ -87,18 +88,6 @@ class GaussianMoEScenario:
             raise ValueError("input_law 'grid' is the peers' linspace(0, 1, n) design, d = 1 only")
         if self.k_fit < self.truth.n_atoms:
             raise ValueError(f"k_fit ({self.k_fit}) must be >= the true number of atoms ({self.truth.n_atoms})")
-
-    @property
-    def d(self) -> int:
-        return self.truth.dim
-
-    @property
-    def k_true(self) -> int:
-        return self.truth.n_atoms
-
-    @property
-    def setting(self) -> str:
-        return "exact" if self.k_fit == self.k_true else "over"
 
     def sample_x(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` inputs, ``[n, d]``."""

@@ -49,6 +49,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
+from moestat.data.synthetic import TruthDescriptors
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mapping
 from moestat.model.experts import ACTIVATIONS, Expert
 from moestat.model.gates import Gate
@@ -67,7 +68,7 @@ class ScenarioFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class FileScenario:
+class FileScenario(TruthDescriptors):
     """A user scenario: truth, model, data law, fitted size and the losses to report.
 
     Parameters
@@ -146,21 +147,6 @@ class FileScenario:
             if s.k_active is not None and s.k_active > t.n_atoms:
                 raise ValueError(f"loss {s.name!r}: k_active={s.k_active} exceeds the number of true atoms k*={t.n_atoms}")
         object.__setattr__(self, "predicted", dict(self.predicted))
-
-    @property
-    def d(self) -> int:
-        """Input dimension."""
-        return self.truth.dim
-
-    @property
-    def k_true(self) -> int:
-        """True number of atoms ``k*``."""
-        return self.truth.n_atoms
-
-    @property
-    def setting(self) -> str:
-        """``exact`` or ``over``."""
-        return "exact" if self.k_fit == self.k_true else "over"
 
     @property
     def fit_model(self):

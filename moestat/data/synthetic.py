@@ -55,8 +55,31 @@ def _check_int(name: str, value: object, minimum: int = 1) -> int:
     return int(value)
 
 
+class TruthDescriptors:
+    """``d``, ``k_true`` and ``setting`` of a scenario, derived from its ``truth`` and ``k_fit``.
+
+    One rule for every scenario kind (built-in, file, Gaussian MoE): a subclass provides the
+    unbatched true measure ``truth`` and the fitted number of atoms ``k_fit``.
+    """
+
+    @property
+    def d(self) -> int:
+        """Input dimension."""
+        return self.truth.dim
+
+    @property
+    def k_true(self) -> int:
+        """True number of atoms ``k*``."""
+        return self.truth.n_atoms
+
+    @property
+    def setting(self) -> str:
+        """``exact`` (``k_fit = k*``) or ``over`` (``k_fit > k*``)."""
+        return "exact" if self.k_fit == self.k_true else "over"
+
+
 @dataclass(frozen=True)
-class Scenario:
+class Scenario(TruthDescriptors):
     """Truth + gate + expert + input law + noise, and how the model is fitted.
 
     Parameters
@@ -125,21 +148,6 @@ class Scenario:
                 )
 
     # ---- descriptors -------------------------------------------------------------------
-    @property
-    def d(self) -> int:
-        """Input dimension."""
-        return self.truth.dim
-
-    @property
-    def k_true(self) -> int:
-        """True number of experts k*."""
-        return self.truth.n_atoms
-
-    @property
-    def setting(self) -> str:
-        """``exact`` (``k_fit = k*``) or ``over`` (``k_fit > k*``)."""
-        return "exact" if self.k_fit == self.k_true else "over"
-
     @property
     def router(self) -> str:
         """``perturbed``, ``cosine`` or ``linear`` (a perturbed gate with tau = 0 is ``cosine``)."""

@@ -263,14 +263,10 @@ def voronoi_loss(
     >>> float(voronoi_loss(G, G))
     0.0
     """
-    from moestat.losses.voronoi_spec import check_k_active
+    from moestat.losses.voronoi_spec import sum_of_largest
 
     t = cell_terms(fitted, truth, loss=loss, r=r, metric=metric, direction=direction)["terms"]
-    k_star = t.shape[-1]
-    check_k_active(k_active, k_star)  # issue 13: k_active > k* used to return the dense sum silently
-    if k_active is None or k_active == k_star:
-        return t.sum(axis=-1)
-    return np.sort(t, axis=-1)[..., -k_active:].sum(axis=-1)
+    return sum_of_largest(t, k_active)  # checks 1 <= K <= k* (issue 13: K > k* was a silent dense sum)
 
 
 def cell_parameter_errors(

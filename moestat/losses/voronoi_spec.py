@@ -383,11 +383,30 @@ def voronoi_loss_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingM
     """
     if isinstance(truth, MixingMeasure):
         check_k_active(spec.k_active, truth.n_atoms)
-    t = cell_terms_from_spec(spec, fitted, truth)["terms"]
-    k_star = t.shape[-1]
-    if spec.k_active is None or spec.k_active == k_star:
-        return t.sum(axis=-1)
-    return np.sort(t, axis=-1)[..., -spec.k_active:].sum(axis=-1)
+    return sum_of_largest(cell_terms_from_spec(spec, fitted, truth)["terms"], spec.k_active)
+
+
+def sum_of_largest(terms: np.ndarray, k_active: int | None) -> np.ndarray:
+    """The max over K-subsets of true atoms of the summed cell terms: the sum of the K largest.
+
+    Every cell term is non-negative and depends on its own cell only, so no loop over subsets
+    is needed (module docstring of :mod:`moestat.losses.voronoi`).
+
+    Parameters
+    ----------
+    terms : ndarray, shape ``[..., k*]``
+    k_active : int or None
+        K of the true model (``None``: every cell, a dense gate).
+
+    Returns
+    -------
+    ndarray, shape ``[...]``
+    """
+    k_star = terms.shape[-1]
+    check_k_active(k_active, k_star)
+    if k_active is None or k_active == k_star:
+        return terms.sum(axis=-1)
+    return np.sort(terms, axis=-1)[..., -k_active:].sum(axis=-1)
 
 
 def _table_from(value: Any, where: str) -> ExponentTable:
