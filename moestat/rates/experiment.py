@@ -108,8 +108,9 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     sc = build_scenario(config.scenario_key(config.router[0]))
     # what the file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
     # for their routers, not the user's model -- except the regression error's parametric -1/2
-    return {"regression_l2": -0.5, **{k: None for k in ("voronoi", "voronoi_direction", "param_single", "param_multi", "mass")},
-            **dict(sc.predicted)}
+    from moestat.rates.store import LOSS_NAMES
+
+    return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(sc.predicted)}
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
