@@ -64,7 +64,8 @@ def fit_one_n(sc, n, reps, starts, args, device):
     t0 = time.perf_counter()
     for lo in range(0, reps, group):
         sl = slice(lo, min(lo + group, reps))
-        est = MLEGaussianMoE(sc.k_fit, max_iter=args.max_iter, device=device).fit(X[sl], Y[sl], init=G0[sl])
+        est = MLEGaussianMoE(sc.k_fit, max_iter=args.max_iter, device=device, accelerate=args.accelerate,
+                             compile={"auto": "auto", "on": True, "off": False}[args.compile]).fit(X[sl], Y[sl], init=G0[sl])
         out["loglik"].append(est.loglik_)
         out["n_iter"].append(est.n_iter_)
         out["status"] += est.status_
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=2023)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--accelerate", action="store_true", help="SQUAREM steps between pairs of EM steps")
+    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                    help="fuse the EM pass with torch.compile (auto: for large batches on the CPU)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
@@ -126,7 +130,8 @@ def main(argv=None) -> int:
     report = {
         "benchmark": "mle_peer_design", "scenario": sc.name, "loss": name, "ns": [ns[0], ns[-1], len(ns)],
         "reps": args.reps, "starts": args.starts, "fits": len(rows) * args.starts, "schedule": args.schedule,
-        "init_scale": args.init_scale, "input_law": args.input_law, "device": args.device, "threads": args.threads,
+        "init_scale": args.init_scale, "input_law": args.input_law, "accelerate": args.accelerate,
+        "compile": args.compile, "device": args.device, "threads": args.threads,
         "fit_seconds": fit_seconds, "wall_seconds": wall,
         "core_seconds": None if cores is None else wall * cores,
         "peer_core_seconds": PEER_SECONDS * PEER_CORES,

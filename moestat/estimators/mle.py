@@ -104,6 +104,9 @@ class MLEGaussianMoE(MoEEstimator):
     compile : bool or "auto"
         Fuse the EM pass with ``torch.compile`` (:func:`fit_em`); ``"auto"`` (default) compiles on
         the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
+    accelerate : bool
+        SQUAREM extrapolation (Varadhan & Roland 2008) between pairs of EM steps, kept only where
+        it does not lower the log-likelihood; for over-fitted models, where EM is sublinear.
 
     Attributes
     ----------
@@ -148,6 +151,7 @@ class MLEGaussianMoE(MoEEstimator):
         random_state=0,
         device: str = "cpu",
         compile: bool | str = "auto",
+        accelerate: bool = False,
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -161,6 +165,7 @@ class MLEGaussianMoE(MoEEstimator):
         self.random_state = random_state
         self.device = device
         self.compile = compile
+        self.accelerate = accelerate
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
@@ -191,6 +196,8 @@ class MLEGaussianMoE(MoEEstimator):
                            ("var_floor", self.var_floor, True)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (pos and v == 0):
                 raise ValueError(f"{nm} must be a finite number {'> 0' if pos else '>= 0'}, got {v!r}")
+        if not isinstance(self.accelerate, (bool, np.bool_)):
+            raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
         if self.compile not in (True, False, "auto"):
             raise ValueError(f"compile must be True, False or 'auto', got {self.compile!r}")
         resolve_device(self.device)
@@ -274,7 +281,7 @@ class MLEGaussianMoE(MoEEstimator):
             Xt.to(dev), Yt.to(dev), torch.as_tensor(V0, device=dev), torch.as_tensor(E0, device=dev),
             None if s20 is None else torch.as_tensor(s20, device=dev),
             shared=self.variance == "shared", max_iter=int(self.max_iter), tol=float(self.tol),
-            var_floor=float(self.var_floor), compile=self.compile,
+            var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
         )
         self.kernel_ = res["kernel"]
         ll = res["loglik"].reshape(R, S)
@@ -463,7 +470,8 @@ def _with_gate_step(V, step, t):
 _MAX_HALVINGS = 30
 
 
-def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto") -> dict:
+def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
+           accelerate: bool = False) -> dict:
     """Batched EM from ``S`` starts per replicate.
 
     Each iteration: the experts and variances by their exact M-step (weighted least squares on
@@ -525,17 +533,17 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         _COMPILED["fn"] = _em_pass
         em_pass, kernel = _em_pass, "eager"
         stats = em_pass(Xd, ya, V, E, s2)
-    n_iter = np.zeros(B, dtype=np.int64)
     status = ["max_iter"] * B
     act = torch.arange(B, device=X.device)  # active batch entries (indices into 0..B-1)
     Va, Ea, s2a = V, E, s2
     ll = stats[0]
     trace = [(act.cpu().numpy(), ll.cpu().numpy())]
-    it = 0
-    while act.numel() and it < max_iter:
-        it += 1
+
+    def em_step(Va, Ea, s2a, stats):
+        """One EM iteration of the active entries: M-step, gate step halved on the log-likelihood."""
+        ll = stats[0]
         E1, s21, step = _m_step(stats, Va, Ea, s2a, fa, shared, n)
-        t = torch.ones(act.numel(), dtype=X.dtype, device=X.device)
+        t = torch.ones(Va.shape[0], dtype=X.dtype, device=X.device)
         V1 = _with_gate_step(Va, step, t)
         new = list(em_pass(Xd, ya, V1, E1, s21))
         # rounding allowance: a step that changes nothing may lower the sum of n logs in its last bits
@@ -550,30 +558,60 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
             sub = em_pass(Xd[idx], ya[idx], V1[idx], E1[idx], s21[idx])
             for a, b in zip(new, sub):
                 a[idx] = b
-        Va, Ea, s2a, stats = V1, E1, s21, tuple(new)
+        trace.append((act.cpu().numpy(), new[0].cpu().numpy()))
+        return V1, E1, s21, tuple(new)
+
+    it = 0
+    while act.numel() and it < max_iter:
+        ll0 = ll
+        if accelerate:
+            # SQUAREM (Varadhan & Roland 2008, scheme SqS3): two EM steps, then the extrapolation
+            # theta0 - 2 alpha r + alpha^2 v along them, kept only where it is at least as likely
+            # as the second step (so the trace stays monotone); alpha <= -1 (alpha = -1: the step itself)
+            it += 2
+            V1, E1, s21, st1 = em_step(Va, Ea, s2a, stats)
+            V2, E2, s22, st2 = em_step(V1, E1, s21, st1)
+            ll0, ll = st1[0], st2[0]
+            th = [torch.cat([W[:, :-1].flatten(1), F.flatten(1), torch.log(q)], 1)
+                  for W, F, q in ((Va, Ea, s2a), (V1, E1, s21), (V2, E2, s22))]
+            r, v = th[1] - th[0], th[2] - 2 * th[1] + th[0]
+            alpha = -(r.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
+            ext = th[0] - 2 * alpha[:, None] * r + alpha[:, None] ** 2 * v
+            m = (k - 1) * p
+            Vx = torch.cat([ext[:, :m].reshape(-1, k - 1, p), torch.zeros_like(V2[:, -1:])], 1)
+            Ex = ext[:, m : m + k * p].reshape(-1, k, p)
+            s2x = torch.maximum(torch.exp(ext[:, m + k * p :]), fa.unsqueeze(-1))
+            stx = em_pass(Xd, ya, Vx, Ex, s2x)
+            # not at a converged pair of steps, and no worse than the second step
+            take = (stx[0] >= ll) & ((ll - ll0).abs() > tol * n)
+            Va, Ea, s2a = (torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)
+                           for a, b in ((Vx, V2), (Ex, E2), (s2x, s22)))
+            stats = tuple(torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(stx, st2))
+            if bool(take.any()):
+                trace.append((act[take].cpu().numpy(), stx[0][take].cpu().numpy()))
+            # convergence is judged on the EM steps (ll0 -> ll: the second step's change), never on
+            # an extrapolation, which may gain little far from the optimum
+        else:
+            it += 1
+            Va, Ea, s2a, stats = em_step(Va, Ea, s2a, stats)
         V[act], E[act], s2[act] = Va, Ea, s2a
-        ll_new = stats[0]
-        trace.append((act.cpu().numpy(), ll_new.cpu().numpy()))
-        bad = ~torch.isfinite(ll_new)
-        done = bad | ((ll_new - ll).abs() <= tol * n)
-        ll = ll_new
+        ll = stats[0] if not accelerate else torch.where(torch.isfinite(stats[0]), ll, stats[0])
+        bad = ~torch.isfinite(ll)
+        done = bad | ((ll - ll0).abs() <= tol * n)
         if bool(done.any()):
             for j in torch.nonzero(done).flatten().tolist():
-                b = int(act[j])
-                status[b] = "nonfinite" if bool(bad[j]) else "tol"
-                n_iter[b] = it
+                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
             keep = torch.nonzero(~done).flatten()
             act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
             Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
             stats = tuple(s[keep] for s in stats)
-    for b in act.tolist():
-        n_iter[b] = it
     paths: list[list[float]] = [[] for _ in range(B)]
     for idx, vals in trace:
         for b, v in zip(idx.tolist(), vals.tolist()):
             paths[b].append(v)
     return {
         "V": V.cpu().numpy(), "E": E.cpu().numpy(), "s2": s2.cpu().numpy(),
-        "loglik": np.array([pth[-1] for pth in paths]), "n_iter": n_iter, "status": status,
+        "loglik": np.array([pth[-1] for pth in paths]), "n_iter": np.array([len(pth) - 1 for pth in paths]),
+        "status": status,
         "paths": [np.array(pth) for pth in paths], "kernel": kernel,
     }

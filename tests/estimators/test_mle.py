@@ -29,13 +29,15 @@ def _random_truth(rng, k, d):
     return MixingMeasure(b0, b1, eta)
 
 
-@settings(max_examples=15, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.integers(2, 3), st.integers(1, 2), st.sampled_from(["per_expert", "shared"]))
-def test_loglik_never_decreases(seed, k, d, variance):
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(2, 3), st.integers(1, 2), st.sampled_from(["per_expert", "shared"]),
+       st.booleans())
+def test_loglik_never_decreases(seed, k, d, variance, accelerate):
     rng = np.random.default_rng(seed)
     sc = GaussianMoEScenario("random", _random_truth(rng, k, d), k)
     X, Y = sc.sample(150, rng)
-    est = MLEGaussianMoE(k, variance=variance, random_state=seed, n_init=2, max_iter=60, tol=0.0).fit(X, Y)
+    est = MLEGaussianMoE(k, variance=variance, random_state=seed, n_init=2, max_iter=60, tol=0.0,
+                         accelerate=accelerate).fit(X, Y)
     path = est.loglik_path_[0]
     assert np.all(np.diff(path) >= -1e-9 * (1 + np.abs(path[:-1]))), np.diff(path).min()
     assert est.loglik_[0] == path[-1]
@@ -103,7 +105,8 @@ def test_regression_layout_and_shared_variance():
 
 
 @pytest.mark.parametrize("bad", [dict(variance="diag"), dict(var_floor=0.0), dict(tol=-1.0), dict(n_init=0),
-                                 dict(max_iter=1.5), dict(device="tpu"), dict(compile="yes")])
+                                 dict(max_iter=1.5), dict(device="tpu"), dict(compile="yes"),
+                                 dict(accelerate="yes")])
 def test_bad_parameters_raise_at_fit(bad):
     sc = model1_scenario("exact")
     X, Y = sc.sample(50, 0)
@@ -159,3 +162,15 @@ def test_compiled_fit_equals_eager_fit():
     assert [f.kernel_ for f in fits] == ["compiled", "eager"]
     np.testing.assert_allclose(fits[0].loglik_, fits[1].loglik_, rtol=1e-9)
     assert fits[0].status_ == fits[1].status_
+
+
+def test_acceleration_converges_where_plain_em_crawls():
+    # over-fitted K = 3 on model 1: two atoms share a cell and EM is sublinear; SQUAREM steps
+    # reach at least the plain EM's likelihood, and converge, in fewer iterations
+    sc = model1_scenario("over", 3)
+    X, Y, init = _batch(sc, 2000, 3, seed=1)
+    plain = MLEGaussianMoE(3, max_iter=400, compile=False).fit(X, Y, init=init)
+    fast = MLEGaussianMoE(3, max_iter=400, compile=False, accelerate=True).fit(X, Y, init=init)
+    assert fast.n_iter_.sum() < plain.n_iter_.sum()
+    assert np.all(fast.loglik_ >= plain.loglik_ - 1e-6 * np.abs(plain.loglik_))
+    assert fast.status_.count("tol") >= plain.status_.count("tol")
