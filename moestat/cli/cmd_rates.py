@@ -29,7 +29,7 @@ from moestat.cli.common import (
     usage_errors,
 )
 from moestat.rates.experiment import format_table, run_rates
-from moestat.rates.config import ROUTERS, SETTINGS, RatesConfig
+from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -91,12 +91,18 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--scenario", dest="scenario_file", metavar="FILE",
                    help="a user scenario, FILE.toml or path/file.py:function (docs: Add your own model); "
                         "replaces --router and the scenario flags above; default none (the built-in scenarios)")
+    g.add_argument("--family", type=name_choice(FAMILIES),
+                   help="regression (the routers above) or gaussian-moe (model 1 of Nguyen, Nguyen & Ho 2023, with "
+                        "--setting, --k-fit, --input-law uniform|grid, --starts; --estimator mle); default regression")
+    g.add_argument("--input-law", help="inputs: uniform or gaussian (regression), uniform or grid (gaussian-moe: the peers' "
+                                       "linspace(0, 1, n)); default uniform")
+    g.add_argument("--starts", type=positive_int, help="starts per replicate of the gaussian-moe maximum likelihood; default 1")
     g = p.add_argument_group("sweep")
     g.add_argument("--n-min", type=positive_int, help="smallest sample size; default 2000")
     g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")
     g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes; default 7")
     g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2); default 20")
-    g.add_argument("--estimator", help="lse, sgd, null (and em when available); default lse")
+    g.add_argument("--estimator", help="lse, sgd, null, em, or mle (the gaussian-moe family's maximum likelihood); default lse")
     g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
     g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random; default near")
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
@@ -105,6 +111,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--max-reps", type=nonneg_int,
                    help="adaptive replicates: grow --reps (at most doubling per round) until the plan's --halfwidth is met "
                         "or this many replicates are reached; resumable; default 0 (off)")
+    g.add_argument("--grow-n", type=nonneg_int,
+                   help="adaptive n-max: while a predicted rate's plan says a larger n-max is needed, add the next "
+                        "log-spaced size (the grid's own ratio) up to this n; resumable; default 0 (off)")
     g.add_argument("--extra-starts", type=nonneg_int,
                    help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
@@ -116,7 +125,8 @@ def build_parser() -> ArgumentParser:
     add_device(g, None)
     add_out(g, "rates")
     add_resume(g)
-    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke; default none")
+    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke, gmoe_exact, gmoe_over3, "
+                                       "gmoe_over4, gmoe_smoke; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
     add_quiet(g)
     g = p.add_argument_group("rate fit")

@@ -77,6 +77,8 @@ class GaussianMoEScenario(TruthDescriptors):
     input_law: str = "uniform"
     #: predicted exponent of each loss column (Theorems 1 and 2; None: no prediction)
     predicted: dict = field(default_factory=dict)
+    #: starts per replicate of the maximum-likelihood fit built for this scenario (the peers used 5)
+    n_starts: int = 1
     gaussian_moe: bool = True
     box = None
     fit_model = None
@@ -193,7 +195,8 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     return out
 
 
-def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law: str = "uniform") -> GaussianMoEScenario:
+def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law: str = "uniform",
+                    n_starts: int = 1) -> GaussianMoEScenario:
     """Model 1 of Nguyen, Nguyen & Ho (2023): exact (K = 2) or over-fitted (``k_fit``, default 3).
 
     Predicted exponents (their Theorems 1 and 2): D1 and D2 at -1/2; an atom alone in its cell at
@@ -209,4 +212,4 @@ def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law:
     if setting == "over":
         # a cell of 2 atoms: rbar = 4, gate slope and intercept at n^{-1/(2 rbar)}; of 3: rbar = 6
         predicted["param_multi"] = -1.0 / (2 * RBAR[min(k - 1, len(RBAR)) - 1]) if k == 3 else None
-    return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted)
+    return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted, n_starts)

@@ -43,9 +43,13 @@ import numpy as np
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
 
+#: Model families of a sweep (:attr:`ScenarioSpec.family`).
+FAMILIES = ("regression", "gaussian-moe")
+
 __all__ = [
     "ROUTERS",
     "SETTINGS",
+    "FAMILIES",
     "INITS",
     "BACKENDS",
     "ScenarioSpec",
@@ -141,6 +145,15 @@ class ScenarioSpec:
         A user scenario instead of the built-in one: ``FILE.toml`` or ``path/file.py:function``
         (:func:`moestat.data.scenario_files.load_scenario`); empty for the built-in scenarios.  With
         a file, the fields above are ignored and the one curve is labelled ``file:<stem>``.
+    family : {"regression", "gaussian-moe"}
+        ``regression``: the regression MoE of Nguyen et al. (2024) with the gates of ``router``;
+        ``gaussian-moe``: model 1 of Nguyen, Nguyen & Ho (2023), the softmax-gated Gaussian MoE
+        (:func:`moestat.data.gaussian_scenarios.model1_scenario`), fitted by maximum likelihood
+        (``estimator = "mle"``); only ``setting``, ``k_fit``, ``input_law`` (``uniform`` or the
+        peers' ``grid``) and ``starts`` apply, and the one curve is labelled ``gaussian-moe``.
+    starts : int
+        Starts per replicate of the Gaussian-MoE maximum likelihood (the near-truth start and
+        ``starts - 1`` jittered copies; best by log-likelihood; the peers used 5).
     """
 
     setting: str = "exact"
@@ -155,6 +168,8 @@ class ScenarioSpec:
     input_law: str = "uniform"
     truth_seed: int = 2405_14131
     scenario_file: str = ""
+    family: str = "regression"
+    starts: int = 1
 
     def __post_init__(self) -> None:
         _set(self, "setting", _canonical(self.setting, SETTINGS))
@@ -192,6 +207,14 @@ class ScenarioSpec:
             raise ValueError(f"noise_var must be > 0, got {self.noise_var!r}")
         if not isinstance(self.scenario_file, str):
             raise ValueError(f"scenario_file must be a path string, got {self.scenario_file!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r}; expected one of {', '.join(FAMILIES)}")
+        if self.family != "regression" and self.scenario_file:
+            raise ValueError("give either a scenario file or a model family, not both")
+        if not _is_int(self.starts) or self.starts < 1:
+            raise ValueError(f"starts must be a positive integer, got {self.starts!r}")
+        if self.starts > 1 and self.family != "gaussian-moe":
+            raise ValueError("starts > 1 is for the gaussian-moe family (the least-squares sweeps have --extra-starts)")
 
     def key(self, router: str) -> str:
         """JSON key from which a worker rebuilds the scenario of ``router`` (see
@@ -201,8 +224,12 @@ class ScenarioSpec:
 
             return json.dumps({"router": router, "scenario_file": self.scenario_file,
                                "digest": scenario_digest(self.scenario_file)}, sort_keys=True)
+        if self.family == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023): only these apply
+            return json.dumps({"router": router, "family": self.family, "setting": self.setting, "k_fit": self.k_fit,
+                               "input_law": self.input_law, "starts": self.starts}, sort_keys=True)
         fields = dataclasses.asdict(self)
-        del fields["scenario_file"]  # keys of the built-in scenarios stay as they were
+        for name in ("scenario_file", "family", "starts"):  # keys of the built-in scenarios stay as they were
+            del fields[name]
         return json.dumps({"router": router, **fields}, sort_keys=True)
 
 
@@ -230,6 +257,14 @@ class GridSpec:
         predicted rate, add replicates (at most doubling per round) up to ``max_reps`` and refit;
         replicate ``r`` has the same streams whatever the round, so the grown sweep equals a sweep
         run with the final ``reps`` from the start, and ``--resume`` continues it.
+    grow_n : int
+        Adaptive n-max (0: off): after the sweep (and the adaptive replicates), while some
+        predicted rate's plan says a larger n-max is needed (``larger_n_needed``: a ``floor``, a
+        ``pre-asymptotic`` curve not yet straight, or significant curvature with a lack of fit wider
+        than the target), add the next size of :attr:`ladder` and refit, up to ``grow_n``.
+        Resumable like ``max_reps``: each ``(n, replicate)`` has its own streams.
+    grown : int
+        How many :attr:`ladder` sizes the grid holds now (set by the growth loop; 0 to start).
     """
 
     n_min: int = 2000
@@ -240,11 +275,34 @@ class GridSpec:
     chunk: int | None = None
     holdout: int = 4096
     max_reps: int = 0
+    grow_n: int = 0
+    grown: int = 0
+
+    @property
+    def base_ns(self) -> list[int]:
+        """The grid of sample sizes before any growth."""
+        return sample_sizes(self.n_min, self.n_max, self.n_points)
+
+    @property
+    def ladder(self) -> list[int]:
+        """The sizes beyond ``n_max`` that ``grow_n`` may add: ``n_max r^j`` (rounded), ``j = 1,
+        2, ...``, with the grid's own log-spacing ratio ``r``, up to ``grow_n`` (empty when off)."""
+        if not self.grow_n or self.n_points < 2 or self.n_max <= self.n_min:
+            return []
+        r = (self.n_max / self.n_min) ** (1.0 / (self.n_points - 1))
+        out, j = [], 1
+        while True:
+            v = int(round(self.n_max * r**j))
+            if v > self.grow_n:
+                return out
+            if not out or v > out[-1]:
+                out.append(v)
+            j += 1
 
     @property
     def ns(self) -> list[int]:
-        """The grid of sample sizes."""
-        return sample_sizes(self.n_min, self.n_max, self.n_points)
+        """The grid of sample sizes (with the ``grown`` ladder sizes)."""
+        return self.base_ns + self.ladder[: self.grown]
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -266,6 +324,13 @@ class GridSpec:
             raise ValueError(f"chunk must be a positive integer, got {self.chunk!r}")
         if not _is_int(self.max_reps) or self.max_reps < 0 or (self.max_reps and self.max_reps < self.reps):
             raise ValueError(f"max_reps must be 0 (off) or an integer >= reps ({self.reps}), got {self.max_reps!r}")
+        if not _is_int(self.grow_n) or self.grow_n < 0 or (self.grow_n and self.grow_n <= self.n_max):
+            raise ValueError(f"grow_n must be 0 (off) or an integer > n_max ({self.n_max}), got {self.grow_n!r}")
+        if self.grow_n and not self.ladder:
+            raise ValueError(f"grow_n {self.grow_n} is below the next size of the grid's ladder "
+                             f"({int(round(self.n_max * (self.n_max / self.n_min) ** (1.0 / (self.n_points - 1))))})")
+        if not _is_int(self.grown) or not 0 <= self.grown <= len(self.ladder):
+            raise ValueError(f"grown must be an integer in 0..{len(self.ladder)} (sizes of the ladder), got {self.grown!r}")
 
 
 @dataclass(frozen=True)
@@ -409,7 +474,7 @@ FLAT_KEYS = (
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
-    "scenario_file",
+    "scenario_file", "family", "starts", "grow_n", "grown",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -477,6 +542,8 @@ class RatesConfig:
             # one curve, labelled by the file: never a built-in router's name, whose predictions
             # (Nguyen et al. (2024)) would then be applied to the user's model
             _set(self, "router", (file_label(self.scenario.scenario_file),))
+        elif self.scenario.family == "gaussian-moe":  # one curve; the routers' predictions do not apply
+            _set(self, "router", ("gaussian-moe",))
 
     def __getattr__(self, name: str) -> Any:
         # only called when normal lookup fails: the flat keys read through to their spec
@@ -558,7 +625,7 @@ class RatesConfig:
         if not isinstance(self.router, tuple) or not self.router:
             raise ValueError("router must be a non-empty list of router names")
         for r in self.router:
-            if r not in ROUTERS and not self.scenario_file:
+            if r not in ROUTERS and not self.scenario_file and self.family == "regression":
                 raise ValueError(f"unknown router {r!r}; expected one of {', '.join(ROUTERS)}")
         if len(set(self.router)) != len(self.router):
             raise ValueError(f"router lists a router twice: {','.join(self.router)}")
@@ -569,6 +636,14 @@ class RatesConfig:
         hi = self.window_max or ns[-1]
         if sum(lo <= n <= hi for n in ns) < 3:
             raise ValueError(f"the fitting window [{lo}, {hi}] holds fewer than 3 sample sizes of the grid {ns}")
+        if self.family == "gaussian-moe":
+            if self.estimator != "mle":
+                raise ValueError(f"the gaussian-moe family is fitted by maximum likelihood: use --estimator mle (got {self.estimator!r})")
+            if self.init not in ("near", "peer"):
+                raise ValueError(f"init must be near or peer for the gaussian-moe family (random starts: --starts), got {self.init!r}")
+            if self.extra_starts or self.cell_errors:
+                raise ValueError("--extra-starts and --cell-errors are least-squares certificates; the gaussian-moe family "
+                                 "keeps the best of --starts starts by likelihood")
         for r in self.router:
             # building the estimator too catches estimator/model mismatches (e.g. EM needs a
             # dense linear gate) before anything is written
@@ -590,9 +665,11 @@ class RatesConfig:
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
-        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0, "scenario_file": ""}
+        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0, "scenario_file": "", "family": "regression",
+                    "starts": 1, "grow_n": 0, "grown": 0}
         if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
             skip = skip | {"reps"}
+        skip = skip | {"grown"}  # nor does the number of sizes a growing sweep has added so far
         out = {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}
         if self.scenario_file:  # an edited scenario file is another sweep: resume must refuse it
             from moestat.data.scenario_files import scenario_digest

@@ -100,8 +100,9 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
 
 
 def _file_predictions(config: RatesConfig) -> dict | None:
-    """A scenario file's predicted exponents (loss name -> exponent or None), or None."""
-    if not config.scenario_file:
+    """A scenario file's (or the Gaussian-MoE family's) predicted exponents (loss name -> exponent
+    or None), or None for the built-in routers."""
+    if not config.scenario_file and config.family == "regression":
         return None
     from moestat.rates.sweep import build_scenario
 
@@ -175,6 +176,24 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             df, fits = _sweep_and_fit(config, out, True)
         adaptive["final_reps"] = config.reps
         adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= config.reps)
+    growth = None
+    if config.grow_n:
+        # Adaptive n-max: add the next size of the grid's ladder while a predicted rate's plan asks
+        # for a larger n; each (n, replicate) has its own streams, so the store only gains rows.
+        growth = {"grow_n": config.grow_n, "ladder": config.grid.ladder, "rounds": []}
+        while True:
+            asking = [f"{f['router']} {f['loss']} ({f.get('category')})" for f in fits
+                      if f.get("predicted") is not None and (f.get("plan") or {}).get("larger_n_needed")]
+            growth["rounds"].append({"n_max": config.ns[-1], "asking": asking})
+            if not asking:
+                growth["stopped"] = "no predicted rate asks for a larger n"
+                break
+            if config.grown >= len(growth["ladder"]):
+                growth["stopped"] = f"--grow-n {config.grow_n} reached"
+                break
+            config = config.replace(grown=config.grown + 1)
+            df, fits = _sweep_and_fit(config, out, True)
+        growth["added"] = config.grid.ladder[: config.grown]
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
@@ -197,6 +216,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "counts": _counts(df, config),
         "certificate": _certificate_summary(df, config),
         "adaptive": adaptive,
+        "growth": growth,
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
@@ -250,6 +270,12 @@ def format_table(summary: dict[str, Any]) -> str:
         steps = " -> ".join(f"{r['reps']} (plan {r['reps_needed']})" for r in ad["rounds"])
         lines.append(f"adaptive replicates (max {ad['max_reps']}, +-{ad['halfwidth']:g}): {steps}; "
                      + ("target met" if ad["met"] else "budget spent before the target"))
+    gr = summary.get("growth")
+    if gr:
+        path = " -> ".join(str(r["n_max"]) for r in gr["rounds"])
+        last = gr["rounds"][-1]["asking"]
+        lines.append(f"adaptive n-max (--grow-n {gr['grow_n']}): {path}; stopped: {gr['stopped']}"
+                     + (f"; still asking: {', '.join(last)}" if last else ""))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
                  f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))

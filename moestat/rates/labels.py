@@ -31,6 +31,7 @@ ROUTER_NAMES = {
     "perturbed": "perturbed cosine",
     "cosine": "vanilla cosine",
     "linear": "linear (softmax)",
+    "gaussian-moe": "Gaussian MoE, model 1",
 }
 #: Axis labels of the loss columns of ``results.csv``.
 LOSS_NAMES = {
@@ -57,6 +58,8 @@ ESTIMATOR_NAMES = {
 }
 #: Which Voronoi loss the ``voronoi`` and ``voronoi_direction`` columns hold, per setting.
 VORONOI_VARIANT = {"exact": "D3", "over": "D2"}
+#: The same for the Gaussian MoE of Nguyen, Nguyen & Ho (2023) (their D1 and D2).
+GAUSSIAN_VARIANT = {"exact": "D1", "over": "D2"}
 
 
 def router_name(router: str) -> str:
@@ -80,6 +83,8 @@ def loss_variant(loss: str, setting: str) -> str | None:
 def curve_label(router: str, loss: str, setting: str) -> str:
     """``perturbed cosine, D3``: the router, and the loss when it is one of several Voronoi losses."""
     variant = loss_variant(loss, setting)
+    if variant and router == "gaussian-moe":
+        variant = GAUSSIAN_VARIANT.get(setting)
     return f"{router_name(router)}, {variant}" if variant else router_name(router)
 
 

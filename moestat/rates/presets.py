@@ -14,7 +14,21 @@ over       Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra star
 over_1e6   the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
 exact_1e6  the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
 smoke      a seconds-long run for tests and CI
+gmoe_exact  Nguyen, Nguyen & Ho (2023), model 1 exact-fitted (K = 2) at the peers' design:
+            150 sizes from 100 to 1e5, 40 replicates, 5 starts; maximum likelihood (EM)
+gmoe_over3  model 1 over-fitted with K = 3 (15 sizes from 100 to 1e5, 10 replicates, 2 starts)
+gmoe_over4  model 1 over-fitted with K = 4 (same grid)
+gmoe_smoke  a seconds-long Gaussian-MoE run for tests
 =========  ==========================================================================
+
+Predicted exponents of the Gaussian-MoE presets (Nguyen, Nguyen & Ho 2023, Theorems 1 and 2,
+stated by :func:`moestat.data.gaussian_scenarios.model1_scenario` and used by the verdicts): D1
+(exact) and D2 (over-fitted) at -1/2, an atom alone in its cell at -1/2, the mass at -1/2, and for
+``K = 3`` the atoms sharing a cell of two at -1/8 (the gate slope and expert intercept dominate
+the plain error); ``K = 4`` states no per-atom prediction for shared cells (a cell of three, or
+two cells of two, depending on the fit).  Over-fitted fits get ``max_iter = 5000`` and SQUAREM
+steps (:class:`~moestat.estimators.mle.MLEGaussianMoE`), the budget rule of
+docs/guide/gaussian_moe.rst.
 
 Budget rule for over-specified fits: ``max_iter = 1000`` (5 times the exact-specified 200).
 Over-specified least squares is near-singular at the truth (the split atoms of a cell can trade
@@ -85,6 +99,60 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_points": 7,
         "reps": 20,
         "chunk": 5,
+    },
+    "gmoe_exact": {
+        "family": "gaussian-moe",
+        "estimator": "mle",
+        "setting": "exact",
+        "n_min": 100,
+        "n_max": 100_000,
+        "n_points": 150,
+        "reps": 40,
+        "starts": 5,
+        "init_scale": 0.1,
+        "max_iter": 1000,
+        "chunk": 10,
+    },
+    "gmoe_over3": {
+        "family": "gaussian-moe",
+        "estimator": "mle",
+        "setting": "over",
+        "k_fit": 3,
+        "n_min": 100,
+        "n_max": 100_000,
+        "n_points": 15,
+        "reps": 10,
+        "starts": 2,
+        "init_scale": 0.1,
+        "max_iter": 5000,
+        "chunk": 5,
+    },
+    "gmoe_over4": {
+        "family": "gaussian-moe",
+        "estimator": "mle",
+        "setting": "over",
+        "k_fit": 4,
+        "n_min": 100,
+        "n_max": 100_000,
+        "n_points": 15,
+        "reps": 10,
+        "starts": 2,
+        "init_scale": 0.1,
+        "max_iter": 5000,
+        "chunk": 5,
+    },
+    "gmoe_smoke": {
+        "family": "gaussian-moe",
+        "estimator": "mle",
+        "n_min": 200,
+        "n_max": 800,
+        "n_points": 3,
+        "reps": 3,
+        "starts": 2,
+        "init_scale": 0.1,
+        "max_iter": 200,
+        "holdout": 512,
+        "n_boot": 200,
     },
     "smoke": {
         "n_min": 100,

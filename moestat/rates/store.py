@@ -284,7 +284,8 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     parsed, torn, garbage = _parse_lines(path)
     audit = StoreAudit(path, torn=torn, garbage=garbage)
     expected = _expected(config) if config is not None else None
-    ns = set(config.ns) if config is not None else None
+    # a growing sweep (--grow-n) owns every size of its ladder
+    ns = set(config.ns) | set(getattr(config.grid, "ladder", [])) if config is not None else None
     # an adaptive sweep (--max-reps) owns the replicates up to its budget
     bound = max(config.reps, getattr(config, "max_reps", 0) or 0) if config is not None else None
     seen: set = set()

@@ -114,6 +114,10 @@ def build_scenario(key: str):
         from moestat.data.scenario_files import load_scenario
 
         return load_scenario(p["scenario_file"])
+    if p.get("family") == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023)
+        from moestat.data.gaussian_scenarios import model1_scenario
+
+        return model1_scenario(p["setting"], p["k_fit"], p["input_law"], p["starts"])
     k_active = None if p["k_active"] == "dense" else p["k_active"]
     kaf = p["k_active_fit"]
     if kaf == "dense":  # K-bar = k: every fitted expert active
@@ -159,7 +163,9 @@ def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator):
             raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
         return scenario.near_truth_start(unit.init_scale, rng)
     schedule = "peer" if unit.init == "peer" else "constant"
-    return near_truth_init(scenario.truth, scenario.k_fit, unit.init_scale, rng, n=n, schedule=schedule)
+    # a Gaussian-MoE atom ends with its variance: multiplicative noise keeps it positive
+    log_last = bool(getattr(scenario, "gaussian_moe", False))
+    return near_truth_init(scenario.truth, scenario.k_fit, unit.init_scale, rng, n=n, schedule=schedule, log_last=log_last)
 
 
 #: Absolute noise scales of the perturbed near-truth extra starts (cycled; see :func:`_extra_start`).
@@ -232,6 +238,8 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     """
     from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
 
+    if getattr(scenario, "gaussian_moe", False):  # D1 / D2 of Nguyen, Nguyen & Ho (2023), its own method
+        return scenario.losses(fitted, X_holdout)
     name = "D3" if scenario.setting == "exact" else "D2"
     K = scenario.model.gate.k_active
     pe = cell_parameter_errors(fitted, scenario.truth)
@@ -256,7 +264,8 @@ def declared_losses(scenario) -> tuple:
     They are written to ``extras.csv`` (one column each, by name) and fitted like every loss,
     with the scenario's own predicted exponents.
     """
-    return tuple(getattr(scenario, "losses", ()) or ())
+    losses = getattr(scenario, "losses", ())
+    return () if callable(losses) else tuple(losses or ())  # a Gaussian-MoE scenario's losses() is a method
 
 
 def config_declared_losses(config: RatesConfig) -> tuple[str, ...]:
