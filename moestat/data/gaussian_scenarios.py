@@ -37,7 +37,8 @@ from moestat.model.gaussian_moe import mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
-__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "RBAR", "INPUT_LAWS"]
+__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "gaussian_loss_spec", "RBAR",
+           "INPUT_LAWS"]
 
 #: rbar(#A_j) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
 #: atoms use the last entry (not covered by the theorem's table).
@@ -132,8 +133,42 @@ def _normalised(b0: np.ndarray, b1: np.ndarray, cell_ref: np.ndarray) -> tuple[n
     return b0 - c0, b1 - c1
 
 
+def gaussian_loss_spec(name: str = "D1", d: int = 1) -> "LossSpec":
+    """``D1`` or ``D2`` of Nguyen, Nguyen & Ho (2023) as an entry of the loss specification.
+
+    Blocks ``beta1``, ``a = eta[:d]``, ``b = eta[d]``, ``variance = eta[d+1]``; cells on the expert
+    blocks only (softmax translations leave them unchanged); softmax mass term.  ``D1``: exponent 1
+    everywhere.  ``D2`` (their Theorem 2): a cell of ``m`` atoms weighs the gate slope and the expert
+    intercept at ``rbar(m) = 1, 4, 6`` and the expert slope and the variance at ``rbar(m) / 2`` --
+    except a cell of one atom, at exponent 1 throughout (``rbar(1) / 2`` would be 1/2).
+
+    Parameters
+    ----------
+    name : {"D1", "D2"}
+    d : int
+        Input dimension (only checked; the block sources are written in terms of ``d``).
+
+    Returns
+    -------
+    LossSpec
+    """
+    from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
+
+    if name not in ("D1", "D2"):
+        raise ValueError(f"name must be D1 or D2, got {name!r}")
+    one = ExponentTable.constant(1.0)
+    full = ExponentTable(RBAR) if name == "D2" else one
+    half = ExponentTable((1.0, *(r / 2 for r in RBAR[1:]))) if name == "D2" else one
+    blocks = (BlockSpec("beta1", "beta1", full), BlockSpec("a", "eta[:d]", half), BlockSpec("b", "eta[d]", full),
+              BlockSpec("variance", "eta[d+1]", half))
+    return LossSpec(f"gaussian_{name}", blocks, "softmax", "euclidean", None, False, ("a", "b", "variance"))
+
+
 def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D1") -> dict[str, np.ndarray]:
     """Voronoi loss ``D1`` or ``D2`` and per-atom errors of Gaussian-MoE fits.
+
+    Computed from :func:`gaussian_loss_spec` by :func:`moestat.losses.voronoi_spec.cell_terms_from_spec`,
+    after shifting each fitted gate so that the reference atom's cell is the reference.
 
     Parameters
     ----------
@@ -146,52 +181,41 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     Returns
     -------
     dict of ndarray, each ``[R]``
-        ``voronoi``, ``param_single``, ``param_multi`` (NaN when no atom is of that kind),
-        ``mass``, ``empty_cells`` (number of true atoms with an empty cell), ``rate_terms``
-        (``[R, k]`` the per-atom terms, their exponents already applied).
+        ``voronoi``, ``param_single``, ``param_multi`` (the largest plain error ``||omega_i -
+        omega*_j||`` over atoms alone in / sharing their cell; NaN when no atom is of that kind),
+        ``mass`` (the largest cell mass error), ``empty_cells`` (true atoms with an empty cell);
+        NaN everywhere for a non-finite fit.
     """
-    if name not in ("D1", "D2"):
-        raise ValueError(f"name must be D1 or D2, got {name!r}")
+    from moestat.losses.voronoi_spec import cell_terms_from_spec
+
+    spec = gaussian_loss_spec(name)
     G = fitted.numpy()
     if not G.batch_shape:
         G = MixingMeasure(G.beta0[None], G.beta1[None], G.eta[None])
     T = truth.numpy()
-    R, k = G.beta0.shape
-    ks = T.n_atoms
-    ref = ks - 1
-    keys = ("voronoi", "param_single", "param_multi", "mass", "empty_cells")
-    out = {key: np.full(R, np.nan) for key in keys}
-    for r in range(R):
-        b0, b1, eta = G.beta0[r], G.beta1[r], G.eta[r]
-        if not (np.isfinite(b0).all() and np.isfinite(b1).all() and np.isfinite(eta).all()):
-            continue
-        dist = np.linalg.norm(eta[:, None, :] - T.eta[None], axis=-1)  # [k, k*]
-        cell = dist.argmin(1)
-        if np.any(cell == ref):
-            b0, b1 = _normalised(b0, b1, cell == ref)
-        loss, single, multi, mass_err = 0.0, [], [], 0.0
-        for j in range(ks):
-            idx = np.flatnonzero(cell == j)
-            mass_j = float(np.exp(b0[idx]).sum()) if idx.size else 0.0
-            mass_err = max(mass_err, abs(mass_j - float(np.exp(T.beta0[j]))))
-            loss += abs(mass_j - float(np.exp(T.beta0[j])))
-            rb = RBAR[min(idx.size, len(RBAR)) - 1] if idx.size else 1
-            for i in idx:
-                dg = float(np.linalg.norm(b1[i] - T.beta1[j]))
-                da = float(np.linalg.norm(eta[i, :-2] - T.eta[j, :-2]))
-                db, dv = abs(eta[i, -2] - T.eta[j, -2]), abs(eta[i, -1] - T.eta[j, -1])
-                if name == "D1" or idx.size == 1:
-                    term = dg + da + db + dv
-                else:  # Theorem 2: rbar for the gate slope and expert intercept, rbar/2 for slope and variance
-                    term = dg**rb + da ** (rb / 2) + db**rb + dv ** (rb / 2)
-                loss += float(np.exp(b0[i])) * term
-                plain = float(np.sqrt(dg**2 + da**2 + db**2 + dv**2))
-                (single if idx.size == 1 else multi).append(plain)
-        out["voronoi"][r] = loss
-        out["param_single"][r] = max(single) if single else np.nan
-        out["param_multi"][r] = max(multi) if multi else np.nan
-        out["mass"][r] = mass_err
-        out["empty_cells"][r] = float(ks - np.unique(cell).size)
+    R = G.beta0.shape[0]
+    ref = T.n_atoms - 1
+    out = {key: np.full(R, np.nan) for key in ("voronoi", "param_single", "param_multi", "mass", "empty_cells")}
+    ok = np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1))
+    if not ok.any():
+        return out
+    G = MixingMeasure(G.beta0[ok], G.beta1[ok], G.eta[ok])
+    cells = cell_terms_from_spec(spec, G, T)["cells"]  # the expert blocks alone decide the cells
+    b0, b1 = G.beta0.copy(), G.beta1.copy()
+    for r in range(b0.shape[0]):
+        if np.any(cells[r] == ref):
+            b0[r], b1[r] = _normalised(b0[r], b1[r], cells[r] == ref)
+    c = cell_terms_from_spec(spec, MixingMeasure(b0, b1, G.eta), T)
+    shared = np.take_along_axis(c["sizes"], c["cells"], axis=-1) > 1  # [R', k]
+    err = c["atom_errors"]
+    with np.errstate(invalid="ignore"):
+        single = np.where(~shared, err, -np.inf).max(-1)
+        multi = np.where(shared, err, -np.inf).max(-1)
+    out["voronoi"][ok] = c["terms"].sum(-1)
+    out["param_single"][ok] = np.where(np.isfinite(single), single, np.nan)
+    out["param_multi"][ok] = np.where(np.isfinite(multi), multi, np.nan)
+    out["mass"][ok] = c["mass_part"].max(-1)
+    out["empty_cells"][ok] = (c["sizes"] == 0).sum(-1).astype(float)
     return out
 
 

@@ -214,6 +214,10 @@ class LossSpec:
         K of the true model (sum of the K largest cell terms); ``None`` for a dense gate.
     direction : bool
         Compare ``beta1 / ||beta1||`` instead of ``beta1`` (vanilla cosine router).
+    cell_blocks : tuple of str
+        Labels of the blocks that assign atoms to cells (empty: all of them).  The Gaussian MoE
+        of Nguyen, Nguyen & Ho (2023) takes its cells on the expert blocks only, which softmax
+        translations of the gate leave unchanged.
     """
 
     name: str
@@ -222,11 +226,16 @@ class LossSpec:
     metric: str = "euclidean"
     k_active: int | None = None
     direction: bool = False
+    cell_blocks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "blocks", tuple(self.blocks))
+        object.__setattr__(self, "cell_blocks", tuple(self.cell_blocks))
         if not self.blocks:
             raise ValueError(f"loss {self.name!r} needs at least one block")
+        unknown = set(self.cell_blocks) - {b.label for b in self.blocks}
+        if unknown:
+            raise ValueError(f"cell_blocks of loss {self.name!r} name no block: {sorted(unknown)}")
         if self.mass not in _MASSES:
             raise ValueError(f"unknown mass term {self.mass!r} in loss {self.name!r}; expected one of {_MASSES}")
         if self.metric not in _METRICS:
@@ -317,17 +326,22 @@ def cell_terms_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingMea
     for b in spec.blocks:
         f, t = b.columns(fitted), b.columns(truth)
         norms.append(np.linalg.norm(f[..., :, None, :] - t[..., None, :, :], axis=-1))  # [..., k, k*]
-    if spec.metric == "euclidean":  # norm of the concatenated blocks, eq. (5)
-        sq = norms[0] ** 2
-        for nb in norms[1:]:
-            sq = sq + nb**2
-        dist = np.sqrt(sq)
-    else:
-        dist = norms[0]
-        for nb in norms[1:]:
-            dist = dist + nb
+
+    def combine(ns):
+        if spec.metric == "euclidean":  # norm of the concatenated blocks, eq. (5)
+            sq = ns[0] ** 2
+            for nb in ns[1:]:
+                sq = sq + nb**2
+            return np.sqrt(sq)
+        out = ns[0]
+        for nb in ns[1:]:
+            out = out + nb
+        return out
+
+    dist = combine(norms)
     k_star = dist.shape[-1]
-    cells = np.argmin(dist, axis=-1)
+    by = dist if not spec.cell_blocks else combine([nb for b, nb in zip(spec.blocks, norms) if b.label in spec.cell_blocks])
+    cells = np.argmin(by, axis=-1)
     sizes = cell_sizes(cells, k_star)
     member = cells[..., :, None] == np.arange(k_star)
     if spec.mass == "softmax":
