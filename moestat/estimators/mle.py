@@ -403,9 +403,10 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
 
 
 _COMPILED: dict = {}
-#: ``compile="auto"`` compiles the pass when ``B * n`` reaches this (compiling costs ~10 s once
-#: per process and shape family; below it the eager pass is already fast enough).
-COMPILE_MIN_SAMPLES = 200_000
+#: ``compile="auto"`` compiles the pass when ``B * n`` reaches this: compiling costs 5 to 15 s once
+#: per process (dynamic shapes: one compilation serves every later size), which a fit of fewer
+#: samples x starts does not win back unless it runs thousands of iterations.
+COMPILE_MIN_SAMPLES = 50_000
 
 
 def _pass_function(compile: bool | str, size: int, device: torch.device):

@@ -16,7 +16,7 @@ exact_1e6  the default scenario from n = 15 625 to 1 000 000 (the scale benchmar
 smoke      a seconds-long run for tests and CI
 gmoe_exact  Nguyen, Nguyen & Ho (2023), model 1 exact-fitted (K = 2) at the peers' design:
             150 sizes from 100 to 1e5, 40 replicates, 5 starts; maximum likelihood (EM)
-gmoe_over3  model 1 over-fitted with K = 3 (15 sizes from 100 to 1e5, 10 replicates, 2 starts)
+gmoe_over3  model 1 over-fitted with K = 3 (11 sizes from 200 to 20 000, 10 replicates, 2 starts)
 gmoe_over4  model 1 over-fitted with K = 4 (same grid)
 gmoe_smoke  a seconds-long Gaussian-MoE run for tests
 =========  ==========================================================================
@@ -118,9 +118,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "estimator": "mle",
         "setting": "over",
         "k_fit": 3,
-        "n_min": 100,
-        "n_max": 100_000,
-        "n_points": 15,
+        "n_min": 200,
+        "n_max": 20_000,
+        "n_points": 11,
         "reps": 10,
         "starts": 2,
         "init_scale": 0.1,
@@ -132,9 +132,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "estimator": "mle",
         "setting": "over",
         "k_fit": 4,
-        "n_min": 100,
-        "n_max": 100_000,
-        "n_points": 15,
+        "n_min": 200,
+        "n_max": 20_000,
+        "n_points": 11,
         "reps": 10,
         "starts": 2,
         "init_scale": 0.1,
