@@ -4,22 +4,21 @@ A preset is a partial :class:`~moestat.rates.config.RatesConfig`: the keys it se
 defaults, and flags given on the command line override the preset.  The Figure 1 presets are
 mirrored by ``simulations/rates/fig1a.toml`` and ``fig1b.toml`` (a test checks they agree).
 
-=========  ==========================================================================
-name       what it reproduces
-=========  ==========================================================================
-default    the quick default run (also what no ``--preset`` gives)
-fig1a      Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
-fig1b      Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
-over       Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
-over_1e6   the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
-exact_1e6  the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
-smoke      a seconds-long run for tests and CI
-gmoe_exact  Nguyen, Nguyen & Ho (2023), model 1 exact-fitted (K = 2) at the peers' design:
-            150 sizes from 100 to 1e5, 40 replicates, 5 starts; maximum likelihood (EM)
+==========  ======================================================================================
+name        what it reproduces
+==========  ======================================================================================
+default     the quick default run (also what no ``--preset`` gives)
+fig1a       Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
+fig1b       Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
+over        Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
+over_1e6    the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
+exact_1e6   the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
+smoke       a seconds-long run for tests and CI
+gmoe_exact  Nguyen, Nguyen & Ho (2023) model 1, exact fit (K = 2) at the peers' design (40 reps)
 gmoe_over3  model 1 over-fitted with K = 3 (11 sizes from 200 to 20 000, 10 replicates, 2 starts)
 gmoe_over4  model 1 over-fitted with K = 4 (same grid)
 gmoe_smoke  a seconds-long Gaussian-MoE run for tests
-=========  ==========================================================================
+==========  ======================================================================================
 
 Predicted exponents of the Gaussian-MoE presets (Nguyen, Nguyen & Ho 2023, Theorems 1 and 2,
 stated by :func:`moestat.data.gaussian_scenarios.model1_scenario` and used by the verdicts): D1
