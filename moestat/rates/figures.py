@@ -62,7 +62,11 @@ def _log_ticks(ax, ns: Sequence[int]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     ns = sorted(set(int(n) for n in ns))
-    if ns:
+    if len(ns) > 12:  # a dense grid (the peers' 150 sizes): decades, or labels would overprint
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x)))
+        ax.xaxis.set_minor_locator(NullLocator())
+    elif ns:
         ax.xaxis.set_major_locator(FixedLocator(ns))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x)))
         ax.xaxis.set_minor_locator(NullLocator())

@@ -100,3 +100,20 @@ def test_the_voronoi_variant_of_the_labels_is_the_one_the_sweep_computes():
         got = compute_losses(sc, G, sc.holdout(64))["voronoi"]
         want = voronoi_loss(G, sc.truth, labels.VORONOI_VARIANT[setting], sc.model.gate.k_active)
         np.testing.assert_allclose(got, want)
+
+
+def test_a_dense_grid_is_labelled_by_decades():
+    # the peers' design has 150 sizes: one label per size would overprint into a smear
+    import matplotlib.pyplot as plt
+
+    from moestat.rates.figures import _log_ticks
+
+    f, ax = plt.subplots()
+    ns = np.unique(np.rint(np.geomspace(100, 100_000, 150)).astype(int))
+    ax.loglog(ns, 1 / np.sqrt(ns))
+    _log_ticks(ax, ns)
+    f.canvas.draw()
+    lo, hi = ax.get_xlim()
+    shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
+    assert shown == ["100", "1k", "10k", "100k"]
+    plt.close(f)
