@@ -42,6 +42,8 @@ import numpy as np
 
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
+from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
+from moestat.rates.spec_checks import positive_ints as _positive_ints, set_field as _set
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
 FAMILIES = ("regression", "gaussian-moe")
@@ -63,39 +65,6 @@ __all__ = [
 
 INITS = ("near", "peer", "random")
 BACKENDS = ("loky", "dask")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-
-def _canonical(value: Any, known: tuple[str, ...]) -> Any:
-    """The canonical spelling of ``value`` if it is a known name (or an alias), else ``value``
-    unchanged, so that :meth:`RatesConfig.validate` reports it with the field's own message."""
-    from moestat.model.gates import canonical_name
-
-    if not isinstance(value, str):
-        return value
-    try:
-        return canonical_name(value, known)
-    except ValueError:
-        return value
-
-
-def _positive_ints(spec: Any, names: tuple[str, ...]) -> None:
-    for name in names:
-        v = getattr(spec, name)
-        if not _is_int(v) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-
-def _set(obj: Any, name: str, value: Any) -> None:
-    # normalisation in __post_init__ of a frozen dataclass: the object is still being built
-    object.__setattr__(obj, name, value)
 
 
 def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
