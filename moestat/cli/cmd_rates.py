@@ -104,7 +104,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2); default 20")
     g.add_argument("--estimator", help="lse, sgd, null, em, or mle (the gaussian-moe family's maximum likelihood); default lse")
     g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
-    g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random; default near")
+    g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random (gaussian-moe: a random "
+                                  "partition of the data); default near")
     g.add_argument("--init-scale", type=nonneg_float, help="s of the near-truth start; default 0.05")
     add_seed(g, None)
     g.add_argument("--chunk", type=positive_int, help="replicates per work unit (default: all)")

@@ -608,8 +608,6 @@ class RatesConfig:
         if self.family == "gaussian-moe":
             if self.estimator != "mle":
                 raise ValueError(f"the gaussian-moe family is fitted by maximum likelihood: use --estimator mle (got {self.estimator!r})")
-            if self.init not in ("near", "peer"):
-                raise ValueError(f"init must be near or peer for the gaussian-moe family (random starts: --starts), got {self.init!r}")
             if self.extra_starts or self.cell_errors:
                 raise ValueError("--extra-starts and --cell-errors are least-squares certificates; the gaussian-moe family "
                                  "keeps the best of --starts starts by likelihood")

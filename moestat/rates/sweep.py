@@ -153,10 +153,12 @@ def _build_estimator(name: str, scenario, max_iter: int, random_state: int, devi
     return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
 
 
-def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator):
-    from moestat.estimators.starts import near_truth_init, random_init
+def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
+    from moestat.estimators.starts import near_truth_init, random_init, random_partition_init
 
     if unit.init == "random":
+        if getattr(scenario, "gaussian_moe", False):  # a data-driven start: a random partition of (x, y)
+            return random_partition_init(X, Y, scenario.k_fit, rng)
         return random_init(scenario.k_fit, scenario.d, rng)
     if hasattr(scenario, "near_truth_start"):  # a user scenario knows its own gate's conventions
         if unit.init == "peer":
@@ -301,7 +303,7 @@ def run_unit(unit: WorkUnit) -> list[dict]:
             X, Y = scenario.sample(n, np.random.default_rng(data_ss))
             Xs.append(X)
             Ys.append(Y)
-            starts.append(_start(unit, scenario, n, np.random.default_rng(init_ss)))
+            starts.append(_start(unit, scenario, n, np.random.default_rng(init_ss), X, Y))
         X = np.stack(Xs)
         Y = np.stack(Ys)
         G0 = MixingMeasure.stack(starts)

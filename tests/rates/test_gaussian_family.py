@@ -67,7 +67,6 @@ def test_resume_refuses_another_model_and_bad_input_is_one_line(tmp_path, capsys
     for bad, words in (
         (["--family", "gaussian-moe"], "use --estimator mle"),
         (["--family", "gaussian-moe", "--estimator", "mle", "--extra-starts", "2"], "--extra-starts"),
-        (["--family", "gaussian-moe", "--estimator", "mle", "--init", "random"], "init must be near or peer"),
         (["--family", "gaussian-moe", "--estimator", "mle", "--input-law", "gaussian"], "input_law"),
         (["--starts", "3"], "starts > 1"),
         (["--family", "nonsense"], "family"),
@@ -97,3 +96,13 @@ def test_peer_grid_inputs_and_schedule(tmp_path):
     assert s["config"]["input_law"] == "grid" and s["config"]["init"] == "peer"
     res = pd.read_csv(tmp_path / "o" / "results.csv")
     assert np.isfinite(res["voronoi"]).all()
+
+
+def test_random_partition_starts(tmp_path):
+    # --init random: each replicate starts from a random partition of its own (x, y), then jittered copies
+    s = run_rates(RatesConfig.from_dict({**TINY, "init": "random"}).validate(), tmp_path / "o")
+    res = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert len(res) == 9 and np.isfinite(res["voronoi"]).all()
+    near = run_rates(RatesConfig.from_dict(TINY).validate(), tmp_path / "n")
+    assert not pd.read_csv(tmp_path / "n" / "results.csv")["n_iter"].equals(res["n_iter"])  # other starts, other paths
+    assert s["config"]["init"] == "random" and near["config"]["init"] == "near"
