@@ -45,7 +45,7 @@ LOSS_NAMES = {
 #: Settings of the fitted model.
 SETTING_NAMES = {
     "exact": "exact-specified (k = k*)",
-    "over": "over-specified (k = k* + 1)",
+    "over": "over-specified (k > k*)",
 }
 #: Estimators (:data:`moestat.estimators.ESTIMATORS`).
 ESTIMATOR_NAMES = {
@@ -98,6 +98,6 @@ def slope_label(slope: float, ci_low: float, ci_high: float) -> str:
 
 
 def run_title(loss_words: str, setting: str, estimator: str) -> str:
-    """``Voronoi loss against sample size: over-specified (k = k* + 1), least squares``."""
+    """``Voronoi loss against sample size: over-specified (k > k*), least squares``."""
     parts = [SETTING_NAMES.get(setting, setting), ESTIMATOR_NAMES.get(estimator, estimator)]
     return f"{loss_words} against sample size: " + ", ".join(p for p in parts if p)
