@@ -50,6 +50,8 @@ __all__ = ["MLEGaussianMoE", "VARIANCES"]
 
 VARIANCES = ("per_expert", "shared")
 _LOG2PI = math.log(2.0 * math.pi)
+#: Newton iterations after EM for an over-fitted Gaussian-MoE scenario (the rates pipeline's rule)
+OVER_POLISH_ITER = 100
 
 
 def _check_model(model, k: int) -> None:
@@ -107,6 +109,11 @@ class MLEGaussianMoE(MoEEstimator):
     accelerate : bool
         SQUAREM extrapolation (Varadhan & Roland 2008) between pairs of EM steps, kept only where
         it does not lower the log-likelihood; for over-fitted models, where EM is sublinear.
+    polish_iter : int
+        Damped Newton iterations (:mod:`moestat.estimators.mle_newton`) after EM, for every finite
+        start; a start that reaches the second-order certificate (negative Hessian positive
+        definite, Newton decrement <= ``tol * n``) gets status ``"newton"``; the others keep EM's
+        status.  0 (default): EM alone.
 
     Attributes
     ----------
@@ -121,7 +128,10 @@ class MLEGaussianMoE(MoEEstimator):
     objective_ : ndarray, shape ``[R]``
         Mean squared residual of the fitted mean function (the estimator contract).
     converged_, n_iter_, status_
-        Of the best start: ``"tol"``, ``"max_iter"`` or ``"nonfinite"``.
+        Of the best start: ``"tol"`` (EM's stopping rule), ``"newton"`` (the Newton polish's
+        certificate), ``"max_iter"`` or ``"nonfinite"``; ``converged_`` is ``"tol"`` or ``"newton"``.
+    n_newton_ : ndarray, shape ``[R]``
+        Accepted Newton steps of the best start (included in ``n_iter_``).
     kernel_ : str
         ``"compiled"`` or ``"eager"``: how the EM pass ran.
 
@@ -152,6 +162,7 @@ class MLEGaussianMoE(MoEEstimator):
         device: str = "cpu",
         compile: bool | str = "auto",
         accelerate: bool = False,
+        polish_iter: int = 0,
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -166,17 +177,20 @@ class MLEGaussianMoE(MoEEstimator):
         self.device = device
         self.compile = compile
         self.accelerate = accelerate
+        self.polish_iter = polish_iter
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
         # a Gaussian-MoE scenario has atoms (a, b, sigma^2); a regression scenario has (a, b)
         gaussian = bool(getattr(scenario, "gaussian_moe", False))
         model = None if gaussian else scenario.fit_model
-        # over-fitted Gaussian MoE: EM is sublinear where atoms share a cell, so SQUAREM steps
-        # (measured in docs/guide/gaussian_moe.rst); exact fits converge in a few plain steps
-        accelerate = gaussian and scenario.setting == "over"
+        # over-fitted Gaussian MoE: EM is sublinear where atoms share a cell, so SQUAREM steps, then
+        # Newton steps to the second-order certificate, which EM alone does not reach above n ~ 3 000
+        # in 5 000 iterations (docs/guide/gaussian_moe.rst); exact fits converge in a few EM steps
+        over = gaussian and scenario.setting == "over"
         return cls(model, scenario.k_fit, eta_variance=gaussian, max_iter=max_iter, random_state=random_state,
-                   device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=accelerate)
+                   device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=over,
+                   polish_iter=OVER_POLISH_ITER if over else 0)
 
     def _k(self) -> int:
         model, k = self.model, self.n_components
@@ -199,6 +213,8 @@ class MLEGaussianMoE(MoEEstimator):
                            ("var_floor", self.var_floor, True)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (pos and v == 0):
                 raise ValueError(f"{nm} must be a finite number {'> 0' if pos else '>= 0'}, got {v!r}")
+        if isinstance(self.polish_iter, bool) or not isinstance(self.polish_iter, (int, np.integer)) or self.polish_iter < 0:
+            raise ValueError(f"polish_iter must be an integer >= 0, got {self.polish_iter!r}")
         if not isinstance(self.accelerate, (bool, np.bool_)):
             raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
         if self.compile not in (True, False, "auto"):
@@ -285,6 +301,7 @@ class MLEGaussianMoE(MoEEstimator):
             None if s20 is None else torch.as_tensor(s20, device=dev),
             shared=self.variance == "shared", max_iter=int(self.max_iter), tol=float(self.tol),
             var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
+            polish_iter=int(self.polish_iter),
         )
         self.kernel_ = res["kernel"]
         ll = res["loglik"].reshape(R, S)
@@ -298,9 +315,10 @@ class MLEGaussianMoE(MoEEstimator):
         self.loglik_path_ = [res["paths"][i] for i in pick]
         self.n_starts_ = S
         status = [res["status"][i] for i in pick]
+        self.n_newton_ = res["n_newton"][pick]
         self.params_, self.n_features_in_ = params.numpy(), d
         objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
-        self._set_fit(params, objective, np.array([s == "tol" for s in status]), res["n_iter"][pick], status, d)
+        self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -475,7 +493,7 @@ _MAX_HALVINGS = 30
 
 
 def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
-           accelerate: bool = False) -> dict:
+           accelerate: bool = False, polish_iter: int = 0) -> dict:
     """Batched EM from ``S`` starts per replicate.
 
     Each iteration: the experts and variances by their exact M-step (weighted least squares on
@@ -497,13 +515,18 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
         :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
+    polish_iter : int
+        Newton iterations (:func:`moestat.estimators.mle_newton.polish`) for every finite start after
+        EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the others
+        keep EM's.  0 (default): none.
 
     Returns
     -------
     dict
         NumPy, flat over ``B = R S`` (replicate-major): ``V, E [B, k, p]``, ``s2 [B, k]``,
-        ``loglik [B]``, ``n_iter [B]``, ``status`` (list), ``paths`` (list of ``[n_iter + 1]``),
-        ``kernel`` (``"compiled"`` or ``"eager"``).
+        ``loglik [B]``, ``n_iter [B]`` (EM iterations plus accepted Newton steps), ``n_newton
+        [B]``, ``status`` (list), ``paths`` (list of ``[n_iter + 1]``), ``kernel`` (``"compiled"``
+        or ``"eager"``).
     """
     R, n, d = X.shape
     S, k, p = V.shape[1], V.shape[2], d + 1
@@ -609,6 +632,12 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
             act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
             Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
             stats = tuple(s[keep] for s in stats)
+    n_newton = np.zeros(B, dtype=int)
+    if polish_iter > 0:
+        from moestat.estimators.mle_newton import polish_starts
+
+        n_newton = polish_starts(X, Y, rep, V, E, s2, status, trace, var_floor=var_floor, tol=tol,
+                                 max_iter=int(polish_iter), shared=shared)
     paths: list[list[float]] = [[] for _ in range(B)]
     for idx, vals in trace:
         for b, v in zip(idx.tolist(), vals.tolist()):
@@ -616,6 +645,6 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     return {
         "V": V.cpu().numpy(), "E": E.cpu().numpy(), "s2": s2.cpu().numpy(),
         "loglik": np.array([pth[-1] for pth in paths]), "n_iter": np.array([len(pth) - 1 for pth in paths]),
-        "status": status,
+        "status": status, "n_newton": n_newton,
         "paths": [np.array(pth) for pth in paths], "kernel": kernel,
     }

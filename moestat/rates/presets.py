@@ -25,8 +25,9 @@ stated by :func:`moestat.data.gaussian_scenarios.model1_scenario` and used by th
 (exact) and D2 (over-fitted) at -1/2, an atom alone in its cell at -1/2, the mass at -1/2, and for
 ``K = 3`` the atoms sharing a cell of two at -1/8 (the gate slope and expert intercept dominate
 the plain error); ``K = 4`` states no per-atom prediction for shared cells (a cell of three, or
-two cells of two, depending on the fit).  Over-fitted fits get ``max_iter = 5000`` and SQUAREM
-steps (:class:`~moestat.estimators.mle.MLEGaussianMoE`), the budget rule of
+two cells of two, depending on the fit).  Over-fitted fits get up to ``max_iter = 1000`` EM
+iterations with SQUAREM steps, then up to 100 damped Newton iterations to a second-order
+certificate (:class:`~moestat.estimators.mle.MLEGaussianMoE`, ``polish_iter``), the budget rule of
 docs/guide/gaussian_moe.rst.
 
 Budget rule for over-specified fits: ``max_iter = 1000`` (5 times the exact-specified 200).
@@ -123,7 +124,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reps": 10,
         "starts": 2,
         "init_scale": 0.1,
-        "max_iter": 5000,
+        "max_iter": 1000,
         "chunk": 5,
     },
     "gmoe_over4": {
@@ -137,7 +138,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reps": 10,
         "starts": 2,
         "init_scale": 0.1,
-        "max_iter": 5000,
+        "max_iter": 1000,
         "chunk": 5,
     },
     "gmoe_smoke": {

@@ -31,13 +31,14 @@ def _random_truth(rng, k, d):
 
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(2, 3), st.integers(1, 2), st.sampled_from(["per_expert", "shared"]),
-       st.booleans())
-def test_loglik_never_decreases(seed, k, d, variance, accelerate):
+       st.booleans(), st.sampled_from([0, 15]))
+def test_loglik_never_decreases(seed, k, d, variance, accelerate, polish_iter):
+    # also through the Newton polish, whose steps are kept only where the likelihood does not fall
     rng = np.random.default_rng(seed)
     sc = GaussianMoEScenario("random", _random_truth(rng, k, d), k)
     X, Y = sc.sample(150, rng)
     est = MLEGaussianMoE(k, variance=variance, random_state=seed, n_init=2, max_iter=60, tol=0.0,
-                         accelerate=accelerate).fit(X, Y)
+                         accelerate=accelerate, polish_iter=polish_iter).fit(X, Y)
     path = est.loglik_path_[0]
     assert np.all(np.diff(path) >= -1e-9 * (1 + np.abs(path[:-1]))), np.diff(path).min()
     assert est.loglik_[0] == path[-1]
@@ -106,7 +107,7 @@ def test_regression_layout_and_shared_variance():
 
 @pytest.mark.parametrize("bad", [dict(variance="diag"), dict(var_floor=0.0), dict(tol=-1.0), dict(n_init=0),
                                  dict(max_iter=1.5), dict(device="tpu"), dict(compile="yes"),
-                                 dict(accelerate="yes")])
+                                 dict(accelerate="yes"), dict(polish_iter=-1), dict(polish_iter=2.5)])
 def test_bad_parameters_raise_at_fit(bad):
     sc = model1_scenario("exact")
     X, Y = sc.sample(50, 0)

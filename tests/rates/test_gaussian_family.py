@@ -46,6 +46,21 @@ def test_over_fitted_k3_has_shared_cells_and_their_prediction(tmp_path):
     res = pd.read_csv(tmp_path / "o" / "results.csv")
     assert set(res["scenario"]) == {"gaussian-moe-model1-over-k3"}
     assert res["param_multi"].notna().any()
+    # over-fitted: SQUAREM, then the Newton polish; its certificate is a convergence status
+    assert res["status"].isin(["tol", "newton", "max_iter", "nonfinite"]).all()
+    assert (res["status"] == "newton").any()
+    assert (res["converged"] == res["status"].isin(["tol", "newton"])).all()
+
+
+def test_over_fitted_scenarios_get_the_polish_and_exact_ones_do_not():
+    from moestat.data.gaussian_scenarios import model1_scenario
+    from moestat.estimators.mle import OVER_POLISH_ITER, MLEGaussianMoE
+
+    kw = dict(max_iter=100, random_state=0, device="cpu")
+    over = MLEGaussianMoE.for_scenario(model1_scenario("over", 4), **kw)
+    exact = MLEGaussianMoE.for_scenario(model1_scenario("exact"), **kw)
+    assert (over.polish_iter, over.accelerate) == (OVER_POLISH_ITER, True)
+    assert (exact.polish_iter, exact.accelerate) == (0, False)
 
 
 def test_results_do_not_depend_on_workers(tmp_path):
