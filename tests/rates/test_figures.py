@@ -117,3 +117,20 @@ def test_a_dense_grid_is_labelled_by_decades():
     shown = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
     assert shown == ["100", "1k", "10k", "100k"]
     plt.close(f)
+
+
+def test_a_grid_of_eleven_sizes_labels_every_other_size():
+    import matplotlib.pyplot as plt
+
+    from moestat.rates.config import sample_sizes
+    from moestat.rates.figures import _log_ticks
+
+    f, ax = plt.subplots()
+    ns = sample_sizes(200, 20_000, 11)
+    ax.loglog(ns, 1 / np.sqrt(ns))
+    _log_ticks(ax, ns)
+    f.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert len(labels) == 11 and labels[::2] == ["200", "502", "1262", "3170", "7962", "20k"]
+    assert not any(labels[1::2])
+    plt.close(f)
