@@ -31,9 +31,7 @@ import torch
 
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.estimators.mle import MLEGaussianMoE
-from moestat.estimators.starts import near_truth_init
-from moestat.model.mixing import MixingMeasure
-from moestat.rates.sweep import replicate_streams
+from model1_batch import model1_batch  # benchmarks/model1_batch.py, beside this script
 
 
 def main(argv=None) -> int:
@@ -50,14 +48,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     sc = model1_scenario("over", a.k)
-    Xs, Ys, G = [], [], []
-    for r in range(a.reps):
-        data_ss, init_ss = replicate_streams(a.seed, a.n, r)
-        X, Y = sc.sample(a.n, np.random.default_rng(data_ss))
-        Xs.append(X)
-        Ys.append(Y)
-        G.append(near_truth_init(sc.truth, a.k, 0.1, np.random.default_rng(init_ss), n=a.n, log_last=True))
-    X, Y, G0 = np.stack(Xs), np.stack(Ys), MixingMeasure.stack(G)
+    X, Y, G0 = model1_batch(sc, a.n, a.reps, a.seed, 0.1)
     out = {"machine": f"{platform.node()} {os.cpu_count()} cores", "threads": a.threads, "args": vars(a)}
     for name, kw in (("em", dict(max_iter=a.em_iter)), ("polish", dict(max_iter=a.polish_em_iter, polish_iter=100))):
         times = []

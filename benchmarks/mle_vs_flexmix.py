@@ -34,9 +34,7 @@ import torch
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.estimators.flexmix_reference import flexmix_available, flexmix_fit
 from moestat.estimators.mle import MLEGaussianMoE
-from moestat.estimators.starts import near_truth_init
-from moestat.model.mixing import MixingMeasure
-from moestat.rates.sweep import replicate_streams
+from model1_batch import model1_batch  # benchmarks/model1_batch.py, beside this script
 
 
 def main(argv=None) -> int:
@@ -54,14 +52,7 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     sc = model1_scenario(args.setting)
-    Xs, Ys, G0 = [], [], []
-    for r in range(args.reps):
-        data_ss, init_ss = replicate_streams(args.seed, args.n, r)
-        X, Y = sc.sample(args.n, np.random.default_rng(data_ss))
-        Xs.append(X)
-        Ys.append(Y)
-        G0.append(near_truth_init(sc.truth, sc.k_fit, args.init_scale, np.random.default_rng(init_ss), log_last=True))
-    X, Y, init = np.stack(Xs), np.stack(Ys), MixingMeasure.stack(G0)
+    X, Y, init = model1_batch(sc, args.n, args.reps, args.seed, args.init_scale)
     MLEGaussianMoE(sc.k_fit, tol=1e-13).fit(X[:1], Y[:1], init=init[:1])  # warm-up
     t0 = time.perf_counter()
     est = MLEGaussianMoE(sc.k_fit, tol=1e-13).fit(X, Y, init=init)

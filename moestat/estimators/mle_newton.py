@@ -4,9 +4,10 @@ EM is sublinear where the fitted model is over-fitted: two atoms sharing a cell 
 the fraction of missing information approach one, and EM (even with SQUAREM) crawls -- in model 1
 of Nguyen, Nguyen & Ho (2023) with ``K = 3``, 7 of 10 fits at n = 20 000 were still moving after
 5 000 iterations (docs/guide/gaussian_moe.rst).  Newton's method does not care about the missing
-information: near a strict local maximum it converges quadratically.  This module takes the starts
-EM left at ``max_iter`` and runs Levenberg--Marquardt-damped Newton steps on the observed-data
-log-likelihood, batched over starts, in the unconstrained coordinates
+information: near a strict local maximum it converges quadratically.  This module takes every finite
+start after EM (also those EM stopped on ``tol``, see :func:`polish_starts`) and runs
+Levenberg--Marquardt-damped Newton steps on the observed-data log-likelihood, batched over starts,
+in the unconstrained coordinates
 
     theta = (V_1, ..., V_{k-1}, E_1, ..., E_k, log sigma_1^2, ..., log sigma_k^2)
 
@@ -59,11 +60,11 @@ def unpack(theta: torch.Tensor, k: int, p: int, shared: bool = False):
 
 def _parts(Xe, y, V, E, s2):
     """Per-sample pieces: ``pi, e, log p(y_n | x_n), r`` (``[B, c, k]`` except the ``[B, c]`` log-likelihood)."""
-    pi = torch.softmax(Xe @ V.transpose(1, 2), -1)
+    log_pi = torch.log_softmax(Xe @ V.transpose(1, 2), -1)
     e = y.unsqueeze(-1) - Xe @ E.transpose(1, 2)
-    lj = torch.log_softmax(Xe @ V.transpose(1, 2), -1) - 0.5 * (_LOG2PI + torch.log(s2).unsqueeze(1) + e * e / s2.unsqueeze(1))
+    lj = log_pi - 0.5 * (_LOG2PI + torch.log(s2).unsqueeze(1) + e * e / s2.unsqueeze(1))
     ll = torch.logsumexp(lj, -1)
-    return pi, e, ll, torch.exp(lj - ll.unsqueeze(-1))
+    return torch.exp(log_pi), e, ll, torch.exp(lj - ll.unsqueeze(-1))
 
 
 def loglik(Xe: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
