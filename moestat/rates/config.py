@@ -187,7 +187,7 @@ class ScenarioSpec:
 
     def key(self, router: str) -> str:
         """JSON key from which a worker rebuilds the scenario of ``router`` (see
-        :func:`moestat.rates.sweep.build_scenario`, cached per process)."""
+        :func:`moestat.rates.resolve.build_scenario`, cached per process)."""
         if self.scenario_file:  # a user scenario: the file (and what it holds) is the whole key
             from moestat.data.scenario_files import scenario_digest
 
@@ -340,7 +340,7 @@ class FittingSpec:
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
         from moestat.devices import resolve_device
-        from moestat.rates.sweep import estimator_registry
+        from moestat.rates.resolve import estimator_registry
 
         _positive_ints(self, ("max_iter",))
         if not _is_int(self.extra_starts) or not 0 <= self.extra_starts <= 64:
@@ -589,7 +589,7 @@ class RatesConfig:
         (K > k, tau = 0 for the perturbed router, an estimator that needs another gate, ...) are
         found before anything is written.
         """
-        from moestat.rates.sweep import _build_estimator, build_scenario
+        from moestat.rates.resolve import build_estimator, build_scenario
 
         if not isinstance(self.router, tuple) or not self.router:
             raise ValueError("router must be a non-empty list of router names")
@@ -614,7 +614,7 @@ class RatesConfig:
         for r in self.router:
             # building the estimator too catches estimator/model mismatches (e.g. EM needs a
             # dense linear gate) before anything is written
-            _build_estimator(self.estimator, build_scenario(self.scenario_key(r)), self.max_iter, 0, self.device)
+            build_estimator(self.estimator, build_scenario(self.scenario_key(r)), self.max_iter, 0, self.device)
         return self
 
     # ---- derived --------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
     from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
     from moestat.rates.fit import fit_rates
     from moestat.rates.store import LOSS_NAMES
-    from moestat.rates.sweep import config_declared_losses
+    from moestat.rates.resolve import config_declared_losses
 
     df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
     declared = config_declared_losses(config)
@@ -104,7 +104,7 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     or None), or None for the built-in routers."""
     if not config.scenario_file and config.family == "regression":
         return None
-    from moestat.rates.sweep import build_scenario
+    from moestat.rates.resolve import build_scenario
 
     sc = build_scenario(config.scenario_key(config.router[0]))
     # what the file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s

@@ -44,7 +44,7 @@ CELL_COLUMNS = ("weighted_single", "weighted_multi", "beta1_radial", "beta1_dire
 def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = ()) -> tuple[str, ...]:
     """The columns of ``extras.csv`` for a configuration (empty: no file).
 
-    ``declared``: the losses a scenario file declares (:func:`moestat.rates.sweep.declared_losses`).
+    ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`).
     """
     from moestat.rates.store import LOSS_NAMES
 

@@ -254,7 +254,7 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
 
 
 def _expected(config: RatesConfig) -> dict[str, tuple[str, str]]:
-    from moestat.rates.sweep import build_scenario
+    from moestat.rates.resolve import build_scenario
 
     out = {}
     for r in config.router:

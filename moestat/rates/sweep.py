@@ -25,6 +25,13 @@ import numpy as np
 
 from moestat.rates.backends import execute
 from moestat.rates.config import RatesConfig
+from moestat.rates.resolve import (  # noqa: F401 - build_scenario, estimator_registry re-exported
+    build_estimator,
+    build_scenario,
+    config_declared_losses,
+    declared_losses,
+    estimator_registry,
+)
 from moestat.rates.store import LOSS_NAMES, ResultStore, utc_now, write_provenance
 
 __all__ = [
@@ -104,55 +111,6 @@ def make_units(config: RatesConfig) -> list[WorkUnit]:
     return units
 
 
-@lru_cache(maxsize=16)
-def build_scenario(key: str):
-    """Rebuild a :class:`~moestat.data.synthetic.Scenario` from :meth:`RatesConfig.scenario_key`."""
-    from moestat.data.synthetic import make_scenario
-
-    p = json.loads(key)
-    if p.get("scenario_file"):  # a user scenario (issue 14): TOML or file.py:function
-        from moestat.data.scenario_files import load_scenario
-
-        return load_scenario(p["scenario_file"])
-    if p.get("family") == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023)
-        from moestat.data.gaussian_scenarios import model1_scenario
-
-        return model1_scenario(p["setting"], p["k_fit"], p["input_law"], p["starts"])
-    k_active = None if p["k_active"] == "dense" else p["k_active"]
-    kaf = p["k_active_fit"]
-    if kaf == "dense":  # K-bar = k: every fitted expert active
-        kaf = p["k_fit"] if p["k_fit"] is not None else (p["k_true"] if p["setting"] == "exact" else p["k_true"] + 1)
-    elif kaf == "auto":
-        kaf = None
-    return make_scenario(
-        p["router"],
-        p["setting"],
-        d=p["d"],
-        k_true=p["k_true"],
-        k_active=k_active,
-        k_fit=p["k_fit"],
-        k_active_fit=kaf,
-        expert=p["expert"],
-        tau=p["tau"],
-        noise_var=p["noise_var"],
-        input_law=p["input_law"],
-        truth_seed=p["truth_seed"],
-    )
-
-
-def estimator_registry() -> dict:
-    """``moestat.estimators.ESTIMATORS`` (name -> estimator class)."""
-    from moestat.estimators import ESTIMATORS
-
-    return dict(ESTIMATORS)
-
-
-def _build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
-    # every estimator takes what it needs from the same keywords (the estimator contract)
-    cls = estimator_registry()[name]
-    return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
-
-
 def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
     from moestat.estimators.starts import near_truth_init, random_init, random_partition_init
 
@@ -199,7 +157,7 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
     starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))))
               for r in unit.replicates for s in range(E)]
     est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 4))
-    ex = _build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
+    ex = build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
     ex.fit(np.repeat(X, E, axis=0), np.repeat(Y, E, axis=0), init=MixingMeasure.stack(starts))
     R = len(unit.replicates)
     obj_e = np.asarray(ex.objective_, float).reshape(R, E)
@@ -260,23 +218,6 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     return out
 
 
-def declared_losses(scenario) -> tuple:
-    """The loss specifications a user scenario declares (empty for the built-in scenarios).
-
-    They are written to ``extras.csv`` (one column each, by name) and fitted like every loss,
-    with the scenario's own predicted exponents.
-    """
-    losses = getattr(scenario, "losses", ())
-    return () if callable(losses) else tuple(losses or ())  # a Gaussian-MoE scenario's losses() is a method
-
-
-def config_declared_losses(config: RatesConfig) -> tuple[str, ...]:
-    """Names of the losses declared by the configuration's scenario (empty: built-in scenario)."""
-    if not config.scenario_file:
-        return ()
-    return tuple(spec.name for spec in declared_losses(build_scenario(config.scenario_key(config.router[0]))))
-
-
 @lru_cache(maxsize=16)
 def _holdout(key: str, m: int) -> np.ndarray:
     return build_scenario(key).holdout(m)
@@ -311,7 +252,7 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         # composition (n, first replicate), never by the router or the worker.
         est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 2))
         random_state = int(est_ss.generate_state(1)[0])
-        est = _build_estimator(unit.estimator, scenario, unit.max_iter, random_state, unit.device)
+        est = build_estimator(unit.estimator, scenario, unit.max_iter, random_state, unit.device)
         t0 = time.perf_counter()
         est.fit(X, Y, init=G0)
         elapsed = time.perf_counter() - t0
