@@ -7,8 +7,13 @@ same gates) and :mod:`moestat.experiments`; :mod:`moestat.cli` is the ``moestat`
 model's names are re-exported here for convenience.
 """
 
+from moestat.threads import configure_environment as _configure_environment
+
+# Before torch loads: OpenMP threads wait passively (moestat.threads explains the measurements).
+_configure_environment()
+
 from moestat.model import *  # noqa: F401,F403 - the model's public names, listed in moestat.model.__all__
-from moestat.model import __all__ as _model_all
+from moestat.model import __all__ as _model_all  # noqa: E402
 
 __version__ = "0.1.0"
 

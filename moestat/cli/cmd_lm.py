@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-import torch
 
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
     add_threads,
+    apply_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -65,7 +65,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--tau", type=nonneg_float, default=None, help="perturbed cosine tau1 = tau2 (default 0.1)")
     g.add_argument("--balance-coef", type=nonneg_float, default=None, help="Switch balance loss weight (default 0.01)")
     g.add_argument("--dropout", type=nonneg_float, default=None, help="dropout rate (default 0)")
-    add_device(p, default="auto")
+    add_device(p)
     add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -88,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         model_o = {k: getattr(a, k) for k in _MODEL if getattr(a, k) is not None}
         if "lr" in train_o and not train_o["lr"] > 0:
             raise ValueError(f"--lr must be > 0, got {train_o['lr']}")
+        if "dropout" in model_o and not 0 <= model_o["dropout"] < 1:
+            raise ValueError(f"--dropout must be in [0, 1), got {model_o['dropout']}")
         if "temperature" in model_o and not model_o["temperature"] > 0:
             raise ValueError(f"--temperature must be > 0, got {model_o['temperature']}")
         tk = {**_lm.PRESETS[a.preset]["train"], **train_o}
@@ -107,8 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_run_config(a.out, settings, a.resume)
         prepare_out(a.out, a.resume)
         write_run_config(a.out, settings, {"routers": routers, "seeds": a.seeds, "seed": a.seed})
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    apply_threads(a)
     if not a.quiet:
         sys.stderr.write(corpus.describe() + "\n")
     summary = _lm.run_experiment(

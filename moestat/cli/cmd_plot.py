@@ -4,6 +4,8 @@ work: any error there is an internal one, exit 1)."""
 
 from __future__ import annotations
 
+import argparse
+
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, usage_errors
@@ -21,7 +23,10 @@ examples:
 
 
 def _list(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+    parts = [t.strip() for t in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"expected a comma list of names, got {text!r}")
+    return parts
 
 
 def build_parser() -> ArgumentParser:

@@ -102,7 +102,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")
     g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes; default 7")
     g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2); default 20")
-    g.add_argument("--estimator", help="lse, sgd, null, em, or mle (the gaussian-moe family's maximum likelihood); default lse")
+    g.add_argument("--estimator", help="lse, sgd, null, em, or mle (the gaussian-moe family's maximum likelihood); default lse, mle for --family gaussian-moe")
     g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
     g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random (gaussian-moe: a random "
                                   "partition of the data); default near")
@@ -151,6 +151,8 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     for k, v in vars(ns).items():
         if k not in ("preset", "config", "out", "resume"):
             data[k] = v
+    if data.get("family") == "gaussian-moe" and "estimator" not in data:
+        data["estimator"] = "mle"  # the family's only estimator: picked, not left to fail as 'lse'
     return RatesConfig.from_dict(data)
 
 

@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Sequence
 
-import torch
 
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
     add_threads,
+    apply_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -70,7 +70,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--split-seed", type=nonneg_int, default=0,
                    help="seed of the validation (and digits test) split (default 0; see moestat.data.images)")
     p.add_argument("--max-train", type=positive_int, default=None, help="use at most this many training images (default: all)")
-    add_device(p, default="auto")
+    add_device(p)
     add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--summarise-only", action="store_true", help="train nothing; summarise OUT/runs.jsonl")
@@ -135,8 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = {k: getattr(a, k) for k in SETTINGS}
         check_run_config(a.out, settings, a.resume or a.summarise_only)
         prepare_out(a.out, a.resume or a.summarise_only)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    apply_threads(a)
     if not a.quiet:
         sys.stderr.write(ds.describe() + "\n")
     summary = run_experiment(

@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Sequence
 
-import torch
 
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
     add_n_jobs,
+    add_threads,
+    apply_threads,
     add_out,
     add_quiet,
     add_seed,
@@ -60,7 +60,8 @@ def build_parser() -> ArgumentParser:
     add_seed(a)
     _seed_alias(a)
     add_device(a)
-    add_n_jobs(a, default=2)
+    add_n_jobs(a)
+    add_threads(a)
     add_out(a, "softmoe-norm-target")
     add_quiet(a)
     b = sub.add_parser("subsets", help="Algorithm 1 vs random and exhaustive expert subsets",
@@ -99,15 +100,15 @@ def build_parser() -> ArgumentParser:
     add_seed(b)
     _seed_alias(b)
     add_device(b)
+    add_threads(b)
     b.add_argument("--normalize", action="store_true", help="Puigcerver et al.'s normalised router (off in the paper)")
     add_out(b, "softmoe-subsets")
     add_quiet(b)
     return p
 
 
-def _threads() -> None:
-    # one thread per process unless OMP_NUM_THREADS says otherwise: the models are tiny
-    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+SUBCOMMANDS = ("norm-target", "subsets")  # moestat.cli.main prefixes messages with "moestat softmoe <it>"
+IMAGE_SIDE = {"digits": 8, "fashion-mnist": 28}  # scikit-learn's 8x8 digits, Fashion-MNIST's 28x28
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "norm-target":
         with usage_errors():
-            tokens = [t.strip() for t in args.tokens.split(",") if t.strip()]
+            tokens = [t.strip() for t in args.tokens.split(",")]
+            if not all(tokens):
+                raise ValueError(f"--tokens {args.tokens!r}: expected a comma list of MxD tokenisations such as 5x2,10x1")
             for t in tokens:
                 m, d = parse_tokenisation(t)
                 if m * d != 10:
@@ -123,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.lr <= 0 or args.budget_factor <= 0:
                 raise ValueError("--lr and --budget-factor must be positive")
             prepare_out(args.out, None)
-        _threads()
+        apply_threads(args, args.n_jobs)
         with cleaned_on_interrupt(args.out):
             result = run_norm_target(tokens, args.experts, args.steps, args.seeds, args.batch_size, args.lr,
                                      args.budget_factor, args.eval_size, args.seed, device=args.device,
@@ -139,12 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("--arch applies to the image datasets only, not to --dataset norm")
         elif (args.arch or ("conv" if args.dataset == "digits" else "patch")) == "conv" and args.patch is not None:
             raise ValueError("--patch applies to --arch patch only (the conv model's tokens come from --grid)")
+        elif args.patch is not None:
+            side = IMAGE_SIDE[args.dataset]  # the model would refuse it only after --out exists
+            if args.patch < 1 or side % args.patch:
+                raise ValueError(f"--patch {args.patch} must divide the {args.dataset} image side {side} "
+                                 f"(e.g. {', '.join(str(p) for p in range(1, side + 1) if side % p == 0)})")
         if not any(subset_sizes(n, args.k_fracs, args.k) for n in args.experts):
             raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
         if args.dataset == "fashion-mnist":
             find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
         prepare_out(args.out, None)
-    _threads()
+    apply_threads(args)
     with cleaned_on_interrupt(args.out):
         result = run_subsets(args.dataset, args.experts, args.k_fracs, args.k, args.model_seeds, args.random_seeds,
                              args.epochs, args.steps, args.batch_size, args.lr, args.budget_factor, args.patch,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-import torch
 
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
     add_threads,
+    apply_threads,
     add_out,
     add_quiet,
     add_resume,
@@ -61,7 +61,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--demo-val", type=positive_int, default=400, help="demo task: validation sentences")
     p.add_argument("--max-steps", type=positive_int, default=None,
                    help="stop every epoch after N batches (timing; s/epoch is extrapolated; default: whole epochs)")
-    add_device(p, default="cpu")
+    add_device(p)
     add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     add_quiet(p)
@@ -89,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_run_config(a.out, settings, a.resume)
         prepare_out(a.out, a.resume)
         write_run_config(a.out, settings, {"gates": gates, "seeds": a.seeds, "seed": a.seed})
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    apply_threads(a)
     if not a.quiet:
         sys.stderr.write(task.description + "\n")
     summary = run_experiment(task, gates, a.out, seeds=a.seeds, base_seed=a.seed,

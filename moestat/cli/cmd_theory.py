@@ -11,7 +11,7 @@ import time
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
-from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, write_report
+from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
 
 __all__ = ["build_parser", "main"]
 
@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          n_max=args.n_max, resume=args.resume)
     mpath, jpath = write_report(results, args.out, args.mode, command.strip(), time.perf_counter() - t0)
     code = exit_code(results, args.allow_skips)
-    print(f"wrote {mpath} and {jpath}; exit {code}")
+    print(f"{totals_line(results)}; wrote {mpath} and {jpath}; exit {code} "
+          "(0 all passed, 1 a failure/inconclusive/error, 3 skips only)")
     return code
 
 
@@ -69,6 +70,10 @@ def _validate(args) -> None:
             raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
     if args.n_max is not None and args.n_max < 64:
         raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
+    if args.n_max is not None:  # a MemoryError after the report folder exists is bad input found late
+        from moestat.experiments.theory.grids import check_grid_memory
+
+        check_grid_memory(args.mode, args.n_max, args.reps)
     if args.reps is not None and args.reps < MIN_REPS:
         raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
     prepare_out(args.out, args.resume)

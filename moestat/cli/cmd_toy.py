@@ -48,6 +48,9 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+MAX_EXPERTS = 1024
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat toy``."""
     args = build_parser().parse_args(argv)
@@ -57,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.lr <= 0:
             raise ValueError("--lr must be positive")
         experts = args.experts or ([3, 5] if task == "classification" else [2])
+        if max(experts) > MAX_EXPERTS:  # each expert is a network of its own: 1e9 of them fail in allocation
+            raise ValueError(f"--experts must be at most {MAX_EXPERTS} (the toy tasks of the thesis use 2 to 10), "
+                             f"got {max(experts)}")
         if task == "regression" and len(experts) != 1:
             raise ValueError("--experts: the regression toy takes one number of experts")
         if task == "regression" and experts[0] < 2:

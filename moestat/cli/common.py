@@ -48,6 +48,7 @@ __all__ = [
     "KEEPS",
     "NOTHING_KEPT",
     "add_n_jobs",
+    "apply_threads",
     "add_device",
     "add_quiet",
     "add_resume",
@@ -181,7 +182,7 @@ def nonneg_float(text: str) -> float:
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated positive integers, e.g. ``1,2,5,10``."""
     try:
-        vals = [int(t) for t in text.split(",") if t.strip()]
+        vals = [int(t) for t in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     if not vals or any(v < 1 for v in vals):
@@ -198,7 +199,10 @@ def name_choice(known: Sequence[str], aliases: dict[str, str] | None = None, *, 
     from moestat.model.gates import canonical_name
 
     def parse(text: str):
-        parts = [t.strip() for t in text.split(",") if t.strip()] if many else [text.strip()]
+        parts = [t.strip() for t in text.split(",")] if many else [text.strip()]
+        if many and len(parts) > 1 and not all(parts):
+            raise argparse.ArgumentTypeError(f"an empty name in the comma list {text!r}")
+        parts = [t for t in parts if t]
         if not parts:
             raise argparse.ArgumentTypeError(f"expected {'a comma list of names' if many else 'a name'}, got {text!r}")
         try:
@@ -307,4 +311,13 @@ def add_resume(p, help: str = "continue the run in --out, skipping what is finis
 
 
 def add_threads(p) -> None:
-    p.add_argument("--threads", type=nonneg_int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--threads", type=nonneg_int, default=0,
+                   help="torch and BLAS threads per worker (default 0: cores // n-jobs, so workers x threads never "
+                        "exceed the cores)")
+
+
+def apply_threads(args, n_jobs: int = 1) -> int:
+    """Apply a door's ``--threads`` (:mod:`moestat.threads`: 0 means cores // ``n_jobs``)."""
+    from moestat.threads import limit_threads, resolve_threads
+
+    return limit_threads(resolve_threads(getattr(args, "threads", 0), n_jobs))

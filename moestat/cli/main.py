@@ -64,9 +64,12 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
     while args and args[0] == "--debug":
         os.environ[DEBUG_ENV] = "1"
         args = args[1:]
-    if not args or args[0] in ("-h", "--help"):
+    if not args:  # a missing subcommand is a usage error: usage on stderr, exit 2
+        sys.stderr.write(_help())
+        return 2
+    if args[0] in ("-h", "--help"):
         sys.stdout.write(_help())
-        return 0 if args else 2
+        return 0
     if args[0] == "--version":
         from moestat import __version__
 
@@ -79,7 +82,10 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
     module = importlib.import_module(SUBCOMMANDS[name][0])
     from moestat.cli.common import KEEPS
 
-    return run_main(module.main, args[1:], prog=f"moestat {name}", on_interrupt=getattr(module, "ON_INTERRUPT", KEEPS))
+    prog = f"moestat {name}"
+    if len(args) > 1 and args[1] in getattr(module, "SUBCOMMANDS", ()):  # one prefix: argparse's and ours agree
+        prog += f" {args[1]}"
+    return run_main(module.main, args[1:], prog=prog, on_interrupt=getattr(module, "ON_INTERRUPT", KEEPS))
 
 
 def console_main() -> None:

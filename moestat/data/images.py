@@ -185,8 +185,9 @@ def _find_in(folder: Path) -> dict[str, Path] | None:
 
 def _install_hint(name: str) -> str:
     if name == "fashion-mnist":
-        return "install them with `apt-get install dataset-fashion-mnist`, or pass path=/set MOESTAT_DATA"
-    return "Debian ships no MNIST package: put the four IDX files in a folder and pass path= or set MOESTAT_DATA"
+        return "install them with `apt-get install dataset-fashion-mnist`, or pass --data-path DIR (path= in Python) or set MOESTAT_DATA"
+    return ("Debian ships no MNIST package: put the four IDX files in a folder and pass --data-path DIR (path= in Python) "
+            "or set MOESTAT_DATA")
 
 
 def find_idx_files(name: str, path: str | os.PathLike | None = None) -> dict[str, Path]:

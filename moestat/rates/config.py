@@ -43,7 +43,7 @@ import numpy as np
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import positive_ints as _positive_ints, set_field as _set
+from moestat.rates.spec_checks import check_unit_memory, positive_ints as _positive_ints, set_field as _set
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
 FAMILIES = ("regression", "gaussian-moe")
@@ -462,7 +462,9 @@ def _routers(value: Any) -> Any:
     """A comma string or a sequence of router names -> a tuple of canonical names (unknown names
     are kept as given for :meth:`RatesConfig.validate` to report)."""
     if isinstance(value, str):
-        value = [r.strip() for r in value.split(",") if r.strip()]
+        value = [r.strip() for r in value.split(",")]
+        if len(value) > 1 and not all(value):
+            raise ValueError(f"router: an empty name in the comma list {','.join(value)!r}")
     if isinstance(value, (list, tuple)):
         return tuple(_canonical(r, ROUTERS) for r in value)
     return value
@@ -614,7 +616,11 @@ class RatesConfig:
         for r in self.router:
             # building the estimator too catches estimator/model mismatches (e.g. EM needs a
             # dense linear gate) before anything is written
-            build_estimator(self.estimator, build_scenario(self.scenario_key(r)), self.max_iter, 0, self.device)
+            sc = build_scenario(self.scenario_key(r))
+            build_estimator(self.estimator, sc, self.max_iter, 0, self.device)
+            G = sc.truth.numpy()
+            n_par = int(np.size(G.beta0) + np.size(G.beta1) + np.size(G.eta)) * max(1, int(sc.k_fit)) // max(1, G.n_atoms)
+            check_unit_memory(max(self.ns), min(self.reps, self.chunk or self.reps), int(sc.d), n_par)
         return self
 
     # ---- derived --------------------------------------------------------------------------

@@ -291,6 +291,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
     from moestat.rates.store import LOSS_NAMES, read_results
 
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is a file, not a run folder: pass the folder that holds results.csv")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     clean_losses = []
@@ -319,8 +321,12 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
     df = read_results(run_dir / "results.csv", config)
     if df.empty:
         raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
-    if not any(np.isfinite(df[loss].to_numpy(float)).any() for loss in clean_losses):
-        raise ValueError(f"nothing to plot: none of {', '.join(clean_losses)} has finite values in {run_dir / 'results.csv'}")
+    if not clean_losses:
+        raise ValueError("--losses names no loss")
+    empty = [loss for loss in clean_losses if not np.isfinite(df[loss].to_numpy(float)).any()]
+    if empty:  # a requested curve is never dropped silently
+        raise ValueError(f"nothing to plot for {', '.join(empty)}: no finite values in {run_dir / 'results.csv'} "
+                         "(this run did not compute it)")
     present = sorted(df["router"].unique())
     clean_routers = None
     if routers is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_int", "is_number", "canonical", "positive_ints", "set_field"]
+__all__ = ["is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory"]
 
 
 def is_int(v: Any) -> bool:
@@ -40,3 +40,34 @@ def positive_ints(spec: Any, names: tuple[str, ...]) -> None:
 def set_field(obj: Any, name: str, value: Any) -> None:
     # normalisation in __post_init__ of a frozen dataclass: the object is still being built
     object.__setattr__(obj, name, value)
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM of this machine (``None`` where the OS does not say)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_unit_memory(n: int, reps_per_unit: int, d: int, n_params: int,
+                      hint: str = "or set --chunk to fit fewer replicates per unit") -> None:
+    """Refuse a grid whose largest work unit cannot fit in this machine's memory.
+
+    A unit holds ``reps_per_unit`` data sets of ``n`` samples and, in the least-squares and
+    likelihood fits, a Jacobian or per-sample statistics of ``n`` rows by the number of parameters;
+    ``8 (d + 2 + 2 P)`` bytes per sample and replicate is a lower bound on what the fit allocates
+    (float64).  A grid over it would fail with ``MemoryError`` after the folder was written, so it is
+    bad input, found before anything is written.
+    """
+    total = physical_memory()
+    if total is None:
+        return
+    need = 8.0 * n * reps_per_unit * (d + 2 + 2 * n_params)
+    if need > total:
+        raise ValueError(
+            f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) needs at least "
+            f"{need / 2**30:.3g} GiB, more than this machine's {total / 2**30:.3g} GiB; lower --n-max {hint}"
+        )

@@ -423,7 +423,7 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     res_path = out_dir / "results.csv"
     if not resume:
         if res_path.exists():
-            raise ValueError(f"--out {out_dir} already holds results.csv; pass --resume or choose an empty folder")
+            raise ValueError(f"--out {out_dir} is not empty; pass --resume to continue the run in it, or choose an empty or new folder")
         return None
     if not prov_path.exists():
         if res_path.exists():

@@ -226,15 +226,19 @@ def _holdout(key: str, m: int) -> np.ndarray:
 def run_unit(unit: WorkUnit) -> list[dict]:
     """Fit one work unit and return one result row (dict) per replicate.
 
-    Runs with one torch thread (restored afterwards) so that a unit's arithmetic, hence its
-    result, is the same in the main process, a loky worker or a dask worker.
+    Runs with one torch thread and one BLAS thread (restored afterwards) so that a unit's
+    arithmetic, hence its result, is the same in the main process, a loky worker or a dask worker,
+    and so that ``n_jobs`` workers use ``n_jobs`` cores (:mod:`moestat.threads`).
     """
     import torch
 
     from moestat.model.mixing import MixingMeasure
 
+    from threadpoolctl import threadpool_limits
+
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    blas = threadpool_limits(limits=1)  # numpy's BLAS too: its spinning pool collapses on a busy machine
     try:
         scenario = build_scenario(unit.scenario_key)
         n = unit.n
@@ -273,6 +277,7 @@ def run_unit(unit: WorkUnit) -> list[dict]:
                 e.update({k: float(v[i]) for k, v in ce.items()})
     finally:
         torch.set_num_threads(old_threads)
+        blas.restore_original_limits()
     R = len(unit.replicates)
     status = list(est.status_)
     rows = []

@@ -9,9 +9,18 @@ import json
 import os
 import stat
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from moestat.cli.main import main as moestat
+
+# The lm door gets its own tiny corpus: the offline King James text is an optional Debian package
+# (bible-kjv) that a fresh machine lacks; the kjv path has its own test below, skipped without it.
+_CORPUS = Path(tempfile.mkdtemp(prefix="moestat-doors-")) / "corpus.txt"
+_CORPUS.write_text("In the beginning was the word, and the word was with the text.\n" * 60, encoding="utf-8")
 
 TOY = ["toy", "classify", "--method", "output_mixture", "--experts", "3", "--runs", "1", "--epochs", "1", "--no-figures", "--quiet"]
 NORM = ["softmoe", "norm-target", "--steps", "2", "--seeds", "1", "--experts", "1", "--tokens", "5x2", "--eval-size", "64",
@@ -24,7 +33,7 @@ RATES = ["rates", "--d", "2", "--n-min", "40", "--n-max", "90", "--n-points", "3
          "--n-boot", "100", "--quiet"]
 THEORY = ["theory", "--only", "pde", "--quiet"]
 TAGGING = ["tagging", "--demo-train", "20", "--demo-val", "10", "--epochs", "1", "--quiet"]
-LM = ["lm", "--corpus", "kjv", "--quiet"]
+LM = ["lm", "--corpus", "file", "--data-path", str(_CORPUS), "--context", "8", "--quiet"]
 
 DOORS = {"rates": RATES, "theory": THEORY, "toy": TOY, "softmoe norm-target": NORM, "softmoe subsets": SUBSETS,
          "realdata": REAL, "tagging": TAGGING, "lm": LM}
@@ -56,6 +65,17 @@ def test_a_non_empty_out_without_resume_is_refused_and_left_untouched(door, tmp_
     assert rc == 2 and err.count("\n") == 1 and "--out" in err and "not empty" in err
     assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
     assert runs.read_text().count("\n") == 2
+
+
+@pytest.mark.skipif(shutil.which("bible") is None or not Path("/usr/lib/bible.data").exists(),
+                    reason="the Debian package bible-kjv (the offline kjv corpus) is not installed")
+def test_the_kjv_door_refuses_a_non_empty_out(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "runs.jsonl").write_text('{"gate": "dense", "seed": 0}\n')
+    rc, err = _run(["lm", "--corpus", "kjv", "--quiet", "--out", str(out)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "not empty" in err
+    assert sorted(p.name for p in out.iterdir()) == ["runs.jsonl"]
 
 
 def test_the_default_out_is_moestat_out_slash_door():

@@ -32,9 +32,10 @@ def test_unknown_subcommand_is_one_line_exit_2(capsys):
     assert err.count("\n") == 1 and "unknown subcommand" in err and "rates" in err
 
 
-def test_no_subcommand_prints_help_and_exits_2(capsys):
+def test_no_subcommand_prints_help_to_stderr_and_exits_2(capsys):
     assert main([]) == 2
-    assert "subcommands:" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "subcommands:" in cap.err and cap.out == ""
 
 
 def test_subcommand_help_names_the_subcommand(capsys):

@@ -112,3 +112,13 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(tmp_path):
     assert _frame(resumed).equals(_frame(full))
     # nothing recomputed twice: every (router, n, replicate) once among the complete lines
     assert len(read_results(part / "results.csv")) == len(full)
+
+
+def test_the_rates_guide_lists_every_preset():
+    from pathlib import Path
+
+    from moestat.rates.presets import PRESETS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "rates.rst").read_text(encoding="utf-8")
+    missing = [name for name in PRESETS if f"``{name}``" not in text]
+    assert not missing, f"docs/guide/rates.rst does not list the presets {missing}"

@@ -88,6 +88,13 @@ def exit_code(results: Sequence[CheckResult], allow_skips: bool = False) -> int:
     return 0
 
 
+def totals_line(results: Sequence[CheckResult]) -> str:
+    """``"3 passed, 1 failed, 0 inconclusive, 0 skipped, 0 errors (4 checks)"``."""
+    c = {s: sum(r.status == s for r in results) for s in ("passed", "failed", "inconclusive", "skipped", "error")}
+    return (f"{c['passed']} passed, {c['failed']} failed, {c['inconclusive']} inconclusive, {c['skipped']} skipped, "
+            f"{c['error']} error{'s' if c['error'] != 1 else ''} ({len(results)} checks)")
+
+
 def _fmt(v) -> str:
     if v is None:
         return "n/a"

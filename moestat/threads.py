@@ -1,0 +1,72 @@
+"""Thread policy: how many threads torch and the BLAS libraries use, and how they wait.
+
+Why this module exists: on a shared machine another process holds some of the cores.  The OpenMP
+runtime behind torch's intra-op pool spins at every barrier by default (``OMP_WAIT_POLICY``
+active); when one of its threads has no core, each parallel region waits for that thread to be
+scheduled, and a fit that takes 0.06 s on a quiet 2-core machine took 3.9 s beside one busy
+process (``benchmarks/busy_machine.py``; the table is in ``docs/guide/performance.rst``).  Two
+rules follow from the measurements there:
+
+1. **Passive waiting.**  :func:`configure_environment` sets ``OMP_WAIT_POLICY=PASSIVE`` before
+   torch is first imported (``moestat/__init__.py`` calls it first thing), unless the user set a
+   policy or ``MOESTAT_WAIT_POLICY=runtime`` asks for the runtime's own default.  It must run
+   before torch loads: the runtime reads the variable once.
+2. **Workers x threads never exceed the cores.**  :func:`default_threads` gives each of
+   ``n_jobs`` workers ``cores // n_jobs`` threads (at least one), where ``cores`` is what this
+   process may run on (``os.sched_getaffinity``, so a CPU set of a batch scheduler counts, not the
+   machine's total).  :func:`limit_threads` applies a count to torch and, through threadpoolctl,
+   to numpy's BLAS.
+
+Every door's ``--threads`` means the same: threads per worker, ``0`` = this default.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["configure_environment", "available_cores", "default_threads", "limit_threads", "resolve_threads"]
+
+
+def configure_environment() -> None:
+    """Set the OpenMP wait policy to passive unless the user chose one (module docstring, rule 1).
+
+    Idempotent and cheap; has an effect only if it runs before torch (or another OpenMP user) is
+    imported in this process -- and in child processes, which inherit the environment.
+    """
+    if os.environ.get("MOESTAT_WAIT_POLICY", "").lower() == "runtime":
+        return
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity set; ``os.cpu_count()`` where unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads(n_jobs: int = 1) -> int:
+    """Threads per worker so that ``n_jobs`` workers never use more threads than there are cores."""
+    return max(1, available_cores() // max(1, int(n_jobs)))
+
+
+def resolve_threads(threads: int | None, n_jobs: int = 1) -> int:
+    """``--threads`` as given, or :func:`default_threads` for ``0`` / ``None``."""
+    return default_threads(n_jobs) if not threads else int(threads)
+
+
+def limit_threads(threads: int) -> int:
+    """Use ``threads`` threads in torch's intra-op pool and in numpy's BLAS; returns ``threads``.
+
+    The BLAS limit is global for the process (threadpoolctl), like torch's; call it once at the
+    start of a door or worker.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    threads = max(1, int(threads))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    threadpool_limits(limits=threads)
+    return threads
