@@ -368,9 +368,9 @@ def plot_expert_matrices(rows: list[dict], path: str | Path) -> None:
         ax.set_title(t, fontsize=6)
         ax.set_xticks([]), ax.set_yticks([])
     fig.suptitle("Expert matrices of run 0 against the true rotation R and scaling S", fontsize=7)
-    fig.tight_layout(pad=0.3, rect=(0, 0, 0.84, 1 - 0.3 / fig.get_figheight()))  # room for the title
+    fig.tight_layout(pad=0.3, rect=(0, 0, 0.8, 1 - 0.3 / fig.get_figheight()))  # room for the title
     if im is not None:
-        cb = fig.colorbar(im, cax=fig.add_axes((0.87, 0.3, 0.03, 0.4)))
+        cb = fig.colorbar(im, cax=fig.add_axes((0.82, 0.3, 0.025, 0.4)))
         cb.ax.tick_params(labelsize=5)
         cb.set_label("matrix entry", fontsize=6)
     for ext in (".pdf", ".png"):
