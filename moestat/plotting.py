@@ -168,8 +168,9 @@ def figure_problems(fig: Any, *, min_px: int | None = None, dpi: float | None = 
                     title_contains: str | None = None) -> list[str]:
     """What a reviewer would reject in ``fig``, as sentences (empty: nothing found).
 
-    Checks: axes that draw nothing (blank slots); numeric tick labels of more than one style in
-    the figure; with ``min_px`` and ``dpi``, a figure narrower than ``min_px`` pixels; with
+    Checks: axes that draw nothing (blank slots); numeric tick labels of more than one style on
+    the x axes of the figure, or on its y axes (``2k`` beside ``2245``; ``0.05`` in one panel and
+    ``5x10^-2`` in the next); with ``min_px`` and ``dpi``, a figure narrower than ``min_px`` pixels; with
     ``curves``, every legend having that many entries; with ``title_contains``, the figure's
     title (suptitle, or else every axes title) containing those words.
     """
@@ -178,16 +179,26 @@ def figure_problems(fig: Any, *, min_px: int | None = None, dpi: float | None = 
     for i, ax in enumerate(fig.axes):
         if not _draws_something(ax) and not _is_colorbar(ax):
             problems.append(f"axes {i} is empty (a blank slot)")
-    styles = {}
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
+    for direction in ("x", "y"):  # every x axis of the figure in one style, every y axis in one style
+        styles: dict[str, str] = {}
+        for ax in fig.axes:
+            if _is_colorbar(ax):
+                continue
+            axis = ax.xaxis if direction == "x" else ax.yaxis
             for t in axis.get_ticklabels(which="both"):
-                if t.get_visible() and t.get_text():
-                    s = tick_style(t.get_text())
-                    if s:
-                        styles.setdefault(s, t.get_text())
-    if len(styles) > 1:
-        problems.append("tick labels in several styles: " + ", ".join(f"{k} ({v!r})" for k, v in sorted(styles.items())))
+                text = t.get_text()
+                s = tick_style(text) if t.get_visible() and text else None
+                if s:
+                    styles.setdefault(s, text)
+        if "suffix" in styles and "plain" in styles and _number(styles["plain"]) < 1000:
+            # 500, 1k, 2k: one style (sizes under 1000 need no suffix); a plain 2245 beside 2k would not be
+            plain = [t.get_text() for ax in fig.axes for t in (ax.xaxis if direction == "x" else ax.yaxis).get_ticklabels()
+                     if tick_style(t.get_text()) == "plain"]
+            if all(_number(t) < 1000 for t in plain):
+                del styles["plain"]
+        if len(styles) > 1:
+            problems.append(f"{direction} tick labels in several styles: "
+                            + ", ".join(f"{k} ({v!r})" for k, v in sorted(styles.items())))
     if min_px is not None and dpi is not None and fig.get_figwidth() * dpi < min_px:
         problems.append(f"figure {fig.get_figwidth() * dpi:.0f} px wide, less than {min_px}")
     if curves is not None:
@@ -203,6 +214,13 @@ def figure_problems(fig: Any, *, min_px: int | None = None, dpi: float | None = 
         if not titles or not all(title_contains in t for t in titles):
             problems.append(f"title {titles!r} does not say {title_contains!r}")
     return problems
+
+
+def _number(text: str) -> float:
+    try:
+        return abs(float(text.strip().strip("$").replace("\u2212", "-").replace(",", "")))
+    except ValueError:
+        return math.inf
 
 
 def _is_colorbar(ax: Any) -> bool:
