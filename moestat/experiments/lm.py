@@ -313,19 +313,23 @@ def _plots(rows: list, out: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from moestat.plotting import save_figure
+    from moestat.plotting import curve_handle, legend, save_figure
 
     routers = list(dict.fromkeys(r["router"] for r in rows))
     colour = {router: _router_colour(router, i) for i, router in enumerate(routers)}
     fig, ax = plt.subplots(figsize=(6, 4))
     n_points = 0
+    n_seeds: dict = {}
+    labels: list[str] = []
     for router in routers:
         curves = [r["curve"] for r in rows if r["router"] == router]
         steps = [c["step"] for c in curves[0]]
         n_points = max(n_points, len(steps))
         v = np.array([[c["val_bpc"] for c in cu] for cu in curves])
         what = "1 seed" if len(v) == 1 else f"mean of {len(v)} seeds, band: min to max"
-        ax.plot(steps, v.mean(0), marker="o", ms=3, color=colour[router], label=f"{router} ({what})")
+        n_seeds[router] = len(v)
+        labels.append(f"{router} ({what})")
+        ax.plot(steps, v.mean(0), marker="o", ms=3, color=colour[router])
         if len(v) > 1:
             ax.fill_between(steps, v.min(0), v.max(0), color=colour[router], alpha=0.2, lw=0)
     ax.set_xlabel("training step")
@@ -335,7 +339,8 @@ def _plots(rows: list, out: Path) -> None:
     if n_points < MIN_EVAL_POINTS:
         title += f"\n(only {n_points} evaluation point{'s' if n_points != 1 else ''}: lower --eval-every for a curve)"
     ax.set_title(title, fontsize=9)
-    ax.legend(frameon=False)
+    # one key per router: its line, markers and (several seeds) band together
+    legend(ax, [curve_handle(colour[r], band=n_seeds[r] > 1, ms=3) for r in routers], labels, frameon=False)
     fig.tight_layout()
     save_figure(fig, out / "curves", ("png",), dpi=150)
     plt.close(fig)

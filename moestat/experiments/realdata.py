@@ -449,6 +449,14 @@ def _data_name(dataset: str | None) -> str:
     return f"{dataset}, " if dataset else ""
 
 
+def _panel_title(gate: str, width: int = 20) -> str:
+    """The gate in words, on two lines when long (``noisy topk importance load``), so that
+    neighbouring titles of a page-wide grid never run into each other."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(gate.replace("_", " "), width))
+
+
 def plot_router_distribution(rows: Sequence[dict], stem: str | Path, dataset: str | None = None) -> None:
     """Bar charts of tokens (top-k assignments) per expert on the test set, one panel per gate.
 
@@ -479,16 +487,17 @@ def plot_router_distribution(rows: Sequence[dict], stem: str | Path, dataset: st
         top = max(top, float(frac.max()))
         err = [mu - frac.min(0), frac.max(0) - mu] if len(tok) > 1 else None
         ax.bar(np.arange(len(mu)) + 1, mu, color=PALETTE[0], width=0.8, yerr=err, capsize=1.5, error_kw={"lw": 0.6})
-        ax.set_title(g.replace("_", " "), fontsize=8)
+        ax.set_title(_panel_title(g), fontsize=8)
         ax.set_xticks(np.arange(len(mu)) + 1)
         ax.tick_params(labelsize=7)
         ax.set_xlabel("expert (by load)", fontsize=7)
         ax.set_ylabel("share of assignments", fontsize=7)
     for ax in axes:  # one scale for every gate
         ax.set_ylim(0, 1.05 * top)
-    what = ("1 seed" if seeds == {1} else "mean over " + "/".join(map(str, sorted(seeds))) + " seeds; bars: min to max")
+    what = ("1 seed" if seeds == {1} else f"mean over {min(seeds)} seeds" if len(seeds) == 1
+            else f"mean over {min(seeds)} to {max(seeds)} seeds per gate") + ("; bars: min to max" if max(seeds) > 1 else "")
     fig.suptitle(f"Expert load on the test set ({_data_name(dataset)}{what})", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.15 / fig.get_figheight()))  # a gap under the title
     _save(fig, Path(stem))
     plt.close(fig)
 
@@ -508,6 +517,7 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
     for r in rows:
         first.setdefault(r["gate"], r)
     gates = list(first)
+    one_seed = len({first[g]["seed"] for g in gates}) == 1  # then said once, in the title
     nc = _cols(len(gates))
     nr = math.ceil(len(gates) / nc)
     fig = plt.figure(figsize=(_PRINT_IN, 2.5 * nr + 0.6))
@@ -517,7 +527,7 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
         c = np.asarray(first[g]["counts"], dtype=float)
         frac = c / np.maximum(c.sum(0, keepdims=True), 1)
         im = ax.imshow(frac, aspect="auto", cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"{g.replace('_', ' ')} (seed {first[g]['seed']})", fontsize=8)
+        ax.set_title(_panel_title(g) + ("" if one_seed else f" (seed {first[g]['seed']})"), fontsize=8)
         ax.set_yticks(range(c.shape[0]))
         ax.set_yticklabels([str(i + 1) for i in range(c.shape[0])], fontsize=6)
         ax.set_xticks(range(c.shape[1]))
@@ -526,8 +536,9 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
         ax.set_xticklabels(names, fontsize=6, rotation=90 if max(map(len, names)) > 2 else 0)
         ax.set_xlabel("true class", fontsize=7)
         ax.set_ylabel("expert", fontsize=7)
-    fig.suptitle(f"Which expert each class goes to (test set, {_data_name(dataset)}argmax of the gate)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 0.9, 1))
+    seed_text = f", seed {first[gates[0]]['seed']}" if one_seed and gates else ""
+    fig.suptitle(f"Which expert each class goes to (test set, {_data_name(dataset)}argmax of the gate{seed_text})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.9, 1 - 0.15 / fig.get_figheight()))
     if im is not None:
         cax = fig.add_axes((0.92, 0.25, 0.015, 0.5))
         cb = fig.colorbar(im, cax=cax)
