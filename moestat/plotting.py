@@ -3,12 +3,11 @@
 What a reviewer asked of the figures (issue 24, item 6), and the helper here that does it:
 
 * one colour per curve, its markers, bars and fit line in one legend entry: :data:`PALETTE`,
-  :func:`colours` and :func:`curve_handle` (a tuple handle drawn as one legend key);
-* no blank panel slots: :func:`panel_grid` centres a short last row instead of leaving empty axes,
-  and :func:`drop_empty_axes` removes what is left over;
+  :func:`colours`, :func:`curve_handle` (a tuple handle drawn as one legend key) and :func:`legend`;
+* no blank panel slots: :func:`panel_grid` centres a short last row instead of leaving empty axes;
 * print size: :func:`save_figure` picks the resolution that makes the PNG at least
   ``min_px`` pixels wide (:data:`PRINT_WIDTH_PX` for the real-data figures);
-* synthetic data said in the title: :func:`synthetic_title`;
+* synthetic data said in the title: :data:`SYNTHETIC` starts the title of a demo task's figure;
 * one seed is "(1 seed)", never "± nan" or "± 0": :func:`mean_sd`;
 * :func:`figure_problems` checks a drawn figure against the rules that can be checked (empty axes,
   legend entries, width, mixed tick-label styles); the tests use it on every door's figure.
@@ -23,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["PALETTE", "PRINT_WIDTH_PX", "SYNTHETIC", "colours", "curve_handle", "mean_sd", "panel_grid",
-           "drop_empty_axes", "save_figure", "synthetic_title", "tick_style", "figure_problems"]
+__all__ = ["PALETTE", "PRINT_WIDTH_PX", "SYNTHETIC", "colours", "curve_handle", "legend", "mean_sd", "panel_grid",
+           "save_figure", "tick_style", "figure_problems"]
 
 #: Okabe & Ito's colour-blind safe palette (yellow left out: it vanishes on white), the first
 #: three in the order of :data:`moestat.rates.figures.ROUTER_COLOURS`.
@@ -49,8 +48,8 @@ def curve_handle(colour: str, *, marker: str | None = "o", line: str | None = "-
                  band: bool = False, ms: float = 3.5, lw: float = 1.1) -> tuple:
     """A legend handle showing a curve's marker, line, error bar and band as ONE key.
 
-    Pass it with ``handler_map={tuple: HandlerTuple(ndivide=1)}`` (or use
-    ``ax.legend(handles, labels, handler_map=...)``); the parts are drawn on top of each other.
+    Draw legends of such handles with :func:`legend` (or pass
+    ``handler_map={tuple: HandlerTuple(ndivide=1)}``); the parts are drawn on top of each other.
     """
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -109,14 +108,6 @@ def panel_grid(fig: Any, n: int, ncols: int, **subplot_kw: Any) -> list[Any]:
     return axes
 
 
-def drop_empty_axes(fig: Any) -> int:
-    """Remove the axes that show nothing (no line, patch, image, collection or text); returns how many."""
-    empty = [ax for ax in fig.axes if not _draws_something(ax)]
-    for ax in empty:
-        fig.delaxes(ax)
-    return len(empty)
-
-
 def _draws_something(ax: Any) -> bool:
     return ax.get_visible() and bool(ax.lines or ax.images or ax.collections or ax.patches or ax.texts or ax.tables)
 
@@ -137,11 +128,6 @@ def save_figure(fig: Any, stem: str | Path, formats: Iterable[str] = ("pdf", "pn
         dpi = max(dpi, math.ceil(min_px / fig.get_figwidth()))
     with plt.rc_context({"pdf.fonttype": 42}):
         return [atomic_savefig(fig, stem.with_name(f"{stem.name}.{fmt}"), dpi=dpi, **kwargs) for fmt in formats]
-
-
-def synthetic_title(title: str, synthetic: bool = True) -> str:
-    """``"SYNTHETIC DEMO: <title>"`` when the data are the synthetic demo task, else ``title``."""
-    return f"{SYNTHETIC}: {title}" if synthetic else title
 
 
 _POWER = re.compile(r"10\^|\\times|10\^\{")
