@@ -219,6 +219,13 @@ def run_regression(
     return {"data": data, "rows": rows, "models": models}
 
 
+def _ms(a: np.ndarray, digits: int) -> str:
+    """``mean ± sd`` over runs; ``mean (1 seed)`` for a single run (no ``± 0``)."""
+    from moestat.plotting import mean_sd
+
+    return mean_sd(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else None, len(a), digits)
+
+
 def format_table(rows: list[dict], task: str) -> str:
     """Markdown table in the thesis's layout: one line per (method, experts), means over runs.
 
@@ -239,14 +246,13 @@ def format_table(rows: list[dict], task: str) -> str:
         if task == "classification":
             acc = f("accuracy")
             lines.append(
-                f"| {name} | {M} | {acc.mean():.2f} ± {acc.std(ddof=1) if len(acc) > 1 else 0.0:.2f} | "
+                f"| {name} | {M} | {_ms(acc, 2)} | "
                 f"{f('I_EY').mean():.3f} | {f('H_s').mean():.3f} | {f('H_u').mean():.3f} | "
                 f"{f('H_s_gate').mean():.3f} | {len(rs)} | {f('seconds').mean():.1f} |")
         else:
-            sd = lambda a: a.std(ddof=1) if len(a) > 1 else 0.0  # noqa: E731
             eR, eS = f("err_R"), f("err_S")
             lines.append(
-                f"| {name} | {M} | {eR.mean():.4f} ± {sd(eR):.4f} | {eS.mean():.4f} ± {sd(eS):.4f} | "
+                f"| {name} | {M} | {_ms(eR, 4)} | {_ms(eS, 4)} | "
                 f"{f('mse').mean():.2e} | {f('I_EY').mean():.3f} | {f('H_s').mean():.3f} | "
                 f"{f('H_u').mean():.3f} | {len(rs)} | {f('seconds').mean():.1f} |")
     return "\n".join(lines) + "\n"
@@ -281,7 +287,7 @@ def write_toy_outputs(res: dict, task: str, out: str | Path, config: dict, figur
         if task == "classification":
             for (name, M), model in res["models"].items():
                 plot_decision_regions(model, name, res["data"], out / f"regions_{name}_M{M}",
-                                      title=f"{name}, {M} experts (run 0)")
+                                      title=f"{name.replace('_', ' ')}: decision regions of each of {M} experts (run 0)")
         else:
             plot_expert_matrices(res["rows"], out / "expert_matrices")
     return table
@@ -309,7 +315,7 @@ def plot_decision_regions(model: MoELayer, method: "str | Method", data: ToyData
     pg, pt = predict_moe(model, grid, method), predict_moe(model, x, method)
     cols = np.array([to_rgba(c) for c in plt.get_cmap("tab10").colors[: data.n_outputs]])
     M = model.n_experts
-    fig, axes = plt.subplots(1, M, figsize=(1.45 * M + 0.2, 1.75), squeeze=False)
+    fig, axes = plt.subplots(1, M, figsize=(1.45 * M + 1.3, 1.95), squeeze=False)
     wrong = pt.y_pred != y
     for i, ax in enumerate(axes[0]):
         img = cols[pg.expert_predictions[:, i]].copy()
@@ -319,11 +325,20 @@ def plot_decision_regions(model: MoELayer, method: "str | Method", data: ToyData
         sel = pt.selected == i
         ax.scatter(x[sel & ~wrong, 0], x[sel & ~wrong, 1], s=2, c=cols[y[sel & ~wrong]], linewidths=0)
         ax.scatter(x[sel & wrong, 0], x[sel & wrong, 1], s=9, c="red", marker="x", linewidths=0.6)
-        ax.set_title(f"expert {i + 1} ({int(sel.sum())})", fontsize=6)
+        ax.set_title(f"expert {i + 1} ({int(sel.sum())} test points)", fontsize=6)
         ax.set_xticks([]), ax.set_yticks([])
+    # the legend says what the colours and crosses are (a reader cannot guess the class colours)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=cols[c], alpha=0.55, label=f"class {c + 1}") for c in range(data.n_outputs)]
+    handles += [Line2D([], [], color="red", marker="x", ls="none", ms=4, mew=0.8, label="misclassified"),
+                Patch(facecolor="0.5", alpha=0.55, label="routed here"),
+                Patch(facecolor="0.5", alpha=0.08, label="routed elsewhere")]
+    fig.legend(handles=handles, loc="center right", fontsize=5, frameon=False, handlelength=1.2, borderaxespad=0.2)
     if title:
         fig.suptitle(title, fontsize=7)
-    fig.tight_layout(pad=0.3)
+    fig.tight_layout(pad=0.3, rect=(0, 0, 1 - 1.1 / fig.get_figwidth(), 1))
     for ext in (".pdf", ".png"):
         atomic_savefig(fig, Path(str(path) + ext), dpi=200)
     plt.close(fig)
@@ -340,17 +355,24 @@ def plot_expert_matrices(rows: list[dict], path: str | Path) -> None:
     panels = [("true R", ROTATION), ("true S", SCALING)]
     for r in first:
         A = np.asarray(r["matrices"])
-        panels += [(f"{r['method']}: ~R", A[r["expert_R"]]), (f"{r['method']}: ~S", A[r["expert_S"]])]
+        name = r["method"].replace("_", " ")
+        panels += [(f"{name}: expert near R", A[r["expert_R"]]), (f"{name}: expert near S", A[r["expert_S"]])]
     ncol = 2
     nrow = len(panels) // ncol
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.3, 1.25 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.3, 1.25 * nrow + 0.35), squeeze=False)
+    im = None
     for ax, (t, A) in zip(axes.ravel(), panels):
-        ax.imshow(A, cmap="coolwarm", vmin=-1, vmax=1)
+        im = ax.imshow(A, cmap="coolwarm", vmin=-1, vmax=1)
         for (a, b), v in np.ndenumerate(A):
             ax.text(b, a, f"{v:.4f}", ha="center", va="center", fontsize=6)
         ax.set_title(t, fontsize=6)
         ax.set_xticks([]), ax.set_yticks([])
-    fig.tight_layout(pad=0.3)
+    fig.suptitle("Expert matrices of run 0 against the true rotation R and scaling S", fontsize=7)
+    fig.tight_layout(pad=0.3, rect=(0, 0, 0.8, 1 - 0.3 / fig.get_figheight()))  # room for the title
+    if im is not None:
+        cb = fig.colorbar(im, cax=fig.add_axes((0.82, 0.3, 0.025, 0.4)))
+        cb.ax.tick_params(labelsize=5)
+        cb.set_label("matrix entry", fontsize=6)
     for ext in (".pdf", ".png"):
         atomic_savefig(fig, Path(str(path) + ext), dpi=200)
     plt.close(fig)

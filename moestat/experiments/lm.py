@@ -280,38 +280,72 @@ def summarise(rows: list) -> dict:
 
 
 def format_table(summary: dict) -> str:
-    """The results table (Markdown) of a summary."""
+    """The results table (Markdown) of a summary; one seed is "(1 seed)", never "± nan"."""
+    from moestat.plotting import mean_sd
+
     lines = ["| router | runs | val BPC | test BPC | H_s per layer (bits) | H_u per layer (bits) | tokens/s | wall (s) |",
              "|---|---|---|---|---|---|---|---|"]
     for router, s in summary["routers"].items():
         f = lambda v: " / ".join(f"{x:.2f}" for x in v)  # noqa: E731
-        lines.append(f"| {router} | {s['runs']} | {s['val_bpc'][0]:.4f} ± {s['val_bpc'][1]:.4f} | "
-                     f"{s['test_bpc'][0]:.4f} ± {s['test_bpc'][1]:.4f} | {f(s['test_H_s'])} | {f(s['test_H_u'])} | "
+        lines.append(f"| {router} | {s['runs']} | {mean_sd(*s['val_bpc'], s['runs'])} | "
+                     f"{mean_sd(*s['test_bpc'], s['runs'])} | {f(s['test_H_s'])} | {f(s['test_H_u'])} | "
                      f"{s['tokens_per_second']:.0f} | {s['wall_seconds']:.0f} |")
     return "\n".join(lines)
 
 
+#: Fewer evaluation points than this and the curve figure says so in its title.
+MIN_EVAL_POINTS = 5
+
+
+def _router_colour(router: str, i: int) -> str:
+    from moestat.plotting import PALETTE
+    from moestat.rates.figures import ROUTER_COLOURS
+
+    return ROUTER_COLOURS.get(router, PALETTE[(3 + i) % len(PALETTE)])  # the same colours as the rates figures
+
+
 def _plots(rows: list, out: Path) -> None:
+    """``curves.png`` (validation BPC per router: mean over seeds, band min to max, a marker per
+    evaluation) and ``routing.png`` (H_s and H_u per layer); one colour per router in both."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from moestat.plotting import curve_handle, legend, save_figure
 
     routers = list(dict.fromkeys(r["router"] for r in rows))
+    colour = {router: _router_colour(router, i) for i, router in enumerate(routers)}
     fig, ax = plt.subplots(figsize=(6, 4))
+    n_points = 0
+    n_seeds: dict = {}
+    labels: list[str] = []
     for router in routers:
         curves = [r["curve"] for r in rows if r["router"] == router]
         steps = [c["step"] for c in curves[0]]
+        n_points = max(n_points, len(steps))
         v = np.array([[c["val_bpc"] for c in cu] for cu in curves])
-        ax.plot(steps, v.mean(0), label=f"{router} (mean of {len(v)})")
-        ax.fill_between(steps, v.min(0), v.max(0), alpha=0.2)
+        what = "1 seed" if len(v) == 1 else f"mean of {len(v)} seeds, band: min to max"
+        n_seeds[router] = len(v)
+        labels.append(f"{router} ({what})")
+        ax.plot(steps, v.mean(0), marker="o", ms=3, color=colour[router])
+        if len(v) > 1:
+            ax.fill_between(steps, v.min(0), v.max(0), color=colour[router], alpha=0.2, lw=0)
     ax.set_xlabel("training step")
+    ax.xaxis.get_major_locator().set_params(integer=True)  # steps are integers: no 22.5
     ax.set_ylabel("validation BPC (first part of the validation text)")
-    ax.legend()
+    title = "Validation bits per character during training"
+    if n_points < MIN_EVAL_POINTS:
+        title += f"\n(only {n_points} evaluation point{'s' if n_points != 1 else ''}: lower --eval-every for a curve)"
+    ax.set_title(title, fontsize=9)
+    # one key per router: its line, markers and (several seeds) band together
+    legend(ax, [curve_handle(colour[r], band=n_seeds[r] > 1, ms=3) for r in routers], labels, frameon=False)
     fig.tight_layout()
-    atomic_savefig(fig, out / "curves.png", dpi=120)
+    save_figure(fig, out / "curves", ("png",), dpi=150)
     plt.close(fig)
     n_layers = len(rows[0]["curve"][0]["H_s"])
+    styles = ("-", "--", ":", "-.")
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     for router in routers:
         curves = [r["curve"] for r in rows if r["router"] == router]
@@ -319,13 +353,21 @@ def _plots(rows: list, out: Path) -> None:
         for key, ax in zip(("H_s", "H_u"), axes):
             v = np.array([[c[key] for c in cu] for cu in curves]).mean(0)  # [evals, layers]
             for layer in range(n_layers):
-                ax.plot(steps, v[:, layer], label=f"{router} layer {layer + 1}",
-                        linestyle=("-", "--", ":", "-.")[layer % 4])
-    axes[0].set_title("H_s: mean per-token router entropy (bits)")
-    axes[1].set_title("H_u: entropy of the mean routing (bits)")
+                ax.plot(steps, v[:, layer], color=colour[router], ls=styles[layer % 4], marker="o", ms=2.5)
+    axes[0].set_title("H_s: mean per-token router entropy", fontsize=9)
+    axes[1].set_title("H_u: entropy of the mean routing", fontsize=9)
     for ax in axes:
         ax.set_xlabel("training step")
-    axes[1].legend(fontsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_ylabel("bits")
+    # two short legends instead of routers x layers entries: colour = router, line style = layer
+    axes[0].legend([Line2D([], [], color=colour[r], marker="o", ms=2.5) for r in routers], routers, title="router",
+                   fontsize=7, title_fontsize=7, frameon=False)
+    axes[1].legend([Line2D([], [], color="0.3", ls=styles[layer % 4]) for layer in range(n_layers)],
+                   [f"layer {layer + 1}" for layer in range(n_layers)], title="layer", fontsize=7, title_fontsize=7,
+                   frameon=False)
+    seeds = len(rows) // max(len(routers), 1)
+    fig.suptitle(f"Router entropies during training ({'1 seed' if seeds == 1 else f'mean over {seeds} seeds'})", fontsize=10)
     fig.tight_layout()
-    atomic_savefig(fig, out / "routing.png", dpi=120)
+    save_figure(fig, out / "routing", ("png",), dpi=150)
     plt.close(fig)

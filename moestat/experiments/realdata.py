@@ -359,8 +359,8 @@ def run_experiment(
     atomic_write_text(out / "summary.csv", _csv(summary))
     moe_rows = [r for r in rows if "counts" in r]
     if moe_rows:
-        plot_router_distribution(moe_rows, out / "router_distribution")
-        plot_class_heatmaps(moe_rows, out / "class_expert_heatmaps", class_names=dataset.class_names)
+        plot_router_distribution(moe_rows, out / "router_distribution", dataset=dataset.name)
+        plot_class_heatmaps(moe_rows, out / "class_expert_heatmaps", class_names=dataset.class_names, dataset=dataset.name)
     return summary
 
 
@@ -399,8 +399,9 @@ def summarise(rows: Sequence[dict]) -> dict:
 def _fmt(e: dict, m: str, digits: int) -> str:
     if f"{m}_mean" not in e:
         return "-"
-    mu, sd = e[f"{m}_mean"], e.get(f"{m}_std", float("nan"))
-    return f"{mu:.{digits}f}" if not math.isfinite(sd) else f"{mu:.{digits}f} ± {sd:.{digits}f}"
+    from moestat.plotting import mean_sd
+
+    return mean_sd(e[f"{m}_mean"], e.get(f"{m}_std"), e.get("n_seeds", 1), digits)
 
 
 def format_table(summary: dict, markdown: bool = False) -> str:
@@ -430,83 +431,119 @@ def _csv(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+_PRINT_IN = 7.0  # width of a print figure (a page), inches; written at >= PRINT_WIDTH_PX pixels
+
+
 def _save(fig, stem: Path) -> None:
-    for ext in ("png", "pdf"):
-        atomic_savefig(fig, stem.with_suffix(f".{ext}"), dpi=150, bbox_inches="tight")
+    from moestat.plotting import PRINT_WIDTH_PX, save_figure
+
+    # no bbox_inches="tight": it would crop the page width below PRINT_WIDTH_PX
+    save_figure(fig, Path(stem), ("png", "pdf"), dpi=150, min_px=PRINT_WIDTH_PX)
 
 
-def _grid(n: int) -> tuple[int, int]:
-    cols = min(4, n)
-    return math.ceil(n / cols), cols
+def _cols(n: int) -> int:
+    return min(4, n)
 
 
-def plot_router_distribution(rows: Sequence[dict], stem: str | Path) -> None:
+def _data_name(dataset: str | None) -> str:
+    return f"{dataset}, " if dataset else ""
+
+
+def _panel_title(gate: str, width: int = 20) -> str:
+    """The gate in words, on two lines when long (``noisy topk importance load``), so that
+    neighbouring titles of a page-wide grid never run into each other."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(gate.replace("_", " "), width))
+
+
+def plot_router_distribution(rows: Sequence[dict], stem: str | Path, dataset: str | None = None) -> None:
     """Bar charts of tokens (top-k assignments) per expert on the test set, one panel per gate.
 
-    Bars are the mean over seeds, error bars the min-max range; experts are sorted by load
-    within each seed first (expert indices are arbitrary), as in Datta (2024)'s Figures 3-7.
+    Bars are the mean over seeds, error bars the min-max range (one seed: no bar, said in the
+    title); experts are sorted by load within each seed first (expert indices are arbitrary), as in
+    Datta (2024)'s Figures 3-7.  A print figure: a page wide, at least 1200 px, every panel
+    labelled, a short last row centred (no blank slots).
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moestat.plotting import PALETTE, panel_grid
+
     gates = list(dict.fromkeys(r["gate"] for r in rows))
-    nr, nc = _grid(len(gates))
-    fig, axes = plt.subplots(nr, nc, figsize=(1.8 * nc + 0.6, 1.5 * nr + 0.4), squeeze=False, sharey=True)
-    for ax, g in zip(axes.ravel(), gates):
+    nc = _cols(len(gates))
+    nr = math.ceil(len(gates) / nc)
+    fig = plt.figure(figsize=(_PRINT_IN, 1.9 * nr + 0.5))
+    axes = panel_grid(fig, len(gates), nc)
+    seeds = set()
+    top = 0.0
+    for ax, g in zip(axes, gates):
         tok = np.array([sorted(r["tokens_per_expert"], reverse=True) for r in rows if r["gate"] == g], dtype=float)
+        seeds.add(len(tok))
         frac = tok / tok.sum(1, keepdims=True)
         mu = frac.mean(0)
-        ax.bar(np.arange(len(mu)), mu, color="tab:blue", width=0.8,
-               yerr=[mu - frac.min(0), frac.max(0) - mu], capsize=1.5, error_kw={"lw": 0.6})
-        ax.set_title(g.replace("_", " "), fontsize=7)
-        ax.set_xticks(np.arange(len(mu)))
-        ax.set_xticklabels([str(i + 1) for i in range(len(mu))], fontsize=5)
-        ax.tick_params(axis="y", labelsize=6)
-    for ax in axes.ravel()[len(gates):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("share of assignments", fontsize=6)
-    for ax in axes[-1, :]:
-        ax.set_xlabel("expert (by load)", fontsize=6)
-    fig.tight_layout()
+        top = max(top, float(frac.max()))
+        err = [mu - frac.min(0), frac.max(0) - mu] if len(tok) > 1 else None
+        ax.bar(np.arange(len(mu)) + 1, mu, color=PALETTE[0], width=0.8, yerr=err, capsize=1.5, error_kw={"lw": 0.6})
+        ax.set_title(_panel_title(g), fontsize=8)
+        ax.set_xticks(np.arange(len(mu)) + 1)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("expert (by load)", fontsize=7)
+        ax.set_ylabel("share of assignments", fontsize=7)
+    for ax in axes:  # one scale for every gate
+        ax.set_ylim(0, 1.05 * top)
+    what = ("1 seed" if seeds == {1} else f"mean over {min(seeds)} seeds" if len(seeds) == 1
+            else f"mean over {min(seeds)} to {max(seeds)} seeds per gate") + ("; bars: min to max" if max(seeds) > 1 else "")
+    fig.suptitle(f"Expert load on the test set ({_data_name(dataset)}{what})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.15 / fig.get_figheight()))  # a gap under the title
     _save(fig, Path(stem))
     plt.close(fig)
 
 
-def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Sequence[str] | None = None) -> None:
-    """Heat maps of the argmax expert by true class (first seed of each gate), column-normalised."""
+def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Sequence[str] | None = None,
+                        dataset: str | None = None) -> None:
+    """Heat maps of the argmax expert by true class (first seed of each gate), column-normalised,
+    with one colour bar; a print figure as :func:`plot_router_distribution`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moestat.plotting import panel_grid
+
     first: dict[str, dict] = {}
     for r in rows:
         first.setdefault(r["gate"], r)
     gates = list(first)
-    nr, nc = _grid(len(gates))
-    fig, axes = plt.subplots(nr, nc, figsize=(1.9 * nc + 0.8, 2.5 * nr + 0.4), squeeze=False, constrained_layout=True)
+    one_seed = len({first[g]["seed"] for g in gates}) == 1  # then said once, in the title
+    nc = _cols(len(gates))
+    nr = math.ceil(len(gates) / nc)
+    fig = plt.figure(figsize=(_PRINT_IN, 2.5 * nr + 0.6))
+    axes = panel_grid(fig, len(gates), nc)
     im = None
-    for ax, g in zip(axes.ravel(), gates):
+    for ax, g in zip(axes, gates):
         c = np.asarray(first[g]["counts"], dtype=float)
         frac = c / np.maximum(c.sum(0, keepdims=True), 1)
         im = ax.imshow(frac, aspect="auto", cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"{g.replace('_', ' ')} (seed {first[g]['seed']})", fontsize=6)
+        ax.set_title(_panel_title(g) + ("" if one_seed else f" (seed {first[g]['seed']})"), fontsize=8)
         ax.set_yticks(range(c.shape[0]))
-        ax.set_yticklabels([str(i + 1) for i in range(c.shape[0])], fontsize=5)
+        ax.set_yticklabels([str(i + 1) for i in range(c.shape[0])], fontsize=6)
         ax.set_xticks(range(c.shape[1]))
         labels = list(class_names) if class_names is not None and len(class_names) == c.shape[1] else range(c.shape[1])
-        ax.set_xticklabels([str(s)[:7] for s in labels], fontsize=4.5, rotation=90)
-    for ax in axes.ravel()[len(gates):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("expert", fontsize=6)
+        names = [str(s)[:7] for s in labels]
+        ax.set_xticklabels(names, fontsize=6, rotation=90 if max(map(len, names)) > 2 else 0)
+        ax.set_xlabel("true class", fontsize=7)
+        ax.set_ylabel("expert", fontsize=7)
+    seed_text = f", seed {first[gates[0]]['seed']}" if one_seed and gates else ""
+    fig.suptitle(f"Which expert each class goes to (test set, {_data_name(dataset)}argmax of the gate{seed_text})", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.9, 1 - 0.15 / fig.get_figheight()))
     if im is not None:
-        cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6)
-        cb.ax.tick_params(labelsize=5)
-        cb.set_label("share of the class", fontsize=6)
+        cax = fig.add_axes((0.92, 0.25, 0.015, 0.5))
+        cb = fig.colorbar(im, cax=cax)
+        cb.ax.tick_params(labelsize=6)
+        cb.set_label("share of the class", fontsize=7)
     _save(fig, Path(stem))
     plt.close(fig)
 

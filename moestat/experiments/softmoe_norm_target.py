@@ -246,37 +246,51 @@ def rst_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _experts_label(n: int) -> str:
+    return f"{n} expert" + ("" if n == 1 else "s")
+
+
+def _seeds_text(result: dict) -> str:
+    k = len({r["seed_index"] for r in result["runs"]})
+    return "1 seed" if k == 1 else f"mean \u00b1 sd over {k} seeds"
+
+
 def plot_norm_target(result: dict, path: str | os.PathLike) -> list[Path]:
-    """Loss curves (mean +- sd band over seeds per ``n``), one panel per tokenisation.
+    """Loss curves (mean +- sd band over seeds per number of experts), one panel per tokenisation.
 
     Writes ``path`` with suffixes ``.pdf`` and ``.png``; the constant-predictor MSE is a dashed line.
+    One colour per number of experts (the same in :func:`plot_witness`), titled, legend in words.
     """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moestat.plotting import colours, save_figure
+
     toks = result["config"]["tokens"]
-    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.6), sharey=True, squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    experts = result["config"]["experts"]
+    cols = colours(len(experts))
+    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.9), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], toks):
-        for ci, n in enumerate(result["config"]["experts"]):
+        for ci, n in enumerate(experts):
             rs = [r for r in result["runs"] if r["tokens"] == t and r["n_experts"] == n]
             C = np.array([r["curve"] for r in rs])
             x = np.array(rs[0]["curve_steps"])
             mu, sd = C.mean(0), C.std(0)
-            c = colors[ci % len(colors)]
-            ax.plot(x, mu, color=c, lw=1.2, label=f"n={n}")
-            ax.fill_between(x, np.maximum(mu - sd, 1e-3), mu + sd, color=c, alpha=0.2, lw=0)
-        ax.axhline(result["constant_mse"], color="k", ls="--", lw=0.8, label="constant")
+            ax.plot(x, mu, color=cols[ci], lw=1.2, label=_experts_label(n))
+            if len(rs) > 1:  # one seed has no spread to draw
+                ax.fill_between(x, np.maximum(mu - sd, 1e-3), mu + sd, color=cols[ci], alpha=0.2, lw=0)
+        ax.axhline(result["constant_mse"], color="k", ls="--", lw=0.8, label="constant predictor")
         ax.set_yscale("log")
         m, d = parse_tokenisation(t)
-        ax.set_title(f"m x d = {m} x {d}", fontsize=9)
+        ax.set_title(f"tokens m x d = {m} x {d}", fontsize=9)
         ax.set_xlabel("Adam step", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=7, which="both")
     axes[0][0].set_ylabel("MSE (fresh batches)", fontsize=8)
     axes[0][-1].legend(fontsize=7, frameon=False)
+    fig.suptitle(f"Soft MoE learning $\\|X\\|_2$ at a fixed expert budget: training MSE ({_seeds_text(result)})", fontsize=9)
     fig.tight_layout()
-    out = [atomic_savefig(fig, Path(str(path) + ".pdf")), atomic_savefig(fig, Path(str(path) + ".png"), dpi=200)]
+    out = save_figure(fig, path)
     plt.close(fig)
     return out
 
@@ -284,33 +298,42 @@ def plot_norm_target(result: dict, path: str | os.PathLike) -> list[Path]:
 def plot_witness(result: dict, path: str | os.PathLike) -> list[Path]:
     """Theorem 1 witness: relative pair error ``max|g - t| / |t(A) - t(B)|`` against ``a``.
 
-    One panel per tokenisation, mean over seeds per ``n``; the dotted line is the ``n = 1``
-    asymptote ``1/2`` implied by a vanishing prediction gap.  Writes ``.pdf`` and ``.png``.
+    One panel per tokenisation, mean over seeds per number of experts (bars: sd, drawn for more
+    than one seed); the dotted line is the one-expert asymptote ``1/2`` implied by a vanishing
+    prediction gap.  Writes ``.pdf`` and ``.png``.
     """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from moestat.plotting import colours, save_figure
+
     toks = result["config"]["tokens"]
-    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.5), sharey=True, squeeze=False)
+    experts = result["config"]["experts"]
+    cols = colours(len(experts))
+    fig, axes = plt.subplots(1, len(toks), figsize=(3.4 * len(toks), 2.8), sharey=True, squeeze=False)
     for ax, t in zip(axes[0], toks):
-        for n in result["config"]["experts"]:
+        for ci, n in enumerate(experts):
             rs = [r for r in result["runs"] if r["tokens"] == t and r["n_experts"] == n]
             a = [w["a"] for w in rs[0]["witness"]]
             E = np.array([[w["relative_pair_error"] for w in r["witness"]] for r in rs])
-            ax.errorbar(a, E.mean(0), yerr=E.std(0), marker="o", ms=3, lw=1, capsize=2, label=f"n={n}")
-        ax.axhline(0.5, color="k", ls=":", lw=0.8)
+            ax.errorbar(a, E.mean(0), yerr=E.std(0) if len(rs) > 1 else None, marker="o", ms=3, lw=1, capsize=2,
+                        color=cols[ci], label=_experts_label(n))
+        ax.axhline(0.5, color="k", ls=":", lw=0.8, label="1/2: one expert, vanishing prediction gap")
         ax.set_xscale("log")
         ax.minorticks_off()
         ax.set_xticks(a)
         ax.set_xticklabels([f"{v:g}" for v in a])
-        ax.set_title(f"m x d = {t}", fontsize=9)
+        m, d = parse_tokenisation(t)
+        ax.set_title(f"tokens m x d = {m} x {d}", fontsize=9)
         ax.set_xlabel("witness scale a", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("pair error / norm gap", fontsize=8)
-    axes[0][-1].legend(fontsize=7, frameon=False)
+    h, l = axes[0][-1].get_legend_handles_labels()
+    axes[0][-1].legend(h[1:] + h[:1], l[1:] + l[:1], fontsize=7, frameon=False)  # the experts first, the asymptote last
+    fig.suptitle(f"Theorem 1 witness: relative pair error against the witness scale ({_seeds_text(result)})", fontsize=9)
     fig.tight_layout()
-    out = [atomic_savefig(fig, Path(str(path) + ".pdf")), atomic_savefig(fig, Path(str(path) + ".png"), dpi=200)]
+    out = save_figure(fig, path)
     plt.close(fig)
     return out
 
@@ -336,8 +359,11 @@ def write_norm_outputs(result: dict, out: str | os.PathLike, echo: bool = True) 
                         f"{wr['pred_gap']:.6g}", f"{wr['slot_gap']:.3g}", f"{wr['pair_error']:.6g}",
                         f"{wr['lower_bound']:.6g}", f"{wr['tolerance']:.6g}"])
     atomic_write_text(out / "witness.csv", buf.getvalue())
-    cols = [("tokens", "tokens"), ("n", "n_experts"), ("hidden", "hidden"), ("expert weights", "expert_weights"),
-            ("final MSE (mean +- sd)", "{mean:.3f} +- {sd:.3f}"),
+    from moestat.plotting import mean_sd
+
+    rows = [{**r, "mse_text": mean_sd(r["mean"], r["sd"], len(r["per_seed"]), 3, pm="+-")} for r in rows]
+    cols = [("tokens", "tokens"), ("experts", "n_experts"), ("hidden", "hidden"), ("expert weights", "expert_weights"),
+            ("final MSE (mean +- sd)", "mse_text"),
             ("witness err/gap", "{witness_rel_error:.3f}"), ("pred gap/norm gap", "{witness_pred_gap:.3f}")]
     text = rst_table(rows, cols) + f"\nconstant predictor MSE (Var ||X||) = {result['constant_mse']:.3f}\n"
     atomic_write_text(out / "norm_target_table.rst", text)

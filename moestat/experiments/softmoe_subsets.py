@@ -408,16 +408,23 @@ def write_subset_outputs(result: dict, out: str | os.PathLike, echo: bool = True
     atomic_write_json(out / "subsets.json", {**result, "table": table})
     reg = result["config"]["dataset"] == "norm"
     name = "MSE" if reg else "acc"
-    cols = [("n", "n_experts"), ("k", "k"), (f"full {name}", "{full:.4f} +- {full_sd:.4f}"),
-            (f"Alg.1 {name}", "{alg1:.4f} +- {alg1_sd:.4f}"), (f"random {name}", "{random_mean:.4f} +- {random_mean_sd:.4f}"),
-            ("oracle", "{oracle:.4f}"), ("% retained" + (" (R2)" if reg else ""), "{pct_retained:.1f} +- {pct_retained_sd:.1f}"),
-            ("random % retained", "{random_pct_retained:.1f}"), ("z", "{z:.1f} +- {z_sd:.1f}"),
+    from moestat.plotting import mean_sd
+
+    def cell(key: str, digits: int):  # mean +- sd over model seeds; "(1 seed)" for one
+        return lambda r: mean_sd(r[key], r[key + "_sd"], r["models"], digits, pm="+-")
+
+    shown = {"full": 4, "alg1": 4, "random_mean": 4, "pct_retained": 1, "z": 1}
+    table_text = [{**r, **{f"{k}_text": cell(k, d)(r) for k, d in shown.items()}} for r in table]
+    cols = [("experts", "n_experts"), ("k", "k"), (f"full {name}", "full_text"),
+            (f"Alg.1 {name}", "alg1_text"), (f"random {name}", "random_mean_text"),
+            ("oracle", "{oracle:.4f}"), ("% retained" + (" (R2)" if reg else ""), "pct_retained_text"),
+            ("random % retained", "{random_pct_retained:.1f}"), ("z", "z_text"),
             ("C_sum share", "{csum_share:.3f}"), ("evals saved", "{evals_saved:.3f}")]
     cfg = result["config"]
     what = f"dataset {cfg['dataset']}" + (f", arch {cfg.get('arch')}" if cfg.get("arch") else "") + \
-        f", split {cfg.get('split', 'test')}, {cfg['model_seeds']} model(s) per n, evaluated on {cfg['n_test']} points"
-    text = what + "\n\n" + rst_table(table, cols)
-    per = [("n", "n_experts"), ("k", "k"), ("seed", "seed_index"), ("full", "{full:.4f}"), ("Alg.1", "{alg1:.4f}"),
+        f", split {cfg.get('split', 'test')}, {cfg['model_seeds']} model(s) per number of experts, evaluated on {cfg['n_test']} points"
+    text = what + "\n\n" + rst_table(table_text, cols)
+    per = [("experts", "n_experts"), ("k", "k"), ("seed", "seed_index"), ("full", "{full:.4f}"), ("Alg.1", "{alg1:.4f}"),
            ("random", "{random_mean:.4f} +- {random_sd:.4f}"), ("oracle", "{oracle:.4f}"), ("% retained", "{pct_retained:.1f}"),
            ("z", "{z:.1f}")]
     per_rows = [{**r, "oracle": float("nan") if r["oracle"] is None else r["oracle"]} for r in result["rows"]]

@@ -282,8 +282,9 @@ def run_experiment(task: tt.TextTask, gates: Sequence[str], out: str | Path, *, 
     summary = summarise(rows, task.description)
     atomic_write_json(out / "summary.json", summary)
     atomic_write_text(out / "results.csv", _csv(summary))
-    plot_usage(rows, out / "expert_usage")
-    plot_curves(rows, out / "loss_curves")
+    what = task.description.split(":")[0]  # "SYNTHETIC DEMO tagging task (not CoNLL-2003)", "CoNLL-2003 from ..."
+    plot_usage(rows, out / "expert_usage", what=what)
+    plot_curves(rows, out / "loss_curves", what=what)
     return summary
 
 
@@ -320,10 +321,12 @@ def format_table(summary: dict) -> str:
     """The summary as a plain-text table (mean +- sd over seeds), headed by the task description."""
     gates = summary["gates"]
     cols = [m for m in _METRICS if any(m in e for e in gates.values())]
-    lines = [summary["description"], "gate        seeds  " + "  ".join(f"{c:>16}" for c in cols)]
+    lines = [summary["description"], "gate        seeds  " + "  ".join(f"{c:>17}" for c in cols)]
     for g, e in gates.items():
-        cells = [f"{e[c]['mean']:.4g} ± {e[c]['sd']:.2g}" if c in e else "-" for c in cols]
-        lines.append(f"{g:<11} {e['n_seeds']:>5}  " + "  ".join(f"{c:>16}" for c in cells))
+        # one seed has no spread: "(1 seed)", never "± 0"
+        cells = [("-" if c not in e else f"{e[c]['mean']:.4g} (1 seed)" if e["n_seeds"] == 1
+                  else f"{e[c]['mean']:.4g} ± {e[c]['sd']:.2g}") for c in cols]
+        lines.append(f"{g:<11} {e['n_seeds']:>5}  " + "  ".join(f"{c:>17}" for c in cells))
     return "\n".join(lines)
 
 
@@ -334,13 +337,21 @@ def _csv(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_usage(rows: Sequence[dict], stem: str | Path) -> None:
+def _title(what: str, text: str) -> str:
+    """``what`` (the task, ``SYNTHETIC DEMO ...`` for the demo tasks) first, so no reader takes
+    the demo for CoNLL-2003 or SQuAD."""
+    return f"{what}: {text}" if what else text
+
+
+def plot_usage(rows: Sequence[dict], stem: str | Path, what: str = "") -> None:
     """Tokens per expert (top-k assignments over the validation tokens) per gate, first seed of each
-    gate, as in Datta (2024) Figures 3-7; written to ``<stem>.png``."""
+    gate, as in Datta (2024) Figures 3-7; written to ``<stem>.png``, titled with the task ``what``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from moestat.plotting import PALETTE, save_figure
 
     first: dict[str, dict] = {}
     for r in rows:
@@ -348,40 +359,46 @@ def plot_usage(rows: Sequence[dict], stem: str | Path) -> None:
             first[r["gate"]] = r
     if not first:
         return
-    fig, axes = plt.subplots(1, len(first), figsize=(2.6 * len(first), 2.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(first), figsize=(2.6 * len(first) + 0.4, 2.7), squeeze=False, sharey=True)
     for ax, (g, r) in zip(axes[0], first.items()):
         u = np.asarray(r["usage"], dtype=float)
-        ax.bar(np.arange(len(u)), u / u.sum())
-        ax.set_title(f"{g} ({assignment_entropy(u):.2f} bits)", fontsize=9)
-        ax.set_xlabel("expert")
-        ax.set_xticks(np.arange(len(u)))
-    axes[0][0].set_ylabel("share of assignments")
+        ax.bar(np.arange(len(u)) + 1, u / u.sum(), color=PALETTE[0])
+        ax.set_title(f"{g} gate ({assignment_entropy(u):.2f} bits, seed {r['seed']})", fontsize=8)
+        ax.set_xlabel("expert", fontsize=8)
+        ax.set_xticks(np.arange(len(u)) + 1)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("share of assignments", fontsize=8)
+    fig.suptitle(_title(what, "top-k assignments per expert"), fontsize=8)
     fig.tight_layout()
-    atomic_savefig(fig, Path(str(stem) + ".png"), dpi=110)
+    save_figure(fig, stem, ("png",), dpi=150)
     plt.close(fig)
 
 
-def plot_curves(rows: Sequence[dict], stem: str | Path) -> None:
-    """Validation loss per epoch for every gate (first seed), Datta (2024) Figures 1-2; ``<stem>.png``."""
+def plot_curves(rows: Sequence[dict], stem: str | Path, what: str = "") -> None:
+    """Validation loss per epoch for every gate (first seed; one colour per gate), Datta (2024)
+    Figures 1-2; ``<stem>.png``, titled with the task ``what``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.5, 3))
-    seen = set()
+    from moestat.plotting import colours, save_figure
+
+    fig, ax = plt.subplots(figsize=(5.0, 3.3))
+    curves = {}
     for r in rows:
         h = [(x["epoch"], x["val_loss"]) for x in r.get("history", []) if "val_loss" in x]
-        if r["gate"] in seen or not h:
-            continue
-        seen.add(r["gate"])
-        ax.plot(*zip(*h), marker="o", ms=3, label=r["gate"])
+        if r["gate"] not in curves and h:
+            curves[r["gate"]] = (r["seed"], h)
+    for c, (g, (seed, h)) in zip(colours(len(curves)), curves.items()):
+        ax.plot(*zip(*h), marker="o", ms=3, color=c, label=f"{g} (seed {seed})")
     ax.set_xlabel("epoch")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("validation loss")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, frameon=False)
+    ax.set_title(_title(what, "validation loss"), fontsize=8)
     fig.tight_layout()
-    atomic_savefig(fig, Path(str(stem) + ".png"), dpi=110)
+    save_figure(fig, stem, ("png",), dpi=150)
     plt.close(fig)
 
 

@@ -51,14 +51,28 @@ def _per_n(df, loss: str, router: str) -> list[tuple[int, float, float, float, i
     return rows
 
 
-def _n_label(n: float) -> str:
-    if n >= 1000 and n % 1000 == 0:
+def _n_label(n: float, thousands: bool = True) -> str:
+    if thousands and n >= 1000 and n % 1000 == 0:
         return f"{int(n) // 1000}k"
     return f"{int(n)}" if float(n).is_integer() else f"{n:g}"
 
 
-def _log_ticks(ax, ns: Sequence[int]) -> None:
-    """Sample sizes as x ticks (2k, 4k, ...); y ticks at 1, 2, 5 x 10^k when the range is short."""
+def _x_shown(ns: Sequence[int]) -> list[int]:
+    """The sample sizes that get a label: all of them, every other one beyond 8 sizes (or
+    neighbours such as 7962 and 12619 run into each other on a column-wide panel)."""
+    ns = sorted(set(int(n) for n in ns))
+    return ns[::2] if len(ns) > 8 else ns
+
+
+def _log_ticks(ax, ns: Sequence[int], *, thousands: bool | None = None, y_style: str | None = None) -> None:
+    """Sample sizes as x ticks; y ticks at 1, 2, 5 x 10^k (or every integer multiple) when the
+    range is short, so that every panel has at least two labelled y ticks.
+
+    One style per figure (a reviewer's rule): ``thousands`` writes ``2k`` for the sizes that are
+    multiples of 1000 and is only used when every labelled size >= 1000 is one (else ``2000, 2245``
+    instead of ``2k, 2245``); ``y_style`` is ``"plain"`` (``0.05``) or ``"power"`` (``5x10^-2``),
+    chosen for all panels of a figure by :func:`_y_style`.  ``None``: decided from this axes alone.
+    """
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     ns = sorted(set(int(n) for n in ns))
@@ -67,36 +81,63 @@ def _log_ticks(ax, ns: Sequence[int]) -> None:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x)))
         ax.xaxis.set_minor_locator(NullLocator())
     elif ns:
-        # more than 8 sizes on one column-wide panel: every other size is labelled (all are ticked),
-        # or neighbours such as 7962 and 12619 run into each other
-        shown = set(ns[::2]) if len(ns) > 8 else set(ns)
+        shown = set(_x_shown(ns))
+        if thousands is None:
+            thousands = _thousands_ok(shown)
         ax.xaxis.set_major_locator(FixedLocator(ns))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x) if int(round(x)) in shown else ""))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _n_label(x, thousands) if int(round(x)) in shown else ""))
         ax.xaxis.set_minor_locator(NullLocator())
     lo, hi = ax.get_ylim()
-    if lo > 0 and hi / lo < 100:  # fewer than two decades: label 1, 2, 5 x 10^k
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(_y_label))
+    if y_style is None:
+        y_style = _y_style([(lo, hi)])
+    if lo > 0 and hi / lo < 100:  # fewer than two decades: label 1, 2, 5 x 10^k (1, 2, ..., 9 if that gives < 2)
+        subs: tuple[float, ...] = (1.0, 2.0, 5.0)
+        decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+        if sum(lo <= m * 10.0 ** e <= hi for e in decades for m in subs) < 2:
+            subs = tuple(float(m) for m in range(1, 10))
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
         ax.set_ylim(lo, hi)
+    ax.yaxis.set_major_formatter(FuncFormatter(_y_label if y_style == "power" else _y_plain))
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def _thousands_ok(shown) -> bool:
+    return all(n % 1000 == 0 for n in shown if n >= 1000)
+
+
+def _y_style(ranges) -> str:
+    """``plain`` when every range lies within [1e-3, 1e4) (labels such as 0.05 and 200), else ``power``."""
+    return "plain" if all(1e-3 <= lo and hi < 1e4 for lo, hi in ranges) else "power"
+
+
+def _y_plain(y: float, _pos=None) -> str:
+    return f"{y:g}"
+
+
 def _y_label(y: float, _pos=None) -> str:
-    if 1e-3 <= y < 1e4:
-        return f"{y:g}"
+    """``10^k`` and ``m x 10^k`` for every value (the ``power`` style of :func:`_log_ticks`)."""
+    if y <= 0:
+        return ""
     e = int(math.floor(math.log10(y) + 1e-9))
     m = y / 10 ** e
     return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
 
 
-def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str) -> list[int]:
-    anchored = set()
+def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str) -> dict:
+    """Draw one loss; returns what was drawn: ``ns``, legend ``handles`` and ``labels`` (one entry
+    per router: its marker, bar and fit line as one key; the theorem's line last), ``fit`` and
+    ``theorem`` (whether such lines were drawn, for the note)."""
+    from moestat.plotting import curve_handle
+
+    anchored: dict = {}
     ns_all: list[int] = []
-    for router in routers:
+    handles, labels = [], []
+    drew_fit = False
+    for i, router in enumerate(routers):
         agg = _per_n(df, loss, router)
         if not agg:
             continue
-        colour = ROUTER_COLOURS.get(router, None)
+        colour = ROUTER_COLOURS.get(router) or _extra_colour(i)
         n, m, lo, hi, _ = (np.array(c, float) for c in zip(*agg))
         ns_all += [int(x) for x in n]
         # bars drawn as segments, not yerr: a skewed sample can put its mean outside the band
@@ -105,27 +146,48 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
         ax.plot(n, m, "o", ms=3, color=colour)
         fit = fits_by_key.get((router, loss))
         label = curve_label(router, loss, setting)
-        if fit and fit.get("slope") is not None:
+        has_fit = bool(fit and fit.get("slope") is not None)
+        if has_fit:
+            drew_fit = True
             w0, w1 = fit["window"]
             xs = np.exp(np.linspace(math.log(w0), math.log(w1), 20))
             lm = fit["log_mean"]
-            ax.plot(xs, np.exp(lm["intercept"]) * xs ** lm["slope"], "-", color=colour, lw=1.1,
-                    label=f"{label}: {slope_label(fit['slope'], fit['ci_low'], fit['ci_high'])}")
+            ax.plot(xs, np.exp(lm["intercept"]) * xs ** lm["slope"], "-", color=colour, lw=1.1)
+            label = f"{label}: {slope_label(fit['slope'], fit['ci_low'], fit['ci_high'])}"
             p = fit.get("predicted")
             if p is not None and p not in anchored:
-                anchored.add(p)
                 x0, y0 = n[0], m[0] * 1.6
                 xs_t = np.array([n[0], n[-1]])
-                ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9, label=f"theorem: slope {_frac(p)}".replace("-", "\u2212"))
-        else:
-            ax.plot([], [], "o", color=colour, label=label)
+                ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9)
+                anchored[p] = f"theorem: slope {_frac(p)}".replace("-", "\u2212")
+        handles.append(curve_handle(colour, line="-" if has_fit else None, bar=True, ms=3))
+        labels.append(label)
+    for text in anchored.values():
+        handles.append(curve_handle("0.45", marker=None, line="--", lw=0.9))
+        labels.append(text)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")
     ax.set_ylabel(loss_name(loss))
-    _log_ticks(ax, ns_all)
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    return ns_all
+    return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit, "theorem": bool(anchored)}
+
+
+def _extra_colour(i: int) -> str:
+    from moestat.plotting import PALETTE
+
+    return PALETTE[(3 + i) % len(PALETTE)]  # past the three router colours
+
+
+def _note(reps: int, drew_fit: bool, drew_theorem: bool) -> str:
+    """What the markers, bars and lines are; a line is named only when some panel draws it."""
+    parts = [f"markers: mean over {reps} replicate{'s' if reps != 1 else ''}",
+             f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
+    if drew_fit:
+        parts.append("solid: least-squares fit of log mean on log n (slope, 95% CI)")
+    if drew_theorem:
+        parts.append("dashed: the theorem's slope")
+    return "; ".join(parts)
 
 
 def plot_convergence(
@@ -196,19 +258,24 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
     if title is None or title == f"{setting}-specified, {estimator}":
         title = run_title(loss_name(losses[0]) if len(losses) == 1 else "Losses", setting, estimator)
     reps = int(df.groupby(["router", "n"]).size().max()) if len(df) else 0
-    note = (f"markers: mean over {reps} replicates; bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates; "
-            "solid: least-squares fit of log mean on log n (slope, 95% CI); dashed: the theorem's slope")
     panel_h, legend_h = 2.3, 0.11 * (len(routers) + 1) + 0.15
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42}):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, (panel_h + legend_h) * nrows + 0.4), squeeze=False)
+        from moestat.plotting import legend, panel_grid
+
+        fig = plt.figure(figsize=(width, (panel_h + legend_h) * nrows + 0.4))
+        # no blank slot: a short last row is centred (moestat.plotting.panel_grid)
+        axes = panel_grid(fig, len(losses), ncols)
         by_key = {(f["router"], f["loss"]): f for f in fits}
-        for ax, loss in zip(axes.flat, losses):
-            _panel(ax, df, by_key, loss, routers, setting)
+        drawn = [_panel(ax, df, by_key, loss, routers, setting) for ax, loss in zip(axes, losses)]
+        # one tick style for the whole figure: 2k everywhere or 2000 everywhere, 0.05 or 5x10^-2
+        shown = {n for d in drawn for n in _x_shown(d["ns"])}
+        y_style = _y_style([ax.get_ylim() for ax in axes])
+        for ax, d in zip(axes, drawn):
+            _log_ticks(ax, d["ns"], thousands=_thousands_ok(shown), y_style=y_style)
             # below the axes, so that no legend ever covers the data
-            ax.legend(fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), handlelength=1.8,
-                      borderaxespad=0.0)
-        for ax in list(axes.flat)[len(losses):]:
-            ax.set_visible(False)
+            legend(ax, d["handles"], d["labels"], fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.2), handlelength=2.2, borderaxespad=0.0)
+        note = _note(reps, any(d["fit"] for d in drawn), any(d["theorem"] for d in drawn))
         import textwrap
 
         head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting
