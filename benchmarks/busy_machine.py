@@ -132,6 +132,21 @@ def default_run(busy: int) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def rst_table(res: dict) -> str:
+    """The results as the reStructuredText table of docs/guide/performance.rst."""
+    quiet = {(r["policy"], r["threads"]): r["median_s"] for r in res["rows"] if r["busy_processes"] == 0}
+    lines = ["=========  =======  ==============  =============  ===========",
+             "policy     threads  quiet median s  busy median s  busy/quiet",
+             "=========  =======  ==============  =============  ==========="]
+    for r in res["rows"]:
+        if r["busy_processes"] == 0:
+            continue
+        q = quiet[(r["policy"], r["threads"])]
+        lines.append(f"{r['policy']:9s}  {r['threads']:7d}  {q:14.3f}  {r['median_s']:13.3f}  {r['median_s'] / q:10.1f}x")
+    lines.append(lines[0])
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -163,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.default_run:
         res["default_run_s"] = {"quiet": default_run(0), "busy": default_run(a.burners)}
         print(f"default run: quiet {res['default_run_s']['quiet']:.1f} s, busy {res['default_run_s']['busy']:.1f} s")
+    print(rst_table(res))
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(res, indent=2) + "\n", encoding="utf-8")
