@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
+from moestat.io import check_run_config, read_run_config, write_run_config
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, write_report
 
 __all__ = ["build_parser", "main"]
@@ -71,4 +73,12 @@ def _validate(args) -> None:
         raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
     if args.reps is not None and args.reps < MIN_REPS:
         raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
+    # the settings every stored rate run of the folder shares: a resume with others is refused here,
+    # before any check runs (the rate runs would refuse one by one, after the others had run)
+    settings = {"mode": args.mode, "seed": args.seed, "reps": args.reps, "n_max": args.n_max}
+    stored = read_run_config(args.out) if args.resume and Path(args.out).is_dir() else None
+    if stored is not None:
+        check_run_config(args.out, settings, True)
     prepare_out(args.out, args.resume)
+    if stored is None:
+        write_run_config(args.out, settings)

@@ -134,7 +134,8 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     -------
     dict
         Exactly the content of ``summary.json``: ``schema``, ``config``, ``config_hash``,
-        ``tolerance``, ``window``, ``counts``, ``fits`` (one entry per router and loss with
+        ``tolerance``, ``window``, ``counts``, ``rows`` (count and SHA-256 of the ``results.csv``
+        rows summarised), ``fits`` (one entry per router and loss with
         ``router, setting, loss, slope, ci_low, ci_high, predicted, consistent`` and
         diagnostics), ``elapsed_s``.
 
@@ -146,9 +147,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     >>> sorted(summary["fits"][0])[:3]  # doctest: +SKIP
     ['bootstrap', 'ci_high', 'ci_low']
     """
-    from moestat.io import atomic_write_json, ensure_writable_dir
-    from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import DEFAULT_TOLERANCE
+    from moestat.io import ensure_writable_dir
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
@@ -156,9 +155,26 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    if out.is_dir():
-        check_resumable(out, config, resume)
+    from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
+
     ensure_writable_dir(out)
+    lock_out(out, "rates")  # re-entrant: ``moestat rates`` took it while validating
+    try:
+        if resume:
+            check_door(out, "rates")
+        check_resumable(out, config, resume)
+        mark_door(out, "rates")
+        return _run_locked(config, out, resume)
+    finally:
+        unlock_out(out)
+
+
+def _run_locked(config: RatesConfig, out: Path, resume: bool) -> dict[str, Any]:
+    """The body of :func:`run_rates`, with ``out`` locked."""
+    from moestat.io import atomic_write_json
+    from moestat.rates.figures import plot_convergence
+    from moestat.rates.fit import DEFAULT_TOLERANCE
+
     t0 = time.perf_counter()
     df, fits = _sweep_and_fit(config, out, resume)
     adaptive = None
@@ -194,6 +210,9 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             config = config.replace(grown=config.grown + 1)
             df, fits = _sweep_and_fit(config, out, True)
         growth["added"] = config.grid.ladder[: config.grown]
+    from moestat.rates.store import audit_results
+
+    _, audit = audit_results(out / "results.csv", config)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
@@ -214,6 +233,8 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": _counts(df, config),
+        # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
+        "rows": {"file": "results.csv", "count": audit.rows, "sha256": audit.digest},
         "certificate": _certificate_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -312,7 +313,9 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
     write_provenance(out_dir, config, started=started, previous=prev)
     prev = json.loads(prov_path.read_text(encoding="utf-8"))
     store = ResultStore(out_dir / "results.csv")
-    store.create()
+    if store.create():
+        sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
+                         "taken as they are and now carry them\n")
     done = store.done()
     todo = []
     for u in make_units(config):
