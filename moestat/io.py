@@ -114,11 +114,11 @@ def append_line(path: str | os.PathLike, line: str, *, sync: bool = True) -> Non
             if sync:
                 os.fsync(fd)
         except BaseException as exc:
-            if done:  # never leave half a row for the next append to be glued to
-                try:
+            try:  # never leave part of a row for the next append to be glued to
+                if os.fstat(fd).st_size != start:
                     os.ftruncate(fd, start)
-                except OSError:
-                    pass
+            except OSError:
+                pass
             if isinstance(exc, OSError) and isinstance(as_environment_fault(exc), DiskFull):
                 raise DiskFull(f"{DISK_FULL} ({path}: {exc.strerror})") from exc
             raise

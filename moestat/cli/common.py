@@ -339,14 +339,20 @@ _CURRENT_DOOR: list = [None]
 
 @contextmanager
 def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
-    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it is
-    still empty (the door created it), so an interrupted run leaves nothing behind."""
+    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it holds
+    nothing but its lock and door marker (the door created it), so an interrupted run leaves
+    nothing behind."""
+    from moestat.folder_lock import DOOR_NAME, LOCK_NAME, unlock_out
+
     try:
         yield
     except KeyboardInterrupt:
         path = Path(out)
-        if path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+        if path.is_dir() and not any(p.name not in (LOCK_NAME, DOOR_NAME) for p in path.iterdir()):
+            unlock_out(path)
+            (path / DOOR_NAME).unlink(missing_ok=True)
+            if not any(path.iterdir()):
+                path.rmdir()
         raise
 
 

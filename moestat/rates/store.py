@@ -439,10 +439,13 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None) -> dict:
+def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None,
+                     workers: dict | None = None) -> dict:
     """Write ``provenance.json``: version, git commit, config (+ hash), platform, torch, timestamps.
 
-    ``previous`` (a resumed sweep's old provenance) keeps the earlier runs in ``runs``.
+    ``previous`` (a resumed sweep's old provenance) keeps the earlier runs in ``runs``;
+    ``workers`` (the client's and every worker's environment, see
+    :mod:`moestat.rates.worker_env`) is recorded with this run.
     """
     import torch
 
@@ -451,6 +454,8 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
 
     runs = list(previous.get("runs", [])) if previous else []
     this_run = {"started": started, "finished": finished, "n_jobs": config.n_jobs, "backend": config.backend, "scheduler": config.scheduler}
+    if workers is not None:
+        this_run["workers"] = workers
     if runs and runs[-1].get("started") == started:
         runs[-1] = this_run
     else:
