@@ -247,3 +247,13 @@ def test_loky_workers_end_when_the_main_process_is_killed(tmp_path):
     while time.time() < deadline and any(_alive(w) for w in workers):
         time.sleep(0.2)
     assert not any(_alive(w) for w in workers), "loky workers outlived their parent"
+
+
+def test_theory_resume_of_a_folder_without_run_config_checks_the_recorded_command(tmp_path, capsys):
+    out = tmp_path / "theory"
+    assert _run(["theory", "--only", "pde", "--quiet", "--out", str(out)], capsys)[0] in (0, 1, 3)
+    (out / "run_config.json").unlink()  # as written before run_config.json existed
+    before = _snapshot(out)
+    rc, err = _run(["theory", "--only", "pde", "--quiet", "--reps", "3", "--out", str(out), "--resume"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "--reps (None there, 3 now)" in err
+    assert _snapshot(out) == before
