@@ -126,7 +126,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
     g.add_argument("--scheduler-file", metavar="FILE", help="read the scheduler address from a dask scheduler file (dask scheduler "
-                   "--scheduler-file, dask-jobqueue); implies --backend dask")
+                   "--scheduler-file, dask-jobqueue); implies --backend dask; default none")
     g.add_argument("--worker-timeout", type=nonneg_float, help="stop a dask sweep when no worker has been alive for this many "
                    "seconds; default 300")
     g.add_argument("--allow-worker-mismatch", action="store_true", default=argparse.SUPPRESS,
