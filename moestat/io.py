@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "read_jsonl", "ensure_writable_dir",
+__all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "sync_file", "read_jsonl", "ensure_writable_dir",
            "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config"]
 
 
@@ -83,18 +83,58 @@ def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
     return path
 
 
-def append_line(path: str | os.PathLike, line: str) -> None:
-    """Append one newline-terminated line with a single ``write`` + ``fsync``.
+def append_line(path: str | os.PathLike, line: str, *, sync: bool = True) -> None:
+    """Append one newline-terminated line, whole or not at all, then ``fsync``.
 
-    A single ``write`` of a line to a file opened with ``O_APPEND`` is not torn by a concurrent
-    appender, and a kill between rows leaves only complete rows (a kill *during* the write can
-    leave a partial last line, which readers must skip: see :func:`moestat.rates.store.read_results`).
+    The line goes out in one ``write`` to a file opened with ``O_APPEND`` (not torn by a
+    concurrent appender); ``write`` may still land only part of it (a disk that fills mid-row), so
+    the rest is written until the line is complete.  When it cannot be completed the partial row
+    is cut off again (``ftruncate`` back to the size before the append) and
+    :class:`~moestat.faults.DiskFull` (or the ``OSError``) is raised: a row is never glued to the
+    next one.  A kill *during* the write can still leave a partial last line, which readers skip
+    (see :func:`moestat.rates.store.read_results`).
+
+    ``sync=False`` leaves the ``fsync`` to the caller (:func:`sync_file`), e.g. once per unit.
     """
+    from moestat.faults import DISK_FULL, DiskFull, as_environment_fault
+
     if not line.endswith("\n"):
         line += "\n"
+    data = line.encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides, as for open()
     try:
-        os.write(fd, line.encode("utf-8"))
+        start = os.fstat(fd).st_size
+        done = 0
+        try:
+            while done < len(data):
+                k = _write(fd, data[done:])
+                if k <= 0:  # no progress and no error: the device accepts nothing more
+                    raise DiskFull(f"{DISK_FULL} ({path}: {done} of {len(data)} bytes of a row written)")
+                done += k
+            if sync:
+                os.fsync(fd)
+        except BaseException as exc:
+            try:  # never leave part of a row for the next append to be glued to
+                if os.fstat(fd).st_size != start:
+                    os.ftruncate(fd, start)
+            except OSError:
+                pass
+            if isinstance(exc, OSError) and isinstance(as_environment_fault(exc), DiskFull):
+                raise DiskFull(f"{DISK_FULL} ({path}: {exc.strerror})") from exc
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write(fd: int, data: bytes) -> int:
+    """``os.write`` (a seam for the tests that inject short writes)."""
+    return os.write(fd, data)
+
+
+def sync_file(path: str | os.PathLike) -> None:
+    """``fsync`` a file written with ``append_line(..., sync=False)`` (a unit boundary)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -5,7 +5,7 @@ work: any error there is an internal one, exit 1)."""
 from __future__ import annotations
 
 import argparse
-
+import sys
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, usage_errors
@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name,
                               overwrite=args.overwrite)
+    for note in plan.notes:
+        sys.stderr.write(f"moestat plot: note: {note}\n")
     paths = draw_redraw(plan)
     print("wrote " + ", ".join(str(x) for x in paths))
     return 0

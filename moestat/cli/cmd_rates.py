@@ -28,6 +28,7 @@ from moestat.cli.common import (
     prepare_out,
     usage_errors,
 )
+from moestat.rates.backends import ClusterOptions, check_scheduler, scheduler_from_file
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 
@@ -42,6 +43,7 @@ examples:
   moestat rates --config simulations/rates/fig1a.toml --out runs/fig1a --resume
   moestat rates --router perturbed --estimator null --out runs/null
   moestat rates --preset fig1a --backend dask --scheduler tcp://10.0.0.5:8786 --out runs/fig1a
+  moestat rates --preset fig1a --scheduler-file ~/scheduler.json --out runs/fig1a --resume
 
 Flags override --config, which overrides --preset, which overrides the defaults.
 """
@@ -123,6 +125,14 @@ def build_parser() -> ArgumentParser:
     add_n_jobs(g, None)
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
+    g.add_argument("--scheduler-file", metavar="FILE", help="read the scheduler address from a dask scheduler file (dask scheduler "
+                   "--scheduler-file, dask-jobqueue); implies --backend dask; default none")
+    g.add_argument("--worker-timeout", type=nonneg_float, help="stop a dask sweep when no worker has been alive for this many "
+                   "seconds; default 300")
+    g.add_argument("--allow-worker-mismatch", action="store_true", default=argparse.SUPPRESS,
+                   help="run on dask workers whose moestat, torch or numpy differ from this client's (recorded)")
+    for key, what in (("ca-file", "CA certificate"), ("cert", "client certificate"), ("key", "client private key")):
+        g.add_argument(f"--tls-{key}", metavar="FILE", help=f"{what} (PEM) for a tls:// scheduler; default: dask's configuration")
     add_device(g, None)
     add_out(g, "rates")
     add_resume(g)
@@ -139,6 +149,26 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+#: Flags of the cluster connection: not part of the configuration (they never change a number).
+CLUSTER_FLAGS = ("scheduler_file", "worker_timeout", "allow_worker_mismatch", "tls_ca_file", "tls_cert", "tls_key")
+
+
+def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
+    """The cluster options; the TLS files go to dask's configuration (which ``distributed.Client``
+    reads for a ``tls://`` address)."""
+    tls = {k: getattr(ns, f"tls_{k.replace('-', '_')}") for k in ("ca-file", "cert", "key") if hasattr(ns, f"tls_{k.replace('-', '_')}")}
+    if tls:
+        import dask
+
+        for k, path in tls.items():
+            if not Path(path).is_file():
+                raise ValueError(f"--tls-{k} {path} does not exist")
+        dask.config.set({"distributed.comm.tls.ca-file": tls.get("ca-file"), "distributed.comm.tls.client.cert": tls.get("cert"),
+                         "distributed.comm.tls.client.key": tls.get("key")})
+    return ClusterOptions(worker_timeout=getattr(ns, "worker_timeout", ClusterOptions.worker_timeout),
+                          allow_mismatch=getattr(ns, "allow_worker_mismatch", False))
+
+
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
     from moestat.rates.presets import load_toml, preset_dict
@@ -149,10 +179,15 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     if hasattr(ns, "config"):
         data.update({str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()})
     for k, v in vars(ns).items():
-        if k not in ("preset", "config", "out", "resume"):
+        if k not in ("preset", "config", "out", "resume", *CLUSTER_FLAGS):
             data[k] = v
     if data.get("family") == "gaussian-moe" and "estimator" not in data:
         data["estimator"] = "mle"  # the family's only estimator: picked, not left to fail as 'lse'
+    if getattr(ns, "scheduler_file", None):
+        if hasattr(ns, "scheduler"):
+            raise ValueError("give --scheduler or --scheduler-file, not both")
+        data["scheduler"] = scheduler_from_file(ns.scheduler_file)
+        data.setdefault("backend", "dask")
     return RatesConfig.from_dict(data)
 
 
@@ -166,10 +201,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         config = config_from_args(ns)
         config.validate()
+        cluster = cluster_from_args(ns)
+        if config.backend == "dask":  # reached now, within seconds, before anything is written
+            check_scheduler(config.scheduler, cluster)
         if out.is_dir():
             check_resumable(out, config, resume)
         prepare_out(out, resume)
-    summary = run_rates(config, out, resume=resume)
+        if out.is_dir():
+            check_resumable(out, config, resume)  # again, now that no other run can be writing it
+    summary = run_rates(config, out, resume=resume, cluster=cluster)
     if not config.quiet:
         print(format_table(summary))
         print(f"wrote {out / 'summary.json'} and convergence.pdf/.png ({summary['elapsed_s']:.1f} s)")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
+from moestat.io import check_run_config, read_run_config, write_run_config
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
 
 __all__ = ["build_parser", "main"]
@@ -76,4 +78,36 @@ def _validate(args) -> None:
         check_grid_memory(args.mode, args.n_max, args.reps)
     if args.reps is not None and args.reps < MIN_REPS:
         raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
+    # the settings every stored rate run of the folder shares: a resume with others is refused here,
+    # before any check runs (the rate runs would refuse one by one, after the others had run)
+    settings = _settings(args)
+    stored = read_run_config(args.out) if args.resume and Path(args.out).is_dir() else None
+    if stored is not None:
+        check_run_config(args.out, settings, True)
+    elif args.resume:
+        _check_report_settings(Path(args.out), settings)
     prepare_out(args.out, args.resume)
+    if stored is None:
+        write_run_config(args.out, settings)
+
+
+def _settings(args) -> dict:
+    """The settings every rate run of a theory folder shares (``run_config.json``)."""
+    return {"mode": args.mode, "seed": args.seed, "reps": args.reps, "n_max": args.n_max}
+
+
+def _check_report_settings(out: Path, settings: dict) -> None:
+    """A folder written before ``run_config.json``: its settings are those of the command recorded
+    in ``theory_report.json`` (refused, naming them, when they differ)."""
+    import json
+    import shlex
+
+    try:
+        command = json.loads((out / "theory_report.json").read_text(encoding="utf-8"))["command"]
+        old = _settings(build_parser().parse_args(shlex.split(command)[2:]))
+    except (OSError, ValueError, KeyError, TypeError, SystemExit):
+        return  # no readable report: the rate runs check their own configurations
+    diff = [f"--{k.replace('_', '-')} ({old[k]!r} there, {settings[k]!r} now)" for k in settings if old[k] != settings[k]]
+    if diff:
+        raise ValueError(f"--resume: {out} was written with other settings (differs in: {', '.join(diff)}); "
+                         "resume with those settings or choose a new --out")

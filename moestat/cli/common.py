@@ -8,8 +8,12 @@ Exit status, the same for every subcommand:
   bug or an environment failure, never the user's input;
 * ``2`` bad input (arguments, files, an unusable output folder): one line on stderr, nothing
   written;
-* ``130`` interrupted (Ctrl-C): the doors that write each finished unit as they go keep it
-  (``--resume`` continues); the others say that nothing was kept.
+* ``1`` also for a fault of the environment (disk full, lost or missing cluster workers, an
+  unreachable scheduler; :mod:`moestat.faults`): one line saying what happened and that
+  ``--resume`` continues, no traceback (``--debug`` shows it);
+* ``130`` interrupted (Ctrl-C), ``143`` terminated (SIGTERM, e.g. a job scheduler's cancel): the
+  doors that write each finished unit as they go keep it (``--resume`` continues); the others say
+  that nothing was kept.
 
 Every door writes into ``--out`` (default ``moestat-out/<door>``); a folder that already holds
 anything is refused unless ``--resume`` is given (:func:`prepare_out`).
@@ -31,6 +35,7 @@ from typing import Callable, Iterator, Sequence
 
 __all__ = [
     "UsageError",
+    "Terminated",
     "usage_errors",
     "run_main",
     "ArgumentParser",
@@ -126,7 +131,12 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     ``on_interrupt`` is what Ctrl-C leaves on disk (:data:`KEEPS` or :data:`NOTHING_KEPT`, the
     ``ON_INTERRUPT`` of the door's module).
     """
+    from moestat.faults import EnvironmentFault, as_environment_fault
+    from moestat.folder_lock import unlock_all
+
     debug = bool(os.environ.get(DEBUG_ENV))
+    _CURRENT_DOOR[0] = prog.split()[1] if prog.startswith("moestat ") and len(prog.split()) > 1 else None
+    restore = _terminate_like_ctrl_c()
     try:
         rc = main(argv)
         return 0 if rc is None else int(rc)
@@ -135,14 +145,51 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
             traceback.print_exc()
         sys.stderr.write(f"{prog}: error: {_first_line(exc)}\n")
         return 2
+    except Terminated:
+        sys.stderr.write(f"{prog}: terminated (SIGTERM); {on_interrupt}\n")
+        return 143
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted; {on_interrupt}\n")
         return 130
     except Exception as exc:  # noqa: BLE001 - shown in full: an internal error is not bad input
+        fault = exc if isinstance(exc, EnvironmentFault) else as_environment_fault(exc)
+        if fault is not None:  # the machine, the disk or the cluster, not the package: one line
+            if debug:
+                traceback.print_exc()
+            text = _first_line(fault)
+            tail = on_interrupt if on_interrupt != KEEPS else "finished results are kept" if "--resume" in text else KEEPS
+            sys.stderr.write(f"{prog}: {text}; {tail}\n")
+            return 1
         traceback.print_exc()
         sys.stderr.write(f"{prog}: internal error ({type(exc).__name__}): {_first_line(exc)}\n"
                          "this is not a problem with your input; please report it with the traceback above\n")
         return 1
+    finally:
+        restore()
+        unlock_all()
+        _CURRENT_DOOR[0] = None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's cancel, ``kill``): unwinds like Ctrl-C, so finished work is kept."""
+
+
+def _terminate_like_ctrl_c() -> Callable[[], None]:
+    """Make SIGTERM raise :class:`Terminated` in the main thread; return what restores the old handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        old = signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,41 +287,76 @@ def add_out(p, door: str, help: str = "output folder") -> None:
     p.add_argument("--out", metavar="DIR", type=out_dir, default=default, help=f"{help} (default {default})")
 
 
-def prepare_out(out: str | os.PathLike, resume: bool | None) -> Path:
-    """Check ``--out`` and create it: the last step of a door's validation.
+def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = None) -> Path:
+    """Check ``--out``, create it and take its lock: the last step of a door's validation.
 
     A folder that already holds anything is refused unless ``resume`` is true (the door then
     checks that what is there belongs to the same configuration); ``resume=None`` is a door without
-    ``--resume``.
+    ``--resume``.  A folder another live run is writing into is refused naming that run, and a
+    ``--resume`` into another door's folder is refused (:mod:`moestat.folder_lock`).  The lock is
+    held until the command ends (:func:`run_main` releases it; a killed run's lock is stale and
+    taken over); the door marker is written once the folder is accepted.
+
+    ``door`` defaults to the subcommand :func:`run_main` is running.
 
     Raises
     ------
     ValueError
         One line naming ``--out``.
     """
+    from moestat.folder_lock import LOCK_NAME, check_door, lock_out, mark_door, unlock_out
     from moestat.io import ensure_writable_dir
 
+    door = door or _CURRENT_DOOR[0]
     path = Path(out)
     if str(out).strip() == "":
         raise ValueError("--out must name a folder")
     if path.exists() and not path.is_dir():
         raise ValueError(f"--out {path} exists and is not a directory")
-    if path.is_dir() and not resume and any(path.iterdir()):
-        how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
-        raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
-    return ensure_writable_dir(path)
+    existed = path.is_dir()
+    locked = False
+    if existed and door and os.access(path, os.W_OK | os.X_OK):
+        lock_out(path, door)  # first: a folder in use is refused naming its holder, whatever else it holds
+        locked = True
+    try:
+        if existed and not resume and any(p.name != LOCK_NAME for p in path.iterdir()):
+            how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
+            raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
+        if existed and resume and door:
+            check_door(path, door)
+        ensure_writable_dir(path)
+        if door and not locked:
+            lock_out(path, door)
+            locked = True
+        if door:
+            mark_door(path, door)
+    except BaseException:
+        if locked:
+            unlock_out(path)
+        raise
+    return path
+
+
+#: The door :func:`run_main` is running (``rates``, ``softmoe``, ...): the owner :func:`prepare_out` records.
+_CURRENT_DOOR: list = [None]
 
 
 @contextmanager
 def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
-    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it is
-    still empty (the door created it), so an interrupted run leaves nothing behind."""
+    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it holds
+    nothing but its lock and door marker (the door created it), so an interrupted run leaves
+    nothing behind."""
+    from moestat.folder_lock import DOOR_NAME, LOCK_NAME, unlock_out
+
     try:
         yield
     except KeyboardInterrupt:
         path = Path(out)
-        if path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+        if path.is_dir() and not any(p.name not in (LOCK_NAME, DOOR_NAME) for p in path.iterdir()):
+            unlock_out(path)
+            (path / DOOR_NAME).unlink(missing_ok=True)
+            if not any(path.iterdir()):
+                path.rmdir()
         raise
 
 

@@ -2,16 +2,146 @@
 
 The backends only decide *where* a unit runs.  A unit carries everything it needs and its result
 depends on nothing else (see :mod:`moestat.rates.sweep`), so the rows are bit-identical
-whatever the backend, ``n_jobs`` or the order in which units finish.
+whatever the backend, ``n_jobs`` or the order in which units finish -- provided every worker
+runs the same code: :func:`check_scheduler` (called while the command validates its input)
+reaches the scheduler within seconds and compares every worker's environment
+(:func:`moestat.rates.worker_env.environment`) with the client's.  While a dask sweep runs, a
+watchdog stops it when no worker has been alive for ``worker_timeout`` seconds, and the faults
+of the cluster (a worker killed too often, the scheduler gone) stop it with one line
+(:class:`moestat.faults.ClusterFault`; ``--resume`` continues).  loky workers end with their
+parent, even after ``kill -9`` of the main process.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
-__all__ = ["execute"]
+from moestat.faults import ClusterFault, as_environment_fault
+from moestat.rates.worker_env import compare_environments, environment
+
+__all__ = ["ClusterOptions", "execute", "check_scheduler", "scheduler_from_file", "Progress"]
 
 U = TypeVar("U")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a dask sweep treats its cluster (never a number of ``results.csv``).
+
+    Attributes
+    ----------
+    connect_timeout : float
+        Seconds to reach the scheduler before giving up.
+    worker_timeout : float
+        Seconds without any live worker after which the sweep stops (``--worker-timeout``).
+    allow_mismatch : bool
+        Run even when a worker's environment differs from the client's (recorded in
+        ``provenance.json``); refused by default.
+    """
+
+    connect_timeout: float = 10.0
+    worker_timeout: float = 300.0
+    allow_mismatch: bool = False
+
+
+def scheduler_from_file(path: str | os.PathLike) -> str:
+    """The address in a dask scheduler file (``dask scheduler --scheduler-file``, dask-jobqueue).
+
+    Raises
+    ------
+    ValueError
+        The file is missing, not JSON or has no address (one line naming it).
+    """
+    import json
+
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except FileNotFoundError:
+        raise ValueError(f"--scheduler-file {path} does not exist (is the scheduler started?)") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--scheduler-file {path}: not a dask scheduler file ({exc})") from None
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or "://" not in address:
+        raise ValueError(f"--scheduler-file {path}: no scheduler address in it")
+    return address
+
+
+def _client(address: str, timeout: float):
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterFault(f"cannot reach the dask scheduler at {address} within {timeout:g} s "
+                           f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+
+
+def _worker_environments(client) -> dict[str, dict]:
+    return client.run(environment)
+
+
+def check_scheduler(address: str, options: ClusterOptions | None = None) -> dict:
+    """Reach the scheduler at ``address`` and check its workers' environments (validation).
+
+    Returns
+    -------
+    dict
+        ``{"client": env, "workers": {address: env}, "mismatch": [lines]}``.
+
+    Raises
+    ------
+    ValueError
+        The scheduler cannot be reached within ``connect_timeout``, or a worker runs another
+        moestat, torch or numpy (unless ``allow_mismatch``); one line.
+    """
+    options = options or ClusterOptions()
+    try:
+        client = _client(address, options.connect_timeout)
+    except ClusterFault as exc:
+        raise ValueError(f"--scheduler: {exc}") from None
+    try:
+        workers = _worker_environments(client)
+    finally:
+        client.close()
+    mine = environment()
+    mismatch = compare_environments(mine, workers)
+    if mismatch and not options.allow_mismatch:
+        raise ValueError(f"dask worker {mismatch[0]}{f' (and {len(mismatch) - 1} more)' if len(mismatch) > 1 else ''}; "
+                         "its results could differ from this client's: install the same versions, or pass "
+                         "--allow-worker-mismatch to run anyway")
+    return {"client": mine, "workers": workers, "mismatch": mismatch}
+
+
+class Progress:
+    """Progress of a sweep: a tqdm bar on a terminal; off a terminal (a batch job's log) one line
+    at most every ``interval`` seconds and at the end."""
+
+    def __init__(self, total: int, progress: bool | None, interval: float = 30.0):
+        from tqdm.auto import tqdm
+
+        self.total, self.done, self.interval = int(total), 0, float(interval)
+        tty = sys.stderr.isatty()
+        self.lines = progress is not False and not tty and self.total > 0
+        self.bar = tqdm(total=total, unit="fit", disable=None if progress is None or progress else True, leave=False)
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, k: int) -> None:
+        self.bar.update(k)
+        self.done += k
+        now = time.monotonic()
+        if self.lines and (now - self.last >= self.interval or self.done >= self.total):
+            self.last = now
+            sys.stderr.write(f"progress: {self.done}/{self.total} fits ({100 * self.done / self.total:.0f}%), "
+                             f"{now - self.t0:.0f} s\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def execute(
@@ -24,6 +154,8 @@ def execute(
     scheduler: str | None = None,
     progress: bool | None = None,
     total_fits: int | None = None,
+    cluster: ClusterOptions | None = None,
+    on_workers: Callable[[dict], None] | None = None,
 ) -> None:
     """Run ``work(unit)`` for every unit and hand its rows to ``on_result`` as soon as it finishes.
 
@@ -41,27 +173,32 @@ def execute(
     backend : {"loky", "dask"}
         ``dask``: submit to the ``dask.distributed`` scheduler at ``scheduler``.
     progress : bool or None
-        tqdm progress bar; ``None`` shows it only on a terminal, ``False`` never.
+        ``None``: a tqdm bar on a terminal, progress lines otherwise; ``False`` neither.
     total_fits : int, optional
         Total of the progress bar (rows expected); default the replicates of every unit.
-    """
-    from tqdm.auto import tqdm
+    cluster : ClusterOptions, optional
+        Timeouts and the environment check of a dask sweep.
+    on_workers : callable, optional
+        Called once before any unit runs with the environments of the workers
+        (``{"client": env, "workers": ..., "mismatch": [...]}``), e.g. to record them.
 
+    Raises
+    ------
+    moestat.faults.ClusterFault
+        The scheduler is unreachable or lost, no worker was alive for ``worker_timeout``
+        seconds, a worker died too often on a unit, or a worker's environment differs.
+    """
     units = list(units)
     total = total_fits if total_fits is not None else sum(len(u.replicates) for u in units)
-    bar = tqdm(total=total, unit="fit", disable=None if progress is None or progress else True, leave=False)
+    bar = Progress(total, progress)
     try:
         if backend == "dask":
-            from distributed import Client, as_completed
-
-            with Client(scheduler) as client:  # the default client while open: as_completed needs it
-                futures = client.map(work, units, pure=False)
-                by_future = dict(zip(futures, units))
-                for fut in as_completed(futures):
-                    rows = fut.result()
-                    on_result(by_future[fut], rows)
-                    bar.update(len(rows))
-        elif n_jobs == 1 or len(units) <= 1:
+            _execute_dask(work, units, on_result, scheduler, cluster or ClusterOptions(), bar, on_workers)
+            return
+        if on_workers is not None:
+            on_workers({"client": environment(), "workers": "local processes of the client's interpreter" if n_jobs > 1
+                        else "the client process", "mismatch": []})
+        if n_jobs == 1 or len(units) <= 1:
             for u in units:
                 rows = work(u)
                 on_result(u, rows)
@@ -71,12 +208,97 @@ def execute(
 
             par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
             # Unordered results carry their unit, so completion order is irrelevant.
-            for u, rows in par(delayed(_run_tagged)(work, u) for u in units):
+            for u, rows in par(delayed(_run_tagged)(work, u, os.getpid()) for u in units):
                 on_result(u, rows)
                 bar.update(len(rows))
     finally:
         bar.close()
 
 
-def _run_tagged(work: Callable[[U], list[dict]], unit: U) -> tuple[U, list[dict]]:
+def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOptions, bar: Progress, on_workers) -> None:
+    client = _client(scheduler, options.connect_timeout)
+    try:
+        try:
+            envs = {"client": environment(), "workers": _worker_environments(client)}
+        except Exception as exc:  # noqa: BLE001 - the cluster's, re-raised as one when it is
+            raise as_environment_fault(exc) or exc
+        envs["mismatch"] = compare_environments(envs["client"], envs["workers"])
+        if envs["mismatch"] and not options.allow_mismatch:
+            raise ClusterFault(f"dask worker {envs['mismatch'][0]}; pass --allow-worker-mismatch to run anyway")
+        if on_workers is not None:
+            on_workers(envs)
+        futures = client.map(work, units, pure=False)
+        with client.as_current():  # distributed.wait finds its client here
+            _watch(client, dict(zip(futures, units)), on_result, scheduler, options, bar)
+    finally:
+        client.close()
+
+
+def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterOptions, bar: Progress) -> None:
+    """Hand each finished unit to ``on_result``; stop when no worker has been alive for ``worker_timeout``."""
+    from distributed import wait
+
+    pending = set(by_future)
+    no_workers_since = None
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=2.0, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        except Exception as exc:  # noqa: BLE001
+            raise as_environment_fault(exc) or exc
+        for fut in done:
+            try:
+                rows = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a bug in the unit stays a bug
+                raise as_environment_fault(exc) or exc
+            on_result(by_future[fut], rows)
+            bar.update(len(rows))
+        if done:
+            continue
+        try:
+            alive = len(client.nthreads())
+        except Exception as exc:  # noqa: BLE001
+            raise as_environment_fault(exc) or exc
+        now = time.monotonic()
+        if alive:
+            no_workers_since = None
+        elif no_workers_since is None:
+            no_workers_since = now
+        elif now - no_workers_since >= options.worker_timeout:
+            raise ClusterFault(f"no live dask worker at {scheduler} for {options.worker_timeout:g} s "
+                               f"({len(pending)} unit(s) not run); start workers")
+
+
+_PARENT_WATCH: list = []
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a loky worker: exit as soon as the process that started the sweep is gone (``kill -9``
+    of the main process would otherwise leave its workers computing for minutes)."""
+    if _PARENT_WATCH or os.getpid() == parent:
+        return
+
+    child_of_parent = os.getppid() == parent  # then a new parent pid means it died (even as a zombie)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if child_of_parent and os.getppid() != parent:
+                os._exit(1)
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+
+    t = threading.Thread(target=watch, name="moestat-parent-watch", daemon=True)
+    t.start()
+    _PARENT_WATCH.append(t)
+
+
+def _run_tagged(work: Callable[[U], list[dict]], unit: U, parent: int | None = None) -> tuple[U, list[dict]]:
+    if parent is not None:
+        _die_with_parent(parent)
     return unit, work(unit)

@@ -71,14 +71,14 @@ def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
     return out
 
 
-def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
+def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
     """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
     from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
     from moestat.rates.fit import fit_rates
     from moestat.rates.store import LOSS_NAMES
     from moestat.rates.resolve import config_declared_losses
 
-    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
+    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None, cluster=cluster)
     declared = config_declared_losses(config)
     ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared)
     df = merge_extras(df, out / "extras.csv") if ex_cols else df
@@ -114,7 +114,7 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(sc.predicted)}
 
 
-def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
+def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     Parameters
@@ -129,12 +129,15 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     resume : bool
         Continue a sweep in ``out_dir`` written by the same configuration, skipping finished
         fits.  Without it, a folder that already holds results is refused.
+    cluster : moestat.rates.backends.ClusterOptions, optional
+        Timeouts and the worker-environment check of a dask sweep.
 
     Returns
     -------
     dict
         Exactly the content of ``summary.json``: ``schema``, ``config``, ``config_hash``,
-        ``tolerance``, ``window``, ``counts``, ``fits`` (one entry per router and loss with
+        ``tolerance``, ``window``, ``counts``, ``rows`` (count and SHA-256 of the ``results.csv``
+        rows summarised), ``fits`` (one entry per router and loss with
         ``router, setting, loss, slope, ci_low, ci_high, predicted, consistent`` and
         diagnostics), ``elapsed_s``.
 
@@ -146,9 +149,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     >>> sorted(summary["fits"][0])[:3]  # doctest: +SKIP
     ['bootstrap', 'ci_high', 'ci_low']
     """
-    from moestat.io import atomic_write_json, ensure_writable_dir
-    from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import DEFAULT_TOLERANCE
+    from moestat.io import ensure_writable_dir
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
@@ -156,11 +157,28 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    if out.is_dir():
-        check_resumable(out, config, resume)
+    from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
+
     ensure_writable_dir(out)
+    lock_out(out, "rates")  # re-entrant: ``moestat rates`` took it while validating
+    try:
+        if resume:
+            check_door(out, "rates")
+        check_resumable(out, config, resume)
+        mark_door(out, "rates")
+        return _run_locked(config, out, resume, cluster)
+    finally:
+        unlock_out(out)
+
+
+def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> dict[str, Any]:
+    """The body of :func:`run_rates`, with ``out`` locked."""
+    from moestat.io import atomic_write_json
+    from moestat.rates.figures import plot_convergence
+    from moestat.rates.fit import DEFAULT_TOLERANCE
+
     t0 = time.perf_counter()
-    df, fits = _sweep_and_fit(config, out, resume)
+    df, fits = _sweep_and_fit(config, out, resume, cluster)
     adaptive = None
     if config.max_reps:
         # Adaptive replicates: grow reps (at most doubling per round) while the plan asks for more;
@@ -173,7 +191,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             if need <= config.reps or config.reps >= config.max_reps:
                 break
             config = config.replace(reps=min(config.max_reps, max(config.reps + 1, min(need, 2 * config.reps))))
-            df, fits = _sweep_and_fit(config, out, True)
+            df, fits = _sweep_and_fit(config, out, True, cluster)
         adaptive["final_reps"] = config.reps
         adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= config.reps)
     growth = None
@@ -192,8 +210,11 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
                 growth["stopped"] = f"--grow-n {config.grow_n} reached"
                 break
             config = config.replace(grown=config.grown + 1)
-            df, fits = _sweep_and_fit(config, out, True)
+            df, fits = _sweep_and_fit(config, out, True, cluster)
         growth["added"] = config.grid.ladder[: config.grown]
+    from moestat.rates.store import audit_results
+
+    _, audit = audit_results(out / "results.csv", config)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
@@ -214,6 +235,8 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": _counts(df, config),
+        # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
+        "rows": {"file": "results.csv", "count": audit.rows, "sha256": audit.digest},
         "certificate": _certificate_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,

@@ -179,8 +179,9 @@ def _extra_colour(i: int) -> str:
     return PALETTE[(3 + i) % len(PALETTE)]  # past the three router colours
 
 
-def _note(reps: int, drew_fit: bool, drew_theorem: bool) -> str:
-    """What the markers, bars and lines are; a line is named only when some panel draws it."""
+def _note(reps: int | str, drew_fit: bool, drew_theorem: bool) -> str:
+    """What the markers, bars and lines are; a line is named only when some panel draws it
+    (``reps``: a count, or ``"19 to 20"`` for an incomplete run)."""
     parts = [f"markers: mean over {reps} replicate{'s' if reps != 1 else ''}",
              f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
     if drew_fit:
@@ -257,7 +258,9 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
     estimator = str(df["estimator"].iloc[0]) if len(df) else ""
     if title is None or title == f"{setting}-specified, {estimator}":
         title = run_title(loss_name(losses[0]) if len(losses) == 1 else "Losses", setting, estimator)
-    reps = int(df.groupby(["router", "n"]).size().max()) if len(df) else 0
+    sizes = df.groupby(["router", "n"]).size() if len(df) else None
+    lo_reps, reps = (int(sizes.min()), int(sizes.max())) if sizes is not None else (0, 0)
+    reps = f"{lo_reps} to {reps}" if lo_reps != reps else reps  # an incomplete run: say so, not the most
     panel_h, legend_h = 2.3, 0.11 * (len(routers) + 1) + 0.15
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42}):
         from moestat.plotting import legend, panel_grid
@@ -308,6 +311,9 @@ class RedrawPlan:
     losses : tuple of str
     routers : tuple of str or None
         ``None``: every router in the results.
+    notes : tuple of str
+        What the user must know about the figure: an incomplete run (drawn with fits of its own),
+        a file without row checksums, a summary older than row digests.
     """
 
     df: Any
@@ -316,6 +322,7 @@ class RedrawPlan:
     out_stem: Path
     losses: tuple[str, ...]
     routers: tuple[str, ...] | None
+    notes: tuple[str, ...] = ()
 
 
 def _read_json(path: Path) -> Any:
@@ -355,7 +362,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
     from moestat.io import ensure_writable_dir
     from moestat.model.gates import canonical_name
     from moestat.rates.config import ROUTERS, RatesConfig
-    from moestat.rates.store import LOSS_NAMES, read_results
+    from moestat.folder_lock import holder
+    from moestat.rates.store import LOSS_NAMES, audit_results, read_results
 
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -385,7 +393,19 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         config = RatesConfig.from_dict(prov["config"])
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{prov_path}: its configuration is not readable: {exc}") from None
-    df = read_results(run_dir / "results.csv", config)
+    res_path = run_dir / "results.csv"
+    df = read_results(res_path, config)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
+    _, audit = audit_results(res_path, config)
+    notes = []
+    if not audit.checked:
+        notes.append(f"{res_path} has no row checksums (written by an earlier moestat): edits to it cannot be found")
+    expected = len(config.ns) * config.reps * len(config.router)
+    incomplete = audit.rows < expected
+    if incomplete:
+        h = holder(run_dir)
+        running = f"; its lock names moestat {h.get('door')} pid {h.get('pid')} on {h.get('host')}, which may still be running" if h else ""
+        notes.append(f"{res_path} holds {audit.rows} of {expected} fits (the run is incomplete{running}): the figure shows "
+                     "those, with slopes fitted to them, not the fits of summary.json")
     if df.empty:
         raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
     if not clean_losses:
@@ -417,9 +437,18 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         bad = [f for f in fits if not isinstance(f, dict) or not {"router", "loss", "slope"} <= set(f)]
         if bad:
             raise ValueError(f"{summary_path}: {len(bad)} fit entr{'y' if len(bad) == 1 else 'ies'} without router, loss and slope")
+        rows = summary.get("rows")
+        if incomplete:
+            fits = None  # never the fits of other rows
+        elif not isinstance(rows, dict):
+            notes.append(f"{summary_path} predates row digests: its fits are not checked against {res_path}")
+        elif rows.get("sha256") != audit.digest:
+            raise ValueError(f"{summary_path} was not computed from the rows {res_path} holds now ({rows.get('count')} rows "
+                             f"then, {audit.rows} now, other values); rerun moestat rates with --resume and this --out to "
+                             "recompute it, or delete it to refit from results.csv")
     ensure_writable_dir(run_dir)
     return RedrawPlan(df, fits, config, run_dir / name, tuple(clean_losses),
-                      None if clean_routers is None else tuple(clean_routers))
+                      None if clean_routers is None else tuple(clean_routers), tuple(notes))
 
 
 def draw_redraw(plan: RedrawPlan) -> list[Path]:

@@ -23,10 +23,11 @@ import os
 import platform
 import subprocess
 import sys
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from moestat.rates.config import RatesConfig
 __all__ = [
     "LOSS_NAMES",
     "RESULT_COLUMNS",
+    "CHECK_COLUMN",
+    "FILE_COLUMNS",
+    "row_check",
     "ResultStore",
     "read_results",
     "write_provenance",
@@ -63,6 +67,25 @@ RESULT_COLUMNS = (
     *LOSS_NAMES,
     "time",
 )
+#: The last column of ``results.csv``: a CRC-32 of the row's fields, so that an edited value is
+#: found (files written before it existed have no such column: they are read unchecked).
+CHECK_COLUMN = "crc32"
+#: The header of ``results.csv``.
+FILE_COLUMNS = (*RESULT_COLUMNS, CHECK_COLUMN)
+
+
+def row_check(fields: Sequence[str]) -> str:
+    """The ``crc32`` of a row: CRC-32 of its fields as written, joined by the unit separator."""
+    return f"{zlib.crc32(chr(31).join(fields).encode('utf-8')):08x}"
+
+
+def rows_digest(rows: Iterable[Sequence[str]]) -> str:
+    """SHA-256 of rows (fields as written) in the order given: what ``summary.json`` was computed from."""
+    h = hashlib.sha256()
+    for rec in rows:
+        h.update(chr(31).join(rec).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 def config_hash(config: RatesConfig) -> str:
@@ -91,14 +114,22 @@ class ResultStore:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
 
-    def create(self) -> None:
-        """Write the header if the file is new; otherwise drop a torn last line (see :meth:`repair`)."""
+    def create(self) -> bool:
+        """Write the header if the file is new; otherwise drop a torn last line (see :meth:`repair`)
+        and give the rows of a file written before row checksums existed their ``crc32``.
+
+        Returns True when such an unchecked file was given checksums.
+        """
         from moestat.io import atomic_write_text
 
         if not self.path.exists():
-            atomic_write_text(self.path, ",".join(RESULT_COLUMNS) + "\n")
-        else:
-            self.repair()
+            atomic_write_text(self.path, ",".join(FILE_COLUMNS) + "\n")
+            return False
+        self.repair()
+        if _is_checked(self.path):
+            return False
+        self.sort()  # rewritten with the checksum column; the rows were audited by check_resumable
+        return True
 
     def repair(self) -> bool:
         """Cut a partial last line left by a kill during an append (rewrites the file atomically).
@@ -115,13 +146,19 @@ class ResultStore:
         return True
 
     def append(self, rows: Iterable[dict]) -> None:
-        """Append rows, one ``write`` + ``fsync`` per row (see :func:`moestat.io.append_line`)."""
-        from moestat.io import append_line
+        """Append rows (each whole or not at all, with its ``crc32``), then one ``fsync``: a unit's
+        rows reach the disk together (see :func:`moestat.io.append_line`)."""
+        from moestat.io import append_line, sync_file
 
+        wrote = False
         for row in rows:
+            fields = [_fmt(row[c]) for c in RESULT_COLUMNS]
             buf = io.StringIO()
-            csv.writer(buf, lineterminator="").writerow([_fmt(row[c]) for c in RESULT_COLUMNS])
-            append_line(self.path, buf.getvalue())
+            csv.writer(buf, lineterminator="").writerow([*fields, row_check(fields)])
+            append_line(self.path, buf.getvalue(), sync=False)
+            wrote = True
+        if wrote:
+            sync_file(self.path)
 
     def read(self, config: RatesConfig | None = None):
         """The results as a :class:`pandas.DataFrame` (see :func:`read_results`)."""
@@ -142,8 +179,8 @@ class ResultStore:
             raise ValueError(msg)
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(RESULT_COLUMNS)
-        w.writerows(rows)
+        w.writerow(FILE_COLUMNS)
+        w.writerows([*rec, row_check(rec)] for rec in rows)
         text = buf.getvalue()
         if text != self.path.read_text(encoding="utf-8"):
             atomic_write_text(self.path, text)
@@ -174,6 +211,14 @@ class StoreAudit:
         Line numbers (and why) of rows outside the configured grid: ``n`` not a sample size of
         the sweep, ``replicate >= reps``, a router, scenario, setting, seed or estimator the
         configuration does not have.
+    edited : list of int
+        Line numbers of rows whose ``crc32`` does not match their fields (changed after they
+        were written).
+    checked : bool
+        The file has the ``crc32`` column (False: written before row checksums; edits cannot
+        be found).
+    digest : str
+        :func:`rows_digest` of the clean rows, in canonical order.
     """
 
     path: Path
@@ -182,10 +227,13 @@ class StoreAudit:
     garbage: list = field(default_factory=list)
     duplicates: list = field(default_factory=list)
     outside: list = field(default_factory=list)
+    edited: list = field(default_factory=list)
+    checked: bool = True
+    digest: str = ""
 
     @property
     def n_bad(self) -> int:
-        return len(self.garbage) + len(self.duplicates) + len(self.outside)
+        return len(self.garbage) + len(self.duplicates) + len(self.outside) + len(self.edited)
 
     def message(self) -> str | None:
         """One line naming the file and counting every kind of bad row; ``None`` when clean."""
@@ -204,6 +252,9 @@ class StoreAudit:
             parts.append(f"{len(self.duplicates)} duplicate (router, n, replicate) (line {lines(self.duplicates)})")
         if self.garbage:
             parts.append(f"{len(self.garbage)} unreadable (line {lines(self.garbage)})")
+        if self.edited:
+            parts.append(f"{len(self.edited)} edited after they were written (line {lines(self.edited)}: "
+                         f"the {CHECK_COLUMN} column does not match the values)")
         return f"{self.path} has {self.n_bad} row(s) that are not results of this sweep: " + "; ".join(parts)
 
 
@@ -217,16 +268,25 @@ _INT_COLS = ("n", "replicate", "seed", "n_iter")
 _FLOAT_COLS = ("objective", *LOSS_NAMES, "time")
 
 
-def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[int]]:
-    """``[(line number, fields)]`` of the well-formed rows, whether the last line is torn, and the
-    line numbers of the malformed ones."""
+def _is_checked(path: Path) -> bool:
+    with open(path, encoding="utf-8") as fh:
+        return fh.readline().rstrip("\n").split(",") == list(FILE_COLUMNS)
+
+
+def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[int], list[int], bool]:
+    """``[(line number, fields)]`` of the well-formed rows (without their ``crc32``), whether the
+    last line is torn, the line numbers of the malformed ones and of the edited ones, and whether
+    the file carries row checksums."""
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
-    if not lines or lines[0].split(",") != list(RESULT_COLUMNS):
+    header = lines[0].split(",") if lines else []
+    checked = header == list(FILE_COLUMNS)
+    if not checked and header != list(RESULT_COLUMNS):
         raise ValueError(f"{path} is not a moestat results file (unexpected header)")
+    width = len(FILE_COLUMNS) if checked else len(RESULT_COLUMNS)
     torn = bool(text) and not text.endswith("\n")
     body = lines[1:-1]  # split leaves "" after a final newline, or the torn fragment
-    rows, garbage = [], []
+    rows, garbage, edited = [], [], []
     for i, line in enumerate(body, start=2):
         if not line.strip():
             continue
@@ -235,7 +295,7 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
         except (csv.Error, StopIteration):
             garbage.append(i)
             continue
-        if len(rec) != len(RESULT_COLUMNS):
+        if len(rec) != width:
             garbage.append(i)
             continue
         d = dict(zip(RESULT_COLUMNS, rec))
@@ -249,8 +309,12 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
         except ValueError:
             garbage.append(i)
             continue
+        if checked:
+            rec, crc = rec[:-1], rec[-1]
+            if crc != row_check(rec):
+                edited.append(i)
         rows.append((i, rec))
-    return rows, torn, garbage
+    return rows, torn, garbage, edited, checked
 
 
 def _expected(config: RatesConfig) -> dict[str, tuple[str, str]]:
@@ -281,8 +345,9 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results file {path}")
-    parsed, torn, garbage = _parse_lines(path)
-    audit = StoreAudit(path, torn=torn, garbage=garbage)
+    parsed, torn, garbage, edited, checked = _parse_lines(path)
+    edited_set = set(edited)
+    audit = StoreAudit(path, torn=torn, garbage=garbage, checked=checked)
     expected = _expected(config) if config is not None else None
     # a growing sweep (--grow-n) owns every size of its ladder
     ns = set(config.ns) | set(getattr(config.grid, "ladder", [])) if config is not None else None
@@ -311,6 +376,9 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
             if why:
                 audit.outside.append((i, why))
                 continue
+        if i in edited_set:
+            audit.edited.append(i)
+            continue
         if key in seen:
             audit.duplicates.append(i)
             continue
@@ -321,6 +389,7 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
         clean.append(rec)
     clean.sort(key=lambda rec: sort_key(rec[1], rec[3], rec[4]))
     audit.rows = len(clean)
+    audit.digest = rows_digest(clean)
     return clean, audit
 
 
@@ -370,10 +439,13 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None) -> dict:
+def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None,
+                     workers: dict | None = None) -> dict:
     """Write ``provenance.json``: version, git commit, config (+ hash), platform, torch, timestamps.
 
-    ``previous`` (a resumed sweep's old provenance) keeps the earlier runs in ``runs``.
+    ``previous`` (a resumed sweep's old provenance) keeps the earlier runs in ``runs``;
+    ``workers`` (the client's and every worker's environment, see
+    :mod:`moestat.rates.worker_env`) is recorded with this run.
     """
     import torch
 
@@ -382,6 +454,8 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
 
     runs = list(previous.get("runs", [])) if previous else []
     this_run = {"started": started, "finished": finished, "n_jobs": config.n_jobs, "backend": config.backend, "scheduler": config.scheduler}
+    if workers is not None:
+        this_run["workers"] = workers
     if runs and runs[-1].get("started") == started:
         runs[-1] = this_run
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -303,10 +304,14 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     return rows
 
 
-def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None):
+def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
+              cluster=None):
     """Run (or resume) the sweep of ``config`` into ``out_dir``; return the results DataFrame.
 
     ``config`` must already be validated and ``out_dir`` checked (:func:`moestat.rates.store.check_resumable`).
+    ``cluster`` (:class:`moestat.rates.backends.ClusterOptions`) sets the timeouts and the
+    environment check of a dask sweep; the workers' environments are recorded in
+    ``provenance.json`` (``runs[-1]["workers"]``).
     """
     out_dir = Path(out_dir)
     prev = None
@@ -317,7 +322,9 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
     write_provenance(out_dir, config, started=started, previous=prev)
     prev = json.loads(prov_path.read_text(encoding="utf-8"))
     store = ResultStore(out_dir / "results.csv")
-    store.create()
+    if store.create():
+        sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
+                         "taken as they are and now carry them\n")
     done = store.done()
     todo = []
     for u in make_units(config):
@@ -339,7 +346,14 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
             extras.append(new)
 
     total = sum(len(u.replicates) for u in todo)
-    execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler, progress=progress, total_fits=total)
-    write_provenance(out_dir, config, started=started, finished=utc_now(), previous=prev)
+    workers: dict = {}
+
+    def on_workers(envs: dict) -> None:
+        workers.update(envs)
+        write_provenance(out_dir, config, started=started, previous=prev, workers=envs)
+
+    execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler,
+            progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers)
+    write_provenance(out_dir, config, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
     return store.read(config)

@@ -63,3 +63,37 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert n_before < 16
     subprocess.run([sys.executable, "-m", "moestat.rates", *args, "--out", str(part), "--resume"], check=True, cwd=ROOT, env=env, timeout=120)
     assert _frame(read_results(csv)).equals(_frame(read_results(full / "results.csv")))
+
+
+def test_progress_is_written_as_lines_when_stderr_is_not_a_terminal(capsys):
+    from moestat.rates.backends import Progress
+
+    p = Progress(10, None, interval=0)  # capsys: stderr is not a terminal, as in a batch job's log
+    p.update(4)
+    p.update(6)
+    p.close()
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("progress:")]
+    assert [l.split(" fits")[0] for l in lines] == ["progress: 4/10", "progress: 10/10"]
+    q = Progress(10, False, interval=0)  # --quiet: nothing
+    q.update(10)
+    q.close()
+    assert "progress" not in capsys.readouterr().err
+
+
+def test_environment_faults_are_one_line_with_resume_not_internal_errors(capsys):
+    import errno
+
+    from moestat.cli.common import run_main
+
+    def full(argv):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/run/summary.json")
+
+    assert run_main(full, [], prog="moestat rates") == 1
+    err = capsys.readouterr().err
+    assert err == "moestat rates: disk full writing /data/run/summary.json: free space and run with --resume; finished results are kept\n"
+
+    def bug(argv):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    assert run_main(bug, [], prog="moestat rates") == 1
+    assert "internal error" in capsys.readouterr().err  # not every OSError is the environment's

@@ -1,0 +1,58 @@
+"""Faults of the environment -- the disk, the cluster, the machine -- told apart from bugs.
+
+A full disk, a lost dask worker or an unreachable scheduler is not a problem with the user's
+input (exit 2) and not a bug of the package ("internal error, please report it"): the command
+stops with exit 1 and one line saying what happened and that ``--resume`` continues (finished
+units are on disk).  Code that knows the cause raises :class:`EnvironmentFault` itself;
+:func:`as_environment_fault` recognises the others by their type (``OSError`` errno, the
+``distributed`` exceptions) when they reach :func:`moestat.cli.common.run_main`.
+"""
+
+from __future__ import annotations
+
+import errno
+
+__all__ = ["EnvironmentFault", "DiskFull", "ClusterFault", "DISK_FULL", "as_environment_fault"]
+
+#: What a row that cannot be written says.
+DISK_FULL = "disk full: free space and run with --resume"
+
+#: errno values that mean "no space left" (a quota counts).
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+class EnvironmentFault(RuntimeError):
+    """The environment failed the run (not the input, not the package); ``--resume`` continues it."""
+
+
+class DiskFull(EnvironmentFault):
+    """A write did not land: no space left (or a quota reached)."""
+
+
+class ClusterFault(EnvironmentFault):
+    """The dask cluster failed the run: workers lost or gone, the scheduler unreachable."""
+
+
+def as_environment_fault(exc: BaseException) -> EnvironmentFault | None:
+    """The :class:`EnvironmentFault` that ``exc`` is, or ``None`` when it may be a bug.
+
+    ``OSError`` with ENOSPC/EDQUOT is a full disk (EIO a failing disk); ``KilledWorker``,
+    ``CommClosedError`` and the scheduler timeouts of ``distributed`` are the cluster.
+    """
+    if isinstance(exc, EnvironmentFault):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+        return DiskFull(f"{DISK_FULL}{where}" if not where else f"disk full{where}: free space and run with --resume")
+    if isinstance(exc, OSError) and exc.errno == errno.EIO:
+        return EnvironmentFault(f"input/output error{f' on {exc.filename}' if exc.filename else ''} (a failing disk?)")
+    mod = type(exc).__module__ or ""
+    name = type(exc).__name__
+    if mod.startswith("distributed"):
+        if name == "KilledWorker":
+            return ClusterFault(f"dask workers died while running a unit ({exc}); check the workers' memory and logs")
+        if name in ("CommClosedError", "FatalCommClosedError"):
+            return ClusterFault(f"lost the connection to the dask scheduler ({exc})")
+    if isinstance(exc, (TimeoutError, OSError)) and "connect" in str(exc).lower() and "tcp://" in str(exc).lower():
+        return ClusterFault(f"cannot reach the dask scheduler ({str(exc).splitlines()[0]})")
+    return None

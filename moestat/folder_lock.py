@@ -1,0 +1,221 @@
+"""Who owns an output folder: an exclusive lock while a door writes into it, and a door marker.
+
+Two runs writing into one ``--out`` at once (two job scripts that both pass ``--resume``, or a
+plain run and a ``--resume`` started seconds later) would both compute every missing unit and
+append it twice.  :func:`lock_out` takes ``OUT/.moestat.lock``: the file holds the host, pid,
+door and start time of the holder (for the message of the one refused), and the exclusion itself
+is an ``fcntl.flock`` on it, which the kernel drops when the holder dies -- ``kill -9`` included
+-- so a lock left behind is recognised as stale without guessing from pids.  Where ``flock`` is
+not available (some network file systems) the holder's pid is checked when it ran on this host.
+
+``OUT/.moestat-door`` names the door that wrote the folder; a door's ``--resume`` refuses a folder
+of another door (:func:`check_door`), with the files of each door recognised in folders written
+before the marker existed.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = ["LOCK_NAME", "DOOR_NAME", "FolderBusy", "lock_out", "unlock_out", "unlock_all", "holder", "check_door",
+           "mark_door", "read_door"]
+
+#: The lock file inside ``--out`` (removed when the holder finishes).
+LOCK_NAME = ".moestat.lock"
+#: The door marker inside ``--out`` (kept: it says which door's folder this is).
+DOOR_NAME = ".moestat-door"
+
+try:  # not on Windows
+    import fcntl
+except ImportError:  # pragma: no cover - the pid check alone
+    fcntl = None
+
+
+class FolderBusy(ValueError):
+    """``--out`` is held by another live run (a ``ValueError``: refused before anything is written)."""
+
+
+#: Locks this process holds: resolved folder -> [file descriptor, count] (re-entrant per process).
+_HELD: dict[str, list] = {}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def holder(out: str | os.PathLike) -> dict | None:
+    """The recorded holder of ``out``'s lock (``None`` when there is no lock file or it is unreadable)."""
+    try:
+        data = json.loads((Path(out) / LOCK_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _describe(h: dict | None) -> str:
+    if not h:
+        return "another process"
+    return f"moestat {h.get('door', '?')} (pid {h.get('pid', '?')} on {h.get('host', '?')}, since {h.get('started', '?')})"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _busy(out: Path, h: dict | None) -> FolderBusy:
+    return FolderBusy(f"--out {out} is in use by {_describe(h)}; wait for it to finish or choose another --out")
+
+
+def lock_out(out: str | os.PathLike, door: str) -> bool:
+    """Take the exclusive lock of the existing folder ``out`` for ``door`` (re-entrant in one process).
+
+    Returns
+    -------
+    bool
+        True when a stale lock (its holder died) was taken over.
+
+    Raises
+    ------
+    FolderBusy
+        Another live process holds it; one line naming that process.
+    """
+    out = Path(out)
+    key = str(out.resolve())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return False
+    path = out / LOCK_NAME
+    stale = False
+    for _ in range(20):  # a holder may unlink the file between our open and our flock: try again
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise _busy(out, holder(out)) from None
+                    _pid_fallback(out)  # no flock on this file system: trust a live pid on this host
+            else:  # pragma: no cover
+                _pid_fallback(out)
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the previous holder removed the file after our open: lock the new one
+                os.close(fd)
+                continue
+            old = os.read(fd, 4096)
+            stale = bool(old.strip())  # content left by a holder that died without cleaning up
+            record = {"host": socket.gethostname(), "pid": os.getpid(), "door": door, "started": _now(),
+                      "command": " ".join(sys.argv)[:300]}
+            data = (json.dumps(record) + "\n").encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        _HELD[key] = [fd, 1]
+        return stale
+    raise _busy(out, holder(out))  # pragma: no cover - twenty races in a row
+
+
+def _pid_fallback(out: Path) -> None:
+    h = holder(out)
+    if h and h.get("host") == socket.gethostname() and isinstance(h.get("pid"), int) and h["pid"] != os.getpid() \
+            and _pid_alive(h["pid"]):
+        raise _busy(out, h)
+
+
+def unlock_out(out: str | os.PathLike) -> None:
+    """Release one hold of ``out``'s lock; the last one removes the lock file."""
+    key = str(Path(out).resolve())
+    entry = _HELD.get(key)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] > 0:
+        return
+    del _HELD[key]
+    fd = entry[0]
+    try:  # unlink while holding the flock, so a waiter re-checks the inode and locks a fresh file
+        os.unlink(Path(key) / LOCK_NAME)
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def unlock_all() -> None:
+    """Release every lock this process holds (the end of a command)."""
+    for key in list(_HELD):
+        _HELD[key][1] = 1
+        unlock_out(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# door marker
+# ---------------------------------------------------------------------------------------------
+def read_door(out: str | os.PathLike) -> str | None:
+    """The door that wrote ``out``: its marker, else recognised by its files (``None``: unknown or empty).
+
+    Folders written before the marker existed are recognised by what only one door writes:
+    ``provenance.json`` + ``results.csv`` (rates), ``theory_report.json`` or a ``rates/`` folder of
+    runs (theory), ``runs.jsonl`` (realdata, tagging or lm: told apart by their settings, which
+    :func:`moestat.io.check_run_config` compares).
+    """
+    out = Path(out)
+    try:
+        text = (out / DOOR_NAME).read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    if text:
+        try:
+            return str(json.loads(text)["door"])
+        except (ValueError, KeyError, TypeError):
+            return text.split()[0]
+    if (out / "theory_report.json").exists() or (out / "rates").is_dir():
+        return "theory"
+    if (out / "provenance.json").exists() or (out / "results.csv").exists() and (out / "summary.json").exists() \
+            and not (out / "runs.jsonl").exists():
+        return "rates"
+    if (out / "runs.jsonl").exists():
+        return "realdata|tagging|lm"
+    return None
+
+
+def check_door(out: str | os.PathLike, door: str) -> None:
+    """Refuse to resume ``door`` in a folder another door wrote.
+
+    Raises
+    ------
+    ValueError
+        One line naming the folder, the door that wrote it and the one asked for.
+    """
+    found = read_door(out)
+    if found is None or door in found.split("|"):
+        return
+    shown = " or ".join(f"moestat {d}" for d in found.split("|"))
+    raise ValueError(f"--resume: {out} holds the results of {shown}, not of moestat {door}; "
+                     f"resume it with that command or choose another --out")
+
+
+def mark_door(out: str | os.PathLike, door: str) -> None:
+    """Record ``door`` as the owner of ``out`` (once; an existing marker is kept)."""
+    from moestat.io import atomic_write_json
+
+    path = Path(out) / DOOR_NAME
+    if not path.exists():
+        atomic_write_json(path, {"door": door, "created": _now()})

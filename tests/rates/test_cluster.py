@@ -1,0 +1,142 @@
+"""A sweep on a real ``dask scheduler`` + ``dask worker`` on localhost (the recipe of
+docs/guide/cluster.rst): the scheduler file, every worker's environment checked and recorded, a
+worker running other code refused, and all workers killed stopping the sweep in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("distributed")
+DASK = shutil.which("dask")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(DASK is None, reason="the dask command line is not installed")]
+
+from moestat.rates.store import RESULT_COLUMNS, read_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--d", "2", "--n-min", "40", "--n-max", "90", "--n-points", "3", "--reps", "3", "--max-iter", "5",
+        "--n-boot", "100", "--quiet"]
+
+
+def _env(pythonpath: Path = ROOT) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(pythonpath), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+
+
+def _wait_for(pred, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Cluster:
+    """``dask scheduler --scheduler-file`` and workers started as separate processes, in ``tmp``."""
+
+    def __init__(self, tmp: Path):
+        self.tmp, self.file, self.workers = tmp, tmp / "scheduler.json", []
+        self.scheduler = subprocess.Popen(
+            [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file", str(self.file)],
+            cwd=tmp, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_for(lambda: self.file.exists() and self.file.read_text().strip(), 60, "the scheduler file")
+
+    @property
+    def address(self) -> str:
+        return json.loads(self.file.read_text())["address"]
+
+    def add_worker(self, pythonpath: Path = ROOT) -> subprocess.Popen:
+        w = subprocess.Popen([DASK, "worker", "--scheduler-file", str(self.file), "--nthreads", "1", "--no-nanny",
+                              "--no-dashboard", "--local-directory", str(self.tmp / "scratch")],
+                             cwd=self.tmp, env=_env(pythonpath), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.workers.append(w)
+        from distributed import Client
+
+        with Client(self.address, timeout=30) as c:
+            c.wait_for_workers(len([p for p in self.workers if p.poll() is None]), timeout=60)
+        return w
+
+    def close(self) -> None:
+        for p in [*self.workers, self.scheduler]:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _rates(args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+def _frame(df):
+    cols = [c for c in RESULT_COLUMNS if c != "time"]
+    return df[cols].sort_values(["router", "n", "replicate"]).reset_index(drop=True)
+
+
+def test_the_localhost_recipe_gives_the_loky_results_and_records_the_workers(cluster, tmp_path):
+    cluster.add_worker()
+    got = _rates([*TINY, "--scheduler-file", str(cluster.file), "--out", str(tmp_path / "dask")])
+    assert got.returncode == 0, got.stderr
+    ref = _rates([*TINY, "--out", str(tmp_path / "loky")])
+    assert ref.returncode == 0, ref.stderr
+    assert _frame(read_results(tmp_path / "dask" / "results.csv")).equals(_frame(read_results(tmp_path / "loky" / "results.csv")))
+    run = json.loads((tmp_path / "dask" / "provenance.json").read_text())["runs"][-1]
+    assert run["backend"] == "dask" and run["scheduler"] == cluster.address
+    (env,) = run["workers"]["workers"].values()
+    assert env == {**run["workers"]["client"], "host": env["host"]} and run["workers"]["mismatch"] == []
+
+
+def test_a_worker_running_other_code_is_refused_before_anything_is_written(cluster, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(ROOT / "moestat", other / "moestat", ignore=shutil.ignore_patterns("__pycache__"))
+    path = other / "moestat" / "estimators" / "lse.py"
+    path.write_text(path.read_text() + "\n# an edited default on one node\n")
+    cluster.add_worker(other)
+    out = tmp_path / "out"
+    res = _rates([*TINY, "--scheduler-file", str(cluster.file), "--out", str(out)])
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "runs source_sha256" in res.stderr and "--allow-worker-mismatch" in res.stderr
+    assert not out.exists()
+    res = _rates([*TINY, "--scheduler-file", str(cluster.file), "--out", str(out), "--allow-worker-mismatch"])
+    assert res.returncode == 0, res.stderr
+    run = json.loads((out / "provenance.json").read_text())["runs"][-1]
+    assert len(run["workers"]["mismatch"]) == 1 and "source_sha256" in run["workers"]["mismatch"][0]
+
+
+def test_all_workers_killed_stops_the_sweep_in_one_line_and_resume_finishes(cluster, tmp_path):
+    worker = cluster.add_worker()
+    out = tmp_path / "out"
+    args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1", "--max-iter", "20",
+            "--n-boot", "100", "--quiet", "--scheduler-file", str(cluster.file), "--worker-timeout", "4", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
+    csv = out / "results.csv"
+    _wait_for(lambda: csv.exists() and csv.read_text().count("\n") >= 2, 120, "the first rows")
+    worker.send_signal(signal.SIGKILL)
+    rc = proc.wait(timeout=120)
+    err = proc.stderr.read()
+    assert rc == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert err.strip().splitlines()[-1].startswith("moestat rates: no live dask worker at ")
+    assert "finished results are kept; --resume continues" in err
+    kept = len(read_results(csv))
+    assert 1 <= kept < 30
+    cluster.add_worker()
+    res = _rates([*args, "--resume"])
+    assert res.returncode == 0, res.stderr
+    assert len(read_results(csv)) == 30
