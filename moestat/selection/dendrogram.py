@@ -101,9 +101,10 @@ def dissimilarity(G: MixingMeasure, i: int, j: int, family: str = "gaussian") ->
     G = _check(G, family)
     blocks, exps = block_exponents(family, G.dim)
     om = G.omega()
-    p = np.exp(G.beta0)
     dist = sum(float(np.linalg.norm(om[i, b] - om[j, b])) ** e for b, e in zip(blocks, exps))
-    return float(p[i] * p[j] / (p[i] + p[j]) * dist)
+    # p_i p_j / (p_i + p_j) in logs: two masses that underflow exp (beta0 ~ -800) would give 0 / 0
+    li, lj = float(G.beta0[i]), float(G.beta0[j])
+    return float(np.exp(li + lj - np.logaddexp(li, lj)) * dist)
 
 
 def merge_pair(G: MixingMeasure, i: int, j: int) -> MixingMeasure:
