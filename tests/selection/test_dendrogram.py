@@ -121,3 +121,12 @@ def test_the_tree_draws(tmp_path):
     dend = build_dendrogram(_measure(np.random.default_rng(2), 4))
     ax = plot_dendrogram(dend, title="t")
     assert len(ax.get_xticklabels()) == 4
+
+
+def test_masses_that_underflow_exp_merge_at_height_zero_not_nan():
+    # a dead atom (beta0 ~ -800 at the centre) next to another: exp(beta0) is 0 for both
+    G = MixingMeasure(np.array([-900.0, -800.0, 0.0]), np.zeros((3, 1)),
+                      np.array([[1.0, 0.0, 0.1], [2.0, 0.0, 0.2], [0.0, 1.0, 0.3]]))
+    assert dissimilarity(G, 0, 1) == 0.0
+    dend = build_dendrogram(G)
+    assert np.all(np.isfinite(dend.heights)) and tuple(dend.linkage[0, :2]) == (0.0, 1.0)
