@@ -72,9 +72,13 @@ def summarise(records: list[dict], config, n_boot: int = 1000) -> dict:
             conv = (sum(v.size for v in vals), sum(1 for r in records if r["n"] in ns))
             cat = categorize(predicted=PREDICTED, slope=fit["slope"], ci=(fit["ci_low"], fit["ci_high"]), ns=ns,
                              values=vals, tolerance=0.15, converged=conv)
+            med = [float(np.median(v)) for v in vals]
             rates[str(K)][loss] = {"slope": fit["slope"], "ci_low": fit["ci_low"], "ci_high": fit["ci_high"],
                                    "predicted": PREDICTED, "category": cat.get("category"), "reason": cat.get("reason"),
-                                   "means": [float(np.mean(v)) for v in vals], "ns": ns}
+                                   "means": [float(np.mean(v)) for v in vals], "medians": med, "ns": ns,
+                                   # descriptive only (no interval, not judged): the means can be ruled by a
+                                   # few catastrophic merges, the medians show the bulk
+                                   "slope_of_medians": float(np.polyfit(np.log(ns), np.log(med), 1)[0])}
     cpu = [r["cpu_s"] for r in records]
     wall = [r["wall_s"] for r in records]
     per_n = {str(n): float(np.mean([r["cpu_s"] for r in records if r["n"] == n])) for n in config.ns
@@ -117,7 +121,8 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
             rs = [r for r in summary["rows"] if r["K_bar"] == K and r["criterion"] == crit]
             x = np.array([r["n"] for r in rs], float) * (1 + 0.04 * (j - 2))  # dodge the bars
             p = np.array([r["p_hat"] for r in rs])
-            err = np.array([[r["p_hat"] - r["ci_low"] for r in rs], [r["ci_high"] - r["p_hat"] for r in rs]])
+            # clipped at 0: Wilson's bound at p_hat = 1 is 1 - 1e-16 in floating point
+            err = np.clip(np.array([[r["p_hat"] - r["ci_low"] for r in rs], [r["ci_high"] - r["p_hat"] for r in rs]]), 0, None)
             ax.errorbar(x, p, yerr=err, marker="os^Dv"[j], capsize=3, label="DSC (x = 0)" if crit == "DSC0" else crit)
         ax.set_xscale("log")
         ax.set_ylim(-0.03, 1.03)
@@ -150,26 +155,30 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
     paths.append(out / "khat_histograms.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
-    # 3. merged D1 and unmerged D2 against n, with the fitted lines
-    fig, axes = plt.subplots(1, len(Ks), figsize=(4.2 * len(Ks), 3.4), sharey=True, squeeze=False)
+    # 3. merged D1 and unmerged D2 against n: every replicate, the medians (the means can be ruled by
+    # a few catastrophic merges; the y range is the replicates' 2-98% quantiles)
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4.4 * len(Ks), 3.6), sharey=True, squeeze=False)
+    allv = [r["per_kbar"][str(K)][loss] for K in Ks for loss in ("D1_merged", "D2_over") for r in records
+            if r["per_kbar"][str(K)].get(loss)]
     for ax, K in zip(axes[0], Ks):
-        for j, (loss, lab) in enumerate((("D1_merged", "merged to k*: D1"), ("D2_over", "unmerged: D2"))):
+        for j, (loss, lab) in enumerate((("D1_merged", "merged to k*, D1"), ("D2_over", "unmerged, D2"))):
             f = summary["rates"][str(K)][loss]
             for n in ns:
                 v = [r["per_kbar"][str(K)][loss] for r in records if r["n"] == n and r["per_kbar"][str(K)][loss]]
-                ax.scatter(np.full(len(v), n) * (1 + 0.05 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}")
+                ax.scatter(np.full(len(v), n) * (1 + 0.06 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}")
             if f.get("slope") is not None:
                 x = np.array(f["ns"], float)
-                ax.plot(x, f["means"], "o", color=f"C{j}")
-                b = np.polyfit(np.log(x), np.log(f["means"]), 1)
-                ax.plot(x, np.exp(np.polyval(b, np.log(x))), color=f"C{j}",
-                        label=f"{lab}: slope {f['slope']:.2f} [{f['ci_low']:.2f}, {f['ci_high']:.2f}] ({f['category']})")
+                ax.plot(x, f["medians"], "o-", color=f"C{j}",
+                        label=f"{lab}: medians, slope {f['slope_of_medians']:.2f}\n  log-of-mean slope {f['slope']:.2f} "
+                              f"[{f['ci_low']:.2f}, {f['ci_high']:.2f}]: {f['category']}")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(f"K_bar = {K}", fontsize=10)
+        if allv:
+            ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
+        ax.set_title(f"K_bar = {K} (predicted slope -0.5)", fontsize=10)
         ax.set_xlabel("n")
-        ax.legend(fontsize=6.5)
-    axes[0][0].set_ylabel("Voronoi loss (mean: dots on the line)")
+        ax.legend(fontsize=6.5, loc="lower left")
+    axes[0][0].set_ylabel("Voronoi loss")
     fig.tight_layout()
     paths.append(out / "merged_loss.png")
     fig.savefig(paths[-1], dpi=120)
@@ -210,7 +219,8 @@ def format_table(summary: dict) -> str:
             if f.get("slope") is None:
                 lines.append(f"  K_bar = {K} {loss}: no fit ({f['reason']})")
             else:
-                lines.append(f"  K_bar = {K} {loss}: {f['slope']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] {f['category']}")
+                lines.append(f"  K_bar = {K} {loss}: {f['slope']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] {f['category']}; "
+                             f"slope of medians {f['slope_of_medians']:.3f} (descriptive)")
     t = summary["time"]
     lines.append(f"core time {t['cpu_s_total']:.1f} s ({t['cpu_s_per_replicate_all_n']:.2f} s per replicate over every n), "
                  f"wall {t['wall_s_total']:.1f} s")
