@@ -235,7 +235,8 @@ def build_dendrogram(G: MixingMeasure, family: str = "gaussian", center=None) ->
 def plot_dendrogram(dend: Dendrogram, ax=None, labels=None, title: str | None = None):
     """Draw the tree with :func:`scipy.cluster.hierarchy.dendrogram`; returns the axes.
 
-    Leaves are labelled ``i: p=<mass>`` (masses normalised to total 1) unless ``labels`` is given.
+    Leaves are labelled ``i: p=<mass>`` (the masses the rule used: at ``dend.center``, total 1) unless
+    ``labels`` is given.
     Heights may be non-monotone (a merged atom can be closer to a third than its parts were); SciPy
     then draws crossing links, which is what the tree is.
     """
@@ -243,13 +244,13 @@ def plot_dendrogram(dend: Dendrogram, ax=None, labels=None, title: str | None = 
     from scipy.cluster.hierarchy import dendrogram
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.2))
-    G0 = dend.levels[0]
+        _, ax = plt.subplots(figsize=(5, 3.6))
     if labels is None:
-        p = np.exp(G0.beta0 - np.logaddexp.reduce(G0.beta0))
-        labels = [f"{i}: p={p[i]:.2g}" for i in range(G0.n_atoms)]
-    dendrogram(dend.linkage, labels=labels, ax=ax, color_threshold=0, above_threshold_color="C0")
+        p = dend.masses[0]
+        labels = [f"{i}: p={p[i]:.2g}" for i in range(len(p))]
+    dendrogram(dend.linkage, labels=labels, ax=ax, color_threshold=0, above_threshold_color="C0", leaf_rotation=30)
     ax.set_ylabel("merge height d")
     if title:
         ax.set_title(title, fontsize=9)
+    ax.figure.tight_layout()
     return ax
