@@ -2,7 +2,7 @@
 
 From a fitted measure ``G = sum_i p_i delta_(beta1_i, eta_i)`` with ``K`` atoms (``p_i =
 exp(beta0_i)``), the dendrogram merges, ``K - 1`` times, the pair of atoms of least dissimilarity
-(Do et al. 2024, Section 3, the merging procedure of their Algorithm 1)::
+(Do et al. 2024, their merging procedure; the same rule in the Dendrogram_SGMoE code)::
 
     p = p_i + p_j,     theta = (p_i theta_i + p_j theta_j) / (p_i + p_j)     (theta = beta1, a, b, sigma^2)
 
