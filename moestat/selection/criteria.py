@@ -1,8 +1,8 @@
 """How many experts: the dendrogram selection criterion (DSC) beside AIC, BIC and ICL.
 
 * **DSC** (Do, Do, McKinley, Terhorst & Nguyen 2024; their section numbers are not cited: the
-  paper was read through excerpts and its peer code): from one over-fitted fit with ``K`` atoms and its dendrogram (:mod:`moestat.selection.dendrogram`), level ``k`` (``2 <= k <=
-  K``) scores::
+  paper was read through excerpts and its peer code): from one over-fitted fit with ``K`` atoms
+  and its dendrogram (:mod:`moestat.selection.dendrogram`), level ``k`` (``2 <= k <= K``) scores::
 
       DSC(k) = -( h(k) + omega_n * lbar(k) ),      k_hat = argmin_k DSC(k)
 
