@@ -1,0 +1,93 @@
+"""``moestat select``: argument parsing for :func:`moestat.selection.study.run_select`.
+
+How many experts?  Fits model 1 of Nguyen, Nguyen & Ho (2023) (``k* = 2``) with ``k = 1..max(K_bar)``
+experts over a grid of ``n`` and replicates, and selects ``k`` by the dendrogram selection
+criterion (Do et al. 2024) from the over-fitted fit and by AIC, BIC and ICL from the refits.
+The settings are validated and ``--out`` checked inside :func:`~moestat.cli.common.usage_errors`
+(bad input: one line, exit 2, nothing written); a study where no over-fitted fit of a cell
+converged stops with one line and exit 1; any other exception is an internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from moestat.cli.common import (
+    ArgumentParser,
+    add_out,
+    add_quiet,
+    add_resume,
+    add_seed,
+    int_list,
+    nonneg_float,
+    positive_int,
+    prepare_out,
+    usage_errors,
+)
+
+__all__ = ["build_parser", "main"]
+
+EXAMPLES = """\
+examples:
+  moestat select --k-bar 3 --n 400,2000 --reps 10 --out runs/select
+  moestat select --k-bar 3,4,5 --n 400,2000,10000 --reps 40 --chunk 20 --out simulations/selection/model1 --resume
+"""
+
+
+def build_parser() -> ArgumentParser:
+    import argparse
+
+    p = ArgumentParser(prog="moestat select", description="Select the number of experts: DSC (dendrogram of mixing measures) "
+                       "against AIC, BIC and ICL, P(k_hat = k*) against n with binomial intervals.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", default="model1", choices=("model1",), help="the truth (model 1 of Nguyen, Nguyen & Ho 2023, k* = 2)")
+    p.add_argument("--k-bar", type=int_list, default=[3, 4, 5], help="over-fitted numbers of experts, each > k* (default 3,4,5)")
+    p.add_argument("--n", type=int_list, default=[400, 2000, 10000], help="sample sizes, each >= 20 (default 400,2000,10000)")
+    p.add_argument("--reps", type=positive_int, default=40, help="replicates per n (default 40)")
+    p.add_argument("--starts", type=positive_int, default=1, help="starts per fit (default 1)")
+    p.add_argument("--chunk", type=positive_int, default=10, help="replicates fitted in one batch (default 10)")
+    p.add_argument("--init-scale", type=nonneg_float, default=0.1, help="noise of the near-truth starts (default 0.1)")
+    p.add_argument("--max-iter", type=positive_int, default=1000, help="EM iterations before the Newton polish (default 1000)")
+    add_seed(p, 0)
+    add_out(p, "select")
+    add_resume(p)
+    add_quiet(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from moestat.selection.study import SelectConfig, SelectionError, run_select
+
+    with usage_errors():
+        config = SelectConfig(scenario=args.scenario, k_bars=tuple(args.k_bar), ns=tuple(args.n), replicates=args.reps,
+                              seed=args.seed, n_starts=args.starts, chunk=args.chunk, init_scale=args.init_scale,
+                              max_iter=args.max_iter)
+        _check_out(args.out, config, args.resume)
+    try:
+        summary = run_select(config, args.out, resume=args.resume, verbose=not args.quiet)
+    except SelectionError as exc:
+        sys.stderr.write(f"moestat select: {exc}\n")
+        return 1
+    if not args.quiet:
+        print("wrote " + ", ".join(summary["files"]))
+    return 0
+
+
+def _check_out(out: str, config, resume: bool) -> None:
+    """``--out`` empty, or (with ``--resume``) holding a study of the same settings."""
+    import json
+    from pathlib import Path
+
+    cfg = Path(out) / "config.json"
+    if resume and cfg.exists():
+        try:
+            old = json.loads(cfg.read_text()).get("hash")
+        except (json.JSONDecodeError, AttributeError):
+            raise ValueError(f"{cfg} is not a selection study's config.json") from None
+        if old != config.hash():
+            raise ValueError(f"--out {out} holds a study of other settings; --resume needs the same settings")
+    elif resume and Path(out).is_dir() and any(Path(out).iterdir()):
+        raise ValueError(f"--out {out} holds no selection study (no config.json) to resume")
+    prepare_out(out, resume)

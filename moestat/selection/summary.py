@@ -1,0 +1,227 @@
+"""Summaries and figures of a selection study (:mod:`moestat.selection.study`).
+
+* ``summary.csv``: per ``(K_bar, n, criterion)`` the replicates used (their fits converged), the
+  failed ones, the hits ``k_hat = k*``, ``P(k_hat = k*)`` with its 95% Wilson interval
+  (:func:`statsmodels.stats.proportion.proportion_confint`) and the counts of every ``k_hat``.
+* ``summary.json``: the same, plus per ``K_bar`` the rate fits of the merged measure's D1 and the
+  unmerged fit's D2 (:func:`moestat.rates.fit.slope_with_interval`, verdict by
+  :func:`moestat.rates.verdicts.categorize`; predicted exponent -1/2 for both, Nguyen, Nguyen & Ho
+  2023, Theorems 1 and 2, the merged measure being an exact-fit estimate by Do et al. 2024) and the
+  core (process) and wall time per replicate.
+* figures: ``selection_probability.png``, ``khat_histograms.png``, ``merged_loss.png``,
+  ``dendrograms.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["summarise", "write_summary", "write_figures", "CRITERIA"]
+
+#: the columns of the study: DSC (masses at the mean input), DSC0 (the paper's rule, masses at x = 0)
+CRITERIA = ("DSC", "DSC0", "AIC", "BIC", "ICL")
+PREDICTED = -0.5
+
+
+def _cells(records, K, n, crit):
+    key = "dsc_converged" if crit.startswith("DSC") else "ic_converged"
+    es = [r["per_kbar"][str(K)] for r in records if r["n"] == n]
+    used = [e[crit] for e in es if e[key] and e.get(crit) is not None]
+    return used, len(es) - len(used)
+
+
+def summarise(records: list[dict], config, n_boot: int = 1000) -> dict:
+    """Table rows and rate fits (module docstring)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from moestat.rates.fit import slope_with_interval
+    from moestat.rates.verdicts import categorize
+
+    k_star = config.truth().n_atoms
+    rows = []
+    for K in config.k_bars:
+        for n in config.ns:
+            for crit in CRITERIA:
+                used, failed = _cells(records, K, n, crit)
+                hits = int(sum(k == k_star for k in used))
+                lo, hi = proportion_confint(hits, len(used), method="wilson") if used else (np.nan, np.nan)
+                counts = {str(k): int(sum(u == k for u in used)) for k in range(1, K + 1)}
+                rows.append({"K_bar": K, "n": n, "criterion": crit, "used": len(used), "failed": failed, "hits": hits,
+                             "p_hat": hits / len(used) if used else float("nan"), "ci_low": float(lo), "ci_high": float(hi),
+                             "counts": counts})
+    rates = {}
+    for K in config.k_bars:
+        rates[str(K)] = {}
+        for loss in ("D1_merged", "D2_over"):
+            ns, vals = [], []
+            for n in config.ns:
+                v = np.array([r["per_kbar"][str(K)][loss] for r in records if r["n"] == n
+                              and r["per_kbar"][str(K)]["dsc_converged"] and r["per_kbar"][str(K)][loss] is not None], float)
+                v = v[np.isfinite(v) & (v > 0)]
+                if v.size >= 2:
+                    ns.append(n)
+                    vals.append(v)
+            if len(ns) < 3:
+                rates[str(K)][loss] = {"slope": None, "reason": f"{len(ns)} sample sizes with >= 2 losses (3 needed)"}
+                continue
+            fit = slope_with_interval(ns, vals, np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(K, 99))), n_boot)
+            conv = (sum(v.size for v in vals), sum(1 for r in records if r["n"] in ns))
+            cat = categorize(predicted=PREDICTED, slope=fit["slope"], ci=(fit["ci_low"], fit["ci_high"]), ns=ns,
+                             values=vals, tolerance=0.15, converged=conv)
+            med = [float(np.median(v)) for v in vals]
+            rates[str(K)][loss] = {"slope": fit["slope"], "ci_low": fit["ci_low"], "ci_high": fit["ci_high"],
+                                   "predicted": PREDICTED, "category": cat.get("category"), "reason": cat.get("reason"),
+                                   "means": [float(np.mean(v)) for v in vals], "medians": med, "ns": ns,
+                                   # descriptive only (no interval, not judged): the means can be ruled by a
+                                   # few catastrophic merges, the medians show the bulk
+                                   "slope_of_medians": float(np.polyfit(np.log(ns), np.log(med), 1)[0])}
+    cpu = [r["cpu_s"] for r in records]
+    wall = [r["wall_s"] for r in records]
+    per_n = {str(n): float(np.mean([r["cpu_s"] for r in records if r["n"] == n])) for n in config.ns
+             if any(r["n"] == n for r in records)}
+    return {"k_star": k_star, "rows": rows, "rates": rates,
+            "time": {"cpu_s_total": float(np.sum(cpu)), "wall_s_total": float(np.sum(wall)),
+                     "cpu_s_per_replicate_and_n": per_n,
+                     "cpu_s_per_replicate_all_n": float(np.sum(cpu)) / max(config.replicates, 1)}}
+
+
+def write_summary(summary: dict, out: str | Path, config) -> list[Path]:
+    """``summary.csv`` and ``summary.json`` in ``out``."""
+    out = Path(out)
+    cols = ["K_bar", "n", "criterion", "used", "failed", "hits", "p_hat", "ci_low", "ci_high", "counts"]
+    with open(out / "summary.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for row in summary["rows"]:
+            w.writerow([json.dumps(row[c], sort_keys=True) if c == "counts" else
+                        (f"{row[c]:.4f}" if isinstance(row[c], float) else row[c]) for c in cols])
+    (out / "summary.json").write_text(json.dumps({"config": config.to_dict(), **summary}, indent=1, sort_keys=True) + "\n")
+    return [out / "summary.csv", out / "summary.json"]
+
+
+def write_figures(summary: dict, records: list[dict], out: str | Path, config) -> list[Path]:
+    """The four figures of the module docstring; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.cluster.hierarchy import dendrogram
+
+    out = Path(out)
+    Ks, ns, k_star = list(config.k_bars), list(config.ns), summary["k_star"]
+    paths = []
+    # 1. P(k_hat = k*) against n
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4.2 * len(Ks), 3.4), sharey=True, squeeze=False)
+    for ax, K in zip(axes[0], Ks):
+        for j, crit in enumerate(CRITERIA):
+            rs = [r for r in summary["rows"] if r["K_bar"] == K and r["criterion"] == crit]
+            x = np.array([r["n"] for r in rs], float) * (1 + 0.04 * (j - 2))  # dodge the bars
+            p = np.array([r["p_hat"] for r in rs])
+            # clipped at 0: Wilson's bound at p_hat = 1 is 1 - 1e-16 in floating point
+            err = np.clip(np.array([[r["p_hat"] - r["ci_low"] for r in rs], [r["ci_high"] - r["p_hat"] for r in rs]]), 0, None)
+            ax.errorbar(x, p, yerr=err, marker="os^Dv"[j], capsize=3, label="DSC (x = 0)" if crit == "DSC0" else crit)
+        ax.set_xscale("log")
+        ax.set_ylim(-0.03, 1.03)
+        ax.axhline(0.9, color="0.7", lw=0.8, ls=":")
+        ax.set_title(f"K_bar = {K} (k* = {k_star})", fontsize=10)
+        ax.set_xlabel("n")
+    axes[0][0].set_ylabel(f"P(k_hat = {k_star}), 95% Wilson CI")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "selection_probability.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    # 2. histograms of k_hat at every n
+    fig, axes = plt.subplots(len(Ks), len(ns), figsize=(2.8 * len(ns), 2.2 * len(Ks)), squeeze=False, sharey=True)
+    for a, K in enumerate(Ks):
+        for b, n in enumerate(ns):
+            ax = axes[a][b]
+            for j, crit in enumerate(CRITERIA):
+                row = next(r for r in summary["rows"] if r["K_bar"] == K and r["n"] == n and r["criterion"] == crit)
+                ks = np.arange(1, K + 1)
+                ax.bar(ks + 0.16 * (j - 2), [row["counts"][str(k)] for k in ks], width=0.16, label=crit, color=f"C{j}")
+            ax.set_xticks(np.arange(1, K + 1))
+            ax.set_title(f"K_bar = {K}, n = {n}", fontsize=8)
+            if b == 0:
+                ax.set_ylabel("replicates")
+            if a == len(Ks) - 1:
+                ax.set_xlabel("k_hat")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "khat_histograms.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    # 3. merged D1 and unmerged D2 against n: every replicate, the medians (the means can be ruled by
+    # a few catastrophic merges; the y range is the replicates' 2-98% quantiles)
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4.4 * len(Ks), 3.6), sharey=True, squeeze=False)
+    allv = [r["per_kbar"][str(K)][loss] for K in Ks for loss in ("D1_merged", "D2_over") for r in records
+            if r["per_kbar"][str(K)].get(loss)]
+    for ax, K in zip(axes[0], Ks):
+        for j, (loss, lab) in enumerate((("D1_merged", "merged to k*, D1"), ("D2_over", "unmerged, D2"))):
+            f = summary["rates"][str(K)][loss]
+            for n in ns:
+                v = [r["per_kbar"][str(K)][loss] for r in records if r["n"] == n and r["per_kbar"][str(K)][loss]]
+                ax.scatter(np.full(len(v), n) * (1 + 0.06 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}")
+            if f.get("slope") is not None:
+                x = np.array(f["ns"], float)
+                ax.plot(x, f["medians"], "o-", color=f"C{j}",
+                        label=f"{lab}: medians, slope {f['slope_of_medians']:.2f}\n  log-of-mean slope {f['slope']:.2f} "
+                              f"[{f['ci_low']:.2f}, {f['ci_high']:.2f}]: {f['category']}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if allv:
+            ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
+        ax.set_title(f"K_bar = {K} (predicted slope -0.5)", fontsize=10)
+        ax.set_xlabel("n")
+        ax.legend(fontsize=6.5, loc="lower left")
+    axes[0][0].set_ylabel("Voronoi loss")
+    fig.tight_layout()
+    paths.append(out / "merged_loss.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    # 4. the dendrogram of replicate 0 at the largest n, for every K_bar
+    fig, axes = plt.subplots(1, len(Ks), figsize=(3.8 * len(Ks), 3.2), squeeze=False)
+    rec = next((r for r in records if r["n"] == max(ns) and r["replicate"] == 0), None)
+    for ax, K in zip(axes[0], Ks):
+        e = rec["per_kbar"][str(K)] if rec else None
+        if e and e.get("linkage"):
+            dendrogram(np.array(e["linkage"]), ax=ax, color_threshold=0, above_threshold_color="C0")
+            ax.set_title(f"K_bar = {K}, n = {max(ns)}, replicate 0: DSC picks {e['DSC']}", fontsize=8)
+            ax.set_yscale("symlog", linthresh=1e-4)
+            ax.set_ylabel("merge height")
+            ax.set_xlabel("fitted atom")
+    fig.tight_layout()
+    paths.append(out / "dendrograms.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def format_table(summary: dict) -> str:
+    """The printed table: one line per ``(K_bar, n)``, ``P(k_hat = k*)`` of every criterion, then the rates."""
+    lines = [f"P(k_hat = {summary['k_star']}) [95% Wilson CI]  (used/failed replicates)"]
+    head = f"{'K_bar':>5} {'n':>7}  " + "  ".join(f"{c:>19}" for c in CRITERIA)
+    lines.append(head)
+    keys = sorted({(r["K_bar"], r["n"]) for r in summary["rows"]})
+    for K, n in keys:
+        cells = []
+        for c in CRITERIA:
+            r = next(x for x in summary["rows"] if (x["K_bar"], x["n"], x["criterion"]) == (K, n, c))
+            cells.append(f"{r['p_hat']:.2f} [{r['ci_low']:.2f},{r['ci_high']:.2f}]" + (f"/{r['failed']}f" if r["failed"] else ""))
+        lines.append(f"{K:>5} {n:>7}  " + "  ".join(f"{c:>19}" for c in cells))
+    lines.append("rates (predicted -0.5): slope [95% CI] category")
+    for K, fits in summary["rates"].items():
+        for loss, f in fits.items():
+            if f.get("slope") is None:
+                lines.append(f"  K_bar = {K} {loss}: no fit ({f['reason']})")
+            else:
+                lines.append(f"  K_bar = {K} {loss}: {f['slope']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] {f['category']}; "
+                             f"slope of medians {f['slope_of_medians']:.3f} (descriptive)")
+    t = summary["time"]
+    lines.append(f"core time {t['cpu_s_total']:.1f} s ({t['cpu_s_per_replicate_all_n']:.2f} s per replicate over every n), "
+                 f"wall {t['wall_s_total']:.1f} s")
+    return "\n".join(lines)

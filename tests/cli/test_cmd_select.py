@@ -1,0 +1,68 @@
+"""``moestat select``: a small end-to-end run, resuming, bad input, "no fit converged"."""
+
+import json
+
+import pytest
+
+from moestat.cli.main import main
+from moestat.selection.study import SelectConfig, SelectionError, check_selectable, read_records
+
+ARGS = ["--k-bar", "3", "--n", "100,200,400", "--reps", "2", "--chunk", "2", "--max-iter", "60", "--quiet"]
+
+
+def _strip(recs):
+    return [{k: v for k, v in r.items() if k not in ("cpu_s", "wall_s")} for r in recs]
+
+
+def test_end_to_end_then_resume_after_a_kill(tmp_path, capsys):
+    out = tmp_path / "sel"
+    assert main(["select", *ARGS, "--out", str(out)]) == 0
+    for name in ("config.json", "records.jsonl", "summary.csv", "summary.json", "selection_probability.png",
+                 "khat_histograms.png", "merged_loss.png", "dendrograms.png"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    # 1 K_bar x 3 n x 5 criteria, each with the 2 replicates used or counted as failed
+    assert len(summary["rows"]) == 15
+    assert all(r["used"] + r["failed"] == 2 for r in summary["rows"])
+    assert all(0 <= r["p_hat"] <= 1 and r["ci_low"] <= r["p_hat"] <= r["ci_high"] for r in summary["rows"] if r["used"])
+    assert set(summary["rates"]["3"]) == {"D1_merged", "D2_over"}
+    first = read_records(out / "records.jsonl")
+    assert len(first) == 6
+    # a kill: the last unit half written, its last line torn
+    lines = (out / "records.jsonl").read_text().splitlines()
+    (out / "records.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])
+    assert main(["select", *ARGS, "--out", str(out), "--resume"]) == 0
+    again = sorted(read_records(out / "records.jsonl"), key=lambda r: (r["n"], r["replicate"]))
+    assert _strip(again) == _strip(sorted(first, key=lambda r: (r["n"], r["replicate"])))
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
+    for argv, msg in ((["--k-bar", "2"], "K_bar = 2 <= k* = 2"), (["--n", "10"], "at least 20"),
+                      (["--k-bar", "3,3"], "must not repeat"), (["--reps", "0"], "positive integer")):
+        out = tmp_path / "x"
+        try:
+            rc = main(["select", *argv, "--out", str(out)])
+        except SystemExit as exc:  # argparse's own refusals
+            rc = exc.code
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert not out.exists()
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, capsys):
+    out = tmp_path / "sel"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"hash": "0" * 16}))
+    assert main(["select", *ARGS, "--out", str(out), "--resume"]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_no_converged_fit_is_a_clear_error():
+    cfg = SelectConfig(k_bars=(3,), ns=(100,), replicates=2)
+    recs = [{"n": 100, "replicate": r, "status": {"1": "tol", "2": "tol", "3": "max_iter"},
+             "per_kbar": {"3": {"dsc_converged": False, "ic_converged": False}}} for r in range(2)]
+    with pytest.raises(SelectionError, match="no fit with K_bar = 3 converged at n = 100"):
+        check_selectable(recs, cfg)
+    recs[1]["per_kbar"]["3"]["dsc_converged"] = True
+    check_selectable(recs, cfg)  # one converged replicate is enough to select
