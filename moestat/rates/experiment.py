@@ -209,7 +209,10 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
             "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
-            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing)"
+            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing); "
+            "no polynomial rate (Thms 2/3): the slow-rate rule of moestat.rates.stability (floor, or local slopes flattening "
+            "with the fast router's tail steeper); every category only when two independent halves of the replicates "
+            "(even / odd replicate) reach the same one, else inconclusive"
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
@@ -246,7 +249,7 @@ def format_table(summary: dict[str, Any]) -> str:
     for f in summary["fits"]:
         ci = f"[{_fmt(f['ci_low'], '.3f')}, {_fmt(f['ci_high'], '.3f')}]" if f.get("slope") is not None else "-"
         cat = f.get("category") or "-"
-        if f.get("judged_by") == "flatter_than_perturbed" and cat in ("consistent", "inconsistent"):
+        if f.get("judged_by") == "slow_rate_rule":
             cat += "*"
         rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
@@ -278,5 +281,5 @@ def format_table(summary: dict[str, Any]) -> str:
                      + (f"; still asking: {', '.join(last)}" if last else ""))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
-                 f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))
+                 f"tolerance {summary['tolerance']}" + ("; * judged by the slow-rate rule (no polynomial rate: floor or flattening)" if any(f.get("judged_by") == "slow_rate_rule" for f in summary["fits"]) else ""))
     return "\n".join(lines)
