@@ -114,6 +114,27 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(sc.predicted)}
 
 
+def _preflight(config: RatesConfig, out: Path) -> dict[str, Any] | None:
+    """The pre-flight of a scenario file (:mod:`moestat.rates.preflight`) before its sweep.
+
+    Written to ``preflight.json``; its warnings go to stderr (a grid below ``n_ok`` measures no
+    rate) and, shortened, into ``summary.json``.  ``None`` for the built-in scenarios.
+    """
+    if not config.scenario_file:
+        return None
+    import sys
+
+    from moestat.io import atomic_write_json
+    from moestat.rates.preflight import preflight
+    from moestat.rates.resolve import build_scenario
+
+    rep = preflight(build_scenario(config.scenario_key(config.router[0])), config.ns)
+    atomic_write_json(out / "preflight.json", rep)
+    for w in rep["warnings"]:
+        sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
+    return {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+
+
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
@@ -160,6 +181,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         check_resumable(out, config, resume)
     ensure_writable_dir(out)
     t0 = time.perf_counter()
+    pre = _preflight(config, out)
     df, fits = _sweep_and_fit(config, out, resume)
     adaptive = None
     if config.max_reps:
@@ -220,6 +242,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
         "certificate": _certificate_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,
+        "preflight": pre,
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
