@@ -141,7 +141,7 @@ def build_parser() -> ArgumentParser:
 
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
-    from moestat.rates.presets import load_toml, preset_dict
+    from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
 
     data: dict[str, Any] = {}
     if hasattr(ns, "preset"):
@@ -151,7 +151,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     for k, v in vars(ns).items():
         if k not in ("preset", "config", "out", "resume"):
             data[k] = v
-    return RatesConfig.from_dict(data)
+    return RatesConfig.from_dict(scenario_file_defaults(data))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

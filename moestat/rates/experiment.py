@@ -86,7 +86,7 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
     fits = fit_rates(
         df,
         losses=losses,
-        setting=config.setting,
+        setting=effective_setting(config),
         estimator=config.estimator,
         routers=config.router,
         window=(config.window_min, config.window_max),
@@ -97,6 +97,25 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
         predicted=_file_predictions(config),
     )
     return df, fits
+
+
+def effective_setting(config: RatesConfig) -> str:
+    """``exact`` or ``over`` as the scenario has it: a scenario file (or the Gaussian-MoE family)
+    decides by its own fitted and true atom counts, and ``--setting`` is ignored for it."""
+    if not config.scenario_file and config.family == "regression":
+        return config.setting
+    from moestat.rates.resolve import build_scenario
+
+    return build_scenario(config.scenario_key(config.router[0])).setting
+
+
+def headline_losses(config: RatesConfig) -> list[str]:
+    """The losses of ``convergence.png``: a scenario file's declared losses (its own mass term:
+    the built-in ``voronoi`` column carries the softmax mass, which belongs to softmax gates only),
+    else the setting's Voronoi loss."""
+    from moestat.rates.resolve import config_declared_losses
+
+    return list(config_declared_losses(config)) or ["voronoi"]
 
 
 def _file_predictions(config: RatesConfig) -> dict | None:
@@ -216,9 +235,13 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
             config = config.replace(grown=config.grown + 1)
             df, fits = _sweep_and_fit(config, out, True)
         growth["added"] = config.grid.ladder[: config.grown]
+    setting = effective_setting(config)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
+        # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
+        # flag, is ignored for it and kept as given so that the configuration round-trips)
+        "setting": setting,
         "config_hash": config_hash(config),
         "sample_sizes": config.ns,
         "tolerance": config.tolerance,
@@ -249,11 +272,11 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False) -> dict[str
     path = atomic_write_json(out / "summary.json", summary)
     summary = json.loads(path.read_text(encoding="utf-8"))
     losses_all = [f["loss"] for f in summary["fits"] if f["router"] == config.router[0] and f["slope"] is not None]
-    plot_convergence(df, summary["fits"], out / "convergence", losses=["voronoi"], routers=config.router,
-                     title=f"{config.setting}-specified, {config.estimator}")
+    plot_convergence(df, summary["fits"], out / "convergence", losses=headline_losses(config), routers=config.router,
+                     title=f"{setting}-specified, {config.estimator}")
     if losses_all:
         plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
-                         title=f"{config.setting}-specified, {config.estimator}")
+                         title=f"{setting}-specified, {config.estimator}")
     return summary
 
 

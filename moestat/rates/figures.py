@@ -196,8 +196,11 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
     if title is None or title == f"{setting}-specified, {estimator}":
         title = run_title(loss_name(losses[0]) if len(losses) == 1 else "Losses", setting, estimator)
     reps = int(df.groupby(["router", "n"]).size().max()) if len(df) else 0
+    drawn = {(f["router"], f["loss"]) for f in fits if f.get("predicted") is not None and f.get("slope") is not None}
+    theory = any((r, l) in drawn for r in routers for l in losses)  # the caption names only lines that are drawn
     note = (f"markers: mean over {reps} replicates; bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates; "
-            "solid: least-squares fit of log mean on log n (slope, 95% CI); dashed: the theorem's slope")
+            "solid: least-squares fit of log mean on log n (slope, 95% CI)"
+            + ("; dashed: the theorem's slope" if theory else "; no predicted slope for these losses"))
     panel_h, legend_h = 2.3, 0.11 * (len(routers) + 1) + 0.15
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42}):
         fig, axes = plt.subplots(nrows, ncols, figsize=(width, (panel_h + legend_h) * nrows + 0.4), squeeze=False)

@@ -327,13 +327,26 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
     if extras is not None:
         extras.create()
 
+    total = sum(len(u.replicates) for u in todo)
+    import sys
+
+    # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
+    lines = progress is None and not sys.stderr.isatty()
+    t_start, written = time.perf_counter(), [0]
+
     def on_result(unit: WorkUnit, rows: list[dict]) -> None:
         new = [r for r in rows if (r["router"], r["n"], r["replicate"]) not in done]
         store.append(new)
         if extras is not None:
             extras.append(new)
+        written[0] += len(rows)
+        if lines:
+            conv = sum(bool(r["converged"]) for r in rows)
+            sys.stderr.write(f"moestat rates: {written[0]}/{total} fits, {unit.router} n={unit.n} replicates "
+                             f"{unit.replicates[0]}-{unit.replicates[-1]} ({conv}/{len(rows)} converged), "
+                             f"{time.perf_counter() - t_start:.0f} s\n")
+            sys.stderr.flush()
 
-    total = sum(len(u.replicates) for u in todo)
     execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler, progress=progress, total_fits=total)
     write_provenance(out_dir, config, started=started, finished=utc_now(), previous=prev)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
