@@ -117,6 +117,9 @@ def build_parser() -> ArgumentParser:
                         "log-spaced size (the grid's own ratio) up to this n; resumable; default 0 (off)")
     g.add_argument("--extra-starts", type=nonneg_int,
                    help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
+    g.add_argument("--alt-init-scale", type=nonneg_float,
+                   help="start sensitivity: refit every replicate from a near-truth start of this noise scale (extras.csv "
+                        "alt_<loss>) and say in each verdict's reason when the start moves the slope; default 0 (off)")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
                    help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
     g = p.add_argument_group("execution")

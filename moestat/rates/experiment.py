@@ -80,9 +80,12 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
 
     df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None)
     declared = config_declared_losses(config)
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared)
+    from moestat.rates.extras import ALT_PREFIX
+
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0)
     df = merge_extras(df, out / "extras.csv") if ex_cols else df
-    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
+    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
+                             and not c.startswith(ALT_PREFIX))]
     fits = fit_rates(
         df,
         losses=losses,
@@ -95,6 +98,7 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool):
         seed=config.seed,
         halfwidth=config.halfwidth,
         predicted=_file_predictions(config),
+        alt_start=(config.init_scale, config.alt_init_scale) if config.alt_init_scale > 0 else None,
     )
     return df, fits
 

@@ -284,6 +284,7 @@ def fit_rates(
     seed: int = 0,
     halfwidth: float = DEFAULT_HALFWIDTH,
     predicted: Mapping[str, float | None] | None = None,
+    alt_start: tuple[float, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -308,6 +309,10 @@ def fit_rates(
         (:func:`moestat.rates.verdicts.plan`).
     predicted : mapping, optional
         Loss name -> predicted exponent (e.g. a file scenario's), passed to :func:`predicted_exponent`.
+    alt_start : (float, float), optional
+        ``(init_scale, alt_init_scale)`` when ``df`` holds the start-sensitivity columns
+        ``alt_<loss>`` (:mod:`moestat.rates.extras`): each fit gets ``start_sensitivity``, and its
+        reason says so when the other start moves the slope by more than the interval's half-width.
 
     Returns
     -------
@@ -396,6 +401,11 @@ def fit_rates(
                 hrng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 1 + h)))
                 half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth))
             entry["_evidence"] = [ev, *half_ev]
+            if alt_start is not None and f"alt_{loss}" in sub:
+                an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
+                if len(an) >= 3:
+                    arng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 9)))
+                    entry["start_sensitivity"] = _start_sensitivity(entry, slope_with_interval(an, av, arng, n_boot), alt_start)
             fits.append(entry)
     _judge_slow_rate(fits, tolerance)
     _judge_halves(fits)
@@ -436,6 +446,14 @@ def _judge_slow_rate(fits: list[dict[str, Any]], tolerance: float) -> None:
         f["consistent"] = {"consistent": True, "floor": True, "inconsistent": False}.get(f["category"])
 
 
+def _start_sensitivity(entry: dict[str, Any], alt: dict[str, Any], scales: tuple[float, float]) -> dict[str, Any]:
+    """How far a start of another noise scale moves the slope, against the interval's half-width."""
+    half = 0.5 * (entry["ci_high"] - entry["ci_low"])
+    diff = alt["slope"] - entry["slope"]
+    return {"init_scale": scales[0], "alt_init_scale": scales[1], "slope": entry["slope"], "alt_slope": alt["slope"],
+            "alt_ci": [alt["ci_low"], alt["ci_high"]], "difference": diff, "halfwidth": half, "moves": bool(abs(diff) > half)}
+
+
 def _judge_halves(fits: list[dict[str, Any]]) -> None:
     """Report a category only when two independent halves of the replicates agree on it."""
     for f in fits:
@@ -444,3 +462,8 @@ def _judge_halves(fits: list[dict[str, Any]]) -> None:
             continue
         res = combine_halves({"category": f.get("category"), "reason": f.get("reason")}, evs[1:])
         f.update(res)
+        st = f.get("start_sensitivity")
+        if st and st["moves"]:
+            f["reason"] = (f"{f.get('reason') or ''}; the start moves the slope: start noise {st['init_scale']:g} -> "
+                           f"{st['alt_init_scale']:g} gives {st['alt_slope']:.2f} (by {st['difference']:+.2f}, more than the "
+                           f"interval's half-width {st['halfwidth']:.2f}): what is measured depends on the start")

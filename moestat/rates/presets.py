@@ -50,9 +50,10 @@ __all__ = ["PRESETS", "preset_dict", "load_toml", "OVER_MAX_ITER", "AUTOGRAD_CHU
 #: The over-specified budget rule (module docstring), applied to scenario files too.
 OVER_MAX_ITER = 1000
 #: Replicates per work unit of a scenario file fitted on the autograd kernel: one unit of 20
-#: replicates at n = 128000 held every row of the largest size for minutes; units of 2 write rows
-#: (and progress lines) as they finish, at the same total cost.
-AUTOGRAD_CHUNK = 2
+#: replicates at n = 128000 held every row of the largest size for tens of minutes; one fit of
+#: examples/sigmoid_over.toml at n = 128000 takes about 65 s of CPU (63-87 iterations, issue 26),
+#: so units of 1 write their rows (and progress lines) as they finish, at the same total cost.
+AUTOGRAD_CHUNK = 1
 
 
 def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
