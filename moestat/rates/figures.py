@@ -96,7 +96,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
         agg = _per_n(df, loss, router)
         if not agg:
             continue
-        colour = ROUTER_COLOURS.get(router, None)
+        colour = ROUTER_COLOURS.get(router, "#CC79A7")  # one colour per curve for any other label (file:..., gaussian-moe)
         n, m, lo, hi, _ = (np.array(c, float) for c in zip(*agg))
         ns_all += [int(x) for x in n]
         # bars drawn as segments, not yerr: a skewed sample can put its mean outside the band

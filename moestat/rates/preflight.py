@@ -204,9 +204,10 @@ def format_preflight(rep: dict[str, Any], title: str = "") -> str:
              f"Cramér-Rao sd of each block's error norm; target sd = {rep['fraction']:g} x separation of the true atoms "
              f"({rep['separation']:.3g}) = {rep['target_sd']:.3g}", head, "-" * len(head)]
     for r in rep["blocks"]:
-        n_ok = "-" if not math.isfinite(r["n_ok"]) else f"{int(math.ceil(r['n_ok'])):d}"
+        n_ok = "-" if not math.isfinite(r["n_ok"]) else (f"{int(math.ceil(r['n_ok'])):d}" if r["n_ok"] < 1e9 else f"{r['n_ok']:.3g}")
         lines.append(f"{r['block']:<16} " + " ".join(f"{v:>10.3g}" for v in r["sd"]) + f" {n_ok:>10}")
-    lines.append(f"n_ok (every block below the target): {rep['n_ok'] if rep['n_ok'] is not None else 'never (singular)'}")
+    n_ok = rep["n_ok"]
+    lines.append("n_ok (every block below the target): " + ("never (singular)" if n_ok is None else (f"{n_ok}" if n_ok < 1e9 else f"{n_ok:.3g}")))
     if rep["setting"] == "over":
         lines.append("note: the truth is checked; the over-specified fit is singular at the truth by construction")
     for w in rep["warnings"]:
