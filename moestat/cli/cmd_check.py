@@ -47,15 +47,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("scenario", nargs="?", default=None, metavar="SCENARIO",
                    help="FILE.toml or path/file.py:function (default: the built-in scenario of --router)")
     p.add_argument("--router", type=name_choice(ROUTERS), default=S, help="built-in scenario's router (default perturbed)")
-    p.add_argument("--setting", type=name_choice(SETTINGS), default=S, help="exact or over (built-in scenarios)")
+    p.add_argument("--setting", type=name_choice(SETTINGS), default=S, help="exact or over (built-in scenarios); default exact")
     p.add_argument("--family", choices=FAMILIES, default=S, help="regression (default) or gaussian-moe")
-    p.add_argument("--n-min", type=positive_int, default=S)
-    p.add_argument("--n-max", type=positive_int, default=S)
-    p.add_argument("--n-points", type=positive_int, default=S)
+    p.add_argument("--n-min", type=positive_int, default=S, help="smallest sample size of the grid; default 2000")
+    p.add_argument("--n-max", type=positive_int, default=S, help="largest sample size of the grid; default 128000")
+    p.add_argument("--n-points", type=positive_int, default=S, help="number of log-spaced sample sizes; default 7")
     p.add_argument("--fraction", type=_fraction, default=FRACTION,
                    help=f"target sd as a fraction of the true atoms' separation (default {FRACTION:g})")
     p.add_argument("--draws", type=positive_int, default=MC_DRAWS, help=f"Monte Carlo draws (default {MC_DRAWS})")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON; default none")
     return p
 
 
