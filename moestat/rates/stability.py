@@ -10,7 +10,8 @@ half the size.  Each half is judged by exactly the rule the whole data are judge
 the two halves reach *different* categories, the reported category is ``inconclusive`` with the
 reason "independent halves disagree" and both halves' categories; otherwise the whole data's
 category stands (both halves may lack the power of the whole, so two halves agreeing with each
-other but not with the whole are not a disagreement).
+other but not with the whole are not a disagreement).  A fit without a category on the whole data
+(a loss with no prediction and no floor) has no verdict to confirm and keeps none.
 
 **Slow-rate rule ("slower than any polynomial").**  Theorems 2 and 3 say the vanilla cosine
 router's Voronoi loss has no polynomial rate.  A loss ``L(n) ~ n^-a`` has a constant local slope
@@ -176,6 +177,8 @@ def combine_halves(full: dict[str, Any], half: Sequence[dict[str, Any]]) -> dict
            for name, h in zip(HALF_NAMES, half)]
     agree = rec[0]["category"] == rec[1]["category"]
     out = {"category": full.get("category"), "reason": full.get("reason"), "halves": rec, "halves_agree": bool(agree)}
+    if full.get("category") is None:  # no verdict on the whole data (nothing predicted): nothing to confirm
+        return out
     if not agree:
         sl = ", ".join(f"{r['half'].split()[0]}: {r['category']}" + (f" (slope {_f(r['slope'])})" if r["slope"] is not None else "")
                        for r in rec)

@@ -69,6 +69,9 @@ def test_combine_halves_rule():
     assert same["category"] == "consistent"  # halves with less power, agreeing with each other
     diff = combine_halves(full, [{"category": "consistent", "slope": -0.5}, {"category": "inconsistent", "slope": -0.2}])
     assert diff["category"] == "inconclusive" and "A: consistent (slope -0.50)" in diff["reason"]
+    # no verdict on the whole data (nothing predicted): a wide half is no disagreement
+    none = combine_halves({"category": None, "reason": "no polynomial rate predicted"}, [{"category": "inconclusive"}, {"category": None}])
+    assert none["category"] is None and none["halves_agree"] is False
 
 
 def test_start_sensitivity_is_named_in_the_reason():
