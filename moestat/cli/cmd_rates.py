@@ -119,6 +119,9 @@ def build_parser() -> ArgumentParser:
                         "log-spaced size (the grid's own ratio) up to this n; resumable; default 0 (off)")
     g.add_argument("--extra-starts", type=nonneg_int,
                    help="optimum certificate: extra starts per (n, replicate), random and perturbed truth, in extras.csv; default 0")
+    g.add_argument("--alt-init-scale", type=nonneg_float,
+                   help="start sensitivity: refit every replicate from a near-truth start of this noise scale (extras.csv "
+                        "alt_<loss>) and say in each verdict's reason when the start moves the slope; default 0 (off)")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
                    help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
     g = p.add_argument_group("execution")
@@ -171,7 +174,7 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
 
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
-    from moestat.rates.presets import load_toml, preset_dict
+    from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
 
     data: dict[str, Any] = {}
     if hasattr(ns, "preset"):
@@ -188,7 +191,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
             raise ValueError("give --scheduler or --scheduler-file, not both")
         data["scheduler"] = scheduler_from_file(ns.scheduler_file)
         data.setdefault("backend", "dask")
-    return RatesConfig.from_dict(data)
+    return RatesConfig.from_dict(scenario_file_defaults(data))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

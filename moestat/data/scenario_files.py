@@ -178,15 +178,24 @@ class FileScenario(TruthDescriptors):
 
     def near_truth_start(self, scale: float, rng: np.random.Generator) -> MixingMeasure:
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
-        copy true atoms in turn, splitting a softmax atom's mass (``beta0 - log m``).
+        copy true atoms in turn, splitting the atom's mass between its ``m`` copies.
 
-        The reference atom of a softmax gate stays exactly at zero router.
+        Softmax gate: ``beta0 - log m`` (exact: the copies' weights sum to the atom's).  A gate
+        without a reference atom (sigmoid): each copy's weight is its own ``sigmoid``, so no
+        shift halves it at every ``x``; each copy gets the intercept whose mean weight over the
+        scenario's held-out inputs is ``1/m`` of the atom's (:meth:`_split_intercept`), so that
+        the start's regression function stays near the truth's instead of counting the atom
+        ``m`` times.  The reference atom of a softmax gate stays exactly at zero router.
         """
         t, k = self.truth, int(self.k_fit)
         owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
         counts = np.bincount(owner, minlength=self.k_true)
         softmax = not (isinstance(self.model, ProtocolModel) and self.model.gate.normalisation == "sigmoid")
-        b0 = t.beta0[owner] - (np.log(counts[owner]) if softmax else 0.0)
+        if softmax:
+            b0 = t.beta0[owner] - np.log(counts[owner])
+        else:
+            split = {j: self._split_intercept(j, int(c)) for j, c in enumerate(counts) if c > 1}
+            b0 = np.array([split.get(j, t.beta0[j]) for j in owner], dtype=float)
         b0 = b0 + scale * rng.normal(size=k)
         b1 = t.beta1[owner] + scale * rng.normal(size=(k, self.d))
         eta = t.eta[owner] + scale * rng.normal(size=(k, t.eta_dim))
@@ -196,6 +205,25 @@ class FileScenario(TruthDescriptors):
             b0, b1, eta = b0[order], b1[order], eta[order]
             b0[-1], b1[-1] = 0.0, 0.0
         return MixingMeasure(b0, b1, eta)
+
+    def _split_intercept(self, j: int, m: int) -> float:
+        """The intercept ``b`` with ``mean_x w(x; b, beta1_j) = mean_x w(x; beta0_j, beta1_j) / m``
+        over :meth:`holdout` (gates without a reference atom: each atom's weight is its own)."""
+        from scipy.optimize import brentq
+
+        x = torch.as_tensor(self.holdout(), dtype=torch.float64)
+        b1 = torch.as_tensor(self.truth.beta1[j:j + 1], dtype=torch.float64)
+        gate = self.model.gate
+
+        def mass(b: float) -> float:
+            return float(gate.weights(x, torch.tensor([b], dtype=torch.float64), b1).mean())
+
+        b0 = float(self.truth.beta0[j])
+        target = mass(b0) / m
+        lo = b0 - 1.0
+        while mass(lo) > target:  # the mean weight decreases to 0 as b -> -inf
+            lo -= 2.0 * (b0 - lo)
+        return float(brentq(lambda b: mass(b) - target, lo, b0, xtol=1e-10))
 
 
 def _err(where: str, msg: str) -> ScenarioFileError:

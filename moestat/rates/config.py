@@ -11,7 +11,7 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout
                                            max_reps``
 ``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
-                                           extra_starts cell_errors``
+                                           extra_starts cell_errors alt_init_scale``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
 ``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth``
 ===============  ========================  =========================================================
@@ -327,6 +327,8 @@ class FittingSpec:
     cell_errors : bool
         Also record Theorem 5's mass-weighted per-cell errors and the beta1 radial/directional
         split (:mod:`moestat.losses.cell_errors`) in ``extras.csv``.
+    alt_init_scale : float
+        Start sensitivity (0: off): a second near-truth fit with this noise scale, its losses as ``alt_<loss>`` in ``extras.csv``.
     """
 
     estimator: str = "lse"
@@ -336,6 +338,7 @@ class FittingSpec:
     device: str = "cpu"
     extra_starts: int = 0
     cell_errors: bool = False
+    alt_init_scale: float = 0.0
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -347,6 +350,8 @@ class FittingSpec:
             raise ValueError(f"extra_starts must be an integer in [0, 64], got {self.extra_starts!r}")
         if not isinstance(self.cell_errors, bool):
             raise ValueError(f"cell_errors must be true or false, got {self.cell_errors!r}")
+        if not _is_number(self.alt_init_scale) or not 0 <= self.alt_init_scale < math.inf:
+            raise ValueError(f"alt_init_scale must be a finite number >= 0, got {self.alt_init_scale!r}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {', '.join(INITS)}")
         if not _is_number(self.init_scale) or not math.isfinite(self.init_scale) or self.init_scale < 0:
@@ -443,7 +448,7 @@ FLAT_KEYS = (
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
-    "scenario_file", "family", "starts", "grow_n", "grown",
+    "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -610,7 +615,7 @@ class RatesConfig:
         if self.family == "gaussian-moe":
             if self.estimator != "mle":
                 raise ValueError(f"the gaussian-moe family is fitted by maximum likelihood: use --estimator mle (got {self.estimator!r})")
-            if self.extra_starts or self.cell_errors:
+            if self.extra_starts or self.cell_errors or self.alt_init_scale:
                 raise ValueError("--extra-starts and --cell-errors are least-squares certificates; the gaussian-moe family "
                                  "keeps the best of --starts starts by likelihood")
         for r in self.router:
@@ -638,7 +643,7 @@ class RatesConfig:
         everything but the ``execution`` and ``analysis`` specs."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
-        optional = {"extra_starts": 0, "cell_errors": False, "max_reps": 0, "scenario_file": "", "family": "regression",
+        optional = {"extra_starts": 0, "cell_errors": False, "alt_init_scale": 0.0, "max_reps": 0, "scenario_file": "", "family": "regression",
                     "starts": 1, "grow_n": 0, "grown": 0}
         if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
             skip = skip | {"reps"}

@@ -80,13 +80,16 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
 
     df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None, cluster=cluster)
     declared = config_declared_losses(config)
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared)
+    from moestat.rates.extras import ALT_PREFIX
+
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0)
     df = merge_extras(df, out / "extras.csv") if ex_cols else df
-    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS)]
+    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
+                             and not c.startswith(ALT_PREFIX))]
     fits = fit_rates(
         df,
         losses=losses,
-        setting=config.setting,
+        setting=effective_setting(config),
         estimator=config.estimator,
         routers=config.router,
         window=(config.window_min, config.window_max),
@@ -95,8 +98,28 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
         seed=config.seed,
         halfwidth=config.halfwidth,
         predicted=_file_predictions(config),
+        alt_start=(config.init_scale, config.alt_init_scale) if config.alt_init_scale > 0 else None,
     )
     return df, fits
+
+
+def effective_setting(config: RatesConfig) -> str:
+    """``exact`` or ``over`` as the scenario has it: a scenario file (or the Gaussian-MoE family)
+    decides by its own fitted and true atom counts, and ``--setting`` is ignored for it."""
+    if not config.scenario_file and config.family == "regression":
+        return config.setting
+    from moestat.rates.resolve import build_scenario
+
+    return build_scenario(config.scenario_key(config.router[0])).setting
+
+
+def headline_losses(config: RatesConfig) -> list[str]:
+    """The losses of ``convergence.png``: a scenario file's declared losses (its own mass term:
+    the built-in ``voronoi`` column carries the softmax mass, which belongs to softmax gates only),
+    else the setting's Voronoi loss."""
+    from moestat.rates.resolve import config_declared_losses
+
+    return list(config_declared_losses(config)) or ["voronoi"]
 
 
 def _file_predictions(config: RatesConfig) -> dict | None:
@@ -112,6 +135,27 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     from moestat.rates.store import LOSS_NAMES
 
     return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(sc.predicted)}
+
+
+def _preflight(config: RatesConfig, out: Path) -> dict[str, Any] | None:
+    """The pre-flight of a scenario file (:mod:`moestat.rates.preflight`) before its sweep.
+
+    Written to ``preflight.json``; its warnings go to stderr (a grid below ``n_ok`` measures no
+    rate) and, shortened, into ``summary.json``.  ``None`` for the built-in scenarios.
+    """
+    if not config.scenario_file:
+        return None
+    import sys
+
+    from moestat.io import atomic_write_json
+    from moestat.rates.preflight import preflight
+    from moestat.rates.resolve import build_scenario
+
+    rep = preflight(build_scenario(config.scenario_key(config.router[0])), config.ns)
+    atomic_write_json(out / "preflight.json", rep)
+    for w in rep["warnings"]:
+        sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
+    return {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None) -> dict[str, Any]:
@@ -178,6 +222,7 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
     from moestat.rates.fit import DEFAULT_TOLERANCE
 
     t0 = time.perf_counter()
+    pre = _preflight(config, out)
     df, fits = _sweep_and_fit(config, out, resume, cluster)
     adaptive = None
     if config.max_reps:
@@ -215,9 +260,13 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
     from moestat.rates.store import audit_results
 
     _, audit = audit_results(out / "results.csv", config)
+    setting = effective_setting(config)
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
+        # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
+        # flag, is ignored for it and kept as given so that the configuration round-trips)
+        "setting": setting,
         "config_hash": config_hash(config),
         "sample_sizes": config.ns,
         "tolerance": config.tolerance,
@@ -230,7 +279,10 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
             "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
             "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
-            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing)"
+            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing); "
+            "no polynomial rate (Thms 2/3): the slow-rate rule of moestat.rates.stability (floor, or local slopes flattening "
+            "with the fast router's tail steeper); every category only when two independent halves of the replicates "
+            "(even / odd replicate) reach the same one, else inconclusive"
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
@@ -240,17 +292,18 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
         "certificate": _certificate_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,
+        "preflight": pre,
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
     path = atomic_write_json(out / "summary.json", summary)
     summary = json.loads(path.read_text(encoding="utf-8"))
     losses_all = [f["loss"] for f in summary["fits"] if f["router"] == config.router[0] and f["slope"] is not None]
-    plot_convergence(df, summary["fits"], out / "convergence", losses=["voronoi"], routers=config.router,
-                     title=f"{config.setting}-specified, {config.estimator}")
+    plot_convergence(df, summary["fits"], out / "convergence", losses=headline_losses(config), routers=config.router,
+                     title=f"{setting}-specified, {config.estimator}")
     if losses_all:
         plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
-                         title=f"{config.setting}-specified, {config.estimator}")
+                         title=f"{setting}-specified, {config.estimator}")
     return summary
 
 
@@ -269,7 +322,7 @@ def format_table(summary: dict[str, Any]) -> str:
     for f in summary["fits"]:
         ci = f"[{_fmt(f['ci_low'], '.3f')}, {_fmt(f['ci_high'], '.3f')}]" if f.get("slope") is not None else "-"
         cat = f.get("category") or "-"
-        if f.get("judged_by") == "flatter_than_perturbed" and cat in ("consistent", "inconsistent"):
+        if f.get("judged_by") == "slow_rate_rule":
             cat += "*"
         rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
@@ -301,5 +354,5 @@ def format_table(summary: dict[str, Any]) -> str:
                      + (f"; still asking: {', '.join(last)}" if last else ""))
     c = summary["counts"]
     lines.append(f"fits: {c['fits']}/{c['expected']}, converged {c['converged']}, not converged {c['failed']}, non-finite {c['nonfinite']}; "
-                 f"tolerance {summary['tolerance']}" + ("; * vanilla Voronoi judged by being flatter than perturbed" if any(f.get("judged_by") == "flatter_than_perturbed" for f in summary["fits"]) else ""))
+                 f"tolerance {summary['tolerance']}" + ("; * judged by the slow-rate rule (no polynomial rate: floor or flattening)" if any(f.get("judged_by") == "slow_rate_rule" for f in summary["fits"]) else ""))
     return "\n".join(lines)

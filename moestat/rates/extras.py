@@ -19,6 +19,9 @@ Columns (:func:`extra_columns`):
     :mod:`moestat.losses.cell_errors` at the near-truth fit.
 the losses a scenario file declares (by their names)
     :mod:`moestat.losses.voronoi_spec` at the near-truth fit.
+``alt_converged, alt_<loss>``
+    start sensitivity (``alt_init_scale > 0``): every loss after a second near-truth fit whose start
+    noise has the scale ``alt_init_scale`` (stream ``spawn_key=(n, replicate, 5)``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-__all__ = ["BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
+__all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
 
 #: Relative margin by which an extra start must lower the objective to count as beating the
 #: near-truth fit: far above the LM stopping tolerance on the objective (ftol = 1e-12 relative), far
@@ -37,18 +40,23 @@ __all__ = ["BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns"
 BEATEN_RTOL = 1e-6
 
 KEY = ("router", "n", "replicate")
+#: Prefix of the start-sensitivity columns (the same loss after a start with ``alt_init_scale``).
+ALT_PREFIX = "alt_"
 CERTIFICATE_COLUMNS = ("best_objective", "best_start", "n_starts", "n_starts_converged", "beaten")
 CELL_COLUMNS = ("weighted_single", "weighted_multi", "beta1_radial", "beta1_direction")
 
 
-def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = ()) -> tuple[str, ...]:
+def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = (), alt_start: bool = False) -> tuple[str, ...]:
     """The columns of ``extras.csv`` for a configuration (empty: no file).
 
-    ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`).
+    ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`);
+    ``alt_start``: the start-sensitivity fit's ``alt_converged`` and ``alt_<loss>`` for every loss.
     """
     from moestat.rates.store import LOSS_NAMES
 
     cols: list[str] = list(declared)
+    if alt_start:
+        cols += ["alt_converged", *(f"{ALT_PREFIX}{c}" for c in (*LOSS_NAMES, *declared))]
     if extra_starts > 0:
         cols += [*CERTIFICATE_COLUMNS, *(f"best_{c}" for c in LOSS_NAMES)]
     if cell_errors:

@@ -22,9 +22,11 @@ Verdict (defined here once, applied to every fit): a loss with a predicted expon
 ``consistent`` when ``ci_low - tol <= p <= ci_high + tol`` with the declared tolerance ``tol``
 (default 0.15, the band of the issue).  The stricter ``within_band`` says whether the whole
 interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
-vanilla cosine router's Voronoi losses) get ``predicted = None`` and are judged by whether the
-``C / log(n)^t`` model has the lower AIC and, when the perturbed router is in the same run, by
-the slope being at least :data:`FLATTER_MARGIN` flatter than the perturbed one.
+vanilla cosine router's Voronoi losses) get ``predicted = None`` and are judged by the slow-rate
+rule of :mod:`moestat.rates.stability` (a floor, or local slopes flattening with ``n``, compared
+with the perturbed router in the same run); the AIC comparison with ``C / log(n)^t`` is reported
+and decides nothing.  Every category is reported only when two independent halves of the
+replicates reach the same one (:func:`moestat.rates.stability.combine_halves`).
 
 The theorems' rates carry a log factor, ``(log n / n)^{1/2}``; the slope of the log loss on
 ``log(n / log n)`` is reported too (``slope_log_n_over_n``; ``-1/2`` for a loss of exactly that
@@ -38,11 +40,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from moestat.rates.stability import FAST_ROUTER, combine_halves, halves, is_slow_rate, slow_rate_category
 from moestat.rates.verdicts import DEFAULT_HALFWIDTH, categorize, curvature, plan, robust_slope, tail_slope
 
 __all__ = [
     "DEFAULT_TOLERANCE",
-    "FLATTER_MARGIN",
     "LOSS_DEFINITIONS",
     "predicted_exponent",
     "ols_fit",
@@ -59,8 +61,6 @@ __all__ = [
 
 #: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
 DEFAULT_TOLERANCE = 0.15
-#: How much flatter than the perturbed router the vanilla cosine Voronoi slope must be.
-FLATTER_MARGIN = 0.2
 
 #: What each loss column measures (written into summary.json).
 LOSS_DEFINITIONS = {
@@ -284,6 +284,7 @@ def fit_rates(
     seed: int = 0,
     halfwidth: float = DEFAULT_HALFWIDTH,
     predicted: Mapping[str, float | None] | None = None,
+    alt_start: tuple[float, float] | None = None,
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -308,6 +309,10 @@ def fit_rates(
         (:func:`moestat.rates.verdicts.plan`).
     predicted : mapping, optional
         Loss name -> predicted exponent (e.g. a file scenario's), passed to :func:`predicted_exponent`.
+    alt_start : (float, float), optional
+        ``(init_scale, alt_init_scale)`` when ``df`` holds the start-sensitivity columns
+        ``alt_<loss>`` (:mod:`moestat.rates.extras`): each fit gets ``start_sensitivity``, and its
+        reason says so when the other start moves the slope by more than the interval's half-width.
 
     Returns
     -------
@@ -354,8 +359,8 @@ def fit_rates(
                 continue
             pr = per_replicate_fit(ns, vals)
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            swi = slope_with_interval(ns, vals, rng, n_boot)
-            lm, bs, ci_low, ci_high = swi["log_mean"], swi["bootstrap"], swi["ci_low"], swi["ci_high"]
+            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth)
+            lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
             nf = np.asarray(ns, float)
             # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
             lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
@@ -377,40 +382,88 @@ def fit_rates(
             if router == "cosine":
                 entry["log_model"] = log_model_comparison(ns, vals)
             entry.update(verdict(entry["predicted"], ci_low, ci_high, tolerance))
-            rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
-            cat = categorize(predicted=entry["predicted"], slope=lm["slope"], ci=(ci_low, ci_high), ns=ns, values=vals,
-                             tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
-            entry.update({"robust": rob, "curvature": cv, "tail": tl, "converged": list(conv) if conv else None, **cat})
+            cat = {"category": ev["category"], "reason": ev["reason"]}
+            entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
+                          "converged": list(conv) if conv else None, **cat})
+            if ev.get("stable_from") is not None:
+                entry["stable_from"] = ev["stable_from"]
             entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
-                                 curv=cv, ns=ns, category=cat["category"], halfwidth=halfwidth,
-                                 stable_from=cat.get("stable_from"))
+                                 curv=ev["curvature"], ns=ns, category=cat["category"], halfwidth=halfwidth,
+                                 stable_from=ev.get("stable_from"))
+            # the same judgement on two independent halves of the replicates (moestat.rates.stability)
+            half_ev = []
+            for h, part in enumerate(halves(in_win)):
+                hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
+                hconv = (int(part["converged"].fillna(False).astype(bool).sum()), int(len(part))) if "converged" in part else None
+                if len(hn) < 3:
+                    half_ev.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
+                    continue
+                hrng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 1 + h)))
+                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth))
+            entry["_evidence"] = [ev, *half_ev]
+            if alt_start is not None and f"alt_{loss}" in sub:
+                an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
+                if len(an) >= 3:
+                    arng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 9)))
+                    entry["start_sensitivity"] = _start_sensitivity(entry, slope_with_interval(an, av, arng, n_boot), alt_start)
             fits.append(entry)
-    _judge_vanilla(fits)
+    _judge_slow_rate(fits, tolerance)
+    _judge_halves(fits)
     return fits
 
 
-def _judge_vanilla(fits: list[dict[str, Any]]) -> None:
-    """Verdict for losses without a polynomial prediction under the vanilla cosine router."""
+def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth) -> dict[str, Any]:
+    """Slope with interval, robust slope, curvature, tail and the generic category of one data set."""
+    swi = slope_with_interval(ns, vals, rng, n_boot)
+    rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
+    cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=ns, values=vals,
+                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
+    return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(ns), "values": vals, **cat}
+
+
+def _judge_slow_rate(fits: list[dict[str, Any]], tolerance: float) -> None:
+    """Theorems 2/3 (no polynomial rate): the slow-rate rule of :mod:`moestat.rates.stability`,
+    on the whole data and on each half, with the fast router's tail on the same part."""
     by_key = {(f["router"], f["loss"]): f for f in fits}
     for f in fits:
-        # Theorems 2/3 are about the Voronoi loss itself; other null-predicted losses stay unjudged.
-        if f["router"] != "cosine" or f["loss"] != "voronoi" or f["predicted"] is not None or f.get("slope") is None:
+        if not is_slow_rate(f["router"], f["loss"], f["predicted"]) or f.get("slope") is None:
             continue
-        ref = by_key.get(("perturbed", f["loss"]))
-        lm = f.get("log_model", {})
-        f["log_model_preferred"] = lm.get("better") == "log"
+        ref = by_key.get((FAST_ROUTER, f["loss"]))
+        ref_ev = ref.get("_evidence") if ref is not None and ref.get("slope") is not None else None
         if ref is not None and ref.get("slope") is not None:
             f["perturbed_slope"] = ref["slope"]
-            f["flatter_than_perturbed"] = bool(f["slope"] >= ref["slope"] + FLATTER_MARGIN)
-            f["consistent"] = f["flatter_than_perturbed"]
-        else:
-            f["consistent"] = f["log_model_preferred"]
-        f["judged_by"] = "flatter_than_perturbed" if "flatter_than_perturbed" in f else "log_model_aic"
-        if f.get("category") is None:
-            # Theorems 2/3: no polynomial rate; judged by the rule above (no interval to contain a prediction)
-            how = (f"slope {f['slope']:.2f} vs perturbed {f['perturbed_slope']:.2f} (flatter by >= {FLATTER_MARGIN:g}?)"
-                   if "flatter_than_perturbed" in f else f"C/log(n)^t preferred by AIC: {f['log_model_preferred']}")
-            f["category"] = "consistent" if f["consistent"] else "inconsistent"
-            f["reason"] = f"no polynomial rate (Thms 2/3): {how}"
-        elif f["category"] == "floor":
-            f["reason"] += "; a floor is what Thms 2/3 predict (no polynomial rate)"
+        for j, ev in enumerate(f["_evidence"]):
+            if ev.get("slope") is None:
+                continue
+            fast = ref_ev[j] if ref_ev is not None and j < len(ref_ev) and ref_ev[j].get("slope") is not None else None
+            res = slow_rate_category(base=ev, slope=ev["slope"], ci=(ev["ci_low"], ev["ci_high"]), ns=ev["ns"],
+                                     values=ev["values"], tolerance=tolerance, fast_tail=None if fast is None else fast["tail"],
+                                     curv=ev["curvature"], tail=ev["tail"])
+            ev.update(res)
+            if j == 0:
+                f.update({"category": res["category"], "reason": res["reason"], "slow_rule": res["slow_rule"]})
+        f["judged_by"] = "slow_rate_rule"
+        f["consistent"] = {"consistent": True, "floor": True, "inconsistent": False}.get(f["category"])
+
+
+def _start_sensitivity(entry: dict[str, Any], alt: dict[str, Any], scales: tuple[float, float]) -> dict[str, Any]:
+    """How far a start of another noise scale moves the slope, against the interval's half-width."""
+    half = 0.5 * (entry["ci_high"] - entry["ci_low"])
+    diff = alt["slope"] - entry["slope"]
+    return {"init_scale": scales[0], "alt_init_scale": scales[1], "slope": entry["slope"], "alt_slope": alt["slope"],
+            "alt_ci": [alt["ci_low"], alt["ci_high"]], "difference": diff, "halfwidth": half, "moves": bool(abs(diff) > half)}
+
+
+def _judge_halves(fits: list[dict[str, Any]]) -> None:
+    """Report a category only when two independent halves of the replicates agree on it."""
+    for f in fits:
+        evs = f.pop("_evidence", None)
+        if not evs or f.get("slope") is None:
+            continue
+        res = combine_halves({"category": f.get("category"), "reason": f.get("reason")}, evs[1:])
+        f.update(res)
+        st = f.get("start_sensitivity")
+        if st and st["moves"]:
+            f["reason"] = (f"{f.get('reason') or ''}; the start moves the slope: start noise {st['init_scale']:g} -> "
+                           f"{st['alt_init_scale']:g} gives {st['alt_slope']:.2f} (by {st['difference']:+.2f}, more than the "
+                           f"interval's half-width {st['halfwidth']:.2f}): what is measured depends on the start")

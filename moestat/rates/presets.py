@@ -45,7 +45,37 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PRESETS", "preset_dict", "load_toml"]
+__all__ = ["PRESETS", "preset_dict", "load_toml", "OVER_MAX_ITER", "AUTOGRAD_CHUNK", "scenario_file_defaults"]
+
+#: The over-specified budget rule (module docstring), applied to scenario files too.
+OVER_MAX_ITER = 1000
+#: Replicates per work unit of a scenario file fitted on the autograd kernel: one unit of 20
+#: replicates at n = 128000 held every row of the largest size for tens of minutes; one fit of
+#: examples/sigmoid_over.toml at n = 128000 takes about 65 s of CPU (63-87 iterations, issue 26),
+#: so units of 1 write their rows (and progress lines) as they finish, at the same total cost.
+AUTOGRAD_CHUNK = 1
+
+
+def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (flat keys) with the defaults a scenario file implies, where not given.
+
+    An over-specified file (``k > k*``) gets ``max_iter = OVER_MAX_ITER`` (the budget rule
+    above), and a file fitted on the autograd kernel (any gate or expert without an analytic
+    kernel) gets ``chunk = AUTOGRAD_CHUNK``.  Keys the user set are never changed.
+    """
+    src = data.get("scenario_file")
+    if not src:
+        return data
+    from moestat.data.scenario_files import load_scenario
+    from moestat.model.protocol import ProtocolModel
+
+    sc = load_scenario(str(src))
+    out = dict(data)
+    if sc.setting == "over" and out.get("max_iter") is None:
+        out["max_iter"] = OVER_MAX_ITER
+    if isinstance(sc.model, ProtocolModel) and out.get("chunk") is None:
+        out["chunk"] = AUTOGRAD_CHUNK
+    return out
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},

@@ -84,6 +84,7 @@ class WorkUnit:
     device: str
     extra_starts: int = 0
     cell_errors: bool = False
+    alt_init_scale: float = 0.0
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -106,7 +107,7 @@ def make_units(config: RatesConfig) -> list[WorkUnit]:
                     WorkUnit(
                         config.scenario_key(router), router, n, reps, c, config.estimator, config.max_iter,
                         config.init, float(config.init_scale), config.seed, config.holdout, config.device,
-                        int(config.extra_starts), bool(config.cell_errors),
+                        int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale),
                     )
                 )
     return units
@@ -180,6 +181,29 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
         for name in LOSS_NAMES:
             row[f"best_{name}"] = float(losses[name][i])
     return rows
+
+
+def _alt_start(unit: "WorkUnit", scenario, X, Y) -> list[dict]:
+    """Start sensitivity: refit every replicate from a near-truth start of scale ``alt_init_scale``.
+
+    The start noise has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 5))``; the
+    near-truth fit of ``results.csv`` is untouched.  Columns ``alt_converged`` and ``alt_<loss>``.
+    """
+    from dataclasses import replace
+
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates.extras import ALT_PREFIX
+
+    alt = replace(unit, init_scale=unit.alt_init_scale)
+    starts = [_start(alt, scenario, unit.n, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(unit.n, r, 5))),
+                     X[i], Y[i]) for i, r in enumerate(unit.replicates)]
+    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], 6))
+    est = build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
+    est.fit(X, Y, init=MixingMeasure.stack(starts))
+    losses = compute_losses(scenario, est.params_.numpy(), _holdout(unit.scenario_key, unit.holdout))
+    conv = np.asarray(est.converged_, bool)
+    return [{"alt_converged": int(conv[i]), **{f"{ALT_PREFIX}{k}": float(v[i]) for k, v in losses.items()}}
+            for i in range(len(unit.replicates))]
 
 
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
@@ -270,6 +294,9 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         if unit.extra_starts > 0:
             for e, c in zip(extras, _certificate(unit, scenario, X, Y, est, fitted, _holdout(unit.scenario_key, unit.holdout))):
                 e.update(c)
+        if unit.alt_init_scale > 0:
+            for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
+                e.update(a)
         if unit.cell_errors:
             from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 
@@ -334,16 +361,30 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
 
     from moestat.rates.extras import ExtrasStore, extra_columns
 
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors, config_declared_losses(config))
+    ex_cols = extra_columns(config.extra_starts, config.cell_errors, config_declared_losses(config), config.alt_init_scale > 0)
     extras = ExtrasStore(out_dir / "extras.csv", ex_cols) if ex_cols else None
     if extras is not None:
         extras.create()
+
+    total = sum(len(u.replicates) for u in todo)
+    import sys
+
+    # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
+    lines = progress is None and not sys.stderr.isatty()
+    t_start, written = time.perf_counter(), [0]
 
     def on_result(unit: WorkUnit, rows: list[dict]) -> None:
         new = [r for r in rows if (r["router"], r["n"], r["replicate"]) not in done]
         store.append(new)
         if extras is not None:
             extras.append(new)
+        written[0] += len(rows)
+        if lines:
+            conv = sum(bool(r["converged"]) for r in rows)
+            sys.stderr.write(f"moestat rates: {written[0]}/{total} fits, {unit.router} n={unit.n} replicates "
+                             f"{unit.replicates[0]}-{unit.replicates[-1]} ({conv}/{len(rows)} converged), "
+                             f"{time.perf_counter() - t_start:.0f} s\n")
+            sys.stderr.flush()
 
     total = sum(len(u.replicates) for u in todo)
     workers: dict = {}

@@ -57,3 +57,22 @@ def test_failed_rule_is_labelled_inconsistent_even_if_the_engine_agreed():
                        _fit(-0.39, -0.5, -0.29, None, "consistent", "flatter than perturbed"))
     assert r.passed is False and r.status == "failed" and r.category == "inconsistent"
     assert "slope > -0.25" in r.reason and "flatter than perturbed" in r.reason
+
+
+def test_thm2_uses_the_engines_slow_rate_rule(tmp_path):
+    """The slope threshold no longer decides: the engine's category (halves agreeing) does."""
+    from moestat.experiments.theory.framework import Context
+    from moestat.experiments.theory.vanilla_slow import _one
+
+    ctx = Context("quick", tmp_path)
+
+    def summary(cat, slope):
+        return {"fits": [{"router": "cosine", "loss": "voronoi", "slope": slope, "ci_low": slope - 0.05, "ci_high": slope + 0.05,
+                          "predicted": None, "category": cat, "reason": f"{cat} by the slow-rate rule"}]}
+
+    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("inconsistent", -0.2))
+    assert r.status == "failed" and r.details["slope_above_threshold"]["above"] is True  # above -0.25, still failed
+    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("consistent", -0.35))
+    assert r.status == "passed" and r.category == "consistent"
+    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("inconclusive", -0.1))
+    assert r.status == "inconclusive" and r.passed is False

@@ -1,0 +1,217 @@
+"""Pre-flight of a scenario: is its truth identifiable at the sample sizes of the grid?
+
+Before a sweep spends hours, the Fisher information of the truth says how well the data *can*
+pin the parameters down.  For the least-squares scenarios (``Y = g_theta(X) + eps``, ``eps ~
+N(0, nu)``) the per-sample Fisher information is
+
+    I(theta*) = E_X[ J(X)^T J(X) ] / nu,      J(x) = d g_theta(x) / d theta at theta*,
+
+and the least-squares estimate has the asymptotic covariance ``I^-1 / n`` (the Cramér--Rao bound,
+attained by the Gaussian-noise LSE).  For the likelihood scenarios (the softmax-gated Gaussian MoE
+of Nguyen, Nguyen & Ho 2023) it is ``E[s s^T]`` with the score ``s = d log p(y | x) / d theta``.
+Both are computed by forward-mode autograd (:func:`torch.func.jacfwd`) at the true parameters, as a
+Monte Carlo average over ``m`` draws of the scenario's own input law (and responses), in the free
+parameters of :mod:`moestat.estimators.jacobians` (the reference atom of a softmax gate is fixed).
+
+Reported (:func:`preflight`): the smallest eigenvalue and the condition number of ``I``; for every
+parameter block (``beta0``, ``beta1``, ``eta`` of each atom) the Cramér--Rao standard deviation
+of the block's error norm, ``sd_B(n) = sqrt(trace(I^-1)_B / n)``, at each ``n`` of the grid; and
+``n_ok``, the ``n`` from which every block's ``sd`` is below :data:`FRACTION` of the separation of
+the true atoms (the smallest distance between two atoms' ``omega = (beta1, eta)``): below it, the
+fitted atoms are not even expected to sit in their own Voronoi cells and no rate is measured.
+Warnings: ``near-singular`` when the condition number exceeds :data:`COND_WARN`, and
+``grid below n_ok`` when part (or all) of the grid lies below ``n_ok``.
+
+The pre-flight checks the *truth*: an over-specified fit (``k > k*``) is singular at the truth by
+construction (Nguyen et al. 2024, Section 4) and is not what is tested here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "format_preflight"]
+
+#: The predicted sd must fall below this fraction of the atoms' separation (``n_ok``).
+FRACTION = 0.1
+#: Condition number above which the truth is called near-singular (a sd 1000 times the best-determined direction's).
+COND_WARN = 1e6
+#: Monte Carlo draws of the input law for ``E[J^T J]`` (relative error about ``1/sqrt(m)`` per entry).
+MC_DRAWS = 20000
+
+
+def _layout(scenario) -> tuple[int, int, int, bool]:
+    from moestat.model.protocol import ProtocolModel
+
+    t = scenario.truth
+    ref = scenario.model.gate.reference if isinstance(scenario.model, ProtocolModel) else True
+    return t.n_atoms, t.dim, t.eta_dim, bool(ref)
+
+
+def _block_names(k: int, d: int, q: int, reference: bool) -> list[tuple[str, list[int]]]:
+    """``(name, indices)`` of every parameter block in the free-parameter layout."""
+    kr = k - 1 if reference else k
+    out = []
+    for i in range(kr):
+        out.append((f"atom {i} beta0", [i]))
+    for i in range(kr):
+        out.append((f"atom {i} beta1", list(range(kr + i * d, kr + (i + 1) * d))))
+    base = kr * (d + 1)
+    for i in range(k):
+        out.append((f"atom {i} eta", list(range(base + i * q, base + (i + 1) * q))))
+    order = {f"atom {i}": i for i in range(k)}
+    return sorted(out, key=lambda b: (order[" ".join(b[0].split()[:2])], ["beta0", "beta1", "eta"].index(b[0].split()[2])))
+
+
+def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 4096) -> tuple[np.ndarray, list]:
+    """Per-sample Fisher information ``[P, P]`` of the truth and the parameter blocks.
+
+    Parameters
+    ----------
+    scenario : Scenario, FileScenario or GaussianMoEScenario
+        Anything with ``truth``, ``model`` (least squares, with ``noise_var``) or ``gaussian_moe``.
+    m : int
+        Monte Carlo draws of ``(x, y)``.
+    seed : int
+        Seed of the draws.
+
+    Returns
+    -------
+    (ndarray [P, P], list of (name, indices))
+    """
+    from torch.func import jacfwd
+
+    from moestat.estimators.jacobians import pack, unpack
+    from moestat.model.mixing import MixingMeasure
+
+    k, d, q, ref = _layout(scenario) if not getattr(scenario, "gaussian_moe", False) else (
+        scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim, True)
+    theta0 = pack(scenario.truth.expand(1).torch(), ref)[0]
+    rng = np.random.default_rng(seed)
+    gaussian = bool(getattr(scenario, "gaussian_moe", False))
+    if gaussian:
+        from moestat.model.gaussian_moe import component_log_joint
+
+        X, Y = scenario.sample(m, rng)
+
+        def f(theta, x, y):
+            b0, b1, eta = unpack(theta, k, d, q, ref)
+            return torch.logsumexp(component_log_joint(x, y, MixingMeasure(b0, b1, eta)), dim=-1)
+
+        scale = 1.0
+    else:
+        X = scenario.sample_x(m, rng)
+        Y = np.zeros(m)
+
+        def f(theta, x, y):  # noqa: ARG001 - the regression function does not involve y
+            b0, b1, eta = unpack(theta, k, d, q, ref)
+            return scenario.model.predict(x, MixingMeasure(b0, b1, eta))
+
+        scale = 1.0 / float(scenario.noise_var)
+    P = theta0.numel()
+    info = torch.zeros(P, P, dtype=torch.float64)
+    for s in range(0, m, chunk):
+        x = torch.as_tensor(X[s:s + chunk], dtype=torch.float64)
+        y = torch.as_tensor(Y[s:s + chunk], dtype=torch.float64)
+        J = jacfwd(f)(theta0, x, y)  # [c, P]
+        info += J.T @ J
+    return (info / m * scale).numpy(), _block_names(k, d, q, ref)
+
+
+def _separation(truth) -> float:
+    om = np.asarray(truth.numpy().omega())
+    k = om.shape[0]
+    if k < 2:
+        return math.inf
+    return float(min(np.linalg.norm(om[i] - om[j]) for i in range(k) for j in range(i + 1, k)))
+
+
+def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int = MC_DRAWS, seed: int = 0) -> dict[str, Any]:
+    """The pre-flight report of one scenario on the grid ``ns`` (see the module docstring).
+
+    Returns
+    -------
+    dict
+        ``n_params``, ``min_eigenvalue``, ``max_eigenvalue``, ``condition_number``,
+        ``weakest_direction`` (the unit eigenvector of the smallest eigenvalue, by block),
+        ``separation``, ``fraction``, ``target_sd``, ``blocks`` (name, ``sd_1`` = the sd at
+        ``n = 1``, ``sd`` at each ``n``, ``n_ok``), ``n_ok`` (the largest), ``ns``, ``setting``,
+        ``warnings`` (list of one-line strings) and ``kind`` (``least squares`` / ``likelihood``).
+    """
+    info, blocks = fisher_information(scenario, m=m, seed=seed)
+    info = 0.5 * (info + info.T)
+    w, V = np.linalg.eigh(info)
+    lam_min, lam_max = float(w[0]), float(w[-1])
+    cond = lam_max / lam_min if lam_min > 0 else math.inf
+    cov = (V / w) @ V.T if lam_min > 0 else np.full_like(info, math.inf)
+    sep = _separation(scenario.truth)
+    target = fraction * sep
+    rows, n_ok = [], 0.0
+    for name, idx in blocks:
+        var1 = float(np.trace(cov[np.ix_(idx, idx)])) if lam_min > 0 else math.inf
+        sd1 = math.sqrt(var1) if var1 >= 0 else math.inf
+        nb = (sd1 / target) ** 2 if math.isfinite(target) and target > 0 else 0.0
+        n_ok = max(n_ok, nb)
+        rows.append({"block": name, "sd_1": sd1, "sd": [sd1 / math.sqrt(n) for n in ns], "n_ok": nb})
+    weak = V[:, 0]
+    weakest = sorted(((name, float(np.linalg.norm(weak[idx]))) for name, idx in blocks), key=lambda t: -t[1])[:3]
+    warnings = []
+    if not cond <= COND_WARN:
+        warnings.append(f"near-singular truth: Fisher information condition number {cond:.3g} > {COND_WARN:g} "
+                        f"(smallest eigenvalue {lam_min:.3g}; weakest direction mostly {weakest[0][0]})")
+    n_ok_int = int(math.ceil(n_ok)) if math.isfinite(n_ok) else None
+    worst = max(rows, key=lambda r: r["sd_1"])
+    if n_ok_int is None or n_ok_int > ns[-1]:
+        warnings.append(f"the whole grid lies below n_ok = {n_ok_int if n_ok_int is not None else 'inf'}: at n = {ns[-1]} the "
+                        f"Cramér-Rao sd of {worst['block']} is {worst['sd'][-1]:.3g} > {fraction:g} x separation {sep:.3g} "
+                        f"= {target:.3g}; no rate can be measured on this grid")
+    elif n_ok_int > ns[0]:
+        below = [n for n in ns if n < n_ok_int]
+        warnings.append(f"{len(below)} of {len(ns)} grid sizes lie below n_ok = {n_ok_int} (sd of {worst['block']} above "
+                        f"{fraction:g} x separation there): declare --window-min {min(n for n in ns if n >= n_ok_int)} "
+                        "or move n-min up")
+    return {
+        "kind": "likelihood" if getattr(scenario, "gaussian_moe", False) else "least squares",
+        "setting": getattr(scenario, "setting", "exact"),
+        "n_params": int(info.shape[0]),
+        "mc_draws": int(m),
+        "min_eigenvalue": lam_min,
+        "max_eigenvalue": lam_max,
+        "condition_number": cond,
+        "weakest_direction": [{"block": b, "weight": v} for b, v in weakest],
+        "separation": sep,
+        "fraction": float(fraction),
+        "target_sd": target,
+        "ns": [int(n) for n in ns],
+        "blocks": rows,
+        "n_ok": n_ok_int,
+        "warnings": warnings,
+    }
+
+
+def format_preflight(rep: dict[str, Any], title: str = "") -> str:
+    """The printed table: one line per block with its sd at each n, then the summary and warnings."""
+    ns = rep["ns"]
+    head = f"{'block':<16} " + " ".join(f"{('n=' + str(n)):>10}" for n in ns) + f" {'n_ok':>10}"
+    lines = [f"pre-flight {title} ({rep['kind']}, {rep['setting']}-specified truth, {rep['n_params']} free parameters, "
+             f"{rep['mc_draws']} Monte Carlo draws)".replace("  ", " "),
+             f"Fisher information per sample: smallest eigenvalue {rep['min_eigenvalue']:.3g}, largest {rep['max_eigenvalue']:.3g}, "
+             f"condition number {rep['condition_number']:.3g}",
+             f"Cramér-Rao sd of each block's error norm; target sd = {rep['fraction']:g} x separation of the true atoms "
+             f"({rep['separation']:.3g}) = {rep['target_sd']:.3g}", head, "-" * len(head)]
+    for r in rep["blocks"]:
+        n_ok = "-" if not math.isfinite(r["n_ok"]) else (f"{int(math.ceil(r['n_ok'])):d}" if r["n_ok"] < 1e9 else f"{r['n_ok']:.3g}")
+        lines.append(f"{r['block']:<16} " + " ".join(f"{v:>10.3g}" for v in r["sd"]) + f" {n_ok:>10}")
+    n_ok = rep["n_ok"]
+    lines.append("n_ok (every block below the target): " + ("never (singular)" if n_ok is None else (f"{n_ok}" if n_ok < 1e9 else f"{n_ok:.3g}")))
+    if rep["setting"] == "over":
+        lines.append("note: the truth is checked; the over-specified fit is singular at the truth by construction")
+    for w in rep["warnings"]:
+        lines.append(f"WARNING: {w}")
+    if not rep["warnings"]:
+        lines.append("ok: identifiable at every n of the grid")
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""The scenario pre-flight (moestat.rates.preflight, ``moestat check``)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from moestat.cli.main import main
+from moestat.rates.preflight import COND_WARN, fisher_information, preflight
+
+NEAR_SINGULAR = """
+name = "near-singular"
+[gate]
+score = "linear"
+normalisation = "sigmoid"
+[expert]
+kind = "gelu"
+[fit]
+k = 2
+[[atoms]]
+beta0 = 0.5
+beta1 = [1.5, -1.0]
+eta = [1.0, 0.5, 0.2]
+[[atoms]]   # almost the same expert, with a gate almost the first one's: nearly unidentifiable
+beta0 = 0.5
+beta1 = [1.5, -0.98]
+eta = [1.0, 0.52, 0.2]
+"""
+
+
+def test_cramer_rao_sd_matches_the_fits():
+    """At n = 20000 the least-squares fits' spread equals the Cramér--Rao sd within 30%."""
+    from moestat.data.synthetic import make_scenario
+    from moestat.estimators.jacobians import pack
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates.resolve import build_estimator
+
+    sc = make_scenario("perturbed", "exact")
+    n, R = 20000, 40
+    rng = np.random.default_rng(7)
+    data = [sc.sample(n, rng) for _ in range(R)]
+    est = build_estimator("lse", sc, 200, 0, "cpu")
+    est.fit(np.stack([d[0] for d in data]), np.stack([d[1] for d in data]), init=sc.truth.expand(R))
+    assert np.all(np.asarray(est.converged_))
+    theta = pack(est.params_.torch(), True).numpy()
+    theta0 = pack(sc.truth.expand(1).torch(), True).numpy()[0]
+    info, blocks = fisher_information(sc, m=20000, seed=1)
+    cov = np.linalg.inv(info) / n
+    err = theta - theta0
+    # the whole parameter vector and every block with at least 3 coordinates (a 1-d block's RMS over 40 fits
+    # has a relative sd of 11%: at 30% it would fail by chance one run in 100)
+    checks = [("all", list(range(theta.shape[1])))] + [b for b in blocks if len(b[1]) >= 3]
+    for name, idx in checks:
+        cr = math.sqrt(np.trace(cov[np.ix_(idx, idx)]))
+        emp = math.sqrt(np.mean(np.sum(err[:, idx] ** 2, axis=1)))
+        assert abs(emp / cr - 1) < 0.3, (name, emp, cr)
+
+
+def test_near_singular_truth_warns(tmp_path):
+    from moestat.data.scenario_files import load_scenario
+
+    p = tmp_path / "ns.toml"
+    p.write_text(NEAR_SINGULAR)
+    rep = preflight(load_scenario(str(p)), [2000, 8000, 32000], m=4000)
+    assert rep["condition_number"] > COND_WARN
+    assert any(w.startswith("near-singular") for w in rep["warnings"])
+    assert any("whole grid lies below" in w for w in rep["warnings"])
+
+
+def test_sd_scales_like_one_over_root_n_and_n_ok_is_where_it_meets_the_target():
+    from moestat.data.synthetic import make_scenario
+
+    rep = preflight(make_scenario("perturbed", "exact"), [1000, 4000], m=4000)
+    for b in rep["blocks"]:
+        assert b["sd"][0] == pytest.approx(2 * b["sd"][1])
+        assert b["sd_1"] / math.sqrt(b["n_ok"]) == pytest.approx(rep["target_sd"])
+    assert rep["n_ok"] == math.ceil(max(b["n_ok"] for b in rep["blocks"]))
+
+
+def test_likelihood_scenario_has_a_fisher_information():
+    from moestat.data.gaussian_scenarios import model1_scenario
+
+    info, blocks = fisher_information(model1_scenario(), m=4000)
+    assert info.shape == (8, 8) and np.all(np.linalg.eigvalsh(info) > 0)
+    assert [b[0] for b in blocks] == ["atom 0 beta0", "atom 0 beta1", "atom 0 eta", "atom 1 eta"]
+
+
+def test_cli_check_prints_the_table_and_writes_json(tmp_path, capsys):
+    p = tmp_path / "ns.toml"
+    p.write_text(NEAR_SINGULAR)
+    out = tmp_path / "rep.json"
+    assert main(["check", str(p), "--n-max", "16000", "--draws", "3000", "--json", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "Cramér-Rao sd" in cap.out and "near-singular" in cap.err
+    assert json.loads(out.read_text())["warnings"]
+    assert main(["check", str(tmp_path / "missing.toml")]) == 2
+    with pytest.raises(SystemExit) as e:  # an argparse error: exit 2, one line
+        main(["check", "--fraction", "2"])
+    assert e.value.code == 2
