@@ -8,7 +8,6 @@ the warnings (also on stderr); ``--json`` writes the report.  Bad input: one lin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Sequence
 

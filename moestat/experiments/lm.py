@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from moestat.data.text_corpus import TextCorpus
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
+from moestat.io import append_line, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
 from moestat.nn.lm_routers import LM_ROUTERS
 from moestat.nn.metrics import expert_usage, gate_sparsity
 from moestat.nn.train import FreshBatches, fit

@@ -36,7 +36,7 @@ import torch
 
 from moestat.data.images import RealDataset
 from moestat.model.gates import canonical_name
-from moestat.io import (append_line, atomic_savefig, atomic_write_json, atomic_write_text, check_run_config,
+from moestat.io import (append_line, atomic_write_json, atomic_write_text, check_run_config,
                         ensure_writable_dir, read_jsonl, write_run_config)
 from moestat.nn.classifier import (
     MLPClassifier,

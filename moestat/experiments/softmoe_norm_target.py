@@ -30,7 +30,7 @@ from moestat.data.norm_target import (
     witness_pairs,
 )
 from moestat.devices import resolve_device
-from moestat.io import atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.softmoe import SoftMoERegressor, parse_tokenisation
 from moestat.nn.train import FreshBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator

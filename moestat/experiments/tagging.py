@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from moestat.data import text_tasks as tt
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, read_jsonl
+from moestat.io import append_line, atomic_write_json, atomic_write_text, read_jsonl
 from moestat.nn.metrics import count_matrix, entropy, expert_usage, gate_sparsity, mutual_information
 from moestat.nn.sequence import GATES, SequenceMoE, sequence_loss
 from moestat.nn.span_metrics import entity_prf, span_em_f1

@@ -38,12 +38,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_unit_memory, positive_ints as _positive_ints, set_field as _set
+from moestat.rates.spec_checks import check_scenario_memory, positive_ints as _positive_ints, set_field as _set
+from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
 FAMILIES = ("regression", "gaussian-moe")
@@ -65,20 +65,6 @@ __all__ = [
 
 INITS = ("near", "peer", "random")
 BACKENDS = ("loky", "dask")
-
-
-def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
-    """``n_points`` log-spaced integers from ``n_min`` to ``n_max`` (duplicates after rounding dropped).
-
-    Returns
-    -------
-    list of int
-        Sorted, distinct; length at most ``n_points``.
-    """
-    if n_points == 1 or n_min == n_max:
-        return [int(n_min)]
-    vals = np.rint(np.exp(np.linspace(math.log(n_min), math.log(n_max), n_points))).astype(int)
-    return sorted(set(int(v) for v in vals))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -623,9 +609,7 @@ class RatesConfig:
             # dense linear gate) before anything is written
             sc = build_scenario(self.scenario_key(r))
             build_estimator(self.estimator, sc, self.max_iter, 0, self.device)
-            G = sc.truth.numpy()
-            n_par = int(np.size(G.beta0) + np.size(G.beta1) + np.size(G.eta)) * max(1, int(sc.k_fit)) // max(1, G.n_atoms)
-            check_unit_memory(max(self.ns), min(self.reps, self.chunk or self.reps), int(sc.d), n_par)
+            check_scenario_memory(sc, max(self.ns), min(self.reps, self.chunk or self.reps))
         return self
 
     # ---- derived --------------------------------------------------------------------------

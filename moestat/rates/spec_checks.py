@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 
-__all__ = ["is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory"]
+__all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory"]
+
+
+def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
+    """``n_points`` log-spaced integers from ``n_min`` to ``n_max`` (duplicates after rounding dropped).
+
+    Returns
+    -------
+    list of int
+        Sorted, distinct; length at most ``n_points``.
+    """
+    if n_points == 1 or n_min == n_max:
+        return [int(n_min)]
+    vals = np.rint(np.exp(np.linspace(math.log(n_min), math.log(n_max), n_points))).astype(int)
+    return sorted(set(int(v) for v in vals))
 
 
 def is_int(v: Any) -> bool:
@@ -71,3 +87,11 @@ def check_unit_memory(n: int, reps_per_unit: int, d: int, n_params: int,
             f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) needs at least "
             f"{need / 2**30:.3g} GiB, more than this machine's {total / 2**30:.3g} GiB; lower --n-max {hint}"
         )
+
+
+def check_scenario_memory(scenario: Any, n: int, reps_per_unit: int, hint: str | None = None) -> None:
+    """:func:`check_unit_memory` for a scenario: its dimension and fitted parameter count."""
+    G = scenario.truth.numpy()
+    n_par = int(np.size(G.beta0) + np.size(G.beta1) + np.size(G.eta)) * max(1, int(scenario.k_fit)) // max(1, G.n_atoms)
+    kw = {} if hint is None else {"hint": hint}
+    check_unit_memory(int(n), int(reps_per_unit), int(scenario.d), n_par, **kw)

@@ -367,7 +367,6 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
         extras.create()
 
     total = sum(len(u.replicates) for u in todo)
-    import sys
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()

@@ -55,9 +55,6 @@ def check_grid_memory(mode: str, n_max: int, reps: int | None = None) -> None:
     """Raise a one-line ``ValueError`` when ``n_max`` cannot fit in memory (the largest check
     fits the default scenario, d = 4, over-specified with k* + 1 atoms, all replicates at once)."""
     from moestat.data.synthetic import make_scenario
-    from moestat.rates.spec_checks import check_unit_memory
+    from moestat.rates.spec_checks import check_scenario_memory
 
-    sc = make_scenario("perturbed", "over")
-    G = sc.truth.numpy()
-    n_par = (G.beta0.size + G.beta1.size + G.eta.size) * sc.k_fit // G.n_atoms
-    check_unit_memory(int(n_max), int(reps or GRIDS[mode]["reps"]), int(sc.d), int(n_par), hint="or --reps")
+    check_scenario_memory(make_scenario("perturbed", "over"), n_max, reps or GRIDS[mode]["reps"], hint="or --reps")
