@@ -67,23 +67,29 @@ RESULT_COLUMNS = (
     *LOSS_NAMES,
     "time",
 )
-#: The last column of ``results.csv``: a CRC-32 of the row's fields, so that an edited value is
-#: found (files written before it existed have no such column: they are read unchecked).
+#: The last column of ``results.csv``: a CRC-32 of the row's fields but ``time``, so that an
+#: edited value is found (files written before it existed have no such column: they are read
+#: unchecked).  ``time`` is left out so that the column, like every result, does not depend on
+#: ``n_jobs``, the backend or the machine's load.
 CHECK_COLUMN = "crc32"
 #: The header of ``results.csv``.
 FILE_COLUMNS = (*RESULT_COLUMNS, CHECK_COLUMN)
+_TIME = RESULT_COLUMNS.index("time")
 
 
 def row_check(fields: Sequence[str]) -> str:
-    """The ``crc32`` of a row: CRC-32 of its fields as written, joined by the unit separator."""
-    return f"{zlib.crc32(chr(31).join(fields).encode('utf-8')):08x}"
+    """The ``crc32`` of a row: CRC-32 of its fields as written (all but ``time``), joined by the
+    unit separator."""
+    kept = [f for i, f in enumerate(fields) if i != _TIME]
+    return f"{zlib.crc32(chr(31).join(kept).encode('utf-8')):08x}"
 
 
 def rows_digest(rows: Iterable[Sequence[str]]) -> str:
-    """SHA-256 of rows (fields as written) in the order given: what ``summary.json`` was computed from."""
+    """SHA-256 of rows (fields as written, all but ``time``) in the order given: what
+    ``summary.json`` was computed from."""
     h = hashlib.sha256()
     for rec in rows:
-        h.update(chr(31).join(rec).encode("utf-8"))
+        h.update(chr(31).join(f for i, f in enumerate(rec) if i != _TIME).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 

@@ -28,7 +28,7 @@ def _no_figures(monkeypatch):
 def _force_plan(monkeypatch, asking: bool):
     real = experiment._sweep_and_fit
 
-    def forced(config, out, resume):
+    def forced(config, out, resume, *rest):
         df, fits = real(config, out, resume)
         for f in fits:
             if f.get("plan"):
