@@ -20,6 +20,7 @@ __all__ = ["SUBCOMMANDS", "main"]
 #: name -> (module, one-line summary), in the order ``moestat --help`` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rates": ("moestat.cli.cmd_rates", "sweep n and replicates, fit rates with 95% CIs, compare with the theorems, plot"),
+    "reproduce": ("moestat.cli.cmd_reproduce", "the rate catalogue: a published theorem reproduced in one command (--list)"),
     "plot": ("moestat.cli.cmd_plot", "re-draw a rates run's convergence figure from its results (no refit)"),
     "theory": ("moestat.cli.cmd_theory", "theorem -- predicted -- measured (CI) -- verdict table"),
     "softmoe": ("moestat.cli.cmd_softmoe", "Soft MoE: the ||X||_2 target and expert-subset selection"),
