@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_int", "is_number", "canonical", "positive_ints", "set_field"]
+__all__ = ["is_int", "is_number", "canonical", "positive_ints", "set_field", "unhonoured_fields"]
 
 
 def is_int(v: Any) -> bool:
@@ -40,3 +40,27 @@ def positive_ints(spec: Any, names: tuple[str, ...]) -> None:
 def set_field(obj: Any, name: str, value: Any) -> None:
     # normalisation in __post_init__ of a frozen dataclass: the object is still being built
     object.__setattr__(obj, name, value)
+
+
+#: scenario fields only the built-in regression scenarios read (see :func:`unhonoured_fields`)
+_BUILTIN_ONLY = ("tau", "expert", "d", "k_true", "k_active", "k_active_fit", "noise_var", "truth_seed")
+
+
+def unhonoured_fields(spec: Any) -> None:
+    """Raise a one-line ``ValueError`` when a :class:`~moestat.rates.config.ScenarioSpec` sets a
+    field its scenario cannot honour (the Gaussian-MoE family is model 1 of Nguyen, Nguyen & Ho
+    (2023); a scenario file holds its own truth) -- never ignore a flag silently."""
+    default = type(spec)()
+    if spec.scenario_file:
+        names = _BUILTIN_ONLY + ("setting", "k_fit", "input_law")
+        what = "a scenario file (it states its own truth, fit and input law)"
+    elif spec.family == "gaussian-moe":
+        names = _BUILTIN_ONLY
+        what = ("the gaussian-moe family (model 1 of Nguyen, Nguyen & Ho 2023: d = 1, k* = 2, its own variances); "
+                "for another truth write a scenario file with [noise] model = \"mixture\" and use --scenario FILE")
+    else:
+        return
+    bad = [n for n in names if getattr(spec, n) != getattr(default, n)]
+    if bad:
+        flags = ", ".join("--" + n.replace("_", "-") for n in bad)
+        raise ValueError(f"{flags} cannot be honoured by {what}")
