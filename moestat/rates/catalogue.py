@@ -282,7 +282,7 @@ _add(Entry(
     "maximum likelihood (EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not recovered",
     (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 20},
-         {"n_min": 500, "n_max": 8000, "n_points": 5, "reps": 6},
+         {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
     (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
 ))
@@ -303,7 +303,7 @@ _add(Entry(
     "not recovered from the stored excerpts (abstract read); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
     (Run("nonvanishing", {"catalogue_file": "multinomial_nonvanishing.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 500, "n_max": 8000, "n_points": 4, "reps": 6},
+         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
      Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
@@ -323,7 +323,7 @@ _add(Entry(
     "models 1-4 x K in {4, 5}",
     (Run("gaussian-gate", {"catalogue_file": "gaussian_gate_over.toml", "estimator": "mle", "max_iter": 2000},
          {"n_min": 500, "n_max": 32000, "n_points": 6, "reps": 20},
-         {"n_min": 500, "n_max": 8000, "n_points": 5, "reps": 6},
+         {"n_min": 300, "n_max": 2400, "n_points": 4, "reps": 4},
          requires="a Gaussian gate fitted by maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
     (Prediction("gaussian-gate", "Dbar", _HALF, "Type I: D-bar at n^{-1/2}"),),
     notes="moestat's Gaussian gate has a known common kernel variance and uniform inputs; the paper's joint GLLiM "
