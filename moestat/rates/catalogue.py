@@ -307,7 +307,7 @@ _add(Entry(
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
      Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 500, "n_max": 8000, "n_points": 4, "reps": 6},
+         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)")),
     (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
      Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
