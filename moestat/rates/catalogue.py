@@ -279,9 +279,10 @@ _add(Entry(
 _add(Entry(
     "topk-gmoe", TOPK, "exact-specified: parametric density and parameter rates; over-specified: slow parameter rates",
     "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 1 of k* = 2), linear experts",
-    "maximum likelihood (EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not recovered",
+    "maximum likelihood (generic EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not "
+    "recovered; moestat's design: 5 log-spaced n, 1 000 to 16 000, 12 replicates",
     (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 20},
+         {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 12},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
     (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
