@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rates": ("moestat.cli.cmd_rates", "sweep n and replicates, fit rates with 95% CIs, compare with the theorems, plot"),
     "select": ("moestat.cli.cmd_select", "how many experts: DSC (dendrogram of mixing measures) against AIC/BIC/ICL over n"),
     "check": ("moestat.cli.cmd_check", "pre-flight of a scenario: Fisher information of the truth, Cramér-Rao sd per n"),
+    "reproduce": ("moestat.cli.cmd_reproduce", "the rate catalogue: a published theorem reproduced in one command (--list)"),
     "plot": ("moestat.cli.cmd_plot", "re-draw a rates run's convergence figure from its results (no refit)"),
     "theory": ("moestat.cli.cmd_theory", "theorem -- predicted -- measured (CI) -- verdict table"),
     "softmoe": ("moestat.cli.cmd_softmoe", "Soft MoE: the ||X||_2 target and expert-subset selection"),

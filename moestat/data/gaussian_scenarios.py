@@ -164,7 +164,8 @@ def gaussian_loss_spec(name: str = "D1", d: int = 1) -> "LossSpec":
     return LossSpec(f"gaussian_{name}", blocks, "softmax", "euclidean", None, False, ("a", "b", "variance"))
 
 
-def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D1") -> dict[str, np.ndarray]:
+def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D1", spec=None,
+                     shift: bool = True) -> dict[str, np.ndarray]:
     """Voronoi loss ``D1`` or ``D2`` and per-atom errors of Gaussian-MoE fits.
 
     Computed from :func:`gaussian_loss_spec` by :func:`moestat.losses.voronoi_spec.cell_terms_from_spec`,
@@ -177,6 +178,12 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     truth : MixingMeasure
         Unbatched, ``k*`` atoms.
     name : {"D1", "D2"}
+    spec : LossSpec, optional
+        Another loss of the same shape (the likelihood scenarios of :mod:`moestat.data.likelihood_losses`);
+        default :func:`gaussian_loss_spec` ``(name)``.
+    shift : bool
+        Fix softmax's translation freedom as above (``False``: gates without it, e.g. a Gaussian gate
+        whose weights ``exp(beta0)`` sum to one).
 
     Returns
     -------
@@ -188,7 +195,7 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     """
     from moestat.losses.voronoi_spec import cell_terms_from_spec
 
-    spec = gaussian_loss_spec(name)
+    spec = gaussian_loss_spec(name) if spec is None else spec
     G = fitted.numpy()
     if not G.batch_shape:
         G = MixingMeasure(G.beta0[None], G.beta1[None], G.eta[None])
@@ -202,7 +209,7 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     G = MixingMeasure(G.beta0[ok], G.beta1[ok], G.eta[ok])
     cells = cell_terms_from_spec(spec, G, T)["cells"]  # the expert blocks alone decide the cells
     b0, b1 = G.beta0.copy(), G.beta1.copy()
-    for r in range(b0.shape[0]):
+    for r in range(b0.shape[0] if shift else 0):
         if np.any(cells[r] == ref):
             b0[r], b1[r] = _normalised(b0[r], b1[r], cells[r] == ref)
     c = cell_terms_from_spec(spec, MixingMeasure(b0, b1, G.eta), T)

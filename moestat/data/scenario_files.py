@@ -11,12 +11,15 @@ TOML layout (every key is checked; an error names the key and the file)::
     name = "sigmoid-exact"
     [gate]
     score = "linear"          # linear | cosine | perturbed (tau = [tau1, tau2])
-    normalisation = "sigmoid" # softmax | sigmoid
+    normalisation = "sigmoid" # softmax | sigmoid | gaussian (known kernel variance: variance = 1.0)
     # k_active = 2            # Top-K (softmax only); temperature = 1.0
+    # activation = "tanh"     # score act(beta1^T x): the activation variant of the temperature gate
     [expert]
-    kind = "gelu"             # identity | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
+    kind = "gelu"             # identity (linear) | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
+                              # | multinomial (classes = C; noise.model = "mixture" only)
     [noise]
-    variance = 0.01
+    model = "additive"        # additive: y = g(x) + N(0, variance); mixture: y drawn from the mixture
+    variance = 0.01           # additive only; with mixture each atom has its own variance
     [input]
     law = "uniform"           # uniform | gaussian | npy (path = "x.npy", relative to the file)
     [fit]
@@ -25,15 +28,21 @@ TOML layout (every key is checked; an error names the key and the file)::
     beta0 = 0.5
     beta1 = [1.0, -0.5]
     eta = [1.0, 0.0, 0.2]
+    # variance = 0.25         # per-atom noise variance (noise.model = "mixture", Gaussian experts)
     [[losses]]                # a loss specification plus its predicted exponent (or omit it)
     name = "D3"
     builtin = "D3"
     predicted_exponent = -0.5
 
-A softmax gate keeps the reference convention (the last atom has ``beta0 = 0`` and ``beta1 = 0``).
-A softmax gate with a built-in score and expert is a :class:`~moestat.model.regression.MoEModel`
-(analytic kernel); anything else is a :class:`~moestat.model.protocol.ProtocolModel`
-(:mod:`torch.func` Jacobians).
+A softmax gate keeps the reference convention (the last atom has ``beta0 = 0`` and ``beta1 = 0``);
+a Gaussian gate's ``exp(beta0_i)`` are its mixing weights ``pi_i`` (summing to one), its ``beta1_i``
+the kernel centres.  With additive noise, a softmax gate with a built-in score and expert is a
+:class:`~moestat.model.regression.MoEModel` (analytic kernel); anything else is a
+:class:`~moestat.model.protocol.ProtocolModel` (:mod:`torch.func` Jacobians).  With
+``noise.model = "mixture"`` the model is a :class:`~moestat.model.likelihood.LikelihoodModel`
+(``y | x ~ sum_i w_i(x) N(h(x, eta_i), variance_i)``, or the multinomial expert's classes), fitted
+by maximum likelihood (``--estimator mle``); the true measure's ``eta`` then ends with the atom's
+variance, as in :mod:`moestat.model.gaussian_moe`.
 """
 
 from __future__ import annotations
@@ -92,6 +101,10 @@ class FileScenario(TruthDescriptors):
         Loss name -> predicted exponent of ``n`` (``None``: no polynomial rate stated).
     name : str
     box : ParameterBox
+    noise_model : {"additive", "mixture"}
+        ``additive``: ``y = g(x) + N(0, noise_var)``; ``mixture``: ``y`` drawn from the mixture of
+        ``model`` (a :class:`~moestat.model.likelihood.LikelihoodModel`), each Gaussian atom with the
+        variance in the last column of its ``eta``.
     """
 
     truth: MixingMeasure
@@ -105,6 +118,14 @@ class FileScenario(TruthDescriptors):
     predicted: Mapping[str, float | None] = field(default_factory=dict)
     name: str = "file"
     box: ParameterBox = field(default_factory=ParameterBox)
+    noise_model: str = "additive"
+    #: starts per replicate of a maximum-likelihood fit (``--starts``; the start and jittered copies)
+    n_starts: int = 1
+
+    @property
+    def likelihood(self) -> bool:
+        """Whether ``y`` is drawn from the mixture (fitted by maximum likelihood)."""
+        return self.noise_model == "mixture"
 
     def __post_init__(self) -> None:
         t = self.truth.numpy()
@@ -113,12 +134,26 @@ class FileScenario(TruthDescriptors):
         object.__setattr__(self, "truth", t)
         if not all(np.all(np.isfinite(a)) for a in (t.beta0, t.beta1, t.eta)):
             raise ValueError("truth contains non-finite parameters")
-        ref = self.model.gate.reference if isinstance(self.model, ProtocolModel) else True
+        from moestat.model.likelihood import LikelihoodModel
+
+        if self.noise_model not in ("additive", "mixture"):
+            raise ValueError(f"noise_model must be 'additive' or 'mixture', got {self.noise_model!r}")
+        if self.likelihood != isinstance(self.model, LikelihoodModel):
+            raise ValueError("noise_model = 'mixture' goes with a moestat.model.likelihood.LikelihoodModel (and only it)")
+        ref = self.model.gate.reference if self._protocol else True
         if ref and (t.beta0[-1] != 0 or np.any(t.beta1[-1] != 0)):
             raise ValueError("with a softmax gate the last true atom is the reference: beta0 = 0 and beta1 = 0")
-        q = self.model.n_expert_params(t.dim) if isinstance(self.model, ProtocolModel) else t.dim + 1
+        if self._protocol and self.model.gate.normalisation == "gaussian" and abs(np.exp(t.beta0).sum() - 1) > 1e-9:
+            raise ValueError(f"a Gaussian gate's exp(beta0) are its mixing weights and must sum to 1, got {np.exp(t.beta0).sum():.6g}")
+        if self.likelihood:
+            q = self.model.n_eta(t.dim)
+            if self.model.family == "gaussian" and not np.all(t.eta[:, -1] > 0):
+                raise ValueError(f"every atom's variance must be > 0, got {t.eta[:, -1].tolist()}")
+        else:
+            q = self.model.n_expert_params(t.dim) if self._protocol else t.dim + 1
         if t.eta_dim != q:
-            raise ValueError(f"eta must have {q} entries per atom for this expert, got {t.eta_dim}")
+            what = " (expert parameters, then the variance)" if self.likelihood and self.model.family == "gaussian" else ""
+            raise ValueError(f"eta must have {q} entries per atom for this expert{what}, got {t.eta_dim}")
         if not (math.isfinite(self.noise_var) and self.noise_var > 0):
             raise ValueError(f"noise variance must be a positive finite number, got {self.noise_var!r}")
         if self.input_law not in INPUT_LAWS:
@@ -137,9 +172,14 @@ class FileScenario(TruthDescriptors):
         if self.k_active_fit is None and K is not None:
             object.__setattr__(self, "k_active_fit", min(k_fit, K + (k_fit - t.n_atoms)))
         if not self.losses:
-            mass = "sigmoid" if (isinstance(self.model, ProtocolModel) and self.model.gate.normalisation == "sigmoid") else "softmax"
-            b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
-            object.__setattr__(self, "losses", (replace(b, mass=mass),))
+            mass = "sigmoid" if (self._protocol and self.model.gate.normalisation == "sigmoid") else "softmax"
+            if self.likelihood:
+                from moestat.data.likelihood_losses import default_likelihood_loss
+
+                object.__setattr__(self, "losses", (default_likelihood_loss(self.model, t, k_fit, mass),))
+            else:
+                b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
+                object.__setattr__(self, "losses", (replace(b, mass=mass),))
         names = [s.name for s in self.losses]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate loss names {names}")
@@ -147,6 +187,10 @@ class FileScenario(TruthDescriptors):
             if s.k_active is not None and s.k_active > t.n_atoms:
                 raise ValueError(f"loss {s.name!r}: k_active={s.k_active} exceeds the number of true atoms k*={t.n_atoms}")
         object.__setattr__(self, "predicted", dict(self.predicted))
+
+    @property
+    def _protocol(self) -> bool:
+        return not isinstance(self.model, MoEModel)
 
     @property
     def fit_model(self):
@@ -169,12 +213,21 @@ class FileScenario(TruthDescriptors):
         """``(X [n, d], Y [n])`` from the model, with the given stream."""
         rng = numpy_generator(rng)
         X = self.sample_x(n, rng)
+        if self.likelihood:
+            return X, self.model.sample_y(X, self.truth, rng)
         eps = rng.normal(0.0, math.sqrt(self.noise_var), size=n)
         return X, self.regression_function(X) + eps
 
     def holdout(self, n: int = 4096, seed: int = 20240523) -> np.ndarray:
         """A fixed held-out input sample for the L2 regression error."""
         return self.sample_x(n, np.random.default_rng(seed))
+
+    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
+        """A data-driven random start of a mixture-noise scenario (``--init random``;
+        :func:`moestat.estimators.mle_generic.random_start`)."""
+        from moestat.estimators.mle_generic import random_start
+
+        return random_start(self.model, X, Y, int(self.k_fit), rng)
 
     def near_truth_start(self, scale: float, rng: np.random.Generator) -> MixingMeasure:
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
@@ -190,7 +243,7 @@ class FileScenario(TruthDescriptors):
         t, k = self.truth, int(self.k_fit)
         owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
         counts = np.bincount(owner, minlength=self.k_true)
-        softmax = not (isinstance(self.model, ProtocolModel) and self.model.gate.normalisation == "sigmoid")
+        softmax = not (self._protocol and self.model.gate.normalisation == "sigmoid")
         if softmax:
             b0 = t.beta0[owner] - np.log(counts[owner])
         else:
@@ -199,7 +252,9 @@ class FileScenario(TruthDescriptors):
         b0 = b0 + scale * rng.normal(size=k)
         b1 = t.beta1[owner] + scale * rng.normal(size=(k, self.d))
         eta = t.eta[owner] + scale * rng.normal(size=(k, t.eta_dim))
-        ref = self.model.gate.reference if isinstance(self.model, ProtocolModel) else True
+        if self.likelihood and self.model.family == "gaussian":  # variances jittered on the log scale
+            eta[:, -1] = t.eta[owner, -1] * np.exp(scale * rng.normal(size=k))
+        ref = self.model.gate.reference if self._protocol else True
         if ref:  # keep the reference atom last and exactly at zero
             order = np.concatenate([np.arange(k)[np.arange(k) != self.k_true - 1], [self.k_true - 1]])
             b0, b1, eta = b0[order], b1[order], eta[order]
@@ -230,18 +285,72 @@ def _err(where: str, msg: str) -> ScenarioFileError:
     return ScenarioFileError(f"{where}: {msg}")
 
 
-def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: str):
+#: the keys every table of a scenario file may hold (a misspelt key is an error naming it)
+KNOWN_KEYS = {
+    "": ("name", "gate", "expert", "noise", "input", "fit", "atoms", "losses", "box"),
+    "gate": ("score", "normalisation", "k_active", "temperature", "tau", "variance", "activation"),
+    "expert": ("kind", "degree", "hidden", "classes"),
+    "noise": ("model", "variance"),
+    "input": ("law", "path"),
+    "fit": ("k", "k_active"),
+    "atoms": ("beta0", "beta1", "eta", "variance"),
+    "losses": ("name", "builtin", "r", "blocks", "mass", "metric", "k_active", "direction", "predicted_exponent"),
+    "losses.blocks": ("label", "source", "exponent"),
+    "box": ("beta0", "beta1", "eta"),
+}
+NOISE_MODELS = ("additive", "mixture")
+
+
+def _check_keys(table: Any, kind: str, where: str, label: str) -> dict:
+    """``table`` as a dict, after checking it is a table and holds only :data:`KNOWN_KEYS` of ``kind``."""
+    if not isinstance(table, Mapping):
+        raise _err(where, f"{label or 'the file'} must be a table, got {type(table).__name__}")
+    extra = sorted(set(table) - set(KNOWN_KEYS[kind]))
+    if extra:
+        raise _err(where, f"unknown key(s) {extra} in {label or 'the top level'}; expected {sorted(KNOWN_KEYS[kind])}")
+    return dict(table)
+
+
+def _expert(expert: Mapping[str, Any], d: int, where: str):
+    from moestat.model.experts import activation_fn
+    from moestat.model.likelihood import MultinomialExpert, linear_expert
+    from moestat.model.protocol import FunctionExpert
+
+    kind = str(expert.get("kind", "gelu"))
+    kind = "identity" if kind == "linear" else kind
+    if kind == "multinomial":
+        return MultinomialExpert(d, int(expert.get("classes", 0)))
+    if "classes" in expert:
+        raise _err(where, "expert.classes is for kind = 'multinomial'")
+    if kind == "mlp":
+        return mlp_expert(d, int(expert.get("hidden", 4)))
+    if kind == "identity":
+        return linear_expert(d)
+    phi = activation_fn(kind, int(expert.get("degree", 2)))
+    return FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
+
+
+def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: str, mixture: bool = False):
+    from moestat.model.experts import activation_fn
+
     score = str(gate.get("score", "linear"))
     norm = str(gate.get("normalisation", "softmax"))
     k_active = gate.get("k_active")
     temperature = float(gate.get("temperature", 1.0))
     tau = gate.get("tau", 1.0)
+    act = gate.get("activation")
     kind = str(expert.get("kind", "gelu"))
+    kind = "identity" if kind == "linear" else kind
+    kinds = ACTIVATIONS + ("linear", "mlp", "multinomial")
     if score not in ("linear", "cosine", "perturbed"):
         raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
-    if kind not in ACTIVATIONS + ("mlp",):
-        raise _err(where, f"expert.kind must be one of {ACTIVATIONS + ('mlp',)}, got {kind!r}")
-    if norm == "softmax" and temperature == 1.0 and kind != "mlp":
+    if kind not in kinds:
+        raise _err(where, f"expert.kind must be one of {kinds}, got {kind!r}")
+    if kind == "multinomial" and not mixture:
+        raise _err(where, "expert.kind = 'multinomial' (classification) needs noise.model = 'mixture'")
+    if "variance" in gate and norm != "gaussian":
+        raise _err(where, "gate.variance is the Gaussian gate's kernel variance: only with normalisation = 'gaussian'")
+    if (not mixture and norm == "softmax" and temperature == 1.0 and act is None and kind != "mlp"):
         try:
             return MoEModel(Gate(score, tau=tau, k_active=k_active), Expert(kind, degree=int(expert.get("degree", 2))))
         except (TypeError, ValueError) as e:
@@ -254,18 +363,23 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
         t = (float(tau), float(tau)) if isinstance(tau, (int, float)) else tuple(float(v) for v in tau)
         sfn = perturbed_score(*t)
     try:
-        pg = ProtocolGate(sfn, norm, k_active, temperature, None, score)
-        if kind == "mlp":
-            ex = mlp_expert(d, int(expert.get("hidden", 4)))
-        else:
-            from moestat.model.protocol import FunctionExpert
-            from moestat.model.experts import activation_fn
+        if act is not None:  # the activation variant of the dense-to-sparse gate: act(s(x)) / T
+            phi, base = activation_fn(str(act)), sfn
+            sfn = lambda x, beta1: phi(base(x, beta1))  # noqa: E731
+            score = f"{act}({score})"
+        pg = ProtocolGate(sfn, norm, k_active, temperature, None, score, float(gate.get("variance", 1.0)))
+        ex = _expert(expert, d, where)
+        if mixture:
+            from moestat.model.likelihood import LikelihoodModel
 
-            phi = activation_fn(kind, int(expert.get("degree", 2)))
-            ex = FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
+            return LikelihoodModel(pg, ex)
     except (TypeError, ValueError) as e:
         raise _err(where, f"[gate]/[expert]: {e}") from None
     return ProtocolModel(pg, ex)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: Path | None = None) -> FileScenario:
@@ -276,26 +390,40 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
     ScenarioFileError
         Naming ``where`` (the file) and the key.
     """
-    known = {"name", "gate", "expert", "noise", "input", "fit", "atoms", "losses", "box"}
-    extra = set(m) - known
-    if extra:
-        raise _err(where, f"unknown key(s) {sorted(extra)}; expected {sorted(known)}")
+    m = _check_keys(m, "", where, "")
+    tables = {t: _check_keys(m.get(t, {}), t, where, f"[{t}]") for t in ("gate", "expert", "noise", "input", "fit", "box")}
     atoms = m.get("atoms")
     if not isinstance(atoms, list) or not atoms:
         raise _err(where, "[[atoms]] must list at least one true atom")
+    atoms = [_check_keys(a, "atoms", where, f"atoms[{i}]") for i, a in enumerate(atoms)]
+    noise = tables["noise"]
+    model_kind = str(noise.get("model", "additive"))
+    if model_kind not in NOISE_MODELS:
+        raise _err(where, f"noise.model must be one of {NOISE_MODELS}, got {model_kind!r}")
+    mixture = model_kind == "mixture"
+    multinomial = str(tables["expert"].get("kind", "")) == "multinomial"
+    if mixture and "variance" in noise:
+        raise _err(where, "noise.variance is the additive noise's; with noise.model = 'mixture' give each atom its variance")
+    with_var = [("variance" in a) for a in atoms]
+    if mixture and not multinomial and not all(with_var):
+        raise _err(where, f"noise.model = 'mixture': every atom needs its variance (missing in atoms{[i for i, v in enumerate(with_var) if not v]})")
+    if (not mixture or multinomial) and any(with_var):
+        raise _err(where, "atoms[].variance is the per-atom variance of noise.model = 'mixture' with Gaussian experts")
     try:
         beta0 = np.array([float(a["beta0"]) for a in atoms])
         beta1 = np.array([[float(v) for v in a["beta1"]] for a in atoms])
         eta = np.array([[float(v) for v in a["eta"]] for a in atoms])
+        if mixture and not multinomial:
+            eta = np.column_stack([eta, [float(a["variance"]) for a in atoms]])
     except KeyError as e:
         raise _err(where, f"atoms: every atom needs beta0, beta1 and eta (missing {e.args[0]!r})") from None
     except (TypeError, ValueError):
-        raise _err(where, "atoms: beta0 must be a number, beta1 and eta lists of numbers of equal length across atoms") from None
+        raise _err(where, "atoms: beta0 and variance must be numbers, beta1 and eta lists of numbers of equal length across atoms") from None
     if beta1.ndim != 2 or eta.ndim != 2:
         raise _err(where, "atoms: beta1 and eta must have the same length in every atom")
     d = beta1.shape[1]
-    model = _model(dict(m.get("gate", {})), dict(m.get("expert", {})), d, where)
-    inp = dict(m.get("input", {}))
+    model = _model(tables["gate"], tables["expert"], d, where, mixture)
+    inp = tables["input"]
     law = str(inp.get("law", "uniform"))
     inputs = None
     if law == "npy":
@@ -307,23 +435,29 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
             inputs = np.load(p)
         except (OSError, ValueError) as e:
             raise _err(where, f"input.path: cannot read {str(p)!r} ({e.__class__.__name__})") from None
-    fit = dict(m.get("fit", {}))
+    fit = tables["fit"]
     losses, predicted = [], {}
     for i, entry in enumerate(m.get("losses", [])):
+        entry = _check_keys(entry, "losses", where, f"losses[{i}]")
+        for j, blk in enumerate(entry.get("blocks", []) if isinstance(entry.get("blocks"), list) else []):
+            _check_keys(blk, "losses.blocks", where, f"losses[{i}].blocks[{j}]")
         try:
             spec = spec_from_mapping(entry, where=f"losses[{i}]")
         except ValueError as e:
             raise _err(where, str(e)) from None
         losses.append(spec)
         pe = entry.get("predicted_exponent")
-        if pe is not None and not (isinstance(pe, (int, float)) and not isinstance(pe, bool) and math.isfinite(pe)):
+        if pe is not None and not _number(pe):
             raise _err(where, f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
         predicted[spec.name] = None if pe is None else float(pe)
-    box = dict(m.get("box", {}))
+    nv = noise.get("variance", 0.01)
+    if not _number(nv):
+        raise _err(where, f"noise.variance must be a number, got {nv!r}")
     try:
         return FileScenario(
-            MixingMeasure(beta0, beta1, eta), model, float(dict(m.get("noise", {})).get("variance", 0.01)), law, inputs,
-            fit.get("k"), fit.get("k_active"), tuple(losses), predicted, str(m.get("name", "file")), ParameterBox(**box),
+            MixingMeasure(beta0, beta1, eta), model, float(nv), law, inputs,
+            fit.get("k"), fit.get("k_active"), tuple(losses), predicted, str(m.get("name", "file")),
+            ParameterBox(**tables["box"]), model_kind,
         )
     except (TypeError, ValueError) as e:
         raise _err(where, str(e)) from None

@@ -43,6 +43,7 @@ import torch
 from moestat.devices import resolve_device
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.validation import prepare_data
+from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em  # noqa: F401 (re-exported)
 from moestat.model.gaussian_moe import mean_function
 from moestat.model.mixing import MixingMeasure
 
@@ -55,7 +56,9 @@ OVER_POLISH_ITER = 100
 
 
 def _check_model(model, k: int) -> None:
-    if model is None:
+    from moestat.model.likelihood import LikelihoodModel
+
+    if model is None or isinstance(model, LikelihoodModel):  # any gate and expert: the generic EM
         return
     gate, expert = getattr(model, "gate", None), getattr(model, "expert", None)
     if gate is None or expert is None:
@@ -66,7 +69,7 @@ def _check_model(model, k: int) -> None:
     if kind != "linear" or not dense or getattr(expert, "activation", None) != "identity":
         raise ValueError(
             f"the Gaussian-MoE MLE needs the dense linear softmax gate with identity (linear) experts, got {model!r}; "
-            "use the least-squares estimator for cosine/perturbed or Top-K gates"
+            "for other gates and experts pass a moestat.model.likelihood.LikelihoodModel (the generic EM)"
         )
 
 
@@ -75,9 +78,14 @@ class MLEGaussianMoE(MoEEstimator):
 
     Parameters
     ----------
-    model : MoEModel or None
-        ``None`` or a dense ``linear`` gate with ``identity`` experts (the only model this
-        likelihood is written for); an integer here is read as ``n_components``.
+    model : LikelihoodModel, MoEModel or None
+        ``None`` or a dense ``linear`` gate with ``identity`` experts: the softmax-gated Gaussian
+        MoE with linear experts, fitted by the fused EM (:mod:`moestat.estimators.mle_fused`).  A
+        :class:`~moestat.model.likelihood.LikelihoodModel`: any gate and expert of the protocol
+        (Top-K, Gaussian, temperature or sigmoid gates; polynomial, FFN, MLP or multinomial-logistic
+        experts), fitted by the generic EM (:mod:`moestat.estimators.mle_generic`) -- except the
+        dense linear softmax gate with linear experts, which keeps the fused EM.  An integer here is
+        read as ``n_components``.
     n_components : int
         Number of atoms ``k`` (default 2).
     variance : {"per_expert", "shared"}
@@ -114,6 +122,9 @@ class MLEGaussianMoE(MoEEstimator):
         start; a start that reaches the second-order certificate (negative Hessian positive
         definite, Newton decrement <= ``tol * n``) gets status ``"newton"``; the others keep EM's
         status.  0 (default): EM alone.
+    generic : bool
+        Fit with the generic EM even where the fused EM applies (its check against the fused EM
+        and its benchmark); default ``False``.
 
     Attributes
     ----------
@@ -133,7 +144,7 @@ class MLEGaussianMoE(MoEEstimator):
     n_newton_ : ndarray, shape ``[R]``
         Accepted Newton steps of the best start (included in ``n_iter_``).
     kernel_ : str
-        ``"compiled"`` or ``"eager"``: how the EM pass ran.
+        ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"``: the generic EM.
 
     Examples
     --------
@@ -163,6 +174,7 @@ class MLEGaussianMoE(MoEEstimator):
         compile: bool | str = "auto",
         accelerate: bool = False,
         polish_iter: int = 0,
+        generic: bool = False,
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -178,12 +190,13 @@ class MLEGaussianMoE(MoEEstimator):
         self.compile = compile
         self.accelerate = accelerate
         self.polish_iter = polish_iter
+        self.generic = generic
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
         # a Gaussian-MoE scenario has atoms (a, b, sigma^2); a regression scenario has (a, b)
-        gaussian = bool(getattr(scenario, "gaussian_moe", False))
-        model = None if gaussian else scenario.fit_model
+        gaussian = bool(getattr(scenario, "gaussian_moe", False)) or bool(getattr(scenario, "likelihood", False))
+        model = None if getattr(scenario, "gaussian_moe", False) else scenario.fit_model
         # over-fitted Gaussian MoE: EM is sublinear where atoms share a cell, so SQUAREM steps, then
         # Newton steps to the second-order certificate, which EM alone does not reach above n ~ 3 000
         # in 5 000 iterations (docs/guide/gaussian_moe.rst); exact fits converge in a few EM steps
@@ -215,6 +228,8 @@ class MLEGaussianMoE(MoEEstimator):
                 raise ValueError(f"{nm} must be a finite number {'> 0' if pos else '>= 0'}, got {v!r}")
         if isinstance(self.polish_iter, bool) or not isinstance(self.polish_iter, (int, np.integer)) or self.polish_iter < 0:
             raise ValueError(f"polish_iter must be an integer >= 0, got {self.polish_iter!r}")
+        if not isinstance(self.generic, (bool, np.bool_)):
+            raise ValueError(f"generic must be True or False, got {self.generic!r}")
         if not isinstance(self.accelerate, (bool, np.bool_)):
             raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
         if self.compile not in (True, False, "auto"):
@@ -294,6 +309,8 @@ class MLEGaussianMoE(MoEEstimator):
         Xt, Yt = prepare_data(X, Y, k, torch.device("cpu"), min_samples=2)
         Xn, Yn = Xt.numpy(), Yt.numpy()
         R, n, d = Xn.shape
+        if self._use_generic():
+            return self._fit_generic(Xt, Yt, init, k)
         V0, E0, s20 = self._starts(Xn, Yn, init, k)
         S = V0.shape[1]
         res = fit_em(
@@ -321,330 +338,81 @@ class MLEGaussianMoE(MoEEstimator):
         self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
 
+    def _likelihood_model(self):
+        from moestat.model.likelihood import LikelihoodModel, linear_expert
+        from moestat.model.protocol import ProtocolGate
+
+        if isinstance(self.model, LikelihoodModel):
+            return self.model
+        return LikelihoodModel(ProtocolGate(name="linear"), linear_expert(self.n_features_in_))
+
+    def _use_generic(self) -> bool:
+        from moestat.model.likelihood import LikelihoodModel
+
+        m = self.model
+        return bool(self.generic) or (isinstance(m, LikelihoodModel) and not m.is_linear_softmax)
+
+    def _fit_generic(self, Xt: torch.Tensor, Yt: torch.Tensor, init, k: int) -> "MLEGaussianMoE":
+        """Fit with :func:`moestat.estimators.mle_generic.fit_generic` (per-expert variances, CPU)."""
+        from moestat.estimators import mle_generic as mg
+
+        if self.variance != "per_expert":
+            raise ValueError("the generic EM fits one variance per expert (variance='per_expert')")
+        Xn, Yn = Xt.numpy(), Yt.numpy()
+        R, n, d = Xn.shape
+        self.n_features_in_ = d
+        model = self._likelihood_model()
+        em = mg.GenericEM(model, k, d)
+        rng = self._rng()
+        gauss = em.gaussian
+        if init is None:
+            G = MixingMeasure.stack([MixingMeasure.stack([mg.random_start(model, Xn[r], Yn[r], k, g)
+                                                          for g in rng.spawn(self.n_init)]) for r in range(R)])
+        else:
+            G = init.numpy()
+            want = model.n_eta(d)
+            if G.n_atoms != k or G.dim != d or G.eta_dim != want:
+                raise ValueError(f"init must have k={k} atoms, beta1 [..., {k}, {d}] and eta [..., {k}, {want}] "
+                                 f"(expert parameters{', then the variance' if gauss else ''}), got beta1 {G.beta1.shape}, eta {G.eta.shape}")
+            bs = G.batch_shape
+            if bs in ((), (R,)):
+                G = MixingMeasure(*(np.broadcast_to(a, (R,) + a.shape[len(bs):])[:, None] for a in (G.beta0, G.beta1, G.eta)))
+                if self.n_init > 1:
+                    G = mg.jitter(G, self.n_init, float(self.init_jitter), rng, gauss)
+            elif len(bs) != 2 or bs[0] != R:
+                raise ValueError(f"init must have batch shape (), ({R},) or ({R}, S), got {bs}")
+        S = G.beta0.shape[1]
+        flat = MixingMeasure(*(a.reshape((R * S,) + a.shape[2:]) for a in (G.beta0, G.beta1, G.eta)))
+        fv, eta, ls2 = mg.to_free(em, flat)
+        rep = torch.arange(R).repeat_interleave(S)
+        res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
+                             var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter))
+        ll = res["loglik"].reshape(R, S)
+        best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
+        pick = np.arange(R) * S + best
+        params = mg.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
+        self.kernel_ = "generic"
+        self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
+        self.loglik_ = ll[np.arange(R), best]
+        self.loglik_path_ = [res["paths"][i] for i in pick]
+        self.n_starts_ = S
+        self.n_newton_ = res["n_newton"][pick]
+        status = [res["status"][i] for i in pick]
+        if not self.eta_variance and gauss:
+            params = MixingMeasure(params.beta0, params.beta1, params.eta[..., :-1])
+        self.params_ = params.numpy()
+        objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
+        self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
+        return self
+
     def predict(self, X) -> np.ndarray:
-        """Fitted mean function ``sum_i pi_i(x) (a_i^T x + b_i)``, shape ``[R, n]``."""
+        """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""
         Xt = self._check_X(X)
         p = self.params_
+        if getattr(self, "kernel_", "") == "generic":
+            full = p if (self.eta_variance or not np.isfinite(self.variances_).all()) else MixingMeasure(
+                p.beta0, p.beta1, np.concatenate([p.eta, self.variances_[..., None]], -1))
+            return self._likelihood_model().predict(Xt, full).numpy()
         G = MixingMeasure(p.beta0, p.beta1, np.concatenate([p.eta[..., : self.n_features_in_ + 1],
                                                             self.variances_[..., None]], axis=-1))
         return mean_function(Xt, G)
-
-
-# ---- the batched EM ------------------------------------------------------------------------------
-# One EM iteration is ONE pass over the data: at the current parameters the pass returns the
-# log-likelihood and every sufficient statistic the next M-step needs (moments of the
-# responsibilities against x~, of the residuals under the current experts, and of the gate
-# probabilities), so the M-step itself is a few [B, k, p, p] solves.  The pass at the candidate
-# parameters is at once the acceptance test of the step and the statistics of the next iteration.
-# Under ``torch.compile`` the pass is one fused loop over the samples (no [B, k, n] temporaries
-# written back to memory): about 5x faster than the same code in eager mode on the CPU
-# (docs/guide/gaussian_moe.rst, "Speed").
-def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor):
-    """Log-likelihood and the M-step's sufficient statistics at ``(V, E, s2)``.
-
-    Parameters
-    ----------
-    Xd : Tensor, shape ``[B, d, n]``
-    y : Tensor, shape ``[B, n]``
-    V, E : Tensor, shape ``[B, k, p]``, ``p = d + 1``
-        Gate rows ``(beta1, beta0)`` and experts ``(a, b)``.
-    s2 : Tensor, shape ``[B, k]``
-
-    Returns
-    -------
-    ll : ``[B]``, the observed-data log-likelihood (sum over samples);
-    M : ``[B, k, p, p]``, ``sum_n r_i x~ x~^T``;  g : ``[B, k, p]``, ``sum_n r_i e_i x~``;
-    q : ``[B, k]``, ``sum_n r_i e_i^2`` (``e_i = y - E_i^T x~``, the residual under the current expert);
-    gg : ``[B, k-1, p]``, ``sum_n (r_i - pi_i) x~`` (gradient of ``Q_g`` in the free gate rows);
-    H : ``[B, k-1, k-1, p, p]``, ``sum_n pi_i (delta_ij - pi_j) x~ x~^T`` (minus its Hessian).
-    """
-    d = Xd.shape[1]
-    k = V.shape[1]
-    p = d + 1
-    xs = [Xd[:, j] for j in range(d)]  # the features of x~ = (x, 1), [B, n]; None: the constant 1
-
-    def feat(a, ndim):  # feature a shaped to broadcast against a [B, ..., n] weight of ndim dimensions
-        return None if a == d else xs[a].reshape(xs[a].shape[:1] + (1,) * (ndim - 2) + xs[a].shape[1:])
-
-    def affine(P):
-        out = P[..., d : d + 1]
-        for j in range(d):
-            out = out + P[..., j : j + 1] * feat(j, 3)
-        return out
-
-    def moments(w, scale=None):
-        """``sum_n w f_a f_b`` for every ``a, b`` (the symmetric ``[..., p, p]``), from the upper triangle."""
-        rows = []
-        cache = {}
-        for a in range(p):
-            row = []
-            for b in range(p):
-                if (b, a) in cache:
-                    row.append(cache[(b, a)])
-                    continue
-                t = w
-                for c in (a, b):
-                    if c < d:
-                        t = t * feat(c, w.ndim)
-                cache[(a, b)] = t.sum(-1)
-                row.append(cache[(a, b)])
-            rows.append(torch.stack(row, -1))
-        return torch.stack(rows, -2)
-
-    def firsts(w):
-        return torch.stack([(w if a == d else w * feat(a, w.ndim)).sum(-1) for a in range(p)], -1)
-
-    # softmax and the responsibilities written out (k exponentials and one log each) rather than
-    # logsumexp + exp, which costs twice the exponentials in the fused loop
-    L = affine(V)  # [B, k, n]
-    L = L - L.amax(1, keepdim=True)
-    z = torch.exp(L)
-    sz = z.sum(1, keepdim=True)
-    pi = z / sz
-    e = y.unsqueeze(1) - affine(E)
-    lj = L - 0.5 * torch.log(s2).unsqueeze(-1) - 0.5 * e * e / s2.unsqueeze(-1)  # log pi + log N + log sz + log(2 pi)/2
-    m = lj.amax(1, keepdim=True)
-    w = torch.exp(lj - m)
-    sw = w.sum(1, keepdim=True)
-    r = w / sw
-    lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
-    re = r * e
-    M = moments(r)
-    g = firsts(re)
-    q = (re * e).sum(-1)
-    gg = firsts(r[:, :-1] - pi[:, :-1])
-    P = pi[:, :-1]
-    eye = torch.eye(k - 1, dtype=P.dtype, device=P.device)
-    W = P.unsqueeze(2) * (eye.unsqueeze(-1) - P.unsqueeze(1))  # [B, k-1, k-1, n]
-    H = moments(W)
-    return lln.sum((1, 2)), M, g, q, gg, H
-
-
-_COMPILED: dict = {}
-#: ``compile="auto"`` compiles the pass when ``B * n`` reaches this: compiling costs 5 to 15 s once
-#: per process (dynamic shapes: one compilation serves every later size), which a fit of fewer
-#: samples x starts does not win back unless it runs thousands of iterations.
-COMPILE_MIN_SAMPLES = 50_000
-
-
-def _pass_function(compile: bool | str, size: int, device: torch.device):
-    """The pass to use: ``torch.compile``-d (fused loops) or eager; ``(function, "compiled" | "eager")``."""
-    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and device.type == "cpu")
-    if not want:
-        return _em_pass, "eager"
-    if "fn" not in _COMPILED:
-        compiled = torch.compile(_em_pass, dynamic=True, fullgraph=True)
-
-        def run(Xd, y, V, E, s2):
-            # the batch shrinks to 1 as starts converge; dynamo would specialise on B = 1 and compile
-            # again (~10 s), so a lone entry is run twice over and its first copy kept
-            if Xd.shape[0] == 1:
-                return tuple(o[:1] for o in compiled(*(torch.cat([t, t]) for t in (Xd, y, V, E, s2))))
-            return compiled(Xd, y, V, E, s2)
-
-        _COMPILED["fn"] = run
-    return _COMPILED["fn"], "compiled"
-
-
-def _m_step(stats, V, E, s2, floor, shared: bool, n: int):
-    """Experts (weighted least squares on the residuals), floored variances, and the gate's Newton step.
-
-    Returns ``E, s2`` (the exact maximisers of the expected complete-data log-likelihood over the
-    experts and the floored variances) and the Newton direction ``[B, k-1, p]`` of ``Q_g``.
-    """
-    _, M, g, q, gg, H = stats
-    B, k, p = E.shape
-    eye = torch.eye(p, dtype=E.dtype, device=E.device)
-    # a relative ridge of 1e-12 only guards exactly singular systems (an atom on < p distinct x)
-    tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
-    delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
-    delta = delta.squeeze(-1)
-    mass = M[..., p - 1, p - 1]
-    ok = (info == 0) & (mass > 1e-8 * n) & torch.isfinite(delta).all(-1)
-    delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
-    E = E + delta
-    # sum_n r (e - delta^T x~)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
-    wss = (q - (delta * g).sum(-1)).clamp_min(0.0)
-    if shared:
-        new = (wss.sum(-1, keepdim=True) / n).expand(-1, k)
-    else:
-        new = torch.where(ok, wss / mass.clamp_min(1e-300), s2)
-    s2 = torch.maximum(new, floor.unsqueeze(-1))
-    if k == 1:
-        return E, s2, torch.zeros_like(V[:, :0])
-    m = (k - 1) * p
-    Hm = H.permute(0, 1, 3, 2, 4).reshape(B, m, m)
-    trh = Hm.diagonal(dim1=-2, dim2=-1).sum(-1)
-    Hm = Hm + (1e-10 * trh / m + 1e-300)[:, None, None] * torch.eye(m, dtype=H.dtype, device=H.device)
-    step, info = torch.linalg.solve_ex(Hm, gg.reshape(B, m, 1))
-    ok = (info == 0) & torch.isfinite(step).all(-2).squeeze(-1)
-    step = torch.where(ok[:, None], step.squeeze(-1), torch.zeros_like(step.squeeze(-1)))
-    return E, s2, step.reshape(B, k - 1, p)
-
-
-def _with_gate_step(V, step, t):
-    """``V`` with ``t * step`` added to its free rows (the reference row stays 0)."""
-    out = V.clone()
-    out[:, :-1] += t[:, None, None] * step
-    return out
-
-
-_MAX_HALVINGS = 30
-
-
-def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
-           accelerate: bool = False, polish_iter: int = 0) -> dict:
-    """Batched EM from ``S`` starts per replicate.
-
-    Each iteration: the experts and variances by their exact M-step (weighted least squares on
-    the residuals, floored variances), the gate by one Newton step of ``Q_g`` (IRLS), halved until
-    the observed log-likelihood does not decrease (at most 30 halvings; then the gate keeps its
-    value and the update of the experts alone, an exact EM step, cannot decrease it).  Every
-    accepted iterate is evaluated by :func:`_em_pass`, which also gives the next M-step's statistics.
-
-    Parameters
-    ----------
-    X : Tensor, shape ``[R, n, d]``
-    Y : Tensor, shape ``[R, n]``
-    V, E : Tensor, shape ``[R, S, k, d + 1]``
-        Gate ``(beta1, beta0)`` (last row 0) and experts ``(a, b)`` of every start.
-    s2 : Tensor, shape ``[R, S, k]``, optional
-        Starting variances; default (and always with ``shared``) the responsibility-weighted
-        residual variances under the start.
-    compile : bool or "auto"
-        Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
-        :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
-        ``"eager"`` is reported.
-    polish_iter : int
-        Newton iterations (:func:`moestat.estimators.mle_newton.polish`) for every finite start after
-        EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the others
-        keep EM's.  0 (default): none.
-
-    Returns
-    -------
-    dict
-        NumPy, flat over ``B = R S`` (replicate-major): ``V, E [B, k, p]``, ``s2 [B, k]``,
-        ``loglik [B]``, ``n_iter [B]`` (EM iterations plus accepted Newton steps), ``n_newton
-        [B]``, ``status`` (list), ``paths`` (list of ``[n_iter + 1]``), ``kernel`` (``"compiled"``
-        or ``"eager"``).
-    """
-    R, n, d = X.shape
-    S, k, p = V.shape[1], V.shape[2], d + 1
-    B = R * S
-    rep = torch.arange(R, device=X.device).repeat_interleave(S)
-    # [B, d, n] with the default strides, also for d = 1 (a compiled pass is specialised on strides)
-    Xd = torch.empty((B, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2)[rep])
-    ya = Y[rep].contiguous()
-    fa = (var_floor * Y.var(dim=1).clamp_min(1e-300))[rep]
-    V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()
-    if s2 is None or shared:  # a shared-variance EM starts inside its model: one pooled variance
-        ones = torch.ones_like(ya).unsqueeze(-1)
-        Xe = torch.cat([Xd.transpose(1, 2), ones], -1)  # [B, n, p]
-        pi = torch.softmax(Xe @ V.transpose(1, 2), -1).transpose(1, 2)
-        wr2 = pi * (ya.unsqueeze(1) - (Xe @ E.transpose(1, 2)).transpose(1, 2)) ** 2
-        del Xe, ones
-        if shared:
-            s2 = (wr2.sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
-        else:
-            s2 = wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
-    s2 = torch.maximum(s2.reshape(B, k), fa.unsqueeze(-1)).clone()
-    em_pass, kernel = _pass_function(compile, B * n, X.device)
-    try:
-        stats = em_pass(Xd, ya, V, E, s2)
-    except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same pass, eager
-        if compile is True:
-            raise
-        import warnings
-
-        warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the EM pass runs eagerly", RuntimeWarning)
-        _COMPILED["fn"] = _em_pass
-        em_pass, kernel = _em_pass, "eager"
-        stats = em_pass(Xd, ya, V, E, s2)
-    status = ["max_iter"] * B
-    act = torch.arange(B, device=X.device)  # active batch entries (indices into 0..B-1)
-    Va, Ea, s2a = V, E, s2
-    ll = stats[0]
-    trace = [(act.cpu().numpy(), ll.cpu().numpy())]
-
-    def em_step(Va, Ea, s2a, stats):
-        """One EM iteration of the active entries: M-step, gate step halved on the log-likelihood."""
-        ll = stats[0]
-        E1, s21, step = _m_step(stats, Va, Ea, s2a, fa, shared, n)
-        t = torch.ones(Va.shape[0], dtype=X.dtype, device=X.device)
-        V1 = _with_gate_step(Va, step, t)
-        new = list(em_pass(Xd, ya, V1, E1, s21))
-        # rounding allowance: a step that changes nothing may lower the sum of n logs in its last bits
-        slack = 1e-13 * (ll.abs() + n)
-        for h in range(_MAX_HALVINGS + 1):
-            low = ~(new[0] >= ll - slack)  # NaN counts as low
-            if not bool(low.any()):
-                break
-            idx = torch.nonzero(low).flatten()
-            t[idx] = 0.0 if h == _MAX_HALVINGS else t[idx] * 0.5
-            V1[idx] = _with_gate_step(Va[idx], step[idx], t[idx])
-            sub = em_pass(Xd[idx], ya[idx], V1[idx], E1[idx], s21[idx])
-            for a, b in zip(new, sub):
-                a[idx] = b
-        trace.append((act.cpu().numpy(), new[0].cpu().numpy()))
-        return V1, E1, s21, tuple(new)
-
-    it = 0
-    while act.numel() and it < max_iter:
-        ll0 = ll
-        if accelerate:
-            # SQUAREM (Varadhan & Roland 2008, scheme SqS3): two EM steps, then the extrapolation
-            # theta0 - 2 alpha r + alpha^2 v along them, kept only where it is at least as likely
-            # as the second step (so the trace stays monotone); alpha <= -1 (alpha = -1: the step itself)
-            it += 2
-            V1, E1, s21, st1 = em_step(Va, Ea, s2a, stats)
-            V2, E2, s22, st2 = em_step(V1, E1, s21, st1)
-            ll0, ll = st1[0], st2[0]
-            th = [torch.cat([W[:, :-1].flatten(1), F.flatten(1), torch.log(q)], 1)
-                  for W, F, q in ((Va, Ea, s2a), (V1, E1, s21), (V2, E2, s22))]
-            r, v = th[1] - th[0], th[2] - 2 * th[1] + th[0]
-            alpha = -(r.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
-            ext = th[0] - 2 * alpha[:, None] * r + alpha[:, None] ** 2 * v
-            m = (k - 1) * p
-            Vx = torch.cat([ext[:, :m].reshape(-1, k - 1, p), torch.zeros_like(V2[:, -1:])], 1)
-            Ex = ext[:, m : m + k * p].reshape(-1, k, p)
-            s2x = torch.maximum(torch.exp(ext[:, m + k * p :]), fa.unsqueeze(-1))
-            stx = em_pass(Xd, ya, Vx, Ex, s2x)
-            # not at a converged pair of steps, and no worse than the second step
-            take = (stx[0] >= ll) & ((ll - ll0).abs() > tol * n)
-            Va, Ea, s2a = (torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)
-                           for a, b in ((Vx, V2), (Ex, E2), (s2x, s22)))
-            stats = tuple(torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(stx, st2))
-            if bool(take.any()):
-                trace.append((act[take].cpu().numpy(), stx[0][take].cpu().numpy()))
-            # convergence is judged on the EM steps (ll0 -> ll: the second step's change), never on
-            # an extrapolation, which may gain little far from the optimum
-        else:
-            it += 1
-            Va, Ea, s2a, stats = em_step(Va, Ea, s2a, stats)
-        V[act], E[act], s2[act] = Va, Ea, s2a
-        ll = stats[0] if not accelerate else torch.where(torch.isfinite(stats[0]), ll, stats[0])
-        bad = ~torch.isfinite(ll)
-        done = bad | ((ll - ll0).abs() <= tol * n)
-        if bool(done.any()):
-            for j in torch.nonzero(done).flatten().tolist():
-                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
-            keep = torch.nonzero(~done).flatten()
-            act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
-            Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
-            stats = tuple(s[keep] for s in stats)
-    n_newton = np.zeros(B, dtype=int)
-    if polish_iter > 0:
-        from moestat.estimators.mle_newton import polish_starts
-
-        n_newton = polish_starts(X, Y, rep, V, E, s2, status, trace, var_floor=var_floor, tol=tol,
-                                 max_iter=int(polish_iter), shared=shared)
-    paths: list[list[float]] = [[] for _ in range(B)]
-    for idx, vals in trace:
-        for b, v in zip(idx.tolist(), vals.tolist()):
-            paths[b].append(v)
-    return {
-        "V": V.cpu().numpy(), "E": E.cpu().numpy(), "s2": s2.cpu().numpy(),
-        "loglik": np.array([pth[-1] for pth in paths]), "n_iter": np.array([len(pth) - 1 for pth in paths]),
-        "status": status, "n_newton": n_newton,
-        "paths": [np.array(pth) for pth in paths], "kernel": kernel,
-    }

@@ -59,7 +59,7 @@ __all__ = [
     "sigmoid_gate",
 ]
 
-NORMALISATIONS = ("softmax", "sigmoid")
+NORMALISATIONS = ("softmax", "sigmoid", "gaussian")
 
 #: ``s(x [..., n, d], beta1 [..., k, d]) -> [..., n, k]``
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -90,9 +90,12 @@ class ProtocolGate:
     ----------
     score : callable
         ``s(x [..., n, d], beta1 [..., k, d]) -> [..., n, k]``, differentiable in ``beta1``.
-    normalisation : {"softmax", "sigmoid"}
-        ``softmax`` of the logits over the (Top-K) experts, or elementwise ``sigmoid`` (weights
-        need not sum to one).
+    normalisation : {"softmax", "sigmoid", "gaussian"}
+        ``softmax`` of the logits over the (Top-K) experts, elementwise ``sigmoid`` (weights
+        need not sum to one; a likelihood normalises them, :mod:`moestat.model.likelihood`), or
+        ``gaussian``: ``pi_i N(x; mu_i, v I) / sum_j pi_j N(x; mu_j, v I)`` with ``beta0_i = log pi_i``,
+        ``beta1_i = mu_i`` and the known gate variance ``variance`` (the Gaussian gate of Nguyen,
+        Nguyen, Nguyen & Ho (2024) with a known isotropic covariance; the ``score`` is not used).
     k_active : int or None
         Top-K on the score (before the bias); ``None`` = dense.  Softmax only.
     temperature : float
@@ -102,6 +105,8 @@ class ProtocolGate:
         takes the convention of the normalisation: softmax yes (translation invariance), sigmoid no.
     name : str
         Display name.
+    variance : float
+        Variance ``v`` of the Gaussian gate's kernels (``normalisation="gaussian"`` only).
     """
 
     score: ScoreFn = linear_score
@@ -110,6 +115,7 @@ class ProtocolGate:
     temperature: float = 1.0
     reference: bool | None = None
     name: str = "custom"
+    variance: float = 1.0
 
     def __post_init__(self) -> None:
         if self.normalisation not in NORMALISATIONS:
@@ -121,7 +127,12 @@ class ProtocolGate:
                 raise ValueError("Top-K (k_active) is defined for the softmax normalisation only")
         if not (float(self.temperature) > 0 and float(self.temperature) < float("inf")):
             raise ValueError(f"gate temperature must be a positive finite number, got {self.temperature!r}")
+        if not (float(self.variance) > 0 and float(self.variance) < float("inf")):
+            raise ValueError(f"gate variance must be a positive finite number, got {self.variance!r}")
+        if self.normalisation == "gaussian" and self.k_active is not None:
+            raise ValueError("Top-K (k_active) is defined for the softmax normalisation only")
         if self.reference is None:
+            # a Gaussian gate is invariant to a common shift of beta0 only (its beta1 are centres)
             object.__setattr__(self, "reference", self.normalisation == "softmax")
 
     def with_k_active(self, k_active: int | None) -> "ProtocolGate":
@@ -142,7 +153,10 @@ class ProtocolGate:
         for continuation (mask ``sigmoid((s - t(x)) / T)``, ``t`` the midpoint of the K-th and
         (K+1)-th scores; the same as :mod:`moestat.estimators.lse_kernel`).
         """
-        s = self.score(x, beta1)
+        if self.normalisation == "gaussian":  # log N(x; mu_i, v I) up to a term common to all i
+            s = -0.5 * ((x.unsqueeze(-2) - beta1.unsqueeze(-3)) ** 2).sum(-1) / self.variance
+        else:
+            s = self.score(x, beta1)
         logits = s + beta0.unsqueeze(-2)
         if self.temperature != 1.0:
             logits = logits / self.temperature

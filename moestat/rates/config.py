@@ -42,7 +42,7 @@ from typing import Any
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_scenario_memory, positive_ints as _positive_ints, set_field as _set
+from moestat.rates.spec_checks import check_scenario_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -168,8 +168,9 @@ class ScenarioSpec:
             raise ValueError("give either a scenario file or a model family, not both")
         if not _is_int(self.starts) or self.starts < 1:
             raise ValueError(f"starts must be a positive integer, got {self.starts!r}")
-        if self.starts > 1 and self.family != "gaussian-moe":
-            raise ValueError("starts > 1 is for the gaussian-moe family (the least-squares sweeps have --extra-starts)")
+        if self.starts > 1 and self.family != "gaussian-moe" and not self.scenario_file:
+            raise ValueError("starts > 1 is for maximum likelihood (the least-squares sweeps have --extra-starts)")
+        _unhonoured(self)
 
     def key(self, router: str) -> str:
         """JSON key from which a worker rebuilds the scenario of ``router`` (see
@@ -177,8 +178,9 @@ class ScenarioSpec:
         if self.scenario_file:  # a user scenario: the file (and what it holds) is the whole key
             from moestat.data.scenario_files import scenario_digest
 
+            extra = {"starts": self.starts} if self.starts != 1 else {}  # keys of earlier runs stay as they were
             return json.dumps({"router": router, "scenario_file": self.scenario_file,
-                               "digest": scenario_digest(self.scenario_file)}, sort_keys=True)
+                               "digest": scenario_digest(self.scenario_file), **extra}, sort_keys=True)
         if self.family == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023): only these apply
             return json.dumps({"router": router, "family": self.family, "setting": self.setting, "k_fit": self.k_fit,
                                "input_law": self.input_law, "starts": self.starts}, sort_keys=True)

@@ -25,9 +25,12 @@ def build_scenario(key: str):
 
     p = json.loads(key)
     if p.get("scenario_file"):  # a user scenario (issue 14): TOML or file.py:function
+        from dataclasses import replace
+
         from moestat.data.scenario_files import load_scenario
 
-        return load_scenario(p["scenario_file"])
+        sc = load_scenario(p["scenario_file"])
+        return replace(sc, n_starts=int(p["starts"])) if p.get("starts", 1) != 1 else sc
     if p.get("family") == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023)
         from moestat.data.gaussian_scenarios import model1_scenario
 
@@ -61,7 +64,19 @@ def estimator_registry() -> dict:
     return dict(ESTIMATORS)
 
 
+#: estimators of the likelihood (y drawn from the mixture); ``null`` returns its start, whatever the noise
+LIKELIHOOD_ESTIMATORS = ("mle", "em")
+
+
 def build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
+    """The estimator ``name`` for ``scenario``; a one-line ``ValueError`` when they do not go together."""
+    if getattr(scenario, "likelihood", None) is False and name in LIKELIHOOD_ESTIMATORS:
+        raise ValueError(f"--estimator {name} is maximum likelihood, but this scenario file draws y = g(x) + noise "
+                         "(noise.model = \"additive\"); use --estimator lse, or declare [noise] model = \"mixture\" "
+                         "with a variance in every [[atoms]] table")
+    if getattr(scenario, "likelihood", False) and name not in LIKELIHOOD_ESTIMATORS + ("null",):
+        raise ValueError(f"this scenario file draws y from the mixture (noise.model = \"mixture\"): fit it by maximum "
+                         f"likelihood with --estimator mle, not {name!r}")
     # every estimator takes what it needs from the same keywords (the estimator contract)
     cls = estimator_registry()[name]
     return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)

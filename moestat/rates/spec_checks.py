@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-__all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory"]
+__all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory", "unhonoured_fields"]
 
 
 def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
@@ -95,3 +95,27 @@ def check_scenario_memory(scenario: Any, n: int, reps_per_unit: int, hint: str |
     n_par = int(np.size(G.beta0) + np.size(G.beta1) + np.size(G.eta)) * max(1, int(scenario.k_fit)) // max(1, G.n_atoms)
     kw = {} if hint is None else {"hint": hint}
     check_unit_memory(int(n), int(reps_per_unit), int(scenario.d), n_par, **kw)
+
+
+#: scenario fields only the built-in regression scenarios read (see :func:`unhonoured_fields`)
+_BUILTIN_ONLY = ("tau", "expert", "d", "k_true", "k_active", "k_active_fit", "noise_var", "truth_seed")
+
+
+def unhonoured_fields(spec: Any) -> None:
+    """Raise a one-line ``ValueError`` when a :class:`~moestat.rates.config.ScenarioSpec` sets a
+    field its scenario cannot honour (the Gaussian-MoE family is model 1 of Nguyen, Nguyen & Ho
+    (2023); a scenario file holds its own truth) -- never ignore a flag silently."""
+    default = type(spec)()
+    if spec.scenario_file:
+        names = _BUILTIN_ONLY + ("setting", "k_fit", "input_law")
+        what = "a scenario file (it states its own truth, fit and input law)"
+    elif spec.family == "gaussian-moe":
+        names = _BUILTIN_ONLY
+        what = ("the gaussian-moe family (model 1 of Nguyen, Nguyen & Ho 2023: d = 1, k* = 2, its own variances); "
+                "for another truth write a scenario file with [noise] model = \"mixture\" and use --scenario FILE")
+    else:
+        return
+    bad = [n for n in names if getattr(spec, n) != getattr(default, n)]
+    if bad:
+        flags = ", ".join("--" + n.replace("_", "-") for n in bad)
+        raise ValueError(f"{flags} cannot be honoured by {what}")

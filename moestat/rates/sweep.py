@@ -117,6 +117,8 @@ def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator, X=None, Y
     from moestat.estimators.starts import near_truth_init, random_init, random_partition_init
 
     if unit.init == "random":
+        if getattr(scenario, "likelihood", False):  # a random start of the scenario's own layout
+            return scenario.random_start(X, Y, rng)
         if getattr(scenario, "gaussian_moe", False):  # a data-driven start: a random partition of (x, y)
             return random_partition_init(X, Y, scenario.k_fit, rng)
         return random_init(scenario.k_fit, scenario.d, rng)
@@ -225,6 +227,10 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
 
     if getattr(scenario, "gaussian_moe", False):  # D1 / D2 of Nguyen, Nguyen & Ho (2023), its own method
         return scenario.losses(fitted, X_holdout)
+    if getattr(scenario, "likelihood", False):  # a mixture-noise scenario file: the same losses, its own model
+        from moestat.data.likelihood_losses import likelihood_loss_columns
+
+        return likelihood_loss_columns(scenario, fitted, X_holdout)
     name = "D3" if scenario.setting == "exact" else "D2"
     K = scenario.model.gate.k_active
     pe = cell_parameter_errors(fitted, scenario.truth)

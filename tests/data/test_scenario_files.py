@@ -143,3 +143,84 @@ def test_sigmoid_exact_example_fits_converge_below_the_truth_objective():
     truth_mse = ((sc.model.predict(torch.as_tensor(X), sc.truth).numpy() - Y) ** 2).mean(-1)
     assert np.all(est.objective_ <= truth_mse * (1 + 1e-12))
     assert np.all(est.objective_ < truth_mse)  # strictly: the fit absorbs some noise
+
+
+# ---- likelihood scenarios (issue 27) ------------------------------------------------------------------
+MIXTURE = """
+name = "mix"
+[gate]
+normalisation = "softmax"
+[expert]
+kind = "linear"
+[noise]
+model = "mixture"
+[[atoms]]
+beta0 = 0.5
+beta1 = [2.0, -1.0]
+eta = [1.0, -1.0, 0.5]
+variance = 0.04
+[[atoms]]
+beta0 = 0.0
+beta1 = [0.0, 0.0]
+eta = [-1.0, 1.0, -0.5]
+variance = 0.25
+"""
+
+
+def test_mixture_scenario_draws_y_from_the_mixture(tmp_path):
+    from moestat.model.likelihood import LikelihoodModel
+
+    sc = load_scenario(_write(tmp_path, MIXTURE))
+    assert sc.likelihood and isinstance(sc.model, LikelihoodModel) and sc.truth.eta.shape == (2, 4)
+    X, Y = sc.sample(20000, np.random.default_rng(0))
+    # the residual around the true mean function has the mixture's variance, not an additive one
+    w = sc.model.weights(X, sc.truth).numpy()
+    mu = sc.model.expert_outputs(X, sc.truth).numpy()
+    g = (w * mu).sum(1)
+    var = (w * (mu ** 2 + sc.truth.eta[:, -1])).sum(1) - g ** 2
+    np.testing.assert_allclose(np.mean((Y - g) ** 2), var.mean(), rtol=0.05)
+    # additive files are unchanged: no variance column, the additive noise
+    add = load_scenario(str(EXAMPLES / "softmax_linear.toml"))
+    assert not add.likelihood and add.truth.eta.shape == (3, 3)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("variance = 0.04", "varience = 0.04"), "unknown key(s) ['varience'] in atoms[0]"),
+    (('normalisation = "softmax"', 'scroe = "linear"'), "unknown key(s) ['scroe'] in [gate]"),
+    (('model = "mixture"', 'model = "mixture"\nvariance = 0.1'), "give each atom its variance"),
+    (("variance = 0.25\n", ""), "every atom needs its variance"),
+    (('model = "mixture"', 'model = "mixtur"'), "noise.model must be one of"),
+    (('kind = "linear"', 'kind = "multinomial"\nclasses = 3'), "atoms[].variance"),
+])
+def test_likelihood_file_errors_name_the_key(tmp_path, edit, words):
+    with pytest.raises(ScenarioFileError) as e:
+        load_scenario(_write(tmp_path, MIXTURE.replace(*edit, 1)))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_misspelt_predicted_exponent_is_an_error(tmp_path):
+    with pytest.raises(ScenarioFileError, match=r"unknown key\(s\) \['predicted_exponant'\] in losses\[0\]"):
+        load_scenario(_write(tmp_path, GOOD.replace("predicted_exponent", "predicted_exponant")))
+
+
+def test_gaussian_gate_weights_must_sum_to_one(tmp_path):
+    text = MIXTURE.replace('normalisation = "softmax"', 'normalisation = "gaussian"')
+    with pytest.raises(ScenarioFileError, match="mixing weights and must sum to 1"):
+        load_scenario(_write(tmp_path, text))
+    ok = text.replace("beta0 = 0.5", f"beta0 = {float(np.log(0.3))!r}").replace("beta0 = 0.0", f"beta0 = {float(np.log(0.7))!r}")
+    sc = load_scenario(_write(tmp_path, ok))
+    assert sc.model.gate.normalisation == "gaussian" and not sc.model.gate.reference
+
+
+def test_a_generic_likelihood_sweep_runs_end_to_end(tmp_path):
+    from moestat.rates import RatesConfig, run_rates
+
+    path = _write(tmp_path, MIXTURE.replace('kind = "linear"', 'kind = "tanh"'))
+    cfg = RatesConfig.from_dict({"scenario_file": path, "estimator": "mle", "n_min": 200, "n_max": 800, "n_points": 3,
+                                 "reps": 2, "max_iter": 100, "holdout": 128, "n_boot": 20, "quiet": True}).validate()
+    run_rates(cfg, tmp_path / "o")
+    import pandas as pd
+
+    df = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert len(df) == 6 and np.isfinite(df["voronoi"]).all() and np.isfinite(df["regression_l2"]).all()
+    assert set(df["status"]) <= {"tol", "newton", "max_iter"}

@@ -2,6 +2,7 @@
 through the whole rates pipeline (issue 15)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,8 @@ TINY = {"family": "gaussian-moe", "estimator": "mle", "n_min": 300, "n_max": 120
         "starts": 2, "init_scale": 0.1, "max_iter": 300, "holdout": 256, "n_boot": 50, "quiet": True}
 ARGS = ["rates", "--family", "gaussian-moe", "--estimator", "mle", "--n-min", "300", "--n-max", "1200", "--n-points", "3",
         "--reps", "3", "--starts", "2", "--max-iter", "300", "--n-boot", "50", "--quiet"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +87,15 @@ def test_resume_refuses_another_model_and_bad_input_is_one_line(tmp_path, capsys
         (["--family", "gaussian-moe", "--estimator", "mle", "--extra-starts", "2"], "--extra-starts"),
         (["--family", "gaussian-moe", "--estimator", "mle", "--input-law", "gaussian"], "input_law"),
         (["--starts", "3"], "starts > 1"),
+        # flags the family cannot honour (issue 27): it is model 1, never silently
+        (["--family", "gaussian-moe", "--estimator", "mle", "--d", "3", "--k-true", "3", "--noise-var", "0.5"],
+         "--d, --noise-var cannot be honoured by the gaussian-moe family"),
+        (["--scenario", str(EXAMPLES / "softmax_linear.toml"), "--estimator", "mle"], 'declare [noise] model = "mixture"'),
+        (["--scenario", str(EXAMPLES / "softmax_linear.toml"), "--estimator", "em"], "use --estimator lse"),
+        (["--scenario", str(EXAMPLES / "gaussian_moe_d2.toml"), "--estimator", "lse"], "--estimator mle"),
+        (["--scenario", str(EXAMPLES / "gaussian_moe_d2.toml"), "--estimator", "em"], "use --estimator mle"),
+        (["--scenario", str(EXAMPLES / "gaussian_moe_d2.toml"), "--estimator", "mle", "--noise-var", "0.5"],
+         "--noise-var cannot be honoured by a scenario file"),
         (["--family", "nonsense"], "family"),
     ):
         target = tmp_path / "bad"

@@ -1,0 +1,339 @@
+"""The fused batched EM of the softmax-gated Gaussian MoE with linear experts (:mod:`moestat.estimators.mle`).
+
+One EM iteration is one pass over the data (:func:`_em_pass`), fused by ``torch.compile`` on the
+CPU for large problems; :func:`fit_em` runs it from every start, with SQUAREM and the Newton
+polish of :mod:`moestat.estimators.mle_newton`.  The model and the M-step are described in
+:mod:`moestat.estimators.mle`; :mod:`moestat.estimators.mle_generic` fits every other gate and
+expert of the protocol.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["fit_em", "COMPILE_MIN_SAMPLES"]
+
+_LOG2PI = math.log(2.0 * math.pi)
+
+
+# ---- the batched EM ------------------------------------------------------------------------------
+# One EM iteration is ONE pass over the data: at the current parameters the pass returns the
+# log-likelihood and every sufficient statistic the next M-step needs (moments of the
+# responsibilities against x~, of the residuals under the current experts, and of the gate
+# probabilities), so the M-step itself is a few [B, k, p, p] solves.  The pass at the candidate
+# parameters is at once the acceptance test of the step and the statistics of the next iteration.
+# Under ``torch.compile`` the pass is one fused loop over the samples (no [B, k, n] temporaries
+# written back to memory): about 5x faster than the same code in eager mode on the CPU
+# (docs/guide/gaussian_moe.rst, "Speed").
+def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor):
+    """Log-likelihood and the M-step's sufficient statistics at ``(V, E, s2)``.
+
+    Parameters
+    ----------
+    Xd : Tensor, shape ``[B, d, n]``
+    y : Tensor, shape ``[B, n]``
+    V, E : Tensor, shape ``[B, k, p]``, ``p = d + 1``
+        Gate rows ``(beta1, beta0)`` and experts ``(a, b)``.
+    s2 : Tensor, shape ``[B, k]``
+
+    Returns
+    -------
+    ll : ``[B]``, the observed-data log-likelihood (sum over samples);
+    M : ``[B, k, p, p]``, ``sum_n r_i x~ x~^T``;  g : ``[B, k, p]``, ``sum_n r_i e_i x~``;
+    q : ``[B, k]``, ``sum_n r_i e_i^2`` (``e_i = y - E_i^T x~``, the residual under the current expert);
+    gg : ``[B, k-1, p]``, ``sum_n (r_i - pi_i) x~`` (gradient of ``Q_g`` in the free gate rows);
+    H : ``[B, k-1, k-1, p, p]``, ``sum_n pi_i (delta_ij - pi_j) x~ x~^T`` (minus its Hessian).
+    """
+    d = Xd.shape[1]
+    k = V.shape[1]
+    p = d + 1
+    xs = [Xd[:, j] for j in range(d)]  # the features of x~ = (x, 1), [B, n]; None: the constant 1
+
+    def feat(a, ndim):  # feature a shaped to broadcast against a [B, ..., n] weight of ndim dimensions
+        return None if a == d else xs[a].reshape(xs[a].shape[:1] + (1,) * (ndim - 2) + xs[a].shape[1:])
+
+    def affine(P):
+        out = P[..., d : d + 1]
+        for j in range(d):
+            out = out + P[..., j : j + 1] * feat(j, 3)
+        return out
+
+    def moments(w, scale=None):
+        """``sum_n w f_a f_b`` for every ``a, b`` (the symmetric ``[..., p, p]``), from the upper triangle."""
+        rows = []
+        cache = {}
+        for a in range(p):
+            row = []
+            for b in range(p):
+                if (b, a) in cache:
+                    row.append(cache[(b, a)])
+                    continue
+                t = w
+                for c in (a, b):
+                    if c < d:
+                        t = t * feat(c, w.ndim)
+                cache[(a, b)] = t.sum(-1)
+                row.append(cache[(a, b)])
+            rows.append(torch.stack(row, -1))
+        return torch.stack(rows, -2)
+
+    def firsts(w):
+        return torch.stack([(w if a == d else w * feat(a, w.ndim)).sum(-1) for a in range(p)], -1)
+
+    # softmax and the responsibilities written out (k exponentials and one log each) rather than
+    # logsumexp + exp, which costs twice the exponentials in the fused loop
+    L = affine(V)  # [B, k, n]
+    L = L - L.amax(1, keepdim=True)
+    z = torch.exp(L)
+    sz = z.sum(1, keepdim=True)
+    pi = z / sz
+    e = y.unsqueeze(1) - affine(E)
+    lj = L - 0.5 * torch.log(s2).unsqueeze(-1) - 0.5 * e * e / s2.unsqueeze(-1)  # log pi + log N + log sz + log(2 pi)/2
+    m = lj.amax(1, keepdim=True)
+    w = torch.exp(lj - m)
+    sw = w.sum(1, keepdim=True)
+    r = w / sw
+    lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
+    re = r * e
+    M = moments(r)
+    g = firsts(re)
+    q = (re * e).sum(-1)
+    gg = firsts(r[:, :-1] - pi[:, :-1])
+    P = pi[:, :-1]
+    eye = torch.eye(k - 1, dtype=P.dtype, device=P.device)
+    W = P.unsqueeze(2) * (eye.unsqueeze(-1) - P.unsqueeze(1))  # [B, k-1, k-1, n]
+    H = moments(W)
+    return lln.sum((1, 2)), M, g, q, gg, H
+
+
+_COMPILED: dict = {}
+#: ``compile="auto"`` compiles the pass when ``B * n`` reaches this: compiling costs 5 to 15 s once
+#: per process (dynamic shapes: one compilation serves every later size), which a fit of fewer
+#: samples x starts does not win back unless it runs thousands of iterations.
+COMPILE_MIN_SAMPLES = 50_000
+
+
+def _pass_function(compile: bool | str, size: int, device: torch.device):
+    """The pass to use: ``torch.compile``-d (fused loops) or eager; ``(function, "compiled" | "eager")``."""
+    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and device.type == "cpu")
+    if not want:
+        return _em_pass, "eager"
+    if "fn" not in _COMPILED:
+        compiled = torch.compile(_em_pass, dynamic=True, fullgraph=True)
+
+        def run(Xd, y, V, E, s2):
+            # the batch shrinks to 1 as starts converge; dynamo would specialise on B = 1 and compile
+            # again (~10 s), so a lone entry is run twice over and its first copy kept
+            if Xd.shape[0] == 1:
+                return tuple(o[:1] for o in compiled(*(torch.cat([t, t]) for t in (Xd, y, V, E, s2))))
+            return compiled(Xd, y, V, E, s2)
+
+        _COMPILED["fn"] = run
+    return _COMPILED["fn"], "compiled"
+
+
+def _m_step(stats, V, E, s2, floor, shared: bool, n: int):
+    """Experts (weighted least squares on the residuals), floored variances, and the gate's Newton step.
+
+    Returns ``E, s2`` (the exact maximisers of the expected complete-data log-likelihood over the
+    experts and the floored variances) and the Newton direction ``[B, k-1, p]`` of ``Q_g``.
+    """
+    _, M, g, q, gg, H = stats
+    B, k, p = E.shape
+    eye = torch.eye(p, dtype=E.dtype, device=E.device)
+    # a relative ridge of 1e-12 only guards exactly singular systems (an atom on < p distinct x)
+    tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
+    delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
+    delta = delta.squeeze(-1)
+    mass = M[..., p - 1, p - 1]
+    ok = (info == 0) & (mass > 1e-8 * n) & torch.isfinite(delta).all(-1)
+    delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
+    E = E + delta
+    # sum_n r (e - delta^T x~)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
+    wss = (q - (delta * g).sum(-1)).clamp_min(0.0)
+    if shared:
+        new = (wss.sum(-1, keepdim=True) / n).expand(-1, k)
+    else:
+        new = torch.where(ok, wss / mass.clamp_min(1e-300), s2)
+    s2 = torch.maximum(new, floor.unsqueeze(-1))
+    if k == 1:
+        return E, s2, torch.zeros_like(V[:, :0])
+    m = (k - 1) * p
+    Hm = H.permute(0, 1, 3, 2, 4).reshape(B, m, m)
+    trh = Hm.diagonal(dim1=-2, dim2=-1).sum(-1)
+    Hm = Hm + (1e-10 * trh / m + 1e-300)[:, None, None] * torch.eye(m, dtype=H.dtype, device=H.device)
+    step, info = torch.linalg.solve_ex(Hm, gg.reshape(B, m, 1))
+    ok = (info == 0) & torch.isfinite(step).all(-2).squeeze(-1)
+    step = torch.where(ok[:, None], step.squeeze(-1), torch.zeros_like(step.squeeze(-1)))
+    return E, s2, step.reshape(B, k - 1, p)
+
+
+def _with_gate_step(V, step, t):
+    """``V`` with ``t * step`` added to its free rows (the reference row stays 0)."""
+    out = V.clone()
+    out[:, :-1] += t[:, None, None] * step
+    return out
+
+
+_MAX_HALVINGS = 30
+
+
+def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
+           accelerate: bool = False, polish_iter: int = 0) -> dict:
+    """Batched EM from ``S`` starts per replicate.
+
+    Each iteration: the experts and variances by their exact M-step (weighted least squares on
+    the residuals, floored variances), the gate by one Newton step of ``Q_g`` (IRLS), halved until
+    the observed log-likelihood does not decrease (at most 30 halvings; then the gate keeps its
+    value and the update of the experts alone, an exact EM step, cannot decrease it).  Every
+    accepted iterate is evaluated by :func:`_em_pass`, which also gives the next M-step's statistics.
+
+    Parameters
+    ----------
+    X : Tensor, shape ``[R, n, d]``
+    Y : Tensor, shape ``[R, n]``
+    V, E : Tensor, shape ``[R, S, k, d + 1]``
+        Gate ``(beta1, beta0)`` (last row 0) and experts ``(a, b)`` of every start.
+    s2 : Tensor, shape ``[R, S, k]``, optional
+        Starting variances; default (and always with ``shared``) the responsibility-weighted
+        residual variances under the start.
+    compile : bool or "auto"
+        Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
+        :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
+        ``"eager"`` is reported.
+    polish_iter : int
+        Newton iterations (:func:`moestat.estimators.mle_newton.polish`) for every finite start after
+        EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the others
+        keep EM's.  0 (default): none.
+
+    Returns
+    -------
+    dict
+        NumPy, flat over ``B = R S`` (replicate-major): ``V, E [B, k, p]``, ``s2 [B, k]``,
+        ``loglik [B]``, ``n_iter [B]`` (EM iterations plus accepted Newton steps), ``n_newton
+        [B]``, ``status`` (list), ``paths`` (list of ``[n_iter + 1]``), ``kernel`` (``"compiled"``
+        or ``"eager"``).
+    """
+    R, n, d = X.shape
+    S, k, p = V.shape[1], V.shape[2], d + 1
+    B = R * S
+    rep = torch.arange(R, device=X.device).repeat_interleave(S)
+    # [B, d, n] with the default strides, also for d = 1 (a compiled pass is specialised on strides)
+    Xd = torch.empty((B, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2)[rep])
+    ya = Y[rep].contiguous()
+    fa = (var_floor * Y.var(dim=1).clamp_min(1e-300))[rep]
+    V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()
+    if s2 is None or shared:  # a shared-variance EM starts inside its model: one pooled variance
+        ones = torch.ones_like(ya).unsqueeze(-1)
+        Xe = torch.cat([Xd.transpose(1, 2), ones], -1)  # [B, n, p]
+        pi = torch.softmax(Xe @ V.transpose(1, 2), -1).transpose(1, 2)
+        wr2 = pi * (ya.unsqueeze(1) - (Xe @ E.transpose(1, 2)).transpose(1, 2)) ** 2
+        del Xe, ones
+        if shared:
+            s2 = (wr2.sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
+        else:
+            s2 = wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
+    s2 = torch.maximum(s2.reshape(B, k), fa.unsqueeze(-1)).clone()
+    em_pass, kernel = _pass_function(compile, B * n, X.device)
+    try:
+        stats = em_pass(Xd, ya, V, E, s2)
+    except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same pass, eager
+        if compile is True:
+            raise
+        import warnings
+
+        warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the EM pass runs eagerly", RuntimeWarning)
+        _COMPILED["fn"] = _em_pass
+        em_pass, kernel = _em_pass, "eager"
+        stats = em_pass(Xd, ya, V, E, s2)
+    status = ["max_iter"] * B
+    act = torch.arange(B, device=X.device)  # active batch entries (indices into 0..B-1)
+    Va, Ea, s2a = V, E, s2
+    ll = stats[0]
+    trace = [(act.cpu().numpy(), ll.cpu().numpy())]
+
+    def em_step(Va, Ea, s2a, stats):
+        """One EM iteration of the active entries: M-step, gate step halved on the log-likelihood."""
+        ll = stats[0]
+        E1, s21, step = _m_step(stats, Va, Ea, s2a, fa, shared, n)
+        t = torch.ones(Va.shape[0], dtype=X.dtype, device=X.device)
+        V1 = _with_gate_step(Va, step, t)
+        new = list(em_pass(Xd, ya, V1, E1, s21))
+        # rounding allowance: a step that changes nothing may lower the sum of n logs in its last bits
+        slack = 1e-13 * (ll.abs() + n)
+        for h in range(_MAX_HALVINGS + 1):
+            low = ~(new[0] >= ll - slack)  # NaN counts as low
+            if not bool(low.any()):
+                break
+            idx = torch.nonzero(low).flatten()
+            t[idx] = 0.0 if h == _MAX_HALVINGS else t[idx] * 0.5
+            V1[idx] = _with_gate_step(Va[idx], step[idx], t[idx])
+            sub = em_pass(Xd[idx], ya[idx], V1[idx], E1[idx], s21[idx])
+            for a, b in zip(new, sub):
+                a[idx] = b
+        trace.append((act.cpu().numpy(), new[0].cpu().numpy()))
+        return V1, E1, s21, tuple(new)
+
+    it = 0
+    while act.numel() and it < max_iter:
+        ll0 = ll
+        if accelerate:
+            # SQUAREM (Varadhan & Roland 2008, scheme SqS3): two EM steps, then the extrapolation
+            # theta0 - 2 alpha r + alpha^2 v along them, kept only where it is at least as likely
+            # as the second step (so the trace stays monotone); alpha <= -1 (alpha = -1: the step itself)
+            it += 2
+            V1, E1, s21, st1 = em_step(Va, Ea, s2a, stats)
+            V2, E2, s22, st2 = em_step(V1, E1, s21, st1)
+            ll0, ll = st1[0], st2[0]
+            th = [torch.cat([W[:, :-1].flatten(1), F.flatten(1), torch.log(q)], 1)
+                  for W, F, q in ((Va, Ea, s2a), (V1, E1, s21), (V2, E2, s22))]
+            r, v = th[1] - th[0], th[2] - 2 * th[1] + th[0]
+            alpha = -(r.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
+            ext = th[0] - 2 * alpha[:, None] * r + alpha[:, None] ** 2 * v
+            m = (k - 1) * p
+            Vx = torch.cat([ext[:, :m].reshape(-1, k - 1, p), torch.zeros_like(V2[:, -1:])], 1)
+            Ex = ext[:, m : m + k * p].reshape(-1, k, p)
+            s2x = torch.maximum(torch.exp(ext[:, m + k * p :]), fa.unsqueeze(-1))
+            stx = em_pass(Xd, ya, Vx, Ex, s2x)
+            # not at a converged pair of steps, and no worse than the second step
+            take = (stx[0] >= ll) & ((ll - ll0).abs() > tol * n)
+            Va, Ea, s2a = (torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)
+                           for a, b in ((Vx, V2), (Ex, E2), (s2x, s22)))
+            stats = tuple(torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(stx, st2))
+            if bool(take.any()):
+                trace.append((act[take].cpu().numpy(), stx[0][take].cpu().numpy()))
+            # convergence is judged on the EM steps (ll0 -> ll: the second step's change), never on
+            # an extrapolation, which may gain little far from the optimum
+        else:
+            it += 1
+            Va, Ea, s2a, stats = em_step(Va, Ea, s2a, stats)
+        V[act], E[act], s2[act] = Va, Ea, s2a
+        ll = stats[0] if not accelerate else torch.where(torch.isfinite(stats[0]), ll, stats[0])
+        bad = ~torch.isfinite(ll)
+        done = bad | ((ll - ll0).abs() <= tol * n)
+        if bool(done.any()):
+            for j in torch.nonzero(done).flatten().tolist():
+                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
+            keep = torch.nonzero(~done).flatten()
+            act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
+            Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
+            stats = tuple(s[keep] for s in stats)
+    n_newton = np.zeros(B, dtype=int)
+    if polish_iter > 0:
+        from moestat.estimators.mle_newton import polish_starts
+
+        n_newton = polish_starts(X, Y, rep, V, E, s2, status, trace, var_floor=var_floor, tol=tol,
+                                 max_iter=int(polish_iter), shared=shared)
+    paths: list[list[float]] = [[] for _ in range(B)]
+    for idx, vals in trace:
+        for b, v in zip(idx.tolist(), vals.tolist()):
+            paths[b].append(v)
+    return {
+        "V": V.cpu().numpy(), "E": E.cpu().numpy(), "s2": s2.cpu().numpy(),
+        "loglik": np.array([pth[-1] for pth in paths]), "n_iter": np.array([len(pth) - 1 for pth in paths]),
+        "status": status, "n_newton": n_newton,
+        "paths": [np.array(pth) for pth in paths], "kernel": kernel,
+    }

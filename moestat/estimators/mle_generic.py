@@ -1,0 +1,446 @@
+"""Maximum likelihood for any gate and expert of the protocol: batched generalised EM in torch.
+
+The model is a :class:`~moestat.model.likelihood.LikelihoodModel`, ``p(y | x) = sum_i w_i(x)
+f(y | x, eta_i)`` (softmax -- dense, Top-K, with a temperature or an activated score --, Gaussian or
+normalised-sigmoid gates; linear, polynomial, FFN, MLP or your own experts with one Gaussian
+variance per atom, or multinomial-logistic experts).  Every replicate and every start is one entry
+of a batch axis ``B = R x S``; the entries are independent, so one
+forward-mode pass over a perturbation shared by every entry gives all their derivatives at once.
+
+One EM iteration (Dempster, Laird & Rubin 1977; the M-step generalised):
+
+* **E-step** in log space: ``r_ni = exp(log w_i + log f_i - logsumexp_j(...))``.
+* **Experts**: linear experts with Gaussian noise by weighted least squares (the closed form,
+  exact maximiser); any other expert by one Levenberg--Marquardt-damped Newton step on its
+  ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (gradient and Hessian by :mod:`torch.func`),
+  kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
+  (exact), floored at ``var_floor * var(y)`` (the likelihood is unbounded without a floor).
+* **Gate**: one damped Newton step on ``Q_g = sum_ni r_ni log w_i(x_n)`` over the free gate
+  parameters, kept only where ``Q_g`` increases.
+
+Each accepted update increases the expected complete-data log-likelihood, so the observed
+log-likelihood never decreases (generalised EM); the tests check every trace.  Free gate
+parameters: softmax with a reference atom -- every row but the last (``beta0_k = 0``, ``beta1_k =
+0``); a Gaussian gate -- every centre and ``beta0_1 .. beta0_{k-1}`` (``beta0`` is renormalised to
+``logsumexp = 0`` in the result: ``exp(beta0)`` are the mixing weights); a sigmoid gate -- all.
+
+SQUAREM (Varadhan & Roland 2008) and the Newton polish with its second-order certificate
+(:func:`polish`: damped Newton on the observed log-likelihood, Hessian by :mod:`torch.func`) work
+as in :mod:`moestat.estimators.mle`, whose fused EM stays the fit of the dense linear softmax gate
+with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.func import grad, jacfwd
+
+from moestat.model.likelihood import LikelihoodModel, log_gate
+
+__all__ = ["GenericEM", "fit_generic"]
+
+_LAM0, _LAM_MAX = 1e-6, 1e12
+
+
+class GenericEM:
+    """The per-entry functions of one :class:`LikelihoodModel` and their batched derivatives.
+
+    Parameters
+    ----------
+    model : LikelihoodModel
+    k, d : int
+        Atoms and input dimension.
+    """
+
+    def __init__(self, model: LikelihoodModel, k: int, d: int, dtype=torch.float64) -> None:
+        self.model, self.k, self.d, self.p = model, k, d, d + 1
+        self.gaussian = model.family == "gaussian"
+        self.q = model.n_expert_params(d)
+        self.linear = self.gaussian and getattr(model.expert, "name", "") == "identity"
+        g = model.gate
+        free = torch.ones(k, d + 1, dtype=torch.bool)
+        if g.reference:  # softmax: the last row is the reference
+            free[-1] = False
+        elif g.normalisation == "gaussian":  # invariant to a common shift of beta0 only
+            free[-1, d] = False
+        self.free = free.flatten()
+        self.mg = int(self.free.sum())
+        # one-hot embedding of the free gate parameters into V [k, p] (a matmul: differentiable, no scatter)
+        self.embed = torch.zeros(self.mg, k * (d + 1), dtype=dtype)
+        self.embed[torch.arange(self.mg), torch.nonzero(self.free).flatten()] = 1.0
+
+    # ---- batched pieces (leading batch axis B; entries independent) ------------------------
+    def gate_V(self, fv: torch.Tensor) -> torch.Tensor:
+        """``V [B, k, p]`` = ``(beta1, beta0)`` rows from the free gate parameters ``fv [B, mg]``."""
+        return (fv @ self.embed.to(fv)).reshape(fv.shape[:-1] + (self.k, self.p))
+
+    def log_u(self, fv: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Unnormalised log-weights ``u [B, n, k]``, ``log w = log_softmax(u)`` (Top-K zeros ``-inf``)."""
+        V = self.gate_V(fv)
+        return log_gate(self.model.gate, X, V[..., self.d], V[..., : self.d], normalise=False)
+
+    def log_w(self, fv, X):
+        return torch.log_softmax(self.log_u(fv, X), -1)
+
+    def means(self, eta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """Expert means ``h(x_n, eta_i)`` ``[B, n, k]`` (Gaussian family)."""
+        if self.linear:
+            return torch.einsum("bnd,bkd->bnk", X, eta[..., :-1]) + eta[..., -1].unsqueeze(-2)
+        return self.model.expert(X, eta)
+
+    def log_f(self, eta, ls2, X, Y):
+        """``log f(y_n | x_n, eta_i)`` ``[B, n, k]``."""
+        if self.gaussian:
+            e = Y.unsqueeze(-1) - self.means(eta, X)
+            return -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-2) + e * e * torch.exp(-ls2).unsqueeze(-2))
+        lp = self.model.expert.log_probs(X, eta)  # [B, n, k, C]
+        idx = Y.long()[..., None, None].expand(lp.shape[:-1] + (1,))
+        return lp.gather(-1, idx).squeeze(-1)
+
+    def loglik(self, fv, eta, ls2, X, Y):
+        """Observed log-likelihood ``[B]``."""
+        return torch.logsumexp(self.log_w(fv, X) + self.log_f(eta, ls2, X, Y), -1).sum(-1)
+
+    def q_gate(self, fv, X, r):
+        """``Q_g [B]`` (``0 log 0 = 0`` where a Top-K gate switches an expert off)."""
+        lw = self.log_w(fv, X)
+        return torch.where(r > 0, r * lw, torch.zeros_like(lw)).sum((-2, -1))
+
+    def q_expert(self, eta, ls2, X, Y, r):
+        """``Q_i [B, k]``, one per atom."""
+        return (r * self.log_f(eta, ls2, X, Y)).sum(-2)
+
+    def estep(self, th, X, Y):
+        """Observed log-likelihood ``[B]`` and responsibilities ``[B, n, k]``."""
+        fv, eta, ls2 = th
+        lj = self.log_w(fv, X) + self.log_f(eta, ls2, X, Y)
+        ll = torch.logsumexp(lj, -1)
+        return ll.sum(-1), torch.exp(lj - ll.unsqueeze(-1))
+
+
+def _grad_hess(F, theta: torch.Tensor):
+    """Per-entry gradient ``[..., m]`` and Hessian ``[..., m, m]`` of ``F(theta [..., m]) -> [...]``
+    whose entries are independent: the gradient of the sum, then one forward-mode pass per
+    coordinate of a perturbation shared by every entry (:func:`torch.func.jacfwd`)."""
+    gsum = grad(lambda t: F(t).sum())
+    g = gsum(theta)
+    H = jacfwd(lambda dl: gsum(theta + dl))(theta.new_zeros(theta.shape[-1]))
+    return g, H
+
+
+def _ascent(F, theta, lam, g, C, tries: int = 8):
+    """One Levenberg--Marquardt-damped ascent step of ``F`` per entry: solve ``(C + lam (|diag C|
+    + 1e-12) I) s = g`` (``C``: minus the Hessian, or its PSD part); a step that does not increase
+    ``F`` is retried with ``10 lam`` (up to ``tries`` times) and dropped after that.  Returns the new
+    ``theta`` and ``lam``."""
+    if theta.shape[-1] == 0:
+        return theta, lam
+    f0 = F(theta)
+    eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
+    D = C.diagonal(dim1=-2, dim2=-1).abs() + 1e-12
+    out, lam = theta.clone(), lam.clone()
+    todo = torch.isfinite(f0) & torch.isfinite(g).all(-1) & torch.isfinite(C).all((-2, -1))
+    for _ in range(tries):
+        if not bool(todo.any()):
+            break
+        s, info = torch.linalg.solve_ex(C + lam[..., None, None] * (D.unsqueeze(-1) * eye), g.unsqueeze(-1))
+        s = s.squeeze(-1)
+        cand = theta + torch.where(torch.isfinite(s) & todo.unsqueeze(-1), s, torch.zeros_like(s))
+        f1 = F(cand)
+        ok = todo & (info == 0) & torch.isfinite(f1) & (f1 >= f0)
+        out = torch.where(ok.unsqueeze(-1), cand, out)
+        lam = torch.where(ok, (lam / 3).clamp_min(1e-12), torch.where(todo, (lam * 10).clamp_max(_LAM_MAX), lam))
+        todo = todo & ~ok
+    return out, lam
+
+
+def _gate_step(em: GenericEM, fv, lam, X, r):
+    """One damped Gauss--Newton (Fisher scoring) ascent step of ``Q_g`` per batch entry.
+
+    With ``J = du/dtheta`` ``[B, n, k, mg]`` (:func:`torch.func.jacfwd`) and ``pi = softmax(u)``:
+    gradient ``sum_n J^T (r - pi)``, curvature ``sum_n J^T (diag pi - pi pi^T) J`` -- minus the
+    Hessian where ``u`` is linear in the parameters (a linear-score softmax: IRLS), its positive
+    semi-definite part otherwise; kept only where ``Q_g`` increases (:func:`_ascent`).
+    """
+    if fv.shape[-1] == 0:
+        return fv, lam
+    u = em.log_u(fv, X)
+    J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, n, k, mg]
+    fin = torch.isfinite(u)
+    J = torch.where(fin.unsqueeze(-1), J, torch.zeros_like(J))
+    pi = torch.softmax(u, -1)
+    g = torch.einsum("bnia,bni->ba", J, r - pi)
+    Jp = torch.einsum("bnia,bni->bna", J, pi)
+    C = torch.einsum("bnia,bni,bnic->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
+    return _ascent(lambda t: em.q_gate(t, X, r), fv, lam, g, C)
+
+
+class _State:
+    """Parameters of the active entries: free gate ``fv [B, mg]``, ``eta [B, k, q]``, ``ls2 [B, k]``
+    (log-variances; zeros and unused for the multinomial family) and the damping of every block."""
+
+    def __init__(self, fv, eta, ls2, lam_g, lam_e):
+        self.fv, self.eta, self.ls2, self.lam_g, self.lam_e = fv, eta, ls2, lam_g, lam_e
+
+    @property
+    def th(self):
+        return (self.fv, self.eta, self.ls2)
+
+    def flat(self):
+        return torch.cat([self.fv, self.eta.flatten(1), self.ls2], 1)
+
+    def take(self, idx):
+        return _State(*(a[idx] for a in (self.fv, self.eta, self.ls2, self.lam_g, self.lam_e)))
+
+
+def _m_step(em: GenericEM, st: _State, X, Y, r, floor):
+    """One generalised M-step (experts, variances, gate) from responsibilities ``r [B, n, k]``."""
+    B, n, k = r.shape
+    eta, ls2 = st.eta, st.ls2
+    if em.linear:  # weighted least squares: the exact maximiser
+        Xe = torch.cat([X, torch.ones_like(X[..., :1])], -1)  # [B, n, p]
+        M = torch.einsum("bnk,bnp,bnq->bkpq", r, Xe, Xe)
+        gv = torch.einsum("bnk,bnp,bn->bkp", r, Xe, Y)
+        tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
+        eye = torch.eye(em.p, dtype=X.dtype, device=X.device)
+        sol, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, gv.unsqueeze(-1))
+        ok = (info == 0) & (M[..., -1, -1] > 1e-8 * n) & torch.isfinite(sol.squeeze(-1)).all(-1)
+        eta = torch.where(ok.unsqueeze(-1), sol.squeeze(-1), eta)  # an empty atom keeps its expert
+    else:
+        F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
+        g, H = _grad_hess(F, eta)
+        eta, st.lam_e = _ascent(F, eta, st.lam_e, g, -H)
+    if em.gaussian:
+        mu = em.means(eta, X)
+        mass = r.sum(1)
+        wss = (r * (Y.unsqueeze(-1) - mu) ** 2).sum(1)
+        s2 = torch.where(mass > 1e-8 * n, wss / mass.clamp_min(1e-300), torch.exp(ls2))
+        ls2 = torch.log(torch.maximum(s2, floor.unsqueeze(-1)))
+    fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, r)
+    return _State(fv, eta, ls2, lam_g, st.lam_e)
+
+
+def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
+                accelerate=False, polish_iter=0) -> dict:
+    """Batched generalised EM (see the module docstring) from ``B`` starts.
+
+    Parameters
+    ----------
+    model : LikelihoodModel
+    X : Tensor, shape ``[B, n, d]``
+    Y : Tensor, shape ``[B, n]``
+    fv : Tensor, shape ``[B, mg]``
+        Free gate parameters (:class:`GenericEM`'s layout).
+    eta : Tensor, shape ``[B, k, q]``
+    ls2 : Tensor, shape ``[B, k]``
+        Log-variances (ignored for the multinomial family).
+
+    Returns
+    -------
+    dict
+        NumPy: ``fv, eta, ls2``, ``loglik [B]``, ``n_iter [B]``, ``n_newton [B]``, ``status``
+        (list: ``tol``, ``newton``, ``max_iter`` or ``nonfinite``), ``paths`` (list of ``[n_iter + 1]``).
+    """
+    B, n, d = X.shape
+    k = eta.shape[1]
+    em = GenericEM(model, k, d, X.dtype)
+    floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
+    if not em.gaussian:
+        ls2 = torch.zeros(B, k, dtype=X.dtype)
+    ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else ls2
+    lam0 = torch.full((B,), _LAM0, dtype=X.dtype)
+    full = _State(fv.clone(), eta.clone(), ls2.clone(), lam0, torch.full((B, k), _LAM0, dtype=X.dtype))
+    status = ["max_iter"] * B
+    paths: list[list[float]] = [[] for _ in range(B)]
+    act = torch.arange(B)
+    st, Xa, Ya, fa = full.take(act), X, Y, floor  # a copy: full is written into below
+    ll, r = em.estep(st.th, Xa, Ya)
+    for b, v in zip(act.tolist(), ll.tolist()):
+        paths[b].append(v)
+
+    def step(s, r):
+        s1 = _m_step(em, s, Xa, Ya, r, fa)
+        return s1, *em.estep(s1.th, Xa, Ya)
+
+    it = 0
+    while act.numel() and it < max_iter:
+        ll0 = ll
+        if accelerate:  # SQUAREM (SqS3) along two GEM steps, kept where no worse than the second step
+            it += 2
+            s1, l1, r1 = step(st, r)
+            s2_, l2, r2 = step(s1, r1)
+            t0, t1, t2 = st.flat(), s1.flat(), s2_.flat()
+            rr, v = t1 - t0, t2 - 2 * t1 + t0
+            alpha = -(rr.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
+            ext = t0 - 2 * alpha[:, None] * rr + alpha[:, None] ** 2 * v
+            mg, kq = em.mg, k * eta.shape[-1]
+            ls2x = ext[:, mg + kq :]
+            if em.gaussian:
+                ls2x = torch.maximum(ls2x, torch.log(fa).unsqueeze(-1))
+            sx = _State(ext[:, :mg], ext[:, mg : mg + kq].reshape(-1, k, eta.shape[-1]), ls2x, s2_.lam_g, s2_.lam_e)
+            lx, rx = em.estep(sx.th, Xa, Ya)
+            take = torch.isfinite(lx) & (lx >= l2) & ((l2 - l1).abs() > tol * n)
+            w = lambda a, b: torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
+            st = _State(*(w(a, b) for a, b in zip((sx.fv, sx.eta, sx.ls2), (s2_.fv, s2_.eta, s2_.ls2))), s2_.lam_g, s2_.lam_e)
+            for b, v1, v2, vx, tk in zip(act.tolist(), l1.tolist(), l2.tolist(), lx.tolist(), take.tolist()):
+                paths[b] += [v1, v2] + ([vx] if tk else [])
+            ll0, ll, r = l1, torch.where(take, lx, l2), w(rx, r2)
+        else:
+            it += 1
+            st, ll, r = step(st, r)
+            for b, v in zip(act.tolist(), ll.tolist()):
+                paths[b].append(v)
+        full.fv[act], full.eta[act], full.ls2[act] = st.fv, st.eta, st.ls2
+        bad = ~torch.isfinite(ll)
+        done = bad | ((ll - ll0).abs() <= tol * n)
+        if bool(done.any()):
+            for j in torch.nonzero(done).flatten().tolist():
+                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
+            keep = torch.nonzero(~done).flatten()
+            act, Xa, Ya, fa, ll, r = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep], r[keep]
+            st = st.take(keep)
+    n_newton = np.zeros(B, dtype=int)
+    if polish_iter > 0:
+        n_newton = polish(em, full, X, Y, floor, status, paths, tol=tol, max_iter=polish_iter)
+    return {
+        "fv": full.fv.numpy(), "eta": full.eta.numpy(), "ls2": full.ls2.numpy(), "status": status,
+        "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
+        "n_newton": n_newton, "paths": [np.array(p) for p in paths],
+    }
+
+
+def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> np.ndarray:
+    """Damped Newton on the observed log-likelihood for every finite start, with the certificate.
+
+    Coordinates ``(free gate, eta, log sigma^2)``; a step is kept only if the log-likelihood does
+    not decrease.  A start whose negative Hessian is positive definite and whose Newton decrement
+    ``g^T (-H)^{-1} g / 2`` is at most ``tol * n`` gets status ``"newton"`` (a strict local maximum
+    to EM's tolerance, Boyd & Vandenberghe 2004, section 9.5); the others keep EM's status.
+    Updates ``st``, ``status`` and ``paths`` in place and returns the accepted steps per start.
+    """
+    B, n, _ = X.shape
+    k, qe = st.eta.shape[1], st.eta.shape[2]
+    mg, kq = em.mg, k * qe
+    gauss = em.gaussian
+
+    def f(theta, x, y):
+        ls2 = theta[..., mg + kq :] if gauss else theta.new_zeros(theta.shape[:-1] + (k,))
+        return em.loglik(theta[..., :mg], theta[..., mg : mg + kq].reshape(theta.shape[:-1] + (k, qe)), ls2, x, y)
+
+    theta = torch.cat([st.fv, st.eta.flatten(1)] + ([st.ls2] if gauss else []), 1)
+    act = torch.nonzero(torch.tensor([s != "nonfinite" for s in status])).flatten()
+    n_newton = np.zeros(B, dtype=int)
+    lam = torch.full((B,), 1e-8, dtype=X.dtype)
+    for _ in range(int(max_iter) + 1):
+        if not act.numel():
+            break
+        th, x, y = theta[act], X[act], Y[act]
+        g, H = _grad_hess(lambda t: f(t, x, y), th)
+        L, info = torch.linalg.cholesky_ex(-H)
+        dec = torch.cholesky_solve(g.unsqueeze(-1), L).squeeze(-1)
+        decrement = 0.5 * (g * dec).sum(-1)
+        cert = (info == 0) & torch.isfinite(decrement) & (decrement <= tol * n)
+        for j in torch.nonzero(cert).flatten().tolist():
+            status[int(act[j])] = "newton"
+        act = act[~cert]
+        if not act.numel():
+            break
+        keep = ~cert
+        xk, yk = x[keep], y[keep]
+        new, lam_a = _ascent(lambda t: f(t, xk, yk), th[keep], lam[act], g[keep], -H[keep])
+        if gauss:  # the variance floor of EM
+            lo = torch.log(floor[act]).unsqueeze(-1)
+            new = torch.cat([new[:, : mg + kq], torch.maximum(new[:, mg + kq :], lo)], 1)
+        l_new = f(new, xk, yk)
+        l_old = f(th[keep], xk, yk)
+        moved = torch.isfinite(l_new) & (l_new >= l_old) & (new != th[keep]).any(-1)
+        theta[act] = torch.where(moved.unsqueeze(-1), new, th[keep])
+        lam[act] = lam_a
+        for j, b in enumerate(act.tolist()):
+            if bool(moved[j]):
+                n_newton[b] += 1
+                paths[b].append(float(l_new[j]))
+        act = act[moved]  # a start Newton cannot move keeps EM's status
+    st.fv, st.eta = theta[:, :mg], theta[:, mg : mg + kq].reshape(B, k, qe)
+    if gauss:
+        st.ls2 = theta[:, mg + kq :]
+    return n_newton
+
+
+# ---- starts and the layout of a mixing measure ----------------------------------------------------
+def to_free(em: GenericEM, G) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(fv [B, mg], eta [B, k, q], ls2 [B, k])`` from a flat batch ``G [B]`` (its ``eta`` ends with
+    the variance for the Gaussian family); the gate is moved to :class:`GenericEM`'s convention."""
+    V = np.concatenate([G.beta1, G.beta0[..., None]], axis=-1)  # [B, k, p]
+    if em.model.gate.reference:
+        V = V - V[:, -1:, :]  # softmax is invariant to a common shift of (beta1, beta0)
+    elif em.model.gate.normalisation == "gaussian":
+        V[..., -1] -= V[:, -1:, -1]  # ... a Gaussian gate to one of beta0
+    fv = torch.as_tensor(V.reshape(V.shape[0], -1)[:, em.free.numpy()].copy())
+    eta = torch.as_tensor(np.array(G.eta[..., : em.q], dtype=np.float64))
+    B, k = G.beta0.shape
+    ls2 = torch.as_tensor(np.log(G.eta[..., em.q])) if em.gaussian else torch.zeros(B, k, dtype=torch.float64)
+    return fv, eta, ls2
+
+
+def from_free(em: GenericEM, fv: np.ndarray, eta: np.ndarray, ls2: np.ndarray):
+    """The :class:`MixingMeasure` ``[B]`` of :func:`to_free`'s layout (a Gaussian gate's ``exp(beta0)`` summing to one)."""
+    from scipy.special import logsumexp
+
+    from moestat.model.mixing import MixingMeasure
+
+    B = fv.shape[0]
+    V = np.zeros((B, em.k * em.p))
+    V[:, em.free.numpy()] = fv
+    V = V.reshape(B, em.k, em.p)
+    b0, b1 = V[..., -1].copy(), V[..., :-1].copy()
+    if em.model.gate.normalisation == "gaussian":
+        b0 = b0 - logsumexp(b0, axis=-1, keepdims=True)
+    full = np.concatenate([eta, np.exp(ls2)[..., None]], -1) if em.gaussian else eta
+    return MixingMeasure(b0, b1, full)
+
+
+def random_start(model: LikelihoodModel, X: np.ndarray, Y: np.ndarray, k: int, rng: np.random.Generator):
+    """A data-driven random start (unbatched :class:`MixingMeasure` in the model's layout).
+
+    Linear Gaussian experts: a random partition of ``(x, y)``
+    (:func:`moestat.estimators.starts.random_partition_init`); other experts: ``eta ~ N(0, 1)`` and
+    the variance ``var(y)``.  The gate starts uniform; a Gaussian gate is centred on random inputs.
+    """
+    from moestat.estimators.starts import random_partition_init
+    from moestat.model.mixing import MixingMeasure
+
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    n, d = X.shape
+    if model.family == "gaussian" and getattr(model.expert, "name", "") == "identity":
+        G = random_partition_init(X, Y, k, rng)
+        b0, b1, eta = G.beta0, G.beta1, G.eta
+    else:
+        b0, b1 = np.zeros(k), np.zeros((k, d))
+        eta = rng.normal(size=(k, model.n_expert_params(d)))
+        if model.family == "gaussian":
+            eta = np.column_stack([eta, np.full(k, max(float(np.var(Y)), 1e-12))])
+    if model.gate.normalisation == "gaussian":
+        b1 = X[rng.choice(n, size=k, replace=n < k)]
+        b0 = np.full(k, -np.log(k))
+    return MixingMeasure(b0, b1, eta)
+
+
+def jitter(G, S: int, sd: float, rng: np.random.Generator, gaussian: bool):
+    """``G [R, 1]`` and ``S - 1`` copies with ``N(0, sd^2)`` noise (variances on the log scale), ``[R, S]``."""
+    from moestat.model.mixing import MixingMeasure
+
+    R, _, k = G.beta0.shape
+    b0 = np.repeat(G.beta0, S, axis=1) + sd * rng.standard_normal((R, S, k))
+    b1 = np.repeat(G.beta1, S, axis=1) + sd * rng.standard_normal((R, S) + G.beta1.shape[2:])
+    eta = np.repeat(G.eta, S, axis=1).copy()
+    m = eta.shape[-1] - (1 if gaussian else 0)
+    eta[..., :m] += sd * rng.standard_normal(eta[..., :m].shape)
+    if gaussian:
+        eta[..., m] *= np.exp(sd * rng.standard_normal(eta.shape[:-1]))
+    for a, ref in ((b0, G.beta0), (b1, G.beta1), (eta, G.eta)):
+        a[:, 0] = ref[:, 0]  # the given start itself is start 0
+    return MixingMeasure(b0, b1, eta)

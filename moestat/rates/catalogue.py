@@ -1,0 +1,571 @@
+"""The rate catalogue: the field's MoE parameter-rate theorems, each reproduced in one command.
+
+An :class:`Entry` is one published theorem with a simulation study: the paper (authors, year,
+title), the theorem and figure numbers, the model (gate, expert, truth), the estimator, the paper's
+own design, and one or more :class:`Run` s -- a rates configuration (a preset of
+:mod:`moestat.rates.presets` or a scenario file shipped in ``moestat/rates/catalogue_files/``) with
+the full grid (the paper's design, or moestat's recorded design where the paper's could not be
+used) and a reduced ``--quick`` grid (at most 5 minutes on 2 cores; measured wall times in
+docs/guide/catalogue.rst).  Every run goes through :func:`moestat.rates.run_rates` (same store,
+resume, verdicts and figures as ``moestat rates``); :func:`reproduce` writes each run into
+``OUT/<run label>/`` and the entry's report into ``OUT/catalogue.json``.
+
+Each entry states, for every loss it reports, the predicted exponent of ``n`` or the prediction
+"slower than any polynomial rate" (:class:`Prediction`).  The exponents are the ones the rates
+pipeline applies (a test checks they agree); a "slower than any polynomial" prediction has no
+interval to fall in, so it is judged by **contrast** with the entry's fast case on the same loss
+(:attr:`Entry.contrast`): consistent when the slow run's slope is flatter than the fast run's by
+at least :data:`moestat.rates.fit.FLATTER_MARGIN` -- the rule ``moestat rates`` applies to the
+vanilla cosine router.
+
+An entry whose model moestat cannot fit yet is listed with its status ``needs: ...``
+(:func:`entry_status`, computed by building its configuration, never hard-coded as runnable) and
+refused by :func:`reproduce`; nothing is faked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = [
+    "Paper",
+    "Prediction",
+    "Run",
+    "Entry",
+    "ENTRIES",
+    "entry",
+    "catalogue_file",
+    "run_config",
+    "entry_status",
+    "format_list",
+    "plan",
+    "reproduce",
+    "contrast_verdict",
+    "format_report",
+]
+
+#: Written into ``OUT/catalogue.json``.
+REPORT_SCHEMA = "moestat.catalogue.report/1"
+SLOWER = "slower than any polynomial rate"
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper: ``authors`` as the docs name it ("Nguyen, Ho & Rinaldo"), year, title, venue,
+    arXiv id, and where moestat read it (the address of the stored copy)."""
+
+    authors: str
+    year: int
+    title: str
+    venue: str
+    arxiv: str
+    read_at: str
+
+    @property
+    def cite(self) -> str:
+        return f"{self.authors} ({self.year})"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The prediction for one loss of one run: ``exponent`` of ``n`` or ``None`` (:data:`SLOWER`)."""
+
+    run: str
+    loss: str
+    exponent: float | None
+    source: str
+    #: the prediction in words when it is not an exponent nor "slower than any polynomial rate"
+    claim: str = ""
+    #: judged by the entry's contrast (:attr:`Entry.contrast`) rather than by an interval
+    by_contrast: bool = False
+
+    @property
+    def text(self) -> str:
+        if self.claim:
+            return self.claim
+        return SLOWER if self.exponent is None else f"n^{self.exponent:g}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One rates run of an entry.
+
+    Parameters
+    ----------
+    label : str
+        Sub-folder of ``--out`` and the name in the report.
+    base : dict
+        Flat :class:`~moestat.rates.config.RatesConfig` keys of the model and estimator; a key
+        ``catalogue_file`` names a scenario file of ``moestat/rates/catalogue_files/`` (resolved to
+        its installed path as ``scenario_file``).
+    full, quick : dict
+        The grid keys (``n_min n_max n_points reps`` ...) of the full and the ``--quick`` run.
+    requires : str
+        What the run needs that moestat may lack (shown as ``needs: ...`` when the configuration
+        cannot be built); empty when nothing beyond the rates pipeline.
+    """
+
+    label: str
+    base: Mapping[str, Any]
+    full: Mapping[str, Any]
+    quick: Mapping[str, Any]
+    requires: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One published theorem with its simulation study (see the module docstring)."""
+
+    key: str
+    paper: Paper
+    theorem: str
+    figure: str
+    model: str
+    estimator: str
+    paper_design: str
+    runs: tuple[Run, ...]
+    predictions: tuple[Prediction, ...]
+    #: (slow run, fast run, loss): the "slower than any polynomial" run judged against the fast one
+    contrast: tuple[str, str, str] | None = None
+    #: a limitation known without building anything (e.g. a parameter moestat cannot fit)
+    blocked: str = ""
+    notes: str = ""
+    recorded: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the papers (each found and read with the search tool; read_at is the stored copy read)
+# ---------------------------------------------------------------------------------------------
+COSINE = Paper("Nguyen et al.", 2024, "Statistical Advantages of Perturbing Cosine Router in Mixture of Experts",
+               "ICLR 2025", "2405.14131", "shared/reference/cosine_router_004.md (digest of the paper)")
+SOFTMAX_GMOE = Paper("Nguyen, Nguyen & Ho", 2023, "Demystifying Softmax Gating Function in Gaussian Mixture of Experts",
+                     "NeurIPS 2023", "2305.03288", "https://ri.k117.org/papers/demystifying_softmax_gating_function_in_gaussian_mixture_of_experts__948e786d")
+LSE = Paper("Nguyen, Ho & Rinaldo", 2024, "On Least Squares Estimation in Softmax Gating Mixture of Experts",
+            "ICML 2024", "2402.02952", "https://ar5iv.labs.arxiv.org/html/2402.02952")
+SIGMOID = Paper("Nguyen, Ho & Rinaldo", 2024, "Sigmoid Gating is More Sample Efficient than Softmax Gating in Mixture of Experts",
+                "NeurIPS 2024", "2405.13997", "https://arxiv.org/html/2405.13997v2")
+TOPK = Paper("Nguyen, Akbarian, Yan & Ho", 2024, "Statistical Perspective of Top-K Sparse Softmax Gating Mixture of Experts",
+             "ICLR 2024", "2309.13850", "https://api-inference.pages.dev/papers/2309.13850.md")
+TEMPERATURE = Paper("Nguyen, Akbarian & Ho", 2024, "Is Temperature Sample Efficient for Softmax Gaussian Mixture of Experts?",
+                    "ICML 2024", "2401.13875", "https://www.sciencestack.ai/paper/2401.13875")
+MULTINOMIAL = Paper("Nguyen, Akbarian, Nguyen & Ho", 2024, "A General Theory for Softmax Gating Multinomial Logistic Mixture of Experts",
+                    "ICML 2024", "2310.14188", "https://huggingface.datasetlab.ai/papers/2310.14188.md")
+GAUSSIAN_GATE = Paper("Nguyen, Nguyen, Nguyen & Ho", 2024,
+                      "Towards Convergence Rates for Parameter Estimation in Gaussian-gated Mixture of Experts",
+                      "AISTATS 2024", "2305.07572", "github:Trung-TinNGUYEN/CRPE-GMoE (README, models.py, experiment.py at e04efe2)")
+
+_HALF = -0.5
+_QUARTER = -0.25
+
+
+def _gmoe(setting: str, k_fit: int | None, full: dict, quick: dict) -> Run:
+    base = {"family": "gaussian-moe", "estimator": "mle", "setting": setting, "init_scale": 0.1, "max_iter": 1000}
+    if k_fit is not None:
+        base["k_fit"] = k_fit
+    return Run("gaussian-moe", base, full, quick)
+
+
+ENTRIES: dict[str, Entry] = {}
+
+
+def _add(e: Entry) -> None:
+    ENTRIES[e.key] = e
+
+
+_add(Entry(
+    "cosine-exact", COSINE, "Theorems 2 (vanilla cosine, exact) and 6 (perturbed cosine, exact)", "Figure 1(a)",
+    "regression MoE y = sum_i softmax(cosine or perturbed-cosine score)_i GELU(a_i^T x + b_i) + noise, d = 4, k* = 3, "
+    "Top-2 sparse gate, exact fit (moestat's default truth)", "least squares (Levenberg-Marquardt, near-truth start)",
+    "20 replicates per n (the paper); the sample sizes were not recovered (moestat: 7 log-spaced n, 2 000 to 128 000)",
+    (Run("routers", {"router": ["perturbed", "cosine"], "setting": "exact", "chunk": 5},
+         {"n_min": 2000, "n_max": 128000, "n_points": 7, "reps": 20},
+         {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 6}),),
+    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 6"),
+     Prediction("routers", "cosine voronoi", None, "Theorem 2"),
+     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1"),
+     Prediction("routers", "cosine regression_l2", _HALF, "Theorem 1")),
+    notes="both routers fit the same data (one run, two curves); the vanilla router's no-polynomial-rate prediction "
+          "is judged inside moestat rates (flatter than perturbed by the margin)",
+    recorded="preset fig1a (docs/guide/rates.rst)",
+))
+_add(Entry(
+    "cosine-over", COSINE, "Theorems 3 (vanilla cosine, over-specified) and 5 (perturbed cosine, over-specified)", "Figure 1(b)",
+    "the regression MoE of cosine-exact, over-specified fit (k = k* + 1, dense)", "least squares (max_iter 1000)",
+    "20 replicates per n (the paper); moestat's fig1b preset: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
+    (Run("routers", {"router": ["perturbed", "cosine"], "setting": "over", "max_iter": 1000, "chunk": 4},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),),
+    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)"),
+     Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5"),
+     Prediction("routers", "cosine voronoi", None, "Theorem 3"),
+     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1")),
+    recorded="preset fig1b (docs/guide/rates.rst)",
+))
+_add(Entry(
+    "gmoe-exact", SOFTMAX_GMOE, "Theorem 1 (exact fit)", "Figure 1 (model 1, K = 2, Appendix simulation study)",
+    "softmax-gated Gaussian MoE, d = 1, k* = 2, linear experts, per-atom variances 0.09 and 0.16 (model 1)",
+    "maximum likelihood (EM + SQUAREM, best of 5 near-truth starts)",
+    "40 samples of size n for each of 200 sample sizes between 1e2 and 1e5 (the paper, as quoted by the stored page); "
+    "the peers' code CRPE-SGaME uses 150 sizes for K = 2",
+    (_gmoe("exact", None, {"n_min": 100, "n_max": 100_000, "n_points": 150, "reps": 40, "starts": 5, "chunk": 10},
+           {"n_min": 200, "n_max": 20_000, "n_points": 8, "reps": 10, "starts": 2, "chunk": 5}),),
+    (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 1 (D1)"),
+     Prediction("gaussian-moe", "param_single", _HALF, "Theorem 1"),
+     Prediction("gaussian-moe", "mass", _HALF, "Theorem 1")),
+    recorded="simulations/gaussian_moe/gmoe_exact",
+))
+for _k in (3, 4):
+    _add(Entry(
+        f"gmoe-over{_k}", SOFTMAX_GMOE, "Theorem 2 (over-fitted)", f"Figure 1 (model 1, K = {_k})",
+        f"model 1 of gmoe-exact fitted with K = {_k} atoms", "maximum likelihood (EM + SQUAREM + Newton polish, 2 starts)",
+        "40 samples per n, 200 sizes in [1e4, 1e5] in the peers' code CRPE-SGaME; moestat's recorded design: "
+        "11 log-spaced n from 200 to 20 000, 10 replicates",
+        (_gmoe("over", _k, {"n_min": 200, "n_max": 20_000, "n_points": 11, "reps": 10, "starts": 2, "chunk": 5},
+               {"n_min": 200, "n_max": 5_000, "n_points": 5, "reps": 6, "starts": 2, "chunk": 3}),),
+        (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 2 (D2)"),
+         Prediction("gaussian-moe", "param_single", _HALF, "Theorem 2"),
+         *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}"),) if _k == 3 else ())),
+        recorded=f"simulations/gaussian_moe/gmoe_over{_k}",
+    ))
+_add(Entry(
+    "lse-ffn-vs-linear", LSE, "strongly identifiable experts (FFN sigmoid/tanh) vs polynomial experts (slow rate)", "Figure 1",
+    "softmax-gated regression MoE, d = 2, k* = 2, k = 3 (over-specified); experts sigmoid(a^T x + b) vs linear a^T x + b",
+    "least squares (Levenberg-Marquardt, max_iter 1000)",
+    "not recovered from the stored excerpts (abstract and introduction read); moestat's design: 6 log-spaced n, "
+    "1 000 to 32 000, 12 replicates",
+    (Run("ffn-sigmoid", {"catalogue_file": "lse_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),
+     Run("linear", {"catalogue_file": "lse_linear_over.toml", "max_iter": 1000, "chunk": 4},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6})),
+    (Prediction("ffn-sigmoid", "D2_ls", _HALF, "strongly identifiable experts: D2-shaped loss at n^{-1/2}"),
+     Prediction("linear", "D2_ls", None, "polynomial experts: slower than any polynomial rate", by_contrast=True),
+     Prediction("ffn-sigmoid", "regression_l2", _HALF, "regression rate"),
+     Prediction("linear", "regression_l2", _HALF, "regression rate")),
+    contrast=("linear", "ffn-sigmoid", "D2_ls"),
+    notes="the truth is moestat's (the paper's parameters were not recovered)",
+))
+_add(Entry(
+    "sigmoid-vs-softmax", SIGMOID, "expert estimation under sigmoid vs softmax gating (over-specified, FFN experts)",
+    "Figure 1", "regression MoE, d = 2, k* = 2, k = 3, GELU experts; sigmoid gate (no reference atom) vs softmax gate",
+    "least squares (Levenberg-Marquardt on autograd Jacobians for the sigmoid gate, max_iter 1000)",
+    "not recovered (the figure caption reads: empirical averages of the Voronoi losses, sigmoid vs softmax on the same "
+    "data, with fitted lines); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates, one truth per gate",
+    (Run("sigmoid", {"catalogue_file": "gate_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),
+     Run("softmax", {"catalogue_file": "gate_softmax_over.toml", "max_iter": 1000, "chunk": 4},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6})),
+    (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (GELU) experts (Nguyen, Ho & Rinaldo 2024, least squares)"),
+     Prediction("softmax", "param_multi", None, "softmax gating, strongly identifiable experts: atoms sharing a cell at "
+                "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True),
+     Prediction("sigmoid", "param_multi", None, "the paper: sigmoid gating estimates experts faster than softmax",
+                claim="faster than softmax (no exponent transcribed)"),
+     Prediction("sigmoid", "regression_l2", _HALF, "regression rate (their parametric regression bound)"),
+     Prediction("softmax", "regression_l2", _HALF, "regression rate")),
+    contrast=("softmax", "sigmoid", "param_multi"),
+    notes="the paper compares both gates on one data set; moestat fits each gate on data from its own truth (a scenario "
+          "file has one gate). The contrast: softmax's multi-atom parameter error flatter than sigmoid's",
+))
+# ---- likelihood entries: need the generic maximum likelihood of issue 27 (branch i27a) -------------
+_add(Entry(
+    "topk-gmoe", TOPK, "exact-specified: parametric density and parameter rates; over-specified: slow parameter rates",
+    "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 1 of k* = 2), linear experts",
+    "maximum likelihood (generic EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not "
+    "recovered; moestat's design: 5 log-spaced n, 1 000 to 16 000, 12 replicates",
+    (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
+         {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 12},
+         {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
+         requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
+    (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
+    notes="the generic EM never moves a Top-K boundary (its derivatives are zero there; docs/guide/own_gmoe.rst, known "
+          "limitation): fits keep the start's active sets, so a floor here is the estimator's, not the theorem's",
+))
+_add(Entry(
+    "temperature-gmoe", TEMPERATURE, "dense-to-sparse gate: no polynomial rate (as slow as 1/log n); activation gate: polynomial",
+    "simulation study (Section 5 / appendix)", "softmax((beta1^T x + beta0) / tau) Gaussian MoE with the temperature tau "
+    "a parameter, against the activation dense-to-sparse gate", "maximum likelihood",
+    "not recovered", (),
+    (Prediction("temperature", "voronoi", None, "temperature interacts with the gate through a PDE"),
+     Prediction("activation", "voronoi", _HALF, "activation gate: gating parameters at n^{-1/2} (TL;DR of the stored page)")),
+    blocked="a fitted temperature: moestat's gates take a fixed temperature, the theorem's slow rate comes from "
+            "estimating it (the interaction disappears when tau is known)",
+))
+_add(Entry(
+    "multinomial-moe", MULTINOMIAL, "vanishing expert parameters: slower than polynomial; otherwise parametric",
+    "simulation study", "softmax-gated multinomial logistic MoE (classification, C = 3 classes), d = 2, k* = 2, exact fit; "
+    "every expert parameter nonzero vs the first expert's slopes vanishing", "maximum likelihood (generic EM)",
+    "not recovered from the stored excerpts (abstract read); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
+    (Run("nonvanishing", {"catalogue_file": "multinomial_nonvanishing.toml", "estimator": "mle", "max_iter": 1000},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
+         requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
+     Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
+         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
+         requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)")),
+    (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
+     Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
+                by_contrast=True)),
+    contrast=("vanishing", "nonvanishing", "D1"),
+    notes="the truth is moestat's (the paper's parameters were not recovered)",
+))
+_add(Entry(
+    "gaussian-gated-moe", GAUSSIAN_GATE, "Type I setting (every gate mean nonzero), over-specified: D-bar at n^{-1/2}",
+    "Figures (models 1-4, K = 4, 5)", "Gaussian-gated MoE (GLLiM): gate N(x; c_i, Gamma_i), linear Gaussian experts; "
+    "CRPE-GMoE model 1: d = 1, k* = 3", "maximum likelihood (EM)",
+    "CRPE-GMoE: 20 replicates, 100 sample sizes (5 in [100, 500], 95 in [500, 1e5]), EM eps 1e-5, max 2000 iterations, "
+    "models 1-4 x K in {4, 5}; moestat's full run: 5 log-spaced n, 500 to 8 000, 10 replicates (the generic EM's cost)",
+    (Run("gaussian-gate", {"catalogue_file": "gaussian_gate_over.toml", "estimator": "mle", "max_iter": 2000},
+         {"n_min": 500, "n_max": 8000, "n_points": 5, "reps": 10},
+         {"n_min": 300, "n_max": 2400, "n_points": 4, "reps": 4},
+         requires="a Gaussian gate fitted by maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
+    (Prediction("gaussian-gate", "Dbar", _HALF, "Type I: D-bar at n^{-1/2}"),),
+    notes="moestat's Gaussian gate has a known common kernel variance and uniform inputs; the paper's joint GLLiM "
+          "estimates per-atom gate covariances with x drawn from the gate mixture. Side by side with the authors' "
+          "committed CRPE-GMoE arrays: simulations/catalogue/crpe_gmoe.json",
+))
+
+
+# ---------------------------------------------------------------------------------------------
+# building and checking
+# ---------------------------------------------------------------------------------------------
+def entry(key: str) -> Entry:
+    """The entry ``key``; a one-line ``ValueError`` listing the keys otherwise."""
+    if key not in ENTRIES:
+        raise ValueError(f"unknown catalogue entry {key!r}; expected one of {', '.join(ENTRIES)}")
+    return ENTRIES[key]
+
+
+def catalogue_file(name: str) -> Path:
+    """The installed path of a scenario file shipped in ``moestat/rates/catalogue_files/``."""
+    return Path(str(resources.files("moestat.rates") / "catalogue_files" / name))
+
+
+def run_config(run: Run, quick: bool, **execution: Any):
+    """The :class:`~moestat.rates.config.RatesConfig` of ``run`` (full or quick grid), with
+    execution keys (``n_jobs``, ``quiet`` ...) added; built, not validated.
+
+    Raises
+    ------
+    FileNotFoundError
+        A ``catalogue_file`` that is not shipped (yet).
+    """
+    from moestat.rates.config import RatesConfig
+
+    data = dict(run.base)
+    name = data.pop("catalogue_file", None)
+    if name is not None:
+        path = catalogue_file(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"catalogue scenario file {name} is not shipped")
+        data["scenario_file"] = str(path)
+    data.update(run.quick if quick else run.full)
+    data.update(execution)
+    return RatesConfig.from_dict(data)
+
+
+def entry_status(e: Entry) -> str:
+    """``"runnable"`` or ``"needs: ..."`` -- found by building and validating each run's quick
+    configuration (and, for a run on a mixture-noise scenario file, checking that the file really
+    declares the mixture), never assumed."""
+    if e.blocked:
+        return f"needs: {e.blocked}"
+    if not e.runs:
+        return "needs: a run definition"
+    for run in e.runs:
+        try:
+            cfg = run_config(run, quick=True)
+            cfg.validate()
+            if run.requires and not _declares_mixture(cfg):
+                raise ValueError("the scenario is read as additive noise")
+        except (ValueError, FileNotFoundError, TypeError, KeyError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"needs: {run.requires or 'a working configuration'} ({why})"
+    return "runnable"
+
+
+def _declares_mixture(cfg) -> bool:
+    """Whether the run's scenario draws y from the mixture (the likelihood entries need it)."""
+    if cfg.family == "gaussian-moe":
+        return True
+    from moestat.rates.resolve import build_scenario
+
+    sc = build_scenario(cfg.scenario_key(cfg.router[0]))
+    return str(getattr(sc, "noise_model", "additive")) == "mixture" or bool(getattr(sc, "gaussian_moe", False))
+
+
+def format_list() -> str:
+    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, predictions, status."""
+    lines = []
+    for e in ENTRIES.values():
+        preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
+        lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
+        lines.append(f"{'':<20} model: {e.model}")
+        lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
+        lines.append(f"{'':<20} status: {entry_status(e)}")
+    return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
+
+
+# ---------------------------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------------------------
+def _fit_of(summary: dict, loss: str, router: str | None = None) -> dict | None:
+    for f in summary["fits"]:
+        if f["loss"] == loss and (router is None or f["router"] == router):
+            return f
+    return None
+
+
+def contrast_verdict(slow: dict | None, fast: dict | None, margin: float | None = None) -> dict[str, Any]:
+    """Judge a "slower than any polynomial rate" fit against the fast case's fit of the same loss.
+
+    ``consistent`` when the slow slope is flatter than the fast slope by at least ``margin``
+    (default :data:`moestat.rates.fit.FLATTER_MARGIN`, the rule applied to the vanilla cosine
+    router); ``inconclusive`` when either slope is missing or either fit is itself inconclusive;
+    ``inconsistent`` otherwise.
+    """
+    from moestat.rates.fit import FLATTER_MARGIN
+
+    m = FLATTER_MARGIN if margin is None else margin
+    if not slow or not fast or slow.get("slope") is None or fast.get("slope") is None:
+        return {"category": "inconclusive", "reason": "a slope is missing"}
+    s, f = float(slow["slope"]), float(fast["slope"])
+    if "inconclusive" in (slow.get("category"), fast.get("category")):
+        return {"category": "inconclusive", "slow_slope": s, "fast_slope": f,
+                "reason": f"slope {s:.3f} vs fast case {f:.3f}, but a fit is inconclusive"}
+    flatter = s >= f + m
+    return {"category": "consistent" if flatter else "inconsistent", "slow_slope": s, "fast_slope": f, "margin": m,
+            "reason": f"slope {s:.3f} vs fast case {f:.3f}: flatter by >= {m:g}? {flatter}"}
+
+
+def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, Any]]:
+    """The validated configuration of every run of entry ``key`` (nothing is written).
+
+    Raises
+    ------
+    ValueError
+        Unknown key, an entry that cannot run (its ``needs: ...`` status), or a bad execution key.
+    """
+    e = entry(key)
+    status = entry_status(e)
+    if status != "runnable":
+        raise ValueError(f"catalogue entry {key} cannot run: {status}")
+    return [(run, run_config(run, quick, **execution).validate()) for run in e.runs]
+
+
+def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bool = False,
+              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None) -> dict[str, Any]:
+    """Run catalogue entry ``key`` into ``out`` and return the report written to ``out/catalogue.json``.
+
+    Parameters
+    ----------
+    key : str
+        A key of :data:`ENTRIES`.
+    out : path-like
+        Output folder; each run writes ``out/<label>/`` (``results.csv``, ``summary.json``,
+        figures, exactly as ``moestat rates``).
+    quick : bool
+        The reduced grid (at most 5 minutes on 2 cores) instead of the full one.
+    n_jobs : int
+        Parallel work units of each run (results do not depend on it).
+    resume : bool
+        Continue runs already in ``out`` (the rates resume guard applies to each).
+    runs : list, optional
+        The output of :func:`plan` (the command validates first, then runs).
+
+    Raises
+    ------
+    ValueError
+        Unknown key, or an entry that cannot run (its ``needs: ...`` status).
+    """
+    from moestat.io import atomic_write_json
+    from moestat.rates.experiment import run_rates
+
+    e = entry(key)
+    if runs is None:
+        runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
+    out = Path(out)
+    done = []
+    for run, cfg in runs:
+        t0 = time.perf_counter()
+        summary = run_rates(cfg, out / run.label, resume=resume)
+        wall = time.perf_counter() - t0
+        done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
+                     "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary})
+    report = _report(e, quick, done)
+    atomic_write_json(out / "catalogue.json", report)
+    return report
+
+
+def _report(e: Entry, quick: bool, runs: list[dict]) -> dict[str, Any]:
+    by_label = {r["label"]: r["summary"] for r in runs}
+    rows = []
+    for p in e.predictions:
+        s = by_label.get(p.run)
+        if s is None:
+            continue
+        router, loss = (p.loss.split(" ", 1) if " " in p.loss else (None, p.loss))
+        f = _fit_of(s, loss, router)
+        row = {"run": p.run, "loss": p.loss, "predicted": p.exponent, "prediction": p.text, "source": p.source,
+               "by_contrast": p.by_contrast,
+               "slope": None, "ci": None, "category": None, "reason": "loss not in the run's fits"}
+        if f is not None:
+            row.update(slope=f.get("slope"), ci=[f.get("ci_low"), f.get("ci_high")], pipeline_predicted=f.get("predicted"),
+                       category=f.get("category"), reason=f.get("reason"))
+        rows.append(row)
+    contrast = None
+    if e.contrast is not None:
+        slow, fast, loss = e.contrast
+        contrast = {"slow": slow, "fast": fast, "loss": loss,
+                    **contrast_verdict(_fit_of(by_label.get(slow, {"fits": []}), loss),
+                                       _fit_of(by_label.get(fast, {"fits": []}), loss))}
+        for row in rows:  # the slow case's prediction is judged by the contrast
+            if row["by_contrast"]:
+                row.update(category=contrast["category"], reason="contrast: " + contrast["reason"])
+    return {
+        "schema": REPORT_SCHEMA, "key": e.key, "mode": "quick" if quick else "full",
+        "paper": {"authors": e.paper.authors, "year": e.paper.year, "title": e.paper.title, "venue": e.paper.venue,
+                  "arxiv": e.paper.arxiv, "read_at": e.paper.read_at},
+        "theorem": e.theorem, "figure": e.figure, "model": e.model, "estimator": e.estimator,
+        "paper_design": e.paper_design, "notes": e.notes,
+        "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
+        "predictions": rows, "contrast": contrast,
+        "wall_s": round(sum(r["wall_s"] for r in runs), 2),
+    }
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3f}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The table printed by ``moestat reproduce``: one line per prediction, then the contrast."""
+    head = f"{'run':<14} {'loss':<24} {'predicted':<32} {'slope':>7}  {'95% CI':<17} category"
+    lines = [f"{report['key']} ({report['mode']}): {report['paper']['authors']} ({report['paper']['year']}), "
+             f"{report['figure']}", head, "-" * len(head)]
+    for r in report["predictions"]:
+        ci = f"[{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" if r.get("ci") else "-"
+        lines.append(f"{r['run']:<14} {r['loss']:<24} {r['prediction']:<32} {_fmt(r['slope']):>7}  {ci:<17} "
+                     f"{r['category'] or '-'}")
+    for r in report["predictions"]:
+        lines.append(f"  {r['run']} {r['loss']}: {r['reason'] or '-'}")
+    if report.get("contrast"):
+        c = report["contrast"]
+        lines.append(f"contrast ({c['slow']} vs {c['fast']}, {c['loss']}): {c['category']} -- {c['reason']}")
+    runs = ", ".join(f"{r['label']} {r['wall_s']:.1f} s ({r['counts']['converged']}/{r['counts']['expected']} converged)"
+                     for r in report["runs"])
+    lines.append(f"wall: {report['wall_s']:.1f} s; {runs}")
+    return "\n".join(lines)
+
+
+def report_json(report: Mapping[str, Any]) -> str:  # pragma: no cover - convenience for docs
+    return json.dumps(report, indent=2, sort_keys=True)

@@ -1,0 +1,155 @@
+"""The generic maximum likelihood (issue 27): every gate and expert of the protocol, checked against
+scipy on an independent NumPy likelihood, and against the fused EM on model 1."""
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.special import erf, log_softmax, logsumexp
+
+from moestat.data.gaussian_scenarios import model1_scenario
+from moestat.data.scenario_files import scenario_from_mapping
+from moestat.estimators.mle import MLEGaussianMoE
+from moestat.estimators.starts import near_truth_init
+from moestat.model.mixing import MixingMeasure
+
+LIN = [dict(beta0=0.5, beta1=[2.0, -1.0], eta=[1.0, -1.0, 0.5], variance=0.1),
+       dict(beta0=0.0, beta1=[0.0, 0.0], eta=[-1.0, 1.0, -0.5], variance=0.2)]
+LIN3 = [dict(beta0=0.3, beta1=[1.5, 1.0], eta=[1.0, -1.0, 1.0], variance=0.1),
+        dict(beta0=-0.2, beta1=[-1.0, 1.5], eta=[-1.0, 0.5, -1.0], variance=0.15)] + [dict(LIN[1], eta=[0.5, 1.0, 0.0])]
+GAUSS_GATE = [dict(a, beta0=float(np.log(w)), beta1=c) for a, w, c in zip(LIN, [0.4, 0.6], [[0.5, 0.5], [-0.5, -0.3]])]
+SIG_GATE = [LIN[0], dict(LIN[1], beta0=0.3, beta1=[1.0, 1.0])]
+# n = 1000: at n = 300 one expert's class separated and its MLE was at infinity (coefficients ~1e4); with
+# flatter coefficients at n = 600 EM and scipy climbed to different local maxima (-600.20 and -596.18)
+MULTI = [dict(beta0=0.5, beta1=[2.0, -1.0], eta=[2, 2, 0, -2, 0, 1]), dict(beta0=0.0, beta1=[0.0, 0.0], eta=[-2, 0, 1, 0, -2, 0])]
+
+CASES = {
+    "temperature": ({"temperature": 0.5}, {"kind": "linear"}, LIN),
+    "activation": ({"activation": "tanh", "temperature": 0.5}, {"kind": "linear"}, LIN),
+    "top_k": ({"k_active": 2}, {"kind": "linear"}, LIN3),
+    "sigmoid_gate": ({"normalisation": "sigmoid"}, {"kind": "linear"}, SIG_GATE),
+    "gaussian_gate": ({"normalisation": "gaussian"}, {"kind": "linear"}, GAUSS_GATE),
+    "poly": ({}, {"kind": "poly", "degree": 2}, LIN),
+    "gelu": ({}, {"kind": "gelu"}, LIN),
+    "tanh": ({}, {"kind": "tanh"}, LIN),
+    "sigmoid_expert": ({}, {"kind": "sigmoid"}, LIN),
+    "multinomial": ({}, {"kind": "multinomial", "classes": 3}, MULTI),
+}
+
+
+def _scenario(gate, expert, atoms):
+    return scenario_from_mapping({"gate": gate, "expert": expert, "noise": {"model": "mixture"}, "atoms": atoms})
+
+
+# ---- an independent NumPy likelihood (no moestat code) ---------------------------------------------
+def _np_loglik(gate, expert, X, Y, b0, b1, eta):
+    """Observed log-likelihood of one measure (``eta`` with the variance last for Gaussian experts)."""
+    T = gate.get("temperature", 1.0)
+    if gate.get("normalisation") == "gaussian":
+        s = -0.5 * ((X[:, None, :] - b1[None]) ** 2).sum(-1)
+    else:
+        s = X @ b1.T
+        if gate.get("activation") == "tanh":
+            s = np.tanh(s)
+    logits = (s + b0) / T
+    if gate.get("normalisation") == "sigmoid":
+        logits = -np.logaddexp(0.0, -logits)  # log sigmoid, then normalised
+    if "k_active" in gate:
+        K = gate["k_active"]
+        thr = np.sort(s, axis=1)[:, -K][:, None]
+        logits = np.where(s >= thr, logits, -np.inf)
+    lw = log_softmax(logits, axis=1)
+    kind = expert["kind"]
+    if kind == "multinomial":
+        C = expert["classes"]
+        W = eta.reshape(eta.shape[0], C - 1, X.shape[1] + 1)
+        z = np.einsum("nd,kcd->nkc", X, W[..., :-1]) + W[..., -1][None]
+        z = np.concatenate([z, np.zeros(z.shape[:-1] + (1,))], -1)
+        lf = log_softmax(z, axis=-1)[np.arange(len(Y)), :, Y.astype(int)]
+    else:
+        z = X @ eta[:, :-2].T + eta[:, -2]
+        h = {"linear": z, "poly": z ** 2, "gelu": 0.5 * z * (1 + erf(z / np.sqrt(2))), "tanh": np.tanh(z),
+             "sigmoid": 1 / (1 + np.exp(-z))}[kind]
+        v = eta[:, -1]
+        lf = -0.5 * (np.log(2 * np.pi * v) + (Y[:, None] - h) ** 2 / v)
+    return float(logsumexp(lw + lf, axis=1).sum())
+
+
+def _pack(G, gate, gaussian):
+    """Free parameters for scipy: the gate without its reference entries, eta, log-variances."""
+    k = G.beta0.shape[0]
+    norm = gate.get("normalisation", "softmax")
+    free0 = k - 1 if norm in ("softmax", "gaussian") else k
+    free1 = k - 1 if norm == "softmax" else k
+    eta = G.eta.copy()
+    if gaussian:
+        eta[:, -1] = np.log(eta[:, -1])
+    return np.concatenate([G.beta0[:free0], G.beta1[:free1].ravel(), eta.ravel()]), (free0, free1)
+
+
+def _unpack(v, G, free, gaussian):
+    k, d = G.beta1.shape
+    b0, b1, eta = np.zeros(k), np.zeros((k, d)), np.empty_like(G.eta)
+    b0[: free[0]] = v[: free[0]]
+    b1[: free[1]] = v[free[0] : free[0] + free[1] * d].reshape(free[1], d)
+    eta[:] = v[free[0] + free[1] * d :].reshape(eta.shape)
+    if gaussian:
+        eta[:, -1] = np.exp(eta[:, -1])
+    return b0, b1, eta
+
+
+TOP_K_LIMIT = pytest.mark.xfail(strict=True, reason=(
+    "known limitation: which K experts are active is piecewise constant in beta1, so the derivative-based EM "
+    "never moves the Top-K boundary; scipy's finite differences straddle it and find a higher likelihood"))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=TOP_K_LIMIT) if c == "top_k" else c for c in sorted(CASES)])
+def test_generic_mle_reaches_scipys_optimum(case):
+    gate, expert, atoms = CASES[case]
+    sc = _scenario(gate, expert, atoms)
+    gaussian = expert["kind"] != "multinomial"
+    X, Y = sc.sample(1000 if case == "multinomial" else 300, np.random.default_rng(1))
+    G0 = sc.near_truth_start(0.1, np.random.default_rng(2))
+    if gate.get("normalisation") == "gaussian":  # the estimator's convention: the last beta0 is 0
+        G0 = MixingMeasure(G0.beta0 - G0.beta0[-1], G0.beta1, G0.eta)
+    # EM into the basin, then Newton to the second-order certificate (EM alone crawls on some of these)
+    est = MLEGaussianMoE(sc.fit_model, len(atoms), max_iter=300, tol=1e-9, polish_iter=50, accelerate=True).fit(X, Y, init=G0)
+    assert est.kernel_ == "generic"
+    P = est.params_
+    ll_m = _np_loglik(gate, expert, X, Y, P.beta0[0], P.beta1[0], P.eta[0])
+    # moestat's own log-likelihood is the independent one's
+    np.testing.assert_allclose(est.loglik_[0], ll_m, rtol=1e-9)
+    path = est.loglik_path_[0]
+    assert np.all(np.diff(path) >= -1e-9 * abs(path[-1])), "the EM trace decreased"
+    v0, free = _pack(G0, gate, gaussian)
+    res = minimize(lambda v: -_np_loglik(gate, expert, X, Y, *_unpack(v, G0, free, gaussian)), v0, method="L-BFGS-B",
+                   options={"maxiter": 5000, "maxfun": 200000})
+    ll_s = -res.fun
+    assert np.isfinite(ll_s)
+    assert ll_m >= ll_s - 1e-6 * abs(ll_s), f"{case}: moestat {ll_m:.8f} < scipy {ll_s:.8f}"
+
+
+def test_generic_em_on_model1_equals_the_fused_em():
+    sc = model1_scenario("exact")
+    rng = np.random.default_rng(0)
+    R, n = 3, 1500
+    data = [sc.sample(n, rng) for _ in range(R)]
+    X, Y = np.stack([a for a, _ in data]), np.stack([b for _, b in data])
+    G0 = MixingMeasure.stack([near_truth_init(sc.truth, 2, 0.1, np.random.default_rng(r), log_last=True) for r in range(R)])
+    fused = MLEGaussianMoE(n_components=2, compile=False).fit(X, Y, init=G0)
+    generic = MLEGaussianMoE(n_components=2, generic=True).fit(X, Y, init=G0)
+    assert fused.kernel_ == "eager" and generic.kernel_ == "generic"
+    np.testing.assert_allclose(generic.loglik_, fused.loglik_, rtol=1e-8)
+    np.testing.assert_allclose(generic.params_.eta, fused.params_.eta, atol=1e-6)
+    np.testing.assert_allclose(generic.params_.beta1, fused.params_.beta1, atol=1e-5)
+    assert generic.status_ == fused.status_ == ["tol"] * R
+
+
+def test_the_fast_path_stays_used_for_the_linear_softmax_model():
+    from moestat.data.scenario_files import load_scenario
+    from pathlib import Path
+
+    sc = load_scenario(str(Path(__file__).resolve().parents[2] / "examples" / "gaussian_moe_d2.toml"))
+    X, Y = sc.sample(400, np.random.default_rng(0))
+    est = MLEGaussianMoE.for_scenario(sc, max_iter=200, random_state=0).fit(X, Y, init=sc.near_truth_start(0.05, np.random.default_rng(1)))
+    assert est.kernel_ in ("eager", "compiled")
+    assert est.params_.eta.shape == (1, 3, 4)

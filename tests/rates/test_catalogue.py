@@ -1,0 +1,166 @@
+"""The rate catalogue (``moestat reproduce``): entries, statuses, the door and its report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moestat.cli.main import main as moestat
+from moestat.rates import catalogue as cat
+from moestat.rates.fit import FLATTER_MARGIN, predicted_exponent
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = dict(n_min=200, n_max=800, n_points=3, reps=3, n_boot=100, holdout=256)
+
+
+def _run(argv, capsys):
+    try:
+        rc = moestat(list(argv))
+    except SystemExit as exc:  # argparse refuses from inside the parser
+        rc = exc.code
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_list_shows_at_least_eight_entries_each_with_paper_predictions_and_status(capsys):
+    rc, out, _ = _run(["reproduce", "--list"], capsys)
+    assert rc == 0
+    assert len(cat.ENTRIES) >= 8
+    for key, e in cat.ENTRIES.items():
+        assert key in out and e.paper.cite in out
+        assert e.predictions, key
+    assert out.count("status: ") == len(cat.ENTRIES)
+    assert f"{len(cat.ENTRIES)} entries" in out
+
+
+def test_every_entry_is_distinct_and_names_its_paper_by_authors_and_year():
+    papers = {e.paper.cite for e in cat.ENTRIES.values()}
+    assert len(papers) >= 7  # eight papers, two of them by Nguyen, Ho & Rinaldo (2024)
+    for e in cat.ENTRIES.values():
+        assert e.paper.year >= 2023 and e.paper.arxiv and e.paper.read_at
+        for run in e.runs:
+            assert run.quick and run.full and run.quick != run.full
+            assert run.quick["n_max"] <= run.full["n_max"] and run.quick["reps"] <= run.full["reps"]
+
+
+def test_declared_exponents_are_the_ones_the_rates_pipeline_applies():
+    # the catalogue's predictions must not drift from the verdicts of moestat rates
+    from moestat.rates.experiment import _file_predictions
+
+    checked = 0
+    for e in cat.ENTRIES.values():
+        if cat.entry_status(e) != "runnable":
+            continue
+        runs = {r.label: r for r in e.runs}
+        for p in e.predictions:
+            if p.exponent is None:
+                continue
+            cfg = cat.run_config(runs[p.run], quick=True)
+            router, loss = p.loss.split(" ", 1) if " " in p.loss else (cfg.router[0], p.loss)
+            got = predicted_exponent(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg))
+            assert got == p.exponent, (e.key, p)
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_slower_than_polynomial_prediction_is_also_none_in_the_pipeline():
+    from moestat.rates.experiment import _file_predictions
+
+    e = cat.entry("lse-ffn-vs-linear")
+    cfg = cat.run_config({r.label: r for r in e.runs}["linear"], quick=True)
+    assert _file_predictions(cfg)["D2_ls"] is None
+    e = cat.entry("cosine-exact")
+    assert predicted_exponent("cosine", "exact", "voronoi") is None
+
+
+def test_an_entry_whose_scenario_is_missing_says_what_it_needs_and_is_refused(tmp_path, monkeypatch, capsys):
+    e = cat.entry("lse-ffn-vs-linear")
+    broken = cat.Entry(**{**e.__dict__, "key": "broken", "runs": (cat.Run("x", {"catalogue_file": "nowhere.toml"},
+                                                                                 {"reps": 2}, {"reps": 2}, "a file"),)})
+    assert cat.entry_status(broken).startswith("needs: a file")
+    monkeypatch.setitem(cat.ENTRIES, "broken", broken)
+    with pytest.raises(ValueError, match="cannot run: needs: a file"):
+        cat.reproduce("broken", tmp_path / "o")
+    rc, _, err = _run(["reproduce", "broken", "--quick", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "needs: a file" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_mixture_entry_on_an_additive_scenario_is_not_runnable(monkeypatch, tmp_path):
+    # a likelihood entry must not silently run on y = g(x) + noise
+    src = cat.catalogue_file("lse_sigmoid_over.toml")
+    e = cat.entry("lse-ffn-vs-linear")
+    fake = cat.Entry(**{**e.__dict__, "key": "fake-mixture", "runs": (
+        cat.Run("m", {"scenario_file": str(src), "max_iter": 10}, {"reps": 2}, TINY, "a mixture scenario"),)})
+    assert cat.entry_status(fake).startswith("needs: a mixture scenario")
+
+
+def test_blocked_entries_state_why():
+    e = cat.entry("temperature-gmoe")
+    assert cat.entry_status(e).startswith("needs: a fitted temperature")
+
+
+@pytest.mark.parametrize("slow,fast,category", [
+    ({"slope": -0.05, "category": "consistent"}, {"slope": -0.5, "category": "consistent"}, "consistent"),
+    ({"slope": -0.5, "category": "consistent"}, {"slope": -0.5, "category": "consistent"}, "inconsistent"),
+    ({"slope": -0.05, "category": "inconclusive"}, {"slope": -0.5, "category": "consistent"}, "inconclusive"),
+    (None, {"slope": -0.5}, "inconclusive"),
+])
+def test_contrast_rule(slow, fast, category):
+    assert cat.contrast_verdict(slow, fast)["category"] == category
+
+
+def test_contrast_margin_is_the_vanilla_router_rule():
+    v = cat.contrast_verdict({"slope": -0.5 + FLATTER_MARGIN, "category": "x"}, {"slope": -0.5, "category": "x"})
+    assert v["category"] == "consistent" and v["margin"] == FLATTER_MARGIN
+
+
+def test_reproduce_end_to_end_on_a_tiny_grid(tmp_path):
+    e = cat.entry("gmoe-exact")
+    runs = [(r, cat.run_config(r, True, quiet=True).replace(**TINY, starts=1, max_iter=100).validate()) for r in e.runs]
+    out = tmp_path / "gmoe"
+    report = cat.reproduce("gmoe-exact", out, quick=True, runs=runs)
+    assert json.loads((out / "catalogue.json").read_text()) == json.loads(json.dumps(report))
+    summary = json.loads((out / "gaussian-moe" / "summary.json").read_text())
+    assert (out / "gaussian-moe" / "results.csv").is_file() and (out / "gaussian-moe" / "convergence.png").is_file()
+    assert report["mode"] == "quick" and report["runs"][0]["counts"]["expected"] == 9
+    fits = {f["loss"]: f for f in summary["fits"]}
+    for row in report["predictions"]:  # the report repeats the pipeline's numbers, nothing else
+        f = fits[row["loss"]]
+        assert row["slope"] == f["slope"] and row["category"] == f["category"]
+        assert row["pipeline_predicted"] == row["predicted"]
+    text = cat.format_report(report)
+    assert "gmoe-exact (quick)" in text and "wall:" in text
+
+
+@pytest.mark.parametrize("argv,word", [
+    (["reproduce"], "name an entry"),
+    (["reproduce", "nonsense", "--out", "x"], "unknown catalogue entry"),
+    (["reproduce", "--list", "gmoe-exact"], "not both"),
+])
+def test_bad_input_is_one_line_exit_2(argv, word, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and err.count("\n") == 1 and word in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_empty_out_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    rc, _, err = _run(["reproduce", "gmoe-exact", "--quick", "--out", str(out)], capsys)
+    assert rc == 2 and "not empty" in err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+def test_scenario_files_are_package_data():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"moestat.rates" = ["catalogue_files/*.toml"]' in text
+    for e in cat.ENTRIES.values():
+        if cat.entry_status(e) == "runnable":
+            for r in e.runs:
+                if "catalogue_file" in r.base:
+                    assert cat.catalogue_file(r.base["catalogue_file"]).is_file()
