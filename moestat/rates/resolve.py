@@ -77,6 +77,8 @@ def build_estimator(name: str, scenario, max_iter: int, random_state: int, devic
     if getattr(scenario, "likelihood", False) and name not in LIKELIHOOD_ESTIMATORS + ("null",):
         raise ValueError(f"this scenario file draws y from the mixture (noise.model = \"mixture\"): fit it by maximum "
                          f"likelihood with --estimator mle, not {name!r}")
+    if getattr(scenario, "likelihood", None) is not None and getattr(scenario, "n_starts", 1) > 1 and name != "mle":
+        raise ValueError(f"--starts > 1 is for --estimator mle (the least-squares sweeps have --extra-starts), not {name!r}")
     # every estimator takes what it needs from the same keywords (the estimator contract)
     cls = estimator_registry()[name]
     return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
