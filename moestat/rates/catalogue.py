@@ -15,8 +15,9 @@ Each entry states, for every loss it reports, the predicted exponent of ``n`` or
 pipeline applies (a test checks they agree); a "slower than any polynomial" prediction has no
 interval to fall in, so it is judged by **contrast** with the entry's fast case on the same loss
 (:attr:`Entry.contrast`): consistent when the slow run's slope is flatter than the fast run's by
-at least :data:`moestat.rates.fit.FLATTER_MARGIN` -- the rule ``moestat rates`` applies to the
-vanilla cosine router.
+at least :data:`CONTRAST_MARGIN`.  Where the rates pipeline itself judged the slow fit by its
+slow-rate rule (:mod:`moestat.rates.stability`: curvature, the fast router in the same run, split
+halves -- today the vanilla cosine router's Voronoi loss), that category is taken as it is.
 
 An entry whose model moestat cannot fit yet is listed with its status ``needs: ...``
 (:func:`entry_status`, computed by building its configuration, never hard-coded as runnable) and
@@ -47,6 +48,7 @@ __all__ = [
     "plan",
     "reproduce",
     "contrast_verdict",
+    "CONTRAST_MARGIN",
     "format_report",
 ]
 
@@ -425,17 +427,25 @@ def _fit_of(summary: dict, loss: str, router: str | None = None) -> dict | None:
     return None
 
 
+#: How much flatter (in log-log slope) a "slower than any polynomial" fit must be than the fast
+#: case's fit of the same loss (the contrast rule of the catalogue's slow predictions).
+CONTRAST_MARGIN = 0.2
+
+
 def contrast_verdict(slow: dict | None, fast: dict | None, margin: float | None = None) -> dict[str, Any]:
     """Judge a "slower than any polynomial rate" fit against the fast case's fit of the same loss.
 
+    A slow fit that the rates pipeline already judged by its slow-rate rule (it carries
+    ``slow_rule``, :mod:`moestat.rates.stability`) keeps that category and reason.  Otherwise:
     ``consistent`` when the slow slope is flatter than the fast slope by at least ``margin``
-    (default :data:`moestat.rates.fit.FLATTER_MARGIN`, the rule applied to the vanilla cosine
-    router); ``inconclusive`` when either slope is missing or either fit is itself inconclusive;
-    ``inconsistent`` otherwise.
+    (default :data:`CONTRAST_MARGIN`); ``inconclusive`` when either slope is missing or either fit
+    is itself inconclusive; ``inconsistent`` otherwise.
     """
-    from moestat.rates.fit import FLATTER_MARGIN
-
-    m = FLATTER_MARGIN if margin is None else margin
+    if slow and slow.get("slow_rule") and slow.get("category"):
+        return {"category": slow["category"], "slow_slope": slow.get("slope"),
+                "fast_slope": None if not fast else fast.get("slope"),
+                "reason": f"the rates pipeline's slow-rate rule: {slow.get('reason', '')}"}
+    m = CONTRAST_MARGIN if margin is None else margin
     if not slow or not fast or slow.get("slope") is None or fast.get("slope") is None:
         return {"category": "inconclusive", "reason": "a slope is missing"}
     s, f = float(slow["slope"]), float(fast["slope"])

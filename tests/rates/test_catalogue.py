@@ -9,7 +9,8 @@ import pytest
 
 from moestat.cli.main import main as moestat
 from moestat.rates import catalogue as cat
-from moestat.rates.fit import FLATTER_MARGIN, predicted_exponent
+from moestat.rates.catalogue import CONTRAST_MARGIN as FLATTER_MARGIN
+from moestat.rates.fit import predicted_exponent
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(n_min=200, n_max=800, n_points=3, reps=3, n_boot=100, holdout=256)
@@ -164,3 +165,11 @@ def test_scenario_files_are_package_data():
             for r in e.runs:
                 if "catalogue_file" in r.base:
                     assert cat.catalogue_file(r.base["catalogue_file"]).is_file()
+
+
+def test_a_slow_fit_judged_by_the_pipeline_keeps_its_category():
+    from moestat.rates import catalogue as cat
+
+    slow = {"slope": -0.36, "category": "inconsistent", "reason": "straight at -0.36", "slow_rule": {"rule": "straight"}}
+    v = cat.contrast_verdict(slow, {"slope": -0.55, "category": "consistent"})
+    assert v["category"] == "inconsistent" and "straight at -0.36" in v["reason"]
