@@ -8,7 +8,6 @@ small made-up results (or a tiny run) and must pass it.  Tables: one seed is "(1
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib

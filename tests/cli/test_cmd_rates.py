@@ -1,7 +1,6 @@
 """The ``python -m moestat.rates`` / ````moestat plot`` doors: bad input, summary schema, presets."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,6 +1,5 @@
 """Scenarios from TOML and Python files (issue 14): parsing, one-line errors, losses, a small study."""
 
-import shutil
 from pathlib import Path
 
 import numpy as np

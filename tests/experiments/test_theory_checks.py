@@ -1,8 +1,6 @@
 """Smoke tests of the theory-check runner (PDE checks only: seconds, no rates engine)."""
 
 import json
-import pathlib
-import sys
 
 import pytest
 

@@ -1,6 +1,5 @@
 """Soft MoE layer (the Soft MoE implicit-bias paper, 2024, Definition 1): shapes, weight normalisations, the n = 1 collapse."""
 
-import itertools
 
 import pytest
 import torch

@@ -33,7 +33,6 @@ def test_cramer_rao_sd_matches_the_fits():
     """At n = 20000 the least-squares fits' spread equals the Cramér--Rao sd within 30%."""
     from moestat.data.synthetic import make_scenario
     from moestat.estimators.jacobians import pack
-    from moestat.model.mixing import MixingMeasure
     from moestat.rates.resolve import build_estimator
 
     sc = make_scenario("perturbed", "exact")
