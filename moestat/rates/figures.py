@@ -145,7 +145,8 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
         ax.plot(np.r_[n, n], np.r_[lo, hi], "_", color=colour, ms=4, mew=0.7)
         ax.plot(n, m, "o", ms=3, color=colour)
         fit = fits_by_key.get((router, loss))
-        label = curve_label(router, loss, setting)
+        likelihood = "estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em")
+        label = curve_label(router, loss, setting, likelihood=bool(likelihood))
         has_fit = bool(fit and fit.get("slope") is not None)
         if has_fit:
             drew_fit = True

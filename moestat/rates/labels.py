@@ -80,10 +80,14 @@ def loss_variant(loss: str, setting: str) -> str | None:
     return None
 
 
-def curve_label(router: str, loss: str, setting: str) -> str:
-    """``perturbed cosine, D3``: the router, and the loss when it is one of several Voronoi losses."""
+def curve_label(router: str, loss: str, setting: str, likelihood: bool = False) -> str:
+    """``perturbed cosine, D3``: the router, and the loss when it is one of several Voronoi losses.
+
+    ``likelihood``: a maximum-likelihood fit of a mixture (the Gaussian-MoE family or a
+    ``[noise] model = "mixture"`` scenario file), whose Voronoi columns hold D1/D2 of Nguyen,
+    Nguyen & Ho (2023), not D3/D2 of the regression losses."""
     variant = loss_variant(loss, setting)
-    if variant and router == "gaussian-moe":
+    if variant and (router == "gaussian-moe" or likelihood):
         variant = GAUSSIAN_VARIANT.get(setting)
     return f"{router_name(router)}, {variant}" if variant else router_name(router)
 

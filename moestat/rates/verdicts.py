@@ -207,7 +207,7 @@ def categorize(
     if converged is not None and converged[1] > 0 and converged[0] < MIN_CONVERGED * converged[1]:
         return {"category": "inconclusive",
                 "reason": f"only {converged[0]}/{converged[1]} fits stopped on a convergence criterion (< {MIN_CONVERGED:.0%}): "
-                          "not the least-squares estimates the theorem bounds (a larger max_iter?)"}
+                          "not the estimates (least squares or maximum likelihood) the theorem bounds (a larger max_iter?)"}
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return {"category": "inconclusive", "reason": "non-finite interval"}
     width = hi - lo

@@ -35,7 +35,10 @@ THEORY = ["theory", "--only", "pde", "--quiet"]
 TAGGING = ["tagging", "--demo-train", "20", "--demo-val", "10", "--epochs", "1", "--quiet"]
 LM = ["lm", "--corpus", "file", "--data-path", str(_CORPUS), "--context", "8", "--quiet"]
 
-DOORS = {"rates": RATES, "theory": THEORY, "toy": TOY, "softmoe norm-target": NORM, "softmoe subsets": SUBSETS,
+SELECT = ["select", "--k-bar", "3", "--n", "200,400,800", "--reps", "2", "--quiet"]
+REPRODUCE = ["reproduce", "gmoe-exact", "--quick", "--quiet"]
+
+DOORS = {"select": SELECT, "reproduce": REPRODUCE, "rates": RATES, "theory": THEORY, "toy": TOY, "softmoe norm-target": NORM, "softmoe subsets": SUBSETS,
          "realdata": REAL, "tagging": TAGGING, "lm": LM}
 
 
