@@ -83,7 +83,7 @@ def test_resume_refuses_another_model_and_bad_input_is_one_line(tmp_path, capsys
     assert capsys.readouterr().err.count("\n") == 1
     assert (tmp_path / "o" / "results.csv").read_bytes() == before
     for bad, words in (
-        (["--family", "gaussian-moe"], "use --estimator mle"),
+        (["--family", "gaussian-moe", "--estimator", "lse"], "use --estimator mle"),
         (["--family", "gaussian-moe", "--estimator", "mle", "--extra-starts", "2"], "--extra-starts"),
         (["--family", "gaussian-moe", "--estimator", "mle", "--input-law", "gaussian"], "input_law"),
         (["--starts", "3"], "starts > 1"),
