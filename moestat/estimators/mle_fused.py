@@ -14,9 +14,26 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES"]
+__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished"]
 
 _LOG2PI = math.log(2.0 * math.pi)
+
+
+def retire_finished(ll: torch.Tensor, ll0: torch.Tensor, tol: float, n: int, act: torch.Tensor,
+                    status: list) -> torch.Tensor | None:
+    """The stopping rule of both EM loops (this module's and :mod:`moestat.estimators.mle_generic`).
+
+    A start is finished when its log-likelihood is not finite (status ``nonfinite``) or changed by at
+    most ``tol * n`` in the last step (``tol``); its status is written at ``status[act[j]]``.  Returns
+    the positions (into the active batch) of the starts still running, or ``None`` when none finished.
+    """
+    bad = ~torch.isfinite(ll)
+    done = bad | ((ll - ll0).abs() <= tol * n)
+    if not bool(done.any()):
+        return None
+    for j in torch.nonzero(done).flatten().tolist():
+        status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
+    return torch.nonzero(~done).flatten()
 
 
 # ---- the batched EM ------------------------------------------------------------------------------
@@ -312,12 +329,8 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
             Va, Ea, s2a, stats = em_step(Va, Ea, s2a, stats)
         V[act], E[act], s2[act] = Va, Ea, s2a
         ll = stats[0] if not accelerate else torch.where(torch.isfinite(stats[0]), ll, stats[0])
-        bad = ~torch.isfinite(ll)
-        done = bad | ((ll - ll0).abs() <= tol * n)
-        if bool(done.any()):
-            for j in torch.nonzero(done).flatten().tolist():
-                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
-            keep = torch.nonzero(~done).flatten()
+        keep = retire_finished(ll, ll0, tol, n, act, status)
+        if keep is not None:
             act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
             Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
             stats = tuple(s[keep] for s in stats)

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch.func import grad, jacfwd
 
+from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
 __all__ = ["GenericEM", "fit_generic"]
@@ -294,12 +295,8 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
             for b, v in zip(act.tolist(), ll.tolist()):
                 paths[b].append(v)
         full.fv[act], full.eta[act], full.ls2[act] = st.fv, st.eta, st.ls2
-        bad = ~torch.isfinite(ll)
-        done = bad | ((ll - ll0).abs() <= tol * n)
-        if bool(done.any()):
-            for j in torch.nonzero(done).flatten().tolist():
-                status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
-            keep = torch.nonzero(~done).flatten()
+        keep = retire_finished(ll, ll0, tol, n, act, status)
+        if keep is not None:
             act, Xa, Ya, fa, ll, r = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep], r[keep]
             st = st.take(keep)
     n_newton = np.zeros(B, dtype=int)

@@ -163,6 +163,10 @@ GAUSSIAN_GATE = Paper("Nguyen, Nguyen, Nguyen & Ho", 2024,
                       "AISTATS 2024", "2305.07572", "github:Trung-TinNGUYEN/CRPE-GMoE (README, models.py, experiment.py at e04efe2)")
 
 _HALF = -0.5
+#: moestat's own design where a paper's grid was not recovered ("6 log-spaced n, 1 000 to 32 000, 12
+#: replicates"), and its reduced ``--quick`` grid; copied into each Run (``dict(...)``) so none shares state.
+_OWN_FULL = {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12}
+_OWN_QUICK = {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}
 _QUARTER = -0.25
 
 
@@ -201,8 +205,8 @@ _add(Entry(
     "the regression MoE of cosine-exact, over-specified fit (k = k* + 1, dense)", "least squares (max_iter 1000)",
     "20 replicates per n (the paper); moestat's fig1b preset: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "over", "max_iter": 1000, "chunk": 4},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),),
+         dict(_OWN_FULL),
+         dict(_OWN_QUICK)),),
     (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)"),
      Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5"),
      Prediction("routers", "cosine voronoi", None, "Theorem 3"),
@@ -242,11 +246,11 @@ _add(Entry(
     "not recovered from the stored excerpts (abstract and introduction read); moestat's design: 6 log-spaced n, "
     "1 000 to 32 000, 12 replicates",
     (Run("ffn-sigmoid", {"catalogue_file": "lse_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),
+         dict(_OWN_FULL),
+         dict(_OWN_QUICK)),
      Run("linear", {"catalogue_file": "lse_linear_over.toml", "max_iter": 1000, "chunk": 4},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6})),
+         dict(_OWN_FULL),
+         dict(_OWN_QUICK))),
     (Prediction("ffn-sigmoid", "D2_ls", _HALF, "strongly identifiable experts: D2-shaped loss at n^{-1/2}"),
      Prediction("linear", "D2_ls", None, "polynomial experts: slower than any polynomial rate", by_contrast=True),
      Prediction("ffn-sigmoid", "regression_l2", _HALF, "regression rate"),
@@ -261,11 +265,11 @@ _add(Entry(
     "not recovered (the figure caption reads: empirical averages of the Voronoi losses, sigmoid vs softmax on the same "
     "data, with fitted lines); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates, one truth per gate",
     (Run("sigmoid", {"catalogue_file": "gate_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}),
+         dict(_OWN_FULL),
+         dict(_OWN_QUICK)),
      Run("softmax", {"catalogue_file": "gate_softmax_over.toml", "max_iter": 1000, "chunk": 4},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
-         {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6})),
+         dict(_OWN_FULL),
+         dict(_OWN_QUICK))),
     (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (GELU) experts (Nguyen, Ho & Rinaldo 2024, least squares)"),
      Prediction("softmax", "param_multi", None, "softmax gating, strongly identifiable experts: atoms sharing a cell at "
                 "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True),
@@ -307,11 +311,11 @@ _add(Entry(
     "every expert parameter nonzero vs the first expert's slopes vanishing", "maximum likelihood (generic EM)",
     "not recovered from the stored excerpts (abstract read); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
     (Run("nonvanishing", {"catalogue_file": "multinomial_nonvanishing.toml", "estimator": "mle", "max_iter": 1000},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         dict(_OWN_FULL),
          {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
      Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
-         {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12},
+         dict(_OWN_FULL),
          {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)")),
     (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
