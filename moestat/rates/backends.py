@@ -14,6 +14,7 @@ parent, even after ``kill -9`` of the main process.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -42,11 +43,15 @@ class ClusterOptions:
     allow_mismatch : bool
         Run even when a worker's environment differs from the client's (recorded in
         ``provenance.json``); refused by default.
+    gather_timeout : float
+        Seconds to fetch a finished unit's rows before checking again that a worker is alive
+        (its worker may have died between finishing and handing the rows over).
     """
 
     connect_timeout: float = 10.0
     worker_timeout: float = 300.0
     allow_mismatch: bool = False
+    gather_timeout: float = 5.0
 
 
 def scheduler_from_file(path: str | os.PathLike) -> str:
@@ -243,18 +248,26 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
     while pending:
         try:
             done, pending = wait(pending, timeout=2.0, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):
             done = set()
         except Exception as exc:  # noqa: BLE001
             raise as_environment_fault(exc) or exc
+        handed = False
         for fut in done:
             try:
-                rows = fut.result()
+                rows = fut.result(timeout=options.gather_timeout)
+            except (TimeoutError, asyncio.TimeoutError):  # the same class from Python 3.11
+                # Finished on a worker that died before its rows were gathered: without a timeout
+                # result() waits forever for a worker to recompute it.  Keep waiting on it below,
+                # where the live-worker watchdog applies.
+                pending.add(fut)
+                continue
             except Exception as exc:  # noqa: BLE001 - a bug in the unit stays a bug
                 raise as_environment_fault(exc) or exc
             on_result(by_future[fut], rows)
             bar.update(len(rows))
-        if done:
+            handed = True
+        if handed:
             continue
         try:
             alive = len(client.nthreads())

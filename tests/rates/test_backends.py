@@ -97,3 +97,33 @@ def test_environment_faults_are_one_line_with_resume_not_internal_errors(capsys)
 
     assert run_main(bug, [], prog="moestat rates") == 1
     assert "internal error" in capsys.readouterr().err  # not every OSError is the environment's
+
+
+def test_a_unit_whose_worker_died_before_its_rows_were_gathered_does_not_hang_the_sweep(monkeypatch):
+    """The race CI hit: a future is reported finished, its worker is killed before the client
+    fetches the rows, and ``result()`` without a timeout then waits forever for a worker to
+    recompute it.  The watchdog must still see that no worker is alive and stop."""
+    import distributed
+
+    from moestat.faults import ClusterFault
+    from moestat.rates.backends import ClusterOptions, Progress, _watch
+
+    class LostFuture:
+        waited = []
+
+        def result(self, timeout=None):
+            assert timeout is not None, "an untimed result() is the hang"
+            self.waited.append(timeout)
+            raise TimeoutError(f"timed out after {timeout} s")
+
+    class NoWorkers:
+        def nthreads(self):
+            return {}
+
+    fut = LostFuture()
+    monkeypatch.setattr(distributed, "wait", lambda fs, timeout, return_when: (set(fs), set()))
+    options = ClusterOptions(worker_timeout=0.2, gather_timeout=0.01)
+    got = []
+    with pytest.raises(ClusterFault, match=r"no live dask worker at tcp://x for 0.2 s \(1 unit\(s\) not run\)"):
+        _watch(NoWorkers(), {fut: "unit"}, lambda u, rows: got.append(rows), "tcp://x", options, Progress(1, False))
+    assert got == [] and len(LostFuture.waited) >= 2
