@@ -76,18 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check_out(out: str, config, resume: bool) -> None:
-    """``--out`` empty, or (with ``--resume``) holding a study of the same settings."""
+    """``--out`` empty, or (with ``--resume``) holding a study of the same model settings (the grid
+    may grow)."""
     import json
     from pathlib import Path
+
+    from moestat.selection.study import same_model_settings
 
     cfg = Path(out) / "config.json"
     if resume and cfg.exists():
         try:
-            old = json.loads(cfg.read_text()).get("hash")
-        except (json.JSONDecodeError, AttributeError):
+            old = json.loads(cfg.read_text())["config"]
+        except (json.JSONDecodeError, KeyError, TypeError):
             raise ValueError(f"{cfg} is not a selection study's config.json") from None
-        if old != config.hash():
-            raise ValueError(f"--out {out} holds a study of other settings; --resume needs the same settings")
+        if not same_model_settings(old, config):
+            raise ValueError(f"--out {out} holds a study of other settings; --resume needs the same settings "
+                             f"(only --n, --reps and --chunk may change)")
     elif resume and Path(out).is_dir() and any(Path(out).iterdir()):
         raise ValueError(f"--out {out} holds no selection study (no config.json) to resume")
     prepare_out(out, resume)

@@ -11,8 +11,11 @@ the fits ``k = 1..K_bar``.
 Work is done in units of ``(n, chunk of replicates)``, each appended as one JSON line per
 replicate to ``records.jsonl`` (written, flushed and fsynced before the next unit starts); a torn
 last line (a kill mid-write) is ignored on reading and cut before the next append, and
-``resume`` recomputes only the missing ``(n, replicate)``.  ``config.json`` pins the settings;
-a folder of other settings is refused.
+``resume`` recomputes only the missing ``(n, replicate)``.  ``config.json`` pins the model
+settings (scenario, ``K_bar``, starts, seed, EM settings); a folder of other settings is refused.
+The grid (``n``, replicates) and the chunk may change on ``resume``: a study grows by new sizes or
+replicates and reuses every record it has (records outside the requested grid stay on disk and are
+left out of the summary).
 
 Each record keeps, per ``K_bar``: the status of every fit it uses, the picks of the criteria --
 ``DSC`` from the dendrogram with masses at the mean of the inputs, ``DSC0`` from the paper's rule
@@ -152,16 +155,31 @@ def _append(path: Path, records: list[dict]) -> None:
         os.fsync(fh.fileno())
 
 
+# Every record is one (n, replicate) with its own streams, so these may change between runs of
+# one folder: a resumed study can grow its grid (more n, more replicates) and reuse what it has.
+_GRID = ("ns", "replicates", "chunk")
+
+
+def _model_settings(config_dict: dict) -> dict:
+    return {k: v for k, v in config_dict.items() if k not in _GRID}
+
+
+def same_model_settings(recorded: dict, config: SelectConfig) -> bool:
+    """Whether a folder's recorded ``config`` may be resumed by ``config`` (only the grid differs)."""
+    return _model_settings(recorded) == _model_settings(config.to_dict())
+
+
 def _check_folder(out: Path, config: SelectConfig, resume: bool) -> None:
     cfg = out / "config.json"
     if cfg.exists():
         old = json.loads(cfg.read_text())
-        if old.get("hash") != config.hash():
+        if not same_model_settings(old.get("config", {}), config):
             raise ValueError(f"{out} holds a study of other settings (config.json); choose another --out")
         if not resume:
             raise ValueError(f"{out} already holds this study; pass --resume to continue it")
-    else:
-        cfg.write_text(json.dumps({"hash": config.hash(), "config": config.to_dict()}, indent=1, sort_keys=True) + "\n")
+    tmp = cfg.with_name(cfg.name + ".tmp")
+    tmp.write_text(json.dumps({"hash": config.hash(), "config": config.to_dict()}, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, cfg)
 
 
 # ---- one unit --------------------------------------------------------------------------------
@@ -247,6 +265,8 @@ def run_study(config: SelectConfig, out: str | os.PathLike, resume: bool = False
     keys = [(int(r["n"]), int(r["replicate"])) for r in records]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{path} holds a (n, replicate) twice; the file was written by two runs at once")
+    # Records of a larger grid run earlier in this folder stay on disk but are not this study's.
+    records = [r for r in records if int(r["n"]) in config.ns and int(r["replicate"]) < config.replicates]
     return sorted(records, key=lambda r: (r["n"], r["replicate"]))
 
 
@@ -261,7 +281,7 @@ def check_selectable(records: list[dict], config: SelectConfig) -> None:
                                      f"statuses {', '.join(statuses)}): nothing to select from")
 
 
-__all__ += ["run_unit", "units", "check_selectable"]
+__all__ += ["run_unit", "units", "check_selectable", "same_model_settings"]
 
 
 def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = False, verbose: bool = True) -> dict:

@@ -53,7 +53,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
 def test_resume_with_other_settings_is_refused(tmp_path, capsys):
     out = tmp_path / "sel"
     out.mkdir()
-    (out / "config.json").write_text(json.dumps({"hash": "0" * 16}))
+    (out / "config.json").write_text(json.dumps({"hash": "0" * 16, "config": {"scenario": "model1", "seed": 99}}))
     assert main(["select", *ARGS, "--out", str(out), "--resume"]) == 2
     assert "other settings" in capsys.readouterr().err
 
@@ -66,3 +66,24 @@ def test_no_converged_fit_is_a_clear_error():
         check_selectable(recs, cfg)
     recs[1]["per_kbar"]["3"]["dsc_converged"] = True
     check_selectable(recs, cfg)  # one converged replicate is enough to select
+
+
+def test_a_resumed_study_grows_its_grid_and_reuses_every_record(tmp_path):
+    """More n and more replicates on --resume: the old records are kept as they are and only the new
+    (n, replicate) are fitted; they equal a study run on the new grid from scratch."""
+    small = ["--k-bar", "3", "--reps", "1", "--chunk", "1", "--max-iter", "60", "--quiet"]
+    out, fresh = tmp_path / "grow", tmp_path / "fresh"
+    assert main(["select", *small, "--n", "100", "--out", str(out)]) == 0
+    (first,) = read_records(out / "records.jsonl")
+    grown = ["--k-bar", "3", "--reps", "2", "--chunk", "2", "--max-iter", "60", "--quiet", "--n", "100,200"]
+    assert main(["select", *grown, "--out", str(out), "--resume"]) == 0
+    recs = read_records(out / "records.jsonl")
+    assert len(recs) == 4 and recs[0] == first  # appended, the first line untouched
+    assert json.loads((out / "config.json").read_text())["config"]["ns"] == [100, 200]
+    assert main(["select", *grown, "--out", str(fresh)]) == 0
+    key = lambda r: (r["n"], r["replicate"])  # noqa: E731
+    assert _strip(sorted(recs, key=key)) == _strip(sorted(read_records(fresh / "records.jsonl"), key=key))
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r["n"] for r in summary["rows"]} == {100, 200}
+    # a change of model settings is still refused
+    assert main(["select", *grown, "--seed", "1", "--out", str(out), "--resume"]) == 2
