@@ -19,6 +19,8 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    add_threads,
+    apply_threads,
     int_list,
     nonneg_float,
     positive_int,
@@ -51,13 +53,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-iter", type=positive_int, default=1000, help="EM iterations before the Newton polish (default 1000)")
     add_seed(p, 0)
     add_out(p, "select")
-    add_resume(p)
+    add_resume(p, "continue the study in --out, skipping what is finished (same model settings; --n, --reps and --chunk may grow it)")
     add_quiet(p)
+    add_threads(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    apply_threads(args)
     from moestat.selection.study import SelectConfig, SelectionError, run_select
 
     with usage_errors():

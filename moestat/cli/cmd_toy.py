@@ -5,20 +5,27 @@ from __future__ import annotations
 from typing import Sequence
 
 from moestat.cli.common import (
+    NOTHING_KEPT,
     ArgumentParser,
     add_out,
     add_quiet,
     add_seed,
+    add_threads,
+    apply_threads,
     cleaned_on_interrupt,
-    NOTHING_KEPT,
-    prepare_out,
     int_list,
     nonneg_float,
     positive_int,
+    prepare_out,
     usage_errors,
 )
 from moestat.experiments import decomposition as _toy
-from moestat.experiments.decomposition import parse_methods, run_classification, run_regression, write_toy_outputs
+from moestat.experiments.decomposition import (
+    parse_methods,
+    run_classification,
+    run_regression,
+    write_toy_outputs,
+)
 from moestat.nn.methods import get_method
 from moestat.nn.train import OPTIMIZERS
 
@@ -45,6 +52,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--no-figures", action="store_true", help="skip the figures")
     add_out(p, "toy", help="output directory")
     add_quiet(p)
+    add_threads(p)
     return p
 
 
@@ -54,6 +62,7 @@ MAX_EXPERTS = 1024
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat toy``."""
     args = build_parser().parse_args(argv)
+    apply_threads(args)
     with usage_errors():
         task = "classification" if args.task == "classify" else "regression"
         methods = parse_methods(args.method, task)

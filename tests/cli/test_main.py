@@ -154,6 +154,12 @@ def test_shared_options_mean_the_same_everywhere():
         assert len(kinds) == 1, f"{opt} is parsed differently across subcommands: {uses}"
 
 
+def test_threads_is_on_every_door_that_computes_in_its_own_process():
+    # README "Threads on a shared machine": the rate sweeps pin one thread per unit instead
+    have = {p.prog.split()[1] for p in _parsers() for a in p._actions if "--threads" in a.option_strings}
+    assert have == {"realdata", "lm", "tagging", "softmoe", "toy", "select"}
+
+
 def test_every_option_of_every_subcommand_shows_its_default():
     # an option that takes a value says what it is when not given: argparse's default through the
     # shared formatter, or the help text's own "default ..." (computed defaults, "the preset's")
