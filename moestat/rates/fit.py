@@ -156,9 +156,14 @@ def _clean(ns: Sequence[int], values: Sequence[np.ndarray]):
     return out_n, out_v
 
 
-def log_mean_fit(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, float]:
-    """OLS of ``log(mean loss)`` on ``log n`` (one point per sample size)."""
-    means = np.array([np.mean(v) for v in values])
+#: Per-sample-size statistics a slope can be fitted to (:func:`slope_with_interval`).
+STATISTICS = {"mean": np.mean, "median": np.median}
+
+
+def log_mean_fit(ns: Sequence[int], values: Sequence[np.ndarray], statistic: str = "mean") -> dict[str, float]:
+    """OLS of ``log(mean loss)`` (or of the log ``statistic``) on ``log n`` (one point per sample size)."""
+    stat = STATISTICS[statistic]
+    means = np.array([stat(v) for v in values])
     return ols_fit(np.log(ns), np.log(means))
 
 
@@ -170,22 +175,27 @@ def per_replicate_fit(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[s
 
 
 def bootstrap_slope(
-    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000,
+    statistic: str = "mean",
 ) -> dict[str, float]:
-    """Percentile bootstrap of the log-of-mean slope, resampling replicates within each ``n``."""
+    """Percentile bootstrap of the log-of-mean (or log-``statistic``) slope, resampling replicates
+    within each ``n``."""
+    stat = STATISTICS[statistic]
     x = np.log(np.asarray(ns, float))
     xc = x - x.mean()
     logm = np.empty((n_boot, len(ns)))
     for j, v in enumerate(values):
+        v = np.asarray(v, float)
         idx = rng.integers(0, len(v), size=(n_boot, len(v)))
-        logm[:, j] = np.log(v[idx].mean(axis=1))
+        logm[:, j] = np.log(stat(v[idx], axis=1))
     slopes = (logm - logm.mean(axis=1, keepdims=True)) @ xc / (xc @ xc)
     lo, hi = np.percentile(slopes, [2.5, 97.5])
     return {"ci_low": float(lo), "ci_high": float(hi), "se": float(slopes.std(ddof=1)), "n_boot": int(n_boot)}
 
 
 def slope_with_interval(
-    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000,
+    statistic: str = "mean",
 ) -> dict[str, Any]:
     """The log-of-mean slope with its 95% interval: the one slope-with-interval of moestat.
 
@@ -204,16 +214,25 @@ def slope_with_interval(
         Stream of the bootstrap resamples.
     n_boot : int
         Bootstrap resamples.
+    statistic : {"mean", "median"}
+        What is fitted per sample size.  The mean (default) is the rate of the expected loss.  The
+        median is the rate of an ``O_P`` statement (``P(L > M n^a) < eps``: a bound on quantiles,
+        not on the mean), for losses where a few replicates sit orders of magnitude above the rest
+        and rule every mean (e.g. a dendrogram that merged the wrong atoms,
+        :mod:`moestat.selection`).
 
     Returns
     -------
     dict
-        ``slope``, ``ci_low``, ``ci_high`` and the two ingredients, ``log_mean`` (see
-        :func:`ols_fit`) and ``bootstrap`` (see :func:`bootstrap_slope`).
+        ``slope``, ``ci_low``, ``ci_high``, ``statistic`` and the two ingredients, ``log_mean``
+        (see :func:`ols_fit`) and ``bootstrap`` (see :func:`bootstrap_slope`).
     """
-    lm = log_mean_fit(ns, values)
-    bs = bootstrap_slope(ns, values, rng, n_boot)
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    lm = log_mean_fit(ns, values, statistic)
+    bs = bootstrap_slope(ns, values, rng, n_boot, statistic)
     return {
+        "statistic": statistic,
         "slope": lm["slope"],
         "ci_low": min(bs["ci_low"], lm["ci_low"]),
         "ci_high": max(bs["ci_high"], lm["ci_high"]),

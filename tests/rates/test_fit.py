@@ -65,6 +65,25 @@ def test_slope_with_interval_on_an_exact_power_law():
     assert fit["ci_high"] == max(fit["bootstrap"]["ci_high"], fit["log_mean"]["ci_high"])
 
 
+def test_the_median_slope_follows_the_bulk_where_a_few_catastrophic_replicates_rule_the_mean():
+    # An O_P(n^-1/2) loss with, at each n, two replicates of 40 at 1e3..1e20 (a dendrogram that
+    # merged the wrong atoms): the median's slope recovers -1/2 with a tight interval, the mean's
+    # slope and interval are ruled by the outliers
+    rng = np.random.default_rng(3)
+    vals = []
+    for j, n in enumerate(NS):
+        v = n**-0.5 * np.exp(0.3 * rng.standard_normal(40))
+        v[:2] = 10.0 ** rng.uniform(3, 20, size=2)
+        vals.append(v)
+    med = slope_with_interval(NS, vals, np.random.default_rng(0), 300, statistic="median")
+    mean = slope_with_interval(NS, vals, np.random.default_rng(0), 300, statistic="mean")
+    assert med["statistic"] == "median" and mean["statistic"] == "mean"
+    assert med["ci_low"] <= -0.5 <= med["ci_high"] and med["ci_high"] - med["ci_low"] < 0.3
+    assert mean["ci_high"] - mean["ci_low"] > 2.0
+    with pytest.raises(ValueError, match="statistic must be one of mean, median"):
+        slope_with_interval(NS, vals, np.random.default_rng(0), 10, statistic="mode")
+
+
 def test_bootstrap_is_seeded():
     rng = np.random.default_rng(0)
     vals = [rng.lognormal(size=10) for _ in NS]
