@@ -43,7 +43,9 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="moestat select", description="Select the number of experts: DSC (dendrogram of mixing measures) "
                        "against AIC, BIC and ICL, P(k_hat = k*) against n with binomial intervals.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", default="model1", choices=("model1",), help="the truth (model 1 of Nguyen, Nguyen & Ho 2023, k* = 2)")
+    p.add_argument("--scenario", default="model1", metavar="model1|FILE",
+                   help="the truth: model1 (model 1 of Nguyen, Nguyen & Ho 2023, k* = 2; default) or a scenario file "
+                        "(TOML or file.py:function) drawing y from a softmax-gated Gaussian MoE with linear experts")
     p.add_argument("--k-bar", type=int_list, default=[3, 4, 5], help="over-fitted numbers of experts, each > k* (default 3,4,5)")
     p.add_argument("--n", type=int_list, default=[400, 2000, 10000], help="sample sizes, each >= 20 (default 400,2000,10000)")
     p.add_argument("--reps", type=positive_int, default=40, help="replicates per n (default 40)")

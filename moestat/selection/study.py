@@ -54,8 +54,12 @@ class SelectConfig:
 
     Parameters
     ----------
-    scenario : {"model1"}
-        Model 1 of Nguyen, Nguyen & Ho (2023), ``k* = 2``.
+    scenario : str
+        ``"model1"`` (model 1 of Nguyen, Nguyen & Ho 2023, ``k* = 2``) or the path of a scenario
+        file (TOML, or ``file.py:function``; :mod:`moestat.data.scenario_files`) that draws y from a
+        softmax-gated Gaussian MoE with a linear gate score and linear experts (``[noise] model =
+        "mixture"``, a variance per atom): its atoms are the truth, ``k*`` their number.  The file's
+        SHA-256 is pinned in ``config.json`` with the other settings.
     k_bars : tuple of int
         Over-fitted numbers of experts; each must exceed ``k*``.
     ns : tuple of int
@@ -81,11 +85,13 @@ class SelectConfig:
     max_iter: int = 1000
     version: int = field(default=1)
 
+    scenario_sha256: str = ""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "k_bars", tuple(int(k) for k in self.k_bars))
         object.__setattr__(self, "ns", tuple(int(n) for n in self.ns))
         if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario must be one of {', '.join(SCENARIOS)}, got {self.scenario!r}")
+            object.__setattr__(self, "scenario_sha256", _check_scenario_file(self.scenario))
         k_star = self.truth().n_atoms
         if not self.k_bars:
             raise ValueError("give at least one K_bar")
@@ -103,11 +109,18 @@ class SelectConfig:
             raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
 
     def scenario_object(self, k_fit: int | None = None):
+        """The scenario whose ``sample(n, rng)`` draws the data (``k_fit`` is unused by a file's)."""
+        if self.scenario not in SCENARIOS:
+            from moestat.data.scenario_files import load_scenario
+
+            return load_scenario(self.scenario)
         from moestat.data.gaussian_scenarios import model1_scenario
 
         return model1_scenario("over", k_fit or max(self.k_bars))
 
     def truth(self):
+        if self.scenario not in SCENARIOS:
+            return self.scenario_object().truth
         from moestat.data.gaussian_scenarios import model1_truth
 
         return model1_truth()
@@ -119,6 +132,23 @@ class SelectConfig:
 
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_scenario_file(spec: str) -> str:
+    """Load a scenario file, check that selection can fit its model; return its SHA-256."""
+    from moestat.data.scenario_files import load_scenario
+
+    path = Path(spec.rsplit(":", 1)[0]) if ".py:" in spec else Path(spec)
+    if not path.is_file():
+        raise ValueError(f"scenario must be model1 or a scenario file (TOML or file.py:function), got {spec!r}: "
+                         "no such file")
+    sc = load_scenario(spec)
+    model = getattr(sc, "model", None)
+    if not getattr(sc, "likelihood", False) or model is None or not model.is_linear_softmax:
+        what = model.describe() if model is not None else "a least-squares regression scenario"
+        raise ValueError(f"scenario {spec}: selection fits softmax-gated Gaussian MoEs with a linear gate and linear "
+                         f"experts drawn from the mixture ([noise] model = \"mixture\"); this file is {what}")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---- the store ---------------------------------------------------------------------------------

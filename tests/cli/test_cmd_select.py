@@ -87,3 +87,28 @@ def test_a_resumed_study_grows_its_grid_and_reuses_every_record(tmp_path):
     assert {r["n"] for r in summary["rows"]} == {100, 200}
     # a change of model settings is still refused
     assert main(["select", *grown, "--seed", "1", "--out", str(out), "--resume"]) == 2
+
+
+def test_your_own_gaussian_moe_file_is_a_selection_scenario(tmp_path, capsys):
+    """--scenario FILE: the d = 2, k* = 3 example of "Your own Gaussian MoE"; its atoms are the truth."""
+    from pathlib import Path
+
+    toml = Path(__file__).resolve().parents[2] / "examples" / "gaussian_moe_d2.toml"
+    out = tmp_path / "own"
+    args = ["select", "--scenario", str(toml), "--k-bar", "4", "--n", "150,300,600", "--reps", "2", "--chunk", "2",
+            "--max-iter", "60", "--quiet", "--out", str(out)]
+    assert main(args) == 0
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["scenario"] == str(toml) and len(cfg["scenario_sha256"]) == 64
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["k_star"] == 3 and {r["K_bar"] for r in summary["rows"]} == {4}
+    (rec, *_) = read_records(out / "records.jsonl")
+    assert set(rec["status"]) == {"1", "2", "3", "4"}
+    # K_bar must exceed this file's k* = 3, and a least-squares (additive-noise) file is refused
+    for argv, msg in ((["--scenario", str(toml), "--k-bar", "3"], "K_bar = 3 <= k* = 3"),
+                      (["--scenario", str(toml.with_name("softmax_linear.toml"))], "drawn from the mixture"),
+                      (["--scenario", str(tmp_path / "none.toml")], "no such file")):
+        assert main(["select", *argv, "--out", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x").exists()
