@@ -191,7 +191,9 @@ _GRID = ("ns", "replicates", "chunk")
 
 
 def _model_settings(config_dict: dict) -> dict:
-    return {k: v for k, v in config_dict.items() if k not in _GRID}
+    # a scenario file is identified by its content (the same file under another path resumes)
+    drop = _GRID + (("scenario",) if config_dict.get("scenario_sha256") else ())
+    return {k: v for k, v in config_dict.items() if k not in drop}
 
 
 def same_model_settings(recorded: dict, config: SelectConfig) -> bool:
