@@ -41,7 +41,7 @@ from torch.func import grad, jacfwd
 from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["GenericEM", "fit_generic"]
+__all__ = ["GenericEM", "fit_generic", "gate_fisher"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
@@ -62,6 +62,11 @@ class GenericEM:
         self.q = model.n_expert_params(d)
         self.linear = self.gaussian and getattr(model.expert, "name", "") == "identity"
         g = model.gate
+        from moestat.model.protocol import linear_score
+
+        # logits (beta0 + beta1^T x) / tau, softmax-normalised (dense or Top-K): affine in the gate
+        # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form
+        self.affine_gate = g.normalisation == "softmax" and g.score is linear_score
         free = torch.ones(k, d + 1, dtype=torch.bool)
         if g.reference:  # softmax: the last row is the reference
             free[-1] = False
@@ -132,14 +137,14 @@ def _grad_hess(F, theta: torch.Tensor):
     return g, H
 
 
-def _ascent(F, theta, lam, g, C, tries: int = 8):
+def _ascent(F, theta, lam, g, C, tries: int = 8, f0=None):
     """One Levenberg--Marquardt-damped ascent step of ``F`` per entry: solve ``(C + lam (|diag C|
     + 1e-12) I) s = g`` (``C``: minus the Hessian, or its PSD part); a step that does not increase
-    ``F`` is retried with ``10 lam`` (up to ``tries`` times) and dropped after that.  Returns the new
-    ``theta`` and ``lam``."""
+    ``F`` is retried with ``10 lam`` (up to ``tries`` times) and dropped after that.  ``f0``: ``F(theta)``
+    when the caller has it.  Returns the new ``theta`` and ``lam``."""
     if theta.shape[-1] == 0:
         return theta, lam
-    f0 = F(theta)
+    f0 = F(theta) if f0 is None else f0
     eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
     D = C.diagonal(dim1=-2, dim2=-1).abs() + 1e-12
     out, lam = theta.clone(), lam.clone()
@@ -158,10 +163,42 @@ def _ascent(F, theta, lam, g, C, tries: int = 8):
     return out, lam
 
 
+def gate_fisher(em: GenericEM, fv, X, r, u, pi, closed_form: bool | None = None):
+    """Gradient ``[B, mg]`` and Fisher curvature ``[B, mg, mg]`` of ``Q_g`` at ``fv`` (see
+    :func:`_gate_step`); ``u``, ``pi``: the logits and ``softmax(u)`` there.  ``closed_form``
+    (default: where the gate is affine, ``em.affine_gate``) uses ``du/dtheta`` = the data instead of
+    :func:`torch.func.jacfwd`; the tests check that both agree."""
+    if closed_form is None:
+        closed_form = em.affine_gate
+    if closed_form:
+        # du_i/dV_jc = delta_ij xt_c / tau with xt = (x, 1): gradient and curvature in the rows
+        # V = (beta1, beta0) by matmuls over n, then onto the free parameters (fv = V embed^T).
+        # Where a Top-K gate switches expert i off, pi_i = r_i = 0 and its terms vanish.
+        A = torch.cat([X, torch.ones_like(X[..., :1])], -1) / em.model.gate.temperature  # [B, n, p]
+        B_, k, p = u.shape[0], em.k, em.p
+        gV = torch.einsum("bni,bnc->bic", r - pi, A).reshape(B_, k * p)
+        Pk = pi.unsqueeze(-1) * A.unsqueeze(-2)  # [B, n, k, p]
+        diag = torch.einsum("bnia,bnc->biac", Pk, A)  # [B, k, p, p]
+        P = Pk.reshape(B_, -1, k * p)
+        CV = -(P.transpose(1, 2) @ P)
+        for i in range(k):
+            CV[:, i * p:(i + 1) * p, i * p:(i + 1) * p] += diag[:, i]
+        E = em.embed.to(fv)  # [mg, k p]
+        g, C = gV @ E.T, E @ CV @ E.T
+    else:
+        J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, n, k, mg]
+        J = torch.where(torch.isfinite(u).unsqueeze(-1), J, torch.zeros_like(J))
+        g = torch.einsum("bnia,bni->ba", J, r - pi)
+        Jp = torch.einsum("bnia,bni->bna", J, pi)
+        C = torch.einsum("bnia,bni,bnic->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
+    return g, C
+
+
 def _gate_step(em: GenericEM, fv, lam, X, r):
     """One damped Gauss--Newton (Fisher scoring) ascent step of ``Q_g`` per batch entry.
 
-    With ``J = du/dtheta`` ``[B, n, k, mg]`` (:func:`torch.func.jacfwd`) and ``pi = softmax(u)``:
+    With ``J = du/dtheta`` ``[B, n, k, mg]`` (:func:`torch.func.jacfwd`; the data itself for the
+    softmax of a linear score, then in closed form) and ``pi = softmax(u)``:
     gradient ``sum_n J^T (r - pi)``, curvature ``sum_n J^T (diag pi - pi pi^T) J`` -- minus the
     Hessian where ``u`` is linear in the parameters (a linear-score softmax: IRLS), its positive
     semi-definite part otherwise; kept only where ``Q_g`` increases (:func:`_ascent`).
@@ -169,14 +206,11 @@ def _gate_step(em: GenericEM, fv, lam, X, r):
     if fv.shape[-1] == 0:
         return fv, lam
     u = em.log_u(fv, X)
-    J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, n, k, mg]
-    fin = torch.isfinite(u)
-    J = torch.where(fin.unsqueeze(-1), J, torch.zeros_like(J))
     pi = torch.softmax(u, -1)
-    g = torch.einsum("bnia,bni->ba", J, r - pi)
-    Jp = torch.einsum("bnia,bni->bna", J, pi)
-    C = torch.einsum("bnia,bni,bnic->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
-    return _ascent(lambda t: em.q_gate(t, X, r), fv, lam, g, C)
+    lw = torch.log_softmax(u, -1)
+    f0 = torch.where(r > 0, r * lw, torch.zeros_like(lw)).sum((-2, -1))  # Q_g at fv (em.q_gate, from u)
+    g, C = gate_fisher(em, fv, X, r, u, pi)
+    return _ascent(lambda t: em.q_gate(t, X, r), fv, lam, g, C, f0=f0)
 
 
 class _State:

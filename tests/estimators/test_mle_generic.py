@@ -153,3 +153,28 @@ def test_the_fast_path_stays_used_for_the_linear_softmax_model():
     est = MLEGaussianMoE.for_scenario(sc, max_iter=200, random_state=0).fit(X, Y, init=sc.near_truth_start(0.05, np.random.default_rng(1)))
     assert est.kernel_ in ("eager", "compiled")
     assert est.params_.eta.shape == (1, 3, 4)
+
+
+@pytest.mark.parametrize("case", ["plain", "temperature", "top_k"])
+def test_the_closed_form_gate_step_equals_the_autograd_one(case):
+    """The affine gate's gradient and Fisher curvature from the data equal torch.func's (dense, with a
+    temperature, and Top-K, where switched-off experts must drop out of both)."""
+    import torch
+
+    from moestat.estimators.mle_generic import GenericEM, gate_fisher
+
+    gate, atoms = {"plain": ({}, LIN3), "temperature": ({"temperature": 0.5}, LIN3), "top_k": ({"k_active": 2}, LIN3)}[case]
+    sc = _scenario(gate, {"kind": "linear"}, atoms)
+    em = GenericEM(sc.model, 3, 2)
+    assert em.affine_gate
+    rng = np.random.default_rng(0)
+    X = torch.as_tensor(rng.uniform(-1, 1, size=(4, 200, 2)))
+    fv = torch.as_tensor(rng.normal(size=(4, em.mg)))
+    u = em.log_u(fv, X)
+    pi = torch.softmax(u, -1)
+    r = torch.softmax(u + torch.as_tensor(rng.normal(size=u.shape)), -1)  # responsibilities: zero where u = -inf
+    g1, C1 = gate_fisher(em, fv, X, r, u, pi, closed_form=True)
+    g2, C2 = gate_fisher(em, fv, X, r, u, pi, closed_form=False)
+    assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, C2, rtol=1e-10, atol=1e-10)
+    if case == "top_k":
+        assert bool(torch.isinf(u).any())  # the check covers switched-off experts
