@@ -41,7 +41,7 @@ from torch.func import grad, jacfwd
 from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["GenericEM", "fit_generic", "gate_fisher"]
+__all__ = ["GenericEM", "fit_generic", "gate_fisher", "multinomial_expert_fisher"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
@@ -61,6 +61,7 @@ class GenericEM:
         self.gaussian = model.family == "gaussian"
         self.q = model.n_expert_params(d)
         self.linear = self.gaussian and getattr(model.expert, "name", "") == "identity"
+        self.multinomial = model.family == "multinomial"
         g = model.gate
         from moestat.model.protocol import linear_score
 
@@ -163,6 +164,32 @@ def _ascent(F, theta, lam, g, C, tries: int = 8, f0=None):
     return out, lam
 
 
+def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
+    """Gradient ``[B, k, q]`` and minus the Hessian ``[B, k, q, q]`` of every atom's
+    ``Q_i = sum_n r_ni log P(y_n | x_n, eta_i)`` for multinomial-logistic experts.
+
+    The logits ``z_c = W_c^T (x, 1)`` (class ``C`` the reference, ``eta_i = vec(W_i)`` as in
+    :class:`~moestat.model.likelihood.MultinomialExpert`) are affine in ``eta_i``, so with ``p =
+    softmax(z)``: gradient ``sum_n r_ni (e_{y_n} - p)_c xt_n``, minus the Hessian ``sum_n r_ni
+    (diag p - p p^T)_{ce} xt_n xt_n^T`` over the free classes -- the Newton--Raphson (IRLS) step of a
+    weighted multinomial logistic regression.
+    """
+    B, n, d = X.shape
+    k, C = eta.shape[1], em.model.expert.classes
+    A = torch.cat([X, torch.ones_like(X[..., :1])], -1)  # [B, n, p]
+    P = torch.exp(em.model.expert.log_probs(X, eta))[..., : C - 1]  # [B, n, k, C-1]
+    T = torch.nn.functional.one_hot(Y.long(), C)[..., : C - 1].to(X.dtype)  # [B, n, C-1]
+    g = torch.einsum("bnk,bnkc,bna->bkca", r, T.unsqueeze(-2) - P, A).reshape(B, k, -1)
+    rA = r.unsqueeze(-1) * A.unsqueeze(-2)  # [B, n, k, p]
+    diag = torch.einsum("bnkc,bnka,bnf->bkcaf", P, rA, A)  # [B, k, C-1, p, p]
+    PA = (P.unsqueeze(-1) * A[:, :, None, None, :]).reshape(B, n, k, -1)  # [B, n, k, (C-1) p]
+    Cm = -torch.einsum("bnkc,bnkx,bnky->bkxy", r.unsqueeze(-1), PA, PA)
+    p = A.shape[-1]
+    for c in range(C - 1):
+        Cm[:, :, c * p:(c + 1) * p, c * p:(c + 1) * p] += diag[:, :, c]
+    return g, Cm
+
+
 def gate_fisher(em: GenericEM, fv, X, r, u, pi, closed_form: bool | None = None):
     """Gradient ``[B, mg]`` and Fisher curvature ``[B, mg, mg]`` of ``Q_g`` at ``fv`` (see
     :func:`_gate_step`); ``u``, ``pi``: the logits and ``softmax(u)`` there.  ``closed_form``
@@ -246,8 +273,12 @@ def _m_step(em: GenericEM, st: _State, X, Y, r, floor):
         eta = torch.where(ok.unsqueeze(-1), sol.squeeze(-1), eta)  # an empty atom keeps its expert
     else:
         F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
-        g, H = _grad_hess(F, eta)
-        eta, st.lam_e = _ascent(F, eta, st.lam_e, g, -H)
+        if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
+            g, C = multinomial_expert_fisher(em, eta, X, Y, r)
+        else:
+            g, H = _grad_hess(F, eta)
+            C = -H
+        eta, st.lam_e = _ascent(F, eta, st.lam_e, g, C)
     if em.gaussian:
         mu = em.means(eta, X)
         mass = r.sum(1)

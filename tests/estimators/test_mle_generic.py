@@ -178,3 +178,22 @@ def test_the_closed_form_gate_step_equals_the_autograd_one(case):
     assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, C2, rtol=1e-10, atol=1e-10)
     if case == "top_k":
         assert bool(torch.isinf(u).any())  # the check covers switched-off experts
+
+
+def test_the_multinomial_expert_step_equals_the_autograd_newton_step():
+    """The closed-form IRLS gradient and Hessian of every atom's Q_i equal torch.func's."""
+    import torch
+
+    from moestat.estimators.mle_generic import GenericEM, _grad_hess, multinomial_expert_fisher
+
+    gate, expert, atoms = CASES["multinomial"]
+    sc = _scenario(gate, expert, atoms)
+    em = GenericEM(sc.model, 2, 2)
+    rng = np.random.default_rng(1)
+    X = torch.as_tensor(rng.uniform(-1, 1, size=(3, 150, 2)))
+    Y = torch.as_tensor(rng.integers(0, 3, size=(3, 150)).astype(float))
+    eta = torch.as_tensor(rng.normal(size=(3, 2, em.q)))
+    r = torch.softmax(torch.as_tensor(rng.normal(size=(3, 150, 2))), -1)
+    g1, C1 = multinomial_expert_fisher(em, eta, X, Y, r)
+    g2, H2 = _grad_hess(lambda e: em.q_expert(e, torch.zeros(3, 2, dtype=X.dtype), X, Y, r), eta)
+    assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, -H2, rtol=1e-10, atol=1e-10)
