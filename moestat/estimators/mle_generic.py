@@ -41,7 +41,7 @@ from torch.func import grad, jacfwd
 from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["GenericEM", "fit_generic", "gate_fisher", "multinomial_expert_fisher"]
+__all__ = ["GenericEM", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "score_search"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
@@ -68,6 +68,7 @@ class GenericEM:
         # logits (beta0 + beta1^T x) / tau, softmax-normalised (dense or Top-K): affine in the gate
         # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form
         self.affine_gate = g.normalisation == "softmax" and g.score is linear_score
+        self.topk = g.k_active is not None and g.k_active < k
         free = torch.ones(k, d + 1, dtype=torch.bool)
         if g.reference:  # softmax: the last row is the reference
             free[-1] = False
@@ -290,7 +291,7 @@ def _m_step(em: GenericEM, st: _State, X, Y, r, floor):
 
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
-                accelerate=False, polish_iter=0) -> dict:
+                accelerate=False, polish_iter=0, search_rounds: int = 50) -> dict:
     """Batched generalised EM (see the module docstring) from ``B`` starts.
 
     Parameters
@@ -364,6 +365,9 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         if keep is not None:
             act, Xa, Ya, fa, ll, r = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep], r[keep]
             st = st.take(keep)
+    if em.topk and search_rounds > 0:
+        _topk_search(model, em, full, X, Y, status, paths, rounds=search_rounds, max_iter=max_iter, tol=tol,
+                     var_floor=var_floor, accelerate=accelerate)
     n_newton = np.zeros(B, dtype=int)
     if polish_iter > 0:
         n_newton = polish(em, full, X, Y, floor, status, paths, tol=tol, max_iter=polish_iter)
@@ -372,6 +376,64 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
         "n_newton": n_newton, "paths": [np.array(p) for p in paths],
     }
+
+
+#: Relative steps of the score search (times ``|theta_j| + 0.1``), both signs, from 1e-3 to 1.
+_SEARCH_STEPS = np.concatenate([-np.geomspace(1e-3, 1.0, 12), np.geomspace(1e-3, 1.0, 12)])
+
+
+def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
+    """One sweep of coordinate search over the gate's *score* parameters (``beta1``) on the observed
+    log-likelihood: for each coordinate in turn, the best of :data:`_SEARCH_STEPS` if it increases
+    the likelihood, per batch entry.
+
+    A Top-K gate activates the experts of the K largest scores ``beta1_i^T x``: which experts are
+    active is piecewise constant in ``beta1``, so no derivative sees a boundary move and EM keeps
+    its start's active sets.  A derivative-free move of ``beta1`` can cross them (the coordinate
+    descent that Nguyen, Akbarian, Yan & Ho (2024, Appendix D) use beside EM).  Returns the new
+    ``fv [B, mg]`` and the gain in log-likelihood ``[B]``.
+    """
+    idx = torch.nonzero(em.free).flatten()
+    coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
+    fv, best = fv.clone(), ll.clone()
+    for j in coords:
+        scale = fv[:, j].abs() + 0.1
+        col, top = fv[:, j].clone(), best.clone()
+        for t in _SEARCH_STEPS:
+            cand = fv.clone()
+            cand[:, j] = fv[:, j] + float(t) * scale
+            v = em.loglik(cand, eta, ls2, X, Y)
+            better = torch.isfinite(v) & (v > top)
+            top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
+        fv[:, j], best = col, top
+    return fv, best - ll
+
+
+def _topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
+                 accelerate) -> None:
+    """Alternate :func:`score_search` and EM until no entry gains more than ``tol * n``; updates
+    ``full``, ``status`` and ``paths`` in place (every accepted move and EM step is on the trace, so
+    it still never decreases)."""
+    n = X.shape[1]
+    for _ in range(int(rounds)):
+        ok = torch.tensor([s != "nonfinite" for s in status])
+        if not bool(ok.any()):
+            return
+        act = torch.nonzero(ok).flatten()
+        ll = em.loglik(full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act])
+        fv, gain = score_search(em, full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act], ll)
+        moved = torch.isfinite(gain) & (gain > tol * n)
+        if not bool(moved.any()):
+            return
+        sel = act[moved]
+        sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
+                          var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0)
+        full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)
+        full.eta[sel] = torch.as_tensor(sub["eta"], dtype=X.dtype)
+        full.ls2[sel] = torch.as_tensor(sub["ls2"], dtype=X.dtype)
+        for j, b in enumerate(sel.tolist()):
+            paths[b] += sub["paths"][j].tolist()  # starts at the searched point
+            status[b] = sub["status"][j]
 
 
 def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> np.ndarray:
