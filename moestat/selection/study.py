@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -197,8 +197,10 @@ def _model_settings(config_dict: dict) -> dict:
 
 
 def same_model_settings(recorded: dict, config: SelectConfig) -> bool:
-    """Whether a folder's recorded ``config`` may be resumed by ``config`` (only the grid differs)."""
-    return _model_settings(recorded) == _model_settings(config.to_dict())
+    """Whether a folder's recorded ``config`` may be resumed by ``config`` (only the grid differs).
+    A setting added to :class:`SelectConfig` after the folder was written counts at its default."""
+    defaults = {f.name: f.default for f in fields(SelectConfig)}
+    return _model_settings({**defaults, **recorded}) == _model_settings(config.to_dict())
 
 
 def _check_folder(out: Path, config: SelectConfig, resume: bool) -> None:

@@ -165,7 +165,7 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
     plt.close(fig)
     # 3. merged D1 and unmerged D2 against n: every replicate, the medians (the means can be ruled by
     # a few catastrophic merges; the y range is the replicates' 2-98% quantiles)
-    fig, axes = plt.subplots(1, len(Ks), figsize=(4.4 * len(Ks), 3.6), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 4.6), sharey=True, squeeze=False)
     allv = [r["per_kbar"][str(K)][loss] for K in Ks for loss in ("D1_merged", "D2_over") for r in records
             if r["per_kbar"][str(K)].get(loss)]
     for ax, K in zip(axes[0], Ks):
@@ -185,7 +185,7 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
             ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
         ax.set_title(f"K_bar = {K} (predicted slope -0.5)", fontsize=10)
         ax.set_xlabel("n")
-        ax.legend(fontsize=6.5, loc="lower left")
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: the data fill the axes
     axes[0][0].set_ylabel("Voronoi loss")
     fig.tight_layout()
     paths.append(out / "merged_loss.png")
