@@ -169,15 +169,26 @@ class Dendrogram:
 
     def level(self, k: int) -> MixingMeasure:
         """The merged measure with ``k`` atoms (``1 <= k <= K``)."""
-        if not 1 <= k <= self.n_leaves:
-            raise ValueError(f"k must be in 1..{self.n_leaves}, got {k}")
-        return self.levels[self.n_leaves - k]
+        return tree_level(self, k)
 
     def height(self, k: int) -> float:
         """Height of the merge that takes ``k`` atoms to ``k - 1`` (``2 <= k <= K``)."""
-        if not 2 <= k <= self.n_leaves:
-            raise ValueError(f"k must be in 2..{self.n_leaves}, got {k}")
-        return float(self.heights[self.n_leaves - k])
+        return tree_height(self, k)
+
+
+def tree_level(tree, k: int):
+    """``tree.levels`` indexed by the number of atoms ``k`` (``1 <= k <= tree.n_leaves``): level ``t``
+    of a tree holds ``K - t`` atoms.  Shared by every dendrogram of :mod:`moestat.selection`."""
+    if not 1 <= k <= tree.n_leaves:
+        raise ValueError(f"k must be in 1..{tree.n_leaves}, got {k}")
+    return tree.levels[tree.n_leaves - k]
+
+
+def tree_height(tree, k: int) -> float:
+    """Height of the merge that takes ``k`` atoms to ``k - 1`` (``2 <= k <= tree.n_leaves``)."""
+    if not 2 <= k <= tree.n_leaves:
+        raise ValueError(f"k must be in 2..{tree.n_leaves}, got {k}")
+    return float(tree.heights[tree.n_leaves - k])
 
 
 def build_dendrogram(G: MixingMeasure, family: str = "gaussian", center=None) -> Dendrogram:

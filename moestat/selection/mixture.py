@@ -44,6 +44,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.special import logsumexp
 
+from moestat.selection.dendrogram import tree_height, tree_level
+
 __all__ = ["MixtureFit", "MixtureDendrogram", "ExampleConfig", "fit_location_mixture", "fit_ladder",
            "mixture_loglik", "mixture_dendrogram", "dsc_scores", "information_criteria", "wasserstein",
            "sample_location_mixture", "run_replicate", "PAPER_EXAMPLE"]
@@ -223,15 +225,11 @@ class MixtureDendrogram:
 
     def level(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Weights and means of the merged measure with ``k`` atoms (``1 <= k <= K``)."""
-        if not 1 <= k <= self.n_leaves:
-            raise ValueError(f"k must be in 1..{self.n_leaves}, got {k}")
-        return self.levels[self.n_leaves - k]
+        return tree_level(self, k)
 
     def height(self, k: int) -> float:
         """Height of the merge that takes ``k`` atoms to ``k - 1`` (``2 <= k <= K``)."""
-        if not 2 <= k <= self.n_leaves:
-            raise ValueError(f"k must be in 2..{self.n_leaves}, got {k}")
-        return float(self.heights[self.n_leaves - k])
+        return tree_height(self, k)
 
 
 def mixture_dendrogram(weights, means) -> MixtureDendrogram:
