@@ -36,7 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from moestat.selection.criteria import CONVERGED, dsc_path, fit_ladder, information_criteria, pick
+from moestat.selection.criteria import (
+    CONVERGED,
+    dsc_path,
+    fit_ladder,
+    information_criteria,
+    pick,
+)
 from moestat.selection.dendrogram import build_dendrogram
 
 __all__ = ["SelectConfig", "SelectionError", "run_study", "read_records", "SCENARIOS"]
@@ -323,7 +329,12 @@ def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = Fals
 
     Returns the summary (:func:`moestat.selection.summary.summarise`) with ``"files"`` added.
     """
-    from moestat.selection.summary import format_table, summarise, write_figures, write_summary
+    from moestat.selection.summary import (
+        format_table,
+        summarise,
+        write_figures,
+        write_summary,
+    )
 
     def progress(i, m, n, reps):
         if verbose:
