@@ -8,7 +8,10 @@ N(0, nu)``) the per-sample Fisher information is
 
 and the least-squares estimate has the asymptotic covariance ``I^-1 / n`` (the Cramér--Rao bound,
 attained by the Gaussian-noise LSE).  For the likelihood scenarios (the softmax-gated Gaussian MoE
-of Nguyen, Nguyen & Ho 2023) it is ``E[s s^T]`` with the score ``s = d log p(y | x) / d theta``.
+of Nguyen, Nguyen & Ho 2023, and every scenario file with ``[noise] model = "mixture"``: any gate,
+Gaussian or multinomial-logistic experts) it is ``E[s s^T]`` with the score ``s = d log p(y | x) /
+d theta`` of the file's own model (a Gaussian gate's last ``beta0`` is fixed: the model is
+invariant to a common shift of the intercepts).
 Both are computed by forward-mode autograd (:func:`torch.func.jacfwd`) at the true parameters, as a
 Monte Carlo average over ``m`` draws of the scenario's own input law (and responses), in the free
 parameters of :mod:`moestat.estimators.jacobians` (the reference atom of a softmax gate is fixed).
@@ -88,12 +91,36 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     from moestat.estimators.jacobians import pack, unpack
     from moestat.model.mixing import MixingMeasure
 
-    k, d, q, ref = _layout(scenario) if not getattr(scenario, "gaussian_moe", False) else (
-        scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim, True)
+    gaussian = bool(getattr(scenario, "gaussian_moe", False))
+    # a scenario file drawing y from the mixture (issue 27): the likelihood of its own model
+    file_likelihood = not gaussian and bool(getattr(scenario, "likelihood", False))
+    if gaussian:
+        k, d, q, ref = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim, True
+    elif file_likelihood:
+        t = scenario.truth
+        k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, bool(scenario.model.gate.reference)
+    else:
+        k, d, q, ref = _layout(scenario)
     theta0 = pack(scenario.truth.expand(1).torch(), ref)[0]
     rng = np.random.default_rng(seed)
-    gaussian = bool(getattr(scenario, "gaussian_moe", False))
-    if gaussian:
+    drop = None  # a free coordinate the model does not identify, fixed at its true value
+    if file_likelihood:
+        from moestat.model.likelihood import log_gate
+
+        model = scenario.model
+        qe = model.n_expert_params(d)
+        if model.gate.normalisation == "gaussian":  # invariant to a common shift of beta0: fix the last
+            drop = k - 1
+        X, Y = scenario.sample(m, rng)
+
+        def f(theta, x, y):
+            b0, b1, eta = unpack(theta, k, d, q, ref)
+            s2 = eta[..., -1] if model.family == "gaussian" else None
+            lj = log_gate(model.gate, x, b0, b1) + model.log_components(x, y, eta[..., :qe], s2)
+            return torch.logsumexp(lj, dim=-1)  # log p(y | x) per sample
+
+        scale = 1.0
+    elif gaussian:
         from moestat.model.gaussian_moe import component_log_joint
 
         X, Y = scenario.sample(m, rng)
@@ -119,7 +146,13 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         y = torch.as_tensor(Y[s:s + chunk], dtype=torch.float64)
         J = jacfwd(f)(theta0, x, y)  # [c, P]
         info += J.T @ J
-    return (info / m * scale).numpy(), _block_names(k, d, q, ref)
+    info, blocks = (info / m * scale).numpy(), _block_names(k, d, q, ref)
+    if drop is not None:
+        keep = [i for i in range(info.shape[0]) if i != drop]
+        info = info[np.ix_(keep, keep)]
+        blocks = [(name, [i - (i > drop) for i in idx if i != drop]) for name, idx in blocks]
+        blocks = [(name, idx) for name, idx in blocks if idx]
+    return info, blocks
 
 
 def _separation(truth) -> float:
@@ -175,7 +208,8 @@ def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int
                         f"{fraction:g} x separation there): declare --window-min {min(n for n in ns if n >= n_ok_int)} "
                         "or move n-min up")
     return {
-        "kind": "likelihood" if getattr(scenario, "gaussian_moe", False) else "least squares",
+        "kind": "likelihood" if getattr(scenario, "gaussian_moe", False) or getattr(scenario, "likelihood", False)
+        else "least squares",
         "setting": getattr(scenario, "setting", "exact"),
         "n_params": int(info.shape[0]),
         "mc_draws": int(m),

@@ -9,6 +9,8 @@ import pytest
 from moestat.cli.main import main
 from moestat.rates.preflight import COND_WARN, fisher_information, preflight
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
 NEAR_SINGULAR = """
 name = "near-singular"
 [gate]
@@ -83,6 +85,39 @@ def test_likelihood_scenario_has_a_fisher_information():
     info, blocks = fisher_information(model1_scenario(), m=4000)
     assert info.shape == (8, 8) and np.all(np.linalg.eigvalsh(info) > 0)
     assert [b[0] for b in blocks] == ["atom 0 beta0", "atom 0 beta1", "atom 0 eta", "atom 1 eta"]
+
+
+def test_a_mixture_noise_file_gets_the_likelihood_fisher_information_of_its_own_model():
+    """A scenario file drawing y from the mixture is a likelihood scenario: the same truth as the
+    built-in Gaussian MoE gives the same Fisher information (not the least-squares one of its mean
+    function), and a multinomial-logistic file gets its own."""
+    from moestat.data.gaussian_scenarios import GaussianMoEScenario
+    from moestat.data.scenario_files import load_scenario, scenario_from_mapping
+    from moestat.rates.preflight import preflight
+
+    sc = load_scenario(str(ROOT / "examples" / "gaussian_moe_d2.toml"))
+
+    class SameDraws(GaussianMoEScenario):  # the built-in likelihood branch on the file's own (x, y)
+        def sample(self, n, rng):
+            return sc.sample(n, rng)
+
+    builtin = SameDraws(name="same", truth=sc.truth, k_fit=3)
+    info_f, blocks_f = fisher_information(sc, m=3000, seed=1)
+    info_b, blocks_b = fisher_information(builtin, m=3000, seed=1)
+    assert blocks_f == blocks_b
+    np.testing.assert_allclose(info_f, info_b, rtol=1e-10, atol=1e-12)
+    assert preflight(sc, [1000], m=2000)["kind"] == "likelihood"
+    multi = scenario_from_mapping({"gate": {}, "expert": {"kind": "multinomial", "classes": 3}, "noise": {"model": "mixture"},
+                                   "atoms": [dict(beta0=0.5, beta1=[2.0, -1.0], eta=[2, 2, 0, -2, 0, 1]),
+                                             dict(beta0=0.0, beta1=[0.0, 0.0], eta=[-2, 0, 1, 0, -2, 0])]})
+    info_m, blocks_m = fisher_information(multi, m=3000)
+    assert info_m.shape == (15, 15) and np.all(np.linalg.eigvalsh(info_m) > 0)
+    gg = scenario_from_mapping({"gate": {"normalisation": "gaussian"}, "expert": {"kind": "linear"}, "noise": {"model": "mixture"},
+                                "atoms": [dict(beta0=float(np.log(0.4)), beta1=[0.5, 0.5], eta=[1.0, -1.0, 0.5], variance=0.1),
+                                          dict(beta0=float(np.log(0.6)), beta1=[-0.5, -0.3], eta=[-1.0, 1.0, -0.5], variance=0.2)]})
+    info_g, blocks_g = fisher_information(gg, m=3000)
+    assert info_g.shape == (1 + 4 + 8, 1 + 4 + 8) and np.all(np.linalg.eigvalsh(info_g) > 0)
+    assert [b for b, _ in blocks_g].count("atom 1 beta0") == 0
 
 
 def test_cli_check_prints_the_table_and_writes_json(tmp_path, capsys):
