@@ -336,7 +336,9 @@ _add(Entry(
          requires="a Gaussian gate fitted by maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
     (Prediction("gaussian-gate", "Dbar", _HALF, "Type I: D-bar at n^{-1/2}"),),
     notes="moestat's Gaussian gate has a known common kernel variance and uniform inputs; the paper's joint GLLiM "
-          "estimates per-atom gate covariances with x drawn from the gate mixture. Side by side with the authors' "
+          "estimates per-atom gate covariances with x drawn from the gate mixture. As a conditional model moestat's is "
+          "not identifiable (a common shift of the centres leaves p(y | x) unchanged; moestat check: condition number "
+          "infinite), so this entry cannot check the theorem. Side by side with the authors' "
           "committed CRPE-GMoE arrays: simulations/catalogue/crpe_gmoe.json",
 ))
 
