@@ -55,6 +55,14 @@ _LOG2PI = math.log(2.0 * math.pi)
 OVER_POLISH_ITER = 100
 
 
+def _needs_generic_em(model) -> bool:
+    """Whether ``model`` is fitted by the generic EM: any gate and expert but the linear softmax with
+    linear Gaussian experts, which the fused EM fits."""
+    from moestat.model.likelihood import LikelihoodModel
+
+    return isinstance(model, LikelihoodModel) and not model.is_linear_softmax
+
+
 def _check_model(model, k: int) -> None:
     from moestat.model.likelihood import LikelihoodModel
 
@@ -204,11 +212,8 @@ class MLEGaussianMoE(MoEEstimator):
         # the generic EM (any gate or expert but the linear softmax with linear Gaussian experts) can
         # crawl on exact fits too: a multinomial-logistic MoE took 300-900 EM steps and stopped on the
         # per-sample tolerance up to 0.013 nats below the optimum SQUAREM reached in 90-200
-        from moestat.model.likelihood import LikelihoodModel
-
-        generic = isinstance(model, LikelihoodModel) and not model.is_linear_softmax
         return cls(model, scenario.k_fit, eta_variance=gaussian, max_iter=max_iter, random_state=random_state,
-                   device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=over or generic,
+                   device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=over or _needs_generic_em(model),
                    polish_iter=OVER_POLISH_ITER if over else 0)
 
     def _k(self) -> int:
@@ -353,10 +358,7 @@ class MLEGaussianMoE(MoEEstimator):
         return LikelihoodModel(ProtocolGate(name="linear"), linear_expert(self.n_features_in_))
 
     def _use_generic(self) -> bool:
-        from moestat.model.likelihood import LikelihoodModel
-
-        m = self.model
-        return bool(self.generic) or (isinstance(m, LikelihoodModel) and not m.is_linear_softmax)
+        return bool(self.generic) or _needs_generic_em(self.model)
 
     def _fit_generic(self, Xt: torch.Tensor, Yt: torch.Tensor, init, k: int) -> "MLEGaussianMoE":
         """Fit with :func:`moestat.estimators.mle_generic.fit_generic` (per-expert variances, CPU)."""
