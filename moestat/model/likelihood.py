@@ -186,13 +186,17 @@ class LikelihoodModel:
         e = y.unsqueeze(-1) - self.expert(x, eta)
         return -0.5 * (_LOG2PI + torch.log(s2).unsqueeze(-2) + e * e / s2.unsqueeze(-2))
 
-    def loglik(self, x, y, G: MixingMeasure) -> torch.Tensor:
-        """Observed-data log-likelihood ``[...]`` (sum over samples)."""
+    def log_density(self, x, y, G: MixingMeasure) -> torch.Tensor:
+        """``log p(y_n | x_n)`` of every sample, ``[..., n]``."""
         x, Gt, e = self._split(x, G)
         y = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y, dtype=np.float64))
         s2 = Gt.eta[..., -1] if self.family == "gaussian" else None
         lj = log_gate(self.gate, x, Gt.beta0, Gt.beta1) + self.log_components(x, y, e, s2)
-        return torch.logsumexp(lj, -1).sum(-1)
+        return torch.logsumexp(lj, -1)
+
+    def loglik(self, x, y, G: MixingMeasure) -> torch.Tensor:
+        """Observed-data log-likelihood ``[...]`` (sum over samples)."""
+        return self.log_density(x, y, G).sum(-1)
 
     def sample_y(self, X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.ndarray:
         """``y [n]`` from the mixture at inputs ``X [n, d]``: an atom by the gate, then ``y`` from it."""

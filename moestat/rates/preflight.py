@@ -105,19 +105,13 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     rng = np.random.default_rng(seed)
     drop = None  # a free coordinate the model does not identify, fixed at its true value
     if file_likelihood:
-        from moestat.model.likelihood import log_gate
-
         model = scenario.model
-        qe = model.n_expert_params(d)
         if model.gate.normalisation == "gaussian":  # invariant to a common shift of beta0: fix the last
             drop = k - 1
         X, Y = scenario.sample(m, rng)
 
         def f(theta, x, y):
-            b0, b1, eta = unpack(theta, k, d, q, ref)
-            s2 = eta[..., -1] if model.family == "gaussian" else None
-            lj = log_gate(model.gate, x, b0, b1) + model.log_components(x, y, eta[..., :qe], s2)
-            return torch.logsumexp(lj, dim=-1)  # log p(y | x) per sample
+            return model.log_density(x, y, MixingMeasure(*unpack(theta, k, d, q, ref)))  # per sample
 
         scale = 1.0
     elif gaussian:
