@@ -33,7 +33,7 @@ import torch
 
 from moestat.model.gaussian_moe import component_log_joint
 from moestat.model.mixing import MixingMeasure
-from moestat.selection.dendrogram import Dendrogram
+from moestat.selection.dendrogram import Dendrogram, dsc_levels
 
 __all__ = ["CRITERIA", "CONVERGED", "n_parameters", "information_criteria", "dsc_path", "pick", "fit_ladder"]
 
@@ -99,12 +99,9 @@ def dsc_path(dend: Dendrogram, X, Y, omega: float | None = None) -> dict[str, np
         raise ValueError("DSC needs the likelihood: build the dendrogram with family='gaussian'")
     X, Y = np.asarray(X, float), np.asarray(Y, float)
     n = X.shape[0]
-    w = math.log(n) if omega is None else float(omega)
-    ks = np.arange(dend.n_leaves, 1, -1)
-    h = np.array([dend.height(int(k)) for k in ks])
-    lbar = np.array([_loglik_and_entropy(X, Y, dend.level(int(k)))[0] / n for k in ks], dtype=float)
-    dsc = -(h + w * lbar)
-    return {"k": ks, "height": h, "mean_loglik": lbar, "dsc": dsc, "k_hat": int(ks[int(np.argmin(dsc))])}
+    out = dsc_levels(dend, lambda G: _loglik_and_entropy(X, Y, G)[0] / n, n, omega)
+    del out["omega"]
+    return out
 
 
 def pick(scores: dict[int, float]) -> int:

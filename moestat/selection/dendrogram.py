@@ -48,6 +48,7 @@ the same weights -- the mixture's mean function ``sum_i pi_i(x) (a_i^T x + b_i)`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,6 +183,27 @@ def tree_level(tree, k: int):
     if not 1 <= k <= tree.n_leaves:
         raise ValueError(f"k must be in 1..{tree.n_leaves}, got {k}")
     return tree.levels[tree.n_leaves - k]
+
+
+def dsc_levels(tree, mean_loglik, n: int, omega: float | None = None) -> dict:
+    """The dendrogram selection criterion of Do et al. (2024) on every level ``k = K..2`` of a tree.
+
+    Level ``k`` scores ``-(h(k) + omega_n lbar(k))``: ``h(k)`` the height of the merge ``k -> k - 1``,
+    ``lbar(k) = mean_loglik(tree.level(k))`` the merged measure's average log-likelihood, ``omega_n``
+    (default ``log n``).  Shared by the Gaussian MoE (:func:`moestat.selection.criteria.dsc_path`)
+    and the plain mixture (:func:`moestat.selection.mixture.dsc_scores`).
+
+    Returns
+    -------
+    dict
+        ``k``, ``height``, ``mean_loglik``, ``dsc`` (arrays over ``k = K..2``), ``omega`` and ``k_hat``.
+    """
+    w = math.log(n) if omega is None else float(omega)
+    ks = np.arange(tree.n_leaves, 1, -1)
+    h = np.array([tree_height(tree, int(k)) for k in ks])
+    lbar = np.array([mean_loglik(tree_level(tree, int(k))) for k in ks], dtype=float)
+    dsc = -(h + w * lbar)
+    return {"k": ks, "height": h, "mean_loglik": lbar, "dsc": dsc, "omega": w, "k_hat": int(ks[int(np.argmin(dsc))])}
 
 
 def tree_height(tree, k: int) -> float:

@@ -44,7 +44,7 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.special import logsumexp
 
-from moestat.selection.dendrogram import tree_height, tree_level
+from moestat.selection.dendrogram import dsc_levels, tree_height, tree_level
 
 __all__ = ["MixtureFit", "MixtureDendrogram", "ExampleConfig", "fit_location_mixture", "fit_ladder",
            "mixture_loglik", "mixture_dendrogram", "dsc_scores", "information_criteria", "wasserstein",
@@ -285,15 +285,11 @@ def dsc_scores(dend: MixtureDendrogram, X, omega: float | None = None) -> dict:
     """
     X = _check_X(X)
     n = X.shape[0]
-    om = math.log(n) if omega is None else float(omega)
-    ks = np.arange(dend.n_leaves, 1, -1)
-    h = np.array([dend.height(int(k)) for k in ks])
-    lbar = np.array([mixture_loglik(X, *dend.level(int(k))) / n for k in ks])
-    dsc = -(h + om * lbar)
+    out = dsc_levels(dend, lambda level: mixture_loglik(X, *level) / n, n, omega)
+    ks, h, lbar, om = out["k"], out["height"], out["mean_loglik"], out.pop("omega")
     hmax = float(h.max())
     dsc_r = -(om * lbar / abs(lbar[0]) + (h / hmax if hmax > 0 else 0.0 * h))
-    return {"k": ks, "height": h, "mean_loglik": lbar, "dsc": dsc, "dsc_rescaled": dsc_r,
-            "k_hat": int(ks[int(np.argmin(dsc))]), "k_hat_rescaled": int(ks[int(np.argmin(dsc_r))])}
+    return {**out, "dsc_rescaled": dsc_r, "k_hat_rescaled": int(ks[int(np.argmin(dsc_r))])}
 
 
 def information_criteria(loglik: float, k: int, d: int, n: int) -> dict[str, float]:
