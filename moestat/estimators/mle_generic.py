@@ -184,7 +184,7 @@ def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
     rA = r.unsqueeze(-1) * A.unsqueeze(-2)  # [B, n, k, p]
     diag = torch.einsum("bnkc,bnka,bnf->bkcaf", P, rA, A)  # [B, k, C-1, p, p]
     PA = (P.unsqueeze(-1) * A[:, :, None, None, :]).reshape(B, n, k, -1)  # [B, n, k, (C-1) p]
-    Cm = -torch.einsum("bnkc,bnkx,bnky->bkxy", r.unsqueeze(-1), PA, PA)
+    Cm = -torch.einsum("bnkx,bnky->bkxy", r.unsqueeze(-1) * PA, PA)
     p = A.shape[-1]
     for c in range(C - 1):
         Cm[:, :, c * p:(c + 1) * p, c * p:(c + 1) * p] += diag[:, :, c]
