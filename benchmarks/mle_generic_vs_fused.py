@@ -12,6 +12,7 @@ timed ``REPEATS`` times (the median is reported, every time kept); one torch thr
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -40,7 +41,10 @@ def _fit(X, Y, G0, **kw):
     return est, time.perf_counter() - t0
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=Path(__file__).with_suffix(".json"), help="where to write the results")
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     sc = model1_scenario("exact")
     rows = []
@@ -65,8 +69,7 @@ def main() -> None:
               f"(x{out['slowdown_vs_fused']:.2f}); max rel. loglik diff {out['max_rel_loglik_diff']:.1e}", flush=True)
     meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "threads": 1, "repeats": REPEATS, "load_avg_at_end": os.getloadavg()}
-    dest = Path(sys.argv[sys.argv.index("--json") + 1]) if "--json" in sys.argv else Path(__file__).with_suffix(".json")
-    dest.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ class SelectConfig:
     init_scale: float = 0.1
     max_iter: int = 1000
     version: int = field(default=1)
-
+    #: set from the scenario file (its content identifies the study), never given
     scenario_sha256: str = ""
 
     def __post_init__(self) -> None:

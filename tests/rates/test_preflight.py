@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from moestat.cli.main import main
 from moestat.rates.preflight import COND_WARN, fisher_information, preflight
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 NEAR_SINGULAR = """
 name = "near-singular"
