@@ -152,7 +152,8 @@ class MLEGaussianMoE(MoEEstimator):
     n_newton_ : ndarray, shape ``[R]``
         Accepted Newton steps of the best start (included in ``n_iter_``).
     kernel_ : str
-        ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"``: the generic EM.
+        ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"`` or ``"generic-compiled"``:
+        the generic EM, eager or with its E-step and gate objective compiled.
 
     Examples
     --------
@@ -394,12 +395,13 @@ class MLEGaussianMoE(MoEEstimator):
         fv, eta, ls2 = mg.to_free(em, flat)
         rep = torch.arange(R).repeat_interleave(S)
         res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
-                             var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter))
+                             var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
+                             compile=self.compile)
         ll = res["loglik"].reshape(R, S)
         best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
         pick = np.arange(R) * S + best
         params = mg.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
-        self.kernel_ = "generic"
+        self.kernel_ = res["kernel"]
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         self.loglik_ = ll[np.arange(R), best]
         self.loglik_path_ = [res["paths"][i] for i in pick]
@@ -417,7 +419,7 @@ class MLEGaussianMoE(MoEEstimator):
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""
         Xt = self._check_X(X)
         p = self.params_
-        if getattr(self, "kernel_", "") == "generic":
+        if getattr(self, "kernel_", "").startswith("generic"):
             full = p if (self.eta_variance or not np.isfinite(self.variances_).all()) else MixingMeasure(
                 p.beta0, p.beta1, np.concatenate([p.eta, self.variances_[..., None]], -1))
             return self._likelihood_model().predict(Xt, full).numpy()

@@ -33,6 +33,7 @@ with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ from torch.func import grad, jacfwd
 from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["GenericEM", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "score_search"]
+__all__ = ["Design", "GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "score_search"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
@@ -76,57 +77,211 @@ class GenericEM:
             free[-1, d] = False
         self.free = free.flatten()
         self.mg = int(self.free.sum())
+        #: the gate rows with a free parameter, and the embedding restricted to them [mg, f p]
+        self.free_rows = torch.nonzero(free.any(-1)).flatten()
+        self.n_free_rows = len(self.free_rows)
+        if self.affine_gate and self.free_rows.tolist() != list(range(self.n_free_rows)):
+            raise AssertionError("the closed-form gate step assumes the free rows come first")
         # one-hot embedding of the free gate parameters into V [k, p] (a matmul: differentiable, no scatter)
         self.embed = torch.zeros(self.mg, k * (d + 1), dtype=dtype)
         self.embed[torch.arange(self.mg), torch.nonzero(self.free).flatten()] = 1.0
+        self.embed_rows = self.embed.reshape(self.mg, k, d + 1)[:, self.free_rows].reshape(self.mg, -1)
 
     # ---- batched pieces (leading batch axis B; entries independent) ------------------------
+    # Layout: atom-major, ``[B, k, n]``.  Every softmax, logsumexp and sum over the atoms is then a
+    # reduction over a middle axis of contiguous length-n rows, which vectorises; over a trailing
+    # axis of length k (2 or 3 here) the same reductions run 4-20x slower on the CPU.
     def gate_V(self, fv: torch.Tensor) -> torch.Tensor:
         """``V [B, k, p]`` = ``(beta1, beta0)`` rows from the free gate parameters ``fv [B, mg]``."""
         return (fv @ self.embed.to(fv)).reshape(fv.shape[:-1] + (self.k, self.p))
 
     def log_u(self, fv: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """Unnormalised log-weights ``u [B, n, k]``, ``log w = log_softmax(u)`` (Top-K zeros ``-inf``)."""
+        """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, 1)`` (Top-K zeros ``-inf``)."""
         V = self.gate_V(fv)
-        return log_gate(self.model.gate, X, V[..., self.d], V[..., : self.d], normalise=False)
+        g = self.model.gate
+        if self.affine_gate:  # (beta1^T x + beta0) / tau as one batched matmul, atom-major
+            s = V[..., : self.d] @ X.transpose(-1, -2)
+            u = s + V[..., self.d :]
+            if g.temperature != 1:
+                u = u / g.temperature
+            if self.topk:  # Top-K on the score, before the bias (Nguyen et al. (2024), eq. (2)); as log_gate
+                keep = torch.zeros_like(s, dtype=torch.bool).scatter(-2, torch.topk(s.detach(), g.k_active, dim=-2).indices, True)
+                u = u.masked_fill(~keep, float("-inf"))
+            return u
+        return log_gate(g, X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
 
     def log_w(self, fv, X):
-        return torch.log_softmax(self.log_u(fv, X), -1)
+        return torch.log_softmax(self.log_u(fv, X), -2)
+
+    @staticmethod
+    def softmax_lse(u: torch.Tensor):
+        """``softmax(u)`` over the atoms ``[B, k, n]`` and ``logsumexp(u)`` ``[B, n]`` from one
+        exponential per entry (``torch.logsumexp`` and ``torch.softmax`` take one each)."""
+        m = u.amax(-2, keepdim=True)
+        z = torch.exp(u - m)
+        s = z.sum(-2, keepdim=True)
+        return z / s, (m + torch.log(s)).squeeze(-2)
 
     def means(self, eta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """Expert means ``h(x_n, eta_i)`` ``[B, n, k]`` (Gaussian family)."""
+        """Expert means ``h(x_n, eta_i)`` ``[B, k, n]`` (Gaussian family)."""
         if self.linear:
-            return torch.einsum("bnd,bkd->bnk", X, eta[..., :-1]) + eta[..., -1].unsqueeze(-2)
-        return self.model.expert(X, eta)
+            return eta[..., :-1] @ X.transpose(-1, -2) + eta[..., -1:]
+        return self.model.expert(X, eta).transpose(-1, -2)
 
     def log_f(self, eta, ls2, X, Y):
-        """``log f(y_n | x_n, eta_i)`` ``[B, n, k]``."""
+        """``log f(y_n | x_n, eta_i)`` ``[B, k, n]``."""
         if self.gaussian:
-            e = Y.unsqueeze(-1) - self.means(eta, X)
-            return -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-2) + e * e * torch.exp(-ls2).unsqueeze(-2))
+            e = Y.unsqueeze(-2) - self.means(eta, X)
+            return -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-1) + e * e * torch.exp(-ls2).unsqueeze(-1))
         lp = self.model.expert.log_probs(X, eta)  # [B, n, k, C]
         idx = Y.long()[..., None, None].expand(lp.shape[:-1] + (1,))
-        return lp.gather(-1, idx).squeeze(-1)
+        return lp.gather(-1, idx).squeeze(-1).transpose(-1, -2)
 
     def loglik(self, fv, eta, ls2, X, Y):
         """Observed log-likelihood ``[B]``."""
-        return torch.logsumexp(self.log_w(fv, X) + self.log_f(eta, ls2, X, Y), -1).sum(-1)
+        u = self.log_u(fv, X)
+        return (torch.logsumexp(u + self.log_f(eta, ls2, X, Y), -2) - torch.logsumexp(u, -2)).sum(-1)
 
     def q_gate(self, fv, X, r):
         """``Q_g [B]`` (``0 log 0 = 0`` where a Top-K gate switches an expert off)."""
-        lw = self.log_w(fv, X)
-        return torch.where(r > 0, r * lw, torch.zeros_like(lw)).sum((-2, -1))
+        u = self.log_u(fv, X)
+        m = u.amax(-2, keepdim=True)  # logsumexp over the atoms, without torch.logsumexp's inf handling
+        return self.q_gate_u(u, (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2), r)
+
+    def q_gate_affine(self, fv, X, rA):
+        """``Q_g [B]`` of a dense affine gate from ``rA = sum_n r_ni xt_n`` ``[B, f, p]`` over the free
+        rows: ``sum_ni r_ni u_ni = sum_i V_i . rA_i / tau`` (the reference row is zero), so only the
+        ``logsumexp`` of the logits is a pass over the samples."""
+        u = self.log_u(fv, X)
+        m = u.amax(-2, keepdim=True)
+        lse = (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2)
+        V = self.gate_V(fv)[:, : rA.shape[1]]
+        return (V * rA).sum((-2, -1)) / self.model.gate.temperature - lse.sum(-1)
+
+    def q_gate_u(self, u, lse_u, r):
+        """``Q_g = sum_ni r_ni (u_ni - lse_n)`` ``[B]`` from the logits ``u [B, k, n]`` and their
+        ``logsumexp`` over the atoms ``[B, n]`` (``sum_i r_ni = 1``)."""
+        if self.topk:  # u = -inf where r = 0
+            ru = torch.where(r > 0, r * u, torch.zeros_like(u)).sum((-2, -1))
+        else:  # as a batched dot product: no [B, k, n] temporary
+            ru = (r.reshape(r.shape[0], 1, -1) @ u.reshape(u.shape[0], -1, 1)).reshape(-1)
+        return ru - lse_u.sum(-1)
 
     def q_expert(self, eta, ls2, X, Y, r):
         """``Q_i [B, k]``, one per atom."""
-        return (r * self.log_f(eta, ls2, X, Y)).sum(-2)
+        return (r * self.log_f(eta, ls2, X, Y)).sum(-1)
 
-    def estep(self, th, X, Y):
-        """Observed log-likelihood ``[B]`` and responsibilities ``[B, n, k]``."""
+    def estep(self, th, X, Y) -> tuple[torch.Tensor, "Posterior"]:
+        """Observed log-likelihood ``[B]`` and the :class:`Posterior` at ``th``: everything of the
+        M-step that is a pass over the samples, so that a compiled E-step fuses it into its loop."""
         fv, eta, ls2 = th
-        lj = self.log_w(fv, X) + self.log_f(eta, ls2, X, Y)
-        ll = torch.logsumexp(lj, -1)
-        return ll.sum(-1), torch.exp(lj - ll.unsqueeze(-1))
+        u = self.log_u(fv, X)
+        pi, lse_u = self.softmax_lse(u)
+        if self.linear:
+            e = Y.unsqueeze(-2) - self.means(eta, X)
+            lf = -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-1) + e * e * torch.exp(-ls2).unsqueeze(-1))
+        else:
+            lf = self.log_f(eta, ls2, X, Y)
+        r, lse_j = self.softmax_lse(u + lf)  # log sum_i exp(u_i) f_i
+        re = q = w = dr = None
+        if self.linear:
+            re = r * e
+            q = (re * e).sum(-1)
+        f0 = self.q_gate_u(u, lse_u, r)
+        if self.affine_gate:  # the closed-form gate step's weights (gate_fisher); pi and u are not needed
+            dr, w = self.gate_weights(r, pi)
+            pi = u = None
+        return (lse_j - lse_u).sum(-1), Posterior(r, re, q, f0, w, dr, pi, u)
+
+
+    def gate_weights(self, r, pi):
+        """``r - pi`` ``[B, f, n]`` and ``pi_i (delta_ij - pi_j)`` ``[B, f (f + 1) / 2, n]`` over the
+        ``f`` free gate rows ``i <= j`` (``None`` when no row is free): the weights of the closed-form
+        gate step (:func:`gate_fisher`)."""
+        f = self.n_free_rows
+        if f == 0:
+            return None, None
+        w = [pi[:, i] * ((1.0 if i == j else 0.0) - pi[:, j]) for i in range(f) for j in range(i, f)]
+        return r[:, :f] - pi[:, :f], torch.stack(w, 1)
+
+
+class Posterior(NamedTuple):
+    """What the M-step needs from the E-step at the same parameters (:meth:`GenericEM.estep`);
+    ``None`` where the model does not need it.
+
+    r : ``[B, k, n]``, the responsibilities.
+    re, q : ``r (y - h_i)`` ``[B, k, n]`` and ``sum_n r (y - h_i)^2`` ``[B, k]`` (linear Gaussian experts).
+    f0 : ``Q_g`` ``[B]`` at the current gate.
+    w, dr : the closed-form gate step's weights ``pi_i (delta_ij - pi_j)`` over the free rows ``i <= j``
+        ``[B, f (f + 1) / 2, n]`` and ``r - pi`` ``[B, f, n]`` (affine gates).
+    pi, u : the gate weights and logits ``[B, k, n]`` (other gates: :func:`torch.func.jacfwd`).
+    """
+
+    r: torch.Tensor
+    re: torch.Tensor | None
+    q: torch.Tensor | None
+    f0: torch.Tensor
+    w: torch.Tensor | None
+    dr: torch.Tensor | None
+    pi: torch.Tensor | None
+    u: torch.Tensor | None
+
+    def take(self, idx) -> "Posterior":
+        return Posterior(*(None if a is None else a[idx] for a in self))
+
+    def where(self, take: torch.Tensor, other: "Posterior") -> "Posterior":
+        """Entry-wise ``self`` where ``take [B]``, else ``other``."""
+        return Posterior(*(None if a is None else torch.where(take.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
+                           for a, b in zip(self, other)))
+
+
+_COMPILED: dict = {}
+
+
+def _estep_fn(em, fv, eta, ls2, X, Y):
+    return GenericEM.estep(em, (fv, eta, ls2), X, Y)
+
+
+def _q_gate_fn(em, fv, X, r):
+    return GenericEM.q_gate(em, fv, X, r)
+
+
+def _q_gate_affine_fn(em, fv, X, rA):
+    return GenericEM.q_gate_affine(em, fv, X, rA)
+
+
+def _compiled(name: str, fn):
+    """``fn(em, *tensors)`` under ``torch.compile`` (dynamic shapes; one compilation per process and
+    kind of model), with the lone-entry guard of :func:`moestat.estimators.mle_fused._pass_function`:
+    a batch of one is run twice over, so dynamo does not specialise on ``B = 1`` and compile again."""
+    if name not in _COMPILED:
+        c = torch.compile(fn, dynamic=True)
+
+        def run(em, *ts):
+            if ts[0].shape[0] == 1:
+                out = c(em, *(torch.cat([t, t]) for t in ts))
+                return torch.utils._pytree.tree_map(lambda o: None if o is None else o[:1], out)
+            return c(em, *ts)
+
+        _COMPILED[name] = run
+    return _COMPILED[name]
+
+
+def use_compiled(em: "GenericEM", compile, size: int, device) -> bool:
+    """Run ``em``'s E-step and gate objective -- the passes over ``[B, k, n]`` of every EM step --
+    under ``torch.compile`` (fused loops instead of a dozen eager temporaries) when ``compile`` is
+    ``True``, or ``"auto"`` and ``size = B n`` reaches
+    :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES` on the CPU (the fused EM's rule).
+    Returns whether it does; the methods are replaced on this instance only."""
+    from moestat.estimators.mle_fused import COMPILE_MIN_SAMPLES
+
+    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu")
+    if want:
+        est, qg, qa = _compiled("estep", _estep_fn), _compiled("q_gate", _q_gate_fn), _compiled("q_gate_affine", _q_gate_affine_fn)
+        em.q_gate_affine = lambda fv, X, rA: qa(em, fv, X, rA)
+        em.estep = lambda th, X, Y: est(em, *th, X, Y)
+        em.q_gate = lambda fv, X, r: qg(em, fv, X, r)
+    return bool(want)
 
 
 def _grad_hess(F, theta: torch.Tensor):
@@ -166,7 +321,7 @@ def _ascent(F, theta, lam, g, C, tries: int = 8, f0=None):
 
 
 def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
-    """Gradient ``[B, k, q]`` and minus the Hessian ``[B, k, q, q]`` of every atom's
+    """``r``: responsibilities ``[B, k, n]``.  Gradient ``[B, k, q]`` and minus the Hessian ``[B, k, q, q]`` of every atom's
     ``Q_i = sum_n r_ni log P(y_n | x_n, eta_i)`` for multinomial-logistic experts.
 
     The logits ``z_c = W_c^T (x, 1)`` (class ``C`` the reference, ``eta_i = vec(W_i)`` as in
@@ -177,6 +332,7 @@ def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
     """
     B, n, d = X.shape
     k, C = eta.shape[1], em.model.expert.classes
+    r = r.transpose(-1, -2)  # [B, n, k]: the class axis below is innermost
     A = torch.cat([X, torch.ones_like(X[..., :1])], -1)  # [B, n, p]
     P = torch.exp(em.model.expert.log_probs(X, eta))[..., : C - 1]  # [B, n, k, C-1]
     T = torch.nn.functional.one_hot(Y.long(), C)[..., : C - 1].to(X.dtype)  # [B, n, C-1]
@@ -191,41 +347,76 @@ def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
     return g, Cm
 
 
-def gate_fisher(em: GenericEM, fv, X, r, u, pi, closed_form: bool | None = None):
+class Design:
+    """The data of the active entries and the products of it that every EM step needs: ``X [B, n,
+    d]``, ``Y [B, n]``, ``XeT = (X, 1)^T [B, p, n]`` and, for ``p <= 4``, the per-sample outer
+    products ``XXT = vec(Xe Xe^T)^T [B, p^2, n]``.  With these, the moments ``sum_n w_in Xe_n
+    Xe_n^T`` of the expert and gate steps are one matrix product ``w @ XXT^T`` with no ``[B, k, n,
+    p]`` temporary (for larger ``p`` the temporary is cheaper than ``XXT``).  Both are sample-minor:
+    products and matrix products over long contiguous rows are several times faster on the CPU than
+    over rows of length ``p``."""
+
+    def __init__(self, X: torch.Tensor, Y: torch.Tensor, _parts=None) -> None:
+        self.X, self.Y = X, Y
+        if _parts is not None:
+            self.XeT, self.XXT = _parts
+            return
+        self.XeT = torch.cat([X.transpose(-1, -2), torch.ones_like(X[..., :1]).transpose(-1, -2)], -2)
+        p = self.XeT.shape[-2]
+        self.XXT = (self.XeT.unsqueeze(-2) * self.XeT.unsqueeze(-3)).reshape(X.shape[:-2] + (p * p, -1)) if p <= 4 else None
+
+    def take(self, idx) -> "Design":
+        return Design(self.X[idx], self.Y[idx], tuple(None if a is None else a[idx] for a in (self.XeT, self.XXT)))
+
+    def first_moments(self, w: torch.Tensor) -> torch.Tensor:
+        """``sum_n w_jn Xe_n`` ``[B, m, p]`` for weights ``w [B, m, n]``."""
+        return w @ self.XeT.transpose(-1, -2)
+
+    def moments(self, w: torch.Tensor) -> torch.Tensor:
+        """``sum_n w_jn Xe_n Xe_n^T`` ``[B, m, p, p]`` for weights ``w [B, m, n]``."""
+        p = self.XeT.shape[-2]
+        if self.XXT is not None:
+            return (w @ self.XXT.transpose(-1, -2)).reshape(w.shape[:-1] + (p, p))
+        return (w.unsqueeze(-2) * self.XeT.unsqueeze(-3)) @ self.XeT.transpose(-1, -2).unsqueeze(-3)
+
+
+def gate_fisher(em: GenericEM, fv, X, post: Posterior, design: Design | None = None):
     """Gradient ``[B, mg]`` and Fisher curvature ``[B, mg, mg]`` of ``Q_g`` at ``fv`` (see
-    :func:`_gate_step`); ``u``, ``pi``: the logits and ``softmax(u)`` there.  ``closed_form``
-    (default: where the gate is affine, ``em.affine_gate``) uses ``du/dtheta`` = the data instead of
-    :func:`torch.func.jacfwd`; the tests check that both agree."""
-    if closed_form is None:
-        closed_form = em.affine_gate
-    if closed_form:
+    :func:`_gate_step`) from the E-step's :class:`Posterior` there.  An affine gate (``post.w`` given)
+    uses ``du/dtheta`` = the data in closed form; any other, :func:`torch.func.jacfwd` of the logits
+    (``post.pi``, ``post.u``); the tests check that both agree.  ``design``: :class:`Design` of ``X``
+    (built here when not given)."""
+    if post.w is not None:
         # du_i/dV_jc = delta_ij xt_c / tau with xt = (x, 1): gradient and curvature in the rows
         # V = (beta1, beta0) by matmuls over n, then onto the free parameters (fv = V embed^T).
+        # Only the blocks of rows with a free parameter are formed (k - 1 of them for a softmax
+        # with a reference atom): block (i, j) = sum_n pi_i (delta_ij - pi_j) xt xt^T / tau^2.
         # Where a Top-K gate switches expert i off, pi_i = r_i = 0 and its terms vanish.
-        A = torch.cat([X, torch.ones_like(X[..., :1])], -1) / em.model.gate.temperature  # [B, n, p]
-        B_, k, p = u.shape[0], em.k, em.p
-        gV = torch.einsum("bni,bnc->bic", r - pi, A).reshape(B_, k * p)
-        Pk = pi.unsqueeze(-1) * A.unsqueeze(-2)  # [B, n, k, p]
-        diag = torch.einsum("bnia,bnc->biac", Pk, A)  # [B, k, p, p]
-        P = Pk.reshape(B_, -1, k * p)
-        CV = -(P.transpose(1, 2) @ P)
-        for i in range(k):
-            CV[:, i * p:(i + 1) * p, i * p:(i + 1) * p] += diag[:, i]
-        E = em.embed.to(fv)  # [mg, k p]
-        g, C = gV @ E.T, E @ CV @ E.T
-    else:
-        J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, n, k, mg]
-        J = torch.where(torch.isfinite(u).unsqueeze(-1), J, torch.zeros_like(J))
-        g = torch.einsum("bnia,bni->ba", J, r - pi)
-        Jp = torch.einsum("bnia,bni->bna", J, pi)
-        C = torch.einsum("bnia,bni,bnic->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
+        D = Design(X, X[..., 0]) if design is None else design
+        B_, p, f = post.w.shape[0], em.p, em.n_free_rows
+        tau = em.model.gate.temperature
+        gV = D.first_moments(post.dr).reshape(B_, f * p) / tau
+        mom = D.moments(post.w) / tau**2  # [B, f (f + 1) / 2, p, p]
+        I, J = torch.triu_indices(f, f)
+        CV = mom.new_zeros(B_, f, f, p, p)
+        CV[:, I, J] = mom
+        CV[:, J, I] = mom.transpose(-1, -2)
+        CV = CV.transpose(2, 3).reshape(B_, f * p, f * p)
+        E = em.embed_rows.to(fv)  # [mg, f p]
+        return gV @ E.T, E @ CV @ E.T
+    r, u, pi = post.r, post.u, post.pi
+    J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, k, n, mg]
+    J = torch.where(torch.isfinite(u).unsqueeze(-1), J, torch.zeros_like(J))
+    g = torch.einsum("bina,bin->ba", J, r - pi)
+    Jp = torch.einsum("bina,bin->bna", J, pi)
+    C = torch.einsum("bina,bin,binc->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
     return g, C
 
 
-def _gate_step(em: GenericEM, fv, lam, X, r):
+def _gate_step(em: GenericEM, fv, lam, D: Design, post):
     """One damped Gauss--Newton (Fisher scoring) ascent step of ``Q_g`` per batch entry.
 
-    With ``J = du/dtheta`` ``[B, n, k, mg]`` (:func:`torch.func.jacfwd`; the data itself for the
+    With ``J = du/dtheta`` ``[B, k, n, mg]`` (:func:`torch.func.jacfwd`; the data itself for the
     softmax of a linear score, then in closed form) and ``pi = softmax(u)``:
     gradient ``sum_n J^T (r - pi)``, curvature ``sum_n J^T (diag pi - pi pi^T) J`` -- minus the
     Hessian where ``u`` is linear in the parameters (a linear-score softmax: IRLS), its positive
@@ -233,12 +424,11 @@ def _gate_step(em: GenericEM, fv, lam, X, r):
     """
     if fv.shape[-1] == 0:
         return fv, lam
-    u = em.log_u(fv, X)
-    pi = torch.softmax(u, -1)
-    lw = torch.log_softmax(u, -1)
-    f0 = torch.where(r > 0, r * lw, torch.zeros_like(lw)).sum((-2, -1))  # Q_g at fv (em.q_gate, from u)
-    g, C = gate_fisher(em, fv, X, r, u, pi)
-    return _ascent(lambda t: em.q_gate(t, X, r), fv, lam, g, C, f0=f0)
+    g, C = gate_fisher(em, fv, D.X, post, design=D)
+    if post.w is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
+        rA = D.first_moments(post.r[:, : em.n_free_rows])
+        return _ascent(lambda t: em.q_gate_affine(t, D.X, rA), fv, lam, g, C, f0=post.f0)
+    return _ascent(lambda t: em.q_gate(t, D.X, post.r), fv, lam, g, C, f0=post.f0)
 
 
 class _State:
@@ -259,19 +449,27 @@ class _State:
         return _State(*(a[idx] for a in (self.fv, self.eta, self.ls2, self.lam_g, self.lam_e)))
 
 
-def _m_step(em: GenericEM, st: _State, X, Y, r, floor):
-    """One generalised M-step (experts, variances, gate) from responsibilities ``r [B, n, k]``."""
-    B, n, k = r.shape
+def _m_step(em: GenericEM, st: _State, D: Design, post, floor):
+    """One generalised M-step (experts, variances, gate) from the E-step's posterior
+    (:meth:`GenericEM.estep`; responsibilities ``r [B, k, n]``)."""
+    r = post.r
+    B, k, n = r.shape
+    X, Y = D.X, D.Y
     eta, ls2 = st.eta, st.ls2
-    if em.linear:  # weighted least squares: the exact maximiser
-        Xe = torch.cat([X, torch.ones_like(X[..., :1])], -1)  # [B, n, p]
-        M = torch.einsum("bnk,bnp,bnq->bkpq", r, Xe, Xe)
-        gv = torch.einsum("bnk,bnp,bn->bkp", r, Xe, Y)
+    wss = None
+    if em.linear:  # weighted least squares: the exact maximiser, as a correction to the current experts
+        re, q = post.re, post.q
+        M = D.moments(r)  # [B, k, p, p]
+        g = D.first_moments(re)  # [B, k, p]: sum_n r e xt, e the residual under the current expert
         tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
         eye = torch.eye(em.p, dtype=X.dtype, device=X.device)
-        sol, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, gv.unsqueeze(-1))
-        ok = (info == 0) & (M[..., -1, -1] > 1e-8 * n) & torch.isfinite(sol.squeeze(-1)).all(-1)
-        eta = torch.where(ok.unsqueeze(-1), sol.squeeze(-1), eta)  # an empty atom keeps its expert
+        delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
+        delta = delta.squeeze(-1)
+        ok = (info == 0) & (M[..., -1, -1] > 1e-8 * n) & torch.isfinite(delta).all(-1)
+        delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
+        eta = eta + delta
+        # sum_n r (e - delta^T xt)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
+        wss = (q - (delta * g).sum(-1)).clamp_min(0.0)
     else:
         F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
         if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
@@ -281,17 +479,17 @@ def _m_step(em: GenericEM, st: _State, X, Y, r, floor):
             C = -H
         eta, st.lam_e = _ascent(F, eta, st.lam_e, g, C)
     if em.gaussian:
-        mu = em.means(eta, X)
-        mass = r.sum(1)
-        wss = (r * (Y.unsqueeze(-1) - mu) ** 2).sum(1)
+        mass = r.sum(-1)
+        if wss is None:
+            wss = (r * (Y.unsqueeze(-2) - em.means(eta, X)) ** 2).sum(-1)
         s2 = torch.where(mass > 1e-8 * n, wss / mass.clamp_min(1e-300), torch.exp(ls2))
         ls2 = torch.log(torch.maximum(s2, floor.unsqueeze(-1)))
-    fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, r)
+    fv, lam_g = _gate_step(em, st.fv, st.lam_g, D, post)
     return _State(fv, eta, ls2, lam_g, st.lam_e)
 
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
-                accelerate=False, polish_iter=0, search_rounds: int = 50) -> dict:
+                accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto") -> dict:
     """Batched generalised EM (see the module docstring) from ``B`` starts.
 
     Parameters
@@ -304,16 +502,20 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     eta : Tensor, shape ``[B, k, q]``
     ls2 : Tensor, shape ``[B, k]``
         Log-variances (ignored for the multinomial family).
+    compile : bool or "auto"
+        Compile the E-step and the gate objective (:func:`use_compiled`).
 
     Returns
     -------
     dict
         NumPy: ``fv, eta, ls2``, ``loglik [B]``, ``n_iter [B]``, ``n_newton [B]``, ``status``
-        (list: ``tol``, ``newton``, ``max_iter`` or ``nonfinite``), ``paths`` (list of ``[n_iter + 1]``).
+        (list: ``tol``, ``newton``, ``max_iter`` or ``nonfinite``), ``paths`` (list of ``[n_iter + 1]``),
+        ``kernel`` (``"generic"`` or ``"generic-compiled"``).
     """
     B, n, d = X.shape
     k = eta.shape[1]
     em = GenericEM(model, k, d, X.dtype)
+    compiled = use_compiled(em, compile, B * n, X.device)
     floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
     if not em.gaussian:
         ls2 = torch.zeros(B, k, dtype=X.dtype)
@@ -323,14 +525,23 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     status = ["max_iter"] * B
     paths: list[list[float]] = [[] for _ in range(B)]
     act = torch.arange(B)
-    st, Xa, Ya, fa = full.take(act), X, Y, floor  # a copy: full is written into below
-    ll, r = em.estep(st.th, Xa, Ya)
+    st, Da, fa = full.take(act), Design(X, Y), floor  # a copy: full is written into below
+    try:
+        ll, r = em.estep(st.th, Da.X, Da.Y)
+    except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same steps, eager
+        if compile is True:
+            raise
+        import warnings
+
+        warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the generic EM runs eagerly", RuntimeWarning)
+        em, compiled = GenericEM(model, k, d, X.dtype), False
+        ll, r = em.estep(st.th, Da.X, Da.Y)  # r: the posterior (responsibilities, gate logits, log-weights)
     for b, v in zip(act.tolist(), ll.tolist()):
         paths[b].append(v)
 
     def step(s, r):
-        s1 = _m_step(em, s, Xa, Ya, r, fa)
-        return s1, *em.estep(s1.th, Xa, Ya)
+        s1 = _m_step(em, s, Da, r, fa)
+        return s1, *em.estep(s1.th, Da.X, Da.Y)
 
     it = 0
     while act.numel() and it < max_iter:
@@ -348,13 +559,13 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
             if em.gaussian:
                 ls2x = torch.maximum(ls2x, torch.log(fa).unsqueeze(-1))
             sx = _State(ext[:, :mg], ext[:, mg : mg + kq].reshape(-1, k, eta.shape[-1]), ls2x, s2_.lam_g, s2_.lam_e)
-            lx, rx = em.estep(sx.th, Xa, Ya)
+            lx, rx = em.estep(sx.th, Da.X, Da.Y)
             take = torch.isfinite(lx) & (lx >= l2) & ((l2 - l1).abs() > tol * n)
             w = lambda a, b: torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
             st = _State(*(w(a, b) for a, b in zip((sx.fv, sx.eta, sx.ls2), (s2_.fv, s2_.eta, s2_.ls2))), s2_.lam_g, s2_.lam_e)
             for b, v1, v2, vx, tk in zip(act.tolist(), l1.tolist(), l2.tolist(), lx.tolist(), take.tolist()):
                 paths[b] += [v1, v2] + ([vx] if tk else [])
-            ll0, ll, r = l1, torch.where(take, lx, l2), w(rx, r2)
+            ll0, ll, r = l1, torch.where(take, lx, l2), rx.where(take, r2)
         else:
             it += 1
             st, ll, r = step(st, r)
@@ -363,18 +574,19 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         full.fv[act], full.eta[act], full.ls2[act] = st.fv, st.eta, st.ls2
         keep = retire_finished(ll, ll0, tol, n, act, status)
         if keep is not None:
-            act, Xa, Ya, fa, ll, r = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep], r[keep]
+            act, Da, fa, ll = act[keep], Da.take(keep), fa[keep], ll[keep]
+            r = r.take(keep)
             st = st.take(keep)
     if em.topk and search_rounds > 0:
         _topk_search(model, em, full, X, Y, status, paths, rounds=search_rounds, max_iter=max_iter, tol=tol,
-                     var_floor=var_floor, accelerate=accelerate)
+                     var_floor=var_floor, accelerate=accelerate, compile=compile if compiled else False)
     n_newton = np.zeros(B, dtype=int)
     if polish_iter > 0:
         n_newton = polish(em, full, X, Y, floor, status, paths, tol=tol, max_iter=polish_iter)
     return {
         "fv": full.fv.numpy(), "eta": full.eta.numpy(), "ls2": full.ls2.numpy(), "status": status,
         "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
-        "n_newton": n_newton, "paths": [np.array(p) for p in paths],
+        "n_newton": n_newton, "paths": [np.array(p) for p in paths], "kernel": "generic-compiled" if compiled else "generic",
     }
 
 
@@ -410,7 +622,7 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
 
 
 def _topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
-                 accelerate) -> None:
+                 accelerate, compile="auto") -> None:
     """Alternate :func:`score_search` and EM until no entry gains more than ``tol * n``; updates
     ``full``, ``status`` and ``paths`` in place (every accepted move and EM step is on the trace, so
     it still never decreases)."""
@@ -427,7 +639,7 @@ def _topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rou
             return
         sel = act[moved]
         sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
-                          var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0)
+                          var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0, compile=compile)
         full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)
         full.eta[sel] = torch.as_tensor(sub["eta"], dtype=X.dtype)
         full.ls2[sel] = torch.as_tensor(sub["ls2"], dtype=X.dtype)

@@ -142,6 +142,42 @@ def test_generic_em_on_model1_equals_the_fused_em():
     assert generic.status_ == fused.status_ == ["tol"] * R
 
 
+def test_the_compiled_generic_em_equals_the_eager_one():
+    """torch.compile of the generic E-step and gate objective (``compile=True``) changes the
+    summation order only: same fits as the eager generic EM and the fused EM."""
+    sc = model1_scenario("exact")
+    rng = np.random.default_rng(1)
+    R, n = 3, 1500
+    data = [sc.sample(n, rng) for _ in range(R)]
+    X, Y = np.stack([a for a, _ in data]), np.stack([b for _, b in data])
+    G0 = MixingMeasure.stack([near_truth_init(sc.truth, 2, 0.1, np.random.default_rng(r), log_last=True) for r in range(R)])
+    fits = [MLEGaussianMoE(n_components=2, generic=True, compile=c).fit(X, Y, init=G0) for c in (True, False)]
+    fused = MLEGaussianMoE(n_components=2, compile=False).fit(X, Y, init=G0)
+    assert [f.kernel_ for f in fits] == ["generic-compiled", "generic"]
+    np.testing.assert_allclose(fits[0].loglik_, fits[1].loglik_, rtol=1e-10)
+    np.testing.assert_allclose(fits[0].loglik_, fused.loglik_, rtol=1e-8)
+    assert fits[0].status_ == fits[1].status_ == fused.status_
+
+
+def test_the_affine_gate_objective_from_first_moments_equals_the_direct_one():
+    """``Q_g`` of a dense affine gate from ``sum_n r xt`` (the trial steps of the gate step) equals
+    ``sum_ni r_ni log w_i`` computed directly."""
+    import torch
+
+    from moestat.estimators.mle_generic import Design, GenericEM
+
+    sc = _scenario({"temperature": 0.7}, {"kind": "linear"}, LIN3)
+    em = GenericEM(sc.model, 3, 2)
+    rng = np.random.default_rng(2)
+    X = torch.as_tensor(rng.uniform(-1, 1, size=(4, 300, 2)))
+    fv = torch.as_tensor(rng.normal(size=(4, em.mg)))
+    r = torch.softmax(torch.as_tensor(rng.normal(size=(4, 3, 300))), -2)
+    rA = Design(X, X[..., 0]).first_moments(r[:, : em.n_free_rows])
+    direct = (r * torch.log_softmax(em.log_u(fv, X), -2)).sum((-2, -1))
+    torch.testing.assert_close(em.q_gate_affine(fv, X, rA), direct, rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(em.q_gate(fv, X, r), direct, rtol=1e-12, atol=1e-9)
+
+
 def test_the_fast_path_stays_used_for_the_linear_softmax_model():
     from moestat.data.scenario_files import load_scenario
     from pathlib import Path
@@ -159,7 +195,7 @@ def test_the_closed_form_gate_step_equals_the_autograd_one(case):
     temperature, and Top-K, where switched-off experts must drop out of both)."""
     import torch
 
-    from moestat.estimators.mle_generic import GenericEM, gate_fisher
+    from moestat.estimators.mle_generic import GenericEM, Posterior, gate_fisher
 
     gate, atoms = {"plain": ({}, LIN3), "temperature": ({"temperature": 0.5}, LIN3), "top_k": ({"k_active": 2}, LIN3)}[case]
     sc = _scenario(gate, {"kind": "linear"}, atoms)
@@ -168,11 +204,13 @@ def test_the_closed_form_gate_step_equals_the_autograd_one(case):
     rng = np.random.default_rng(0)
     X = torch.as_tensor(rng.uniform(-1, 1, size=(4, 200, 2)))
     fv = torch.as_tensor(rng.normal(size=(4, em.mg)))
-    u = em.log_u(fv, X)
-    pi = torch.softmax(u, -1)
-    r = torch.softmax(u + torch.as_tensor(rng.normal(size=u.shape)), -1)  # responsibilities: zero where u = -inf
-    g1, C1 = gate_fisher(em, fv, X, r, u, pi, closed_form=True)
-    g2, C2 = gate_fisher(em, fv, X, r, u, pi, closed_form=False)
+    u = em.log_u(fv, X)  # [B, k, n]
+    pi = torch.softmax(u, -2)
+    r = torch.softmax(u + torch.as_tensor(rng.normal(size=u.shape)), -2)  # responsibilities: zero where u = -inf
+    dr, w = em.gate_weights(r, pi)
+    g1, C1 = gate_fisher(em, fv, X, Posterior(r, None, None, None, w, dr, None, None))  # closed form
+    g2, C2 = gate_fisher(em, fv, X, Posterior(r, None, None, None, None, None, pi, u))  # torch.func
+    assert dr is not None
     assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, C2, rtol=1e-10, atol=1e-10)
     if case == "top_k":
         assert bool(torch.isinf(u).any())  # the check covers switched-off experts
@@ -191,7 +229,7 @@ def test_the_multinomial_expert_step_equals_the_autograd_newton_step():
     X = torch.as_tensor(rng.uniform(-1, 1, size=(3, 150, 2)))
     Y = torch.as_tensor(rng.integers(0, 3, size=(3, 150)).astype(float))
     eta = torch.as_tensor(rng.normal(size=(3, 2, em.q)))
-    r = torch.softmax(torch.as_tensor(rng.normal(size=(3, 150, 2))), -1)
+    r = torch.softmax(torch.as_tensor(rng.normal(size=(3, 2, 150))), -2)  # [B, k, n]
     g1, C1 = multinomial_expert_fisher(em, eta, X, Y, r)
     g2, H2 = _grad_hess(lambda e: em.q_expert(e, torch.zeros(3, 2, dtype=X.dtype), X, Y, r), eta)
     assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, -H2, rtol=1e-10, atol=1e-10)
