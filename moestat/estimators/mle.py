@@ -120,8 +120,9 @@ class MLEGaussianMoE(MoEEstimator):
     device : str
         ``cpu`` (default), ``cuda[:N]`` or ``auto``.
     compile : bool or "auto"
-        Fuse the EM pass with ``torch.compile`` (:func:`fit_em`); ``"auto"`` (default) compiles on
-        the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
+        Fuse the EM pass with ``torch.compile`` (:func:`fit_em`; for the generic EM, its E-step and
+        gate objective: :func:`moestat.estimators.mle_generic.use_compiled`); ``"auto"`` (default)
+        compiles on the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
     accelerate : bool
         SQUAREM extrapolation (Varadhan & Roland 2008) between pairs of EM steps, kept only where
         it does not lower the log-likelihood; for over-fitted models, where EM is sublinear.

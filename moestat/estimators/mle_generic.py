@@ -28,6 +28,14 @@ SQUAREM (Varadhan & Roland 2008) and the Newton polish with its second-order cer
 (:func:`polish`: damped Newton on the observed log-likelihood, Hessian by :mod:`torch.func`) work
 as in :mod:`moestat.estimators.mle`, whose fused EM stays the fit of the dense linear softmax gate
 with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
+
+Speed.  Per-sample tensors are atom-major, ``[B, k, n]``.  The E-step returns a :class:`Posterior`
+with every pass over the samples that the M-step needs, so the M-step itself is small matrix
+products.  That covers the weighted residuals of linear experts, ``Q_g`` at the current gate, and
+the closed-form gate step's weights.  The E-step and the gate objective run under
+``torch.compile`` for large problems (:func:`use_compiled`).  On model 1 this brings the generic EM
+within 2x of the fused EM, with the same fits (``benchmarks/mle_generic_vs_fused.py``,
+docs/guide/own_gmoe.rst).
 """
 
 from __future__ import annotations
