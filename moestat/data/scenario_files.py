@@ -224,8 +224,8 @@ class FileScenario(TruthDescriptors):
 
     def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
         """A data-driven random start of a mixture-noise scenario (``--init random``;
-        :func:`moestat.estimators.mle_generic.random_start`)."""
-        from moestat.estimators.mle_generic import random_start
+        :func:`moestat.estimators.generic_starts.random_start`)."""
+        from moestat.estimators.generic_starts import random_start
 
         return random_start(self.model, X, Y, int(self.k_fit), rng)
 

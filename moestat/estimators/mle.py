@@ -364,6 +364,7 @@ class MLEGaussianMoE(MoEEstimator):
 
     def _fit_generic(self, Xt: torch.Tensor, Yt: torch.Tensor, init, k: int) -> "MLEGaussianMoE":
         """Fit with :func:`moestat.estimators.mle_generic.fit_generic` (per-expert variances, CPU)."""
+        from moestat.estimators import generic_starts as gs
         from moestat.estimators import mle_generic as mg
 
         if self.variance != "per_expert":
@@ -376,7 +377,7 @@ class MLEGaussianMoE(MoEEstimator):
         rng = self._rng()
         gauss = em.gaussian
         if init is None:
-            G = MixingMeasure.stack([MixingMeasure.stack([mg.random_start(model, Xn[r], Yn[r], k, g)
+            G = MixingMeasure.stack([MixingMeasure.stack([gs.random_start(model, Xn[r], Yn[r], k, g)
                                                           for g in rng.spawn(self.n_init)]) for r in range(R)])
         else:
             G = init.numpy()
@@ -388,12 +389,12 @@ class MLEGaussianMoE(MoEEstimator):
             if bs in ((), (R,)):
                 G = MixingMeasure(*(np.broadcast_to(a, (R,) + a.shape[len(bs):])[:, None] for a in (G.beta0, G.beta1, G.eta)))
                 if self.n_init > 1:
-                    G = mg.jitter(G, self.n_init, float(self.init_jitter), rng, gauss)
+                    G = gs.jitter(G, self.n_init, float(self.init_jitter), rng, gauss)
             elif len(bs) != 2 or bs[0] != R:
                 raise ValueError(f"init must have batch shape (), ({R},) or ({R}, S), got {bs}")
         S = G.beta0.shape[1]
         flat = MixingMeasure(*(a.reshape((R * S,) + a.shape[2:]) for a in (G.beta0, G.beta1, G.eta)))
-        fv, eta, ls2 = mg.to_free(em, flat)
+        fv, eta, ls2 = gs.to_free(em, flat)
         rep = torch.arange(R).repeat_interleave(S)
         res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
                              var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
@@ -401,7 +402,7 @@ class MLEGaussianMoE(MoEEstimator):
         ll = res["loglik"].reshape(R, S)
         best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
         pick = np.arange(R) * S + best
-        params = mg.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
+        params = gs.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
         self.kernel_ = res["kernel"]
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         self.loglik_ = ll[np.arange(R), best]

@@ -25,7 +25,7 @@ parameters: softmax with a reference atom -- every row but the last (``beta0_k =
 ``logsumexp = 0`` in the result: ``exp(beta0)`` are the mixing weights); a sigmoid gate -- all.
 
 SQUAREM (Varadhan & Roland 2008) and the Newton polish with its second-order certificate
-(:func:`polish`: damped Newton on the observed log-likelihood, Hessian by :mod:`torch.func`) work
+(:func:`~moestat.estimators.generic_refine.polish`: damped Newton on the observed log-likelihood, Hessian by :mod:`torch.func`) work
 as in :mod:`moestat.estimators.mle`, whose fused EM stays the fit of the dense linear softmax gate
 with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
 
@@ -50,7 +50,7 @@ from torch.func import grad, jacfwd
 from moestat.estimators.mle_fused import retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["Design", "GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "score_search"]
+__all__ = ["Design", "GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
@@ -370,8 +370,7 @@ class Design:
             self.XeT, self.XXT = _parts
             return
         self.XeT = torch.cat([X.transpose(-1, -2), torch.ones_like(X[..., :1]).transpose(-1, -2)], -2)
-        p = self.XeT.shape[-2]
-        self.XXT = (self.XeT.unsqueeze(-2) * self.XeT.unsqueeze(-3)).reshape(X.shape[:-2] + (p * p, -1)) if p <= 4 else None
+        self.XXT = None  # built on the first call of moments(): models without closed forms never need it
 
     def take(self, idx) -> "Design":
         return Design(self.X[idx], self.Y[idx], tuple(None if a is None else a[idx] for a in (self.XeT, self.XXT)))
@@ -383,6 +382,8 @@ class Design:
     def moments(self, w: torch.Tensor) -> torch.Tensor:
         """``sum_n w_jn Xe_n Xe_n^T`` ``[B, m, p, p]`` for weights ``w [B, m, n]``."""
         p = self.XeT.shape[-2]
+        if self.XXT is None and p <= 4:
+            self.XXT = (self.XeT.unsqueeze(-2) * self.XeT.unsqueeze(-3)).reshape(self.XeT.shape[:-2] + (p * p, -1))
         if self.XXT is not None:
             return (w @ self.XXT.transpose(-1, -2)).reshape(w.shape[:-1] + (p, p))
         return (w.unsqueeze(-2) * self.XeT.unsqueeze(-3)) @ self.XeT.transpose(-1, -2).unsqueeze(-3)
@@ -585,8 +586,10 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
             act, Da, fa, ll = act[keep], Da.take(keep), fa[keep], ll[keep]
             r = r.take(keep)
             st = st.take(keep)
+    from moestat.estimators.generic_refine import polish, topk_search
+
     if em.topk and search_rounds > 0:
-        _topk_search(model, em, full, X, Y, status, paths, rounds=search_rounds, max_iter=max_iter, tol=tol,
+        topk_search(model, em, full, X, Y, status, paths, rounds=search_rounds, max_iter=max_iter, tol=tol,
                      var_floor=var_floor, accelerate=accelerate, compile=compile if compiled else False)
     n_newton = np.zeros(B, dtype=int)
     if polish_iter > 0:
@@ -596,195 +599,3 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
         "n_newton": n_newton, "paths": [np.array(p) for p in paths], "kernel": "generic-compiled" if compiled else "generic",
     }
-
-
-#: Relative steps of the score search (times ``|theta_j| + 0.1``), both signs, from 1e-3 to 1.
-_SEARCH_STEPS = np.concatenate([-np.geomspace(1e-3, 1.0, 12), np.geomspace(1e-3, 1.0, 12)])
-
-
-def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
-    """One sweep of coordinate search over the gate's *score* parameters (``beta1``) on the observed
-    log-likelihood: for each coordinate in turn, the best of :data:`_SEARCH_STEPS` if it increases
-    the likelihood, per batch entry.
-
-    A Top-K gate activates the experts of the K largest scores ``beta1_i^T x``: which experts are
-    active is piecewise constant in ``beta1``, so no derivative sees a boundary move and EM keeps
-    its start's active sets.  A derivative-free move of ``beta1`` can cross them (the coordinate
-    descent that Nguyen, Akbarian, Yan & Ho (2024, Appendix D) use beside EM).  Returns the new
-    ``fv [B, mg]`` and the gain in log-likelihood ``[B]``.
-    """
-    idx = torch.nonzero(em.free).flatten()
-    coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
-    fv, best = fv.clone(), ll.clone()
-    for j in coords:
-        scale = fv[:, j].abs() + 0.1
-        col, top = fv[:, j].clone(), best.clone()
-        for t in _SEARCH_STEPS:
-            cand = fv.clone()
-            cand[:, j] = fv[:, j] + float(t) * scale
-            v = em.loglik(cand, eta, ls2, X, Y)
-            better = torch.isfinite(v) & (v > top)
-            top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
-        fv[:, j], best = col, top
-    return fv, best - ll
-
-
-def _topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
-                 accelerate, compile="auto") -> None:
-    """Alternate :func:`score_search` and EM until no entry gains more than ``tol * n``; updates
-    ``full``, ``status`` and ``paths`` in place (every accepted move and EM step is on the trace, so
-    it still never decreases)."""
-    n = X.shape[1]
-    for _ in range(int(rounds)):
-        ok = torch.tensor([s != "nonfinite" for s in status])
-        if not bool(ok.any()):
-            return
-        act = torch.nonzero(ok).flatten()
-        ll = em.loglik(full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act])
-        fv, gain = score_search(em, full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act], ll)
-        moved = torch.isfinite(gain) & (gain > tol * n)
-        if not bool(moved.any()):
-            return
-        sel = act[moved]
-        sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
-                          var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0, compile=compile)
-        full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)
-        full.eta[sel] = torch.as_tensor(sub["eta"], dtype=X.dtype)
-        full.ls2[sel] = torch.as_tensor(sub["ls2"], dtype=X.dtype)
-        for j, b in enumerate(sel.tolist()):
-            paths[b] += sub["paths"][j].tolist()  # starts at the searched point
-            status[b] = sub["status"][j]
-
-
-def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> np.ndarray:
-    """Damped Newton on the observed log-likelihood for every finite start, with the certificate.
-
-    Coordinates ``(free gate, eta, log sigma^2)``; a step is kept only if the log-likelihood does
-    not decrease.  A start whose negative Hessian is positive definite and whose Newton decrement
-    ``g^T (-H)^{-1} g / 2`` is at most ``tol * n`` gets status ``"newton"`` (a strict local maximum
-    to EM's tolerance, Boyd & Vandenberghe 2004, section 9.5); the others keep EM's status.
-    Updates ``st``, ``status`` and ``paths`` in place and returns the accepted steps per start.
-    """
-    B, n, _ = X.shape
-    k, qe = st.eta.shape[1], st.eta.shape[2]
-    mg, kq = em.mg, k * qe
-    gauss = em.gaussian
-
-    def f(theta, x, y):
-        ls2 = theta[..., mg + kq :] if gauss else theta.new_zeros(theta.shape[:-1] + (k,))
-        return em.loglik(theta[..., :mg], theta[..., mg : mg + kq].reshape(theta.shape[:-1] + (k, qe)), ls2, x, y)
-
-    theta = torch.cat([st.fv, st.eta.flatten(1)] + ([st.ls2] if gauss else []), 1)
-    act = torch.nonzero(torch.tensor([s != "nonfinite" for s in status])).flatten()
-    n_newton = np.zeros(B, dtype=int)
-    lam = torch.full((B,), 1e-8, dtype=X.dtype)
-    for _ in range(int(max_iter) + 1):
-        if not act.numel():
-            break
-        th, x, y = theta[act], X[act], Y[act]
-        g, H = _grad_hess(lambda t: f(t, x, y), th)
-        L, info = torch.linalg.cholesky_ex(-H)
-        dec = torch.cholesky_solve(g.unsqueeze(-1), L).squeeze(-1)
-        decrement = 0.5 * (g * dec).sum(-1)
-        cert = (info == 0) & torch.isfinite(decrement) & (decrement <= tol * n)
-        for j in torch.nonzero(cert).flatten().tolist():
-            status[int(act[j])] = "newton"
-        act = act[~cert]
-        if not act.numel():
-            break
-        keep = ~cert
-        xk, yk = x[keep], y[keep]
-        new, lam_a = _ascent(lambda t: f(t, xk, yk), th[keep], lam[act], g[keep], -H[keep])
-        if gauss:  # the variance floor of EM
-            lo = torch.log(floor[act]).unsqueeze(-1)
-            new = torch.cat([new[:, : mg + kq], torch.maximum(new[:, mg + kq :], lo)], 1)
-        l_new = f(new, xk, yk)
-        l_old = f(th[keep], xk, yk)
-        moved = torch.isfinite(l_new) & (l_new >= l_old) & (new != th[keep]).any(-1)
-        theta[act] = torch.where(moved.unsqueeze(-1), new, th[keep])
-        lam[act] = lam_a
-        for j, b in enumerate(act.tolist()):
-            if bool(moved[j]):
-                n_newton[b] += 1
-                paths[b].append(float(l_new[j]))
-        act = act[moved]  # a start Newton cannot move keeps EM's status
-    st.fv, st.eta = theta[:, :mg], theta[:, mg : mg + kq].reshape(B, k, qe)
-    if gauss:
-        st.ls2 = theta[:, mg + kq :]
-    return n_newton
-
-
-# ---- starts and the layout of a mixing measure ----------------------------------------------------
-def to_free(em: GenericEM, G) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(fv [B, mg], eta [B, k, q], ls2 [B, k])`` from a flat batch ``G [B]`` (its ``eta`` ends with
-    the variance for the Gaussian family); the gate is moved to :class:`GenericEM`'s convention."""
-    V = np.concatenate([G.beta1, G.beta0[..., None]], axis=-1)  # [B, k, p]
-    if em.model.gate.reference:
-        V = V - V[:, -1:, :]  # softmax is invariant to a common shift of (beta1, beta0)
-    elif em.model.gate.normalisation == "gaussian":
-        V[..., -1] -= V[:, -1:, -1]  # ... a Gaussian gate to one of beta0
-    fv = torch.as_tensor(V.reshape(V.shape[0], -1)[:, em.free.numpy()].copy())
-    eta = torch.as_tensor(np.array(G.eta[..., : em.q], dtype=np.float64))
-    B, k = G.beta0.shape
-    ls2 = torch.as_tensor(np.log(G.eta[..., em.q])) if em.gaussian else torch.zeros(B, k, dtype=torch.float64)
-    return fv, eta, ls2
-
-
-def from_free(em: GenericEM, fv: np.ndarray, eta: np.ndarray, ls2: np.ndarray):
-    """The :class:`MixingMeasure` ``[B]`` of :func:`to_free`'s layout (a Gaussian gate's ``exp(beta0)`` summing to one)."""
-    from scipy.special import logsumexp
-
-    from moestat.model.mixing import MixingMeasure
-
-    B = fv.shape[0]
-    V = np.zeros((B, em.k * em.p))
-    V[:, em.free.numpy()] = fv
-    V = V.reshape(B, em.k, em.p)
-    b0, b1 = V[..., -1].copy(), V[..., :-1].copy()
-    if em.model.gate.normalisation == "gaussian":
-        b0 = b0 - logsumexp(b0, axis=-1, keepdims=True)
-    full = np.concatenate([eta, np.exp(ls2)[..., None]], -1) if em.gaussian else eta
-    return MixingMeasure(b0, b1, full)
-
-
-def random_start(model: LikelihoodModel, X: np.ndarray, Y: np.ndarray, k: int, rng: np.random.Generator):
-    """A data-driven random start (unbatched :class:`MixingMeasure` in the model's layout).
-
-    Linear Gaussian experts: a random partition of ``(x, y)``
-    (:func:`moestat.estimators.starts.random_partition_init`); other experts: ``eta ~ N(0, 1)`` and
-    the variance ``var(y)``.  The gate starts uniform; a Gaussian gate is centred on random inputs.
-    """
-    from moestat.estimators.starts import random_partition_init
-    from moestat.model.mixing import MixingMeasure
-
-    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
-    n, d = X.shape
-    if model.family == "gaussian" and getattr(model.expert, "name", "") == "identity":
-        G = random_partition_init(X, Y, k, rng)
-        b0, b1, eta = G.beta0, G.beta1, G.eta
-    else:
-        b0, b1 = np.zeros(k), np.zeros((k, d))
-        eta = rng.normal(size=(k, model.n_expert_params(d)))
-        if model.family == "gaussian":
-            eta = np.column_stack([eta, np.full(k, max(float(np.var(Y)), 1e-12))])
-    if model.gate.normalisation == "gaussian":
-        b1 = X[rng.choice(n, size=k, replace=n < k)]
-        b0 = np.full(k, -np.log(k))
-    return MixingMeasure(b0, b1, eta)
-
-
-def jitter(G, S: int, sd: float, rng: np.random.Generator, gaussian: bool):
-    """``G [R, 1]`` and ``S - 1`` copies with ``N(0, sd^2)`` noise (variances on the log scale), ``[R, S]``."""
-    from moestat.model.mixing import MixingMeasure
-
-    R, _, k = G.beta0.shape
-    b0 = np.repeat(G.beta0, S, axis=1) + sd * rng.standard_normal((R, S, k))
-    b1 = np.repeat(G.beta1, S, axis=1) + sd * rng.standard_normal((R, S) + G.beta1.shape[2:])
-    eta = np.repeat(G.eta, S, axis=1).copy()
-    m = eta.shape[-1] - (1 if gaussian else 0)
-    eta[..., :m] += sd * rng.standard_normal(eta[..., :m].shape)
-    if gaussian:
-        eta[..., m] *= np.exp(sd * rng.standard_normal(eta.shape[:-1]))
-    for a, ref in ((b0, G.beta0), (b1, G.beta1), (eta, G.eta)):
-        a[:, 0] = ref[:, 0]  # the given start itself is start 0
-    return MixingMeasure(b0, b1, eta)
