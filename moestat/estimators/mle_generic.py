@@ -55,6 +55,13 @@ __all__ = ["Design", "GenericEM", "Posterior", "fit_generic", "gate_fisher", "mu
 _LAM0, _LAM_MAX = 1e-6, 1e12
 
 
+def _lse_atoms(u: torch.Tensor) -> torch.Tensor:
+    """``logsumexp`` over the atoms of ``u [B, k, n]`` -> ``[B, n]`` (without torch.logsumexp's
+    handling of infinite maxima, which costs a pass: a row of ``u`` always has a finite entry)."""
+    m = u.amax(-2, keepdim=True)
+    return (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2)
+
+
 class GenericEM:
     """The per-entry functions of one :class:`LikelihoodModel` and their batched derivatives.
 
@@ -153,18 +160,15 @@ class GenericEM:
     def q_gate(self, fv, X, r):
         """``Q_g [B]`` (``0 log 0 = 0`` where a Top-K gate switches an expert off)."""
         u = self.log_u(fv, X)
-        m = u.amax(-2, keepdim=True)  # logsumexp over the atoms, without torch.logsumexp's inf handling
-        return self.q_gate_u(u, (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2), r)
+        return self.q_gate_u(u, _lse_atoms(u), r)
 
     def q_gate_affine(self, fv, X, rA):
         """``Q_g [B]`` of a dense affine gate from ``rA = sum_n r_ni xt_n`` ``[B, f, p]`` over the free
         rows: ``sum_ni r_ni u_ni = sum_i V_i . rA_i / tau`` (the reference row is zero), so only the
         ``logsumexp`` of the logits is a pass over the samples."""
         u = self.log_u(fv, X)
-        m = u.amax(-2, keepdim=True)
-        lse = (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2)
         V = self.gate_V(fv)[:, : rA.shape[1]]
-        return (V * rA).sum((-2, -1)) / self.model.gate.temperature - lse.sum(-1)
+        return (V * rA).sum((-2, -1)) / self.model.gate.temperature - _lse_atoms(u).sum(-1)
 
     def q_gate_u(self, u, lse_u, r):
         """``Q_g = sum_ni r_ni (u_ni - lse_n)`` ``[B]`` from the logits ``u [B, k, n]`` and their

@@ -126,13 +126,19 @@ def test_generic_mle_reaches_scipys_optimum(case):
     assert ll_m >= ll_s - 1e-6 * abs(ll_s), f"{case}: moestat {ll_m:.8f} < scipy {ll_s:.8f}"
 
 
-def test_generic_em_on_model1_equals_the_fused_em():
+def _model1_batch(seed: int, R: int = 3, n: int = 1500):
+    """``R`` replicates of model 1 (exact) and near-truth starts."""
     sc = model1_scenario("exact")
-    rng = np.random.default_rng(0)
-    R, n = 3, 1500
+    rng = np.random.default_rng(seed)
     data = [sc.sample(n, rng) for _ in range(R)]
     X, Y = np.stack([a for a, _ in data]), np.stack([b for _, b in data])
     G0 = MixingMeasure.stack([near_truth_init(sc.truth, 2, 0.1, np.random.default_rng(r), log_last=True) for r in range(R)])
+    return X, Y, G0
+
+
+def test_generic_em_on_model1_equals_the_fused_em():
+    X, Y, G0 = _model1_batch(0)
+    R = X.shape[0]
     fused = MLEGaussianMoE(n_components=2, compile=False).fit(X, Y, init=G0)
     generic = MLEGaussianMoE(n_components=2, generic=True).fit(X, Y, init=G0)
     assert fused.kernel_ == "eager" and generic.kernel_ == "generic"
@@ -145,12 +151,7 @@ def test_generic_em_on_model1_equals_the_fused_em():
 def test_the_compiled_generic_em_equals_the_eager_one():
     """torch.compile of the generic E-step and gate objective (``compile=True``) changes the
     summation order only: same fits as the eager generic EM and the fused EM."""
-    sc = model1_scenario("exact")
-    rng = np.random.default_rng(1)
-    R, n = 3, 1500
-    data = [sc.sample(n, rng) for _ in range(R)]
-    X, Y = np.stack([a for a, _ in data]), np.stack([b for _, b in data])
-    G0 = MixingMeasure.stack([near_truth_init(sc.truth, 2, 0.1, np.random.default_rng(r), log_last=True) for r in range(R)])
+    X, Y, G0 = _model1_batch(1)
     fits = [MLEGaussianMoE(n_components=2, generic=True, compile=c).fit(X, Y, init=G0) for c in (True, False)]
     fused = MLEGaussianMoE(n_components=2, compile=False).fit(X, Y, init=G0)
     assert [f.kernel_ for f in fits] == ["generic-compiled", "generic"]
