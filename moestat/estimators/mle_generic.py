@@ -221,12 +221,19 @@ class Posterior(NamedTuple):
     """What the M-step needs from the E-step at the same parameters (:meth:`GenericEM.estep`);
     ``None`` where the model does not need it.
 
-    r : ``[B, k, n]``, the responsibilities.
-    re, q : ``r (y - h_i)`` ``[B, k, n]`` and ``sum_n r (y - h_i)^2`` ``[B, k]`` (linear Gaussian experts).
-    f0 : ``Q_g`` ``[B]`` at the current gate.
-    w, dr : the closed-form gate step's weights ``pi_i (delta_ij - pi_j)`` over the free rows ``i <= j``
-        ``[B, f (f + 1) / 2, n]`` and ``r - pi`` ``[B, f, n]`` (affine gates).
-    pi, u : the gate weights and logits ``[B, k, n]`` (other gates: :func:`torch.func.jacfwd`).
+    Attributes
+    ----------
+    r : Tensor
+        ``[B, k, n]``, the responsibilities.
+    re, q : Tensor or None
+        ``r (y - h_i)`` ``[B, k, n]`` and ``sum_n r (y - h_i)^2`` ``[B, k]`` (linear Gaussian experts).
+    f0 : Tensor
+        ``Q_g`` ``[B]`` at the current gate.
+    w, dr : Tensor or None
+        The closed-form gate step's weights ``pi_i (delta_ij - pi_j)`` over the free rows ``i <= j``,
+        ``[B, f (f + 1) / 2, n]``, and ``r - pi``, ``[B, f, n]`` (affine gates).
+    pi, u : Tensor or None
+        The gate weights and logits ``[B, k, n]`` (other gates: :func:`torch.func.jacfwd`).
     """
 
     r: torch.Tensor
