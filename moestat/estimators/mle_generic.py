@@ -294,7 +294,8 @@ def use_compiled(em: "GenericEM", compile, size: int, device) -> bool:
     Returns whether it does; the methods are replaced on this instance only."""
     from moestat.estimators.mle_fused import COMPILE_MIN_SAMPLES
 
-    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu")
+    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu"
+                               and not _COMPILED.get("unavailable"))
     if want:
         est, qg, qa = _compiled("estep", _estep_fn), _compiled("q_gate", _q_gate_fn), _compiled("q_gate_affine", _q_gate_affine_fn)
         em.q_gate_affine = lambda fv, X, rA: qa(em, fv, X, rA)
@@ -554,6 +555,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         import warnings
 
         warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the generic EM runs eagerly", RuntimeWarning)
+        _COMPILED["unavailable"] = True  # "auto" does not try again in this process
         em, compiled = GenericEM(model, k, d, X.dtype), False
         ll, r = em.estep(st.th, Da.X, Da.Y)  # r: the posterior (responsibilities, gate logits, log-weights)
     for b, v in zip(act.tolist(), ll.tolist()):

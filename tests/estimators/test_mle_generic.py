@@ -160,6 +160,34 @@ def test_the_compiled_generic_em_equals_the_eager_one():
     assert fits[0].status_ == fits[1].status_ == fused.status_
 
 
+def test_without_a_compiler_the_generic_em_runs_eagerly_with_one_warning(monkeypatch):
+    """``compile="auto"`` on a machine where torch.compile fails: the same fits, eagerly, one warning,
+    and no second attempt in the process."""
+    import torch
+
+    from moestat.estimators import mle_generic as mg
+
+    def broken(name, fn):
+        def run(em, *ts):
+            raise torch._dynamo.exc.BackendCompilerFailed(fn, RuntimeError("no C++ compiler"), None)
+        return run
+
+    monkeypatch.setattr(mg, "_compiled", broken)
+    monkeypatch.setattr(mg, "_COMPILED", {})
+    monkeypatch.setattr("moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES", 1)
+    X, Y, G0 = _model1_batch(2, R=2, n=400)
+    with pytest.warns(RuntimeWarning, match="torch.compile is unavailable"):
+        first = MLEGaussianMoE(n_components=2, generic=True).fit(X, Y, init=G0)
+    assert first.kernel_ == "generic" and mg._COMPILED.get("unavailable")
+    again = MLEGaussianMoE(n_components=2, generic=True).fit(X, Y, init=G0)  # no warning, no attempt
+    eager = MLEGaussianMoE(n_components=2, generic=True, compile=False).fit(X, Y, init=G0)
+    np.testing.assert_array_equal(first.loglik_, eager.loglik_)
+    np.testing.assert_array_equal(again.loglik_, eager.loglik_)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed):  # compile=True asked for it: no fallback
+        mg._COMPILED.clear()
+        MLEGaussianMoE(n_components=2, generic=True, compile=True).fit(X, Y, init=G0)
+
+
 def test_the_affine_gate_objective_from_first_moments_equals_the_direct_one():
     """``Q_g`` of a dense affine gate from ``sum_n r xt`` (the trial steps of the gate step) equals
     ``sum_ni r_ni log w_i`` computed directly."""
