@@ -99,7 +99,7 @@ def _unpack(v, G, free, gaussian):
 
 # Top-K: which K experts are active is piecewise constant in beta1, so EM alone never moves a boundary
 # and stopped 4.6 nats below scipy's L-BFGS here (-249.11 against -244.46, the former xfail); the
-# coordinate search on the scores between EM runs (mle_generic.score_search) now climbs to -229.57.
+# coordinate search on the scores between EM runs (generic_refine.score_search) now climbs to -229.57.
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_generic_mle_reaches_scipys_optimum(case):
     gate, expert, atoms = CASES[case]
