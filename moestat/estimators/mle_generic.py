@@ -34,7 +34,7 @@ with every pass over the samples that the M-step needs, so the M-step itself is 
 products.  That covers the weighted residuals of linear experts, ``Q_g`` at the current gate, and
 the closed-form gate step's weights.  The E-step and the gate objective run under
 ``torch.compile`` for large problems (:func:`use_compiled`).  On model 1 this brings the generic EM
-within 2x of the fused EM, with the same fits (``benchmarks/mle_generic_vs_fused.py``,
+to about 2x the fused EM's time (1.7-2.3x), with the same fits (``benchmarks/mle_generic_vs_fused.py``,
 docs/guide/own_gmoe.rst).
 """
 
@@ -60,6 +60,11 @@ def _lse_atoms(u: torch.Tensor) -> torch.Tensor:
     handling of infinite maxima, which costs a pass: a row of ``u`` always has a finite entry)."""
     m = u.amax(-2, keepdim=True)
     return (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2)
+
+
+def _gaussian_log_f(e: torch.Tensor, ls2: torch.Tensor) -> torch.Tensor:
+    """``log N(e; 0, exp(ls2_i))`` for residuals ``e [B, k, n]`` and log-variances ``ls2 [B, k]``."""
+    return -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-1) + e * e * torch.exp(-ls2).unsqueeze(-1))
 
 
 class GenericEM:
@@ -111,7 +116,7 @@ class GenericEM:
         return (fv @ self.embed.to(fv)).reshape(fv.shape[:-1] + (self.k, self.p))
 
     def log_u(self, fv: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, 1)`` (Top-K zeros ``-inf``)."""
+        """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, -2)`` (Top-K zeros ``-inf``)."""
         V = self.gate_V(fv)
         g = self.model.gate
         if self.affine_gate:  # (beta1^T x + beta0) / tau as one batched matmul, atom-major
@@ -124,9 +129,6 @@ class GenericEM:
                 u = u.masked_fill(~keep, float("-inf"))
             return u
         return log_gate(g, X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
-
-    def log_w(self, fv, X):
-        return torch.log_softmax(self.log_u(fv, X), -2)
 
     @staticmethod
     def softmax_lse(u: torch.Tensor):
@@ -146,8 +148,7 @@ class GenericEM:
     def log_f(self, eta, ls2, X, Y):
         """``log f(y_n | x_n, eta_i)`` ``[B, k, n]``."""
         if self.gaussian:
-            e = Y.unsqueeze(-2) - self.means(eta, X)
-            return -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-1) + e * e * torch.exp(-ls2).unsqueeze(-1))
+            return _gaussian_log_f(Y.unsqueeze(-2) - self.means(eta, X), ls2)
         lp = self.model.expert.log_probs(X, eta)  # [B, n, k, C]
         idx = Y.long()[..., None, None].expand(lp.shape[:-1] + (1,))
         return lp.gather(-1, idx).squeeze(-1).transpose(-1, -2)
@@ -189,9 +190,9 @@ class GenericEM:
         fv, eta, ls2 = th
         u = self.log_u(fv, X)
         pi, lse_u = self.softmax_lse(u)
-        if self.linear:
+        if self.linear:  # log_f, keeping the residuals for the experts' step
             e = Y.unsqueeze(-2) - self.means(eta, X)
-            lf = -0.5 * (math.log(2 * math.pi) + ls2.unsqueeze(-1) + e * e * torch.exp(-ls2).unsqueeze(-1))
+            lf = _gaussian_log_f(e, ls2)
         else:
             lf = self.log_f(eta, ls2, X, Y)
         r, lse_j = self.softmax_lse(u + lf)  # log sum_i exp(u_i) f_i
@@ -204,7 +205,6 @@ class GenericEM:
             dr, w = self.gate_weights(r, pi)
             pi = u = None
         return (lse_j - lse_u).sum(-1), Posterior(r, re, q, f0, w, dr, pi, u)
-
 
     def gate_weights(self, r, pi):
         """``r - pi`` ``[B, f, n]`` and ``pi_i (delta_ij - pi_j)`` ``[B, f (f + 1) / 2, n]`` over the
