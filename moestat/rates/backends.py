@@ -15,6 +15,7 @@ parent, even after ``kill -9`` of the main process.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -76,9 +77,23 @@ def scheduler_from_file(path: str | os.PathLike) -> str:
     return address
 
 
+def _drop_dask_allexit(record: logging.LogRecord) -> bool:
+    """Logging filter for ``asyncio``: drop "Task exception was never retrieved" for dask's ``AllExit``.
+
+    When a gather times out on a dead worker (``_watch``), distributed leaves an inner task of
+    ``Client._gather`` that its own shutdown later fails with ``distributed.client.AllExit``; asyncio
+    prints that, with a traceback, when the task is collected -- after the sweep already stopped
+    with its one line.  It is distributed's bookkeeping, not a fault of the sweep, so only that
+    record is dropped; every other asyncio error still prints.
+    """
+    exc = record.exc_info[0] if record.exc_info else None
+    return not (exc is not None and exc.__name__ == "AllExit" and exc.__module__.startswith("distributed"))
+
+
 def _client(address: str, timeout: float):
     from distributed import Client
 
+    logging.getLogger("asyncio").addFilter(_drop_dask_allexit)  # the same object is added once
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as exc:

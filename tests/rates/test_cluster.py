@@ -140,3 +140,43 @@ def test_all_workers_killed_stops_the_sweep_in_one_line_and_resume_finishes(clus
     res = _rates([*args, "--resume"])
     assert res.returncode == 0, res.stderr
     assert len(read_results(csv)) == 30
+
+
+def _never_retrieved(exc: BaseException, caplog) -> list[str]:
+    """Run a task that fails with ``exc``, drop it unretrieved, and return what asyncio logged."""
+    import asyncio
+    import gc
+
+    async def fail():
+        raise exc
+
+    async def main():
+        task = asyncio.ensure_future(fail())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        del task
+
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    return [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+
+
+def test_dask_allexit_left_by_a_timed_out_gather_is_not_printed_but_other_task_errors_are(caplog):
+    # CI once printed asyncio's "Task exception was never retrieved" with a traceback for
+    # distributed's AllExit after the sweep had stopped with its one line (the test above).
+    from distributed.client import AllExit
+
+    from moestat.rates.backends import _drop_dask_allexit
+
+    logger = __import__("logging").getLogger("asyncio")
+    logger.removeFilter(_drop_dask_allexit)
+    assert len(_never_retrieved(AllExit(), caplog)) == 1  # what asyncio prints without the filter
+    logger.addFilter(_drop_dask_allexit)
+    try:
+        assert _never_retrieved(AllExit(), caplog) == []
+        kept = _never_retrieved(RuntimeError("a real bug"), caplog)
+        assert len(kept) == 1 and "never retrieved" in kept[0]
+    finally:
+        logger.removeFilter(_drop_dask_allexit)
