@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished"]
+__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 
@@ -34,6 +34,56 @@ def retire_finished(ll: torch.Tensor, ll0: torch.Tensor, tol: float, n: int, act
     for j in torch.nonzero(done).flatten().tolist():
         status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
     return torch.nonzero(~done).flatten()
+
+
+# ---- sums over the samples against the features xt = (x, 1) -----------------------------------
+# Written as products of [B, n] feature rows and a reduction over n, so that under torch.compile
+# every moment is one more accumulator of the same loop over the samples (no [B, k, n] temporary
+# is written out, and no matmul leaves the fused kernel).  Shared by this module's pass and the
+# generic E-step (:mod:`moestat.estimators.mle_generic`).
+def feature_rows(Xd: torch.Tensor) -> list:
+    """The features of ``xt = (x, 1)`` as ``[B, n]`` rows from ``Xd [B, d, n]``; ``None`` is the constant 1."""
+    return [Xd[:, j] for j in range(Xd.shape[1])] + [None]
+
+
+def _along(x: torch.Tensor, ndim: int) -> torch.Tensor:
+    """A feature row ``[B, n]`` shaped to broadcast against a ``[B, ..., n]`` weight of ``ndim`` dimensions."""
+    return x.reshape(x.shape[:1] + (1,) * (ndim - 2) + x.shape[1:])
+
+
+def feature_affine(P: torch.Tensor, xs: list) -> torch.Tensor:
+    """``P_i . xt_n`` ``[B, k, n]`` for rows ``P [B, k, p]`` (last entry the intercept)."""
+    d = len(xs) - 1
+    out = P[..., d : d + 1]
+    for j in range(d):
+        out = out + P[..., j : j + 1] * _along(xs[j], 3)
+    return out
+
+
+def feature_firsts(w: torch.Tensor, xs: list) -> torch.Tensor:
+    """``sum_n w_n xt_n`` ``[..., p]`` for weights ``w [B, ..., n]``."""
+    return torch.stack([(w if x is None else w * _along(x, w.ndim)).sum(-1) for x in xs], -1)
+
+
+def feature_moments(w: torch.Tensor, xs: list) -> torch.Tensor:
+    """``sum_n w_n xt_n xt_n^T`` ``[..., p, p]`` for weights ``w [B, ..., n]``, from the upper triangle."""
+    p = len(xs)
+    cache = {}
+    rows = []
+    for a in range(p):
+        row = []
+        for b in range(p):
+            if b < a:
+                row.append(cache[(b, a)])
+                continue
+            t = w
+            for c in (a, b):
+                if xs[c] is not None:
+                    t = t * _along(xs[c], w.ndim)
+            cache[(a, b)] = t.sum(-1)
+            row.append(cache[(a, b)])
+        rows.append(torch.stack(row, -1))
+    return torch.stack(rows, -2)
 
 
 # ---- the batched EM ------------------------------------------------------------------------------
@@ -64,50 +114,16 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
     gg : ``[B, k-1, p]``, ``sum_n (r_i - pi_i) x~`` (gradient of ``Q_g`` in the free gate rows);
     H : ``[B, k-1, k-1, p, p]``, ``sum_n pi_i (delta_ij - pi_j) x~ x~^T`` (minus its Hessian).
     """
-    d = Xd.shape[1]
     k = V.shape[1]
-    p = d + 1
-    xs = [Xd[:, j] for j in range(d)]  # the features of x~ = (x, 1), [B, n]; None: the constant 1
-
-    def feat(a, ndim):  # feature a shaped to broadcast against a [B, ..., n] weight of ndim dimensions
-        return None if a == d else xs[a].reshape(xs[a].shape[:1] + (1,) * (ndim - 2) + xs[a].shape[1:])
-
-    def affine(P):
-        out = P[..., d : d + 1]
-        for j in range(d):
-            out = out + P[..., j : j + 1] * feat(j, 3)
-        return out
-
-    def moments(w, scale=None):
-        """``sum_n w f_a f_b`` for every ``a, b`` (the symmetric ``[..., p, p]``), from the upper triangle."""
-        rows = []
-        cache = {}
-        for a in range(p):
-            row = []
-            for b in range(p):
-                if (b, a) in cache:
-                    row.append(cache[(b, a)])
-                    continue
-                t = w
-                for c in (a, b):
-                    if c < d:
-                        t = t * feat(c, w.ndim)
-                cache[(a, b)] = t.sum(-1)
-                row.append(cache[(a, b)])
-            rows.append(torch.stack(row, -1))
-        return torch.stack(rows, -2)
-
-    def firsts(w):
-        return torch.stack([(w if a == d else w * feat(a, w.ndim)).sum(-1) for a in range(p)], -1)
-
+    xs = feature_rows(Xd)
     # softmax and the responsibilities written out (k exponentials and one log each) rather than
     # logsumexp + exp, which costs twice the exponentials in the fused loop
-    L = affine(V)  # [B, k, n]
+    L = feature_affine(V, xs)  # [B, k, n]
     L = L - L.amax(1, keepdim=True)
     z = torch.exp(L)
     sz = z.sum(1, keepdim=True)
     pi = z / sz
-    e = y.unsqueeze(1) - affine(E)
+    e = y.unsqueeze(1) - feature_affine(E, xs)
     lj = L - 0.5 * torch.log(s2).unsqueeze(-1) - 0.5 * e * e / s2.unsqueeze(-1)  # log pi + log N + log sz + log(2 pi)/2
     m = lj.amax(1, keepdim=True)
     w = torch.exp(lj - m)
@@ -115,14 +131,14 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
     r = w / sw
     lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
     re = r * e
-    M = moments(r)
-    g = firsts(re)
+    M = feature_moments(r, xs)
+    g = feature_firsts(re, xs)
     q = (re * e).sum(-1)
-    gg = firsts(r[:, :-1] - pi[:, :-1])
+    gg = feature_firsts(r[:, :-1] - pi[:, :-1], xs)
     P = pi[:, :-1]
     eye = torch.eye(k - 1, dtype=P.dtype, device=P.device)
     W = P.unsqueeze(2) * (eye.unsqueeze(-1) - P.unsqueeze(1))  # [B, k-1, k-1, n]
-    H = moments(W)
+    H = feature_moments(W, xs)
     return lln.sum((1, 2)), M, g, q, gg, H
 
 

@@ -47,12 +47,15 @@ import numpy as np
 import torch
 from torch.func import grad, jacfwd
 
-from moestat.estimators.mle_fused import retire_finished
+from moestat.estimators.mle_fused import feature_affine, feature_firsts, feature_moments, feature_rows, retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["Design", "GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled"]
+__all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled"]
 
 _LAM0, _LAM_MAX = 1e-6, 1e12
+#: up to this many features ``p = d + 1``, affine maps and sums over the samples are written as
+#: products of ``[B, n]`` feature rows (one fused loop under torch.compile); above, as matmuls
+_ROWWISE_MAX_P = 5
 
 
 def _lse_atoms(u: torch.Tensor) -> torch.Tensor:
@@ -60,6 +63,27 @@ def _lse_atoms(u: torch.Tensor) -> torch.Tensor:
     handling of infinite maxima, which costs a pass: a row of ``u`` always has a finite entry)."""
     m = u.amax(-2, keepdim=True)
     return (m + torch.log(torch.exp(u - m).sum(-2, keepdim=True))).squeeze(-2)
+
+
+def _features(X: torch.Tensor) -> list | None:
+    """Feature rows of ``X [B, n, d]`` for :func:`feature_affine` and the sums below, or ``None``
+    (matmuls) for many features."""
+    return feature_rows(X.transpose(-1, -2)) if X.shape[-1] + 1 <= _ROWWISE_MAX_P else None
+
+
+def _firsts(w: torch.Tensor, X: torch.Tensor, xs: list | None) -> torch.Tensor:
+    """``sum_n w_mn xt_n`` ``[B, m, p]`` for weights ``w [B, m, n]``, ``xt = (x, 1)``."""
+    if xs is not None:
+        return feature_firsts(w, xs)
+    return torch.cat([w @ X, w.sum(-1, keepdim=True)], -1)
+
+
+def _moments(w: torch.Tensor, X: torch.Tensor, xs: list | None) -> torch.Tensor:
+    """``sum_n w_mn xt_n xt_n^T`` ``[B, m, p, p]`` for weights ``w [B, m, n]``."""
+    if xs is not None:
+        return feature_moments(w, xs)
+    Xe = torch.cat([X, torch.ones_like(X[..., :1])], -1)  # [B, n, p]
+    return (w.unsqueeze(-2) * Xe.transpose(-1, -2).unsqueeze(-3)) @ Xe.unsqueeze(-3)
 
 
 def _gaussian_log_f(e: torch.Tensor, ls2: torch.Tensor) -> torch.Tensor:
@@ -90,6 +114,9 @@ class GenericEM:
         # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form
         self.affine_gate = g.normalisation == "softmax" and g.score is linear_score
         self.topk = g.k_active is not None and g.k_active < k
+        #: whether a step needs the per-sample responsibilities; not when every step has a closed
+        #: form from sums over the samples (linear experts, a dense affine gate)
+        self.need_r = not (self.linear and self.affine_gate and not self.topk)
         free = torch.ones(k, d + 1, dtype=torch.bool)
         if g.reference:  # softmax: the last row is the reference
             free[-1] = False
@@ -119,8 +146,12 @@ class GenericEM:
         """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, -2)`` (Top-K zeros ``-inf``)."""
         V = self.gate_V(fv)
         g = self.model.gate
-        if self.affine_gate:  # (beta1^T x + beta0) / tau as one batched matmul, atom-major
-            s = V[..., : self.d] @ X.transpose(-1, -2)
+        if self.affine_gate:  # (beta1^T x + beta0) / tau, atom-major
+            xs = _features(X)
+            if xs is None:
+                s = V[..., : self.d] @ X.transpose(-1, -2)
+            else:
+                s = feature_affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), xs)
             u = s + V[..., self.d :]
             if g.temperature != 1:
                 u = u / g.temperature
@@ -142,7 +173,8 @@ class GenericEM:
     def means(self, eta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Expert means ``h(x_n, eta_i)`` ``[B, k, n]`` (Gaussian family)."""
         if self.linear:
-            return eta[..., :-1] @ X.transpose(-1, -2) + eta[..., -1:]
+            xs = _features(X)
+            return eta[..., :-1] @ X.transpose(-1, -2) + eta[..., -1:] if xs is None else feature_affine(eta, xs)
         return self.model.expert(X, eta).transpose(-1, -2)
 
     def log_f(self, eta, ls2, X, Y):
@@ -186,8 +218,10 @@ class GenericEM:
 
     def estep(self, th, X, Y) -> tuple[torch.Tensor, "Posterior"]:
         """Observed log-likelihood ``[B]`` and the :class:`Posterior` at ``th``: everything of the
-        M-step that is a pass over the samples, so that a compiled E-step fuses it into its loop."""
+        M-step that is a pass over the samples -- for the closed forms, already summed over them --
+        so that a compiled E-step is one fused loop."""
         fv, eta, ls2 = th
+        xs = _features(X)
         u = self.log_u(fv, X)
         pi, lse_u = self.softmax_lse(u)
         if self.linear:  # log_f, keeping the residuals for the experts' step
@@ -196,15 +230,24 @@ class GenericEM:
         else:
             lf = self.log_f(eta, ls2, X, Y)
         r, lse_j = self.softmax_lse(u + lf)  # log sum_i exp(u_i) f_i
-        re = q = w = dr = None
-        if self.linear:
+        M = ge = q = gV = Wm = rA = None
+        if self.linear:  # the weighted least squares of the experts, in residual form (_m_step)
             re = r * e
-            q = (re * e).sum(-1)
-        f0 = self.q_gate_u(u, lse_u, r)
-        if self.affine_gate:  # the closed-form gate step's weights (gate_fisher); pi and u are not needed
+            M, ge, q = _moments(r, X, xs), _firsts(re, X, xs), (re * e).sum(-1)
+        f0 = None
+        if self.affine_gate:  # the closed-form gate step (gate_fisher); pi and u are not needed
             dr, w = self.gate_weights(r, pi)
+            if dr is not None:
+                gV, Wm = _firsts(dr, X, xs), _moments(w, X, xs)
+                f = self.n_free_rows
+                rA = M[:, :f, :, -1] if M is not None else _firsts(r[:, :f], X, xs)
+                if not self.topk:  # Q_g from rA as in q_gate_affine: no product of r and u over the samples
+                    f0 = (self.gate_V(fv)[:, :f] * rA).sum((-2, -1)) / self.model.gate.temperature - lse_u.sum(-1)
+        if f0 is None:
+            f0 = self.q_gate_u(u, lse_u, r)
+        if self.affine_gate:
             pi = u = None
-        return (lse_j - lse_u).sum(-1), Posterior(r, re, q, f0, w, dr, pi, u)
+        return (lse_j - lse_u).sum(-1), Posterior(r if self.need_r else None, f0, M, ge, q, gV, Wm, rA, pi, u)
 
     def gate_weights(self, r, pi):
         """``r - pi`` ``[B, f, n]`` and ``pi_i (delta_ij - pi_j)`` ``[B, f (f + 1) / 2, n]`` over the
@@ -219,29 +262,34 @@ class GenericEM:
 
 class Posterior(NamedTuple):
     """What the M-step needs from the E-step at the same parameters (:meth:`GenericEM.estep`);
-    ``None`` where the model does not need it.
+    ``None`` where the model does not need it.  The closed forms take sums over the samples
+    (``xt = (x, 1)``, ``p = d + 1``), the other steps per-sample tensors.
 
     Attributes
     ----------
-    r : Tensor
-        ``[B, k, n]``, the responsibilities.
-    re, q : Tensor or None
-        ``r (y - h_i)`` ``[B, k, n]`` and ``sum_n r (y - h_i)^2`` ``[B, k]`` (linear Gaussian experts).
+    r : Tensor or None
+        ``[B, k, n]``, the responsibilities (``None`` when every step has a closed form).
     f0 : Tensor
         ``Q_g`` ``[B]`` at the current gate.
-    w, dr : Tensor or None
-        The closed-form gate step's weights ``pi_i (delta_ij - pi_j)`` over the free rows ``i <= j``,
-        ``[B, f (f + 1) / 2, n]``, and ``r - pi``, ``[B, f, n]`` (affine gates).
+    M, ge, q : Tensor or None
+        ``sum_n r_i xt xt^T`` ``[B, k, p, p]``, ``sum_n r_i e_i xt`` ``[B, k, p]`` and ``sum_n r_i e_i^2``
+        ``[B, k]``, ``e_i = y - h_i`` (linear Gaussian experts).
+    gV, Wm, rA : Tensor or None
+        Over the ``f`` free gate rows (affine gates): ``sum_n (r_i - pi_i) xt`` ``[B, f, p]``,
+        ``sum_n pi_i (delta_ij - pi_j) xt xt^T`` over ``i <= j`` ``[B, f (f + 1) / 2, p, p]`` and
+        ``sum_n r_i xt`` ``[B, f, p]``.
     pi, u : Tensor or None
         The gate weights and logits ``[B, k, n]`` (other gates: :func:`torch.func.jacfwd`).
     """
 
-    r: torch.Tensor
-    re: torch.Tensor | None
-    q: torch.Tensor | None
+    r: torch.Tensor | None
     f0: torch.Tensor
-    w: torch.Tensor | None
-    dr: torch.Tensor | None
+    M: torch.Tensor | None
+    ge: torch.Tensor | None
+    q: torch.Tensor | None
+    gV: torch.Tensor | None
+    Wm: torch.Tensor | None
+    rA: torch.Tensor | None
     pi: torch.Tensor | None
     u: torch.Tensor | None
 
@@ -367,57 +415,21 @@ def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
     return g, Cm
 
 
-class Design:
-    """The data of the active entries and the products of it that every EM step needs: ``X [B, n,
-    d]``, ``Y [B, n]``, ``XeT = (X, 1)^T [B, p, n]`` and, for ``p <= 4``, the per-sample outer
-    products ``XXT = vec(Xe Xe^T)^T [B, p^2, n]``.  With these, the moments ``sum_n w_in Xe_n
-    Xe_n^T`` of the expert and gate steps are one matrix product ``w @ XXT^T`` with no ``[B, k, n,
-    p]`` temporary (for larger ``p`` the temporary is cheaper than ``XXT``).  Both are sample-minor:
-    products and matrix products over long contiguous rows are several times faster on the CPU than
-    over rows of length ``p``."""
-
-    def __init__(self, X: torch.Tensor, Y: torch.Tensor, _parts=None) -> None:
-        self.X, self.Y = X, Y
-        if _parts is not None:
-            self.XeT, self.XXT = _parts
-            return
-        self.XeT = torch.cat([X.transpose(-1, -2), torch.ones_like(X[..., :1]).transpose(-1, -2)], -2)
-        self.XXT = None  # built on the first call of moments(): models without closed forms never need it
-
-    def take(self, idx) -> "Design":
-        return Design(self.X[idx], self.Y[idx], tuple(None if a is None else a[idx] for a in (self.XeT, self.XXT)))
-
-    def first_moments(self, w: torch.Tensor) -> torch.Tensor:
-        """``sum_n w_jn Xe_n`` ``[B, m, p]`` for weights ``w [B, m, n]``."""
-        return w @ self.XeT.transpose(-1, -2)
-
-    def moments(self, w: torch.Tensor) -> torch.Tensor:
-        """``sum_n w_jn Xe_n Xe_n^T`` ``[B, m, p, p]`` for weights ``w [B, m, n]``."""
-        p = self.XeT.shape[-2]
-        if self.XXT is None and p <= 4:
-            self.XXT = (self.XeT.unsqueeze(-2) * self.XeT.unsqueeze(-3)).reshape(self.XeT.shape[:-2] + (p * p, -1))
-        if self.XXT is not None:
-            return (w @ self.XXT.transpose(-1, -2)).reshape(w.shape[:-1] + (p, p))
-        return (w.unsqueeze(-2) * self.XeT.unsqueeze(-3)) @ self.XeT.transpose(-1, -2).unsqueeze(-3)
-
-
-def gate_fisher(em: GenericEM, fv, X, post: Posterior, design: Design | None = None):
+def gate_fisher(em: GenericEM, fv, X, post: Posterior):
     """Gradient ``[B, mg]`` and Fisher curvature ``[B, mg, mg]`` of ``Q_g`` at ``fv`` (see
-    :func:`_gate_step`) from the E-step's :class:`Posterior` there.  An affine gate (``post.w`` given)
+    :func:`_gate_step`) from the E-step's :class:`Posterior` there.  An affine gate (``post.Wm`` given)
     uses ``du/dtheta`` = the data in closed form; any other, :func:`torch.func.jacfwd` of the logits
-    (``post.pi``, ``post.u``); the tests check that both agree.  ``design``: :class:`Design` of ``X``
-    (built here when not given)."""
-    if post.w is not None:
+    (``post.pi``, ``post.u``); the tests check that both agree."""
+    if post.Wm is not None:
         # du_i/dV_jc = delta_ij xt_c / tau with xt = (x, 1): gradient and curvature in the rows
-        # V = (beta1, beta0) by matmuls over n, then onto the free parameters (fv = V embed^T).
+        # V = (beta1, beta0) from the E-step's sums over n, then onto the free parameters (fv = V embed^T).
         # Only the blocks of rows with a free parameter are formed (k - 1 of them for a softmax
         # with a reference atom): block (i, j) = sum_n pi_i (delta_ij - pi_j) xt xt^T / tau^2.
         # Where a Top-K gate switches expert i off, pi_i = r_i = 0 and its terms vanish.
-        D = Design(X, X[..., 0]) if design is None else design
-        B_, p, f = post.w.shape[0], em.p, em.n_free_rows
+        B_, p, f = post.Wm.shape[0], em.p, em.n_free_rows
         tau = em.model.gate.temperature
-        gV = D.first_moments(post.dr).reshape(B_, f * p) / tau
-        mom = D.moments(post.w) / tau**2  # [B, f (f + 1) / 2, p, p]
+        gV = post.gV.reshape(B_, f * p) / tau
+        mom = post.Wm / tau**2  # [B, f (f + 1) / 2, p, p]
         I, J = torch.triu_indices(f, f)
         CV = mom.new_zeros(B_, f, f, p, p)
         CV[:, I, J] = mom
@@ -434,7 +446,7 @@ def gate_fisher(em: GenericEM, fv, X, post: Posterior, design: Design | None = N
     return g, C
 
 
-def _gate_step(em: GenericEM, fv, lam, D: Design, post):
+def _gate_step(em: GenericEM, fv, lam, X, post):
     """One damped Gauss--Newton (Fisher scoring) ascent step of ``Q_g`` per batch entry.
 
     With ``J = du/dtheta`` ``[B, k, n, mg]`` (:func:`torch.func.jacfwd`; the data itself for the
@@ -445,11 +457,10 @@ def _gate_step(em: GenericEM, fv, lam, D: Design, post):
     """
     if fv.shape[-1] == 0:
         return fv, lam
-    g, C = gate_fisher(em, fv, D.X, post, design=D)
-    if post.w is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
-        rA = D.first_moments(post.r[:, : em.n_free_rows])
-        return _ascent(lambda t: em.q_gate_affine(t, D.X, rA), fv, lam, g, C, f0=post.f0)
-    return _ascent(lambda t: em.q_gate(t, D.X, post.r), fv, lam, g, C, f0=post.f0)
+    g, C = gate_fisher(em, fv, X, post)
+    if post.rA is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
+        return _ascent(lambda t: em.q_gate_affine(t, X, post.rA), fv, lam, g, C, f0=post.f0)
+    return _ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
 
 
 class _State:
@@ -470,18 +481,16 @@ class _State:
         return _State(*(a[idx] for a in (self.fv, self.eta, self.ls2, self.lam_g, self.lam_e)))
 
 
-def _m_step(em: GenericEM, st: _State, D: Design, post, floor):
-    """One generalised M-step (experts, variances, gate) from the E-step's posterior
-    (:meth:`GenericEM.estep`; responsibilities ``r [B, k, n]``)."""
+def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
+    """One generalised M-step (experts, variances, gate) from the E-step's :class:`Posterior`
+    (:meth:`GenericEM.estep`) at ``st``, for the data ``X [B, n, d]``, ``Y [B, n]``."""
     r = post.r
-    B, k, n = r.shape
-    X, Y = D.X, D.Y
+    n = X.shape[1]
     eta, ls2 = st.eta, st.ls2
     wss = None
     if em.linear:  # weighted least squares: the exact maximiser, as a correction to the current experts
-        re, q = post.re, post.q
-        M = D.moments(r)  # [B, k, p, p]
-        g = D.first_moments(re)  # [B, k, p]: sum_n r e xt, e the residual under the current expert
+        # M = sum_n r xt xt^T [B, k, p, p]; g = sum_n r e xt [B, k, p], e the residual under the current expert
+        M, g, q = post.M, post.ge, post.q
         tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
         eye = torch.eye(em.p, dtype=X.dtype, device=X.device)
         delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
@@ -500,12 +509,12 @@ def _m_step(em: GenericEM, st: _State, D: Design, post, floor):
             C = -H
         eta, st.lam_e = _ascent(F, eta, st.lam_e, g, C)
     if em.gaussian:
-        mass = r.sum(-1)
+        mass = post.M[..., -1, -1] if em.linear else r.sum(-1)
         if wss is None:
             wss = (r * (Y.unsqueeze(-2) - em.means(eta, X)) ** 2).sum(-1)
         s2 = torch.where(mass > 1e-8 * n, wss / mass.clamp_min(1e-300), torch.exp(ls2))
         ls2 = torch.log(torch.maximum(s2, floor.unsqueeze(-1)))
-    fv, lam_g = _gate_step(em, st.fv, st.lam_g, D, post)
+    fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, post)
     return _State(fv, eta, ls2, lam_g, st.lam_e)
 
 
@@ -546,9 +555,9 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     status = ["max_iter"] * B
     paths: list[list[float]] = [[] for _ in range(B)]
     act = torch.arange(B)
-    st, Da, fa = full.take(act), Design(X, Y), floor  # a copy: full is written into below
+    st, Xa, Ya, fa = full.take(act), X, Y, floor  # a copy: full is written into below
     try:
-        ll, r = em.estep(st.th, Da.X, Da.Y)
+        ll, r = em.estep(st.th, Xa, Ya)
     except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same steps, eager
         if compile is True:
             raise
@@ -557,13 +566,13 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the generic EM runs eagerly", RuntimeWarning)
         _COMPILED["unavailable"] = True  # "auto" does not try again in this process
         em, compiled = GenericEM(model, k, d, X.dtype), False
-        ll, r = em.estep(st.th, Da.X, Da.Y)  # r: the posterior (responsibilities, gate logits, log-weights)
+        ll, r = em.estep(st.th, Xa, Ya)  # r: the posterior (Posterior)
     for b, v in zip(act.tolist(), ll.tolist()):
         paths[b].append(v)
 
     def step(s, r):
-        s1 = _m_step(em, s, Da, r, fa)
-        return s1, *em.estep(s1.th, Da.X, Da.Y)
+        s1 = _m_step(em, s, Xa, Ya, r, fa)
+        return s1, *em.estep(s1.th, Xa, Ya)
 
     it = 0
     while act.numel() and it < max_iter:
@@ -581,7 +590,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
             if em.gaussian:
                 ls2x = torch.maximum(ls2x, torch.log(fa).unsqueeze(-1))
             sx = _State(ext[:, :mg], ext[:, mg : mg + kq].reshape(-1, k, eta.shape[-1]), ls2x, s2_.lam_g, s2_.lam_e)
-            lx, rx = em.estep(sx.th, Da.X, Da.Y)
+            lx, rx = em.estep(sx.th, Xa, Ya)
             take = torch.isfinite(lx) & (lx >= l2) & ((l2 - l1).abs() > tol * n)
             w = lambda a, b: torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
             st = _State(*(w(a, b) for a, b in zip((sx.fv, sx.eta, sx.ls2), (s2_.fv, s2_.eta, s2_.ls2))), s2_.lam_g, s2_.lam_e)
@@ -596,7 +605,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         full.fv[act], full.eta[act], full.ls2[act] = st.fv, st.eta, st.ls2
         keep = retire_finished(ll, ll0, tol, n, act, status)
         if keep is not None:
-            act, Da, fa, ll = act[keep], Da.take(keep), fa[keep], ll[keep]
+            act, Xa, Ya, fa, ll = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep]
             r = r.take(keep)
             st = st.take(keep)
     from moestat.estimators.generic_refine import polish, topk_search

@@ -188,12 +188,19 @@ def test_without_a_compiler_the_generic_em_runs_eagerly_with_one_warning(monkeyp
         MLEGaussianMoE(n_components=2, generic=True, compile=True).fit(X, Y, init=G0)
 
 
+def _xt(X):
+    """``xt = (x, 1)`` ``[B, n, p]``."""
+    import torch
+
+    return torch.cat([X, torch.ones_like(X[..., :1])], -1)
+
+
 def test_the_affine_gate_objective_from_first_moments_equals_the_direct_one():
     """``Q_g`` of a dense affine gate from ``sum_n r xt`` (the trial steps of the gate step) equals
     ``sum_ni r_ni log w_i`` computed directly."""
     import torch
 
-    from moestat.estimators.mle_generic import Design, GenericEM
+    from moestat.estimators.mle_generic import GenericEM
 
     sc = _scenario({"temperature": 0.7}, {"kind": "linear"}, LIN3)
     em = GenericEM(sc.model, 3, 2)
@@ -201,10 +208,53 @@ def test_the_affine_gate_objective_from_first_moments_equals_the_direct_one():
     X = torch.as_tensor(rng.uniform(-1, 1, size=(4, 300, 2)))
     fv = torch.as_tensor(rng.normal(size=(4, em.mg)))
     r = torch.softmax(torch.as_tensor(rng.normal(size=(4, 3, 300))), -2)
-    rA = Design(X, X[..., 0]).first_moments(r[:, : em.n_free_rows])
+    rA = torch.einsum("bfn,bnp->bfp", r[:, : em.n_free_rows], _xt(X))
     direct = (r * torch.log_softmax(em.log_u(fv, X), -2)).sum((-2, -1))
     torch.testing.assert_close(em.q_gate_affine(fv, X, rA), direct, rtol=1e-12, atol=1e-9)
     torch.testing.assert_close(em.q_gate(fv, X, r), direct, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("d", [2, 5])  # sums as feature rows (p <= 5) and as matmuls (p = 6)
+def test_the_e_step_sums_equal_the_per_sample_ones(d):
+    """The E-step's sums over the samples (experts' weighted least squares, the closed-form gate
+    step, ``Q_g``'s first moments) equal einsums of the responsibilities and gate weights computed
+    here from the log-likelihood terms directly."""
+    import torch
+
+    from moestat.estimators.mle_generic import GenericEM
+
+    k = 3
+    atoms = [dict(beta0=0.1 * (k - 1 - i), beta1=[0.3 * (k - 1 - i)] * d, eta=[1.0 - i] * (d + 1), variance=0.1 + 0.05 * i)
+             for i in range(k)]  # the last atom: the softmax's reference
+    sc = _scenario({"temperature": 0.8}, {"kind": "linear"}, atoms)
+    em = GenericEM(sc.model, k, d)
+    assert not em.need_r
+    rng = np.random.default_rng(3)
+    B, n = 3, 250
+    X = torch.as_tensor(rng.uniform(-1, 1, size=(B, n, d)))
+    Y = torch.as_tensor(rng.normal(size=(B, n)))
+    fv = torch.as_tensor(rng.normal(size=(B, em.mg)))
+    eta = torch.as_tensor(rng.normal(size=(B, k, d + 1)))
+    ls2 = torch.as_tensor(rng.normal(scale=0.3, size=(B, k)))
+    ll, post = em.estep((fv, eta, ls2), X, Y)
+    assert post.r is None and post.pi is None
+    Xe = _xt(X)
+    V = em.gate_V(fv)
+    u = torch.einsum("bkp,bnp->bkn", V, Xe) / 0.8
+    e = Y.unsqueeze(1) - torch.einsum("bkp,bnp->bkn", eta, Xe)
+    lf = -0.5 * (np.log(2 * np.pi) + ls2.unsqueeze(-1) + e**2 / torch.exp(ls2).unsqueeze(-1))
+    pi, r = torch.softmax(u, 1), torch.softmax(u + lf, 1)
+    torch.testing.assert_close(ll, (torch.logsumexp(u + lf, 1) - torch.logsumexp(u, 1)).sum(-1), rtol=1e-12, atol=1e-9)
+    torch.testing.assert_close(post.M, torch.einsum("bkn,bnp,bnq->bkpq", r, Xe, Xe), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(post.ge, torch.einsum("bkn,bnp->bkp", r * e, Xe), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(post.q, (r * e * e).sum(-1), rtol=1e-12, atol=1e-10)
+    f = em.n_free_rows
+    torch.testing.assert_close(post.gV, torch.einsum("bfn,bnp->bfp", (r - pi)[:, :f], Xe), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(post.rA, torch.einsum("bfn,bnp->bfp", r[:, :f], Xe), rtol=1e-12, atol=1e-10)
+    I, J = torch.triu_indices(f, f)
+    w = pi[:, I] * ((I == J).to(pi).reshape(1, -1, 1) - pi[:, J])
+    torch.testing.assert_close(post.Wm, torch.einsum("bmn,bnp,bnq->bmpq", w, Xe, Xe), rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(post.f0, (r * torch.log_softmax(u, 1)).sum((1, 2)), rtol=1e-12, atol=1e-9)
 
 
 def test_the_fast_path_stays_used_for_the_linear_softmax_model():
@@ -237,8 +287,10 @@ def test_the_closed_form_gate_step_equals_the_autograd_one(case):
     pi = torch.softmax(u, -2)
     r = torch.softmax(u + torch.as_tensor(rng.normal(size=u.shape)), -2)  # responsibilities: zero where u = -inf
     dr, w = em.gate_weights(r, pi)
-    g1, C1 = gate_fisher(em, fv, X, Posterior(r, None, None, None, w, dr, None, None))  # closed form
-    g2, C2 = gate_fisher(em, fv, X, Posterior(r, None, None, None, None, None, pi, u))  # torch.func
+    Xe = _xt(X)
+    gV, Wm = torch.einsum("bfn,bnp->bfp", dr, Xe), torch.einsum("bmn,bnp,bnq->bmpq", w, Xe, Xe)
+    g1, C1 = gate_fisher(em, fv, X, Posterior(r, None, None, None, None, gV, Wm, None, None, None))  # closed form
+    g2, C2 = gate_fisher(em, fv, X, Posterior(r, None, None, None, None, None, None, None, pi, u))  # torch.func
     assert dr is not None
     assert torch.allclose(g1, g2, rtol=1e-10, atol=1e-10) and torch.allclose(C1, C2, rtol=1e-10, atol=1e-10)
     if case == "top_k":
