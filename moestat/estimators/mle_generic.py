@@ -30,12 +30,12 @@ as in :mod:`moestat.estimators.mle`, whose fused EM stays the fit of the dense l
 with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
 
 Speed.  Per-sample tensors are atom-major, ``[B, k, n]``.  The E-step returns a :class:`Posterior`
-with every pass over the samples that the M-step needs, so the M-step itself is small matrix
-products.  That covers the weighted residuals of linear experts, ``Q_g`` at the current gate, and
-the closed-form gate step's weights.  The E-step and the gate objective run under
-``torch.compile`` for large problems (:func:`use_compiled`).  On model 1 this brings the generic EM
-to about 2x the fused EM's time (1.7-2.3x), with the same fits (``benchmarks/mle_generic_vs_fused.py``,
-docs/guide/own_gmoe.rst).
+with everything of the M-step that is a pass over the samples; where a step has a closed form
+(linear experts, an affine gate) already summed over them, the sums written as products of feature
+rows (:func:`~moestat.estimators.mle_fused.feature_moments`), so that the M-step itself is small
+matrix algebra.  The E-step and the gate objective run under ``torch.compile`` for large problems
+(:func:`use_compiled`): one fused loop.  On model 1 the generic EM takes 1.2-1.6x the fused EM's
+time, with the same fits (``benchmarks/mle_generic_vs_fused.py``, docs/guide/own_gmoe.rst).
 """
 
 from __future__ import annotations
