@@ -344,12 +344,15 @@ def cell_terms_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingMea
     cells = np.argmin(by, axis=-1)
     sizes = cell_sizes(cells, k_star)
     member = cells[..., :, None] == np.arange(k_star)
-    if spec.mass == "softmax":
-        w, w_true = np.exp(fitted.beta0), np.exp(truth.beta0)
-    elif spec.mass == "sigmoid":
-        w, w_true = 1.0 / (1.0 + np.exp(-fitted.beta0)), 1.0 / (1.0 + np.exp(-truth.beta0))
-    else:
-        w, w_true = np.ones_like(fitted.beta0), None
+    # a fit whose gate intercept left exp's range (a diverged fit) gets an infinite loss, which the
+    # rate fit reports as non-finite: the overflow is the answer, not a fault to warn about
+    with np.errstate(over="ignore"):
+        if spec.mass == "softmax":
+            w, w_true = np.exp(fitted.beta0), np.exp(truth.beta0)
+        elif spec.mass == "sigmoid":
+            w, w_true = 1.0 / (1.0 + np.exp(-fitted.beta0)), 1.0 / (1.0 + np.exp(-truth.beta0))
+        else:
+            w, w_true = np.ones_like(fitted.beta0), None
     per_atom = None
     for b, nb in zip(spec.blocks, norms):
         term = nb ** b.exponent(sizes)[..., None, :]

@@ -111,6 +111,19 @@ def test_mass_terms():
     assert voronoi_loss_from_spec(b0, fitted, truth) == pytest.approx(1.0)
 
 
+def test_a_fit_whose_gate_intercept_left_exp_range_has_an_infinite_loss_without_a_warning():
+    """A diverged fit (a separated class puts the MLE's intercept at infinity) gets D = inf, which
+    the rate fit reports as non-finite; the overflow is not printed to the user as a RuntimeWarning."""
+    import warnings
+
+    truth = MixingMeasure(np.array([0.0]), np.array([[1.0]]), np.zeros((1, 1)))
+    fitted = MixingMeasure(np.array([800.0]), np.array([[1.5]]), np.zeros((1, 1)))
+    blocks = (BlockSpec("beta1", "beta1"),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert voronoi_loss_from_spec(LossSpec("s", blocks, "softmax"), fitted, truth) == math.inf
+
+
 def test_exponent_tables():
     sizes = np.array([0, 1, 2, 3, 4, 9])
     assert ExponentTable((1, 4, 6))(sizes).tolist() == [1, 1, 4, 6, 6, 6]
