@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
+__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 
@@ -168,6 +168,30 @@ def _pass_function(compile: bool | str, size: int, device: torch.device):
     return _COMPILED["fn"], "compiled"
 
 
+def expert_wls(M: torch.Tensor, g: torch.Tensor, q: torch.Tensor, n: int):
+    """The exact M-step of linear experts (weighted least squares) in residual form, from the sums
+    ``M = sum_n r xt xt^T`` ``[B, k, p, p]``, ``g = sum_n r e xt`` ``[B, k, p]`` and ``q = sum_n r e^2``
+    ``[B, k]`` over the residuals ``e`` under the current experts.  Shared with the generic EM.
+
+    Returns
+    -------
+    delta : ``[B, k, p]``, the correction to the current experts ``M^-1 g``; zero where the atom is
+        empty (mass at most ``1e-8 n``) or the solve failed, so that atom keeps its expert.
+    wss : ``[B, k]``, ``sum_n r (e - delta^T xt)^2`` after the correction.
+    ok : ``[B, k]``, where the correction was made.
+    """
+    p = M.shape[-1]
+    eye = torch.eye(p, dtype=M.dtype, device=M.device)
+    # a relative ridge of 1e-12 only guards exactly singular systems (an atom on < p distinct x)
+    tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
+    delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
+    delta = delta.squeeze(-1)
+    ok = (info == 0) & (M[..., p - 1, p - 1] > 1e-8 * n) & torch.isfinite(delta).all(-1)
+    delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
+    # sum_n r (e - delta^T xt)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
+    return delta, (q - (delta * g).sum(-1)).clamp_min(0.0), ok
+
+
 def _m_step(stats, V, E, s2, floor, shared: bool, n: int):
     """Experts (weighted least squares on the residuals), floored variances, and the gate's Newton step.
 
@@ -176,17 +200,9 @@ def _m_step(stats, V, E, s2, floor, shared: bool, n: int):
     """
     _, M, g, q, gg, H = stats
     B, k, p = E.shape
-    eye = torch.eye(p, dtype=E.dtype, device=E.device)
-    # a relative ridge of 1e-12 only guards exactly singular systems (an atom on < p distinct x)
-    tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
-    delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
-    delta = delta.squeeze(-1)
+    delta, wss, ok = expert_wls(M, g, q, n)
     mass = M[..., p - 1, p - 1]
-    ok = (info == 0) & (mass > 1e-8 * n) & torch.isfinite(delta).all(-1)
-    delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
     E = E + delta
-    # sum_n r (e - delta^T x~)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
-    wss = (q - (delta * g).sum(-1)).clamp_min(0.0)
     if shared:
         new = (wss.sum(-1, keepdim=True) / n).expand(-1, k)
     else:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch.func import grad, jacfwd
 
-from moestat.estimators.mle_fused import feature_affine, feature_firsts, feature_moments, feature_rows, retire_finished
+from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows, retire_finished
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
 __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled"]
@@ -235,7 +235,7 @@ class GenericEM:
             re = r * e
             M, ge, q = _moments(r, X, xs), _firsts(re, X, xs), (re * e).sum(-1)
         f0 = None
-        if self.affine_gate:  # the closed-form gate step (gate_fisher); pi and u are not needed
+        if self.affine_gate:  # the closed-form gate step (gate_fisher): pi and u are not kept
             dr, w = self.gate_weights(r, pi)
             if dr is not None:
                 gV, Wm = _firsts(dr, X, xs), _moments(w, X, xs)
@@ -245,9 +245,9 @@ class GenericEM:
                     f0 = (self.gate_V(fv)[:, :f] * rA).sum((-2, -1)) / self.model.gate.temperature - lse_u.sum(-1)
         if f0 is None:
             f0 = self.q_gate_u(u, lse_u, r)
-        if self.affine_gate:
-            pi = u = None
-        return (lse_j - lse_u).sum(-1), Posterior(r if self.need_r else None, f0, M, ge, q, gV, Wm, rA, pi, u)
+        keep_gate = not self.affine_gate  # the other gates' step differentiates the logits (jacfwd)
+        return (lse_j - lse_u).sum(-1), Posterior(r if self.need_r else None, f0, M, ge, q, gV, Wm, rA,
+                                                  pi if keep_gate else None, u if keep_gate else None)
 
     def gate_weights(self, r, pi):
         """``r - pi`` ``[B, f, n]`` and ``pi_i (delta_ij - pi_j)`` ``[B, f (f + 1) / 2, n]`` over the
@@ -488,18 +488,9 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
     n = X.shape[1]
     eta, ls2 = st.eta, st.ls2
     wss = None
-    if em.linear:  # weighted least squares: the exact maximiser, as a correction to the current experts
-        # M = sum_n r xt xt^T [B, k, p, p]; g = sum_n r e xt [B, k, p], e the residual under the current expert
-        M, g, q = post.M, post.ge, post.q
-        tr = M.diagonal(dim1=-2, dim2=-1).sum(-1)
-        eye = torch.eye(em.p, dtype=X.dtype, device=X.device)
-        delta, info = torch.linalg.solve_ex(M + (1e-12 * tr + 1e-300)[..., None, None] * eye, g.unsqueeze(-1))
-        delta = delta.squeeze(-1)
-        ok = (info == 0) & (M[..., -1, -1] > 1e-8 * n) & torch.isfinite(delta).all(-1)
-        delta = torch.where(ok.unsqueeze(-1), delta, torch.zeros_like(delta))  # an empty atom keeps its expert
+    if em.linear:  # weighted least squares from the E-step's sums: the exact maximiser, as a correction
+        delta, wss, _ = expert_wls(post.M, post.ge, post.q, n)
         eta = eta + delta
-        # sum_n r (e - delta^T xt)^2 = q - 2 delta^T g + delta^T M delta = q - delta^T g, as M delta = g
-        wss = (q - (delta * g).sum(-1)).clamp_min(0.0)
     else:
         F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
         if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
