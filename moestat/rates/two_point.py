@@ -1,0 +1,402 @@
+"""Le Cam two-point lower bounds along the witness sequence of Theorems 2 and 3 (Nguyen et al. (2024)).
+
+Theorems 2 and 3 of Nguyen et al. (2024) are **minimax** statements: an infimum over estimators
+and a supremum over truths.  A slope measured at one fixed truth cannot test them.  Their proof
+(App. B.2, Lemma 2) uses Le Cam's two-point method along a witness sequence that rescales one
+router vector along its own direction,
+
+.. math::
+
+    G'_t = G \\text{ with } \\beta_{1j} \\mapsto (1 + t)\\,\\beta_{1j}, \\qquad t > 0,
+
+and this module evaluates that method numerically.
+
+**The data side.**  For the Gaussian regression model (1), ``Y = g_G(X) + eps`` with
+``eps ~ N(0, nu)`` and ``X ~ mu``, the Kullback-Leibler divergence between the laws of ``n``
+i.i.d. pairs is exactly
+
+.. math::
+
+    \\mathrm{KL}(P_G^{\\otimes n} \\,\\|\\, P_{G'}^{\\otimes n}) = n\\,\\kappa(G, G'), \\qquad
+    \\kappa(G, G') = \\frac{\\mathbb{E}_{X\\sim\\mu}\\big[(g_G(X) - g_{G'}(X))^2\\big]}{2\\nu},
+
+(the ``X`` marginals are equal and cancel; Lemma 2 uses the same identity).  ``kappa`` is computed
+by Monte Carlo over ``m`` inputs drawn from ``mu``, the same inputs for every ``t`` (common random
+numbers), with its standard error.  For the vanilla cosine router PDE (4) makes ``g`` homogeneous
+of degree 0 in ``beta1``, so ``kappa(G, G'_t) = 0`` for every ``t``: the computed value is round-off.
+For the perturbed router (eq. 9) ``beta1 -> beta1 / (||beta1|| + tau1)`` is injective, so
+``kappa > 0`` for ``t != 0``.
+
+**The bound.**  For any estimator ``hat G`` and a loss ``D`` with ``D(hat G, G) + D(hat G, G')
+>= D(G, G') / C_D``,
+
+.. math::
+
+    \\inf_{\\hat G}\\ \\max_{H \\in \\{G, G'\\}} \\mathbb{E}_H\\, D(\\hat G, H)
+    \\;\\ge\\; \\frac{D(G, G')}{2\\,C_D}\\,\\big(1 - \\mathrm{TV}(P_G^{\\otimes n}, P_{G'}^{\\otimes n})\\big),
+    \\qquad 1 - \\mathrm{TV} \\ge \\max\\Big(1 - \\sqrt{\\mathrm{KL}/2},\\ \\tfrac12 e^{-\\mathrm{KL}}\\Big)
+
+(Pinsker; Bretagnolle-Huber).  This module reports ``LB(n) = max_t D(G'_t, G) / 2 * A(n kappa(t))``
+with ``A`` the right-hand affinity bound, i.e. the bound **for** ``C_D = 1``.  For the pairs built
+here (one atom moved, equal masses, singleton Voronoi cells) ``C_D = 1`` holds for ``D_3`` and
+``D_{1,1}`` whenever the estimate's Voronoi cells agree under ``G`` and ``G'`` and ``||t beta1|| <= 2``
+(``M t b + 2 |M - w| >= w t b`` for every cell mass ``M``); for ``D_{1,r}``, ``r > 1``, ``C_D =
+2^{r-1}``.  ``C_D`` is a constant: it moves the curve, not its dependence on ``n``.
+
+**What it proves.**  A lower bound on the minimax risk over the two-point class ``{G, G'_t}``
+(hence over any class containing it, e.g. the theorem's ``E_{k*}(Theta)``): for the vanilla router
+the bound does not decrease with ``n`` at all -- the radius of ``beta1`` is not identified, so no
+estimator has any rate for the paper's loss uniformly over a class containing a radial segment
+(stronger than Theorem 2's ``n^{-1/2}``); for the perturbed router it falls like ``n^{-1/2}``,
+matching the upper rate ``(log n / n)^{1/2}`` of Theorem 6 up to the log factor.
+**What it does not prove.**  Nothing about one estimator at one fixed truth (an estimator that
+happens to output the true radius has zero radial error there); nothing about the directional
+parameters or the experts, whose slow rates in Theorems 2 and 3 come from the Taylor witness of
+eq. (26) and are not measured here; and it is a lower bound only -- its size depends on the
+length ``t_max`` of the witness segment (the compact ``Theta``), which the vanilla flat value
+inherits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from moestat.losses.voronoi import voronoi_loss
+from moestat.model.mixing import MixingMeasure
+
+__all__ = [
+    "radial_witness",
+    "kl_rate",
+    "affinity_lower_bound",
+    "TwoPointCurve",
+    "two_point_curve",
+    "loglog_slope",
+    "radial_mechanism",
+]
+
+
+def radial_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> MixingMeasure:
+    """The witness measures ``G'_t``: atom ``atom``'s ``beta1`` rescaled by ``1 + t``.
+
+    Parameters
+    ----------
+    truth : MixingMeasure
+        Unbatched measure ``G`` with ``k`` atoms, ``beta1 [k, d]``.
+    atom : int
+        Index of the atom whose router vector is rescaled; it must have ``beta1 != 0`` (the
+        reference atom of (A.3) has no direction to rescale along).
+    ts : sequence of float, shape ``[T]``
+        Relative changes of the radius, each ``> -1``.
+
+    Returns
+    -------
+    MixingMeasure
+        Batched ``[T]``: ``beta0 [T, k]``, ``beta1 [T, k, d]``, ``eta [T, k, q]``; only
+        ``beta1[:, atom]`` differs from ``G``, equal to ``(1 + t) beta1_atom``.
+    """
+    G = truth.numpy()
+    if G.batch_shape:
+        raise ValueError("radial_witness needs an unbatched truth")
+    if not 0 <= atom < G.n_atoms:
+        raise ValueError(f"atom must be in 0..{G.n_atoms - 1}, got {atom}")
+    if not np.linalg.norm(G.beta1[atom]) > 0:
+        raise ValueError(f"atom {atom} has beta1 = 0: there is no direction to rescale along")
+    ts = np.asarray(ts, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(ts)) or np.any(ts <= -1):
+        raise ValueError("every t must be finite and > -1")
+    T = ts.shape[0]
+    beta1 = np.broadcast_to(G.beta1, (T,) + G.beta1.shape).copy()
+    beta1[:, atom] *= (1.0 + ts)[:, None]
+    return MixingMeasure(np.broadcast_to(G.beta0, (T,) + G.beta0.shape).copy(), beta1,
+                         np.broadcast_to(G.eta, (T,) + G.eta.shape).copy())
+
+
+def kl_rate(model, truth: MixingMeasure, alternatives: MixingMeasure, X: np.ndarray, noise_var: float,
+            chunk: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sample KL ``kappa = E_X[(g_G(X) - g_G'(X))^2] / (2 nu)`` by Monte Carlo, with its standard error.
+
+    Parameters
+    ----------
+    model : MoEModel
+        Gate and experts of the regression function (e.g. ``scenario.model``).
+    truth : MixingMeasure
+        Unbatched ``G``.
+    alternatives : MixingMeasure
+        Batched ``[T]`` alternatives ``G'``.
+    X : ndarray, shape ``[m, d]``
+        Monte Carlo inputs, drawn from ``mu``; the same for every alternative (common random
+        numbers, so differences between alternatives carry no Monte Carlo noise of their own).
+    noise_var : float
+        ``nu`` of eq. (1).
+    chunk : int
+        Alternatives evaluated at once (memory ``chunk * m * k`` float64 values).
+
+    Returns
+    -------
+    kappa, se : ndarray, shape ``[T]``
+        The Monte Carlo mean and its standard error ``sd / sqrt(m)``; ``KL`` of ``n`` samples is
+        ``n * kappa`` exactly (the ``X`` marginals cancel).
+    """
+    if not (math.isfinite(noise_var) and noise_var > 0):
+        raise ValueError(f"noise_var must be positive, got {noise_var!r}")
+    X = np.asarray(X, dtype=np.float64)
+    m = X.shape[0]
+    if m < 2:
+        raise ValueError("need at least 2 Monte Carlo inputs for a standard error")
+    Xt = torch.as_tensor(X)
+    f0 = model.predict(Xt, truth.numpy())  # [m]
+    alt = alternatives.numpy()
+    T = alt.batch_shape[0]
+    kappa, se = np.empty(T), np.empty(T)
+    for a in range(0, T, chunk):
+        b = min(a + chunk, T)
+        sub = MixingMeasure(alt.beta0[a:b], alt.beta1[a:b], alt.eta[a:b])
+        sq = ((model.predict(Xt, sub) - f0) ** 2).numpy()  # [c, m]
+        kappa[a:b] = sq.mean(axis=1) / (2.0 * noise_var)
+        se[a:b] = sq.std(axis=1, ddof=1) / math.sqrt(m) / (2.0 * noise_var)
+    return kappa, se
+
+
+def affinity_lower_bound(kl: np.ndarray | float) -> np.ndarray:
+    """A lower bound on ``1 - TV`` from ``KL``: ``max(1 - sqrt(KL / 2), exp(-KL) / 2)``, clipped at 0.
+
+    Pinsker (``TV <= sqrt(KL / 2)``) is the better bound for small ``KL``, Bretagnolle-Huber
+    (``1 - TV >= exp(-KL) / 2``) for large; both are valid, so is their maximum.  The result is
+    1 at ``KL = 0`` and non-increasing in ``KL``.
+
+    Parameters
+    ----------
+    kl : float or ndarray, any shape
+        Non-negative divergences (tiny negative round-off is treated as 0).
+
+    Returns
+    -------
+    ndarray
+        Same shape as ``kl``, values in ``(0, 1]``.
+    """
+    kl = np.maximum(np.asarray(kl, dtype=np.float64), 0.0)
+    return np.maximum(np.maximum(1.0 - np.sqrt(kl / 2.0), 0.0), 0.5 * np.exp(-kl))
+
+
+@dataclass
+class TwoPointCurve:
+    """The two-point lower bound ``LB(n)`` of one scenario along the radial witness.
+
+    Attributes
+    ----------
+    ns : ndarray, shape ``[N]``
+        Sample sizes.
+    ts : ndarray, shape ``[T]``
+        Witness grid (relative radius changes).
+    atoms : list of int
+        Atoms whose radius is varied (the bound maximises over atom and ``t``).
+    separation : ndarray, shape ``[A, T]``
+        ``min(D(G'_t, G), D(G, G'_t))`` for each atom and ``t``.
+    kappa, kappa_se : ndarray, shape ``[A, T]``
+        Per-sample KL and its Monte Carlo standard error.
+    lower_bound : ndarray, shape ``[N]``
+        ``LB(n)`` with the Monte Carlo point estimate of ``kappa``.
+    lower_bound_low, lower_bound_high : ndarray, shape ``[N]``
+        The same with ``kappa + 2 se`` (conservative: holds whenever the true ``kappa`` is below
+        that) and ``max(kappa - 2 se, 0)``; ``LB`` is non-increasing in ``kappa``.
+    t_star : ndarray, shape ``[N]``
+        The maximising ``t`` (at the end of the grid: the bound saturates on the segment).
+    kl_at_star : ndarray, shape ``[N]``
+        ``n kappa(t_star)``.
+    info : dict
+        Loss, router, Monte Carlo size and seed.
+    """
+
+    ns: np.ndarray
+    ts: np.ndarray
+    atoms: list[int]
+    separation: np.ndarray
+    kappa: np.ndarray
+    kappa_se: np.ndarray
+    lower_bound: np.ndarray
+    lower_bound_low: np.ndarray
+    lower_bound_high: np.ndarray
+    t_star: np.ndarray
+    kl_at_star: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def interior(self) -> np.ndarray:
+        """``[N]`` bool: the maximiser is strictly inside the witness grid (not saturated at an end)."""
+        return (self.t_star > self.ts.min()) & (self.t_star < self.ts.max())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable record (lists of floats)."""
+        out = {k: np.asarray(getattr(self, k)).tolist() for k in (
+            "ns", "ts", "separation", "kappa", "kappa_se", "lower_bound", "lower_bound_low", "lower_bound_high",
+            "t_star", "kl_at_star")}
+        out["atoms"] = list(self.atoms)
+        out["interior"] = self.interior().tolist()
+        out["info"] = dict(self.info)
+        return out
+
+
+def _maximise(sep: np.ndarray, kappa: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``max`` over the flattened witness grid of ``sep / 2 * A(n kappa)``: values and argmax, ``[N]``."""
+    s, k = sep.reshape(-1), kappa.reshape(-1)
+    lb = 0.5 * s[None, :] * affinity_lower_bound(ns[:, None] * k[None, :])  # [N, A*T]
+    idx = lb.argmax(axis=1)
+    return lb[np.arange(len(ns)), idx], idx
+
+
+def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = None, *, atoms: Sequence[int] | None = None,
+                    loss: str | None = None, r: float = 1.0, n_mc: int = 100_000, seed: int = 0,
+                    chunk: int = 16) -> TwoPointCurve:
+    """Le Cam's two-point lower bound on the minimax risk of the paper's loss, as a function of ``n``.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        Supplies ``G`` (``scenario.truth``), the model, ``nu`` and the input law ``mu``.
+    ns : sequence of int, shape ``[N]``
+        Sample sizes.
+    ts : sequence of float, shape ``[T]``, optional
+        Witness grid; default ``logspace(-6, 0, 241)`` (radius up to doubled).  The pairs must lie
+        in the theorem's compact class: ``(1 + max t) beta1`` is checked against ``scenario.box``.
+    atoms : sequence of int, optional
+        Atoms whose radius is varied; default every atom with ``beta1 != 0``.
+    loss : {"D1", "D2", "D3"}, optional
+        Voronoi loss (:func:`moestat.losses.voronoi.voronoi_loss`); default ``D1`` (``D_{1,r}``,
+        Theorem 2) for the cosine router and ``D3`` (eq. 16, Theorem 6) otherwise.
+    r : float
+        The ``r`` of ``D_{1,r}``.
+    n_mc : int
+        Monte Carlo inputs for ``kappa``.
+    seed : int
+        Root of the one Monte Carlo stream, ``SeedSequence(seed)``.
+    chunk : int
+        See :func:`kl_rate`.
+
+    Returns
+    -------
+    TwoPointCurve
+
+    Examples
+    --------
+    >>> from moestat.data.synthetic import make_scenario
+    >>> c = two_point_curve(make_scenario("cosine", "exact"), [100, 10_000], n_mc=2000)
+    >>> bool(c.lower_bound[1] == c.lower_bound[0])   # vanilla: the pair is never distinguished
+    True
+    """
+    ns = np.asarray(ns, dtype=np.float64).reshape(-1)
+    if ns.size == 0 or not np.all(ns >= 1):
+        raise ValueError("ns must be a non-empty list of sample sizes >= 1")
+    ts = np.logspace(-6, 0, 241) if ts is None else np.asarray(ts, dtype=np.float64).reshape(-1)
+    if ts.size == 0 or not np.all(ts > 0):
+        raise ValueError("the witness grid ts must be non-empty and positive")
+    G = scenario.truth.numpy()
+    if atoms is None:
+        atoms = [j for j in range(G.n_atoms) if np.linalg.norm(G.beta1[j]) > 0]
+    atoms = [int(a) for a in atoms]
+    if not atoms:
+        raise ValueError("no atom with beta1 != 0: the radial witness needs one")
+    router = scenario.router
+    loss = loss or ("D1" if router == "cosine" else "D3")
+    K = scenario.model.gate.k_active
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    X = scenario.sample_x(int(n_mc), rng)
+    seps, kap, kse = [], [], []
+    for a in atoms:
+        alt = radial_witness(G, a, ts)
+        if not scenario.box.contains(alt):
+            raise ValueError(f"the witness leaves the parameter box at atom {a}: lower max(ts) = {ts.max():g}")
+        # D is not symmetric in general (cells and weights come from its first argument): keep the smaller
+        G_rep = radial_witness(G, a, np.zeros(ts.size))  # G itself, batched [T] to pair with alt
+        seps.append(np.minimum(voronoi_loss(alt, G, loss, K, r=r), voronoi_loss(G_rep, alt, loss, K, r=r)))
+        k_, s_ = kl_rate(scenario.model, G, alt, X, scenario.noise_var, chunk=chunk)
+        kap.append(k_)
+        kse.append(s_)
+    sep, kappa, kappa_se = np.stack(seps), np.stack(kap), np.stack(kse)
+    lb, idx = _maximise(sep, kappa, ns)
+    lb_low, _ = _maximise(sep, kappa + 2.0 * kappa_se, ns)
+    lb_high, _ = _maximise(sep, np.maximum(kappa - 2.0 * kappa_se, 0.0), ns)
+    t_star = np.tile(ts, len(atoms))[idx]
+    return TwoPointCurve(
+        ns=ns, ts=ts, atoms=atoms, separation=sep, kappa=kappa, kappa_se=kappa_se, lower_bound=lb,
+        lower_bound_low=lb_low, lower_bound_high=lb_high, t_star=t_star, kl_at_star=ns * kappa.reshape(-1)[idx],
+        info={"router": router, "loss": loss, "r": float(r), "n_mc": int(n_mc), "seed": int(seed),
+              "noise_var": float(scenario.noise_var), "scenario": scenario.name, "k_active": K},
+    )
+
+
+def loglog_slope(ns: np.ndarray, values: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """OLS slope of ``log values`` on ``log ns`` over ``mask`` (all points by default); NaN under 2 points.
+
+    Parameters
+    ----------
+    ns, values : ndarray, shape ``[N]``
+        Positive sample sizes and values.
+    mask : ndarray of bool, shape ``[N]``, optional
+        Points to use.
+    """
+    ns, values = np.asarray(ns, np.float64), np.asarray(values, np.float64)
+    keep = (values > 0) & np.isfinite(values) if mask is None else (np.asarray(mask, bool) & (values > 0) & np.isfinite(values))
+    if keep.sum() < 2:
+        return float("nan")
+    x, y = np.log(ns[keep]), np.log(values[keep])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: float = 0.05, estimator: str = "lse",
+                     max_iter: int = 200) -> dict[str, np.ndarray]:
+    """Radial and directional beta1 errors of the start and of the fit, paired per replicate.
+
+    Each replicate ``r`` uses the rates engine's streams (:func:`moestat.rates.sweep.replicate_streams`:
+    data from ``spawn_key=(n, r, 0)``, the near-truth start ``truth + N(0, init_scale^2)`` from
+    ``(n, r, 1)``), so the numbers are those of ``moestat rates`` with the same seed; the
+    replicates are fitted in one batched call of ``estimator``.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        A built-in scenario (e.g. ``make_scenario("cosine", "exact")``).
+    n, reps : int
+        Sample size and number of replicates.
+    seed : int
+        Root seed of the engine's streams.
+    init_scale : float
+        Start noise (the engine's ``init_scale``; its default is 0.05).
+    estimator : str
+        Key of the rates engine's estimator registry.
+    max_iter : int
+        Iteration budget.
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``start_radial``, ``fit_radial``, ``start_direction``, ``fit_direction``,
+        ``start_directional_part``, ``fit_directional_part``, ``start_error``, ``fit_error``: each
+        ``[reps, k]`` from :func:`moestat.losses.cell_errors.beta1_decomposition` (``radial``
+        signed); ``converged [reps]``.
+    """
+    from moestat.estimators.starts import near_truth_init
+    from moestat.losses.cell_errors import beta1_decomposition
+    from moestat.rates.resolve import build_estimator
+    from moestat.rates.sweep import replicate_streams
+
+    Xs, Ys, starts = [], [], []
+    for r in range(int(reps)):
+        data_ss, init_ss = replicate_streams(seed, n, r)
+        X, Y = scenario.sample(n, np.random.default_rng(data_ss))
+        Xs.append(X)
+        Ys.append(Y)
+        starts.append(near_truth_init(scenario.truth, scenario.k_fit, init_scale, np.random.default_rng(init_ss), n=n))
+    G0 = MixingMeasure.stack(starts)
+    est_ss = np.random.SeedSequence(seed, spawn_key=(int(n), 0, 2))  # the engine's estimator stream for a unit at replicate 0
+    est = build_estimator(estimator, scenario, max_iter, int(est_ss.generate_state(1)[0]), "cpu")
+    est.fit(np.stack(Xs), np.stack(Ys), init=G0)
+    out: dict[str, np.ndarray] = {"converged": np.asarray(est.converged_, bool)}
+    for tag, G in (("start", G0.numpy()), ("fit", est.params_.numpy())):
+        dec = beta1_decomposition(G, scenario.truth)
+        for key in ("radial", "direction", "directional_part", "error"):
+            out[f"{tag}_{key}"] = dec[key]
+    return out

@@ -1,0 +1,101 @@
+"""The Le Cam two-point instrument (moestat.rates.two_point) and the beta1 error decomposition."""
+
+import numpy as np
+import pytest
+
+from moestat.data.synthetic import make_scenario
+from moestat.estimators.starts import near_truth_init
+from moestat.losses.cell_errors import beta1_decomposition
+from moestat.model.mixing import MixingMeasure
+from moestat.rates.two_point import (affinity_lower_bound, kl_rate, loglog_slope, radial_witness, radial_mechanism,
+                                     two_point_curve)
+
+EPS = np.finfo(np.float64).eps
+TS = np.logspace(-4, 0, 33)
+
+
+def _kappa(router):
+    s = make_scenario(router, "exact")
+    X = s.sample_x(4000, np.random.default_rng(1))
+    alt = radial_witness(s.truth, 0, TS)
+    return s, X, kl_rate(s.model, s.truth, alt, X, s.noise_var)
+
+
+def test_witness_only_rescales_one_atom_along_its_direction():
+    s = make_scenario("cosine", "exact")
+    alt = radial_witness(s.truth, 1, [0.5, 2.0])
+    G = s.truth
+    np.testing.assert_array_equal(alt.beta1[:, 0], np.broadcast_to(G.beta1[0], (2, G.dim)))
+    np.testing.assert_allclose(alt.beta1[:, 1], np.outer([1.5, 3.0], G.beta1[1]), rtol=1e-15)
+    np.testing.assert_array_equal(alt.eta, np.broadcast_to(G.eta, alt.eta.shape))
+    with pytest.raises(ValueError, match="no direction"):
+        radial_witness(G, G.n_atoms - 1, [0.1])  # the reference atom has beta1 = 0
+
+
+def test_kl_is_zero_along_the_vanilla_radial_witness():
+    s, X, (kappa, se) = _kappa("cosine")
+    # PDE (4): g is homogeneous of degree 0 in beta1, so g_G = g_G'.  What is left is round-off of the
+    # score (a few ulps of |s| <= 1), amplified at most by the softmax and the bounded experts:
+    # |g_G - g_G'| <= c eps max|h| with c well below 100.  Squared and divided by 2 nu:
+    hmax = float(np.abs(s.model.expert(__import__("torch").as_tensor(X), s.truth.eta).numpy()).max())
+    bound = (100 * EPS * hmax) ** 2 / (2 * s.noise_var)
+    assert np.all(kappa <= bound), (kappa.max(), bound)
+
+
+def test_kl_is_positive_for_the_perturbed_router_and_grows_like_t_squared():
+    _, _, (kappa, se) = _kappa("perturbed")
+    assert np.all(kappa > 10 * se)  # positive, far beyond its Monte Carlo error
+    # kappa(t) = a t^2 + O(t^3): the log-log slope at small t is 2 (a smooth injective reparametrisation)
+    small = TS < 1e-2
+    assert abs(loglog_slope(TS, kappa, small) - 2.0) < 0.05
+
+
+def test_affinity_bound_is_one_at_zero_and_non_increasing():
+    kl = np.concatenate([[0.0], np.logspace(-8, 2.5, 500)])
+    a = affinity_lower_bound(kl)
+    assert a[0] == 1.0
+    assert np.all(np.diff(a) <= 0)
+    assert np.all(a > 0)  # exp(-KL)/2 > 0 (no underflow below KL ~ 700)
+    # both bounds hold: Pinsker near 0, Bretagnolle-Huber far out
+    assert np.all(a >= 0.5 * np.exp(-kl)) and np.all(a >= 1 - np.sqrt(kl / 2))
+
+
+def test_vanilla_bound_is_flat_and_perturbed_bound_falls():
+    ns = np.logspace(3, 6, 4)
+    van = two_point_curve(make_scenario("cosine", "exact"), ns, TS, n_mc=2000)
+    per = two_point_curve(make_scenario("perturbed", "exact"), ns, TS, n_mc=2000)
+    # vanilla: the pair is never told apart, the bound is half the loss between the segment's ends
+    np.testing.assert_allclose(van.lower_bound, van.separation.max() / 2, rtol=1e-12)
+    assert np.all(van.t_star == TS.max())
+    # perturbed: falls on the grid; slope negative (the theorem's -1/2 is the small-t limit)
+    assert np.all(np.diff(per.lower_bound) < 0)
+    slope = loglog_slope(per.ns, per.lower_bound)
+    assert slope < -0.3
+    assert np.all(per.lower_bound_low <= per.lower_bound) and np.all(per.lower_bound <= per.lower_bound_high)
+
+
+def test_bound_uses_the_papers_loss_between_the_pair():
+    s = make_scenario("perturbed", "exact")
+    c = two_point_curve(s, [10.0], [0.1, 0.2], atoms=[0], n_mc=200)
+    # one singleton cell moved, equal masses: D3(G', G) = exp(beta0_0) * t * ||beta1_0||
+    w, b = np.exp(s.truth.beta0[0]), np.linalg.norm(s.truth.beta1[0])
+    np.testing.assert_allclose(c.separation[0], w * b * np.array([0.1, 0.2]), rtol=1e-12)
+
+
+def test_beta1_decomposition_reconstructs_the_error():
+    s = make_scenario("cosine", "exact")
+    rng = np.random.default_rng(3)
+    batch = MixingMeasure.stack([near_truth_init(s.truth, s.k_fit, 0.3, rng) for _ in range(20)])
+    d = beta1_decomposition(batch, s.truth)
+    lhs = d["error"] ** 2
+    rhs = d["radial"] ** 2 + d["directional_part"] ** 2
+    scale = 1.0 + lhs
+    assert np.max(np.abs(lhs - rhs) / scale) < 1e3 * EPS
+    assert np.all(d["angle"] >= 0) and np.all(d["angle"] <= np.pi)
+
+
+def test_vanilla_fit_keeps_the_start_radius():
+    s = make_scenario("cosine", "exact")
+    m = radial_mechanism(s, 300, 2, seed=5, max_iter=30)
+    # the objective is flat in ||beta1|| (PDE (4)); the LSE moves only the direction
+    np.testing.assert_allclose(m["fit_radial"], m["start_radial"], atol=1e-10)
