@@ -376,7 +376,9 @@ def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: 
         ``start_radial``, ``fit_radial``, ``start_direction``, ``fit_direction``,
         ``start_directional_part``, ``fit_directional_part``, ``start_error``, ``fit_error``: each
         ``[reps, k]`` from :func:`moestat.losses.cell_errors.beta1_decomposition` (``radial``
-        signed); ``converged [reps]``.
+        signed); ``start_loss``/``fit_loss`` (the setting's Voronoi loss, ``[reps]``) and
+        ``start_loss_true_radius``/``fit_loss_true_radius`` (the same after rescaling every
+        ``beta1_i`` to the norm of its true atom); ``converged [reps]``.
     """
     from moestat.estimators.starts import near_truth_init
     from moestat.losses.cell_errors import beta1_decomposition
@@ -395,8 +397,18 @@ def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: 
     est = build_estimator(estimator, scenario, max_iter, int(est_ss.generate_state(1)[0]), "cpu")
     est.fit(np.stack(Xs), np.stack(Ys), init=G0)
     out: dict[str, np.ndarray] = {"converged": np.asarray(est.converged_, bool)}
+    name = "D3" if scenario.setting == "exact" else "D2"  # D3 = D_{1,1} in the exact setting
+    K = scenario.model.gate.k_active
     for tag, G in (("start", G0.numpy()), ("fit", est.params_.numpy())):
         dec = beta1_decomposition(G, scenario.truth)
         for key in ("radial", "direction", "directional_part", "error"):
             out[f"{tag}_{key}"] = dec[key]
+        out[f"{tag}_loss"] = voronoi_loss(G, scenario.truth, name, K)
+        # the same measure with every radius set to its true atom's: what is left of the loss
+        # once the (for the vanilla router unidentified) radial part is removed
+        true_norm = np.linalg.norm(scenario.truth.beta1, axis=-1)[dec["cell"]]  # [reps, k]
+        own_norm = np.linalg.norm(G.beta1, axis=-1)
+        fac = np.divide(true_norm, own_norm, out=np.ones_like(own_norm), where=own_norm > 0)
+        out[f"{tag}_loss_true_radius"] = voronoi_loss(MixingMeasure(G.beta0, G.beta1 * fac[..., None], G.eta),
+                                                      scenario.truth, name, K)
     return out

@@ -99,3 +99,28 @@ def test_vanilla_fit_keeps_the_start_radius():
     m = radial_mechanism(s, 300, 2, seed=5, max_iter=30)
     # the objective is flat in ||beta1|| (PDE (4)); the LSE moves only the direction
     np.testing.assert_allclose(m["fit_radial"], m["start_radial"], atol=1e-10)
+
+
+def test_lecam_checks_pass_and_can_fail(tmp_path, monkeypatch):
+    from moestat.experiments.theory import lecam
+    from moestat.experiments.theory.framework import Context
+    from moestat.rates import two_point
+
+    small = dict(ns=np.logspace(2, 7, 11), ts=np.logspace(-6, 0, 49), n_mc=3000)
+    real = two_point.two_point_curve
+
+    def curves(ctx, swap=False):
+        from moestat.data.synthetic import make_scenario
+        r = {"cosine": "perturbed", "perturbed": "cosine"} if swap else {"cosine": "cosine", "perturbed": "perturbed"}
+        return {k: real(make_scenario(v, "exact"), small["ns"], small["ts"], n_mc=small["n_mc"]) for k, v in r.items()}
+
+    ctx = Context("quick", tmp_path)
+    monkeypatch.setattr(lecam, "curves", curves)
+    ok = {r.name: r for r in lecam.run(ctx)}
+    assert ok["lecam_vanilla_flat"].passed and ok["lecam_perturbed_rate"].passed
+    assert abs(ok["lecam_perturbed_rate"].measured + 0.5) < 0.1
+    # the routers swapped: the radius is seen, and the "perturbed" bound is flat -- both must fail
+    monkeypatch.setattr(lecam, "curves", lambda c: curves(c, swap=True))
+    bad = {r.name: r for r in lecam.run(ctx)}
+    assert bad["lecam_vanilla_flat"].passed is False and bad["lecam_vanilla_flat"].measured < 0.01
+    assert bad["lecam_perturbed_rate"].passed is False
