@@ -117,7 +117,8 @@ def figure(rec: dict, stem: Path) -> None:
     from moestat.plotting import PALETTE, curve_handle, legend, save_figure
 
     col = {"cosine": PALETTE[1], "perturbed": PALETTE[0]}
-    fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.4))
+    fig, axes = plt.subplots(2, 2, figsize=(11.5, 8.6))
+    axes = axes.ravel()
     ax = axes[0]
     hs, ls = [], []
     for router in ROUTERS:
@@ -127,7 +128,7 @@ def figure(rec: dict, stem: Path) -> None:
         ax.plot(ns, lb, "o-", color=col[router], ms=3.5, lw=1.1)
         hs.append(curve_handle(col[router], band=True))
         slope = b["slope_tail_n_ge_1e5"]
-        ls.append(f"{LABEL[router]}" + ("" if not np.isfinite(slope) else f": slope {slope:.3f} (n >= 1e5)")
+        ls.append(f"{LABEL[router]}" + ("" if slope is None or not np.isfinite(slope) else f": slope {slope:.3f} (n >= 1e5)")
                   + (": flat, KL = 0" if router == "cosine" else ""))
     ref = rec["two_point"]["perturbed"]
     n0 = np.array(ref["ns"])
@@ -156,7 +157,24 @@ def figure(rec: dict, stem: Path) -> None:
             sl = mech["routers"][router]["slopes"].get(f"fit_{key}") if tag == "fit" else None
             ls.append(label + (f": slope {sl['slope']:.2f} [{sl['ci_low']:.2f}, {sl['ci_high']:.2f}]" if sl else ""))
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="max over atoms, mean ± 2 SE", title=title)
-        legend(ax, hs, ls, fontsize=7.5, loc="lower left")
+        legend(ax, hs, ls, fontsize=7.5, loc="upper right" if key == "radial" else "lower left")
+    # (d) the paper's loss of the fit, and the same loss once every radius is reset to the truth's:
+    # the difference is the part of the loss that the vanilla router's data cannot identify
+    ax = axes[3]
+    hs, ls = [], []
+    for router, shift in zip(ROUTERS, (1.0, 1.07)):
+        rows, sl = mech["routers"][router]["rows"], mech["routers"][router]["slopes"]
+        for key, lsty, mk, what in (("fit_loss", "-", "o", "fit"), ("fit_loss_true_radius", ":", "^", "fit, radius reset")):
+            m = np.array([r[key][0] for r in rows])
+            e = np.array([r[key][1] for r in rows])
+            ax.errorbar(ns * shift, m, yerr=[np.minimum(e, 0.9 * m), e], fmt=mk + lsty, color=col[router], ms=3.5, lw=1.1,
+                        capsize=2, mfc="white" if key != "fit_loss" else col[router])
+            hs.append(curve_handle(col[router], marker=mk, line=lsty, bar=True))
+            ls.append(f"{LABEL[router].split(' (')[0]}, {what}: slope {sl[key]['slope']:.2f} "
+                      f"[{sl[key]['ci_low']:.2f}, {sl[key]['ci_high']:.2f}]")
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="D_3 = D_{1,1}, mean ± 2 SE",
+           title="(d) the paper's loss: fit vs radius reset to the truth")
+    legend(ax, hs, ls, fontsize=7.5, loc="lower left")
     fig.suptitle(f"Nguyen et al. (2024), exact-specified (d = 4, k* = 3, GELU): start noise {mech['init_scale']}, "
                  f"{mech['reps']} replicates per n, paired start/fit", fontsize=10)
     fig.tight_layout()
