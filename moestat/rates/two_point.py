@@ -37,7 +37,8 @@ For the perturbed router (eq. 9) ``beta1 -> beta1 / (||beta1|| + tau1)`` is inje
     \\qquad 1 - \\mathrm{TV} \\ge \\max\\Big(1 - \\sqrt{\\mathrm{KL}/2},\\ \\tfrac12 e^{-\\mathrm{KL}}\\Big)
 
 (Pinsker; Bretagnolle-Huber).  This module reports ``LB(n) = max_t D(G'_t, G) / 2 * A(n kappa(t))``
-with ``A`` the right-hand affinity bound, i.e. the bound **for** ``C_D = 1``.  For the pairs built
+with ``A`` the right-hand affinity bound and ``D(G'_t, G)`` replaced by the smaller of the two
+orders of the arguments (a Voronoi loss is not symmetric), i.e. the bound **for** ``C_D = 1``.  For the pairs built
 here (one atom moved, equal masses, singleton Voronoi cells) ``C_D = 1`` holds for ``D_3`` and
 ``D_{1,1}`` whenever the estimate's Voronoi cells agree under ``G`` and ``G'`` and ``||t beta1|| <= 2``
 (``M t b + 2 |M - w| >= w t b`` for every cell mass ``M``); for ``D_{1,r}``, ``r > 1``, ``C_D =
