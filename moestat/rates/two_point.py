@@ -353,8 +353,9 @@ def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: 
 
     Each replicate ``r`` uses the rates engine's streams (:func:`moestat.rates.sweep.replicate_streams`:
     data from ``spawn_key=(n, r, 0)``, the near-truth start ``truth + N(0, init_scale^2)`` from
-    ``(n, r, 1)``), so the numbers are those of ``moestat rates`` with the same seed; the
-    replicates are fitted in one batched call of ``estimator``.
+    ``(n, r, 1)``), so the data and starts are those of ``moestat rates`` with the same seed; the
+    replicates are fitted in one batched call of ``estimator`` (the estimator's own stream is the
+    engine's for a unit that starts at replicate 0, i.e. ``chunk = reps``).
 
     Parameters
     ----------
@@ -386,6 +387,11 @@ def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: 
     from moestat.rates.resolve import build_estimator
     from moestat.rates.sweep import replicate_streams
 
+    for name, v in (("n", n), ("reps", reps)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if not (math.isfinite(init_scale) and init_scale >= 0):
+        raise ValueError(f"init_scale must be a finite number >= 0, got {init_scale!r}")
     Xs, Ys, starts = [], [], []
     for r in range(int(reps)):
         data_ss, init_ss = replicate_streams(seed, n, r)

@@ -198,23 +198,36 @@ def figure(rec: dict, stem: Path) -> None:
     plt.close(fig)
 
 
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return v
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("simulations/rates/two_point"))
-    p.add_argument("--n-mc", type=int, default=100_000, help="Monte Carlo inputs for the KL rate")
-    p.add_argument("--n-t", type=int, default=121, help="points of the witness grid t in [1e-6, 1]")
-    p.add_argument("--n-max", type=int, default=100_000)
-    p.add_argument("--n-points", type=int, default=5)
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--n-mc", type=_positive, default=100_000, help="Monte Carlo inputs for the KL rate")
+    p.add_argument("--n-t", type=_positive, default=121, help="points of the witness grid t in [1e-6, 1]")
+    p.add_argument("--n-max", type=_positive, default=100_000)
+    p.add_argument("--n-points", type=_positive, default=5)
+    p.add_argument("--reps", type=_positive, default=20)
     p.add_argument("--init-scale", type=float, default=0.05)
-    p.add_argument("--max-iter", type=int, default=200)
+    p.add_argument("--max-iter", type=_positive, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sgd-n", type=int, default=10_000, help="sample size of the SGD cross-check of the vanilla radius")
-    p.add_argument("--sgd-reps", type=int, default=5)
+    p.add_argument("--sgd-n", type=_positive, default=10_000, help="sample size of the SGD cross-check of the vanilla radius")
+    p.add_argument("--sgd-reps", type=_positive, default=5)
     p.add_argument("--figure-only", action="store_true", help="redraw the figure from <out>/two_point.json")
     args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.reps < 2 or args.sgd_reps < 2 or args.n_t < 2 or args.n_max < 1000:
+        p.error("--reps, --sgd-reps and --n-t need at least 2 (standard errors, a grid); --n-max at least 1000")
+    if not (np.isfinite(args.init_scale) and args.init_scale >= 0):
+        p.error(f"--init-scale must be a finite number >= 0, got {args.init_scale}")
     path = args.out / "two_point.json"
+    if args.figure_only and not path.is_file():
+        p.error(f"--figure-only needs {path}; run without it first")
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.figure_only:
         figure(json.loads(path.read_text()), args.out / "two_point")
         return 0

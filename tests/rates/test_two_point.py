@@ -124,3 +124,13 @@ def test_lecam_checks_pass_and_can_fail(tmp_path, monkeypatch):
     bad = {r.name: r for r in lecam.run(ctx)}
     assert bad["lecam_vanilla_flat"].passed is False and bad["lecam_vanilla_flat"].measured < 0.01
     assert bad["lecam_perturbed_rate"].passed is False
+
+
+def test_bad_arguments_are_value_errors():
+    s = make_scenario("cosine", "exact")
+    with pytest.raises(ValueError, match="reps"):
+        radial_mechanism(s, 100, 0)
+    with pytest.raises(ValueError, match="parameter box"):
+        two_point_curve(s, [100], [50.0], n_mc=10)  # (1 + 50) beta1 leaves the box |beta1_ij| <= 10
+    with pytest.raises(ValueError, match="positive"):
+        two_point_curve(s, [100], [-0.5], n_mc=10)
