@@ -81,7 +81,7 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
-__all__ = ["EPS", "N_X", "THEOREMS", "CATALOGUE_THEOREMS", "rank_tol", "conditions", "check_hypotheses",
+__all__ = ["EPS", "N_X", "THEOREMS", "CATALOGUE_THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
            "format_hypotheses", "catalogue_hypotheses"]
 
 EPS = float(np.finfo(np.float64).eps)
@@ -187,6 +187,27 @@ def _smallest_rel_sv(A: np.ndarray) -> float:
         return 1.0
     s = np.linalg.svd(A, compute_uv=False)
     return float(s[-1] / s[0]) if s[0] > 0 else 0.0
+
+
+def independence(M: torch.Tensor | np.ndarray) -> tuple[bool, float, float]:
+    """Whether the columns of ``M`` (functions sampled at ``N`` inputs, ``[N, m]``) are linearly independent.
+
+    Returns
+    -------
+    (bool, float, float)
+        The decision, the smallest singular value over the largest after scaling the columns to
+        unit RMS (0 with an identically zero column), and the threshold :func:`rank_tol`.
+
+    Examples
+    --------
+    >>> x = np.linspace(-1, 1, 50)
+    >>> independence(np.stack([x, x ** 2, 2 * x - x ** 2], 1))[0], independence(np.stack([x, x ** 2, x ** 3], 1))[0]
+    (False, True)
+    """
+    A, zero = _scale(torch.as_tensor(np.asarray(M, dtype=float) if not isinstance(M, torch.Tensor) else M, dtype=torch.float64))
+    tol = rank_tol(*A.shape)
+    sv = 0.0 if zero.any() else _smallest_rel_sv(A)
+    return sv > tol, sv, tol
 
 
 def _basis(A: np.ndarray, tol: float) -> np.ndarray:
