@@ -103,6 +103,7 @@ class _Parts:
     expert: Callable[[torch.Tensor], torch.Tensor]  # eta [q] -> [n * C]
     expert_x: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x [n, d], eta [q]) -> [n, C]
     beta1: torch.Tensor  # [k, d]
+    beta0: torch.Tensor  # [k]
     eta: torch.Tensor  # [k, q]
     x: torch.Tensor  # [n, d]
     classes: int
@@ -166,7 +167,8 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         else:
             score = lambda b: gate.score(X, b.unsqueeze(0))[:, 0] / temp  # noqa: E731
             skind = "linear" if gate.score is linear_score else (gate.name if gate.name in ("linear", "cosine", "perturbed") else "custom")
-    return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, eta, X, classes, skind, norm, kact, likelihood, names)
+    b0 = torch.as_tensor(t.beta0, dtype=torch.float64)
+    return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, b0, eta, X, classes, skind, norm, kact, likelihood, names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,7 +346,43 @@ def conditions(scenario, n: int = N_X, seed: int = 0) -> dict[str, dict]:
     if P.score_kind == "gaussian":
         m0 = float(P.beta1.abs().min())
         out["gate_centres_nonzero"] = _cond("gate_centres_nonzero", "every Gaussian gate centre nonzero", m0 > 0, m0, 0.0)
+    out["gate_identifiable"] = _gate_identifiable(P)
     return out
+
+
+def _gate_identifiable(P: _Parts) -> dict:
+    """The gate's free parameters move the weights independently (first order).
+
+    The weights of a softmax (or Gaussian) gate see the logits ``s_i(x) + beta0_i`` only up to a
+    function common to every atom, so the test is on the centred logits (each minus their mean
+    over the atoms); a sigmoid gate sees each logit.  The free parameters are every ``(beta0_i,
+    beta1_i)`` but the reference atom's (softmax: the last atom's ``beta0`` and ``beta1``; Gaussian
+    gate: the last ``beta0``, as in the pre-flight).  A Gaussian gate with a known common variance
+    fails: shifting every centre by ``t`` (and ``beta0_i`` by ``c_i t / v``) adds ``t x / v`` to every
+    logit.  A vanilla cosine gate fails along each ``beta1_i`` (PDE (4)).
+    """
+    k, d = P.beta1.shape
+    ref_b1 = P.normalisation == "softmax" and not bool(P.beta1[-1].abs().sum() > 0)
+    free_b0 = list(range(k - 1)) if P.normalisation in ("softmax", "gaussian") else list(range(k))
+    free_b1 = [i for i in range(k) if not (ref_b1 and i == k - 1)]
+
+    def logits(theta: torch.Tensor) -> torch.Tensor:
+        b0 = torch.zeros(k, dtype=theta.dtype).index_put((torch.tensor(free_b0, dtype=torch.long),), theta[: len(free_b0)]) \
+            if free_b0 else torch.zeros(k, dtype=theta.dtype)
+        b1 = P.beta1.clone()
+        rows = theta[len(free_b0):].reshape(len(free_b1), d)
+        b1 = torch.stack([rows[free_b1.index(i)] if i in free_b1 else b1[i] for i in range(k)])
+        L = torch.stack([P.score(b1[i]) + b0[i] for i in range(k)], 1)  # [n, k]
+        if P.normalisation != "sigmoid":
+            L = L - L.mean(1, keepdim=True)
+        return L.reshape(-1)
+
+    theta0 = torch.cat([torch.zeros(len(free_b0), dtype=torch.float64), P.beta1[free_b1].reshape(-1)])
+    if free_b0:
+        theta0[: len(free_b0)] = torch.as_tensor(P.beta0[free_b0], dtype=torch.float64)
+    ok, sv, tol = independence(jacfwd(logits)(theta0))
+    return _cond("gate_identifiable", "gate parameters identifiable to first order (centred logits' Jacobian full rank)",
+                 ok, sv, tol, "" if ok else "a direction of the gate parameters leaves the weights unchanged")
 
 
 def _named_pairs(J, G, P: _Parts, tol: float) -> list[str]:
@@ -460,38 +498,38 @@ _ABSTRACT = ("abstract only (no digest holds the definition); the condition is i
              "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives")
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("cosine-thm6", "Nguyen et al. (2024), Theorem 6", "perturbed cosine router, exact fit: D3 at n^-1/2",
-            lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"weak_def2": True, "atoms_distinct": True},
+            lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"weak_def2": True, "atoms_distinct": True, "gate_identifiable": True},
             "digest (Definition 2, RECON-med)"),
     Theorem("cosine-thm5", "Nguyen et al. (2024), Theorem 5", "perturbed cosine router, over-specified: D2 at n^-1/2",
-            lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"strong_def1": True, "atoms_distinct": True},
+            lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"strong_def1": True, "atoms_distinct": True, "gate_identifiable": True},
             "digest (Definition 1, RECON-med)"),
     Theorem("cosine-thm2-3", "Nguyen et al. (2024), Theorems 2 and 3", "vanilla cosine router: no polynomial rate",
             lambda p: p.score_kind == "cosine" and p.likelihood is None, {"radial_pde": True}, "digest (PDE (4), RECON-high)"),
     Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)", "strongly identifiable experts under softmax gating: fast rates",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None,
-            {"strong_linear_gate": True, "atoms_distinct": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
     Theorem("lse-polynomial", "Nguyen, Ho & Rinaldo (2024, least squares)", "polynomial experts: slower than any polynomial rate",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None,
             {"gate_expert_pde": True}, "abstract only (polynomial experts are slow); the PDE x * dh/db = dh/da is their mechanism"),
     Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "sigmoid gating, strongly identifiable experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None,
-            {"strong_linear_gate": True, "atoms_distinct": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",
-            {"expert_affine_in_x": True, "atoms_distinct": True, "gate_input_dependent": True},
+            {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
             "stored pages and CRPE-SGaME (model class: linear experts; the PDE is part of its setting)"),
     Theorem("topk-gmoe", "Nguyen, Akbarian, Yan & Ho (2024)", "Top-K sparse softmax Gaussian MoE, linear experts, exact fit",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is not None and p.likelihood == "gaussian",
-            {"expert_affine_in_x": True, "atoms_distinct": True, "gate_input_dependent": True},
+            {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
             "abstract and a reproducibility page (model class)"),
     Theorem("multinomial-nonvanishing", "Nguyen, Akbarian, Nguyen & Ho (2024)", "no vanishing expert parameter: parametric",
-            lambda p: p.likelihood == "multinomial" and p.normalisation == "softmax", {"expert_depends_on_x": True, "atoms_distinct": True},
+            lambda p: p.likelihood == "multinomial" and p.normalisation == "softmax", {"expert_depends_on_x": True, "atoms_distinct": True, "gate_identifiable": True},
             "abstract only (vanishing expert parameters slow the rates)"),
     Theorem("multinomial-vanishing", "Nguyen, Akbarian, Nguyen & Ho (2024)", "vanishing expert parameters: slower than polynomial",
             lambda p: p.likelihood == "multinomial" and p.normalisation == "softmax", {"expert_depends_on_x": False},
             "abstract only"),
     Theorem("gaussian-gate-type1", "Nguyen, Nguyen, Nguyen & Ho (2024)", "Gaussian-gated MoE, Type I: D-bar at n^-1/2",
-            lambda p: p.normalisation == "gaussian", {"gate_centres_nonzero": True, "atoms_distinct": True},
+            lambda p: p.normalisation == "gaussian", {"gate_centres_nonzero": True, "atoms_distinct": True, "gate_identifiable": True},
             "the catalogue entry's statement (every gate mean nonzero); Type I was not read in a digest"),
 )
 _BY_KEY = {t.key: t for t in THEOREMS}

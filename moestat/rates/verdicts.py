@@ -420,15 +420,27 @@ def paired_arrays(rows_a, rows_b, loss: str, window: tuple[int | None, int | Non
 
     Only ``(n, replicate)`` present in both tables are kept (NaN elsewhere); ``router_a``/``router_b``
     select a router's rows (two routers fitted to the same data in one run).
+
+    Raises
+    ------
+    ValueError
+        Two rows of one table share an ``(n, replicate)``, or (with a ``seed`` column) a pair was
+        drawn from different root seeds: not the same data stream, so not paired.
     """
     def table(df, router):
         if router is not None:
             df = df[df["router"] == router]
         if df.duplicated(["n", "replicate"]).any():
             raise ValueError("several rows share an (n, replicate): select one router")
-        return {(int(n), int(r)): float(v) for n, r, v in zip(df["n"], df["replicate"], df[loss])}
+        seeds = df["seed"] if "seed" in df else [None] * len(df)
+        return {(int(n), int(r)): (float(v), s) for n, r, v, s in zip(df["n"], df["replicate"], df[loss], seeds)}
 
     ta, tb = table(rows_a, router_a), table(rows_b, router_b)
+    unpaired = [k for k in set(ta) & set(tb) if ta[k][1] is not None and tb[k][1] is not None and int(ta[k][1]) != int(tb[k][1])]
+    if unpaired:
+        raise ValueError(f"{len(unpaired)} (n, replicate) pairs come from different seeds (e.g. {sorted(unpaired)[0]}): "
+                         "not the same data streams, a paired interval does not apply")
+    ta, tb = {k: v for k, (v, _) in ta.items()}, {k: v for k, (v, _) in tb.items()}
     keys = sorted(set(ta) & set(tb))
     lo, hi = window
     ns = sorted({n for n, _ in keys if (lo is None or n >= lo) and (hi is None or n <= hi)})

@@ -141,3 +141,14 @@ eta = [-0.7, 1.2, -0.4]
     assert ex.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_gaussian_gate_with_a_known_common_variance_is_not_identifiable():
+    """A common shift of the centres (beta0 adjusted) adds t x / v to every logit: the weights do not move."""
+    from moestat.data.scenario_files import load_scenario
+    from moestat.rates.catalogue import catalogue_file
+
+    c = conditions(load_scenario(str(catalogue_file("gaussian_gate_over.toml"))), n=N)
+    assert c["gate_identifiable"]["holds"] is False and c["gate_identifiable"]["value"] <= c["gate_identifiable"]["tol"]
+    ok = conditions(scenario_from_mapping(_softmax_truth("tanh")), n=N)["gate_identifiable"]
+    assert ok["holds"] is True and ok["value"] > 1e6 * ok["tol"]

@@ -220,3 +220,6 @@ def test_paired_arrays_pair_on_n_and_replicate():
     assert ns == [100, 200]
     assert a.tolist()[1] == [3.0, 4.0] and b.tolist()[1] == [30.0, 40.0]
     assert a[0, 0] == 1.0 and b[0, 0] == 10.0 and np.isnan(a[0, 1]) and np.isnan(b[0, 1])
+    rows_c = rows_b.assign(seed=[1, 1, 1])
+    with pytest.raises(ValueError, match="different seeds"):
+        paired_arrays(rows_a.assign(seed=0), rows_c, "L")
