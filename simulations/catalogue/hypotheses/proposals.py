@@ -46,7 +46,7 @@ def _replace(file: str, expert: FunctionExpert, eta: list[list[float]], name: st
 # Chosen on the checks alone, before any run (moestat check, grid 1 000..32 000, 20 000 draws): with the
 # old slopes kept (eta1 = (1.0, 0.5), (-0.7, 1.2)) the sigmoid-gate arm has n_ok = 47 824, above the grid
 # (condition number 6.7e5); with twice the slopes n_ok = 444 (FFN arm), 341 (sigmoid gate), 227 (softmax
-# gate), and the gate-expert PDE is absent by a sine of 0.03-0.08 against a threshold of 4e-13.
+# gate), and the gate-expert PDE is absent by a sine of 0.03-0.08 against a threshold of 6.7e-13.
 _ETA = [[2.0, 1.0, 1.5], [-1.4, 2.4, -1.0]]
 
 
