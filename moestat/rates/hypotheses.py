@@ -112,6 +112,8 @@ class _Parts:
     k_active: int | None
     likelihood: str | None  # None (least squares), gaussian or multinomial
     names: list[str]
+    expert_kind: str = "custom"  # identity | gelu | ... | poly | multinomial | a user expert's name
+    setting: str = "exact"  # exact | over (k fitted > k*)
 
 
 def _parts(scenario, n: int, seed: int) -> _Parts:
@@ -168,7 +170,8 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
             score = lambda b: gate.score(X, b.unsqueeze(0))[:, 0] / temp  # noqa: E731
             skind = "linear" if gate.score is linear_score else (gate.name if gate.name in ("linear", "cosine", "perturbed") else "custom")
     b0 = torch.as_tensor(t.beta0, dtype=torch.float64)
-    return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, b0, eta, X, classes, skind, norm, kact, likelihood, names)
+    return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, b0, eta, X, classes, skind, norm, kact, likelihood, names,
+                  str(kind), str(getattr(scenario, "setting", "exact")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,14 +508,17 @@ THEOREMS: tuple[Theorem, ...] = (
             "digest (Definition 1, RECON-med)"),
     Theorem("cosine-thm2-3", "Nguyen et al. (2024), Theorems 2 and 3", "vanilla cosine router: no polynomial rate",
             lambda p: p.score_kind == "cosine" and p.likelihood is None, {"radial_pde": True}, "digest (PDE (4), RECON-high)"),
-    Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)", "strongly identifiable experts under softmax gating: fast rates",
-            lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None,
+    Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)",
+            "over-specified, strongly identifiable experts under softmax gating: fast rates",
+            lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over",
             {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
-    Theorem("lse-polynomial", "Nguyen, Ho & Rinaldo (2024, least squares)", "polynomial experts: slower than any polynomial rate",
-            lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None,
+    Theorem("lse-polynomial", "Nguyen, Ho & Rinaldo (2024, least squares)",
+            "over-specified, polynomial experts: slower than any polynomial rate",
+            lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over"
+            and p.expert_kind in ("identity", "poly"),
             {"gate_expert_pde": True}, "abstract only (polynomial experts are slow); the PDE x * dh/db = dh/da is their mechanism"),
-    Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "sigmoid gating, strongly identifiable experts",
-            lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None,
+    Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "over-specified sigmoid gating, strongly identifiable experts",
+            lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None and p.setting == "over",
             {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",
@@ -554,14 +560,15 @@ CATALOGUE_THEOREMS: dict[tuple[str, str, str | None], str] = {
 }
 
 
-def _judge(th: Theorem, conds: dict[str, dict]) -> dict[str, Any]:
+def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
     failing = [f"{c} {'holds' if conds[c]['holds'] else 'fails'} (needs {'holds' if want else 'fails'})"
                + (f": {conds[c]['detail']}" if conds[c]["detail"] else "")
                for c, want in th.requires.items() if c in conds and conds[c]["holds"] is not None and conds[c]["holds"] != want]
-    missing = [c for c in th.requires if c not in conds or conds[c]["holds"] is None]
+    missing = [f"{c} not applicable" for c in th.requires if c not in conds or conds[c]["holds"] is None]
+    other = [] if th.applies(P) else [f"the model is not of the theorem's class ({th.claim.split(':')[0]})"]
     return {"theorem": th.key, "cite": th.cite, "claim": th.claim, "read": th.read,
             "requires": {c: ("holds" if w else "fails") for c, w in th.requires.items()},
-            "met": not failing and not missing, "failing": failing + [f"{c} not applicable" for c in missing]}
+            "met": not failing and not missing and not other, "failing": other + failing + missing}
 
 
 def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | None = None) -> dict[str, Any]:
@@ -585,13 +592,10 @@ def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | No
     """
     conds = conditions(scenario, n=n, seed=seed)
     P = _parts(scenario, 8, seed)
-    if theorem is not None:
-        if theorem not in _BY_KEY:
-            raise ValueError(f"unknown theorem {theorem!r}; expected one of {', '.join(_BY_KEY)}")
-        ths = [_BY_KEY[theorem]]
-    else:
-        ths = [t for t in THEOREMS if t.applies(P)]
-    judged = [_judge(t, conds) for t in ths]
+    if theorem is not None and theorem not in _BY_KEY:
+        raise ValueError(f"unknown theorem {theorem!r}; expected one of {', '.join(_BY_KEY)}")
+    ths = [_BY_KEY[theorem]] if theorem is not None else [t for t in THEOREMS if t.applies(P)]
+    judged = [_judge(t, conds, P) for t in ths]
     return {"n_inputs": int(n), "seed": int(seed), "score": P.score_kind, "normalisation": P.normalisation,
             "conditions": conds, "theorems": judged, "met": [j["theorem"] for j in judged if j["met"]]}
 

@@ -50,7 +50,7 @@ def test_bias_inside_the_activation_gives_the_pde_under_a_linear_gate(kind):
     assert c["expert_jacobian"]["holds"] is True  # the failure is the PDE, not the expert alone
     th = {t["theorem"]: t for t in rep["theorems"]}
     assert not th["lse-strong"]["met"] and "x_0 * dh/db = dh/da_0" in th["lse-strong"]["failing"][0]
-    assert th["lse-polynomial"]["met"]
+    assert "lse-polynomial" not in th  # the slow theorem speaks of polynomial experts only
 
 
 @pytest.mark.parametrize("normalisation", ["softmax", "sigmoid"])
@@ -77,7 +77,9 @@ def test_linear_independence_on_known_sets():
     assert ok and sv > 1e6 * tol
     assert not independence(np.stack([x[:, 0], np.zeros(400)], 1))[0]  # a zero function
     # linear experts: dh/deta = (x, 1) at every atom, the same functions across atoms
-    c = conditions(scenario_from_mapping(_softmax_truth("identity")), n=N)
+    rep = check_hypotheses(scenario_from_mapping(_softmax_truth("identity")), n=N)
+    c = rep["conditions"]
+    assert rep["met"] == ["lse-polynomial"]  # the PDE holds: the slow theorem's case
     assert c["expert_jacobian"]["holds"] is False
     assert c["expert_hessian_nonzero"]["holds"] is False and "d2h/db^2" in c["expert_hessian_nonzero"]["detail"]
 
@@ -152,3 +154,13 @@ def test_gaussian_gate_with_a_known_common_variance_is_not_identifiable():
     assert c["gate_identifiable"]["holds"] is False and c["gate_identifiable"]["value"] <= c["gate_identifiable"]["tol"]
     ok = conditions(scenario_from_mapping(_softmax_truth("tanh")), n=N)["gate_identifiable"]
     assert ok["holds"] is True and ok["value"] > 1e6 * ok["tol"]
+
+
+def test_a_theorem_outside_its_model_class_is_not_met():
+    """An exact fit is not the over-specified strong-identifiability theorem's case, whatever its expert."""
+    m = _softmax_truth("tanh")
+    m["fit"] = {"k": 2}
+    sc = scenario_from_mapping(m)
+    assert "lse-strong" not in [t["theorem"] for t in check_hypotheses(sc, n=600)["theorems"]]
+    t = check_hypotheses(sc, n=600, theorem="lse-strong")["theorems"][0]
+    assert not t["met"] and "not of the theorem's class" in t["failing"][0]
