@@ -52,9 +52,10 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
 ``expert_depends_on_x``
     every expert varies with ``x`` (no vanishing slope ``A_j = 0``; Nguyen, Akbarian, Nguyen &
     Ho 2024).  ``expert_affine_in_x``: every expert is affine in ``x`` (linear experts, the model
-    class of the Gaussian MoE theorems).  ``atoms_distinct``, ``gate_input_dependent`` (some
-    ``beta1 != 0``, assumption (A.4)) and ``gate_centres_nonzero`` (Gaussian gate) are read off
-    the atoms.
+    class of the Gaussian MoE theorems).  ``gate_identifiable``: the Jacobian of the centred
+    logits in the free gate parameters has full rank.  ``atoms_distinct``, ``gate_input_dependent``
+    (some ``beta1 != 0``, (A.4)) and ``gate_centres_nonzero`` (Gaussian gate) are read off the
+    atoms.  The two x-dependence checks compare RMS ratios with 1e-12: a vanishing slope gives 0.
 
 Rank decision
 -------------
