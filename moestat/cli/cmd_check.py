@@ -2,7 +2,10 @@
 
 Parses a scenario (a file, a built-in router or the Gaussian-MoE family) and the grid, prints the
 Fisher information of the truth, the Cramér--Rao sd of every parameter block at each ``n`` and
-the warnings (also on stderr); ``--json`` writes the report.  Bad input: one line, exit 2.
+the warnings (also on stderr), then the theorem hypotheses of the truth
+(:mod:`moestat.rates.hypotheses`: identifiability conditions and PDE identities by autograd, and
+which theorem's hypotheses the truth meets); ``--json`` writes both reports.  Bad input: one
+line, exit 2.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ examples:
   moestat check examples/sigmoid_exact.toml --n-min 8000 --n-max 512000
   moestat check --router perturbed                # the built-in scenario of moestat rates
   moestat check --family gaussian-moe --json pre.json
+  moestat check my_truth.toml --theorem lse-strong   # judge the truth against one theorem's hypotheses
 """
 
 
@@ -37,6 +41,7 @@ def _fraction(text: str) -> float:
 def build_parser() -> ArgumentParser:
     """The argument parser of ``moestat check``."""
     from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS
+    from moestat.rates.hypotheses import THEOREMS
     from moestat.rates.preflight import FRACTION, MC_DRAWS
 
     S = argparse.SUPPRESS
@@ -54,6 +59,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--fraction", type=_fraction, default=FRACTION,
                    help=f"target sd as a fraction of the true atoms' separation (default {FRACTION:g})")
     p.add_argument("--draws", type=positive_int, default=MC_DRAWS, help=f"Monte Carlo draws (default {MC_DRAWS})")
+    p.add_argument("--theorem", type=name_choice(tuple(t.key for t in THEOREMS)), default=None,
+                   help="judge the truth against this theorem's hypotheses only; default every theorem of its model class")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON; default none")
     return p
 
@@ -61,6 +68,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat check``."""
     from moestat.rates.config import RatesConfig
+    from moestat.rates.hypotheses import check_hypotheses, format_hypotheses
     from moestat.rates.preflight import format_preflight, preflight
     from moestat.rates.resolve import build_scenario
 
@@ -82,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_preflight(rep, args.scenario or ("gaussian-moe" if cfg.family != "regression" else cfg.router[0])))
     for w in rep["warnings"]:
         sys.stderr.write(f"moestat check: warning: {w}\n")
+    rep["hypotheses"] = check_hypotheses(scenario, theorem=args.theorem)
+    print(format_hypotheses(rep["hypotheses"]))
     if args.json:
         from moestat.io import atomic_write_json
 

@@ -14,8 +14,9 @@ Each entry states, for every loss it reports, the predicted exponent of ``n`` or
 "slower than any polynomial rate" (:class:`Prediction`).  The exponents are the ones the rates
 pipeline applies (a test checks they agree); a "slower than any polynomial" prediction has no
 interval to fall in, so it is judged by **contrast** with the entry's fast case on the same loss
-(:attr:`Entry.contrast`): consistent when the slow run's slope is flatter than the fast run's by
-at least :data:`CONTRAST_MARGIN`.  Where the rates pipeline itself judged the slow fit by its
+(:attr:`Entry.contrast`): consistent when the replicate-paired bootstrap interval of the slope
+difference (slow minus fast, on the rows of both runs paired on ``(n, replicate)``, i.e. the same
+data streams; :func:`moestat.rates.verdicts.paired_contrast`) lies above 0.  Where the rates pipeline itself judged the slow fit by its
 slow-rate rule (:mod:`moestat.rates.stability`: curvature, the fast router in the same run, split
 halves -- today the vanilla cosine router's Voronoi loss), that category is taken as it is.
 
@@ -48,7 +49,6 @@ __all__ = [
     "plan",
     "reproduce",
     "contrast_verdict",
-    "CONTRAST_MARGIN",
     "format_report",
 ]
 
@@ -197,7 +197,7 @@ _add(Entry(
      Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1"),
      Prediction("routers", "cosine regression_l2", _HALF, "Theorem 1")),
     notes="both routers fit the same data (one run, two curves); the vanilla router's no-polynomial-rate prediction "
-          "is judged inside moestat rates (flatter than perturbed by the margin)",
+          "is judged inside moestat rates (its slow-rate rule)",
     recorded="preset fig1a (docs/guide/rates.rst)",
 ))
 _add(Entry(
@@ -433,34 +433,43 @@ def _fit_of(summary: dict, loss: str, router: str | None = None) -> dict | None:
     return None
 
 
-#: How much flatter (in log-log slope) a "slower than any polynomial" fit must be than the fast
-#: case's fit of the same loss (the contrast rule of the catalogue's slow predictions).
-CONTRAST_MARGIN = 0.2
-
-
-def contrast_verdict(slow: dict | None, fast: dict | None, margin: float | None = None) -> dict[str, Any]:
+def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None = None) -> dict[str, Any]:
     """Judge a "slower than any polynomial rate" fit against the fast case's fit of the same loss.
 
     A slow fit that the rates pipeline already judged by its slow-rate rule (it carries
-    ``slow_rule``, :mod:`moestat.rates.stability`) keeps that category and reason.  Otherwise:
-    ``consistent`` when the slow slope is flatter than the fast slope by at least ``margin``
-    (default :data:`CONTRAST_MARGIN`); ``inconclusive`` when either slope is missing or either fit
-    is itself inconclusive; ``inconsistent`` otherwise.
+    ``slow_rule``, :mod:`moestat.rates.stability`) keeps that category and reason.  Otherwise the
+    verdict is ``paired`` (:func:`moestat.rates.verdicts.paired_contrast` on the two runs' rows):
+    ``consistent`` when the replicate-paired interval of ``slope(slow) - slope(fast)`` excludes 0
+    above, ``inconsistent`` below, ``inconclusive`` when it contains 0 -- never a fixed margin.
+    Without the paired interval (or a slope) the contrast is ``inconclusive``.
     """
     if slow and slow.get("slow_rule") and slow.get("category"):
         return {"category": slow["category"], "slow_slope": slow.get("slope"),
                 "fast_slope": None if not fast else fast.get("slope"),
                 "reason": f"the rates pipeline's slow-rate rule: {slow.get('reason', '')}"}
-    m = CONTRAST_MARGIN if margin is None else margin
     if not slow or not fast or slow.get("slope") is None or fast.get("slope") is None:
         return {"category": "inconclusive", "reason": "a slope is missing"}
-    s, f = float(slow["slope"]), float(fast["slope"])
-    if "inconclusive" in (slow.get("category"), fast.get("category")):
-        return {"category": "inconclusive", "slow_slope": s, "fast_slope": f,
-                "reason": f"slope {s:.3f} vs fast case {f:.3f}, but a fit is inconclusive"}
-    flatter = s >= f + m
-    return {"category": "consistent" if flatter else "inconsistent", "slow_slope": s, "fast_slope": f, "margin": m,
-            "reason": f"slope {s:.3f} vs fast case {f:.3f}: flatter by >= {m:g}? {flatter}"}
+    if paired is None:
+        return {"category": "inconclusive", "slow_slope": slow["slope"], "fast_slope": fast["slope"],
+                "reason": "no paired rows: a contrast is decided by the replicate-paired interval of the slope difference"}
+    return {"category": paired["category"], "slow_slope": slow["slope"], "fast_slope": fast["slope"],
+            "paired": {k: paired.get(k) for k in ("difference", "ci", "level", "n_boot", "replicates", "pairs", "ns", "seed")},
+            "reason": paired["reason"]}
+
+
+def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dict | None) -> dict | None:
+    """The replicate-paired contrast of two runs written under ``out`` (their rows and file losses)."""
+    from moestat.rates.extras import merge_extras
+    from moestat.rates.store import read_results
+    from moestat.rates.verdicts import paired_arrays, paired_contrast
+
+    if not fs or not ff or not fs.get("window") or not ff.get("window"):
+        return None
+    rows = [merge_extras(read_results(out / r / "results.csv"), out / r / "extras.csv") for r in (slow, fast)]
+    if any(loss not in df for df in rows):
+        return None
+    window = (max(fs["window"][0], ff["window"][0]), min(fs["window"][1], ff["window"][1]))
+    return paired_contrast(*paired_arrays(rows[0], rows[1], loss, window), seed=0)
 
 
 def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, Any]]:
@@ -517,12 +526,12 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
         wall = time.perf_counter() - t0
         done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
                      "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary})
-    report = _report(e, quick, done)
+    report = _report(e, quick, done, out)
     atomic_write_json(out / "catalogue.json", report)
     return report
 
 
-def _report(e: Entry, quick: bool, runs: list[dict]) -> dict[str, Any]:
+def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) -> dict[str, Any]:
     by_label = {r["label"]: r["summary"] for r in runs}
     rows = []
     for p in e.predictions:
@@ -541,9 +550,9 @@ def _report(e: Entry, quick: bool, runs: list[dict]) -> dict[str, Any]:
     contrast = None
     if e.contrast is not None:
         slow, fast, loss = e.contrast
-        contrast = {"slow": slow, "fast": fast, "loss": loss,
-                    **contrast_verdict(_fit_of(by_label.get(slow, {"fits": []}), loss),
-                                       _fit_of(by_label.get(fast, {"fits": []}), loss))}
+        fs, ff = _fit_of(by_label.get(slow, {"fits": []}), loss), _fit_of(by_label.get(fast, {"fits": []}), loss)
+        paired = _paired(out, slow, fast, loss, fs, ff) if out is not None and slow in by_label and fast in by_label else None
+        contrast = {"slow": slow, "fast": fast, "loss": loss, **contrast_verdict(fs, ff, paired)}
         for row in rows:  # the slow case's prediction is judged by the contrast
             if row["by_contrast"]:
                 row.update(category=contrast["category"], reason="contrast: " + contrast["reason"])

@@ -31,6 +31,14 @@ one-line reason, evaluated in this order (the first that applies wins):
 
 Nothing here loosens the interval rule: ``consistent`` implies the old ``consistent`` flag.
 
+:func:`paired_slope_difference` decides a contrast "A is slower than B" between two runs that share
+their data streams (rows with the same ``(n, replicate)`` drew from the same ``SeedSequence``,
+:func:`moestat.rates.sweep.replicate_streams`): a bootstrap that resamples replicates with their
+whole n-trajectories, the same indices in both arms, refits both log-of-mean slopes per draw and
+takes the percentile interval of the difference.  The pairing removes the variance the two arms
+share (the same ``X`` and noise draws), which two separate slope intervals cannot; "A slower" is
+decided when the interval excludes 0 on the predicted side, never by a fixed margin.
+
 :func:`plan` answers "how many replicates and how large an n would settle it": the bootstrap
 half-width shrinks like ``1/sqrt(R)``, so ``R_needed = ceil(R (h_boot / h)^2)`` for a target
 half-width ``h``; the lack-of-fit half-width of the straight line does not shrink with ``R``, and a
@@ -56,6 +64,9 @@ __all__ = [
     "stable_from",
     "categorize",
     "plan",
+    "paired_slope_difference",
+    "paired_arrays",
+    "paired_contrast",
 ]
 
 #: The verdict categories, in the order they are tested (``consistent``/``inconsistent`` last).
@@ -320,3 +331,145 @@ def plan(
                                                if n_reach is not None else ""))
     return {"halfwidth": halfwidth, "halfwidth_now": hb, "lack_of_fit_halfwidth": hl, "reps_needed": need,
             "larger_n_needed": larger, "n_reach": n_reach, "line": "; ".join(parts)}
+
+
+# ---------------------------------------------------------------------------------------------
+# contrasts: a replicate-paired bootstrap interval of the slope difference
+# ---------------------------------------------------------------------------------------------
+#: Bootstrap draws of :func:`paired_slope_difference`.
+PAIRED_BOOT = 4000
+
+
+def _masked_slopes(x: np.ndarray, y: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """OLS slopes of ``y[b, s]`` on ``x[s]`` over the points ``m[b, s]`` (NaN with fewer than 3)."""
+    w = m.astype(float)
+    cnt = w.sum(1)
+    yz = np.where(m, y, 0.0)
+    xm = (w * x).sum(1) / np.maximum(cnt, 1)
+    ym = yz.sum(1) / np.maximum(cnt, 1)
+    dx = (x[None, :] - xm[:, None]) * w
+    sxx = (dx * dx).sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (dx * (yz - ym[:, None] * w)).sum(1) / sxx
+    return np.where((cnt >= 3) & (sxx > 0), out, np.nan)
+
+
+def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, n_boot: int = PAIRED_BOOT,
+                            seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Replicate-paired bootstrap interval of ``slope(A) - slope(B)`` (log-of-mean slopes on ``log n``).
+
+    Parameters
+    ----------
+    ns : sequence of int, length S
+        Sample sizes (the window), increasing.
+    a, b : ndarray, shape ``[S, R]``
+        Losses of arms A and B; ``a[s, r]`` and ``b[s, r]`` come from the same data stream
+        (sample size ``ns[s]``, replicate ``r``).  A pair with a non-finite or non-positive value
+        in either arm is left out of both (the pairing is kept).
+    n_boot : int
+        Bootstrap draws: each draws ``R`` replicate indices with replacement, keeps them at every
+        ``n`` in both arms, and refits both slopes to the log of the per-``n`` means.
+    seed : int
+        Seed of the draws (``SeedSequence(seed)``): the interval is a function of the data and the seed.
+    level : float
+        Coverage of the percentile interval.
+
+    Returns
+    -------
+    dict
+        ``slope_a``, ``slope_b``, ``difference`` (on all replicates), ``ci`` ([low, high] of the
+        difference), ``level``, ``n_boot`` (draws with a slope in both arms), ``replicates``,
+        ``pairs`` (valid pairs), ``ns``, ``seed``.
+    """
+    ns = [int(n) for n in ns]
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] != len(ns):
+        raise ValueError(f"a and b must both have shape [len(ns), R] = [{len(ns)}, R], got {a.shape} and {b.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if isinstance(n_boot, bool) or int(n_boot) != n_boot or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100, got {n_boot!r}")
+    with np.errstate(invalid="ignore"):
+        valid = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    S, R = a.shape
+    x = np.log(np.asarray(ns, float))
+    A, B, V = np.where(valid, a, 0.0), np.where(valid, b, 0.0), valid.astype(float)
+
+    def slopes(W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        den = W @ V.T  # [D, S]: resampled pairs at each n
+        m = den > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ya, yb = np.log((W @ A.T) / den), np.log((W @ B.T) / den)
+        return _masked_slopes(x, ya, m), _masked_slopes(x, yb, m)
+
+    sa, sb = slopes(np.ones((1, R)))
+    rng = np.random.default_rng(np.random.SeedSequence(int(seed)))
+    W = np.stack([np.bincount(rng.integers(0, R, size=R), minlength=R) for _ in range(int(n_boot))]).astype(float)
+    da, db = slopes(W)
+    d = da - db
+    d = d[np.isfinite(d)]
+    lo, hi = (np.quantile(d, [(1 - level) / 2, (1 + level) / 2]) if d.size else (math.nan, math.nan))
+    return {"slope_a": float(sa[0]), "slope_b": float(sb[0]), "difference": float(sa[0] - sb[0]),
+            "ci": [float(lo), float(hi)], "level": float(level), "n_boot": int(d.size), "replicates": int(R),
+            "pairs": int(valid.sum()), "ns": ns, "seed": int(seed)}
+
+
+def paired_arrays(rows_a, rows_b, loss: str, window: tuple[int | None, int | None] = (None, None),
+                  router_a: str | None = None, router_b: str | None = None) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """``(ns, a [S, R], b [S, R])`` of ``loss`` from two ``results.csv`` tables, paired on ``(n, replicate)``.
+
+    Only ``(n, replicate)`` present in both tables are kept (NaN elsewhere); ``router_a``/``router_b``
+    select a router's rows (two routers fitted to the same data in one run).
+
+    Raises
+    ------
+    ValueError
+        Two rows of one table share an ``(n, replicate)``, or (with a ``seed`` column) a pair was
+        drawn from different root seeds: not the same data stream, so not paired.
+    """
+    def table(df, router):
+        if router is not None:
+            df = df[df["router"] == router]
+        if df.duplicated(["n", "replicate"]).any():
+            raise ValueError("several rows share an (n, replicate): select one router")
+        seeds = df["seed"] if "seed" in df else [None] * len(df)
+        return {(int(n), int(r)): (float(v), s) for n, r, v, s in zip(df["n"], df["replicate"], df[loss], seeds)}
+
+    ta, tb = table(rows_a, router_a), table(rows_b, router_b)
+    unpaired = [k for k in set(ta) & set(tb) if ta[k][1] is not None and tb[k][1] is not None and int(ta[k][1]) != int(tb[k][1])]
+    if unpaired:
+        raise ValueError(f"{len(unpaired)} (n, replicate) pairs come from different seeds (e.g. {sorted(unpaired)[0]}): "
+                         "not the same data streams, a paired interval does not apply")
+    ta, tb = {k: v for k, (v, _) in ta.items()}, {k: v for k, (v, _) in tb.items()}
+    keys = sorted(set(ta) & set(tb))
+    lo, hi = window
+    ns = sorted({n for n, _ in keys if (lo is None or n >= lo) and (hi is None or n <= hi)})
+    reps = sorted({r for _, r in keys})
+    a = np.full((len(ns), len(reps)), np.nan)
+    b = np.full_like(a, np.nan)
+    for (n, r) in keys:
+        if n in ns:
+            a[ns.index(n), reps.index(r)], b[ns.index(n), reps.index(r)] = ta[(n, r)], tb[(n, r)]
+    return ns, a, b
+
+
+def paired_contrast(ns: Sequence[int], slow: np.ndarray, fast: np.ndarray, *, n_boot: int = PAIRED_BOOT,
+                    seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """The contrast "``slow`` is slower than ``fast``" from :func:`paired_slope_difference`.
+
+    ``consistent`` when the interval of ``slope(slow) - slope(fast)`` lies above 0 (the slow arm
+    is flatter), ``inconsistent`` when it lies below 0 (it is steeper), ``inconclusive`` when it
+    contains 0 or fewer than 3 sample sizes hold pairs.
+    """
+    if len(ns) < 3:
+        return {"category": "inconclusive", "reason": f"{len(ns)} sample sizes with pairs in both arms (< 3)", "ci": None}
+    r = paired_slope_difference(ns, slow, fast, n_boot=n_boot, seed=seed, level=level)
+    lo, hi = r["ci"]
+    cat = "inconclusive" if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0 <= hi else (
+        "consistent" if lo > 0 else "inconsistent")
+    words = {"consistent": "excludes 0: slower", "inconsistent": "excludes 0 on the wrong side: faster",
+             "inconclusive": "contains 0: cannot tell"}[cat]
+    reason = (f"slope difference {r['difference']:+.3f} (slow {r['slope_a']:.3f} - fast {r['slope_b']:.3f}), "
+              f"replicate-paired {level:.0%} bootstrap interval [{lo:+.3f}, {hi:+.3f}] ({r['replicates']} replicates, "
+              f"n {ns[0]}-{ns[-1]}, {r['n_boot']} draws, seed {r['seed']}) {words}")
+    return {"category": cat, "reason": reason, **r}

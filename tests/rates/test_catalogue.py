@@ -9,7 +9,6 @@ import pytest
 
 from moestat.cli.main import main as moestat
 from moestat.rates import catalogue as cat
-from moestat.rates.catalogue import CONTRAST_MARGIN as FLATTER_MARGIN
 from moestat.rates.fit import predicted_exponent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,19 +102,18 @@ def test_blocked_entries_state_why():
     assert cat.entry_status(e).startswith("needs: a fitted temperature")
 
 
-@pytest.mark.parametrize("slow,fast,category", [
-    ({"slope": -0.05, "category": "consistent"}, {"slope": -0.5, "category": "consistent"}, "consistent"),
-    ({"slope": -0.5, "category": "consistent"}, {"slope": -0.5, "category": "consistent"}, "inconsistent"),
-    ({"slope": -0.05, "category": "inconclusive"}, {"slope": -0.5, "category": "consistent"}, "inconclusive"),
-    (None, {"slope": -0.5}, "inconclusive"),
-])
-def test_contrast_rule(slow, fast, category):
-    assert cat.contrast_verdict(slow, fast)["category"] == category
+@pytest.mark.parametrize("ci,category", [([0.05, 0.4], "consistent"), ([-0.4, -0.05], "inconsistent"), ([-0.1, 0.3], "inconclusive")])
+def test_contrast_is_decided_by_the_paired_interval(ci, category):
+    paired = {"category": category, "reason": f"interval {ci}", "ci": ci, "difference": sum(ci) / 2}
+    v = cat.contrast_verdict({"slope": -0.3, "category": "consistent"}, {"slope": -0.5, "category": "consistent"}, paired)
+    assert v["category"] == category and v["paired"]["ci"] == ci
 
 
-def test_contrast_margin_is_the_vanilla_router_rule():
-    v = cat.contrast_verdict({"slope": -0.5 + FLATTER_MARGIN, "category": "x"}, {"slope": -0.5, "category": "x"})
-    assert v["category"] == "consistent" and v["margin"] == FLATTER_MARGIN
+def test_no_fixed_margin_decides_a_contrast():
+    # a slope gap of 0.45 alone (no paired interval) is not a verdict; nor is a missing slope
+    v = cat.contrast_verdict({"slope": -0.05, "category": "consistent"}, {"slope": -0.5, "category": "consistent"})
+    assert v["category"] == "inconclusive" and "paired" in v["reason"]
+    assert cat.contrast_verdict(None, {"slope": -0.5})["category"] == "inconclusive"
 
 
 def test_reproduce_end_to_end_on_a_tiny_grid(tmp_path):
@@ -173,3 +171,17 @@ def test_a_slow_fit_judged_by_the_pipeline_keeps_its_category():
     slow = {"slope": -0.36, "category": "inconsistent", "reason": "straight at -0.36", "slow_rule": {"rule": "straight"}}
     v = cat.contrast_verdict(slow, {"slope": -0.55, "category": "consistent"})
     assert v["category"] == "inconsistent" and "straight at -0.36" in v["reason"]
+
+
+def test_recorded_contrast_is_rejudged_by_the_paired_interval():
+    """The report of lse-ffn-vs-linear, rebuilt from its recorded runs, carries the paired interval."""
+    rec = ROOT / "simulations" / "catalogue" / "lse-ffn-vs-linear"
+    e = cat.entry("lse-ffn-vs-linear")
+    runs = [{"label": r.label, "wall_s": 0.0, "counts": {}, "sample_sizes": [], "reps": 12,
+             "summary": json.loads((rec / r.label / "summary.json").read_text())} for r in e.runs]
+    c = cat._report(e, False, runs, rec)["contrast"]
+    lo, hi = c["paired"]["ci"]
+    assert c["category"] == ("inconclusive" if lo <= 0 <= hi else "consistent" if lo > 0 else "inconsistent")
+    assert c["paired"]["replicates"] == 12 and c["paired"]["ns"][0] == 1000 and "replicate-paired" in c["reason"]
+    # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the pipeline's slopes' difference
+    assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)

@@ -152,3 +152,74 @@ def test_smoke_preset_never_says_consistent(tmp_path, quiet):
     assert "consistent" not in cats.values(), cats
     table = format_table(s)
     assert "category" in table and "plan:" in table and "convergence criterion" in table
+
+
+# ---- contrasts: the replicate-paired bootstrap interval of the slope difference -----------------
+def _paired_arms(gap: float, shared_sd: float = 0.3, own_sd: float = 0.02, seed: int = 0):
+    """Two arms on the same streams: log L = c + slope log n + (shared replicate noise) + (small own noise)."""
+    from numpy.random import default_rng
+
+    rng = default_rng(seed)
+    ns = [1000, 2000, 4000, 8000, 16000, 32000]
+    x = np.log(ns)[:, None]
+    shared = rng.normal(0, shared_sd, size=(len(ns), 12))  # the same X and noise draws in both arms
+    a = np.exp(1.0 + (-0.5 + gap) * x + shared + rng.normal(0, own_sd, size=shared.shape))
+    b = np.exp(1.0 - 0.5 * x + shared + rng.normal(0, own_sd, size=shared.shape))
+    return ns, a, b
+
+
+def test_paired_interval_excludes_zero_on_a_known_gap():
+    from moestat.rates.verdicts import paired_contrast, paired_slope_difference
+
+    ns, a, b = _paired_arms(0.15)
+    r = paired_slope_difference(ns, a, b, seed=1)
+    # own noise sd 0.02 per point: the paired difference's sd is about 0.02 * sqrt(2/12) / sd(log n) ~ 0.008
+    assert 0.1 < r["ci"][0] < 0.15 < r["ci"][1] < 0.2
+    assert paired_contrast(ns, a, b)["category"] == "consistent"
+    assert paired_contrast(ns, b, a)["category"] == "inconsistent"  # the other way round: faster, not slower
+
+
+def test_paired_interval_contains_zero_for_identical_arms():
+    from moestat.rates.verdicts import paired_contrast, paired_slope_difference
+
+    ns, a, _ = _paired_arms(0.15)
+    r = paired_slope_difference(ns, a, a.copy(), seed=1)
+    assert r["ci"] == [0.0, 0.0] and r["difference"] == 0.0
+    assert paired_contrast(ns, a, a.copy())["category"] == "inconclusive"
+
+
+def test_pairing_is_what_resolves_the_gap():
+    """Separate per-arm intervals overlap (shared replicate noise sd 0.3), the paired one excludes 0."""
+    from moestat.rates.fit import slope_with_interval
+    from moestat.rates.verdicts import paired_slope_difference
+
+    ns, a, b = _paired_arms(0.15)
+    ia = slope_with_interval(ns, list(a), np.random.default_rng(0), 500)
+    ib = slope_with_interval(ns, list(b), np.random.default_rng(0), 500)
+    assert ia["ci_low"] < ib["ci_high"]  # the two marginal intervals cannot tell them apart
+    assert paired_slope_difference(ns, a, b, seed=0)["ci"][0] > 0
+
+
+def test_paired_interval_is_deterministic_given_the_seed():
+    from moestat.rates.verdicts import paired_slope_difference
+
+    ns, a, b = _paired_arms(0.05, own_sd=0.2)
+    r1, r2 = paired_slope_difference(ns, a, b, seed=5), paired_slope_difference(ns, a, b, seed=5)
+    assert r1 == r2
+    assert paired_slope_difference(ns, a, b, seed=6)["ci"] != r1["ci"]
+
+
+def test_paired_arrays_pair_on_n_and_replicate():
+    import pandas as pd
+
+    from moestat.rates.verdicts import paired_arrays
+
+    rows_a = pd.DataFrame({"n": [100, 100, 200, 200], "replicate": [0, 1, 0, 1], "L": [1.0, 2.0, 3.0, 4.0]})
+    rows_b = pd.DataFrame({"n": [200, 100, 200], "replicate": [1, 0, 0], "L": [40.0, 10.0, 30.0]})  # (100, 1) missing
+    ns, a, b = paired_arrays(rows_a, rows_b, "L")
+    assert ns == [100, 200]
+    assert a.tolist()[1] == [3.0, 4.0] and b.tolist()[1] == [30.0, 40.0]
+    assert a[0, 0] == 1.0 and b[0, 0] == 10.0 and np.isnan(a[0, 1]) and np.isnan(b[0, 1])
+    rows_c = rows_b.assign(seed=[1, 1, 1])
+    with pytest.raises(ValueError, match="different seeds"):
+        paired_arrays(rows_a.assign(seed=0), rows_c, "L")

@@ -1,0 +1,166 @@
+"""Theorem hypotheses checked by autograd (moestat.rates.hypotheses, ``moestat check``)."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from moestat.cli.main import main
+from moestat.data.scenario_files import scenario_from_mapping
+from moestat.model.mixing import MixingMeasure
+from moestat.model.protocol import FunctionExpert, ProtocolModel
+from moestat.rates.hypotheses import check_hypotheses, conditions, independence
+
+N = 1500  # inputs: enough for the largest family here (about 100 columns)
+
+
+def _softmax_truth(kind: str, normalisation: str = "softmax", score: str = "linear") -> dict:
+    atoms = [{"beta0": 0.4, "beta1": [1.5, -1.0], "eta": [1.0, 0.5, 0.2]},
+             {"beta0": 0.0, "beta1": [0.0, 0.0] if normalisation == "softmax" else [-1.0, 2.0], "eta": [-0.7, 1.2, -0.4]}]
+    return {"name": "t", "gate": {"score": score, "normalisation": normalisation}, "expert": {"kind": kind},
+            "noise": {"variance": 0.01}, "fit": {"k": 3}, "atoms": atoms}
+
+
+def _scaled_gelu(normalisation: str = "softmax"):
+    """``eta2 * GELU(eta1^T x)`` on the gate atoms of :func:`_softmax_truth`."""
+    sc = scenario_from_mapping(_softmax_truth("gelu", normalisation))
+    gate = sc.model.gate
+    if not hasattr(gate, "normalisation"):  # a built-in MoEModel: its protocol gate
+        from moestat.model.protocol import ProtocolGate, linear_score
+
+        gate = ProtocolGate(linear_score, "softmax", None, 1.0, True, "linear")
+    ex = FunctionExpert(lambda x, eta: eta[-1] * torch.nn.functional.gelu(x @ eta[:-1]), 3, "eta2*gelu")
+    t = sc.truth.numpy()
+    truth = MixingMeasure(t.beta0, t.beta1, np.array([[1.0, 0.5, 1.5], [-0.7, 1.2, -1.0]]))
+    return dataclasses.replace(sc, truth=truth, model=ProtocolModel(gate, ex))
+
+
+@pytest.mark.parametrize("kind", ["sigmoid", "gelu", "tanh"])
+def test_bias_inside_the_activation_gives_the_pde_under_a_linear_gate(kind):
+    """x_u dh/db = dh/da_u for every phi(a^T x + b): flagged, named, and strong identifiability fails."""
+    rep = check_hypotheses(scenario_from_mapping(_softmax_truth(kind)), n=N)
+    c = rep["conditions"]
+    assert c["gate_expert_pde"]["holds"] is True
+    assert c["gate_expert_pde"]["value"] <= c["gate_expert_pde"]["tol"]
+    assert "x_0 * dh/db = dh/da_0" in c["gate_expert_pde"]["detail"]
+    assert "x_1 * dh/db = dh/da_1" in c["gate_expert_pde"]["detail"]
+    assert c["strong_linear_gate"]["holds"] is False
+    assert c["expert_jacobian"]["holds"] is True  # the failure is the PDE, not the expert alone
+    th = {t["theorem"]: t for t in rep["theorems"]}
+    assert not th["lse-strong"]["met"] and "x_0 * dh/db = dh/da_0" in th["lse-strong"]["failing"][0]
+    assert "lse-polynomial" not in th  # the slow theorem speaks of polynomial experts only
+
+
+@pytest.mark.parametrize("normalisation", ["softmax", "sigmoid"])
+def test_scaled_gelu_without_bias_is_strongly_identifiable(normalisation):
+    """eta2 * GELU(eta1^T x): no gate-expert relation, by a wide margin; its theorem's hypotheses are met."""
+    rep = check_hypotheses(_scaled_gelu(normalisation), n=N)
+    c = rep["conditions"]
+    assert c["gate_expert_pde"]["holds"] is False
+    assert c["gate_expert_pde"]["value"] > 1e6 * c["gate_expert_pde"]["tol"]
+    assert c["strong_linear_gate"]["holds"] is True
+    assert ("lse-strong" if normalisation == "softmax" else "sigmoid-strong") in rep["met"]
+    # reported facts of this expert: linear in eta2 (Euler) and d2h/deta2^2 = 0
+    assert c["expert_euler"]["holds"] is False
+    assert "d2h/deta_2^2" in c["expert_hessian_nonzero"]["detail"]
+
+
+def test_linear_independence_on_known_sets():
+    x = np.random.default_rng(0).uniform(-1, 1, size=(400, 2))
+    dep = np.stack([x[:, 0], x[:, 1], np.ones(400), 2 * x[:, 0] - 3 * x[:, 1] + 0.5], 1)
+    ok, sv, tol = independence(dep)
+    assert not ok and sv <= tol
+    ind = np.stack([x[:, 0], x[:, 1], np.ones(400), x[:, 0] * x[:, 1]], 1)
+    ok, sv, tol = independence(ind)
+    assert ok and sv > 1e6 * tol
+    assert not independence(np.stack([x[:, 0], np.zeros(400)], 1))[0]  # a zero function
+    # linear experts: dh/deta = (x, 1) at every atom, the same functions across atoms
+    rep = check_hypotheses(scenario_from_mapping(_softmax_truth("identity")), n=N)
+    c = rep["conditions"]
+    assert rep["met"] == ["lse-polynomial"]  # the PDE holds: the slow theorem's case
+    assert c["expert_jacobian"]["holds"] is False
+    assert c["expert_hessian_nonzero"]["holds"] is False and "d2h/db^2" in c["expert_hessian_nonzero"]["detail"]
+
+
+def test_radial_pde_holds_for_the_cosine_router_only():
+    from moestat.data.synthetic import make_scenario
+
+    cos = conditions(make_scenario("cosine", "exact"), n=N)
+    per = conditions(make_scenario("perturbed", "exact"), n=N)
+    assert cos["radial_pde"]["holds"] is True and cos["radial_pde"]["value"] <= cos["radial_pde"]["tol"]
+    assert per["radial_pde"]["holds"] is False and per["radial_pde"]["value"] > 0.01
+    assert per["weak_def2"]["holds"] is True and cos["weak_def2"]["holds"] is False
+
+
+def test_vanishing_expert_slopes_are_found():
+    m = _softmax_truth("multinomial")
+    m["expert"]["classes"] = 3
+    m["noise"] = {"model": "mixture"}
+    m["fit"] = {"k": 2}
+    m["atoms"][0]["eta"] = [0.0, 0.0, 0.5, 0.0, 0.0, -0.5]
+    m["atoms"][1]["eta"] = [-1.0, 1.0, -0.3, 1.0, 0.5, 0.2]
+    rep = check_hypotheses(scenario_from_mapping(m), n=N)
+    assert rep["conditions"]["expert_depends_on_x"]["holds"] is False
+    assert rep["met"] == ["multinomial-vanishing"]
+
+
+def test_deterministic_given_the_seed():
+    sc = scenario_from_mapping(_softmax_truth("tanh"))
+    a, b = conditions(sc, n=600, seed=3), conditions(sc, n=600, seed=3)
+    assert [(c["holds"], c["value"]) for c in a.values()] == [(c["holds"], c["value"]) for c in b.values()]
+
+
+def test_cli_check_names_the_violated_condition(tmp_path, capsys):
+    p = tmp_path / "s.toml"
+    p.write_text("""name = "ffn"
+[gate]
+score = "linear"
+normalisation = "softmax"
+[expert]
+kind = "sigmoid"
+[fit]
+k = 3
+[[atoms]]
+beta0 = 0.4
+beta1 = [1.5, -1.0]
+eta = [1.0, 0.5, 0.2]
+[[atoms]]
+beta0 = 0.0
+beta1 = [0.0, 0.0]
+eta = [-0.7, 1.2, -0.4]
+""")
+    out = tmp_path / "r.json"
+    assert main(["check", str(p), "--draws", "2000", "--theorem", "lse-strong", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "FAILS Nguyen, Ho & Rinaldo (2024, least squares)" in text and "x_0 * dh/db = dh/da_0" in text
+    rep = json.loads(out.read_text())["hypotheses"]
+    assert rep["met"] == [] and rep["conditions"]["gate_expert_pde"]["holds"] is True
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as ex:  # an argparse choice: exit 2 from the parser
+        main(["check", str(p), "--theorem", "no-such-theorem"])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+
+
+def test_gaussian_gate_with_a_known_common_variance_is_not_identifiable():
+    """A common shift of the centres (beta0 adjusted) adds t x / v to every logit: the weights do not move."""
+    from moestat.data.scenario_files import load_scenario
+    from moestat.rates.catalogue import catalogue_file
+
+    c = conditions(load_scenario(str(catalogue_file("gaussian_gate_over.toml"))), n=N)
+    assert c["gate_identifiable"]["holds"] is False and c["gate_identifiable"]["value"] <= c["gate_identifiable"]["tol"]
+    ok = conditions(scenario_from_mapping(_softmax_truth("tanh")), n=N)["gate_identifiable"]
+    assert ok["holds"] is True and ok["value"] > 1e6 * ok["tol"]
+
+
+def test_a_theorem_outside_its_model_class_is_not_met():
+    """An exact fit is not the over-specified strong-identifiability theorem's case, whatever its expert."""
+    m = _softmax_truth("tanh")
+    m["fit"] = {"k": 2}
+    sc = scenario_from_mapping(m)
+    assert "lse-strong" not in [t["theorem"] for t in check_hypotheses(sc, n=600)["theorems"]]
+    t = check_hypotheses(sc, n=600, theorem="lse-strong")["theorems"][0]
+    assert not t["met"] and "not of the theorem's class" in t["failing"][0]
