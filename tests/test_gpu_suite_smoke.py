@@ -51,8 +51,9 @@ def test_smoke_mode_writes_every_part_with_finite_numbers(tmp_path):
     assert lse["gpu_side"]["rc"] == 0 and lse["gpu_side"]["rows"] == 3 * 4
     assert lse["cpu"]["rc"] == 0 and lse["cpu"]["rows"] == 3 * 2
     assert _finite_positive(lse["wall_per_replicate_ratio_cpu_over_gpu_side"])
-    # the CPU baseline's replicates are the first ones of the GPU side's: same streams, same fits
-    assert lse["agreement"]["common_rows"] == 3 * 2 and lse["agreement"]["max_rel_diff"] == 0.0
+    # the CPU baseline's replicates are the first ones of the GPU side's: same streams, same fits,
+    # up to the rounding of a batch of another size (--chunk 1 against 4: measured 1.5e-13)
+    assert lse["agreement"]["common_rows"] == 3 * 2 and lse["agreement"]["max_rel_diff"] < 1e-9
     assert "skipped" in lse["big_1e7_x100"]
 
     g = parts["gmoe"]
