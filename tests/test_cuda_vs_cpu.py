@@ -48,8 +48,9 @@ def test_gaussian_moe_em_on_cuda_equals_the_cpu_fit():
     init = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, 0.1, rng, log_last=True) for _ in range(4)])
     cpu = MLEGaussianMoE(n_components=2, compile=False, max_iter=300, device="cpu").fit(X, Y, init=init)
     gpu = MLEGaussianMoE(n_components=2, compile=False, max_iter=300, device="cuda").fit(X, Y, init=init)
+    assert cpu.converged_.all() and gpu.converged_.all(), (cpu.status_, gpu.status_)
+    # issue 36's bound for the Gaussian-MoE design: the same log-likelihoods within 1e-8 relative
     np.testing.assert_allclose(gpu.loglik_, cpu.loglik_, rtol=1e-8)
-    assert list(gpu.converged_) == list(cpu.converged_)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
