@@ -345,7 +345,7 @@ class Suite:
                 if i and time.perf_counter() - t0 > budget * (i / self.args.repeats) * 1.1:
                     continue  # repeats that would overrun the part's budget are left out (recorded below)
                 log(f"{name}: {side} run {i + 1}/{self.args.repeats}")
-                res, rows = self.rates(f"main-{side}-{i}", flags, dev, timeout=max(per_run * 2, 30))
+                res, rows = self.rates(f"main-{side}-{i}", flags, dev, timeout=max(per_run * 1.5, 30))
                 runs[side].append(res)
                 rows_of.setdefault(side, rows)
                 log(f"{name}: {side} run {i + 1}: wall {res['wall_s']:.1f} s, fitting {res['fitting_s']:.1f} s, "
@@ -392,6 +392,11 @@ class Suite:
             c, c_rows = self.rates("lse-cpu", cpu_flags, "cpu", timeout=max(left_for_cpu, 20))
             c["command"] = "rates " + " ".join(cpu_flags)
             part["cpu"] = c
+            # per replicate from the rows written: defined even when the run passed its time limit
+            for key, r in (("cpu", c), ("gpu_side", g)):
+                part[f"{key}_fitting_per_replicate_s"] = r["fitting_s"] / r["rows"] if r["rows"] else None
+            part["fitting_per_replicate_ratio_cpu_over_gpu_side"] = ratio(part["cpu_fitting_per_replicate_s"],
+                                                                          part["gpu_side_fitting_per_replicate_s"])
             log(f"{name}: cpu wall {c['wall_s']:.1f} s, fitting {c['fitting_s']:.1f} s")
             if c.get("rc") == 0 and g.get("rc") == 0:
                 part["cpu_wall_per_replicate_s"] = c["wall_s"] / (3 * int(cpu_reps))
@@ -417,7 +422,7 @@ class Suite:
             flags = ["--preset", "gmoe_exact", "--reps", str(self.args.gmoe_reps)]
         jobs = str(self.cores if not self.smoke else 2)
         part: dict = {"design": " ".join(flags), "fits_in_design": None}
-        each = 0.32 * budget  # each whole run; the rest for the log-likelihood batch on both devices
+        each = 0.33 * budget  # each whole run; the rest for the log-likelihood batch on both devices
         log(f"{name}: {self.gpu} side, {' '.join(flags)} (time limit {each:.0f} s)")
         g, g_rows = self.rates("gmoe-gpu", flags, self.gpu, timeout=each)
         log(f"{name}: {self.gpu} side wall {g['wall_s']:.1f} s (timed out: {g['timed_out']}), rows {g['rows']}, "
@@ -478,14 +483,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (seconds); for the test suite")
     p.add_argument("--budget", type=float, default=230.0, help="seconds for the whole suite (default 230)")
     p.add_argument("--parts", default="main_job,lse_large,gmoe,lm_step", help="comma list of parts to run")
-    p.add_argument("--repeats", type=int, default=2, help="interleaved repeats of the main job per device (default 2)")
-    p.add_argument("--main-budget", type=float, default=75.0, help="seconds for the main-job part (default 75)")
-    p.add_argument("--lse-budget", type=float, default=55.0, help="seconds for the large-n part (default 55)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="interleaved repeats of the main job per device (default 1: the 240 s of the device run; raise --main-budget with it)")
+    p.add_argument("--main-budget", type=float, default=45.0, help="seconds for the main-job part (default 45)")
+    p.add_argument("--lse-budget", type=float, default=65.0, help="seconds for the large-n part (default 65)")
     p.add_argument("--cpu-reps", type=int, default=2, help="replicates per size of the large-n CPU baseline (default 2)")
-    p.add_argument("--gmoe-budget", type=float, default=70.0, help="seconds for the Gaussian-MoE part (default 70)")
+    p.add_argument("--gmoe-budget", type=float, default=85.0, help="seconds for the Gaussian-MoE part (default 85)")
     p.add_argument("--gmoe-reps", type=int, default=8,
                    help="replicates per size of the gmoe_exact design (default 8 of 40: 6 000 fits)")
-    p.add_argument("--lm-budget", type=float, default=25.0, help="seconds for the LM part (default 25)")
+    p.add_argument("--lm-budget", type=float, default=30.0, help="seconds for the LM part (default 30)")
     p.add_argument("--lm-steps", type=int, default=20, help="timed LM steps per precision (default 20)")
     return p
 
