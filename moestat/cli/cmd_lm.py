@@ -66,6 +66,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--balance-coef", type=nonneg_float, default=None, help="Switch balance loss weight (default 0.01)")
     g.add_argument("--dropout", type=nonneg_float, default=None, help="dropout rate (default 0)")
     add_device(p)
+    p.add_argument("--precision", choices=_lm.PRECISIONS, default="fp32",
+                   help="training arithmetic: fp32, or bf16 autocast with float32 weights (for a GPU) (default fp32)")
     add_threads(p)
     add_resume(p, help="skip the runs already in OUT/runs.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -106,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"the validation / test parts are shorter than one window of {mk['context']} + 1")
         # the settings the runs in OUT share (runs.jsonl keys them by router and seed only)
         settings = {"corpus": a.corpus, "data_path": a.data_path, "max_chars": a.max_chars, "preset": a.preset, **tk, **mk}
+        if a.precision != "fp32":  # only then: the runs of an OUT written before the flag resume as they did
+            settings["precision"] = a.precision
         check_run_config(a.out, settings, a.resume)
         prepare_out(a.out, a.resume)
         write_run_config(a.out, settings, {"routers": routers, "seeds": a.seeds, "seed": a.seed})
@@ -115,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = _lm.run_experiment(
         corpus, routers, a.out, preset=a.preset, seeds=a.seeds, base_seed=a.seed, model_overrides=model_o,
         train_overrides=train_o, device=device, resume=a.resume,
-        progress=False if (a.no_progress or a.quiet) else None, verbose=not a.quiet,
+        progress=False if (a.no_progress or a.quiet) else None, verbose=not a.quiet, precision=a.precision,
     )
     if not a.quiet:
         print(_lm.format_table(summary))

@@ -143,6 +143,9 @@ def build_parser() -> ArgumentParser:
                                        "gmoe_over4, gmoe_smoke; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
     add_quiet(g)
+    g.add_argument("--figure-formats", type=figure_formats,
+                   help="files of each convergence figure, a comma list of pdf, png, svg, or none "
+                        "(moestat plot OUT draws them later); changes no number; default pdf,png")
     g = p.add_argument_group("rate fit")
     g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window; default --n-min")
     g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window; default --n-max")
@@ -154,6 +157,21 @@ def build_parser() -> ArgumentParser:
 
 #: Flags of the cluster connection: not part of the configuration (they never change a number).
 CLUSTER_FLAGS = ("scheduler_file", "worker_timeout", "allow_worker_mismatch", "tls_ca_file", "tls_cert", "tls_key")
+#: Flags of the outputs only: not part of the configuration either.
+OUTPUT_FLAGS = ("figure_formats",)
+
+
+def figure_formats(text: str) -> tuple[str, ...]:
+    """argparse type of ``--figure-formats`` (:func:`moestat.rates.figures.check_figure_formats`)."""
+    import argparse
+
+    from moestat.rates.figures import check_figure_formats
+
+    try:
+        return check_figure_formats(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 
 def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
@@ -182,7 +200,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     if hasattr(ns, "config"):
         data.update({str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()})
     for k, v in vars(ns).items():
-        if k not in ("preset", "config", "out", "resume", *CLUSTER_FLAGS):
+        if k not in ("preset", "config", "out", "resume", *CLUSTER_FLAGS, *OUTPUT_FLAGS):
             data[k] = v
     if data.get("family") == "gaussian-moe" and "estimator" not in data:
         data["estimator"] = "mle"  # the family's only estimator: picked, not left to fail as 'lse'
@@ -212,8 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare_out(out, resume)
         if out.is_dir():
             check_resumable(out, config, resume)  # again, now that no other run can be writing it
-    summary = run_rates(config, out, resume=resume, cluster=cluster)
+    formats = getattr(ns, "figure_formats", ("pdf", "png"))
+    summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats)
     if not config.quiet:
         print(format_table(summary))
-        print(f"wrote {out / 'summary.json'} and convergence.pdf/.png ({summary['elapsed_s']:.1f} s)")
+        figs = f" and convergence.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"
+        print(f"wrote {out / 'summary.json'}{figs} ({summary['elapsed_s']:.1f} s)")
     return 0

@@ -153,6 +153,14 @@ def _free_mask(theta, g, lower, upper, rtol: float = 1e-12):
     return ~(at_low | at_up)
 
 
+def _branch_on_host(device: torch.device) -> bool:
+    """Whether the iteration may read a tensor's value on the host to skip work (the box and
+    Cholesky-failure branches).  On the CPU that read is free; on an accelerator it waits for the
+    device (a synchronisation per read), so there the masked arithmetic runs unconditionally --
+    the same numbers, because the masks are then all ones (``M * 1 * 1 + 0``, ``delta * 1``)."""
+    return device.type == "cpu"
+
+
 def _scaled_gradient(A, g, F):
     """MINPACK's gtol measure: ``max_j |J_j^T r| / (||J_j|| ||r||)`` (cosine of the angle)."""
     colnorm = torch.sqrt(torch.clamp(torch.diagonal(A, dim1=-2, dim2=-1), min=0.0))
@@ -263,6 +271,7 @@ def levenberg_marquardt(
     lam = torch.full((len(idx),), 1e-3, dtype=X.dtype, device=X.device)
     nu = torch.full((len(idx),), 2.0, dtype=X.dtype, device=X.device)
     eye = torch.eye(P, dtype=X.dtype, device=X.device)
+    on_host = _branch_on_host(X.device)
     for _ in range(max_iter):
         if not idx:
             break
@@ -271,14 +280,14 @@ def levenberg_marquardt(
         # iteration); skipped when no coordinate is at a bound (the usual case)
         M = A + lam[:, None, None] * eye
         rhs = -g
-        boxed = bool(((theta <= lo_in) | (theta >= up_in)).any())
+        boxed = not on_host or bool(((theta <= lo_in) | (theta >= up_in)).any())
         if boxed:
             free = _free_mask(theta, g, lower, upper).to(X.dtype)
             M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
             rhs = rhs * free
         L, info = torch.linalg.cholesky_ex(M)
         okc = info == 0
-        chol_ok = bool(okc.all())
+        chol_ok = on_host and bool(okc.all())
         if not chol_ok:
             L = torch.where(okc[:, None, None], L, eye)
         delta = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)

@@ -45,7 +45,8 @@ from moestat.nn.train import FreshBatches, fit
 from moestat.nn.transformer import LMConfig, MoETransformerLM
 from moestat.seeding import spawn_int_seeds, torch_generator
 
-__all__ = ["PRESETS", "PAPER_TABLE1", "sample_windows", "evaluate_bpc", "train_lm", "run_experiment", "format_table"]
+__all__ = ["PRESETS", "PAPER_TABLE1", "PRECISIONS", "lm_autocast", "sample_windows", "evaluate_bpc", "train_lm",
+           "run_experiment", "format_table"]
 
 LN2 = math.log(2.0)
 
@@ -66,6 +67,30 @@ PAPER_TABLE1 = {
     "cosine": {"enwik8": (1.213, 1.161), "text8": (1.310, 1.271)},
     "perturbed": {"enwik8": (1.197, 1.147), "text8": (1.303, 1.251)},
 }
+
+
+#: Arithmetic of the training forward pass: ``fp32`` throughout, or ``bf16`` autocast (matrix
+#: products and attention in bfloat16, weights, optimizer state and gradients in float32).
+PRECISIONS = ("fp32", "bf16")
+
+
+def lm_autocast(device: str | torch.device, precision: str = "fp32"):
+    """The autocast context of a training forward pass (:data:`PRECISIONS`).
+
+    ``bf16`` is mixed precision with float32 master weights (Micikevicius et al. 2018): the
+    parameters stay float32 and autocast casts them to bfloat16 per operation, so the optimizer
+    updates float32 weights; bfloat16 has float32's exponent range, so no loss scaling is needed.
+    ``fp32`` returns a disabled context (the arithmetic is unchanged).
+
+    Parameters
+    ----------
+    device : str or torch.device
+        Where the model lives (autocast is per device type).
+    precision : {"fp32", "bf16"}
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 def sample_windows(data: torch.Tensor, batch_size: int, context: int,
@@ -119,12 +144,14 @@ def evaluate_bpc(model: MoETransformerLM, data: torch.Tensor, *, batch_size: int
 
 def train_lm(corpus: TextCorpus, cfg: LMConfig, *, steps: int, batch_size: int, lr: float, eval_every: int,
              eval_symbols: int, seed: int, device: str = "cpu", progress: bool | None = None,
-             desc: str = "") -> tuple[MoETransformerLM, dict]:
+             desc: str = "", precision: str = "fp32") -> tuple[MoETransformerLM, dict]:
     """Train one model and evaluate it; returns ``(model, row)`` (``row``: the ``runs.jsonl`` entry).
 
     The seed is split (:func:`moestat.seeding.spawn_int_seeds`) into the initialisation seed and
     the seed of the training windows, so runs of different routers with the same seed see the same
-    batches.
+    batches.  ``precision`` (:data:`PRECISIONS`) is the arithmetic of the training forward and
+    backward passes (:func:`lm_autocast`); the evaluations (BPC) always run in float32, so that
+    runs of either precision are scored alike.
     """
     if steps < eval_every or steps % eval_every:
         raise ValueError(f"steps={steps} must be a positive multiple of eval_every={eval_every}")
@@ -142,8 +169,11 @@ def train_lm(corpus: TextCorpus, cfg: LMConfig, *, steps: int, batch_size: int, 
         bar = tqdm(total=steps * tokens_per_step, unit="tok", unit_scale=True, desc=desc or None, leave=False,
                    disable=None if progress is None else not progress, mininterval=1.0)
 
+    amp = lm_autocast(device, precision)  # checks precision before any work
+
     def step(batch):
-        ce, loss, _ = model.loss(batch.x, batch.y)
+        with amp:  # the backward pass follows the forward pass's casts
+            ce, loss, _ = model.loss(batch.x, batch.y)
         if bar is not None:
             bar.update(tokens_per_step)
         return loss
@@ -180,7 +210,7 @@ def train_lm(corpus: TextCorpus, cfg: LMConfig, *, steps: int, batch_size: int, 
         "val_bpc": ev_val["bpc"], "test_bpc": ev_test["bpc"], "best_step": res.best_epoch * eval_every,
         "steps": steps, "tokens": steps * tokens_per_step, "train_seconds": train_seconds,
         "tokens_per_second": steps * tokens_per_step / train_seconds,
-        "wall_seconds": time.perf_counter() - t0, "test_usage": ev_test["usage"], "test_H_s": ev_test["H_s"],
+        "wall_seconds": time.perf_counter() - t0, "precision": precision, "test_usage": ev_test["usage"], "test_H_s": ev_test["H_s"],
         "test_H_u": ev_test["H_u"], "curve": curve,
     }
     return model, row
@@ -197,7 +227,8 @@ def _read_done(path: Path) -> dict:
 
 def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu", seeds: int = 3, base_seed: int = 0,
                    model_overrides: dict | None = None, train_overrides: dict | None = None, device: str = "cpu",
-                   resume: bool = False, progress: bool | None = None, verbose: bool = True) -> dict:
+                   resume: bool = False, progress: bool | None = None, verbose: bool = True,
+                   precision: str = "fp32") -> dict:
     """Train every (router, seed), write the outputs listed in the module docstring, return the summary.
 
     Parameters
@@ -217,6 +248,8 @@ def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu",
         Progress bar (tokens/s); ``None`` = only on a terminal.
     verbose : bool
         One line per finished run on stderr.
+    precision : {"fp32", "bf16"}
+        Arithmetic of the training passes (:func:`lm_autocast`).
     """
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
@@ -241,7 +274,7 @@ def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu",
             continue
         cfg = replace(base_cfg, router=router)
         model, row = train_lm(corpus, cfg, seed=seed, device=device, progress=progress,
-                              desc=f"{router} seed {seed}", **tk)
+                              desc=f"{router} seed {seed}", precision=precision, **tk)
         torch.save({"config": asdict(cfg), "state_dict": model.state_dict(), "vocab": corpus.vocab},
                    out / "checkpoints" / f"{router}_seed{seed}.pt")
         append_line(runs_path, json.dumps(row))
@@ -251,7 +284,7 @@ def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu",
                  f"({row['wall_seconds']:.0f} s, {row['tokens_per_second']:.0f} tokens/s)")
     summary = summarise(rows)
     summary["config"] = {"preset": preset, "model": asdict(base_cfg), "train": tk, "seeds": seeds,
-                         "base_seed": base_seed, "corpus": corpus.describe(), "device": device,
+                         "base_seed": base_seed, "corpus": corpus.describe(), "device": device, "precision": precision,
                          "torch_threads": torch.get_num_threads()}
     summary["paper_table1"] = PAPER_TABLE1
     atomic_write_json(out / "summary.json", summary)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from moestat.rates.config import RatesConfig
 from moestat.rates.store import check_resumable, config_hash
@@ -158,7 +158,8 @@ def _preflight(config: RatesConfig, out: Path) -> dict[str, Any] | None:
     return {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
 
 
-def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None) -> dict[str, Any]:
+def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
+              figure_formats: Sequence[str] | str = ("pdf", "png")) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     Parameters
@@ -175,6 +176,10 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         fits.  Without it, a folder that already holds results is refused.
     cluster : moestat.rates.backends.ClusterOptions, optional
         Timeouts and the worker-environment check of a dask sweep.
+    figure_formats : sequence of {"pdf", "png", "svg"}, or a comma list
+        The files of each convergence figure (each figure is drawn once and saved per format);
+        ``()`` or ``"none"``: no figure (``moestat plot OUT`` draws them later from the results).
+        Never part of the configuration: it changes no number.
 
     Returns
     -------
@@ -198,6 +203,9 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
     config.validate()
+    from moestat.rates.figures import check_figure_formats
+
+    formats = check_figure_formats(figure_formats)  # a bad format is refused before any work
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
@@ -210,12 +218,13 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
             check_door(out, "rates")
         check_resumable(out, config, resume)
         mark_door(out, "rates")
-        return _run_locked(config, out, resume, cluster)
+        return _run_locked(config, out, resume, cluster, formats)
     finally:
         unlock_out(out)
 
 
-def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> dict[str, Any]:
+def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None,
+                formats: tuple[str, ...] = ("pdf", "png")) -> dict[str, Any]:
     """The body of :func:`run_rates`, with ``out`` locked."""
     from moestat.io import atomic_write_json
     from moestat.rates.figures import plot_convergence
@@ -300,10 +309,10 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
     summary = json.loads(path.read_text(encoding="utf-8"))
     losses_all = [f["loss"] for f in summary["fits"] if f["router"] == config.router[0] and f["slope"] is not None]
     plot_convergence(df, summary["fits"], out / "convergence", losses=headline_losses(config), routers=config.router,
-                     title=f"{setting}-specified, {config.estimator}")
+                     title=f"{setting}-specified, {config.estimator}", formats=formats)
     if losses_all:
         plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
-                         title=f"{setting}-specified, {config.estimator}")
+                         title=f"{setting}-specified, {config.estimator}", formats=formats)
     return summary
 
 

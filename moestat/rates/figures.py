@@ -192,6 +192,32 @@ def _note(reps: int | str, drew_fit: bool, drew_theorem: bool) -> str:
     return "; ".join(parts)
 
 
+#: The convergence figures' default files: a PDF (vector, for papers) and a 200-dpi PNG.
+FIGURE_FORMATS = ("pdf", "png")
+#: Every format ``--figure-formats`` accepts.
+KNOWN_FIGURE_FORMATS = ("pdf", "png", "svg")
+
+
+def check_figure_formats(formats: Sequence[str] | str) -> tuple[str, ...]:
+    """``formats`` as a tuple without repeats (a comma list is split; ``"none"`` or ``""``: no file).
+
+    Raises
+    ------
+    ValueError
+        A format not in :data:`KNOWN_FIGURE_FORMATS` (one line, naming it).
+    """
+    if isinstance(formats, str):
+        formats = [] if formats.strip() in ("", "none") else formats.split(",")
+    out: list[str] = []
+    for f in formats:
+        f = str(f).strip().lower()
+        if f not in KNOWN_FIGURE_FORMATS:
+            raise ValueError(f"figure format must be among {', '.join(KNOWN_FIGURE_FORMATS)} (or none), got {f!r}")
+        if f not in out:
+            out.append(f)
+    return tuple(out)
+
+
 def plot_convergence(
     df,
     fits: Sequence[dict[str, Any]],
@@ -200,8 +226,10 @@ def plot_convergence(
     losses: Sequence[str] = ("voronoi",),
     routers: Sequence[str] | None = None,
     title: str | None = None,
+    formats: Sequence[str] = FIGURE_FORMATS,
 ) -> list[Path]:
-    """Draw the convergence figure and write ``<out_stem>.pdf`` and ``<out_stem>.png``.
+    """Draw the convergence figure once and write it as ``<out_stem>.<format>`` per format
+    (default ``<out_stem>.pdf`` and ``<out_stem>.png``).
 
     Parameters
     ----------
@@ -219,12 +247,17 @@ def plot_convergence(
         Ignored when it is the internal ``"<setting>-specified, <estimator>"`` tag that
         :func:`moestat.rates.run_rates` passes: the title is then written in words from the
         results (:func:`moestat.rates.labels.run_title`).  Any other string is used as given.
+    formats : sequence of {"pdf", "png", "svg"}
+        The files to write (:data:`FIGURE_FORMATS` by default); empty: nothing is drawn.
 
     Returns
     -------
     list of Path
-        The PDF and PNG paths.
+        The files written, in the order of ``formats``.
     """
+    formats = check_figure_formats(formats)
+    if not formats:
+        return []
     import matplotlib.pyplot as plt
 
     from moestat.io import atomic_savefig
@@ -233,8 +266,8 @@ def plot_convergence(
     try:
         out_stem = Path(out_stem)
         with plt.rc_context({"pdf.fonttype": 42}):  # TrueType in the PDF: editable text, as journals ask
-            return [atomic_savefig(fig, out_stem.with_suffix(".pdf")),
-                    atomic_savefig(fig, out_stem.with_suffix(".png"), dpi=200)]
+            return [atomic_savefig(fig, out_stem.with_suffix("." + f), **({"dpi": 200} if f == "png" else {}))
+                    for f in formats]
     finally:
         plt.close(fig)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
+import torch
 
 from moestat.cli.cmd_lm import main
 from moestat.cli.common import run_main
@@ -55,6 +57,7 @@ def test_two_routers_two_seeds_outputs_table_and_resume(tmp_path, text_file, cap
     (["--corpus", "text8"], "fewer than the 100,000,000"),  # a file far short of the standard split
     (["--corpus", "text8", "--data-path", "/nonexistent/text8"], "no text8 file"),
     (["--device", "tpu"], "--device"),
+    (["--precision", "fp16"], "--precision"),
     (["--context", "4000"], "shorter than one window"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, text_file, args, msg, capsys):
@@ -80,3 +83,17 @@ def test_listed_in_the_command():
     from moestat.cli.main import SUBCOMMANDS
 
     assert SUBCOMMANDS["lm"][0] == "moestat.cli.cmd_lm"
+
+
+def test_bf16_precision_trains_with_float32_weights_and_is_recorded(tmp_path, text_file):
+    """``--precision bf16``: autocast in the training passes, float32 master weights (the saved
+    checkpoint), the precision in runs.jsonl and summary.json; BPC evaluated in float32, finite."""
+    out = tmp_path / "bf16"
+    args = ["--corpus", "file", "--data-path", str(text_file), "--routers", "perturbed", "--seeds", "1", *TINY,
+            "--precision", "bf16", "--quiet", "--out", str(out)]
+    assert main(args) == 0
+    row = json.loads((out / "runs.jsonl").read_text().splitlines()[0])
+    assert row["precision"] == "bf16" and np.isfinite(row["val_bpc"]) and np.isfinite(row["test_bpc"])
+    assert json.loads((out / "summary.json").read_text())["config"]["precision"] == "bf16"
+    state = torch.load(out / "checkpoints" / "perturbed_seed0.pt", weights_only=False)["state_dict"]
+    assert all(v.dtype == torch.float32 for v in state.values() if v.is_floating_point())

@@ -54,6 +54,7 @@ BAD = [
     (["--extra-starts", "-1"], "extra-starts"),
     (["--extra-starts", "100"], "extra_starts"),
     (["--halfwidth", "0"], "halfwidth"),
+    (["--figure-formats", "pdf,bmp"], "figure format"),
 ]
 
 
@@ -199,3 +200,18 @@ def test_config_is_normalised_when_built_and_validate_does_not_mutate(tmp_path):
     assert pickle.loads(pickle.dumps(cfg)) == cfg  # the flat-key attribute lookup survives pickling
     with pytest.raises(ValueError, match="unknown config key"):
         RatesConfig.from_dict({"bogus": 1})
+
+
+def test_figure_formats_write_only_the_files_asked_for_and_change_no_number(tmp_path, capsys):
+    """Each convergence figure is drawn once and saved per format; ``none`` writes no figure; the
+    results and the configuration (hash) do not depend on the flag."""
+    runs = {}
+    for formats in ("png", "none"):
+        out = tmp_path / formats
+        rc, err = _run(TINY + ["--figure-formats", formats, "--out", str(out)], capsys)
+        assert rc == 0, err
+        runs[formats] = out
+    assert sorted(p.name for p in runs["png"].glob("convergence*")) == ["convergence.png", "convergence_all.png"]
+    assert not list(runs["none"].glob("convergence*"))
+    a, b = (json.loads((runs[f] / "summary.json").read_text()) for f in ("png", "none"))
+    assert a["config_hash"] == b["config_hash"] and a["rows"] == b["rows"]  # same rows (sha256 of results.csv's)

@@ -275,3 +275,21 @@ def test_near_truth_checks():
 
 def test_n_free_params():
     assert n_free_params(4, 8) == 3 * 9 + 4 * 9
+
+
+@pytest.mark.parametrize("router, setting", [("perturbed", "exact"), ("cosine", "over")])
+def test_device_path_without_host_reads_gives_the_same_fit(monkeypatch, router, setting):
+    """On an accelerator the Levenberg-Marquardt loop runs its box and Cholesky-failure masks
+    unconditionally instead of reading a flag on the host (a device synchronisation); forced on
+    the CPU, that path must give bit-identical fits (the masks are all ones where not needed)."""
+    from moestat.estimators import levenberg_marquardt as lm
+
+    sc, model, X, Y, init = _data(router, setting, R=4)
+    box = sc.box
+    host = LeastSquaresMoE(model, sc.k_fit, box=box).fit(X, Y, init=init)
+    monkeypatch.setattr(lm, "_branch_on_host", lambda device: False)
+    masked = LeastSquaresMoE(model, sc.k_fit, box=box).fit(X, Y, init=init)
+    assert host.status_ == masked.status_ and np.array_equal(host.n_iter_, masked.n_iter_)
+    np.testing.assert_array_equal(masked.objective_, host.objective_)
+    for name in ("beta0", "beta1", "eta"):
+        np.testing.assert_array_equal(getattr(masked.params_, name), getattr(host.params_, name))
