@@ -76,17 +76,15 @@ def check_unit_memory(n: int, reps_per_unit: int, d: int, n_params: int,
     likelihood fits, a Jacobian or per-sample statistics of ``n`` rows by the number of parameters;
     ``8 (d + 2 + 2 P)`` bytes per sample and replicate is a lower bound on what the fit allocates
     (float64).  A grid over it would fail with ``MemoryError`` after the folder was written, so it is
-    bad input, found before anything is written.
+    bad input, found before anything is written.  Compared with the memory available now
+    (:func:`moestat.resources.available_memory`), not the machine's total: what other processes
+    hold cannot be allocated either.
     """
-    total = physical_memory()
-    if total is None:
-        return
+    from moestat.resources import check_memory
+
     need = 8.0 * n * reps_per_unit * (d + 2 + 2 * n_params)
-    if need > total:
-        raise ValueError(
-            f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) needs at least "
-            f"{need / 2**30:.3g} GiB, more than this machine's {total / 2**30:.3g} GiB; lower --n-max {hint}"
-        )
+    check_memory(need, f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) would",
+                 f"lower --n-max {hint}")
 
 
 def check_scenario_memory(scenario: Any, n: int, reps_per_unit: int, hint: str | None = None) -> None:
