@@ -46,6 +46,22 @@ def _cgroup_dir() -> Path | None:
     return None
 
 
+def _cgroup_dirs() -> list[Path]:
+    """Where the cgroup's ``pids.max`` may be: this process's group and the root, as a container sees it."""
+    return list(dict.fromkeys(p for p in (_cgroup_dir(), Path("/sys/fs/cgroup")) if p is not None))
+
+
+def _nproc_limit() -> int | None:
+    """The soft ``RLIMIT_NPROC`` (``None``: unlimited or unknown)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    return int(soft) if soft != resource.RLIM_INFINITY and soft > 0 else None
+
+
 def pid_headroom() -> int | None:
     """How many more processes (threads count too) this process may start, or ``None`` if unknown.
 
@@ -54,21 +70,16 @@ def pid_headroom() -> int | None:
     it counts the user's processes, which are not counted here).
     """
     limits = []
-    for d in {p for p in (_cgroup_dir(), Path("/sys/fs/cgroup")) if p is not None}:
+    for d in _cgroup_dirs():
         try:
             cap = (d / "pids.max").read_text().strip()
             if cap != "max":
                 limits.append(int(cap) - int((d / "pids.current").read_text().strip()))
         except (OSError, ValueError):
             continue
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-        if soft != resource.RLIM_INFINITY and soft > 0:
-            limits.append(int(soft))  # per user, processes already running not counted: a cap only
-    except (ImportError, OSError, ValueError, AttributeError):
-        pass
+    nproc = _nproc_limit()
+    if nproc is not None:
+        limits.append(nproc)  # per user, the processes already running not counted: a cap only
     return max(0, min(limits)) if limits else None
 
 
