@@ -29,7 +29,7 @@ from moestat.cli.common import (
     prepare_out,
     usage_errors,
 )
-from moestat.rates.backends import ClusterOptions, check_scheduler, scheduler_from_file
+from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 
@@ -155,16 +155,6 @@ def build_parser() -> ArgumentParser:
 
 #: Flags of the cluster connection: not part of the configuration (they never change a number).
 CLUSTER_FLAGS = ("scheduler_file", "worker_timeout", "allow_worker_mismatch", "tls_ca_file", "tls_cert", "tls_key")
-
-
-def require_cluster_extra(flag: str) -> None:
-    """One line naming the ``[cluster]`` extra when dask.distributed is missing (not a
-    ``ModuleNotFoundError`` traceback)."""
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        raise ValueError(f"{flag} needs dask.distributed, which is not installed: pip install -e .[cluster] "
-                         "(or pip install 'moestat[cluster]')") from None
 
 
 def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:

@@ -22,7 +22,6 @@ from moestat.cli.common import (
     seed_int,
     prepare_out,
     nonneg_float,
-    nonneg_int,
     positive_int,
     usage_errors,
 )

@@ -23,7 +23,6 @@ from moestat.cli.common import (
     learning_rate,
     seed_int,
     nonneg_float,
-    nonneg_int,
     positive_int,
     usage_errors,
 )

@@ -15,7 +15,6 @@ from moestat.cli.common import (
     cleaned_on_interrupt,
     int_list,
     learning_rate,
-    nonneg_float,
     positive_int,
     prepare_out,
     usage_errors,

@@ -43,7 +43,7 @@ from typing import Any
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.seeding import MAX_SEED
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_scenario_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
+from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory, check_truth_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -160,14 +160,7 @@ class ScenarioSpec:
         if not _is_number(self.noise_var) or not math.isfinite(self.noise_var) or self.noise_var < 0:
             raise ValueError(f"noise_var must be a finite number >= 0, got {self.noise_var!r}")
         if not self.scenario_file and self.family == "regression":
-            # drawing the truth compares every pair of atoms (moestat.data.synthetic.draw_truth: a
-            # k x k cosine matrix and k x k x (d + 1) expert distances, float64): --k-true 100000 asked
-            # for 75 GiB and failed with MemoryError after the folder was written
-            k = max(self.k_true, self.k_fit or 0)
-            from moestat.resources import check_memory
-
-            check_memory(8.0 * k * k * (self.d + 2), f"--k-true {self.k_true}: the truth's {k} x {k} atom comparisons",
-                         "lower --k-true (the theorems' scenarios use 2 to 5 atoms)")
+            check_truth_memory(self.k_true, self.k_fit, self.d)
         if self.noise_var <= 0:
             raise ValueError(f"noise_var must be > 0, got {self.noise_var!r}")
         if not isinstance(self.scenario_file, str):
@@ -622,14 +615,7 @@ class RatesConfig:
             sc = build_scenario(self.scenario_key(r))
             build_estimator(self.estimator, sc, self.max_iter, 0, self.device)
             if self.family == "regression" and not self.scenario_file and self.estimator != "null":
-                # the fit needs at least one sample per free parameter (checked again by the
-                # estimator, but only inside the first work unit, after the folder was written)
-                from moestat.estimators.validation import n_free_params
-
-                P = n_free_params(sc.k_fit, sc.d)
-                if min(self.ns) < P:
-                    raise ValueError(f"--n-min {min(self.ns)}: fewer samples than the {P} free parameters of a "
-                                     f"{sc.k_fit}-atom fit in dimension {sc.d}; use --n-min {P} or more")
+                check_enough_samples(min(self.ns), sc.k_fit, sc.d)
             check_scenario_memory(sc, max(self.ns), min(self.reps, self.chunk or self.reps))
         return self
 

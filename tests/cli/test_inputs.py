@@ -329,3 +329,26 @@ def test_threads_and_n_jobs_bounds_follow_the_affinity_set(monkeypatch):
         assert n_jobs_int(str(res.JOBS_PER_CORE * cores)) == res.JOBS_PER_CORE * cores
         with pytest.raises(argparse.ArgumentTypeError):
             n_jobs_int(str(res.JOBS_PER_CORE * cores + 1))
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_the_idx_header_check_accepts_what_write_idx_writes_and_refuses_a_cut_file(tmp_path, suffix):
+    import numpy as np
+
+    from moestat.data.images import check_idx_header, write_idx
+
+    path = write_idx(tmp_path / f"a-idx3-ubyte{suffix}", np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
+    assert check_idx_header(path) == (2, 3, 4)
+    if not suffix:  # the payload's size is known without decompressing only for a plain file
+        path.write_bytes(path.read_bytes()[:-1])
+        with pytest.raises(ValueError, match="truncated IDX payload"):
+            check_idx_header(path)
+
+
+def test_crlf_conll_files_still_read_as_before(tmp_path):
+    from moestat.data.text_tasks import read_conll
+
+    text = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"
+    (tmp_path / "unix.txt").write_text(text, encoding="utf-8", newline="\n")
+    (tmp_path / "dos.txt").write_text(text, encoding="utf-8", newline="\r\n")
+    assert read_conll(tmp_path / "dos.txt") == read_conll(tmp_path / "unix.txt")
