@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "sync_file", "read_jsonl", "ensure_writable_dir",
-           "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config"]
+           "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config", "regular_file", "not_text"]
 
 
 def _read_umask() -> int:
@@ -257,3 +257,39 @@ def check_run_config(out_dir: str | os.PathLike, result: dict, resume: bool, sto
         raise ValueError(f"--resume: {out_dir} was written with other settings (differs in: {shown}"
                          f"{', ...' if len(diff) > 4 else ''}); resume with those settings or choose a new --out")
     return stored
+
+
+def regular_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` if it is a regular file; otherwise a one-line ``ValueError`` saying what it is.
+
+    A folder, a FIFO or a device given where a file is read is named as such (reading a FIFO would
+    block, ``/dev/zero`` never ends), not reported as missing.  ``what`` names the input
+    (``--config``, ``config file``, ...) and starts the message.
+    """
+    import stat
+
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise ValueError(f"{what} {p} does not exist") from None
+    except NotADirectoryError:
+        raise ValueError(f"{what} {p}: a part of the path is not a folder") from None
+    except PermissionError:
+        raise ValueError(f"{what} {p} cannot be read (permission denied)") from None
+    if stat.S_ISREG(mode):
+        return p
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise ValueError(f"{what} {p} is {kind}, not a file")
+
+
+def not_text(path: str | os.PathLike, exc: UnicodeDecodeError, what: str = "file", line: int | None = None) -> ValueError:
+    """The one-line error for a file that is not UTF-8 text (binary, Latin-1, ...): names the file,
+    the line if known and the first bad byte, instead of the codec's bare message."""
+    where = f"{path}:{line}" if line else str(path)
+    bad = exc.object[exc.start:exc.start + 1].hex() if isinstance(exc.object, (bytes, bytearray)) else "?"
+    return ValueError(f"{what} {where} is not UTF-8 text (byte 0x{bad} at offset {exc.start}"
+                      f"{' of the line' if line else ''}); convert it to UTF-8 or give another file")
+

@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported on first use, so that importing this module stays cheap
     import torch
 
-__all__ = ["SeedLike", "numpy_generator", "torch_generator", "int_seed", "spawn_int_seeds"]
+__all__ = ["MAX_SEED", "SeedLike", "numpy_generator", "torch_generator", "int_seed", "spawn_int_seeds"]
 
 SeedLike = Union[int, np.integer, np.random.SeedSequence, np.random.Generator, None]
 
@@ -113,6 +113,12 @@ def spawn_int_seeds(random_state: int, count: int) -> list[int]:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
     return [int_seed(s) for s in np.random.SeedSequence(int(random_state)).spawn(int(count))]
 
+
+#: Largest seed a door accepts (``--seed``, ``--split-seed``, ``--truth-seed``, and the same keys in a
+#: config file): the range of a signed 64-bit integer, which the stores read back (pandas' int64
+#: column of ``results.csv``), and below which ``seed + run`` stays under the torch limit below for
+#: any realistic number of runs.  Every door uses this one bound (issue 35).
+MAX_SEED = 2**63 - 1
 
 #: ``torch.Generator.manual_seed`` takes a seed below 2**64 (numpy takes larger ones).
 _TORCH_SEED_LIMIT = 2**64

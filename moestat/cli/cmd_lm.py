@@ -15,6 +15,8 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    learning_rate,
+    positive_finite,
     prepare_out,
     name_choice,
     nonneg_float,
@@ -60,8 +62,8 @@ def build_parser() -> ArgumentParser:
     }
     for name, what in sizes.items():
         g.add_argument("--" + name.replace("_", "-"), type=positive_int, default=None, help=f"{what} (default: the preset's)")
-    g.add_argument("--lr", type=float, default=None, help="Adam learning rate (default: the preset's)")
-    g.add_argument("--temperature", type=float, default=None, help="cosine score divisor (default 0.3)")
+    g.add_argument("--lr", type=learning_rate, default=None, help="Adam learning rate (default: the preset's)")
+    g.add_argument("--temperature", type=positive_finite, default=None, help="cosine score divisor (default 0.3)")
     g.add_argument("--tau", type=nonneg_float, default=None, help="perturbed cosine tau1 = tau2 (default 0.1)")
     g.add_argument("--balance-coef", type=nonneg_float, default=None, help="Switch balance loss weight (default 0.01)")
     g.add_argument("--dropout", type=nonneg_float, default=None, help="dropout rate (default 0)")

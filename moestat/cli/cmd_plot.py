@@ -29,6 +29,24 @@ def _list(text: str) -> list[str]:
     return parts
 
 
+#: Characters the figure's atomic write adds to ``--name`` in its temporary file's name
+#: (``.NAME.png.XXXXXXXX.png``, :func:`moestat.io.atomic_savefig`).
+TMP_NAME_EXTRA = len("..png.XXXXXXXX.png")
+
+
+def check_name_length(name: str, run_dir: str) -> None:
+    """Refuse a ``--name`` whose files the file system cannot hold (its ``NAME_MAX``, usually 255)."""
+    import os
+
+    try:
+        name_max = os.pathconf(run_dir if os.path.isdir(run_dir) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    if len(name.encode()) + TMP_NAME_EXTRA > name_max:
+        raise ValueError(f"--name is {len(name.encode())} bytes long; file names here are at most {name_max} bytes and "
+                         f"the figure's temporary file adds {TMP_NAME_EXTRA}: use at most {name_max - TMP_NAME_EXTRA}")
+
+
 def build_parser() -> ArgumentParser:
     """The argument parser of ``moestat plot``."""
     p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv, with "
@@ -46,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat plot``."""
     args = build_parser().parse_args(argv)
     with usage_errors():
+        if args.name is not None:
+            check_name_length(args.name, args.run_dir)
         plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name,
                               overwrite=args.overwrite)
     for note in plan.notes:

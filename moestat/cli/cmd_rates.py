@@ -25,10 +25,11 @@ from moestat.cli.common import (
     nonneg_float,
     nonneg_int,
     positive_int,
+    seed_int,
     prepare_out,
     usage_errors,
 )
-from moestat.rates.backends import ClusterOptions, check_scheduler, scheduler_from_file
+from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 
@@ -89,7 +90,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--k-fit", type=positive_int, help="fitted atoms (default k* exact, k*+1 over)")
     g.add_argument("--k-active-fit", type=_k_active, help="K-bar of the fit, 'auto' (Prop. 1 minimum) or 'dense'; default auto")
     g.add_argument("--noise-var", type=_float, help="noise variance nu; default 0.01")
-    g.add_argument("--truth-seed", type=nonneg_int, help="seed of the true parameters; default 240514131")
+    g.add_argument("--truth-seed", type=seed_int, help="seed of the true parameters; default 240514131")
     g.add_argument("--scenario", dest="scenario_file", metavar="FILE",
                    help="a user scenario, FILE.toml or path/file.py:function (docs: Add your own model); "
                         "replaces --router and the scenario flags above; default none (the built-in scenarios)")
@@ -179,6 +180,7 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
     reads for a ``tls://`` address)."""
     tls = {k: getattr(ns, f"tls_{k.replace('-', '_')}") for k in ("ca-file", "cert", "key") if hasattr(ns, f"tls_{k.replace('-', '_')}")}
     if tls:
+        require_cluster_extra(f"--tls-{next(iter(tls))}")
         import dask
 
         for k, path in tls.items():
@@ -190,6 +192,22 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
                           allow_mismatch=getattr(ns, "allow_worker_mismatch", False))
 
 
+def check_config_file(path: str, values: dict[str, Any]) -> None:
+    """Check every value of a ``--config`` file with the type of its flag, whether or not a flag
+    overrides it (a file must not hold a value the command line would refuse, unnoticed until the
+    day the flag is dropped).  Keys the parser does not know are left to :meth:`RatesConfig.replace`."""
+    types = {a.dest: a.type for a in build_parser()._actions if a.type is not None}
+    for key, value in values.items():
+        parse = types.get(key)
+        if parse is None or isinstance(value, bool):
+            continue
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        try:
+            parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"config file {path}: {key} = {value!r}: {exc}") from None
+
+
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
     from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
@@ -198,7 +216,15 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     if hasattr(ns, "preset"):
         data.update(preset_dict(ns.preset))
     if hasattr(ns, "config"):
-        data.update({str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()})
+        file_values = {str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()}
+        check_config_file(ns.config, file_values)
+        data.update(file_values)
+        if "router" in file_values and "scenario_file" in file_values:
+            raise ValueError(f"config file {ns.config}: router and scenario_file both set; the scenario file defines "
+                             "the router")
+    if hasattr(ns, "router") and (hasattr(ns, "scenario_file") or "scenario_file" in data):
+        # the scenario file states its own gate: a --router next to it would be dropped without a word
+        raise ValueError("--router cannot be combined with --scenario: the scenario file defines the router")
     for k, v in vars(ns).items():
         if k not in ("preset", "config", "out", "resume", *CLUSTER_FLAGS, *OUTPUT_FLAGS):
             data[k] = v
@@ -221,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     resume = getattr(ns, "resume", False)
     with usage_errors():
         config = config_from_args(ns)
+        if config.backend == "dask":
+            require_cluster_extra("--backend dask" if not getattr(ns, "scheduler_file", None) else "--scheduler-file")
         config.validate()
         cluster = cluster_from_args(ns)
         if config.backend == "dask":  # reached now, within seconds, before anything is written

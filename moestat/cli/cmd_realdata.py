@@ -16,9 +16,12 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    check_comma_list,
+    learning_rate,
+    positive_finite,
+    seed_int,
     prepare_out,
     nonneg_float,
-    nonneg_int,
     positive_int,
     usage_errors,
 )
@@ -54,9 +57,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seeds", type=positive_int, default=3, help="runs per gate (seeds --seed, --seed + 1, ...)")
     add_seed(p, help="seed of the first run; run s of a gate uses --seed + s")
     # --base-seed was this command's spelling of --seed; kept as a hidden alias
-    p.add_argument("--base-seed", dest="seed", type=nonneg_int, help=argparse.SUPPRESS)
+    p.add_argument("--base-seed", dest="seed", type=seed_int, help=argparse.SUPPRESS)
     p.add_argument("--batch-size", type=positive_int, default=256, help="mini-batch size")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (> 0)")
+    p.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam learning rate (> 0)")
     p.add_argument("--lr-schedule", choices=("constant", "cosine"), default="constant", help="constant, or cosine annealing to 0")
     p.add_argument("--expert-hidden", type=positive_int, default=64, help="hidden width of each expert MLP")
     p.add_argument("--gate-hidden", type=int, default=0, help="gate MLP hidden width (0: linear router)")
@@ -64,10 +67,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--combine", choices=("probs", "logits"), default="probs", help="mix expert probabilities (output mixture) or logits (pre-softmax)")
     p.add_argument("--method", choices=CLASSIFIER_METHODS, default=None, help="override the gate's training method (default: the gate's own)")
     p.add_argument("--tau", type=nonneg_float, default=1.0, help="perturbed cosine tau1 = tau2")
-    p.add_argument("--temperature", type=float, default=1.0, help="cosine score divisor")
+    p.add_argument("--temperature", type=positive_finite, default=1.0, help="cosine score divisor")
     p.add_argument("--no-k1-fix", action="store_true", help="literal top-1 softmax (zero gate gradient)")
     p.add_argument("--val-fraction", type=float, default=1 / 12, help="share of the training images held out for choosing the best epoch (default 1/12)")
-    p.add_argument("--split-seed", type=nonneg_int, default=0,
+    p.add_argument("--split-seed", type=seed_int, default=0,
                    help="seed of the validation (and digits test) split (default 0; see moestat.data.images)")
     p.add_argument("--max-train", type=positive_int, default=None, help="use at most this many training images (default: all)")
     add_device(p)
@@ -117,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _use_stored_settings(a)
         if a.compare is not None and not a.compare.strip():
             raise ValueError("--compare: give comma-separated gates, 'all' or 'thesis' (an empty list would run --gate)")
+        check_comma_list(a.compare, "--compare")
         gates = parse_gates(a.compare) if a.compare is not None else parse_gates(a.gate)
         if a.k > a.experts:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")

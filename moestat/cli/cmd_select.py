@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = SelectConfig(scenario=args.scenario, k_bars=tuple(args.k_bar), ns=tuple(args.n), replicates=args.reps,
                               seed=args.seed, n_starts=args.starts, chunk=args.chunk, init_scale=args.init_scale,
                               max_iter=args.max_iter)
+        _check_memory(config)
         _check_out(args.out, config, args.resume)
     try:
         summary = run_select(config, args.out, resume=args.resume, verbose=not args.quiet)
@@ -79,6 +80,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.quiet:
         print("wrote " + ", ".join(summary["files"]))
     return 0
+
+
+def _check_memory(config) -> None:
+    """Refuse a grid whose largest unit cannot be held: one unit draws ``min(chunk, reps)`` data sets
+    of the largest ``n`` (inputs ``[n, d]``, responses) and fits them with up to ``max(K_bar)``
+    experts (responsibilities ``[n, K]``), float64 -- a lower bound on what it allocates.
+    ``--n 1000000000000`` asked for 7.28 TiB and failed after config.json was written."""
+    from moestat.resources import check_memory
+
+    n, reps = max(config.ns), min(config.chunk, config.replicates)
+    d = int(getattr(config.scenario_object(), "d", 1))
+    check_memory(8.0 * n * reps * (d + 2 + max(config.k_bars)),
+                 f"--n {n}: one unit ({reps} replicates of {n} samples, up to {max(config.k_bars)} experts) would",
+                 "lower --n (or --chunk)")
 
 
 def _check_out(out: str, config, resume: bool) -> None:

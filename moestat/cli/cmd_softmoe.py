@@ -20,12 +20,13 @@ from moestat.cli.common import (
     NOTHING_KEPT,
     prepare_out,
     int_list,
+    learning_rate,
+    seed_int,
     nonneg_float,
-    nonneg_int,
     positive_int,
     usage_errors,
 )
-from moestat.data.images import find_idx_files
+from moestat.data.images import check_idx_header, find_idx_files
 from moestat.experiments.softmoe_norm_target import run_norm_target, write_norm_outputs
 from moestat.experiments.softmoe_subsets import run_subsets, subset_sizes, write_subset_outputs
 from moestat.nn.softmoe import parse_tokenisation
@@ -38,7 +39,7 @@ ON_INTERRUPT = NOTHING_KEPT
 
 def _seed_alias(p: ArgumentParser) -> None:
     # --random-state was this command's spelling of --seed; kept as a hidden alias
-    p.add_argument("--random-state", dest="seed", type=nonneg_int, help=argparse.SUPPRESS)
+    p.add_argument("--random-state", dest="seed", type=seed_int, help=argparse.SUPPRESS)
 
 
 def build_parser() -> ArgumentParser:
@@ -54,7 +55,7 @@ def build_parser() -> ArgumentParser:
     a.add_argument("--tokens", default="5x2,2x5", help="comma-separated tokenisations m x d of R^10 (default 5x2,2x5)")
     a.add_argument("--experts", type=int_list, default=[1, 2, 5, 10], help="numbers of experts (default 1,2,5,10)")
     a.add_argument("--batch-size", type=positive_int, default=256, help="samples per Adam step")
-    a.add_argument("--lr", type=nonneg_float, default=1e-3, help="Adam learning rate (> 0)")
+    a.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam learning rate (> 0)")
     a.add_argument("--budget-factor", type=nonneg_float, default=10.0, help="expert width c*d/n (default c=10)")
     a.add_argument("--eval-size", type=positive_int, default=20000, help="fresh samples for the final mean squared error")
     add_seed(a)
@@ -79,7 +80,7 @@ def build_parser() -> ArgumentParser:
     b.add_argument("--split", choices=("test", "val"), default="test",
                    help="evaluate on the test split, or on a validation split carved from the training split "
                         "(for choosing settings; default test)")
-    b.add_argument("--split-seed", type=nonneg_int, default=0,
+    b.add_argument("--split-seed", type=seed_int, default=0,
                    help="seed of the digits test split and of the validation split (default 0: the split of every "
                         "digits run)")
     b.add_argument("--experts", type=int_list, default=[4, 8, 16], help="numbers of experts n, one model per n and model seed")
@@ -90,7 +91,7 @@ def build_parser() -> ArgumentParser:
     b.add_argument("--epochs", type=positive_int, default=None, help="training epochs (default: 60 digits, 5 fashion-mnist)")
     b.add_argument("--steps", type=positive_int, default=3000, help="Adam steps for --dataset norm")
     b.add_argument("--batch-size", type=positive_int, default=None, help="mini-batch size (default: 64 digits, 256 otherwise)")
-    b.add_argument("--lr", type=nonneg_float, default=1e-3, help="Adam learning rate (> 0)")
+    b.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam learning rate (> 0)")
     b.add_argument("--budget-factor", type=nonneg_float, default=None, help="expert width c*d/n (default: c = 4 conv, 16 digits patch, 4 fashion-mnist, 16 norm)")
     b.add_argument("--patch", type=positive_int, default=None, help="patch side of the patch model (default: 4 digits, 14 fashion-mnist)")
     b.add_argument("--tokens", default="5x2", help="tokenisation for --dataset norm")
@@ -109,6 +110,9 @@ def build_parser() -> ArgumentParser:
 
 SUBCOMMANDS = ("norm-target", "subsets")  # moestat.cli.main prefixes messages with "moestat softmoe <it>"
 IMAGE_SIDE = {"digits": 8, "fashion-mnist": 28}  # scikit-learn's 8x8 digits, Fashion-MNIST's 28x28
+#: Most experts of one model, as ``moestat toy``: each is a network of its own (100 000 of them ran
+#: for minutes before anything was said).
+MAX_EXPERTS = 1024
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise ValueError(f"--tokens {t!r} must multiply to 10, the dimension of X")
             if args.lr <= 0 or args.budget_factor <= 0:
                 raise ValueError("--lr and --budget-factor must be positive")
+            if max(args.experts) > MAX_EXPERTS:  # each expert is a network of its own (as moestat toy)
+                raise ValueError(f"--experts must be at most {MAX_EXPERTS} (the paper's Appendix B uses 1 to 10), "
+                                 f"got {max(args.experts)}")
             prepare_out(args.out, None)
         apply_threads(args, args.n_jobs)
         with cleaned_on_interrupt(args.out):
@@ -142,6 +149,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError("--arch applies to the image datasets only, not to --dataset norm")
         elif (args.arch or ("conv" if args.dataset == "digits" else "patch")) == "conv" and args.patch is not None:
             raise ValueError("--patch applies to --arch patch only (the conv model's tokens come from --grid)")
+        if args.dataset != "norm" and args.grid > IMAGE_SIDE[args.dataset]:
+            # the conv stem keeps the image side (3x3 kernels, padding 1); pooling it to a larger
+            # grid only repeats cells, and grid^2 tokens make every layer and the subset search grow
+            side = IMAGE_SIDE[args.dataset]
+            raise ValueError(f"--grid {args.grid} exceeds the {args.dataset} image side {side} (the conv model pools "
+                             f"the {side}x{side} feature map to grid x grid tokens)")
+        if max(args.experts) > MAX_EXPERTS:
+            raise ValueError(f"--experts must be at most {MAX_EXPERTS} (the paper's Sections 4.2-4.4 use 4 to 16), "
+                             f"got {max(args.experts)}")
         elif args.patch is not None:
             side = IMAGE_SIDE[args.dataset]  # the model would refuse it only after --out exists
             if args.patch < 1 or side % args.patch:
@@ -150,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not any(subset_sizes(n, args.k_fracs, args.k) for n in args.experts):
             raise ValueError("no (n, k) pair to evaluate: check --experts and --k-fracs/--k")
         if args.dataset == "fashion-mnist":
-            find_idx_files("fashion-mnist", args.data_path)  # fail before --out is created
+            for f in find_idx_files("fashion-mnist", args.data_path).values():  # fail before --out is created,
+                check_idx_header(f)  # as realdata does: random bytes are refused naming the file
         prepare_out(args.out, None)
     apply_threads(args)
     with cleaned_on_interrupt(args.out):

@@ -15,6 +15,8 @@ from moestat.cli.common import (
     add_quiet,
     add_resume,
     add_seed,
+    check_comma_list,
+    learning_rate,
     prepare_out,
     positive_int,
     usage_errors,
@@ -54,7 +56,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seeds", type=positive_int, default=1, help="runs per model (seeds --seed, --seed + 1, ...)")
     add_seed(p, help="seed of the first run; run s of a model uses --seed + s")
     p.add_argument("--batch-size", type=positive_int, default=32, help="sentences per mini-batch")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (the study names none)")
+    p.add_argument("--lr", type=learning_rate, default=1e-3, help="Adam learning rate (the study names none)")
     p.add_argument("--max-len", type=positive_int, default=None, help="default 128 (conll), 256 (squad), 40 (demo spans)")
     p.add_argument("--max-train", type=positive_int, default=None, help="use the first N training examples (default: all)")
     p.add_argument("--demo-train", type=positive_int, default=1500, help="demo task: training sentences")
@@ -75,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with usage_errors():
         if a.compare is not None and not a.compare.strip():
             raise ValueError("--compare: give comma-separated models or 'all' (an empty list would run --gate)")
+        check_comma_list(a.compare, "--compare")
         gates = parse_gates(a.compare) if a.compare is not None else parse_gates(a.gate)
         if a.k > a.experts:
             raise ValueError(f"--k {a.k} must not exceed --experts {a.experts}")

@@ -72,12 +72,13 @@ def _validate(args) -> None:
             raise ValueError(f"--only: unknown check(s) {', '.join(bad)}")
     if args.n_max is not None and args.n_max < 64:
         raise ValueError(f"--n-max must be at least 64, got {args.n_max}")
-    if args.n_max is not None:  # a MemoryError after the report folder exists is bad input found late
-        from moestat.experiments.theory.grids import check_grid_memory
-
-        check_grid_memory(args.mode, args.n_max, args.reps)
     if args.reps is not None and args.reps < MIN_REPS:
         raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
+    # a MemoryError after the report folder exists is bad input found late; --reps alone can ask for
+    # one too (--reps 1000000000 at the mode's own n-max), so the check runs whatever is given
+    from moestat.experiments.theory.grids import GRIDS, check_grid_memory
+
+    check_grid_memory(args.mode, args.n_max or GRIDS[args.mode]["n_max"], args.reps)
     # the settings every stored rate run of the folder shares: a resume with others is refused here,
     # before any check runs (the rate runs would refuse one by one, after the others had run)
     settings = _settings(args)

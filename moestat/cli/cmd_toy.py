@@ -14,7 +14,7 @@ from moestat.cli.common import (
     apply_threads,
     cleaned_on_interrupt,
     int_list,
-    nonneg_float,
+    learning_rate,
     positive_int,
     prepare_out,
     usage_errors,
@@ -45,7 +45,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--experts", type=int_list, default=None, help="number(s) of experts, e.g. 3,5 (default: 3,5 classify; 2 regress)")
     p.add_argument("--runs", type=positive_int, default=10, help="independent runs per configuration (default 10)")
     p.add_argument("--epochs", type=positive_int, default=40, help="training epochs (default 40)")
-    p.add_argument("--lr", type=nonneg_float, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--lr", type=learning_rate, default=0.01, help="learning rate (default 0.01)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="mini-batch size (default 64)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="rmsprop", help="default rmsprop (thesis toy)")
     add_seed(p, help="root seed of data, initialisation and shuffling")

@@ -42,7 +42,16 @@ __all__ = [
     "positive_int",
     "nonneg_int",
     "nonneg_float",
+    "seed_int",
+    "MAX_SEED",
+    "n_jobs_int",
+    "threads_int",
+    "learning_rate",
+    "positive_finite",
+    "MAX_LR",
+    "input_file",
     "int_list",
+    "check_comma_list",
     "name_choice",
     "add_seed",
     "add_out",
@@ -215,6 +224,82 @@ positive_int = _int_at_least(1, "a positive integer")
 nonneg_int = _int_at_least(0, "a non-negative integer")
 
 
+from moestat.seeding import MAX_SEED  # noqa: E402  (one bound for every seed flag; see there)
+
+
+def seed_int(text: str) -> int:
+    """argparse type of every seed flag: an integer in ``[0, MAX_SEED]``."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    if v > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed of at most 2**63 - 1 = {MAX_SEED}, got {text!r}")
+    return v
+
+
+def n_jobs_int(text: str) -> int:
+    """argparse type of ``--n-jobs``: a positive integer the machine can run
+    (:func:`moestat.resources.max_n_jobs`: a few per usable core, under the process limit)."""
+    from moestat.resources import max_n_jobs
+
+    v = positive_int(text)
+    limit, why = max_n_jobs()
+    if v > limit:
+        raise argparse.ArgumentTypeError(f"{v} worker processes exceed this machine's limit of {limit} ({why})")
+    return v
+
+
+def threads_int(text: str) -> int:
+    """argparse type of ``--threads``: 0 (the default rule) up to the usable cores (more threads than
+    cores only wait on each other; 100 000 of them exhaust memory)."""
+    from moestat.threads import available_cores
+
+    v = nonneg_int(text)
+    cores = available_cores()
+    if v > cores:
+        raise argparse.ArgumentTypeError(f"{v} threads exceed the {cores} usable core{'s' if cores > 1 else ''} "
+                                         "of this process (os.sched_getaffinity)")
+    return v
+
+
+def positive_finite(text: str) -> float:
+    """argparse type: a finite number > 0 (``inf`` and ``nan`` refused)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (0 < v < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+#: Largest ``--lr`` of the network doors.  Adam and RMSprop move every weight by about ``lr`` per
+#: step whatever the gradient's scale, so above 1 the first steps put weights of unit-scale
+#: networks far out of range (``--lr 1e300`` overflows to inf at once); SGD's steps are
+#: ``lr x gradient``, no safer.
+MAX_LR = 1.0
+
+
+def learning_rate(text: str) -> float:
+    """argparse type of ``--lr``: a number in ``(0, MAX_LR]``."""
+    v = positive_finite(text)
+    if v > MAX_LR:
+        raise argparse.ArgumentTypeError(f"expected a learning rate in (0, {MAX_LR:g}] (Adam/RMSprop move each weight by "
+                                         f"about lr per step), got {text!r}")
+    return v
+
+
+def input_file(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` if it is a regular file, else a one-line ``ValueError`` saying what it is
+    (:func:`moestat.io.regular_file`)."""
+    from moestat.io import regular_file
+
+    return regular_file(path, flag)
+
+
 def nonneg_float(text: str) -> float:
     """argparse type: a finite float >= 0."""
     try:
@@ -224,6 +309,13 @@ def nonneg_float(text: str) -> float:
     if not (v >= 0 and v != float("inf")):
         raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
     return v
+
+
+def check_comma_list(text: str | None, flag: str) -> None:
+    """Refuse an empty name in a comma list (``dense,,cosine``: a typo, not a request), as
+    :func:`name_choice` does for the lists it parses."""
+    if text is not None and "," in text and not all(t.strip() for t in text.split(",")):
+        raise ValueError(f"{flag}: an empty name in the comma list {text!r}")
 
 
 def int_list(text: str) -> list[int]:
@@ -266,7 +358,7 @@ def name_choice(known: Sequence[str], aliases: dict[str, str] | None = None, *, 
 # options that mean the same thing in every subcommand
 # ---------------------------------------------------------------------------------------------
 def add_seed(p, default: int | None = 0, help: str = "root seed of every random stream") -> None:
-    p.add_argument("--seed", type=nonneg_int, default=default if default is not None else argparse.SUPPRESS,
+    p.add_argument("--seed", type=seed_int, default=default if default is not None else argparse.SUPPRESS,
                    help=f"{help} (default {default if default is not None else 0})")
 
 
@@ -343,14 +435,15 @@ _CURRENT_DOOR: list = [None]
 
 @contextmanager
 def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
-    """For doors that write their results only at the end: on Ctrl-C, remove ``out`` if it holds
-    nothing but its lock and door marker (the door created it), so an interrupted run leaves
-    nothing behind."""
+    """For doors that write their results only at the end: on Ctrl-C -- or any failure before the
+    results are written -- remove ``out`` if it holds nothing but its lock and door marker (the door
+    created it), so an interrupted or failed start leaves nothing behind that a rerun would refuse
+    as "not empty" (issue 35: a diverged softmoe run left a folder holding only ``.moestat-door``)."""
     from moestat.folder_lock import DOOR_NAME, LOCK_NAME, unlock_out
 
     try:
         yield
-    except KeyboardInterrupt:
+    except BaseException:
         path = Path(out)
         if path.is_dir() and not any(p.name not in (LOCK_NAME, DOOR_NAME) for p in path.iterdir()):
             unlock_out(path)
@@ -361,7 +454,7 @@ def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
 
 
 def add_n_jobs(p, default: int | None = 1) -> None:
-    p.add_argument("--n-jobs", type=positive_int, default=default if default is not None else argparse.SUPPRESS,
+    p.add_argument("--n-jobs", type=n_jobs_int, default=default if default is not None else argparse.SUPPRESS,
                    help=f"parallel workers; results do not depend on it (default {default if default is not None else 1})")
 
 
@@ -393,9 +486,9 @@ def add_resume(p, help: str = "continue the run in --out, skipping what is finis
 
 
 def add_threads(p) -> None:
-    p.add_argument("--threads", type=nonneg_int, default=0,
-                   help="torch and BLAS threads per worker (default 0: cores // n-jobs, so workers x threads never "
-                        "exceed the cores)")
+    p.add_argument("--threads", type=threads_int, default=0,
+                   help="torch and BLAS threads per worker, at most the usable cores (default 0: cores // n-jobs, so "
+                        "workers x threads never exceed the cores)")
 
 
 def apply_threads(args, n_jobs: int = 1) -> int:

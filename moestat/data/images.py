@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "check_idx_header",
     "DATASETS",
     "FASHION_MNIST_CLASSES",
     "RealDataset",
@@ -128,6 +129,36 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         raise ValueError(f"{path}: truncated IDX payload (expected {count} values of shape {shape})")
     arr = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)
+
+
+def check_idx_header(path: str | os.PathLike) -> tuple[int, ...]:
+    """The shape in an IDX file's header, checked as :func:`read_idx` checks it, without reading the
+    payload (a door validates its input files before ``--out`` exists; the images are read later).
+
+    Raises
+    ------
+    ValueError
+        The messages of :func:`read_idx`: bad magic number, unknown type code, truncated header, or
+        (for an uncompressed file) a payload shorter than the header's shape.
+    """
+    path = Path(path)
+    with _open(path) as fh:
+        head = fh.read(4)
+        if len(head) < 4 or head[0] != 0 or head[1] != 0:
+            raise ValueError(f"{path} is not an IDX file (bad magic number)")
+        code, ndim = head[2], head[3]
+        if code not in _IDX_DTYPES:
+            raise ValueError(f"{path}: unknown IDX type code 0x{code:02x}")
+        dims = fh.read(4 * ndim)
+    if len(dims) < 4 * ndim:
+        raise ValueError(f"{path}: truncated IDX header")
+    shape = tuple(int(v) for v in np.frombuffer(dims, dtype=">u4", count=ndim))
+    count = int(np.prod(shape)) if shape else 1
+    with open(path, "rb") as fh:
+        compressed = fh.read(2) == b"\x1f\x8b"
+    if not compressed and path.stat().st_size - 4 - 4 * ndim < count * _IDX_DTYPES[code].itemsize:
+        raise ValueError(f"{path}: truncated IDX payload (expected {count} values of shape {shape})")
+    return shape
 
 
 def write_idx(path: str | os.PathLike, array: np.ndarray) -> Path:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import math
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -463,6 +464,18 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
         raise _err(where, str(e)) from None
 
 
+def _scenario_path(path: str) -> Path:
+    """``path`` if it is a regular file; a folder, FIFO or device is named as such, not as missing."""
+    from moestat.io import regular_file
+
+    if not os.path.exists(path):
+        raise ScenarioFileError(f"{path}: no such file")
+    try:
+        return regular_file(path, "scenario file")
+    except ValueError as exc:
+        raise ScenarioFileError(str(exc)) from None
+
+
 def load_scenario(source: str) -> FileScenario:
     """A scenario from ``FILE.toml`` or ``path/file.py:function`` (the function returns a :class:`FileScenario`).
 
@@ -473,13 +486,14 @@ def load_scenario(source: str) -> FileScenario:
     """
     if ".py:" in source:
         path, func = source.rsplit(":", 1)
-        p = Path(path)
-        if not p.is_file():
-            raise ScenarioFileError(f"{path}: no such file")
+        p = _scenario_path(path)
         spec = importlib.util.spec_from_file_location(f"moestat_user_scenario_{p.stem}", p)
         mod = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(mod)
+        except SystemExit as e:  # sys.exit() in the user's file would end moestat with no word (issue 35)
+            raise ScenarioFileError(f"{path}: importing it called sys.exit({e.code!r}); a scenario file must define "
+                                    "the function, not run a program") from None
         except Exception as e:  # the user's code: report, do not crash
             raise ScenarioFileError(f"{path}: importing it failed: {e.__class__.__name__}: {e}") from None
         fn = getattr(mod, func, None)
@@ -487,14 +501,15 @@ def load_scenario(source: str) -> FileScenario:
             raise ScenarioFileError(f"{path}: no function {func!r}")
         try:
             sc = fn()
+        except SystemExit as e:
+            raise ScenarioFileError(f"{source}: the function called sys.exit({e.code!r}) instead of returning a "
+                                    "FileScenario") from None
         except Exception as e:
             raise ScenarioFileError(f"{source}: the function raised {e.__class__.__name__}: {e}") from None
         if not isinstance(sc, FileScenario):
             raise ScenarioFileError(f"{source}: must return a moestat FileScenario, got {type(sc).__name__}")
         return sc
-    p = Path(source)
-    if not p.is_file():
-        raise ScenarioFileError(f"{source}: no such file")
+    p = _scenario_path(source)
     try:
         data = tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

@@ -164,7 +164,12 @@ def load_corpus(name: str, path: str | os.PathLike | None = None, *, max_chars: 
             raise ValueError("--data-path is required for the corpus 'file'")
         if not p.is_file():
             raise FileNotFoundError(f"no text file at {p}")
-        text, source = p.read_text(encoding="utf-8"), str(p)
+        try:
+            text, source = p.read_text(encoding="utf-8"), str(p)
+        except UnicodeDecodeError as exc:  # Latin-1 or binary: name the file, not only the codec
+            from moestat.io import not_text
+
+            raise not_text(p, exc, "--data-path") from None
     if max_chars is not None:
         if int(max_chars) < 100:
             raise ValueError(f"max_chars must be at least 100, got {max_chars}")

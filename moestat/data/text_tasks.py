@@ -109,6 +109,19 @@ class TextTask:
     label_names: tuple[str, ...] = field(default=CONLL_TAGS)
 
 
+def _utf8_lines(path: Path, what: str):
+    """``(line number, text)`` of a UTF-8 file (``\\r\\n`` read as ``\\n``, as text mode does); a line
+    that is not UTF-8 (a binary or Latin-1 file) is one ``ValueError`` naming the file and line,
+    not the codec's message."""
+    from moestat.io import not_text
+
+    with open(path, "rb") as fh:
+        for no, raw in enumerate(fh, 1):
+            try:
+                yield no, raw.decode("utf-8").replace("\r\n", "\n")
+            except UnicodeDecodeError as exc:
+                raise not_text(path, exc, what, line=no) from None
+
 def tokenize(text: str) -> list[str]:
     """The study's regex tokeniser: ``\\w+`` runs and single punctuation marks.
 
@@ -154,21 +167,21 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
         tokens.clear()
         tags.clear()
 
-    with open(path, encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
-            parts = line.split()
-            if not parts:
-                flush()
-                continue
-            if parts[0] == "-DOCSTART-":
-                flush()
-                continue
-            if len(parts) != 4:
-                raise ValueError(f"{path}:{no}: expected 4 columns (token POS chunk NER), got {len(parts)}")
-            if parts[3] not in CONLL_TAGS:
-                raise ValueError(f"{path}:{no}: unknown NER tag {parts[3]!r}; expected one of {', '.join(CONLL_TAGS)}")
-            tokens.append(parts[0])
-            tags.append(parts[3])
+    # line by line: a binary or Latin-1 file is refused naming the file and the line
+    for no, line in _utf8_lines(path, "CoNLL file"):
+        parts = line.split()
+        if not parts:
+            flush()
+            continue
+        if parts[0] == "-DOCSTART-":
+            flush()
+            continue
+        if len(parts) != 4:
+            raise ValueError(f"{path}:{no}: expected 4 columns (token POS chunk NER), got {len(parts)}")
+        if parts[3] not in CONLL_TAGS:
+            raise ValueError(f"{path}:{no}: unknown NER tag {parts[3]!r}; expected one of {', '.join(CONLL_TAGS)}")
+        tokens.append(parts[0])
+        tags.append(parts[3])
     flush()
     if not sentences:
         raise ValueError(f"{path}: no sentence found")
@@ -191,6 +204,10 @@ def read_squad(path: str | Path, max_len: int = 256) -> tuple[list[SquadExample]
         raise FileNotFoundError(f"SQuAD 1.1 file not found: {path}; the data set is obtained from {SQUAD_SOURCE}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        from moestat.io import not_text
+
+        raise not_text(path, exc, "SQuAD file") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
     out: list[SquadExample] = []
@@ -234,23 +251,23 @@ def read_glove(path: str | Path, words: Iterable[str]) -> tuple[dict[str, np.nda
     wanted = {w.lower() for w in words}
     vectors: dict[str, np.ndarray] = {}
     total, n, dim = None, 0, None
-    with open(path, encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
-            parts = line.rstrip("\n").split(" ")
-            if dim is None:
-                dim = len(parts) - 1
-                if dim < 1:
-                    raise ValueError(f"{path}:{no}: expected 'word v1 ... vd', got one field")
-            if len(parts) != dim + 1:
-                raise ValueError(f"{path}:{no}: expected {dim} numbers after the word, got {len(parts) - 1}")
-            try:
-                v = np.asarray(parts[1:], dtype=np.float64)
-            except ValueError:
-                raise ValueError(f"{path}:{no}: a vector entry is not a number") from None
-            total = v if total is None else total + v
-            n += 1
-            if parts[0] in wanted:
-                vectors[parts[0]] = v.astype(np.float32)
+    # line by line: a binary or Latin-1 file is refused naming the file and the line
+    for no, line in _utf8_lines(path, "GloVe file"):
+        parts = line.rstrip("\n").split(" ")
+        if dim is None:
+            dim = len(parts) - 1
+            if dim < 1:
+                raise ValueError(f"{path}:{no}: expected 'word v1 ... vd', got one field")
+        if len(parts) != dim + 1:
+            raise ValueError(f"{path}:{no}: expected {dim} numbers after the word, got {len(parts) - 1}")
+        try:
+            v = np.asarray(parts[1:], dtype=np.float64)
+        except ValueError:
+            raise ValueError(f"{path}:{no}: a vector entry is not a number") from None
+        total = v if total is None else total + v
+        n += 1
+        if parts[0] in wanted:
+            vectors[parts[0]] = v.astype(np.float32)
     if n == 0:
         raise ValueError(f"{path}: empty GloVe file")
     return vectors, (total / n).astype(np.float32)

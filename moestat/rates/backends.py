@@ -26,7 +26,7 @@ from typing import Callable, Sequence, TypeVar
 from moestat.faults import ClusterFault, as_environment_fault
 from moestat.rates.worker_env import compare_environments, environment
 
-__all__ = ["ClusterOptions", "execute", "check_scheduler", "scheduler_from_file", "Progress"]
+__all__ = ["ClusterOptions", "execute", "check_scheduler", "require_cluster_extra", "scheduler_from_file", "Progress"]
 
 U = TypeVar("U")
 
@@ -53,6 +53,16 @@ class ClusterOptions:
     worker_timeout: float = 300.0
     allow_mismatch: bool = False
     gather_timeout: float = 5.0
+
+
+def require_cluster_extra(flag: str) -> None:
+    """Raise a one-line ``ValueError`` naming the ``[cluster]`` extra when dask.distributed is not
+    installed (``flag`` is what needs it), instead of a ``ModuleNotFoundError`` traceback."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ValueError(f"{flag} needs dask.distributed, which is not installed: pip install -e .[cluster] "
+                         "(or pip install 'moestat[cluster]')") from None
 
 
 def scheduler_from_file(path: str | os.PathLike) -> str:

@@ -41,8 +41,9 @@ from typing import Any
 
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
 from moestat.data.synthetic import ROUTERS, SETTINGS
+from moestat.seeding import MAX_SEED
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_scenario_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
+from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory, check_truth_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -143,8 +144,8 @@ class ScenarioSpec:
         if self.tau < 0:
             raise ValueError(f"tau must be >= 0, got {self.tau!r}")
         _positive_ints(self, ("d", "k_true"))
-        if not _is_int(self.truth_seed) or self.truth_seed < 0:
-            raise ValueError(f"truth_seed must be a non-negative integer, got {self.truth_seed!r}")
+        if not _is_int(self.truth_seed) or not 0 <= self.truth_seed <= MAX_SEED:
+            raise ValueError(f"truth_seed must be an integer in [0, 2**63 - 1], got {self.truth_seed!r}")
         for name in ("k_active", "k_active_fit"):
             v = getattr(self, name)
             if isinstance(v, str):
@@ -158,6 +159,8 @@ class ScenarioSpec:
             raise ValueError(f"k_fit must be a positive integer, got {self.k_fit!r}")
         if not _is_number(self.noise_var) or not math.isfinite(self.noise_var) or self.noise_var < 0:
             raise ValueError(f"noise_var must be a finite number >= 0, got {self.noise_var!r}")
+        if not self.scenario_file and self.family == "regression":
+            check_truth_memory(self.k_true, self.k_fit, self.d)
         if self.noise_var <= 0:
             raise ValueError(f"noise_var must be > 0, got {self.noise_var!r}")
         if not isinstance(self.scenario_file, str):
@@ -264,8 +267,8 @@ class GridSpec:
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
         _positive_ints(self, ("n_min", "n_max", "n_points", "reps", "holdout"))
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be an integer in [0, 2**63 - 1], got {self.seed!r}")
         if self.n_min > self.n_max:
             raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
         if self.reps < 2:
@@ -611,6 +614,8 @@ class RatesConfig:
             # dense linear gate) before anything is written
             sc = build_scenario(self.scenario_key(r))
             build_estimator(self.estimator, sc, self.max_iter, 0, self.device)
+            if self.family == "regression" and not self.scenario_file and self.estimator != "null":
+                check_enough_samples(min(self.ns), sc.k_fit, sc.d)
             check_scenario_memory(sc, max(self.ns), min(self.reps, self.chunk or self.reps))
         return self
 

@@ -219,9 +219,9 @@ def load_toml(path: str | os.PathLike) -> dict[str, Any]:
     ValueError
         Malformed TOML (one line naming the file and the parser's complaint).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
+    from moestat.io import regular_file
+
+    path = regular_file(path, "config file")  # a folder, FIFO or device is named as such
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-__all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory", "unhonoured_fields"]
+__all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory",
+           "check_truth_memory", "check_enough_samples", "unhonoured_fields"]
 
 
 def sample_sizes(n_min: int, n_max: int, n_points: int) -> list[int]:
@@ -76,17 +77,15 @@ def check_unit_memory(n: int, reps_per_unit: int, d: int, n_params: int,
     likelihood fits, a Jacobian or per-sample statistics of ``n`` rows by the number of parameters;
     ``8 (d + 2 + 2 P)`` bytes per sample and replicate is a lower bound on what the fit allocates
     (float64).  A grid over it would fail with ``MemoryError`` after the folder was written, so it is
-    bad input, found before anything is written.
+    bad input, found before anything is written.  Compared with the memory available now
+    (:func:`moestat.resources.available_memory`), not the machine's total: what other processes
+    hold cannot be allocated either.
     """
-    total = physical_memory()
-    if total is None:
-        return
+    from moestat.resources import check_memory
+
     need = 8.0 * n * reps_per_unit * (d + 2 + 2 * n_params)
-    if need > total:
-        raise ValueError(
-            f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) needs at least "
-            f"{need / 2**30:.3g} GiB, more than this machine's {total / 2**30:.3g} GiB; lower --n-max {hint}"
-        )
+    check_memory(need, f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) would",
+                 f"lower --n-max {hint}")
 
 
 def check_scenario_memory(scenario: Any, n: int, reps_per_unit: int, hint: str | None = None) -> None:
@@ -95,6 +94,30 @@ def check_scenario_memory(scenario: Any, n: int, reps_per_unit: int, hint: str |
     n_par = int(np.size(G.beta0) + np.size(G.beta1) + np.size(G.eta)) * max(1, int(scenario.k_fit)) // max(1, G.n_atoms)
     kw = {} if hint is None else {"hint": hint}
     check_unit_memory(int(n), int(reps_per_unit), int(scenario.d), n_par, **kw)
+
+
+def check_truth_memory(k_true: int, k_fit: int | None, d: int) -> None:
+    """Refuse a built-in truth too large to draw: :func:`moestat.data.synthetic.draw_truth` compares
+    every pair of atoms (a ``k x k`` cosine matrix and ``k x k x (d + 1)`` expert distances, float64),
+    so ``--k-true 100000`` asked for 75 GiB and failed with ``MemoryError`` after the folder was
+    written (issue 35)."""
+    from moestat.resources import check_memory
+
+    k = max(int(k_true), int(k_fit or 0))
+    check_memory(8.0 * k * k * (int(d) + 2), f"--k-true {k_true}: the truth's {k} x {k} atom comparisons",
+                 "lower --k-true (the theorems' scenarios use 2 to 5 atoms)")
+
+
+def check_enough_samples(n_min: int, k_fit: int, d: int) -> None:
+    """Refuse a grid whose smallest ``n`` is below the free parameters of the fit: the estimator
+    refuses it too (:func:`moestat.estimators.validation`), but only inside the first work unit,
+    after the folder was written."""
+    from moestat.estimators.lse_kernel import n_free_params
+
+    P = n_free_params(int(k_fit), int(d))
+    if n_min < P:
+        raise ValueError(f"--n-min {n_min}: fewer samples than the {P} free parameters of a {k_fit}-atom fit in "
+                         f"dimension {d}; use --n-min {P} or more")
 
 
 #: scenario fields only the built-in regression scenarios read (see :func:`unhonoured_fields`)

@@ -274,16 +274,31 @@ _INT_COLS = ("n", "replicate", "seed", "n_iter")
 _FLOAT_COLS = ("objective", *LOSS_NAMES, "time")
 
 
+def _utf8_text(path: Path) -> str:
+    """The file's text; a binary (or non-UTF-8) file is one line naming it, not the codec's message."""
+    from moestat.io import not_text
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise not_text(path, exc, "results file") from None
+
+
 def _is_checked(path: Path) -> bool:
-    with open(path, encoding="utf-8") as fh:
-        return fh.readline().rstrip("\n").split(",") == list(FILE_COLUMNS)
+    from moestat.io import not_text
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().rstrip("\n").split(",") == list(FILE_COLUMNS)
+    except UnicodeDecodeError as exc:
+        raise not_text(path, exc, "results file") from None
 
 
 def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[int], list[int], bool]:
     """``[(line number, fields)]`` of the well-formed rows (without their ``crc32``), whether the
     last line is torn, the line numbers of the malformed ones and of the edited ones, and whether
     the file carries row checksums."""
-    text = path.read_text(encoding="utf-8")
+    text = _utf8_text(path)
     lines = text.split("\n")
     header = lines[0].split(",") if lines else []
     checked = header == list(FILE_COLUMNS)
