@@ -26,11 +26,14 @@ from moestat.cli.common import (
     nonneg_int,
     positive_int,
     seed_int,
+    argtype,
+    check_config_file,
     prepare_out,
     usage_errors,
 )
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import format_table, run_rates
+from moestat.rates.figures import check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 
 __all__ = ["build_parser", "config_from_args", "main"]
@@ -144,7 +147,7 @@ def build_parser() -> ArgumentParser:
                                        "gmoe_over4, gmoe_smoke; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
     add_quiet(g)
-    g.add_argument("--figure-formats", type=figure_formats,
+    g.add_argument("--figure-formats", type=argtype(check_figure_formats),
                    help="files of each convergence figure, a comma list of pdf, png, svg, or none "
                         "(moestat plot OUT draws them later); changes no number; default pdf,png")
     g = p.add_argument_group("rate fit")
@@ -160,19 +163,6 @@ def build_parser() -> ArgumentParser:
 CLUSTER_FLAGS = ("scheduler_file", "worker_timeout", "allow_worker_mismatch", "tls_ca_file", "tls_cert", "tls_key")
 #: Flags of the outputs only: not part of the configuration either.
 OUTPUT_FLAGS = ("figure_formats",)
-
-
-def figure_formats(text: str) -> tuple[str, ...]:
-    """argparse type of ``--figure-formats`` (:func:`moestat.rates.figures.check_figure_formats`)."""
-    import argparse
-
-    from moestat.rates.figures import check_figure_formats
-
-    try:
-        return check_figure_formats(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
 
 
 def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
@@ -192,22 +182,6 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
                           allow_mismatch=getattr(ns, "allow_worker_mismatch", False))
 
 
-def check_config_file(path: str, values: dict[str, Any]) -> None:
-    """Check every value of a ``--config`` file with the type of its flag, whether or not a flag
-    overrides it (a file must not hold a value the command line would refuse, unnoticed until the
-    day the flag is dropped).  Keys the parser does not know are left to :meth:`RatesConfig.replace`."""
-    types = {a.dest: a.type for a in build_parser()._actions if a.type is not None}
-    for key, value in values.items():
-        parse = types.get(key)
-        if parse is None or isinstance(value, bool):
-            continue
-        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-        try:
-            parse(text)
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"config file {path}: {key} = {value!r}: {exc}") from None
-
-
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
     from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
@@ -217,7 +191,7 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
         data.update(preset_dict(ns.preset))
     if hasattr(ns, "config"):
         file_values = {str(k).replace("-", "_"): v for k, v in load_toml(ns.config).items()}
-        check_config_file(ns.config, file_values)
+        check_config_file(build_parser(), ns.config, file_values)
         data.update(file_values)
         if "router" in file_values and "scenario_file" in file_values:
             raise ValueError(f"config file {ns.config}: router and scenario_file both set; the scenario file defines "

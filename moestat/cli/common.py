@@ -31,7 +31,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 __all__ = [
     "UsageError",
@@ -496,3 +496,32 @@ def apply_threads(args, n_jobs: int = 1) -> int:
     from moestat.threads import limit_threads, resolve_threads
 
     return limit_threads(resolve_threads(getattr(args, "threads", 0), n_jobs))
+
+
+def argtype(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a library check that raises ``ValueError`` (the message becomes argparse's)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = getattr(check, "__name__", "value")
+    return parse
+
+
+def check_config_file(parser: argparse.ArgumentParser, path: str, values: dict[str, Any]) -> None:
+    """Check every value of a ``--config`` file with the type of its flag in ``parser``, whether or not
+    a flag overrides it (a file must not hold a value the command line would refuse, unnoticed until the
+    day the flag is dropped).  Keys the parser does not know are left to the configuration's own checks."""
+    types = {a.dest: a.type for a in parser._actions if a.type is not None}
+    for key, value in values.items():
+        parse = types.get(key)
+        if parse is None or isinstance(value, bool):
+            continue
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        try:
+            parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"config file {path}: {key} = {value!r}: {exc}") from None
