@@ -35,6 +35,7 @@ mixture) and a Gaussian gate; every atom then gives its gate covariance ``gamma`
     law = "gate"
     [fit]
     k = 4
+    gamma_floor = 0.01             # eigenvalues of every fitted Gamma_i >= 0.01 var(x) (default 1e-6)
     [[atoms]]
     beta0 = -1.2039728043259361    # log pi
     beta1 = [-0.1]                 # c
@@ -100,6 +101,12 @@ class GLLiMScenario(TruthDescriptors):
         Loss name -> predicted exponent.
     n_starts : int
         Starts per replicate: the near-truth start and ``n_starts - 1`` random ones.
+    gamma_floor : float
+        Floor of the eigenvalues of every fitted ``Gamma_i``, relative to the sample's variance of
+        ``x`` (``[fit] gamma_floor``; :class:`~moestat.estimators.gllim.GLLiMEM`): the compact
+        parameter space of the theorems bounds the covariances away from 0, and without such a
+        bound the joint likelihood has near-degenerate spurious maxima (an atom of a few points on
+        an almost constant ``x`` with a steep expert).
     """
 
     truth: MixingMeasure
@@ -108,6 +115,7 @@ class GLLiMScenario(TruthDescriptors):
     predicted: Mapping[str, float | None] = field(default_factory=dict)
     name: str = "gllim"
     n_starts: int = 1
+    gamma_floor: float = 1e-6
     #: ``y`` is drawn from the mixture and fitted by maximum likelihood (``--estimator mle``)
     likelihood: bool = True
     noise_model: str = "mixture"
@@ -138,6 +146,9 @@ class GLLiMScenario(TruthDescriptors):
         if k_fit < t.n_atoms:
             raise ValueError(f"fit k={k_fit} must be at least the true number of atoms k*={t.n_atoms}")
         object.__setattr__(self, "k_fit", k_fit)
+        if not (isinstance(self.gamma_floor, (int, float)) and not isinstance(self.gamma_floor, bool)
+                and math.isfinite(self.gamma_floor) and self.gamma_floor > 0):
+            raise ValueError(f"fit.gamma_floor must be a number > 0, got {self.gamma_floor!r}")
         if not self.losses:
             object.__setattr__(self, "losses", (gllim_dbar_spec(),))
         names = [s.name for s in self.losses]
@@ -222,7 +233,7 @@ _KEYS = {
     "expert": ("kind",),
     "noise": ("model",),
     "input": ("law",),
-    "fit": ("k",),
+    "fit": ("k", "gamma_floor"),
     "atoms": ("beta0", "beta1", "gamma", "eta", "variance"),
     "losses": ("name", "builtin", "r", "blocks", "mass", "metric", "k_active", "direction", "predicted_exponent"),
     "losses.blocks": ("label", "source", "exponent"),
@@ -299,7 +310,8 @@ def gllim_from_mapping(m: Mapping[str, Any], where: str = "scenario") -> GLLiMSc
         predicted[spec.name] = None if pe is None else float(pe)
     try:
         truth = join_measure(logpi, c, Gamma, eta[:, :d], eta[:, d], nu)
-        return GLLiMScenario(truth, tab["fit"].get("k"), tuple(losses), predicted, str(m.get("name", "gllim")))
+        return GLLiMScenario(truth, tab["fit"].get("k"), tuple(losses), predicted, str(m.get("name", "gllim")),
+                             gamma_floor=tab["fit"].get("gamma_floor", 1e-6))
     except (TypeError, ValueError) as e:
         raise err(str(e)) from None
 

@@ -448,7 +448,7 @@ class GLLiMEM(MoEEstimator):
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "GLLiMEM":
         return cls(int(scenario.k_fit), max_iter=max_iter, n_init=int(getattr(scenario, "n_starts", 1)),
-                   random_state=random_state, device=device)
+                   gamma_floor=float(getattr(scenario, "gamma_floor", 1e-6)), random_state=random_state, device=device)
 
     def _check_params(self) -> None:
         for nm, v in (("n_components", self.n_components), ("max_iter", self.max_iter), ("n_init", self.n_init)):
