@@ -40,7 +40,7 @@ parameters and status -- nothing is dropped.
 
 The measure layout (:class:`~moestat.model.mixing.MixingMeasure`): ``beta0 = log pi``, ``beta1 =
 c``, ``eta = (a [d], b, nu, vec Gamma [d*d])`` (row-major), so ``eta[:d]``, ``eta[d]``,
-``eta[d+1]`` and ``eta[d+2:]`` are the blocks of the D-bar loss (:mod:`moestat.data.gllim`).
+``eta[d+1]`` and ``eta[d+2:]`` are the blocks of the D-bar loss (:mod:`moestat.data.gllim_scenarios`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from moestat.data.gllim import GLLiMScenario, gllim_dbar_spec
+from moestat.data.gllim_scenarios import GLLiMScenario, gllim_dbar_spec
 from moestat.data.scenario_files import ScenarioFileError, load_scenario, scenario_from_mapping
 from moestat.estimators.gllim import GLLiMEM, gllim_loglik, join_measure, split_measure
 from moestat.model.mixing import MixingMeasure
