@@ -22,6 +22,7 @@ TOML layout (every key is checked; an error names the key and the file)::
     variance = 0.01           # additive only; with mixture each atom has its own variance
     [input]
     law = "uniform"           # uniform | gaussian | npy (path = "x.npy", relative to the file)
+                              # | gate: x from the Gaussian gate's mixture, the joint GLLiM (moestat.data.gllim_scenarios)
     [fit]
     k = 2                     # fitted atoms; k_active = K-bar (softmax Top-K)
     [[atoms]]                 # one table per true atom
@@ -384,13 +385,20 @@ def _number(v: Any) -> bool:
 
 
 def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: Path | None = None) -> FileScenario:
-    """Build a :class:`FileScenario` from a parsed TOML mapping (see the module docstring).
+    """Build a :class:`FileScenario` from a parsed TOML mapping (see the module docstring); with
+    ``[input] law = "gate"`` a :class:`~moestat.data.gllim_scenarios.GLLiMScenario` (the joint Gaussian-gated
+    MoE, :func:`moestat.data.gllim_scenarios.gllim_from_mapping`).
 
     Raises
     ------
     ScenarioFileError
         Naming ``where`` (the file) and the key.
     """
+    inp0 = m.get("input") if isinstance(m, Mapping) else None
+    if isinstance(inp0, Mapping) and inp0.get("law") == "gate":  # x drawn from the gate's mixture: the joint GLLiM
+        from moestat.data.gllim_scenarios import gllim_from_mapping
+
+        return gllim_from_mapping(m, where)
     m = _check_keys(m, "", where, "")
     tables = {t: _check_keys(m.get(t, {}), t, where, f"[{t}]") for t in ("gate", "expert", "noise", "input", "fit", "box")}
     atoms = m.get("atoms")

@@ -92,9 +92,13 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     from moestat.model.mixing import MixingMeasure
 
     gaussian = bool(getattr(scenario, "gaussian_moe", False))
+    gllim = bool(getattr(scenario, "gllim", False))  # the joint GLLiM: the score of log p(x, y)
     # a scenario file drawing y from the mixture (issue 27): the likelihood of its own model
-    file_likelihood = not gaussian and bool(getattr(scenario, "likelihood", False))
-    if gaussian:
+    file_likelihood = not gaussian and not gllim and bool(getattr(scenario, "likelihood", False))
+    if gllim:
+        t = scenario.truth
+        k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, False
+    elif gaussian:
         k, d, q, ref = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim, True
     elif file_likelihood:
         t = scenario.truth
@@ -104,7 +108,24 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     theta0 = pack(scenario.truth.expand(1).torch(), ref)[0]
     rng = np.random.default_rng(seed)
     drop = None  # a free coordinate the model does not identify, fixed at its true value
-    if file_likelihood:
+    if gllim:
+        from moestat.estimators.gllim import gllim_log_components, split_measure
+
+        X, Y = scenario.sample(m, rng)
+        # pi = softmax(beta0) is invariant to a common shift of beta0: fix the last; Gamma is
+        # symmetric: its strictly lower entries (zero derivative below) are fixed too
+        drop = [k - 1] + [k * (d + 1) + i * q + d + 2 + r * d + s for i in range(k) for r in range(d) for s in range(r)]
+
+        def f(theta, x, y):
+            b0, b1, eta = unpack(theta, k, d, q, ref)
+            logpi, c, Gm, A, b, nu = split_measure(MixingMeasure(b0, b1, eta), d)
+            Gs = torch.triu(Gm) + torch.triu(Gm, 1).transpose(-1, -2)
+            lc = gllim_log_components(x[None], y[None], (logpi - torch.logsumexp(logpi, -1))[None], c[None],
+                                      torch.linalg.cholesky(Gs)[None], A[None], b[None], nu[None])
+            return torch.logsumexp(lc, dim=1)[0]  # per sample
+
+        scale = 1.0
+    elif file_likelihood:
         model = scenario.model
         if model.gate.normalisation == "gaussian":  # invariant to a common shift of beta0: fix the last
             drop = k - 1
@@ -142,9 +163,10 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         info += J.T @ J
     info, blocks = (info / m * scale).numpy(), _block_names(k, d, q, ref)
     if drop is not None:
-        keep = [i for i in range(info.shape[0]) if i != drop]
+        drops = sorted([drop] if isinstance(drop, int) else drop)
+        keep = [i for i in range(info.shape[0]) if i not in drops]
         info = info[np.ix_(keep, keep)]
-        blocks = [(name, [i - (i > drop) for i in idx if i != drop]) for name, idx in blocks]
+        blocks = [(name, [i - sum(j < i for j in drops) for i in idx if i not in drops]) for name, idx in blocks]
         blocks = [(name, idx) for name, idx in blocks if idx]
     return info, blocks
 

@@ -79,6 +79,13 @@ def build_estimator(name: str, scenario, max_iter: int, random_state: int, devic
                          f"likelihood with --estimator mle, not {name!r}")
     if getattr(scenario, "likelihood", None) is not None and getattr(scenario, "n_starts", 1) > 1 and name != "mle":
         raise ValueError(f"--starts > 1 is for --estimator mle (the least-squares sweeps have --extra-starts), not {name!r}")
+    if getattr(scenario, "gllim", False):  # the joint GLLiM: its own closed-form EM (moestat.estimators.gllim)
+        if name != "mle":
+            raise ValueError(f"a joint GLLiM scenario ([input] law = \"gate\") is fitted by its joint maximum likelihood: "
+                             f"use --estimator mle, not {name!r}")
+        from moestat.estimators.gllim import GLLiMEM
+
+        return GLLiMEM.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
     # every estimator takes what it needs from the same keywords (the estimator contract)
     cls = estimator_registry()[name]
     return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)

@@ -227,6 +227,8 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
 
     if getattr(scenario, "gaussian_moe", False):  # D1 / D2 of Nguyen, Nguyen & Ho (2023), its own method
         return scenario.losses(fitted, X_holdout)
+    if getattr(scenario, "gllim", False):  # the joint GLLiM: D-bar and its own regression function
+        return scenario.loss_columns(fitted, X_holdout)
     if getattr(scenario, "likelihood", False):  # a mixture-noise scenario file: the same losses, its own model
         from moestat.data.likelihood_losses import likelihood_loss_columns
 
