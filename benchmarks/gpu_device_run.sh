@@ -39,10 +39,10 @@ PY
 step versions $?
 
 # --maxfail bounds a broken run; --timeout stops one hung test
-timeout -k 10 300 python3 -m pytest -n 16 -q -p no:cacheprovider --maxfail 30 --timeout 240 -rs tests \
+timeout -k 10 300 python3 -m pytest -n 16 -v -p no:cacheprovider --maxfail 30 --timeout 240 -rs tests \
   > "$OUT/pytest.log" 2>&1
 step pytest $?
-tail -n 15 "$OUT/pytest.log"
+grep -E "FAILED|ERROR" "$OUT/pytest.log" | head -40; tail -n 5 "$OUT/pytest.log"
 
 timeout -k 10 240 python3 benchmarks/gpu_suite.py --out "$OUT" 2>&1 | tee "$OUT/gpu_suite.log"
 step gpu_suite "${PIPESTATUS[0]}"

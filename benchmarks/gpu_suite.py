@@ -220,9 +220,12 @@ def fitting_seconds(rows: dict) -> float:
 
 def compare_rows(a: dict, b: dict, columns: list[str] | None = None) -> dict:
     """Largest relative difference ``|x - y| / max(|x|, |y|)`` over the common rows and numeric
-    columns (NaN equal to NaN); the number of common rows and of fields that differ in NaN-ness."""
+    columns (NaN equal to NaN), overall and per column (``by_column``: an iteration count that moves
+    by one must not hide how close the losses are); the number of common rows and of fields that
+    differ in NaN-ness."""
     common = sorted(set(a) & set(b))
     worst, where, nan_mismatch, compared = 0.0, None, 0, 0
+    by_column: dict[str, float] = {}
     for key in common:
         ra, rb = a[key], b[key]
         cols = columns or [c for c in ra if c not in NOT_RESULTS]
@@ -237,10 +240,11 @@ def compare_rows(a: dict, b: dict, columns: list[str] | None = None) -> dict:
                 continue
             scale = max(abs(x), abs(y))
             rel = 0.0 if scale == 0 else abs(x - y) / scale
+            by_column[c] = max(by_column.get(c, 0.0), rel)
             if rel > worst:
                 worst, where = rel, f"{c} at router={key[0]} n={key[1]} replicate={key[2]}"
     return {"common_rows": len(common), "values_compared": compared, "max_rel_diff": worst, "where": where,
-            "nan_mismatches": nan_mismatch}
+            "nan_mismatches": nan_mismatch, "by_column": by_column}
 
 
 def med(values: list[float]) -> float | None:
