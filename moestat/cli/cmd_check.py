@@ -11,7 +11,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, name_choice, positive_int, usage_errors
+from moestat.cli.common import ArgumentParser, NOTHING_KEPT, name_choice, positive_int, usage_errors
+
+# The figure or report is written when the door finishes: a fault or Ctrl-C leaves nothing of it.
+ON_INTERRUPT = NOTHING_KEPT
 
 __all__ = ["build_parser", "main"]
 
@@ -74,9 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.scenario.validate()
         scenario = build_scenario(cfg.scenario_key(cfg.router[0]))
         if args.json:
-            from moestat.io import ensure_writable_dir
+            from moestat.io import check_output_file, ensure_writable_dir
             from pathlib import Path
 
+            check_output_file(args.json, "--json")  # never a device, FIFO, folder or link replaced
             ensure_writable_dir(Path(args.json).resolve().parent)
     rep = preflight(scenario, cfg.ns, fraction=args.fraction, m=args.draws)
     print(format_preflight(rep, args.scenario or ("gaussian-moe" if cfg.family != "regression" else cfg.router[0])))

@@ -157,6 +157,8 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
             if debug:
                 traceback.print_exc()
             text = _first_line(fault)
+            if on_interrupt != KEEPS:  # a door without --resume: it is run again
+                text = text.replace("run with --resume", "run it again")
             tail = on_interrupt if on_interrupt != KEEPS else "finished results are kept" if "--resume" in text else KEEPS
             sys.stderr.write(f"{prog}: {text}; {tail}\n")
             return 1
@@ -297,7 +299,9 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     held until the command ends (:func:`run_main` releases it; a killed run's lock is stale and
     taken over); the door marker is written once the folder is accepted.
 
-    ``door`` defaults to the subcommand :func:`run_main` is running.
+    ``door`` defaults to the subcommand :func:`run_main` is running.  A folder to resume that
+    holds a symbolic link, device or FIFO (``results.csv`` linked to a file elsewhere, ...) is
+    refused naming it: nothing in ``--out`` is ever written through a link.
 
     Raises
     ------
@@ -305,7 +309,7 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
         One line naming ``--out``.
     """
     from moestat.folder_lock import LOCK_NAME, check_door, lock_out, mark_door, unlock_out
-    from moestat.io import ensure_writable_dir
+    from moestat.io import ensure_writable_dir, refuse_links_in
 
     door = door or _CURRENT_DOOR[0]
     path = Path(out)
@@ -319,9 +323,12 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
         lock_out(path, door)  # first: a folder in use is refused naming its holder, whatever else it holds
         locked = True
     try:
-        if existed and not resume and any(p.name != LOCK_NAME for p in path.iterdir()):
+        # a lock file counts as nothing only when it is one: a link of that name is not ours
+        if existed and not resume and any(p.name != LOCK_NAME or p.is_symlink() or not p.is_file() for p in path.iterdir()):
             how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
             raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
+        if existed and resume:
+            refuse_links_in(path)  # a link in --out would take a write (results.csv, ...) outside it
         if existed and resume and door:
             check_door(path, door)
         ensure_writable_dir(path)

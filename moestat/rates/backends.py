@@ -90,6 +90,20 @@ def _drop_dask_allexit(record: logging.LogRecord) -> bool:
     return not (exc is not None and exc.__name__ == "AllExit" and exc.__module__.startswith("distributed"))
 
 
+def _drop_scheduler_loss(record: logging.LogRecord) -> bool:
+    """Logging filter for ``distributed.client`` while a sweep runs: drop what the client logs when
+    the scheduler is gone.
+
+    A killed scheduler makes the client log "Failed to reconnect to scheduler ..., closing client"
+    and two ``CancelledError`` tracebacks of its own shutdown; the sweep then stops with one line
+    (:func:`_watch`), which says the same.  Only those records are dropped.
+    """
+    if record.getMessage().startswith("Failed to reconnect to scheduler"):
+        return False
+    exc = record.exc_info[0] if record.exc_info else None
+    return not (exc is not None and issubclass(exc, asyncio.CancelledError))
+
+
 def _client(address: str, timeout: float):
     from distributed import Client
 
@@ -237,6 +251,8 @@ def execute(
 
 def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOptions, bar: Progress, on_workers) -> None:
     client = _client(scheduler, options.connect_timeout)
+    quiet = logging.getLogger("distributed.client")
+    quiet.addFilter(_drop_scheduler_loss)
     try:
         try:
             envs = {"client": environment(), "workers": _worker_environments(client)}
@@ -251,7 +267,20 @@ def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOption
         with client.as_current():  # distributed.wait finds its client here
             _watch(client, dict(zip(futures, units)), on_result, scheduler, options, bar)
     finally:
-        client.close()
+        try:
+            client.close()
+        finally:
+            quiet.removeFilter(_drop_scheduler_loss)
+
+
+def _fault(exc: Exception, client, scheduler: str, pending) -> Exception:
+    """What to raise for ``exc`` met while waiting on the cluster: the environment fault it is; the
+    scheduler lost when the client lost its connection (a killed scheduler cancels every future,
+    ``FuturesCancelledError``, "scheduler-connection-lost"); else ``exc`` itself (a bug)."""
+    if "scheduler-connection-lost" in str(exc) or getattr(client, "status", "running") in ("closing", "closed"):
+        return ClusterFault(f"lost the connection to the dask scheduler at {scheduler} ({len(pending)} unit(s) not run); "
+                            "restart the scheduler and its workers")
+    return as_environment_fault(exc) or exc
 
 
 def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterOptions, bar: Progress) -> None:
@@ -266,7 +295,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
         except (TimeoutError, asyncio.TimeoutError):
             done = set()
         except Exception as exc:  # noqa: BLE001
-            raise as_environment_fault(exc) or exc
+            raise _fault(exc, client, scheduler, pending)
         handed = False
         for fut in done:
             try:
@@ -278,7 +307,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
                 pending.add(fut)
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug in the unit stays a bug
-                raise as_environment_fault(exc) or exc
+                raise _fault(exc, client, scheduler, pending)
             on_result(by_future[fut], rows)
             bar.update(len(rows))
             handed = True
@@ -287,7 +316,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
         try:
             alive = len(client.nthreads())
         except Exception as exc:  # noqa: BLE001
-            raise as_environment_fault(exc) or exc
+            raise _fault(exc, client, scheduler, pending)
         now = time.monotonic()
         if alive:
             no_workers_since = None
