@@ -8,9 +8,10 @@ Exit status, the same for every subcommand:
   bug or an environment failure, never the user's input;
 * ``2`` bad input (arguments, files, an unusable output folder): one line on stderr, nothing
   written;
-* ``1`` also for a fault of the environment (disk full, lost or missing cluster workers, an
-  unreachable scheduler; :mod:`moestat.faults`): one line saying what happened and that
-  ``--resume`` continues, no traceback (``--debug`` shows it);
+* ``1`` also for a fault of the environment (disk full, lost or missing cluster workers, a
+  scheduler lost while the work runs; :mod:`moestat.faults`): one line saying what happened and
+  that ``--resume`` continues, no traceback (``--debug`` shows it).  A scheduler that cannot be
+  reached when the command starts is checked while validating: bad input, exit ``2``;
 * ``130`` interrupted (Ctrl-C), ``143`` terminated (SIGTERM, e.g. a job scheduler's cancel): the
   doors that write each finished unit as they go keep it (``--resume`` continues); the others say
   that nothing was kept.

@@ -525,6 +525,10 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     """
     prov_path = out_dir / "provenance.json"
     res_path = out_dir / "results.csv"
+    if resume and out_dir.is_dir():
+        from moestat.io import refuse_links_in
+
+        refuse_links_in(out_dir)  # nothing of the store is read or written through a link
     if not resume:
         if res_path.exists():
             raise ValueError(f"--out {out_dir} is not empty; pass --resume to continue the run in it, or choose an empty or new folder")

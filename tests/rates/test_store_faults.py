@@ -261,7 +261,9 @@ def test_a_full_disk_while_a_figure_is_written_is_one_line_not_an_internal_error
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
     before = _snapshot(run)
-    rc = run_main(cmd_plot.main, [str(run)], prog="moestat plot", on_interrupt=cmd_plot.ON_INTERRUPT)
+    from moestat.cli.common import KEEPS
+
+    rc = run_main(cmd_plot.main, [str(run)], prog="moestat plot", on_interrupt=getattr(cmd_plot, "ON_INTERRUPT", KEEPS))
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and "internal error" not in err, err
     assert err == (f"moestat plot: disk full writing {run / 'convergence_replot.pdf'}: free space and run it again; "
