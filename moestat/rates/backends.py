@@ -242,9 +242,14 @@ def execute(
 
             par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
             # Unordered results carry their unit, so completion order is irrelevant.
-            for u, rows in par(delayed(_run_tagged)(work, u, os.getpid()) for u in units):
-                on_result(u, rows)
-                bar.update(len(rows))
+            results = par(delayed(_run_tagged)(work, u, os.getpid()) for u in units)
+            try:
+                for u, rows in results:
+                    on_result(u, rows)
+                    bar.update(len(rows))
+            except BaseException:
+                _close_quietly(results)
+                raise
     finally:
         bar.close()
 
@@ -327,14 +332,44 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
                                f"({len(pending)} unit(s) not run); start workers")
 
 
+#: What joblib warns, in two lines, when the generator of results is closed before its end: after
+#: Ctrl-C, SIGTERM or a full disk while a unit's rows are written, before the door's own one line.
+ABANDONED = r"\d+ tasks (which were still being processed by the workers have been cancelled|have been successfully executed)"
+
+
+def _close_quietly(results) -> None:
+    """Close joblib's result generator without its "N tasks ... have been cancelled" warning.
+
+    The generator is only abandoned because the sweep stops on an exception (an interrupt, a
+    fault), which is reported in one line itself; joblib's advice to adjust "the input task
+    iterator" is not for our users.  Closed here, in this thread, so the filter applies (left to
+    the garbage collector it would fire whenever the traceback is freed).
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=ABANDONED, category=UserWarning)
+        results.close()
+
+
 _PARENT_WATCH: list = []
 
 
 def _die_with_parent(parent: int) -> None:
     """In a loky worker: exit as soon as the process that started the sweep is gone (``kill -9``
-    of the main process would otherwise leave its workers computing for minutes)."""
+    of the main process would otherwise leave its workers computing for minutes), and ignore
+    Ctrl-C, which the parent handles."""
     if _PARENT_WATCH or os.getpid() == parent:
         return
+    # A terminal's Ctrl-C reaches every process of its group: the workers too, which printed a
+    # KeyboardInterrupt traceback each after the door's one line.  The parent handles the
+    # interrupt (and stops its workers); a worker ignores it.
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # pragma: no cover - not the worker's main thread
+        pass
 
     child_of_parent = os.getppid() == parent  # then a new parent pid means it died (even as a zombie)
 
