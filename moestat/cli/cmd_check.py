@@ -13,7 +13,7 @@ from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, NOTHING_KEPT, name_choice, positive_int, usage_errors
 
-# The figure or report is written when the door finishes: a fault or Ctrl-C leaves nothing of it.
+# The --json report is written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of it.
 ON_INTERRUPT = NOTHING_KEPT
 
 __all__ = ["build_parser", "main"]
