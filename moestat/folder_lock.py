@@ -19,12 +19,13 @@ import errno
 import json
 import os
 import socket
+import stat
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "DOOR_NAME", "FolderBusy", "lock_out", "unlock_out", "unlock_all", "holder", "check_door",
-           "mark_door", "read_door"]
+__all__ = ["LOCK_NAME", "DOOR_NAME", "FolderBusy", "lock_out", "unlock_out", "unlock_all", "holder", "holder_alive",
+           "check_door", "mark_door", "read_door"]
 
 #: The lock file inside ``--out`` (removed when the holder finishes).
 LOCK_NAME = ".moestat.lock"
@@ -49,13 +50,62 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def holder(out: str | os.PathLike) -> dict | None:
-    """The recorded holder of ``out``'s lock (``None`` when there is no lock file or it is unreadable)."""
+#: ``O_NOFOLLOW``: the lock file is never opened through a link (which could point outside ``--out``).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _read_lock(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block
     try:
-        data = json.loads((Path(out) / LOCK_NAME).read_text(encoding="utf-8"))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def holder(out: str | os.PathLike) -> dict | None:
+    """The recorded holder of ``out``'s lock (``None`` when there is no lock file, it is unreadable
+    or it is not a regular file)."""
+    try:
+        data = json.loads(_read_lock(Path(out) / LOCK_NAME).decode("utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def holder_alive(out: str | os.PathLike) -> bool | None:
+    """Whether the process recorded in ``out``'s lock still holds it.
+
+    ``False`` when there is no lock file or its ``flock`` is free (the holder died -- ``kill -9``
+    included -- and the file was left behind); ``True`` when it is held; ``None`` when it cannot
+    be told (no ``flock`` on this file system and the holder ran on another host).
+    """
+    path = Path(out) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    return True
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+    finally:
+        os.close(fd)
+    h = holder(out)  # no flock here: the pid, when it ran on this host
+    if h and h.get("host") == socket.gethostname() and isinstance(h.get("pid"), int):
+        return _pid_alive(h["pid"])
+    return None
 
 
 def _describe(h: dict | None) -> str:
@@ -90,7 +140,12 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
     ------
     FolderBusy
         Another live process holds it; one line naming that process.
+    moestat.io.NotARegularFile
+        ``OUT/.moestat.lock`` is a symbolic link, a folder, a FIFO or a device: it is never
+        followed or written through (a link would truncate a file outside ``--out``).
     """
+    from moestat.io import NotARegularFile, check_output_file
+
     out = Path(out)
     key = str(out.resolve())
     if key in _HELD:
@@ -99,8 +154,17 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
     path = out / LOCK_NAME
     stale = False
     for _ in range(20):  # a holder may unlink the file between our open and our flock: try again
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        check_output_file(path)
+        try:  # O_NOFOLLOW: a link put there after the check is refused, never followed
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotARegularFile(f"{path} exists and is a symbolic link; moestat only replaces regular files: "
+                                      "remove it or choose another path") from None
+            raise
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotARegularFile(f"{path} exists and is not a regular file; remove it or choose another path")
             if fcntl is not None:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -217,5 +281,5 @@ def mark_door(out: str | os.PathLike, door: str) -> None:
     from moestat.io import atomic_write_json
 
     path = Path(out) / DOOR_NAME
-    if not path.exists():
+    if path.is_symlink() or not path.is_file():  # a link or a device is no marker: atomic_write_json refuses it
         atomic_write_json(path, {"door": door, "created": _now()})

@@ -5,13 +5,88 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from moestat.faults import EnvironmentFault
+
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "sync_file", "read_jsonl", "ensure_writable_dir",
-           "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config", "regular_file", "not_text"]
+           "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config", "regular_file", "not_text",
+           "NotARegularFile", "check_output_file", "refuse_links_in"]
+
+
+def _not_regular_kind(mode: int) -> str | None:
+    """What a file of ``mode`` (from ``lstat``) is when it is not a regular file, else ``None``."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"  # pragma: no cover - no other kind on POSIX
+
+
+class NotARegularFile(ValueError, EnvironmentFault):
+    """An output path that exists and is not a regular file (a device, FIFO, folder or link).
+
+    Never written through or replaced: an atomic rename over ``/dev/null`` would replace the
+    device with a JSON file, and a link would send the write outside ``--out``.  A
+    ``ValueError`` while a door validates its input (exit 2, nothing written) and an
+    :class:`~moestat.faults.EnvironmentFault` when it appears while the work runs (someone
+    put it there meanwhile: one line, exit 1, ``--resume`` continues).
+    """
+
+
+def check_output_file(path: str | os.PathLike, flag: str | None = None) -> Path:
+    """Refuse an output path that exists and is not a regular file (links are not followed).
+
+    Parameters
+    ----------
+    path : path-like
+        The file a command is about to write (absent, or a regular file it may replace).
+    flag : str, optional
+        The option that named it (``--json``), for the message.
+
+    Raises
+    ------
+    NotARegularFile
+        One line naming the path and what it is.
+    """
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    except NotADirectoryError:  # a parent is a file: the write fails with its own message
+        return path
+    kind = _not_regular_kind(mode)
+    if kind is not None:
+        what = f"{flag} {path}" if flag else str(path)
+        raise NotARegularFile(f"{what} exists and is {kind}; moestat only replaces regular files: remove it or choose "
+                              "another path")
+    return path
+
+
+def refuse_links_in(folder: str | os.PathLike, flag: str = "--out") -> None:
+    """Refuse a folder whose entries include a symbolic link, device, FIFO or socket.
+
+    Everything a door writes into ``--out`` is a regular file or a folder of its own; anything
+    else there was put by someone else, and following it would write outside ``--out``.
+
+    Raises
+    ------
+    NotARegularFile
+        One line naming the first such entry.
+    """
+    for entry in sorted(Path(folder).iterdir()):
+        mode = os.lstat(entry).st_mode
+        kind = None if stat.S_ISDIR(mode) else _not_regular_kind(mode)
+        if kind is not None:
+            raise NotARegularFile(f"{flag} {folder} holds {entry.name}, which is {kind}, not a file moestat wrote: "
+                                  "remove it or choose another folder")
 
 
 def _read_umask() -> int:
@@ -31,17 +106,27 @@ def _replacing(path: Path, suffix: str) -> Iterator[str]:
 
     The temporary file is in the same folder (so ``os.replace`` is atomic), gets the permissions
     a plain ``open`` would give (``mkstemp`` creates files readable by the owner only), and is
-    removed when the block raises, so no half-written file is ever left behind.
+    removed when the block raises, so no half-written file is ever left behind.  A ``path``
+    that exists and is not a regular file is refused before anything is written, and checked
+    again just before the rename (:func:`check_output_file`).
     """
+    check_output_file(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, _FILE_MODE)
+        check_output_file(path)  # the work took time: never rename over a device put there meanwhile
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        from moestat.faults import DISK_FULL, DiskFull, as_environment_fault
+
+        if isinstance(exc, Exception) and not isinstance(exc, DiskFull) and isinstance(as_environment_fault(exc), DiskFull):
+            # name the file being written, not its temporary (removed above); the cause may sit
+            # under a library's own error (matplotlib's PDF writer: AttributeError)
+            raise DiskFull(f"{DISK_FULL.replace('disk full', f'disk full writing {path}', 1)}") from exc
         raise
 
 
@@ -101,8 +186,12 @@ def append_line(path: str | os.PathLike, line: str, *, sync: bool = True) -> Non
     if not line.endswith("\n"):
         line += "\n"
     data = line.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides, as for open()
+    check_output_file(path)  # a FIFO would block the open, a device or link would take the row elsewhere
+    # O_NOFOLLOW: a link put in place after the check is refused (ELOOP), never followed
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666)  # the umask decides, as for open()
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # pragma: no cover - swapped between the check and the open
+            raise NotARegularFile(f"{path} is not a regular file; moestat only appends to regular files")
         start = os.fstat(fd).st_size
         done = 0
         try:
@@ -126,6 +215,10 @@ def append_line(path: str | os.PathLike, line: str, *, sync: bool = True) -> Non
         os.close(fd)
 
 
+#: ``O_NOFOLLOW`` where the platform has it: the store's files are opened without following links.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
 def _write(fd: int, data: bytes) -> int:
     """``os.write`` (a seam for the tests that inject short writes)."""
     return os.write(fd, data)
@@ -133,7 +226,7 @@ def _write(fd: int, data: bytes) -> int:
 
 def sync_file(path: str | os.PathLike) -> None:
     """``fsync`` a file written with ``append_line(..., sync=False)`` (a unit boundary)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     try:
         os.fsync(fd)
     finally:

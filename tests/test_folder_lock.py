@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from moestat.cli.main import main as moestat
-from moestat.folder_lock import DOOR_NAME, LOCK_NAME, FolderBusy, holder, lock_out, read_door, unlock_out
+from moestat.folder_lock import DOOR_NAME, LOCK_NAME, FolderBusy, holder, holder_alive, lock_out, read_door, unlock_out
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -257,3 +257,52 @@ def test_theory_resume_of_a_folder_without_run_config_checks_the_recorded_comman
     rc, err = _run(["theory", "--only", "pde", "--quiet", "--reps", "3", "--out", str(out), "--resume"], capsys)
     assert rc == 2 and err.count("\n") == 1 and "--reps (None there, 3 now)" in err
     assert _snapshot(out) == before
+
+
+# -------------------------------------------------------------------------------------------------
+# links are never followed (issue 35: a file outside --out was truncated by the lock)
+# -------------------------------------------------------------------------------------------------
+def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, capsys):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("not moestat's\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).symlink_to(outside)
+    from moestat.io import NotARegularFile
+
+    with pytest.raises(NotARegularFile, match="is a symbolic link"):
+        lock_out(out, "rates")
+    # a folder holding only such a link is not "empty": the door refuses it in one line
+    rc, err = _run(["rates", *TINY, "--out", str(out)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and str(out / LOCK_NAME) in err and "symbolic link" in err, err
+    assert outside.read_text() == "not moestat's\n" and (out / LOCK_NAME).is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing written beside it
+
+
+def test_a_resume_into_a_folder_with_a_linked_results_file_is_refused(rates_run, tmp_path, capsys):
+    import shutil
+
+    out = Path(shutil.copytree(rates_run, tmp_path / "run"))
+    outside = tmp_path / "elsewhere.csv"
+    (out / "results.csv").rename(outside)
+    (out / "results.csv").symlink_to(outside)
+    kept = outside.read_bytes()
+    rows = kept.count(b"\n")
+    outside.write_bytes(b"\n".join(kept.split(b"\n")[:3]) + b"\n")  # 2 rows: a resume would append the others to it
+    before = outside.read_bytes()
+    rc, err = _run(["rates", *TINY, "--out", str(out), "--resume"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "holds results.csv, which is a symbolic link" in err, err
+    assert outside.read_bytes() == before and rows > 3
+
+
+def test_holder_alive_tells_a_killed_holder_from_a_live_one(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert holder_alive(out) is False  # no lock file
+    proc = _holder_process(out)
+    try:
+        assert holder_alive(out) is True
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert holder(out)["pid"] == proc.pid and holder_alive(out) is False  # the file is left, the flock is not

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from moestat.io import append_line, atomic_savefig, atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.io import (NotARegularFile, append_line, atomic_savefig, atomic_write_json, atomic_write_text, check_output_file,
+                        ensure_writable_dir, refuse_links_in)
 
 
 def _umask() -> int:
@@ -109,3 +110,67 @@ def test_read_jsonl_skips_only_a_torn_last_line(tmp_path):
     path.write_text('{"a": 1}\nnot json\n{"a": 2}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a JSON record"):
         read_jsonl(path)
+
+
+# -------------------------------------------------------------------------------------------------
+# output paths that are not regular files (issue 35: a device node replaced by a JSON file)
+# -------------------------------------------------------------------------------------------------
+def _not_regular(tmp_path, kind: str):
+    """A path of ``kind`` in ``tmp_path`` and a function that says it is still what it was."""
+    path = tmp_path / kind
+    if kind == "chardev":
+        try:  # a copy of /dev/null (major 1, minor 3), as in the issue
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+        return path, lambda: stat.S_ISCHR(os.lstat(path).st_mode)
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, lambda: stat.S_ISFIFO(os.lstat(path).st_mode)
+    if kind == "folder":
+        path.mkdir()
+        return path, lambda: path.is_dir() and not any(path.iterdir())
+    target = tmp_path / "outside.txt"
+    target.write_text("keep me\n")
+    path.symlink_to(target)
+    return path, lambda: path.is_symlink() and target.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("kind", ["chardev", "fifo", "folder", "symlink"])
+def test_the_atomic_writers_never_replace_what_is_not_a_regular_file(tmp_path, kind):
+    path, unchanged = _not_regular(tmp_path, kind)
+    for write in (lambda: atomic_write_text(path, "x"), lambda: atomic_write_json(path, {"a": 1})):
+        with pytest.raises(NotARegularFile, match=f"{path} exists and is a "):
+            write()
+        assert unchanged()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+@pytest.mark.parametrize("kind", ["chardev", "fifo", "symlink"])
+def test_append_line_never_writes_through_a_device_fifo_or_link(tmp_path, kind):
+    path, unchanged = _not_regular(tmp_path, kind)
+    with pytest.raises(NotARegularFile, match="exists and is a "):  # a FIFO without a reader would block
+        append_line(path, "row")
+    assert unchanged()
+
+
+def test_a_not_regular_output_is_bad_input_while_validating_and_a_fault_during_the_work(tmp_path):
+    from moestat.faults import EnvironmentFault
+
+    path, _ = _not_regular(tmp_path, "fifo")
+    with pytest.raises(NotARegularFile) as e:
+        check_output_file(path, "--json")
+    assert isinstance(e.value, ValueError) and isinstance(e.value, EnvironmentFault)
+    assert str(e.value).startswith(f"--json {path} exists and is a FIFO")
+    assert check_output_file(tmp_path / "absent.json") == tmp_path / "absent.json"
+    (tmp_path / "plain.json").write_text("{}")
+    assert check_output_file(tmp_path / "plain.json") == tmp_path / "plain.json"
+
+
+def test_refuse_links_in_names_the_first_link_and_allows_files_and_folders(tmp_path):
+    (tmp_path / "results.csv").write_text("x\n")
+    (tmp_path / "rates").mkdir()
+    refuse_links_in(tmp_path)
+    (tmp_path / "summary.json").symlink_to(tmp_path / "results.csv")
+    with pytest.raises(NotARegularFile, match="holds summary.json, which is a symbolic link"):
+        refuse_links_in(tmp_path)

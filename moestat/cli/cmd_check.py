@@ -15,7 +15,10 @@ import os
 import sys
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, name_choice, positive_int, usage_errors
+from moestat.cli.common import ArgumentParser, NOTHING_KEPT, name_choice, positive_int, usage_errors
+
+# The --json report is written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of it.
+ON_INTERRUPT = NOTHING_KEPT
 
 __all__ = ["build_parser", "main"]
 
@@ -47,18 +50,17 @@ def _json_path(text: str) -> str:
 
 
 def check_json_target(path: str) -> None:
-    """Refuse a ``--json`` that is a folder, or exists and is not a regular file, before the work
-    (the report would be computed, then fail to be written)."""
-    import stat
+    """Refuse a ``--json`` that exists and is not a regular file (a folder, device, FIFO or link:
+    never replaced nor written through), before the work: the report would be computed, then fail
+    to be written."""
     from pathlib import Path
 
-    from moestat.io import ensure_writable_dir
+    from moestat.io import check_output_file, ensure_writable_dir
 
     p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"--json {p} is a folder; give a file name (e.g. {p / 'preflight.json'})")
-    if os.path.lexists(p) and not stat.S_ISREG(p.stat().st_mode if p.exists() else 0):
-        raise ValueError(f"--json {p} exists and is not a regular file; give another file name")
+    if p.is_dir() and not p.is_symlink():
+        raise ValueError(f"--json {p} exists and is a folder; give a file name (e.g. {p / 'preflight.json'})")
+    check_output_file(p, "--json")
     ensure_writable_dir(p.resolve().parent)
 
 

@@ -8,8 +8,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, usage_errors
+from moestat.cli.common import ArgumentParser, NOTHING_KEPT, usage_errors
 from moestat.rates.figures import draw_redraw, prepare_redraw
+
+# The figures are written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of them.
+ON_INTERRUPT = NOTHING_KEPT
 
 __all__ = ["main"]
 

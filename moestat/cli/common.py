@@ -8,9 +8,10 @@ Exit status, the same for every subcommand:
   bug or an environment failure, never the user's input;
 * ``2`` bad input (arguments, files, an unusable output folder): one line on stderr, nothing
   written;
-* ``1`` also for a fault of the environment (disk full, lost or missing cluster workers, an
-  unreachable scheduler; :mod:`moestat.faults`): one line saying what happened and that
-  ``--resume`` continues, no traceback (``--debug`` shows it);
+* ``1`` also for a fault of the environment (disk full, lost or missing cluster workers, a
+  scheduler lost while the work runs; :mod:`moestat.faults`): one line saying what happened and
+  that ``--resume`` continues, no traceback (``--debug`` shows it).  A scheduler that cannot be
+  reached when the command starts is checked while validating: bad input, exit ``2``;
 * ``130`` interrupted (Ctrl-C), ``143`` terminated (SIGTERM, e.g. a job scheduler's cancel): the
   doors that write each finished unit as they go keep it (``--resume`` continues); the others say
   that nothing was kept.
@@ -166,6 +167,8 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
             if debug:
                 traceback.print_exc()
             text = _first_line(fault)
+            if on_interrupt != KEEPS:  # a door without --resume: it is run again
+                text = text.replace("run with --resume", "run it again")
             tail = on_interrupt if on_interrupt != KEEPS else "finished results are kept" if "--resume" in text else KEEPS
             sys.stderr.write(f"{prog}: {text}; {tail}\n")
             return 1
@@ -389,7 +392,9 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     held until the command ends (:func:`run_main` releases it; a killed run's lock is stale and
     taken over); the door marker is written once the folder is accepted.
 
-    ``door`` defaults to the subcommand :func:`run_main` is running.
+    ``door`` defaults to the subcommand :func:`run_main` is running.  A folder to resume that
+    holds a symbolic link, device or FIFO (``results.csv`` linked to a file elsewhere, ...) is
+    refused naming it: nothing in ``--out`` is ever written through a link.
 
     Raises
     ------
@@ -397,7 +402,7 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
         One line naming ``--out``.
     """
     from moestat.folder_lock import LOCK_NAME, check_door, lock_out, mark_door, unlock_out
-    from moestat.io import ensure_writable_dir
+    from moestat.io import ensure_writable_dir, refuse_links_in
 
     door = door or _CURRENT_DOOR[0]
     path = Path(out)
@@ -411,9 +416,12 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
         lock_out(path, door)  # first: a folder in use is refused naming its holder, whatever else it holds
         locked = True
     try:
-        if existed and not resume and any(p.name != LOCK_NAME for p in path.iterdir()):
+        # a lock file counts as nothing only when it is one: a link of that name is not ours
+        if existed and not resume and any(p.name != LOCK_NAME or p.is_symlink() or not p.is_file() for p in path.iterdir()):
             how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
             raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
+        if existed and resume:
+            refuse_links_in(path)  # a link in --out would take a write (results.csv, ...) outside it
         if existed and resume and door:
             check_door(path, door)
         ensure_writable_dir(path)

@@ -100,6 +100,20 @@ def _drop_dask_allexit(record: logging.LogRecord) -> bool:
     return not (exc is not None and exc.__name__ == "AllExit" and exc.__module__.startswith("distributed"))
 
 
+def _drop_scheduler_loss(record: logging.LogRecord) -> bool:
+    """Logging filter for ``distributed.client`` while a sweep runs: drop what the client logs when
+    the scheduler is gone.
+
+    A killed scheduler makes the client log "Failed to reconnect to scheduler ..., closing client"
+    and two ``CancelledError`` tracebacks of its own shutdown; the sweep then stops with one line
+    (:func:`_watch`), which says the same.  Only those records are dropped.
+    """
+    if record.getMessage().startswith("Failed to reconnect to scheduler"):
+        return False
+    exc = record.exc_info[0] if record.exc_info else None
+    return not (exc is not None and issubclass(exc, asyncio.CancelledError))
+
+
 def _client(address: str, timeout: float):
     from distributed import Client
 
@@ -238,15 +252,22 @@ def execute(
 
             par = Parallel(n_jobs=n_jobs, backend="loky", return_as="generator_unordered")
             # Unordered results carry their unit, so completion order is irrelevant.
-            for u, rows in par(delayed(_run_tagged)(work, u, os.getpid()) for u in units):
-                on_result(u, rows)
-                bar.update(len(rows))
+            results = par(delayed(_run_tagged)(work, u, os.getpid()) for u in units)
+            try:
+                for u, rows in results:
+                    on_result(u, rows)
+                    bar.update(len(rows))
+            except BaseException:
+                _close_quietly(results)
+                raise
     finally:
         bar.close()
 
 
 def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOptions, bar: Progress, on_workers) -> None:
     client = _client(scheduler, options.connect_timeout)
+    quiet = logging.getLogger("distributed.client")
+    quiet.addFilter(_drop_scheduler_loss)
     try:
         try:
             envs = {"client": environment(), "workers": _worker_environments(client)}
@@ -261,7 +282,20 @@ def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOption
         with client.as_current():  # distributed.wait finds its client here
             _watch(client, dict(zip(futures, units)), on_result, scheduler, options, bar)
     finally:
-        client.close()
+        try:
+            client.close()
+        finally:
+            quiet.removeFilter(_drop_scheduler_loss)
+
+
+def _fault(exc: Exception, client, scheduler: str, pending) -> Exception:
+    """What to raise for ``exc`` met while waiting on the cluster: the environment fault it is; the
+    scheduler lost when the client lost its connection (a killed scheduler cancels every future,
+    ``FuturesCancelledError``, "scheduler-connection-lost"); else ``exc`` itself (a bug)."""
+    if "scheduler-connection-lost" in str(exc) or getattr(client, "status", "running") in ("closing", "closed"):
+        return ClusterFault(f"lost the connection to the dask scheduler at {scheduler} ({len(pending)} unit(s) not run); "
+                            "restart the scheduler and its workers")
+    return as_environment_fault(exc) or exc
 
 
 def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterOptions, bar: Progress) -> None:
@@ -276,7 +310,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
         except (TimeoutError, asyncio.TimeoutError):
             done = set()
         except Exception as exc:  # noqa: BLE001
-            raise as_environment_fault(exc) or exc
+            raise _fault(exc, client, scheduler, pending)
         handed = False
         for fut in done:
             try:
@@ -288,7 +322,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
                 pending.add(fut)
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug in the unit stays a bug
-                raise as_environment_fault(exc) or exc
+                raise _fault(exc, client, scheduler, pending)
             on_result(by_future[fut], rows)
             bar.update(len(rows))
             handed = True
@@ -297,7 +331,7 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
         try:
             alive = len(client.nthreads())
         except Exception as exc:  # noqa: BLE001
-            raise as_environment_fault(exc) or exc
+            raise _fault(exc, client, scheduler, pending)
         now = time.monotonic()
         if alive:
             no_workers_since = None
@@ -308,14 +342,44 @@ def _watch(client, by_future: dict, on_result, scheduler: str, options: ClusterO
                                f"({len(pending)} unit(s) not run); start workers")
 
 
+#: What joblib warns, in two lines, when the generator of results is closed before its end: after
+#: Ctrl-C, SIGTERM or a full disk while a unit's rows are written, before the door's own one line.
+ABANDONED = r"\d+ tasks (which were still being processed by the workers have been cancelled|have been successfully executed)"
+
+
+def _close_quietly(results) -> None:
+    """Close joblib's result generator without its "N tasks ... have been cancelled" warning.
+
+    The generator is only abandoned because the sweep stops on an exception (an interrupt, a
+    fault), which is reported in one line itself; joblib's advice to adjust "the input task
+    iterator" is not for our users.  Closed here, in this thread, so the filter applies (left to
+    the garbage collector it would fire whenever the traceback is freed).
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=ABANDONED, category=UserWarning)
+        results.close()
+
+
 _PARENT_WATCH: list = []
 
 
 def _die_with_parent(parent: int) -> None:
     """In a loky worker: exit as soon as the process that started the sweep is gone (``kill -9``
-    of the main process would otherwise leave its workers computing for minutes)."""
+    of the main process would otherwise leave its workers computing for minutes), and ignore
+    Ctrl-C, which the parent handles."""
     if _PARENT_WATCH or os.getpid() == parent:
         return
+    # A terminal's Ctrl-C reaches every process of its group: the workers too, which printed a
+    # KeyboardInterrupt traceback each after the door's one line.  The parent handles the
+    # interrupt (and stops its workers); a worker ignores it.
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # pragma: no cover - not the worker's main thread
+        pass
 
     child_of_parent = os.getppid() == parent  # then a new parent pid means it died (even as a zombie)
 

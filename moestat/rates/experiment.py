@@ -198,7 +198,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     >>> sorted(summary["fits"][0])[:3]  # doctest: +SKIP
     ['bootstrap', 'ci_high', 'ci_low']
     """
-    from moestat.io import ensure_writable_dir
+    from moestat.io import ensure_writable_dir, refuse_links_in
 
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
@@ -215,6 +215,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     lock_out(out, "rates")  # re-entrant: ``moestat rates`` took it while validating
     try:
         if resume:
+            refuse_links_in(out)  # results.csv linked elsewhere must not be appended to
             check_door(out, "rates")
         check_resumable(out, config, resume)
         mark_door(out, "rates")

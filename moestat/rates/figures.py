@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -393,11 +394,11 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         ``provenance.json`` or ``summary.json`` that is not what a rates run writes, or a folder
         that cannot be written.  Every message names the file.
     """
-    from moestat.io import ensure_writable_dir
+    from moestat.io import check_output_file, ensure_writable_dir
     from moestat.model.gates import canonical_name
     from moestat.rates.config import ROUTERS, RatesConfig
-    from moestat.folder_lock import holder
-    from moestat.rates.store import LOSS_NAMES, audit_results, read_results
+    from moestat.folder_lock import holder, holder_alive
+    from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
 
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
@@ -414,7 +415,9 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         name = "convergence" if overwrite else "convergence_replot"
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"--name must be a plain file stem, got {name!r}")
-    taken = [p for p in (run_dir / f"{name}.pdf", run_dir / f"{name}.png") if p.exists()]
+    taken = [p for p in (run_dir / f"{name}.pdf", run_dir / f"{name}.png") if os.path.lexists(p)]
+    for p in taken:  # never a link, device or folder replaced, --overwrite or not
+        check_output_file(p)
     if taken and not overwrite:
         raise ValueError(f"{taken[0]} exists; pass --overwrite to replace it, or --name for another file")
     prov_path = run_dir / "provenance.json"
@@ -437,7 +440,12 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
     incomplete = audit.rows < expected
     if incomplete:
         h = holder(run_dir)
-        running = f"; its lock names moestat {h.get('door')} pid {h.get('pid')} on {h.get('host')}, which may still be running" if h else ""
+        alive = holder_alive(run_dir) if h else False
+        who = f"moestat {h.get('door')} pid {h.get('pid')} on {h.get('host')}" if h else ""
+        # the lock's flock says whether its holder lives: a kill -9 leaves the file, never the flock
+        running = ("" if not h else f"; {who} is still writing it" if alive
+                   else f"; {who} stopped without finishing, --resume continues it" if alive is False
+                   else f"; its lock names {who}, which may still be running")
         notes.append(f"{res_path} holds {audit.rows} of {expected} fits (the run is incomplete{running}): the figure shows "
                      "those, with slopes fitted to them, not the fits of summary.json")
     if df.empty:
@@ -477,9 +485,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         elif not isinstance(rows, dict):
             notes.append(f"{summary_path} predates row digests: its fits are not checked against {res_path}")
         elif rows.get("sha256") != audit.digest:
-            raise ValueError(f"{summary_path} was not computed from the rows {res_path} holds now ({rows.get('count')} rows "
-                             f"then, {audit.rows} now, other values); rerun moestat rates with --resume and this --out to "
-                             "recompute it, or delete it to refit from results.csv")
+            raise ValueError(f"{summary_rows_changed(summary_path, rows, audit)}; {SUMMARY_RECOVERY} (then plot refits them)")
     ensure_writable_dir(run_dir)
     return RedrawPlan(df, fits, config, run_dir / name, tuple(clean_losses),
                       None if clean_routers is None else tuple(clean_routers), tuple(notes))

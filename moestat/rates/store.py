@@ -47,6 +47,8 @@ __all__ = [
     "audit_results",
     "StoreAudit",
     "sort_key",
+    "summary_rows_changed",
+    "SUMMARY_RECOVERY",
 ]
 
 #: Loss columns of ``results.csv`` (see :func:`moestat.rates.sweep.compute_losses`).
@@ -119,6 +121,8 @@ class ResultStore:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        #: :meth:`create` cut a torn last line (a kill during an append); the sweep says so.
+        self.repaired = False
 
     def create(self) -> bool:
         """Write the header if the file is new; otherwise drop a torn last line (see :meth:`repair`)
@@ -131,7 +135,7 @@ class ResultStore:
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(FILE_COLUMNS) + "\n")
             return False
-        self.repair()
+        self.repaired = self.repair()
         if _is_checked(self.path):
             return False
         self.sort()  # rewritten with the checksum column; the rows were audited by check_resumable
@@ -299,6 +303,9 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
     last line is torn, the line numbers of the malformed ones and of the edited ones, and whether
     the file carries row checksums."""
     text = _utf8_text(path)
+    if not text.strip():  # no header: a file emptied (or created) by hand, never by an append
+        raise ValueError(f"{path} is empty (not even its header); delete it and run moestat rates --resume with this "
+                         "--out to compute its rows again")
     lines = text.split("\n")
     header = lines[0].split(",") if lines else []
     checked = header == list(FILE_COLUMNS)
@@ -414,6 +421,23 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     return clean, audit
 
 
+def summary_rows_changed(summary_path: str | os.PathLike, rows: dict, audit: StoreAudit) -> str:
+    """The one line that says ``summary.json`` was not computed from the rows ``results.csv`` holds.
+
+    ``rows`` is the summary's record of its rows (``{"count", "sha256"}``, see
+    :func:`rows_digest`); ``audit`` the :func:`audit_results` of the file now.  A row changed
+    with its ``crc32`` recomputed passes the row check but not this digest.  Used by ``moestat
+    plot`` and ``moestat rates --resume`` alike, so both refuse the same files with the same words.
+    """
+    return (f"{summary_path} was not computed from the rows {audit.path} holds now ({rows.get('count')} rows then, "
+            f"{audit.rows} now, other values: rows sha256 {str(rows.get('sha256'))[:12]}... then, {audit.digest[:12]}... now); "
+            f"a row was changed after it was written, its {CHECK_COLUMN} recomputed")
+
+
+#: How to get out of :func:`summary_rows_changed` (plot and resume say the same).
+SUMMARY_RECOVERY = "restore results.csv, or delete summary.json to accept the rows as they are now"
+
+
 def read_results(path: str | os.PathLike, config: RatesConfig | None = None):
     """Read ``results.csv`` into a DataFrame in the canonical row order (see :func:`sort_key`).
 
@@ -516,6 +540,10 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     """
     prov_path = out_dir / "provenance.json"
     res_path = out_dir / "results.csv"
+    if resume and out_dir.is_dir():
+        from moestat.io import refuse_links_in
+
+        refuse_links_in(out_dir)  # nothing of the store is read or written through a link
     if not resume:
         if res_path.exists():
             raise ValueError(f"--out {out_dir} is not empty; pass --resume to continue the run in it, or choose an empty or new folder")
@@ -542,4 +570,17 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
         msg = audit.message()
         if msg:
             raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and resume again")
+        # A row changed with its crc32 recomputed passes the row check; the digest of the rows the
+        # summary was computed from does not (as in ``moestat plot``).  Only when the count is the
+        # same: a resume of an interrupted or grown sweep adds rows, and deleted rows are recomputed.
+        summary_path = out_dir / "summary.json"
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+        except (OSError, ValueError):
+            summary = None  # unreadable: it is rewritten from the rows at the end of the resume
+        rows = summary.get("rows") if isinstance(summary, dict) else None
+        if isinstance(rows, dict) and isinstance(rows.get("sha256"), str) and rows.get("count") == audit.rows \
+                and rows["sha256"] != audit.digest:
+            raise ValueError(f"--resume: {summary_rows_changed(summary_path, rows, audit)}; nothing was run -- "
+                             f"{SUMMARY_RECOVERY}, or start a new --out")
     return prev

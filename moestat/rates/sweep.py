@@ -360,6 +360,8 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
     if store.create():
         sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
                          "taken as they are and now carry them\n")
+    if store.repaired:
+        sys.stderr.write(f"note: {store.path}: cut a partial last line left by an interrupted write; its unit is run again\n")
     done = store.done()
     todo = []
     for u in make_units(config):

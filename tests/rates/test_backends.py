@@ -127,3 +127,40 @@ def test_a_unit_whose_worker_died_before_its_rows_were_gathered_does_not_hang_th
     with pytest.raises(ClusterFault, match=r"no live dask worker at tcp://x for 0.2 s \(1 unit\(s\) not run\)"):
         _watch(NoWorkers(), {fut: "unit"}, lambda u, rows: got.append(rows), "tcp://x", options, Progress(1, False))
     assert got == [] and len(LostFuture.waited) >= 2
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
+def test_a_loky_sweep_stopped_while_rows_are_handed_over_prints_no_joblib_warning(stop):
+    # issue 35: Ctrl-C with --n-jobs 2 printed joblib's 2-line "N tasks which were still being
+    # processed by the workers have been cancelled ..." before the door's one line (when it landed
+    # while a unit's rows were written); a full disk there did the same
+    import gc
+    import warnings
+
+    from moestat.rates.backends import execute
+
+    def stop_here(unit, rows):
+        raise stop("stopped while writing rows")
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(stop) as excinfo:
+            execute(list, [(1, 2), (3, 4), (5, 6), (7, 8)], stop_here, n_jobs=2, progress=False, total_fits=8)
+        del excinfo  # the traceback held the generator: freeing it is when joblib warned
+        gc.collect()
+        warnings.warn("another warning", UserWarning)  # the others still show
+    assert [str(w.message) for w in seen] == ["another warning"]
+
+
+def test_loky_workers_leave_ctrl_c_to_the_parent():
+    # issue 35: a terminal's Ctrl-C reached the workers too, and one printed its KeyboardInterrupt
+    # traceback (13 lines) after the door's one line
+    import signal
+
+    from moestat.rates.backends import execute
+
+    got = []
+    execute(lambda unit: [signal.getsignal(signal.SIGINT) == signal.SIG_IGN] * len(unit), [(1, 2), (3, 4), (5, 6)],
+            lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=6)
+    assert got == [True] * 6
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's own is untouched

@@ -180,3 +180,31 @@ def test_dask_allexit_left_by_a_timed_out_gather_is_not_printed_but_other_task_e
         assert len(kept) == 1 and "never retrieved" in kept[0]
     finally:
         logger.removeFilter(_drop_dask_allexit)
+
+
+def test_the_scheduler_killed_mid_sweep_stops_it_in_one_line_and_resume_finishes(cluster, tmp_path):
+    # issue 35: a killed scheduler ended in 76-81 lines and "internal error (FuturesCancelledError)"
+    cluster.add_worker()
+    out = tmp_path / "out"
+    args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1", "--max-iter", "20",
+            "--n-boot", "100", "--quiet", "--scheduler-file", str(cluster.file), "--worker-timeout", "4", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
+    csv = out / "results.csv"
+    _wait_for(lambda: csv.exists() and csv.read_text().count("\n") >= 2, 120, "the first rows")
+    cluster.scheduler.send_signal(signal.SIGKILL)
+    rc = proc.wait(timeout=120)
+    err = proc.stderr.read()
+    assert rc == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "dask scheduler" in err and "finished results are kept; --resume continues" in err, err
+    kept = len(read_results(csv))
+    assert 1 <= kept < 30
+    (tmp_path / "again").mkdir()
+    restarted = Cluster(tmp_path / "again")
+    try:
+        restarted.add_worker()
+        res = _rates([*args[:-4], "--scheduler-file", str(restarted.file), "--worker-timeout", "4", "--out", str(out), "--resume"])
+        assert res.returncode == 0, res.stderr
+    finally:
+        restarted.close()
+    assert len(read_results(csv)) == 30

@@ -133,3 +133,30 @@ def test_cli_check_prints_the_table_and_writes_json(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:  # an argparse error: exit 2, one line
         main(["check", "--fraction", "2"])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("kind", ["chardev", "fifo", "folder", "symlink"])
+def test_cli_check_never_replaces_a_json_path_that_is_not_a_regular_file(tmp_path, capsys, kind):
+    # issue 35: --json on a copy of /dev/null turned the device node into a JSON file (exit 0)
+    import os
+    import stat
+
+    path = tmp_path / "report.json"
+    target = tmp_path / "outside.txt"
+    if kind == "chardev":
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        target.write_text("keep\n")
+        path.symlink_to(target)
+    mode = os.lstat(path).st_mode
+    assert main(["check", "--router", "perturbed", "--n-max", "4000", "--draws", "50", "--json", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--json {path} exists and is a " in err, err
+    assert os.lstat(path).st_mode == mode and (kind != "symlink" or target.read_text() == "keep\n")

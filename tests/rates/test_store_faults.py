@@ -207,3 +207,114 @@ def test_a_scheduler_file_that_is_missing_is_refused(tmp_path, capsys):
     rc, err = _rates([*TINY, "--scheduler-file", str(tmp_path / "nope.json"), "--out", str(tmp_path / "out")], capsys)
     assert rc == 2 and "--scheduler-file" in err and "does not exist" in err
     assert not (tmp_path / "out").exists()
+
+
+# -------------------------------------------------------------------------------------------------
+# issue 35: what held in plot but not in resume, faults under a library's own error, quieter notes
+# -------------------------------------------------------------------------------------------------
+def _forge(run: Path, index: int = 3) -> None:
+    """Change a loss of one row and recompute its crc32: the row check passes, the digest does not."""
+    path = run / "results.csv"
+    lines = path.read_text().splitlines()
+    rec = lines[index].split(",")[:-1]
+    rec[RESULT_COLUMNS.index("voronoi")] = repr(float(rec[RESULT_COLUMNS.index("voronoi")]) * 10)
+    lines[index] = ",".join([*rec, row_check(rec)])
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_row_forged_with_its_checksum_is_refused_by_resume_as_by_plot(run, capsys):
+    _forge(run)
+    before = _snapshot(run)
+    rc, plot_err = _plot([str(run)], capsys)
+    assert rc == 2 and plot_err.count("\n") == 1
+    rc, err = _rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    summary = json.loads((run / "summary.json").read_text())
+    for said in (plot_err, err):  # the same words: the digest then and now, and how to get out
+        assert "summary.json was not computed from the rows" in said and summary["rows"]["sha256"][:12] in said
+        assert "restore results.csv, or delete summary.json to accept the rows as they are now" in said
+    assert _snapshot(run) == before  # summary.json not rebuilt from the forged row
+    (run / "summary.json").unlink()  # the way out the message names: the rows are accepted as they are
+    rc, err = _rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys)
+    assert rc == 0, err
+
+
+def test_rows_deleted_after_the_summary_are_recomputed_by_resume(run, capsys):
+    path = run / "results.csv"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-2]) + "\n")  # fewer rows than the summary: not refused, recomputed
+    rc, err = _rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys)
+    assert rc == 0, err
+    assert read_results(path).shape[0] == 18
+
+
+def test_a_full_disk_while_a_figure_is_written_is_one_line_not_an_internal_error(run, capsys, monkeypatch):
+    # matplotlib's PDF backend on a full disk raises AttributeError ('Stream' object has no attribute
+    # 'pos') while handling the OSError(ENOSPC): the fault is in the exception's context
+    import matplotlib.figure
+
+    def full(self, fname, *args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(fname))
+        except OSError:
+            raise AttributeError("'Stream' object has no attribute 'pos'")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    before = _snapshot(run)
+    from moestat.cli.common import KEEPS
+
+    rc = run_main(cmd_plot.main, [str(run)], prog="moestat plot", on_interrupt=getattr(cmd_plot, "ON_INTERRUPT", KEEPS))
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert err == (f"moestat plot: disk full writing {run / 'convergence_replot.pdf'}: free space and run it again; "
+                   "nothing was kept (this door writes its results when it finishes)\n")  # plot has no --resume
+    assert _snapshot(run) == before and not [p for p in run.iterdir() if p.name.startswith(".convergence")]
+
+
+def test_a_torn_last_line_is_cut_with_one_line_on_stderr(run, capsys):
+    path = run / "results.csv"
+    with open(path, "a") as fh:
+        fh.write("perturbed,exact,90,2,0,ls")  # a kill during an append
+    rc, err = _rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys)
+    assert rc == 0 and err.count("\n") == 1 and "cut a partial last line" in err and str(path) in err, err
+    assert path.read_text().endswith("\n") and read_results(path).shape[0] == 18
+
+
+def test_an_empty_results_file_is_refused_with_the_way_out(run, capsys):
+    (run / "results.csv").write_text("")
+    for rc, err in (_rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys), _plot([str(run)], capsys)):
+        assert rc == 2 and err.count("\n") == 1 and "is empty" in err and "delete it and run moestat rates --resume" in err, err
+    (run / "results.csv").unlink()
+    rc, err = _rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys)
+    assert rc == 0, err
+    assert read_results(run / "results.csv").shape[0] == 18
+
+
+def test_plot_says_a_killed_writer_stopped_rather_than_may_still_be_running(run, capsys):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from moestat.folder_lock import LOCK_NAME
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    # what kill -9 leaves: the lock file naming the dead writer (its flock went with it), some rows
+    (run / LOCK_NAME).write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "door": "rates", "started": "x"}) + "\n")
+    path = run / "results.csv"
+    path.write_text("\n".join(path.read_text().splitlines()[:12]) + "\n")
+    rc, err = _plot([str(run)], capsys)
+    assert rc == 0 and f"moestat rates pid {pid} on {socket.gethostname()} stopped without finishing" in err, err
+    assert "may still be running" not in err and os.path.exists(run / LOCK_NAME)
+
+
+def test_plot_never_replaces_a_figure_path_that_is_a_link_even_with_overwrite(run, capsys, tmp_path):
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(b"not a figure of this run")
+    (run / "convergence_replot.png").symlink_to(outside)
+    for argv in ([str(run)], [str(run), "--name", "convergence_replot", "--overwrite"]):
+        rc, err = _plot(argv, capsys)
+        assert rc == 2 and err.count("\n") == 1 and "convergence_replot.png exists and is a symbolic link" in err, err
+    assert outside.read_bytes() == b"not a figure of this run" and (run / "convergence_replot.png").is_symlink()
+    assert not (run / "convergence_replot.pdf").exists()
