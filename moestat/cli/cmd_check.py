@@ -11,7 +11,6 @@ line, exit 2.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
