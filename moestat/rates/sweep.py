@@ -249,6 +249,37 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     return out
 
 
+def _against_truth(unit: WorkUnit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
+    """The unit's fits compared with the truth and, where worse, answered (:mod:`moestat.rates.truth_check`).
+
+    Returns the fits to report: ``params`` (MixingMeasure ``[R]``), ``objective``, ``converged``,
+    ``n_iter``, ``status`` and ``truth`` (the truth columns of each replicate).  A fit still worse
+    than the truth after the answer gets the status ``below_truth`` and is not converged.
+    """
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates import truth_check as tc
+
+    P = est.params_.numpy()
+    state = {
+        "params": MixingMeasure(np.array(P.beta0, dtype=float), np.array(P.beta1, dtype=float), np.array(P.eta, dtype=float)),
+        "objective": np.array(est.objective_, dtype=float),
+        "converged": np.array(est.converged_, dtype=bool),
+        "n_iter": np.array(est.n_iter_, dtype=np.int64),
+        "status": [str(s) for s in est.status_],
+    }
+    kind = tc.criterion_kind(scenario, unit.estimator)
+    truth = tc.truth_criterion(scenario, kind, X, Y)
+    first = tc.fit_criterion(scenario, kind, est, X, Y)
+    state["criterion"] = first.copy()
+    if kind is not None:
+        tc.answer_below_truth(unit, scenario, X, Y, state, kind, truth)
+    state["truth"] = tc.truth_columns(kind, first, state["criterion"], truth)
+    for i, t in enumerate(state["truth"]):
+        if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
+            state["status"][i], state["converged"][i] = "below_truth", False
+    return state
+
+
 @lru_cache(maxsize=16)
 def _holdout(key: str, m: int) -> np.ndarray:
     return build_scenario(key).holdout(m)
@@ -290,8 +321,9 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         est = build_estimator(unit.estimator, scenario, unit.max_iter, random_state, unit.device)
         t0 = time.perf_counter()
         est.fit(X, Y, init=G0)
+        state = _against_truth(unit, scenario, X, Y, est)
         elapsed = time.perf_counter() - t0
-        fitted = est.params_.numpy()
+        fitted = state["params"]
         losses = compute_losses(scenario, fitted, _holdout(unit.scenario_key, unit.holdout))
         extras = [{} for _ in unit.replicates]
         for spec in declared_losses(scenario):
@@ -313,7 +345,6 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         torch.set_num_threads(old_threads)
         blas.restore_original_limits()
     R = len(unit.replicates)
-    status = list(est.status_)
     rows = []
     for i, r in enumerate(unit.replicates):
         row = {
@@ -324,14 +355,15 @@ def run_unit(unit: WorkUnit) -> list[dict]:
             "replicate": r,
             "seed": unit.seed,
             "estimator": unit.estimator,
-            "converged": bool(np.asarray(est.converged_)[i]),
-            "status": str(status[i]),
-            "n_iter": int(np.asarray(est.n_iter_)[i]),
-            "objective": float(np.asarray(est.objective_)[i]),
+            "converged": bool(state["converged"][i]),
+            "status": str(state["status"][i]),
+            "n_iter": int(state["n_iter"][i]),
+            "objective": float(state["objective"][i]),
         }
         for name in LOSS_NAMES:
             row[name] = float(losses[name][i])
         row["time"] = elapsed / R
+        row.update(state["truth"][i])
         row.update(extras[i])  # extras.csv columns (ignored by results.csv)
         rows.append(row)
     return rows
