@@ -67,7 +67,8 @@ LOSS_DEFINITIONS = {
     "voronoi": "Voronoi loss of the setting: D3 (eq. 16 = D_{1,1}) exact, D2 (eq. 13) over-specified; max over K-subsets of true cells",
     "voronoi_direction": "the same Voronoi loss with beta1 replaced by beta1/||beta1|| (direction only)",
     "param_single": "max plain distance ||omega_i - omega*_j|| over fitted atoms alone in their Voronoi cell (Thm 5 (i))",
-    "param_multi": "max plain distance ||omega_i - omega*_j|| over fitted atoms sharing a Voronoi cell (Thm 5 (i))",
+    "param_multi": "max over shared Voronoi cells of the mass-weighted RMS distance "
+                   "sqrt(sum_{A_j} w_i ||omega_i - omega*_j||^2 / sum_{A_j} w_i), the quantity D2 bounds (Thm 5 (i))",
     "mass": "max |sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)| over cells",
     "regression_l2": "||g_hat - g*||_{L2(mu)} on a fixed held-out sample (Thms 1, 4)",
     "weighted_single": "sum over one-atom cells of exp(beta0_i) ||omega_i - omega*_j|| (a D2 term, Thm 5)",

@@ -214,9 +214,11 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     ``voronoi``: the setting's Voronoi loss -- ``D3`` (eq. 16; equal to ``D_{1,1}``) when exact,
     ``D2`` (eq. 13) when over-specified -- with the max over K-subsets of the *true* model;
     ``voronoi_direction``: the same with ``beta1 / ||beta1||`` (what the vanilla router can
-    identify, PDE (4)); ``param_single`` / ``param_multi``: the largest plain distance
-    ``||omega_i - omega*_j||`` over atoms alone in / sharing their Voronoi cell (Theorem 5 (i);
-    NaN when no atom is of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
+    identify, PDE (4)); ``param_single``: the largest plain distance
+    ``||omega_i - omega*_j||`` over atoms alone in their Voronoi cell; ``param_multi``: over the cells
+    shared by several atoms, the largest mass-weighted root mean square distance, the quantity D2
+    bounds (:func:`moestat.losses.voronoi.weighted_multi_error`; Theorem 5 (i); NaN when no atom is
+    of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
     exp(beta0*_j)|``; ``regression_l2``: ``||g_hat - g*||_{L2(mu)}`` on a fixed held-out sample.
 
     A scenario with a ``losses`` attribute (a :class:`~moestat.data.scenario_files.FileScenario`)
