@@ -45,7 +45,8 @@ def likelihood_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarr
 
     ``voronoi`` and the per-atom columns come from the scenario's first loss; each declared loss
     also gets its own column; ``regression_l2`` is ``||g_hat - g*||_{L2}`` of the mean functions
-    on ``X_holdout``; ``voronoi_direction`` is NaN (a cosine-router notion).
+    on ``X_holdout``, ``g_hat`` with the fitted gate (``scenario.fit_model``: its K-bar active experts)
+    and ``g*`` with the true one; ``voronoi_direction`` is NaN (a cosine-router notion).
     """
     from moestat.data.gaussian_scenarios import gaussian_voronoi
 
@@ -65,7 +66,9 @@ def likelihood_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarr
     safe = MixingMeasure(*(np.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, 0.0) for a in (G.beta0, G.beta1, G.eta)))
     if safe.eta.shape[-1] == scenario.truth.eta_dim and scenario.model.family == "gaussian":
         safe.eta[..., -1] = np.where(ok[:, None], safe.eta[..., -1], 1.0)
-    g_hat = scenario.model.predict(Xh, safe).numpy()
+    # the fitted measure with the *fitted* gate (an over-specified Top-K fit activates K-bar > K
+    # experts): the true gate would mean a function the estimator never fitted
+    g_hat = scenario.fit_model.predict(Xh, safe).numpy()
     out["regression_l2"] = np.where(ok, np.sqrt(np.mean((g_hat - g_star) ** 2, axis=-1)), np.nan)
     out["voronoi_direction"] = np.full(ok.shape, np.nan)
     return out

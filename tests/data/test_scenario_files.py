@@ -223,3 +223,26 @@ def test_a_generic_likelihood_sweep_runs_end_to_end(tmp_path):
     df = pd.read_csv(tmp_path / "o" / "results.csv")
     assert len(df) == 6 and np.isfinite(df["voronoi"]).all() and np.isfinite(df["regression_l2"]).all()
     assert set(df["status"]) <= {"tol", "newton", "max_iter"}
+
+
+def test_an_over_specified_top_k_likelihood_fit_is_judged_with_its_fitted_gate(tmp_path):
+    """Issue 33: regression_l2 of a Top-K likelihood file evaluates the fitted measure with the
+    fitted gate (K-bar = K + k - k* active experts), not with the true Top-K gate."""
+    import torch
+
+    from moestat.data.likelihood_losses import likelihood_loss_columns
+    from moestat.model.mixing import MixingMeasure
+
+    src = Path(__file__).resolve().parents[2] / "moestat" / "rates" / "catalogue_files" / "topk_gmoe_exact.toml"
+    text = src.read_text().replace("[fit]\nk = 3", "[fit]\nk = 4")  # Top-2 of 3, fitted with 4 atoms
+    sc = load_scenario(_write(tmp_path, text))
+    assert sc.setting == "over" and sc.model.gate.k_active == 2 and sc.fit_model.gate.k_active == 3
+    fitted = MixingMeasure.stack([sc.near_truth_start(0.2, np.random.default_rng(s)) for s in range(3)])
+    Xh = sc.holdout(512)
+    out = likelihood_loss_columns(sc, fitted, Xh)
+    x = torch.as_tensor(Xh)
+    g_star = sc.model.predict(x, sc.truth).numpy()
+    want = np.sqrt(np.mean((sc.fit_model.predict(x, fitted).numpy() - g_star) ** 2, axis=-1))
+    true_gate = np.sqrt(np.mean((sc.model.predict(x, fitted).numpy() - g_star) ** 2, axis=-1))
+    np.testing.assert_allclose(out["regression_l2"], want, rtol=1e-12)
+    assert np.all(np.abs(want - true_gate) > 1e-3)  # the two gates give different numbers here
