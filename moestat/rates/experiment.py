@@ -276,6 +276,7 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
         ),
         "category_rule": (
+            "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
             "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
             "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "

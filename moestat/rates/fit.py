@@ -379,7 +379,8 @@ def fit_rates(
                 continue
             pr = per_replicate_fit(ns, vals)
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth)
+            slow = is_slow_rate(router, loss, entry["predicted"])
+            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth, slow)
             lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
             nf = np.asarray(ns, float)
             # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
@@ -419,7 +420,7 @@ def fit_rates(
                     half_ev.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
                     continue
                 hrng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 1 + h)))
-                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth))
+                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth, slow))
             entry["_evidence"] = [ev, *half_ev]
             if alt_start is not None and f"alt_{loss}" in sub:
                 an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
@@ -432,12 +433,13 @@ def fit_rates(
     return fits
 
 
-def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth) -> dict[str, Any]:
-    """Slope with interval, robust slope, curvature, tail and the generic category of one data set."""
+def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth, slow_rate: bool = False) -> dict[str, Any]:
+    """Slope with interval, robust slope, curvature, tail and the generic category of one data set
+    (``slow_rate``: a Theorem 2/3 claim, see :func:`moestat.rates.verdicts.categorize`)."""
     swi = slope_with_interval(ns, vals, rng, n_boot)
     rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
     cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=ns, values=vals,
-                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
+                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth, slow_rate=slow_rate)
     return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(ns), "values": vals, **cat}
 
 
