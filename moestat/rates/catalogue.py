@@ -187,7 +187,7 @@ def _add(e: Entry) -> None:
 _add(Entry(
     "cosine-exact", COSINE, "Theorems 2 (vanilla cosine, exact) and 6 (perturbed cosine, exact)", "Figure 1(a)",
     "regression MoE y = sum_i softmax(cosine or perturbed-cosine score)_i GELU(a_i^T x + b_i) + noise, d = 4, k* = 3, "
-    "Top-2 sparse gate, exact fit (moestat's default truth)", "least squares (Levenberg-Marquardt, near-truth start)",
+    "dense gate, exact fit (moestat's default truth)", "least squares (Levenberg-Marquardt, near-truth start)",
     "20 replicates per n (the paper); the sample sizes were not recovered (moestat: 7 log-spaced n, 2 000 to 128 000)",
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "exact", "chunk": 5},
          {"n_min": 2000, "n_max": 128000, "n_points": 7, "reps": 20},
@@ -284,7 +284,7 @@ _add(Entry(
 # ---- likelihood entries: need the generic maximum likelihood of issue 27 (branch i27a) -------------
 _add(Entry(
     "topk-gmoe", TOPK, "exact-specified: parametric density and parameter rates; over-specified: slow parameter rates",
-    "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 1 of k* = 2), linear experts",
+    "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 2 of k* = 3), linear experts",
     "maximum likelihood (generic EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not "
     "recovered; moestat's design: 5 log-spaced n, 1 000 to 16 000, 12 replicates",
     (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
@@ -411,13 +411,49 @@ def _declares_mixture(cfg) -> bool:
     return str(getattr(sc, "noise_model", "additive")) == "mixture" or bool(getattr(sc, "gaussian_moe", False))
 
 
+def _describe_scenario(sc) -> str:
+    """One line of a built scenario's model: gate (Top-K of k*), experts, noise, d, k*, fitted k."""
+    K = None
+    if getattr(sc, "gaussian_moe", False):  # model 1 of Nguyen, Nguyen & Ho (2023)
+        what = "softmax gate / linear Gaussian experts, y drawn from the mixture"
+    else:
+        m = sc.model
+        K = getattr(m.gate, "k_active", None)
+        noise = "y drawn from the mixture" if getattr(sc, "likelihood", False) else "y = g(x) + Gaussian noise"
+        what = f"{m.describe()}, {noise}"
+    k_star, k = int(sc.k_true), int(sc.k_fit)
+    sparse = f"Top-{K} of k* = {k_star}" if K is not None and K < k_star else "dense gate"
+    fit = "exact fit" if k == k_star else "over-specified fit"
+    return f"{what}; {sparse}; d = {sc.d}, k* = {k_star}, fitted k = {k} ({fit})"
+
+
+def run_models(e: "Entry") -> list[str]:
+    """``"<run> [router]: <model>"`` for every run (and router) of ``e``, read from the scenario each
+    run builds (its shipped file or preset), so that ``--list`` cannot disagree with what runs; an
+    entry that cannot build its runs falls back to its :attr:`Entry.model` text."""
+    from moestat.rates.resolve import build_scenario
+
+    out = []
+    for run in e.runs:
+        try:
+            cfg = run_config(run, quick=True)
+            for router in cfg.router:
+                label = run.label if len(cfg.router) == 1 else f"{run.label} {router}"
+                out.append(f"{label}: {_describe_scenario(build_scenario(cfg.scenario_key(router)))}")
+        except (ValueError, FileNotFoundError, TypeError, KeyError):
+            return [e.model]
+    return out or [e.model]
+
+
 def format_list() -> str:
-    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, predictions, status."""
+    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
+    (generated from the scenario it builds: :func:`run_models`), predictions, status."""
     lines = []
     for e in ENTRIES.values():
         preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
         lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
-        lines.append(f"{'':<20} model: {e.model}")
+        for i, m in enumerate(run_models(e)):
+            lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
         lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
         lines.append(f"{'':<20} status: {entry_status(e)}")
     return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"

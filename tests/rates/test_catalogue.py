@@ -173,3 +173,33 @@ def test_a_slow_fit_judged_by_the_pipeline_keeps_its_category():
     slow = {"slope": -0.36, "category": "inconsistent", "reason": "straight at -0.36", "slow_rule": {"rule": "straight"}}
     v = cat.contrast_verdict(slow, {"slope": -0.55, "category": "consistent"})
     assert v["category"] == "inconsistent" and "straight at -0.36" in v["reason"]
+
+
+def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
+    """Issue 33: --list said topk-gmoe is "K = 1 of k* = 2" while its file is Top-2 of 3; the model
+    lines are now generated from each run's scenario file (read here independently with tomllib)."""
+    import tomllib
+
+    rc, out, _ = _run(["reproduce", "--list"], capsys)
+    assert rc == 0
+    blocks = {}
+    for line in out.splitlines():
+        if line and not line.startswith(" ") and line.split()[0] in cat.ENTRIES:
+            key = line.split()[0]
+        if "key" in locals():
+            blocks.setdefault(key, []).append(line)
+    for key, e in cat.ENTRIES.items():
+        text = "\n".join(blocks[key])
+        for run in e.runs:
+            name = run.base.get("catalogue_file")
+            if not name:
+                continue
+            data = tomllib.loads(cat.catalogue_file(name).read_text())
+            k_star, k = len(data["atoms"]), int(data.get("fit", {}).get("k", len(data["atoms"])))
+            K = data["gate"].get("k_active")
+            assert f"{run.label}: " in text, (key, run.label)
+            line = next(ln for ln in blocks[key] if f"{run.label}: " in ln)
+            assert f"k* = {k_star}, fitted k = {k} ({'exact' if k == k_star else 'over-specified'} fit)" in line, line
+            assert (f"Top-{K} of k* = {k_star}" in line) if K is not None and K < k_star else ("dense gate" in line), line
+    topk = "\n".join(blocks["topk-gmoe"])
+    assert "Top-2 of k* = 3" in topk and "K = 1 of" not in topk
