@@ -50,6 +50,7 @@ __all__ = [
     "contrast_verdict",
     "CONTRAST_MARGIN",
     "format_report",
+    "rejudge_recorded",
 ]
 
 #: Written into ``OUT/catalogue.json``.
@@ -556,6 +557,52 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     report = _report(e, quick, done)
     atomic_write_json(out / "catalogue.json", report)
     return report
+
+
+def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
+    """The report of an entry's recorded full run, judged again under the *current* rules.
+
+    Reads each run's ``results.csv`` (and ``extras.csv``) and ``provenance.json`` under
+    ``folder/<run label>/`` and fits the rates as :func:`moestat.rates.run_rates` does, without
+    refitting a single model: what the docs may say of a recorded run is what the rules of today
+    say of its rows, not what was printed when it ran.
+
+    Parameters
+    ----------
+    key : str
+        Entry key.
+    folder : path-like
+        The entry's recorded folder (e.g. ``simulations/catalogue/cosine-exact``).
+
+    Returns
+    -------
+    dict
+        The report of :func:`reproduce` (``predictions`` with ``category`` and ``reason``,
+        ``contrast``), with ``wall_s`` 0.
+    """
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.experiment import _file_predictions, effective_setting
+    from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.resolve import config_declared_losses
+    from moestat.rates.store import LOSS_NAMES, read_results
+
+    e = entry(key)
+    runs = []
+    for run in e.runs:
+        d = Path(folder) / run.label
+        cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
+        df = read_results(d / "results.csv", cfg)
+        ex = extra_columns(cfg.extra_starts, cfg.cell_errors, config_declared_losses(cfg), cfg.alt_init_scale > 0)
+        df = merge_extras(df, d / "extras.csv") if ex else df
+        losses = [*LOSS_NAMES, *(c for c in ex if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
+                                 and not c.startswith(ALT_PREFIX))]
+        fits = fit_rates(df, losses=losses, setting=effective_setting(cfg), estimator=cfg.estimator, routers=cfg.router,
+                         window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance, n_boot=cfg.n_boot, seed=cfg.seed,
+                         halfwidth=cfg.halfwidth, predicted=_file_predictions(cfg),
+                         alt_start=(cfg.init_scale, cfg.alt_init_scale) if cfg.alt_init_scale > 0 else None)
+        runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
+    return _report(e, False, runs)
 
 
 def _report(e: Entry, quick: bool, runs: list[dict]) -> dict[str, Any]:

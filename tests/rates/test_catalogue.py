@@ -203,3 +203,19 @@ def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
             assert (f"Top-{K} of k* = {k_star}" in line) if K is not None and K < k_star else ("dense gate" in line), line
     topk = "\n".join(blocks["topk-gmoe"])
     assert "Top-2 of k* = 3" in topk and "K = 1 of" not in topk
+
+
+def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_rows():
+    """Issue 33: catalogue.rst said "Figure 1(a) reproduced" while the current rules judge the
+    recorded vanilla-router rows inconsistent; the sentence must follow the rows, whichever way."""
+    rep = cat.rejudge_recorded("cosine-exact", ROOT / "simulations" / "catalogue" / "cosine-exact")
+    cats = {r["loss"]: r["category"] for r in rep["predictions"]}
+    doc = (ROOT / "docs" / "guide" / "catalogue.rst").read_text()
+    bullet = doc[doc.index("- ``cosine-exact``: Figure 1(a)"):]
+    bullet = bullet[: bullet.index("\n- ``")]
+    if all(c == "consistent" for c in cats.values()):
+        assert "Figure 1(a) reproduced." in bullet
+    else:
+        assert "Figure 1(a) reproduced." not in bullet and "only in part" in bullet
+        assert f"now judges the same recorded rows *{cats['cosine voronoi']}*" in " ".join(bullet.split())
+    assert cats["perturbed voronoi"] == "consistent" and "D3 is at -0.56 (consistent)" in " ".join(bullet.split())
