@@ -20,7 +20,11 @@ import numpy as np
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 from moestat.model.mixing import MixingMeasure
 
-__all__ = ["default_likelihood_loss", "likelihood_loss_columns"]
+__all__ = ["default_likelihood_loss", "default_likelihood_prediction", "THEOREM_1_GMOE", "likelihood_loss_columns"]
+
+#: The theorem a user's exact-fit softmax-gated Gaussian MoE with linear experts falls under.
+THEOREM_1_GMOE = ("Nguyen, Nguyen & Ho (2023), Theorem 1: exact-specified softmax-gated Gaussian MoE with linear "
+                  "experts, D1 = O_P((log n / n)^{1/2})")
 
 
 def default_likelihood_loss(model, truth: MixingMeasure, k_fit: int, mass: str = "softmax") -> LossSpec:
@@ -38,6 +42,24 @@ def default_likelihood_loss(model, truth: MixingMeasure, k_fit: int, mass: str =
         blocks.append(BlockSpec("variance", f"eta[{q}]", one))
         cells.append("variance")
     return LossSpec("D1", tuple(blocks), mass, "euclidean", None, False, tuple(cells))
+
+
+def default_likelihood_prediction(model, truth: MixingMeasure, k_fit: int) -> tuple[float, str] | None:
+    """The predicted exponent of the default loss and the theorem it comes from, or ``None``.
+
+    A file that declares no ``[[losses]]`` still states a model; when that model satisfies a
+    catalogue theorem's hypotheses, the theorem's rate is the prediction.  Today: the dense
+    softmax gate with a linear score (``beta1^T x + beta0``, a reference atom, temperature 1),
+    linear experts ``a^T x + b`` and Gaussian noise with one variance per atom, fitted with
+    ``k = k*`` atoms -- the setting of Nguyen, Nguyen & Ho (2023), Theorem 1, whose ``D1`` (the
+    default loss, :func:`default_likelihood_loss`) converges at ``(log n / n)^{1/2}``: exponent -1/2.
+    Its proof needs distinct true atoms, which every scenario file has (``k*`` atoms are given and
+    the Voronoi loss is defined on them).  Anything else (Top-K, other gates or experts,
+    over-specified fits) gets no default prediction.
+    """
+    if getattr(model, "is_linear_softmax", False) and int(k_fit) == truth.n_atoms:
+        return -0.5, THEOREM_1_GMOE
+    return None
 
 
 def likelihood_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:

@@ -100,7 +100,21 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
         predicted=_file_predictions(config),
         alt_start=(config.init_scale, config.alt_init_scale) if config.alt_init_scale > 0 else None,
     )
+    sources = _prediction_sources(config)
+    for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
+        if f["loss"] in sources and f.get("predicted") is not None:
+            f["prediction_source"] = sources[f["loss"]]
     return df, fits
+
+
+def _prediction_sources(config: RatesConfig) -> dict[str, str]:
+    """Loss name -> the theorem of a default prediction (a scenario file without ``[[losses]]``
+    whose model meets a theorem's hypotheses, :func:`moestat.data.likelihood_losses.default_likelihood_prediction`)."""
+    if not config.scenario_file:
+        return {}
+    from moestat.rates.resolve import build_scenario
+
+    return dict(getattr(build_scenario(config.scenario_key(config.router[0])), "prediction_sources", {}) or {})
 
 
 def effective_setting(config: RatesConfig) -> str:
@@ -335,6 +349,8 @@ def format_table(summary: dict[str, Any]) -> str:
     lines.append("reasons and plans:")
     for f in summary["fits"]:
         lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
+        if f.get("prediction_source"):
+            lines.append(f"    prediction by default (the file states none): {f['prediction_source']}")
         if f.get("plan") and f.get("predicted") is not None:
             lines.append(f"    plan: {f['plan']['line']}")
     cert = summary.get("certificate")
