@@ -148,11 +148,12 @@ def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
                            schedule="constant")
 
 
-def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list[dict]:
+def _certificate(unit: "WorkUnit", scenario, X, Y, state: dict, fitted, holdout) -> list[dict]:
     """Fit ``unit.extra_starts`` more starts per replicate in one batch; the certificate columns.
 
     Each start has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 3, s))``, so the
-    result does not depend on chunking or workers; the near-truth fit (``est``) is untouched.
+    result does not depend on chunking or workers; the reported fit (``state``, see
+    :func:`_against_truth`) is untouched.
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates.extras import BEATEN_RTOL
@@ -167,7 +168,7 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
     obj_e = np.asarray(ex.objective_, float).reshape(R, E)
     conv_e = np.asarray(ex.converged_, bool).reshape(R, E)
     fit_e = ex.params_.numpy()
-    obj0 = np.asarray(est.objective_, float)
+    obj0 = np.asarray(state["objective"], float)  # the reported fit (answered when it was worse than the truth)
     rows, best = [], []
     for i in range(R):
         cand = np.concatenate([[obj0[i]], np.where(np.isfinite(obj_e[i]), obj_e[i], np.inf)])
@@ -176,7 +177,7 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
         b = b if beaten else 0  # a tie within the tolerance is the same minimum: keep the near-truth fit
         best.append(fitted[i] if b == 0 else fit_e[i * E + b - 1])
         rows.append({"best_objective": float(cand[b]), "best_start": b, "n_starts": E + 1,
-                     "n_starts_converged": int(bool(np.asarray(est.converged_)[i])) + int(conv_e[i].sum()),
+                     "n_starts_converged": int(bool(state["converged"][i])) + int(conv_e[i].sum()),
                      "beaten": int(beaten)})
     losses = compute_losses(scenario, MixingMeasure.stack(best), holdout)
     for i, row in enumerate(rows):
@@ -332,7 +333,7 @@ def run_unit(unit: WorkUnit) -> list[dict]:
             for i, e in enumerate(extras):
                 e[spec.name] = float(losses[spec.name][i])
         if unit.extra_starts > 0:
-            for e, c in zip(extras, _certificate(unit, scenario, X, Y, est, fitted, _holdout(unit.scenario_key, unit.holdout))):
+            for e, c in zip(extras, _certificate(unit, scenario, X, Y, state, fitted, _holdout(unit.scenario_key, unit.holdout))):
                 e.update(c)
         if unit.alt_init_scale > 0:
             for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
