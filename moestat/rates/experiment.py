@@ -71,6 +71,19 @@ def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
     return out
 
 
+def _truth_summary(df, config: RatesConfig) -> dict[str, Any]:
+    """Per router: the fits found worse than the truth, answered, and remaining
+    (:mod:`moestat.rates.truth_check`; ``unknown``: rows written before the check existed)."""
+    out: dict[str, Any] = {}
+    for router in config.router:
+        c = df.loc[df["router"] == router, "truth_check"].value_counts().to_dict() if "truth_check" in df else {}
+        answered, remain = int(c.get("answered", 0)), int(c.get("below_truth", 0))
+        out[router] = {"found": answered + remain, "answered": answered, "remain": remain,
+                       "above": int(c.get("above", 0)), "unknown": int(c.get("unknown", 0)),
+                       "not_comparable": int(c.get("n/a", 0)) + int(c.get("nonfinite", 0))}
+    return out
+
+
 def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
     """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
     from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
@@ -305,6 +318,7 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None) -> d
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
         "rows": {"file": "results.csv", "count": audit.rows, "sha256": audit.digest},
         "certificate": _certificate_summary(df, config),
+        "truth_check": _truth_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,
         "preflight": pre,
@@ -353,6 +367,11 @@ def format_table(summary: dict[str, Any]) -> str:
             lines.append(f"    prediction by default (the file states none): {f['prediction_source']}")
         if f.get("plan") and f.get("predicted") is not None:
             lines.append(f"    plan: {f['plan']['line']}")
+    tc = summary.get("truth_check")
+    if tc and any(v["found"] or v["above"] for v in tc.values()):
+        lines.append("fits against the truth (worse than the true parameters on the same data): " + "; ".join(
+            f"{router}: {v['found']} found, {v['answered']} answered, {v['remain']} remain (status below_truth)"
+            for router, v in tc.items()))
     cert = summary.get("certificate")
     if cert:
         lines.append(f"certificate ({cert['extra_starts']} extra starts; near-truth fit beaten by > {cert['beaten_rtol']:g} relative):")

@@ -158,3 +158,20 @@ def test_resuming_into_an_old_file_upgrades_its_header_and_keeps_its_rows(tmp_pa
     _, audit = audit_results(path)
     assert audit.n_bad == 0
     assert set(TRUTH_COLUMNS) <= set(after.columns)
+
+
+def test_the_summary_counts_the_fits_found_answered_and_remaining(tmp_path, monkeypatch):
+    from moestat.rates import run_rates
+    from moestat.rates.experiment import format_table
+
+    monkeypatch.setattr(tc, "ANSWER_ROUNDS", 0)  # nothing is answered: every fit found remains
+    cfg = RatesConfig.from_dict({**GMOE, "n_min": 300, "n_max": 1200, "max_iter": 1, "init_scale": 1.0, "n_boot": 20})
+    s = run_rates(cfg.validate(), tmp_path / "o")
+    df = read_results(tmp_path / "o" / "results.csv")
+    below = int((df["truth_check"] == "below_truth").sum())
+    assert below > 0
+    t = s["truth_check"]["gaussian-moe"]
+    assert t == {"found": below, "answered": 0, "remain": below, "above": int((df["truth_check"] == "above").sum()),
+                 "unknown": 0, "not_comparable": int(df["truth_check"].isin(["n/a", "nonfinite"]).sum())}
+    assert s["counts"]["converged"] <= len(df) - below  # a fit below the truth is not converged
+    assert f"gaussian-moe: {below} found, 0 answered, {below} remain (status below_truth)" in format_table(s)
