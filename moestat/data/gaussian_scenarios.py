@@ -112,8 +112,9 @@ class GaussianMoEScenario(TruthDescriptors):
         """The sweep's loss columns for a batch of fits ``[R]`` (see the module docstring).
 
         ``voronoi``: D1 (exact) or D2 (over-fitted); ``voronoi_direction``: NaN (a cosine-router
-        notion); ``param_single`` / ``param_multi``: the largest plain error ``||omega_i -
-        omega*_j||`` over atoms alone in / sharing their cell; ``mass``: the largest cell mass
+        notion); ``param_single``: the largest plain error ``||omega_i - omega*_j||`` over atoms alone
+        in their cell; ``param_multi``: over the shared cells, the largest mass-weighted root mean
+        square error (:func:`moestat.losses.voronoi.weighted_multi_error`); ``mass``: the largest cell mass
         error; ``regression_l2``: ``||g_hat - g*||_{L2}`` of the mean functions on ``X_holdout``.
         """
         out = gaussian_voronoi(fitted, self.truth, "D1" if self.setting == "exact" else "D2")
@@ -188,11 +189,14 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     Returns
     -------
     dict of ndarray, each ``[R]``
-        ``voronoi``, ``param_single``, ``param_multi`` (the largest plain error ``||omega_i -
-        omega*_j||`` over atoms alone in / sharing their cell; NaN when no atom is of that kind),
+        ``voronoi``, ``param_single`` (the largest plain error ``||omega_i - omega*_j||`` over atoms
+        alone in their cell), ``param_multi`` (over the shared cells, the largest mass-weighted root
+        mean square error, :func:`moestat.losses.voronoi.weighted_multi_error`; NaN when no atom is
+        of that kind),
         ``mass`` (the largest cell mass error), ``empty_cells`` (true atoms with an empty cell);
         NaN everywhere for a non-finite fit.
     """
+    from moestat.losses.voronoi import weighted_multi_error
     from moestat.losses.voronoi_spec import cell_terms_from_spec
 
     spec = gaussian_loss_spec(name) if spec is None else spec
@@ -217,7 +221,8 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     err = c["atom_errors"]
     with np.errstate(invalid="ignore"):
         single = np.where(~shared, err, -np.inf).max(-1)
-        multi = np.where(shared, err, -np.inf).max(-1)
+    # shared cells: the mass-weighted root mean square D2 bounds, not an unweighted maximum
+    multi = weighted_multi_error(err, c["weights"], c["cells"], c["sizes"])
     out["voronoi"][ok] = c["terms"].sum(-1)
     out["param_single"][ok] = np.where(np.isfinite(single), single, np.nan)
     out["param_multi"][ok] = np.where(np.isfinite(multi), multi, np.nan)

@@ -123,6 +123,10 @@ class FileScenario(TruthDescriptors):
     noise_model: str = "additive"
     #: starts per replicate of a maximum-likelihood fit (``--starts``; the start and jittered copies)
     n_starts: int = 1
+    #: Loss name -> the theorem a *default* prediction comes from (a file that declares no
+    #: ``[[losses]]`` but whose model meets a theorem's hypotheses; see
+    #: :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
+    prediction_sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def likelihood(self) -> bool:
@@ -176,9 +180,14 @@ class FileScenario(TruthDescriptors):
         if not self.losses:
             mass = "sigmoid" if (self._protocol and self.model.gate.normalisation == "sigmoid") else "softmax"
             if self.likelihood:
-                from moestat.data.likelihood_losses import default_likelihood_loss
+                from moestat.data.likelihood_losses import default_likelihood_loss, default_likelihood_prediction
 
-                object.__setattr__(self, "losses", (default_likelihood_loss(self.model, t, k_fit, mass),))
+                spec = default_likelihood_loss(self.model, t, k_fit, mass)
+                object.__setattr__(self, "losses", (spec,))
+                theorem = default_likelihood_prediction(self.model, t, k_fit)
+                if theorem is not None and spec.name not in self.predicted:  # the theorem's rate, named
+                    object.__setattr__(self, "predicted", {**dict(self.predicted), spec.name: theorem[0]})
+                    object.__setattr__(self, "prediction_sources", {**dict(self.prediction_sources), spec.name: theorem[1]})
             else:
                 b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
                 object.__setattr__(self, "losses", (replace(b, mass=mass),))
@@ -189,6 +198,7 @@ class FileScenario(TruthDescriptors):
             if s.k_active is not None and s.k_active > t.n_atoms:
                 raise ValueError(f"loss {s.name!r}: k_active={s.k_active} exceeds the number of true atoms k*={t.n_atoms}")
         object.__setattr__(self, "predicted", dict(self.predicted))
+        object.__setattr__(self, "prediction_sources", dict(self.prediction_sources))
 
     @property
     def _protocol(self) -> bool:

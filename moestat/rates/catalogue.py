@@ -187,7 +187,7 @@ def _add(e: Entry) -> None:
 _add(Entry(
     "cosine-exact", COSINE, "Theorems 2 (vanilla cosine, exact) and 6 (perturbed cosine, exact)", "Figure 1(a)",
     "regression MoE y = sum_i softmax(cosine or perturbed-cosine score)_i GELU(a_i^T x + b_i) + noise, d = 4, k* = 3, "
-    "Top-2 sparse gate, exact fit (moestat's default truth)", "least squares (Levenberg-Marquardt, near-truth start)",
+    "dense gate, exact fit (moestat's default truth)", "least squares (Levenberg-Marquardt, near-truth start)",
     "20 replicates per n (the paper); the sample sizes were not recovered (moestat: 7 log-spaced n, 2 000 to 128 000)",
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "exact", "chunk": 5},
          {"n_min": 2000, "n_max": 128000, "n_points": 7, "reps": 20},
@@ -284,7 +284,7 @@ _add(Entry(
 # ---- likelihood entries: need the generic maximum likelihood of issue 27 (branch i27a) -------------
 _add(Entry(
     "topk-gmoe", TOPK, "exact-specified: parametric density and parameter rates; over-specified: slow parameter rates",
-    "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 1 of k* = 2), linear experts",
+    "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 2 of k* = 3), linear experts",
     "maximum likelihood (generic EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not "
     "recovered; moestat's design: 5 log-spaced n, 1 000 to 16 000, 12 replicates",
     (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
@@ -414,12 +414,17 @@ def _declares_mixture(cfg) -> bool:
 
 
 def format_list() -> str:
-    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, predictions, status."""
+    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
+    (generated from the scenario it builds: :func:`moestat.rates.catalogue_views.run_models`),
+    predictions, status."""
+    from moestat.rates.catalogue_views import run_models
+
     lines = []
     for e in ENTRIES.values():
         preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
         lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
-        lines.append(f"{'':<20} model: {e.model}")
+        for i, m in enumerate(run_models(e)):  # from the scenario each run builds: never stale
+            lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
         lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
         lines.append(f"{'':<20} status: {entry_status(e)}")
     return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"

@@ -71,6 +71,19 @@ def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
     return out
 
 
+def _truth_summary(df, config: RatesConfig) -> dict[str, Any]:
+    """Per router: the fits found worse than the truth, answered, and remaining
+    (:mod:`moestat.rates.truth_check`; ``unknown``: rows written before the check existed)."""
+    out: dict[str, Any] = {}
+    for router in config.router:
+        c = df.loc[df["router"] == router, "truth_check"].value_counts().to_dict() if "truth_check" in df else {}
+        answered, remain = int(c.get("answered", 0)), int(c.get("below_truth", 0))
+        out[router] = {"found": answered + remain, "answered": answered, "remain": remain,
+                       "above": int(c.get("above", 0)), "unknown": int(c.get("unknown", 0)),
+                       "not_comparable": int(c.get("n/a", 0)) + int(c.get("nonfinite", 0))}
+    return out
+
+
 def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
     """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
     from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
@@ -100,7 +113,21 @@ def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
         predicted=_file_predictions(config),
         alt_start=(config.init_scale, config.alt_init_scale) if config.alt_init_scale > 0 else None,
     )
+    sources = _prediction_sources(config)
+    for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
+        if f["loss"] in sources and f.get("predicted") is not None:
+            f["prediction_source"] = sources[f["loss"]]
     return df, fits
+
+
+def _prediction_sources(config: RatesConfig) -> dict[str, str]:
+    """Loss name -> the theorem of a default prediction (a scenario file without ``[[losses]]``
+    whose model meets a theorem's hypotheses, :func:`moestat.data.likelihood_losses.default_likelihood_prediction`)."""
+    if not config.scenario_file:
+        return {}
+    from moestat.rates.resolve import build_scenario
+
+    return dict(getattr(build_scenario(config.scenario_key(config.router[0])), "prediction_sources", {}) or {})
 
 
 def effective_setting(config: RatesConfig) -> str:
@@ -286,6 +313,7 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None,
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
         ),
         "category_rule": (
+            "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
             "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
             "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
@@ -300,6 +328,7 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None,
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
         "rows": {"file": "results.csv", "count": audit.rows, "sha256": audit.digest},
         "certificate": _certificate_summary(df, config),
+        "truth_check": _truth_summary(df, config),
         "adaptive": adaptive,
         "growth": growth,
         "preflight": pre,
@@ -344,8 +373,15 @@ def format_table(summary: dict[str, Any]) -> str:
     lines.append("reasons and plans:")
     for f in summary["fits"]:
         lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
+        if f.get("prediction_source"):
+            lines.append(f"    prediction by default (the file states none): {f['prediction_source']}")
         if f.get("plan") and f.get("predicted") is not None:
             lines.append(f"    plan: {f['plan']['line']}")
+    tc = summary.get("truth_check")
+    if tc and any(v["found"] or v["above"] for v in tc.values()):
+        lines.append("fits against the truth (worse than the true parameters on the same data): " + "; ".join(
+            f"{router}: {v['found']} found, {v['answered']} answered, {v['remain']} remain (status below_truth)"
+            for router, v in tc.items()))
     cert = summary.get("certificate")
     if cert:
         lines.append(f"certificate ({cert['extra_starts']} extra starts; near-truth fit beaten by > {cert['beaten_rtol']:g} relative):")

@@ -67,7 +67,8 @@ LOSS_DEFINITIONS = {
     "voronoi": "Voronoi loss of the setting: D3 (eq. 16 = D_{1,1}) exact, D2 (eq. 13) over-specified; max over K-subsets of true cells",
     "voronoi_direction": "the same Voronoi loss with beta1 replaced by beta1/||beta1|| (direction only)",
     "param_single": "max plain distance ||omega_i - omega*_j|| over fitted atoms alone in their Voronoi cell (Thm 5 (i))",
-    "param_multi": "max plain distance ||omega_i - omega*_j|| over fitted atoms sharing a Voronoi cell (Thm 5 (i))",
+    "param_multi": "max over shared Voronoi cells of the mass-weighted RMS distance "
+                   "sqrt(sum_{A_j} w_i ||omega_i - omega*_j||^2 / sum_{A_j} w_i), the quantity D2 bounds (Thm 5 (i))",
     "mass": "max |sum_{i in A_j} exp(beta0_i) - exp(beta0*_j)| over cells",
     "regression_l2": "||g_hat - g*||_{L2(mu)} on a fixed held-out sample (Thms 1, 4)",
     "weighted_single": "sum over one-atom cells of exp(beta0_i) ||omega_i - omega*_j|| (a D2 term, Thm 5)",
@@ -380,7 +381,8 @@ def fit_rates(
                 continue
             pr = per_replicate_fit(ns, vals)
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth)
+            slow = is_slow_rate(router, loss, entry["predicted"])
+            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth, slow)
             lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
             nf = np.asarray(ns, float)
             # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
@@ -420,7 +422,7 @@ def fit_rates(
                     half_ev.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
                     continue
                 hrng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 1 + h)))
-                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth))
+                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth, slow))
             entry["_evidence"] = [ev, *half_ev]
             if alt_start is not None and f"alt_{loss}" in sub:
                 an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
@@ -433,12 +435,13 @@ def fit_rates(
     return fits
 
 
-def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth) -> dict[str, Any]:
-    """Slope with interval, robust slope, curvature, tail and the generic category of one data set."""
+def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth, slow_rate: bool = False) -> dict[str, Any]:
+    """Slope with interval, robust slope, curvature, tail and the generic category of one data set
+    (``slow_rate``: a Theorem 2/3 claim, see :func:`moestat.rates.verdicts.categorize`)."""
     swi = slope_with_interval(ns, vals, rng, n_boot)
     rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
     cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=ns, values=vals,
-                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth)
+                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth, slow_rate=slow_rate)
     return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(ns), "values": vals, **cat}
 
 

@@ -38,7 +38,7 @@ LOSS_NAMES = {
     "voronoi": "Voronoi loss",
     "voronoi_direction": "Voronoi loss, directions only",
     "param_single": "parameter error, single-atom cells",
-    "param_multi": "parameter error, multi-atom cells",
+    "param_multi": "parameter error, multi-atom cells (mass-weighted RMS)",
     "mass": "mass error",
     "regression_l2": r"regression error $\|g_{\hat G_n}-g_{G_*}\|_{L^2(\mu)}$",
 }

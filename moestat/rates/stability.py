@@ -180,8 +180,9 @@ def combine_halves(full: dict[str, Any], half: Sequence[dict[str, Any]]) -> dict
     if full.get("category") is None:  # no verdict on the whole data (nothing predicted): nothing to confirm
         return out
     if not agree:
-        sl = ", ".join(f"{r['half'].split()[0]}: {r['category']}" + (f" (slope {_f(r['slope'])})" if r["slope"] is not None else "")
-                       for r in rec)
+        # a half without a category (nothing it could be judged by) says so, not "None"
+        sl = ", ".join(f"{r['half'].split()[0]}: {r['category'] or 'no category'}"
+                       + (f" (slope {_f(r['slope'])})" if r["slope"] is not None else "") for r in rec)
         out["category"] = "inconclusive"
         out["reason"] = (f"independent halves of the replicates disagree ({sl}); whole data: {full.get('category')}: "
                          f"{full.get('reason')}")

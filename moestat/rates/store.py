@@ -35,6 +35,8 @@ from moestat.rates.config import RatesConfig
 
 __all__ = [
     "LOSS_NAMES",
+    "TRUTH_COLUMNS",
+    "LEGACY_COLUMNS",
     "RESULT_COLUMNS",
     "CHECK_COLUMN",
     "FILE_COLUMNS",
@@ -53,8 +55,14 @@ __all__ = [
 
 #: Loss columns of ``results.csv`` (see :func:`moestat.rates.sweep.compute_losses`).
 LOSS_NAMES = ("voronoi", "voronoi_direction", "param_single", "param_multi", "mass", "regression_l2")
-#: All columns of ``results.csv``, in order.
-RESULT_COLUMNS = (
+#: The fit against the truth (:mod:`moestat.rates.truth_check`): the fit's criterion
+#: (log-likelihood for maximum likelihood, sum of squared residuals for least squares), the same
+#: at the true parameters on the same data, the fit's advantage over the truth (positive: the fit
+#: is better), the advantage of the first fit before it was answered, and the verdict.
+TRUTH_COLUMNS = ("fit_objective", "truth_objective", "truth_gap", "first_gap", "truth_check")
+#: The columns of ``results.csv`` written before the truth columns existed (still read: the truth
+#: columns of such a file are NaN / ``"unknown"``).
+LEGACY_COLUMNS = (
     "scenario",
     "router",
     "setting",
@@ -69,6 +77,9 @@ RESULT_COLUMNS = (
     *LOSS_NAMES,
     "time",
 )
+#: All columns of ``results.csv``, in order (the truth columns after ``time``, so that the columns
+#: of a file written before them keep their positions).
+RESULT_COLUMNS = (*LEGACY_COLUMNS, *TRUTH_COLUMNS)
 #: The last column of ``results.csv``: a CRC-32 of the row's fields but ``time``, so that an
 #: edited value is found (files written before it existed have no such column: they are read
 #: unchecked).  ``time`` is left out so that the column, like every result, does not depend on
@@ -79,11 +90,25 @@ FILE_COLUMNS = (*RESULT_COLUMNS, CHECK_COLUMN)
 _TIME = RESULT_COLUMNS.index("time")
 
 
+_N_LEGACY = len(LEGACY_COLUMNS)
+#: The headers ``results.csv`` may have: (columns, whether the rows carry a ``crc32``).
+_HEADERS = ((RESULT_COLUMNS, True), (LEGACY_COLUMNS, True), (RESULT_COLUMNS, False), (LEGACY_COLUMNS, False))
+
+
+def _kept(fields: Sequence[str]) -> list[str]:
+    """The fields a checksum or digest covers: all but ``time``, and no truth columns on a row of a
+    file written before them (padded with empty fields when read), so that its checksum and the
+    digest of an old ``summary.json`` stay what they were."""
+    fields = list(fields)
+    if len(fields) > _N_LEGACY and not any(fields[_N_LEGACY:]):
+        fields = fields[:_N_LEGACY]
+    return [f for i, f in enumerate(fields) if i != _TIME]
+
+
 def row_check(fields: Sequence[str]) -> str:
     """The ``crc32`` of a row: CRC-32 of its fields as written (all but ``time``), joined by the
     unit separator."""
-    kept = [f for i, f in enumerate(fields) if i != _TIME]
-    return f"{zlib.crc32(chr(31).join(kept).encode('utf-8')):08x}"
+    return f"{zlib.crc32(chr(31).join(_kept(fields)).encode('utf-8')):08x}"
 
 
 def rows_digest(rows: Iterable[Sequence[str]]) -> str:
@@ -91,7 +116,7 @@ def rows_digest(rows: Iterable[Sequence[str]]) -> str:
     ``summary.json`` was computed from."""
     h = hashlib.sha256()
     for rec in rows:
-        h.update(chr(31).join(f for i, f in enumerate(rec) if i != _TIME).encode("utf-8"))
+        h.update(chr(31).join(_kept(rec)).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 
@@ -136,10 +161,13 @@ class ResultStore:
             atomic_write_text(self.path, ",".join(FILE_COLUMNS) + "\n")
             return False
         self.repaired = self.repair()
-        if _is_checked(self.path):
+        if _is_current(self.path):
             return False
-        self.sort()  # rewritten with the checksum column; the rows were audited by check_resumable
-        return True
+        unchecked = not _is_checked(self.path)
+        # rewritten with the current header (the truth columns empty, the checksum column); the
+        # rows were audited by check_resumable
+        self.sort()
+        return unchecked
 
     def repair(self) -> bool:
         """Cut a partial last line left by a kill during an append (rewrites the file atomically).
@@ -276,6 +304,18 @@ def sort_key(router: str, n: int, replicate: int) -> tuple:
 
 _INT_COLS = ("n", "replicate", "seed", "n_iter")
 _FLOAT_COLS = ("objective", *LOSS_NAMES, "time")
+#: Float truth columns: empty (a file written before them) is read as NaN.
+_TRUTH_FLOATS = ("fit_objective", "truth_objective", "truth_gap", "first_gap")
+
+
+def _header(path: Path) -> list[str]:
+    from moestat.io import not_text
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().rstrip("\n").split(",")
+    except UnicodeDecodeError as exc:
+        raise not_text(path, exc, "results file") from None
 
 
 def _utf8_text(path: Path) -> str:
@@ -289,13 +329,11 @@ def _utf8_text(path: Path) -> str:
 
 
 def _is_checked(path: Path) -> bool:
-    from moestat.io import not_text
+    return _header(path)[-1:] == [CHECK_COLUMN]
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.readline().rstrip("\n").split(",") == list(FILE_COLUMNS)
-    except UnicodeDecodeError as exc:
-        raise not_text(path, exc, "results file") from None
+
+def _is_current(path: Path) -> bool:
+    return _header(path) == list(FILE_COLUMNS)
 
 
 def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[int], list[int], bool]:
@@ -308,10 +346,13 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
                          "--out to compute its rows again")
     lines = text.split("\n")
     header = lines[0].split(",") if lines else []
-    checked = header == list(FILE_COLUMNS)
-    if not checked and header != list(RESULT_COLUMNS):
+    for cols, checked in _HEADERS:
+        if header == [*cols, CHECK_COLUMN] if checked else header == list(cols):
+            break
+    else:
         raise ValueError(f"{path} is not a moestat results file (unexpected header)")
-    width = len(FILE_COLUMNS) if checked else len(RESULT_COLUMNS)
+    width = len(cols) + checked
+    pad = [""] * (len(RESULT_COLUMNS) - len(cols))  # a file written before the truth columns
     torn = bool(text) and not text.endswith("\n")
     body = lines[1:-1]  # split leaves "" after a final newline, or the torn fragment
     rows, garbage, edited = [], [], []
@@ -326,12 +367,15 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
         if len(rec) != width:
             garbage.append(i)
             continue
-        d = dict(zip(RESULT_COLUMNS, rec))
+        d = dict(zip(cols, rec))
         try:
             for c in _INT_COLS:
                 int(d[c])
             for c in _FLOAT_COLS:
                 float(d[c])
+            for c in _TRUTH_FLOATS:
+                if d.get(c):
+                    float(d[c])
             if d["converged"] not in ("0", "1", "True", "False"):
                 raise ValueError
         except ValueError:
@@ -341,7 +385,7 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
             rec, crc = rec[:-1], rec[-1]
             if crc != row_check(rec):
                 edited.append(i)
-        rows.append((i, rec))
+        rows.append((i, rec + pad))
     return rows, torn, garbage, edited, checked
 
 
@@ -462,6 +506,9 @@ def read_results(path: str | os.PathLike, config: RatesConfig | None = None):
     df["converged"] = df["converged"].map({"1": True, "0": False, "True": True, "False": False})
     for c in _FLOAT_COLS:
         df[c] = df[c].astype(float)
+    for c in _TRUTH_FLOATS:  # empty in a file written before the truth columns: NaN
+        df[c] = df[c].replace("", "nan").astype(float)
+    df["truth_check"] = df["truth_check"].replace("", "unknown")
     return df.reset_index(drop=True)
 
 

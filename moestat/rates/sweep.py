@@ -148,11 +148,12 @@ def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
                            schedule="constant")
 
 
-def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list[dict]:
+def _certificate(unit: "WorkUnit", scenario, X, Y, state: dict, fitted, holdout) -> list[dict]:
     """Fit ``unit.extra_starts`` more starts per replicate in one batch; the certificate columns.
 
     Each start has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 3, s))``, so the
-    result does not depend on chunking or workers; the near-truth fit (``est``) is untouched.
+    result does not depend on chunking or workers; the reported fit (``state``, see
+    :func:`_against_truth`) is untouched.
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates.extras import BEATEN_RTOL
@@ -167,7 +168,7 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
     obj_e = np.asarray(ex.objective_, float).reshape(R, E)
     conv_e = np.asarray(ex.converged_, bool).reshape(R, E)
     fit_e = ex.params_.numpy()
-    obj0 = np.asarray(est.objective_, float)
+    obj0 = np.asarray(state["objective"], float)  # the reported fit (answered when it was worse than the truth)
     rows, best = [], []
     for i in range(R):
         cand = np.concatenate([[obj0[i]], np.where(np.isfinite(obj_e[i]), obj_e[i], np.inf)])
@@ -176,7 +177,7 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, est, fitted, holdout) -> list
         b = b if beaten else 0  # a tie within the tolerance is the same minimum: keep the near-truth fit
         best.append(fitted[i] if b == 0 else fit_e[i * E + b - 1])
         rows.append({"best_objective": float(cand[b]), "best_start": b, "n_starts": E + 1,
-                     "n_starts_converged": int(bool(np.asarray(est.converged_)[i])) + int(conv_e[i].sum()),
+                     "n_starts_converged": int(bool(state["converged"][i])) + int(conv_e[i].sum()),
                      "beaten": int(beaten)})
     losses = compute_losses(scenario, MixingMeasure.stack(best), holdout)
     for i, row in enumerate(rows):
@@ -214,9 +215,11 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     ``voronoi``: the setting's Voronoi loss -- ``D3`` (eq. 16; equal to ``D_{1,1}``) when exact,
     ``D2`` (eq. 13) when over-specified -- with the max over K-subsets of the *true* model;
     ``voronoi_direction``: the same with ``beta1 / ||beta1||`` (what the vanilla router can
-    identify, PDE (4)); ``param_single`` / ``param_multi``: the largest plain distance
-    ``||omega_i - omega*_j||`` over atoms alone in / sharing their Voronoi cell (Theorem 5 (i);
-    NaN when no atom is of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
+    identify, PDE (4)); ``param_single``: the largest plain distance
+    ``||omega_i - omega*_j||`` over atoms alone in their Voronoi cell; ``param_multi``: over the cells
+    shared by several atoms, the largest mass-weighted root mean square distance, the quantity D2
+    bounds (:func:`moestat.losses.voronoi.weighted_multi_error`; Theorem 5 (i); NaN when no atom is
+    of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
     exp(beta0*_j)|``; ``regression_l2``: ``||g_hat - g*||_{L2(mu)}`` on a fixed held-out sample.
 
     A scenario with a ``losses`` attribute (a :class:`~moestat.data.scenario_files.FileScenario`)
@@ -249,6 +252,37 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
 
         out[spec.name] = voronoi_loss_from_spec(spec, fitted, scenario.truth)
     return out
+
+
+def _against_truth(unit: WorkUnit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
+    """The unit's fits compared with the truth and, where worse, answered (:mod:`moestat.rates.truth_check`).
+
+    Returns the fits to report: ``params`` (MixingMeasure ``[R]``), ``objective``, ``converged``,
+    ``n_iter``, ``status`` and ``truth`` (the truth columns of each replicate).  A fit still worse
+    than the truth after the answer gets the status ``below_truth`` and is not converged.
+    """
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates import truth_check as tc
+
+    P = est.params_.numpy()
+    state = {
+        "params": MixingMeasure(np.array(P.beta0, dtype=float), np.array(P.beta1, dtype=float), np.array(P.eta, dtype=float)),
+        "objective": np.array(est.objective_, dtype=float),
+        "converged": np.array(est.converged_, dtype=bool),
+        "n_iter": np.array(est.n_iter_, dtype=np.int64),
+        "status": [str(s) for s in est.status_],
+    }
+    kind = tc.criterion_kind(scenario, unit.estimator)
+    truth = tc.truth_criterion(scenario, kind, X, Y)
+    first = tc.fit_criterion(scenario, kind, est, X, Y)
+    state["criterion"] = first.copy()
+    if kind is not None:
+        tc.answer_below_truth(unit, scenario, X, Y, state, kind, truth)
+    state["truth"] = tc.truth_columns(kind, first, state["criterion"], truth)
+    for i, t in enumerate(state["truth"]):
+        if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
+            state["status"][i], state["converged"][i] = "below_truth", False
+    return state
 
 
 @lru_cache(maxsize=16)
@@ -292,15 +326,16 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         est = build_estimator(unit.estimator, scenario, unit.max_iter, random_state, unit.device)
         t0 = time.perf_counter()
         est.fit(X, Y, init=G0)
+        state = _against_truth(unit, scenario, X, Y, est)
         elapsed = time.perf_counter() - t0
-        fitted = est.params_.numpy()
+        fitted = state["params"]
         losses = compute_losses(scenario, fitted, _holdout(unit.scenario_key, unit.holdout))
         extras = [{} for _ in unit.replicates]
         for spec in declared_losses(scenario):
             for i, e in enumerate(extras):
                 e[spec.name] = float(losses[spec.name][i])
         if unit.extra_starts > 0:
-            for e, c in zip(extras, _certificate(unit, scenario, X, Y, est, fitted, _holdout(unit.scenario_key, unit.holdout))):
+            for e, c in zip(extras, _certificate(unit, scenario, X, Y, state, fitted, _holdout(unit.scenario_key, unit.holdout))):
                 e.update(c)
         if unit.alt_init_scale > 0:
             for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
@@ -315,7 +350,6 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         torch.set_num_threads(old_threads)
         blas.restore_original_limits()
     R = len(unit.replicates)
-    status = list(est.status_)
     rows = []
     for i, r in enumerate(unit.replicates):
         row = {
@@ -326,14 +360,15 @@ def run_unit(unit: WorkUnit) -> list[dict]:
             "replicate": r,
             "seed": unit.seed,
             "estimator": unit.estimator,
-            "converged": bool(np.asarray(est.converged_)[i]),
-            "status": str(status[i]),
-            "n_iter": int(np.asarray(est.n_iter_)[i]),
-            "objective": float(np.asarray(est.objective_)[i]),
+            "converged": bool(state["converged"][i]),
+            "status": str(state["status"][i]),
+            "n_iter": int(state["n_iter"][i]),
+            "objective": float(state["objective"][i]),
         }
         for name in LOSS_NAMES:
             row[name] = float(losses[name][i])
         row["time"] = elapsed / R
+        row.update(state["truth"][i])
         row.update(extras[i])  # extras.csv columns (ignored by results.csv)
         rows.append(row)
     return rows

@@ -39,6 +39,12 @@ takes the percentile interval of the difference.  The pairing removes the varian
 share (the same ``X`` and noise draws), which two separate slope intervals cannot; "A slower" is
 decided when the interval excludes 0 on the predicted side, never by a fixed margin.
 
+A loss for which the theorem states no rate gets no category (:data:`NO_RATE_STATED`): there is
+nothing to be consistent with, and a ``floor`` would read as a finding about a rate nobody
+predicted.  The one exception is a "slower than any polynomial rate" claim (Theorems 2/3,
+:func:`moestat.rates.stability.is_slow_rate`), whose rule takes the ``floor`` (against the
+parametric -1/2) as its evidence.
+
 :func:`plan` answers "how many replicates and how large an n would settle it": the bootstrap
 half-width shrinks like ``1/sqrt(R)``, so ``R_needed = ceil(R (h_boot / h)^2)`` for a target
 half-width ``h``; the lack-of-fit half-width of the straight line does not shrink with ``R``, and a
@@ -171,6 +177,10 @@ def _f(v: float) -> str:
     return f"{v:.2f}"
 
 
+#: The reason of a loss whose theorem states no rate (it gets no category).
+NO_RATE_STATED = "no rate stated by the theorem for this loss"
+
+
 def categorize(
     *,
     predicted: float | None,
@@ -184,14 +194,15 @@ def categorize(
     curv: dict | None = None,
     tail: dict | None = None,
     halfwidth: float = DEFAULT_HALFWIDTH,
+    slow_rate: bool = False,
 ) -> dict[str, Any]:
     """The category and one-line reason of one rate fit (rules in the module docstring).
 
     Parameters
     ----------
     predicted : float or None
-        Predicted exponent (``None``: no polynomial rate; then only ``inconclusive``/``floor`` or
-        ``None`` are returned and the caller may judge otherwise).
+        Predicted exponent (``None``: no rate stated; the category is ``None`` with the reason
+        :data:`NO_RATE_STATED`, unless ``slow_rate``).
     slope : float or None
         Log-of-mean slope (``None`` when there were too few sample sizes).
     ci : (float, float) or None
@@ -205,14 +216,20 @@ def categorize(
         Precomputed :func:`robust_slope`, :func:`curvature`, :func:`tail_slope` (computed when absent).
     halfwidth : float
         Target half-width quoted in an ``inconclusive`` reason (see :func:`plan`).
+    slow_rate : bool
+        ``predicted`` is ``None`` because the theorem says "slower than any polynomial rate"
+        (Theorems 2/3): then only ``inconclusive``/``floor`` or ``None`` are returned, as the
+        evidence of :func:`moestat.rates.stability.slow_rate_category`.
 
     Returns
     -------
     dict
-        ``category`` (one of :data:`CATEGORIES`, or ``None`` when nothing is predicted and no
-        floor is seen) and ``reason`` (one line).
+        ``category`` (one of :data:`CATEGORIES`, or ``None`` when nothing is predicted, and for a
+        slow-rate claim also when no floor is seen) and ``reason`` (one line).
     """
     tol = float(tolerance)
+    if predicted is None and not slow_rate:
+        return {"category": None, "reason": NO_RATE_STATED}
     if slope is None or ci is None or len(ns) < 3:
         return {"category": "inconclusive", "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"}
     lo, hi = float(ci[0]), float(ci[1])
@@ -255,7 +272,7 @@ def categorize(
                           f"at n = {ns[-1]}; {where}",
                 "stable_from": n0 if n0 is not None and n0 > ns[0] else None}
     if predicted is None:
-        return {"category": None, "reason": "no polynomial rate predicted for this loss"}
+        return {"category": None, "reason": "no floor, and no polynomial rate to compare with (Thms 2/3)"}
     if predicted < 0 and hi >= 0.0:
         return {"category": "inconclusive",
                 "reason": f"95% CI [{_f(lo)}, {_f(hi)}] contains both {predicted:g} and 0 (no decay)"}

@@ -63,6 +63,7 @@ def _loop_gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: st
             mass_err = max(mass_err, abs(mass_j - float(np.exp(T.beta0[j]))))
             loss += abs(mass_j - float(np.exp(T.beta0[j])))
             rb = RBAR[min(idx.size, len(RBAR)) - 1] if idx.size else 1
+            num = den = 0.0  # a shared cell: the mass-weighted mean square (issue 33)
             for i in idx:
                 dg = float(np.linalg.norm(b1[i] - T.beta1[j]))
                 da = float(np.linalg.norm(eta[i, :-2] - T.eta[j, :-2]))
@@ -73,7 +74,12 @@ def _loop_gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: st
                     term = dg**rb + da ** (rb / 2) + db**rb + dv ** (rb / 2)
                 loss += float(np.exp(b0[i])) * term
                 plain = float(np.sqrt(dg**2 + da**2 + db**2 + dv**2))
-                (single if idx.size == 1 else multi).append(plain)
+                if idx.size == 1:
+                    single.append(plain)
+                else:
+                    num, den = num + float(np.exp(b0[i])) * plain**2, den + float(np.exp(b0[i]))
+            if idx.size > 1:
+                multi.append(float(np.sqrt(num / den)))
         out["voronoi"][r] = loss
         out["param_single"][r] = max(single) if single else np.nan
         out["param_multi"][r] = max(multi) if multi else np.nan

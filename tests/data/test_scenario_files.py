@@ -223,3 +223,68 @@ def test_a_generic_likelihood_sweep_runs_end_to_end(tmp_path):
     df = pd.read_csv(tmp_path / "o" / "results.csv")
     assert len(df) == 6 and np.isfinite(df["voronoi"]).all() and np.isfinite(df["regression_l2"]).all()
     assert set(df["status"]) <= {"tol", "newton", "max_iter"}
+
+
+def test_an_over_specified_top_k_likelihood_fit_is_judged_with_its_fitted_gate(tmp_path):
+    """Issue 33: regression_l2 of a Top-K likelihood file evaluates the fitted measure with the
+    fitted gate (K-bar = K + k - k* active experts), not with the true Top-K gate."""
+    import torch
+
+    from moestat.data.likelihood_losses import likelihood_loss_columns
+    from moestat.model.mixing import MixingMeasure
+
+    src = Path(__file__).resolve().parents[2] / "moestat" / "rates" / "catalogue_files" / "topk_gmoe_exact.toml"
+    text = src.read_text().replace("[fit]\nk = 3", "[fit]\nk = 4")  # Top-2 of 3, fitted with 4 atoms
+    sc = load_scenario(_write(tmp_path, text))
+    assert sc.setting == "over" and sc.model.gate.k_active == 2 and sc.fit_model.gate.k_active == 3
+    fitted = MixingMeasure.stack([sc.near_truth_start(0.2, np.random.default_rng(s)) for s in range(3)])
+    Xh = sc.holdout(512)
+    out = likelihood_loss_columns(sc, fitted, Xh)
+    x = torch.as_tensor(Xh)
+    g_star = sc.model.predict(x, sc.truth).numpy()
+    want = np.sqrt(np.mean((sc.fit_model.predict(x, fitted).numpy() - g_star) ** 2, axis=-1))
+    true_gate = np.sqrt(np.mean((sc.model.predict(x, fitted).numpy() - g_star) ** 2, axis=-1))
+    np.testing.assert_allclose(out["regression_l2"], want, rtol=1e-12)
+    assert np.all(np.abs(want - true_gate) > 1e-3)  # the two gates give different numbers here
+
+
+def _own_gmoe(tmp_path, edit=None):
+    """examples/gaussian_moe_d2.toml without its [[losses]] table: a user's own exact-fit softmax
+    Gaussian MoE with linear experts that states no loss."""
+    text = (EXAMPLES / "gaussian_moe_d2.toml").read_text()
+    text = text[: text.index("[[losses]]")]
+    if edit:
+        text = text.replace(*edit)
+    return _write(tmp_path, text, "own.toml")
+
+
+def test_a_users_exact_softmax_gaussian_moe_gets_theorem_1_by_default(tmp_path):
+    """Issue 33, scope 7: D1 with the exponent -1/2 of Nguyen, Nguyen & Ho (2023), Theorem 1, named."""
+    sc = load_scenario(_own_gmoe(tmp_path))
+    (spec,) = sc.losses
+    assert sc.predicted == {spec.name: -0.5} and spec.name.endswith("D1")
+    assert "Nguyen, Nguyen & Ho (2023), Theorem 1" in sc.prediction_sources[spec.name]
+    # declared losses still override: the example's own D1 and exponent, no default source
+    ex = load_scenario(str(EXAMPLES / "gaussian_moe_d2.toml"))
+    assert ex.predicted == {"D1": -0.5} and ex.prediction_sources == {}
+
+
+@pytest.mark.parametrize("edit", [
+    ("[fit]\nk = 3", "[fit]\nk = 4"),                                    # over-specified: Theorem 1 does not apply
+    ('normalisation = "softmax"', 'normalisation = "softmax"\nk_active = 2'),  # Top-2: another theorem
+])
+def test_outside_theorem_1_no_default_prediction_is_made(tmp_path, edit):
+    sc = load_scenario(_own_gmoe(tmp_path, edit))
+    assert sc.predicted == {} and sc.prediction_sources == {}
+
+
+def test_the_default_prediction_reaches_the_summary_with_its_theorem(tmp_path):
+    from moestat.rates import RatesConfig, run_rates
+    from moestat.rates.experiment import format_table
+
+    cfg = RatesConfig.from_dict({"scenario_file": _own_gmoe(tmp_path), "estimator": "mle", "n_min": 300, "n_max": 1200,
+                                 "n_points": 3, "reps": 2, "n_boot": 50, "holdout": 256, "quiet": True})
+    s = run_rates(cfg.validate(), tmp_path / "o")
+    f = next(f for f in s["fits"] if f["loss"] == "gaussian_D1")
+    assert f["predicted"] == -0.5 and "Theorem 1" in f["prediction_source"]
+    assert "prediction by default (the file states none): Nguyen, Nguyen & Ho (2023), Theorem 1" in format_table(s)

@@ -190,3 +190,37 @@ def test_mixing_measure_roundtrip_and_normalise(truth):
     assert np.allclose(shifted.normalised().beta0, truth.beta0)
     with pytest.raises(ValueError, match="inconsistent"):
         MixingMeasure(np.zeros(2), np.zeros((3, 2)), np.zeros((3, 3)))
+
+
+def test_param_multi_is_the_mass_weighted_error_that_d2_bounds():
+    """Issue 33: a shared cell's error is the mass-weighted root mean square, bounded by D2; an atom
+    whose mass vanishes far from the truth does not set it (an unweighted maximum would be 1.0)."""
+    truth = MixingMeasure(np.array([0.0, 0.0]), np.array([[1.0, 0.0], [0.0, 0.0]]), np.zeros((2, 3)))
+    fitted = MixingMeasure(
+        np.array([0.0, -30.0, 0.0]),  # atom 1: mass exp(-30), 0.5 away from true atom 0 (its cell)
+        np.array([[1.01, 0.0], [1.0, 0.5], [0.0, 0.0]]),
+        np.zeros((3, 3)),
+    )
+    assert cell_terms(fitted, truth, "D2")["sizes"].tolist() == [2, 1]
+    w = np.exp([0.0, -30.0])
+    want = math.sqrt((w[0] * 0.01**2 + w[1] * 0.5**2) / w.sum())
+    errs = cell_parameter_errors(fitted, truth)
+    assert errs["multi"] == pytest.approx(want, rel=1e-12) and errs["multi"] < 0.011
+    # by hand with comparable masses: 2/3 of the mass at 0.1, 1/3 at 0.4
+    fitted = MixingMeasure(np.array([math.log(2.0), 0.0, 0.0]), np.array([[1.1, 0.0], [1.0, 0.4], [0.0, 0.0]]),
+                           np.zeros((3, 3)))
+    assert cell_parameter_errors(fitted, truth)["multi"] == pytest.approx(math.sqrt((2 * 0.01 + 0.16) / 3), rel=1e-12)
+    # bounded by D2 over the cell mass (power-mean inequality with r = 2)
+    d2 = voronoi_loss(fitted, truth, "D2")
+    assert cell_parameter_errors(fitted, truth)["multi"] ** 2 <= d2 / 3.0 + 1e-15
+
+
+def test_the_gaussian_moe_param_multi_is_mass_weighted_too():
+    from moestat.data.gaussian_scenarios import gaussian_voronoi
+
+    # d = 1, eta = (a, b, sigma^2); true atoms far apart; fitted atoms 0 and 1 share true atom 0's cell
+    truth = MixingMeasure(np.array([0.0, 0.0]), np.array([[1.0], [0.0]]), np.array([[1.0, 0.0, 0.5], [-3.0, 2.0, 0.5]]))
+    fitted = MixingMeasure(np.array([0.0, -30.0, 0.0]), np.array([[1.0], [1.0], [0.0]]),
+                           np.array([[1.01, 0.0, 0.5], [1.5, 0.0, 0.5], [-3.0, 2.0, 0.5]]))
+    out = gaussian_voronoi(fitted, truth, "D2", shift=False)
+    assert out["param_multi"][0] < 0.011  # unweighted, the far atom of mass e^-30 would give 0.5

@@ -9,6 +9,7 @@ import pytest
 
 from moestat.cli.main import main as moestat
 from moestat.rates import catalogue as cat
+from moestat.rates.catalogue_views import rejudge_recorded
 from moestat.rates.fit import predicted_exponent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,3 +186,49 @@ def test_recorded_contrast_is_rejudged_by_the_paired_interval():
     assert c["paired"]["replicates"] == 12 and c["paired"]["ns"][0] == 1000 and "replicate-paired" in c["reason"]
     # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the pipeline's slopes' difference
     assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)
+
+
+def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
+    """Issue 33: --list said topk-gmoe is "K = 1 of k* = 2" while its file is Top-2 of 3; the model
+    lines are now generated from each run's scenario file (read here independently with tomllib)."""
+    import tomllib
+
+    rc, out, _ = _run(["reproduce", "--list"], capsys)
+    assert rc == 0
+    blocks = {}
+    for line in out.splitlines():
+        if line and not line.startswith(" ") and line.split()[0] in cat.ENTRIES:
+            key = line.split()[0]
+        if "key" in locals():
+            blocks.setdefault(key, []).append(line)
+    for key, e in cat.ENTRIES.items():
+        text = "\n".join(blocks[key])
+        for run in e.runs:
+            name = run.base.get("catalogue_file")
+            if not name:
+                continue
+            data = tomllib.loads(cat.catalogue_file(name).read_text())
+            k_star, k = len(data["atoms"]), int(data.get("fit", {}).get("k", len(data["atoms"])))
+            K = data["gate"].get("k_active")
+            assert f"{run.label}: " in text, (key, run.label)
+            line = next(ln for ln in blocks[key] if f"{run.label}: " in ln)
+            assert f"k* = {k_star}, fitted k = {k} ({'exact' if k == k_star else 'over-specified'} fit)" in line, line
+            assert (f"Top-{K} of k* = {k_star}" in line) if K is not None and K < k_star else ("dense gate" in line), line
+    topk = "\n".join(blocks["topk-gmoe"])
+    assert "Top-2 of k* = 3" in topk and "K = 1 of" not in topk
+
+
+def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_rows():
+    """Issue 33: catalogue.rst said "Figure 1(a) reproduced" while the current rules judge the
+    recorded vanilla-router rows inconsistent; the sentence must follow the rows, whichever way."""
+    rep = rejudge_recorded("cosine-exact", ROOT / "simulations" / "catalogue" / "cosine-exact")
+    cats = {r["loss"]: r["category"] for r in rep["predictions"]}
+    doc = (ROOT / "docs" / "guide" / "catalogue.rst").read_text()
+    bullet = doc[doc.index("- ``cosine-exact``: Figure 1(a)"):]
+    bullet = bullet[: bullet.index("\n- ``")]
+    if all(c == "consistent" for c in cats.values()):
+        assert "Figure 1(a) reproduced." in bullet
+    else:
+        assert "Figure 1(a) reproduced." not in bullet and "only in part" in bullet
+        assert f"now judges the same recorded rows *{cats['cosine voronoi']}*" in " ".join(bullet.split())
+    assert cats["perturbed voronoi"] == "consistent" and "D3 is at -0.56 (consistent)" in " ".join(bullet.split())

@@ -223,3 +223,24 @@ def test_paired_arrays_pair_on_n_and_replicate():
     rows_c = rows_b.assign(seed=[1, 1, 1])
     with pytest.raises(ValueError, match="different seeds"):
         paired_arrays(rows_a.assign(seed=0), rows_c, "L")
+
+
+def test_a_loss_without_a_stated_rate_gets_no_category_not_a_floor():
+    """Issue 33: a flat loss with no prediction is not a "floor" (nothing was predicted to fall), and
+    its reason says the theorem states no rate (not "no polynomial rate", which reads as "slower")."""
+    flat = _losses(lambda n: 0.3, sigma=0.1, seed=11)
+    f = _fit(flat, predicted={"voronoi": None})
+    assert f["predicted"] is None and f["category"] is None
+    assert f["reason"] == "no rate stated by the theorem for this loss" and "polynomial" not in f["reason"]
+    # the same data with a prediction is a floor; a slower-than-polynomial claim keeps its floor evidence
+    assert _fit(flat)["category"] == "floor"
+    kw = dict(slope=0.0, ci=(-0.05, 0.05), ns=NS, values=flat, tolerance=0.1)
+    assert categorize(predicted=None, **kw)["category"] is None
+    assert categorize(predicted=None, slow_rate=True, **kw)["category"] == "floor"
+
+
+def test_a_halves_reason_never_prints_none():
+    from moestat.rates.stability import combine_halves
+
+    res = combine_halves({"category": "floor", "reason": "r"}, [{"category": "floor", "slope": 0.0}, {"category": None, "slope": 0.1}])
+    assert res["category"] == "inconclusive" and "None" not in res["reason"] and "B: no category" in res["reason"]

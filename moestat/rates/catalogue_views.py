@@ -1,0 +1,99 @@
+"""Views of the catalogue computed from what runs and what was recorded, so that no text goes stale.
+
+:func:`run_models` describes each run's model from the scenario the run builds (``moestat
+reproduce --list``); :func:`rejudge_recorded` judges a recorded full run's rows again under the
+current rules (what docs/guide/catalogue.rst may say of it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - a type only
+    from moestat.rates.catalogue import Entry
+
+__all__ = ["describe_scenario", "run_models", "rejudge_recorded"]
+
+
+def describe_scenario(sc) -> str:
+    """One line of a built scenario's model: gate (Top-K of k*), experts, noise, d, k*, fitted k."""
+    K = None
+    if getattr(sc, "gaussian_moe", False):  # model 1 of Nguyen, Nguyen & Ho (2023)
+        what = "softmax gate / linear Gaussian experts, y drawn from the mixture"
+    else:
+        m = sc.model
+        K = getattr(m.gate, "k_active", None)
+        noise = "y drawn from the mixture" if getattr(sc, "likelihood", False) else "y = g(x) + Gaussian noise"
+        what = f"{m.describe()}, {noise}"
+    k_star, k = int(sc.k_true), int(sc.k_fit)
+    sparse = f"Top-{K} of k* = {k_star}" if K is not None and K < k_star else "dense gate"
+    fit = "exact fit" if k == k_star else "over-specified fit"
+    return f"{what}; {sparse}; d = {sc.d}, k* = {k_star}, fitted k = {k} ({fit})"
+
+
+def run_models(e: "Entry") -> list[str]:
+    """``"<run> [router]: <model>"`` for every run (and router) of ``e``, read from the scenario each
+    run builds (its shipped file or preset), so that ``--list`` cannot disagree with what runs; an
+    entry that cannot build its runs falls back to its :attr:`Entry.model` text."""
+    from moestat.rates.catalogue import run_config
+    from moestat.rates.resolve import build_scenario
+
+    out = []
+    for run in e.runs:
+        try:
+            cfg = run_config(run, quick=True)
+            for router in cfg.router:
+                label = run.label if len(cfg.router) == 1 else f"{run.label} {router}"
+                out.append(f"{label}: {describe_scenario(build_scenario(cfg.scenario_key(router)))}")
+        except (ValueError, FileNotFoundError, TypeError, KeyError):
+            return [e.model]
+    return out or [e.model]
+
+
+def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
+    """The report of an entry's recorded full run, judged again under the *current* rules.
+
+    Reads each run's ``results.csv`` (and ``extras.csv``) and ``provenance.json`` under
+    ``folder/<run label>/`` and fits the rates as :func:`moestat.rates.run_rates` does, without
+    refitting a single model: what the docs may say of a recorded run is what the rules of today
+    say of its rows, not what was printed when it ran.
+
+    Parameters
+    ----------
+    key : str
+        Entry key.
+    folder : path-like
+        The entry's recorded folder (e.g. ``simulations/catalogue/cosine-exact``).
+
+    Returns
+    -------
+    dict
+        The report of :func:`reproduce` (``predictions`` with ``category`` and ``reason``,
+        ``contrast``), with ``wall_s`` 0.
+    """
+    from moestat.rates.catalogue import _report, entry
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.experiment import _file_predictions, effective_setting
+    from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, extra_columns, merge_extras
+    from moestat.rates.fit import fit_rates
+    from moestat.rates.resolve import config_declared_losses
+    from moestat.rates.store import LOSS_NAMES, read_results
+
+    e = entry(key)
+    runs = []
+    for run in e.runs:
+        d = Path(folder) / run.label
+        cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
+        df = read_results(d / "results.csv", cfg)
+        ex = extra_columns(cfg.extra_starts, cfg.cell_errors, config_declared_losses(cfg), cfg.alt_init_scale > 0)
+        df = merge_extras(df, d / "extras.csv") if ex else df
+        losses = [*LOSS_NAMES, *(c for c in ex if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
+                                 and not c.startswith(ALT_PREFIX))]
+        fits = fit_rates(df, losses=losses, setting=effective_setting(cfg), estimator=cfg.estimator, routers=cfg.router,
+                         window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance, n_boot=cfg.n_boot, seed=cfg.seed,
+                         halfwidth=cfg.halfwidth, predicted=_file_predictions(cfg),
+                         alt_start=(cfg.init_scale, cfg.alt_init_scale) if cfg.alt_init_scale > 0 else None)
+        runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
+    return _report(e, False, runs)

@@ -1,0 +1,177 @@
+"""Every simulated fit against the truth (issue 33, scope 1): the criterion at the true parameters
+on the same data, the status of a fit worse than the truth, the answer, and old files still read."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moestat.rates import RatesConfig
+from moestat.rates import truth_check as tc
+from moestat.rates.store import (CHECK_COLUMN, FILE_COLUMNS, LEGACY_COLUMNS, TRUTH_COLUMNS, ResultStore, audit_results,
+                                 read_results)
+from moestat.rates.sweep import _against_truth, build_estimator, build_scenario, make_units, replicate_streams, run_unit
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = ROOT / "simulations" / "catalogue" / "topk-gmoe" / "topk-exact"  # written before the truth columns
+
+GMOE = {"family": "gaussian-moe", "estimator": "mle", "n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 2,
+        "init_scale": 0.1, "max_iter": 300, "holdout": 256, "n_boot": 50, "quiet": True}
+
+
+def _unit(cfg: dict, **kw):
+    u = make_units(RatesConfig.from_dict(cfg).validate())[-1]  # the smallest n
+    return replace(u, **kw)
+
+
+def _data(unit, scenario):
+    Xs, Ys = [], []
+    for r in unit.replicates:
+        X, Y = scenario.sample(unit.n, np.random.default_rng(replicate_streams(unit.seed, unit.n, r)[0]))
+        Xs.append(X)
+        Ys.append(Y)
+    return np.stack(Xs), np.stack(Ys)
+
+
+# -------------------------------------------------------------------------------------------------
+# the rule
+# -------------------------------------------------------------------------------------------------
+def test_the_gap_is_signed_so_that_negative_means_worse_than_the_truth():
+    # log-likelihood: larger is better; sum of squares: smaller is better
+    assert tc.truth_gap("loglik", np.array([-10.0]), np.array([-8.0]))[0] == -2.0
+    assert tc.truth_gap("sse", np.array([10.0]), np.array([8.0]))[0] == -2.0
+    truth = np.array([-1.0e4, -1.0e4, -1.0e4, np.nan])
+    gap = np.array([-1.0, -1e-5, 0.5, -3.0])
+    # 1 nat below is worse; 1e-5 nats of a 1e4-nat log-likelihood is rounding (tolerance 1e-4 + 1e-6)
+    assert tc.is_below(gap, truth).tolist() == [True, False, False, False]
+    rows = tc.truth_columns("loglik", np.array([-5.0, -5.0, 1.0]), np.array([1.0, -5.0, 1.0]), np.zeros(3))
+    assert [r["truth_check"] for r in rows] == ["answered", "below_truth", "above"]
+    assert rows[0]["first_gap"] == -5.0 and rows[0]["truth_gap"] == 1.0
+    assert [r["truth_check"] for r in tc.truth_columns(None, np.ones(1), np.ones(1), np.ones(1))] == ["n/a"]
+
+
+def test_the_truth_criterion_is_the_log_likelihood_of_the_true_model_on_the_same_data():
+    from moestat.model.gaussian_moe import log_likelihood
+
+    unit = _unit(GMOE)
+    sc = build_scenario(unit.scenario_key)
+    X, Y = _data(unit, sc)
+    truth = tc.truth_criterion(sc, "loglik", X, Y)
+    assert truth.shape == (2,)
+    for i in range(2):
+        assert truth[i] == pytest.approx(float(log_likelihood(X[i], Y[i], sc.truth)), rel=1e-12)
+
+
+# -------------------------------------------------------------------------------------------------
+# a fit worse than the truth: answered, or counted with its own status
+# -------------------------------------------------------------------------------------------------
+def test_a_fit_stopped_far_from_the_optimum_is_answered_by_more_starts_never_from_the_truth():
+    unit = _unit(GMOE)
+    sc = build_scenario(unit.scenario_key)
+    X, Y = _data(unit, sc)
+    # a first fit stopped after one EM step from a start far from the truth: worse than the truth
+    from moestat.estimators.starts import near_truth_init
+    from moestat.model.mixing import MixingMeasure
+
+    bad = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, 2.0, np.random.default_rng(s), log_last=True)
+                               for s in range(2)])
+    est = build_estimator("mle", sc, 1, 0, "cpu").fit(X, Y, init=bad)
+    state = _against_truth(unit, sc, X, Y, est)
+    checks = [t["truth_check"] for t in state["truth"]]
+    assert all(t["first_gap"] < -1.0 for t in state["truth"])  # the first fits were found
+    # the global maximum of the likelihood is never below the truth's: the answer's starts reach it
+    assert checks == ["answered", "answered"]
+    assert all(t["truth_gap"] >= -1e-6 for t in state["truth"])
+    assert state["rounds"] >= 1 and (state["starts"] > 0).all()
+    assert all(s != "below_truth" for s in state["status"])
+
+
+def test_what_the_answer_cannot_lift_is_counted_below_the_truth_and_not_converged(tmp_path, monkeypatch):
+    # one EM iteration from a start far from the truth, and no answer (its rounds switched off): the
+    # fits stay below the truth, and they are written with their own status, never dropped
+    monkeypatch.setattr(tc, "ANSWER_ROUNDS", 0)
+    unit = _unit(GMOE, max_iter=1, init_scale=1.0)
+    rows = run_unit(unit)
+    assert len(rows) == 2
+    below = [r for r in rows if r["truth_check"] == "below_truth"]
+    assert below, [r["truth_gap"] for r in rows]
+    for r in below:
+        assert r["status"] == "below_truth" and r["converged"] is False and r["truth_gap"] < 0
+    store = ResultStore(tmp_path / "results.csv")
+    store.create()
+    store.append(rows)
+    df = read_results(store.path)
+    assert (df["truth_check"] == "below_truth").sum() == len(below)
+    assert np.allclose(df["truth_gap"], df["fit_objective"] - df["truth_objective"])
+
+
+def test_least_squares_fits_are_compared_by_their_sum_of_squares():
+    unit = _unit({"router": "perturbed", "d": 2, "n_min": 60, "n_max": 120, "n_points": 3, "reps": 2, "max_iter": 50,
+                  "holdout": 64, "quiet": True})
+    rows = run_unit(unit)
+    for r in rows:
+        assert r["fit_objective"] == pytest.approx(unit.n * r["objective"], rel=1e-12)
+        assert r["truth_gap"] == pytest.approx(r["truth_objective"] - r["fit_objective"], rel=1e-12, abs=1e-12)
+        assert r["truth_check"] in ("above", "answered", "below_truth")
+        assert (r["truth_check"] == "below_truth") == (r["status"] == "below_truth")
+
+
+# -------------------------------------------------------------------------------------------------
+# files written before the truth columns
+# -------------------------------------------------------------------------------------------------
+def test_a_recorded_results_file_without_the_truth_columns_reads_with_nan_and_its_digest_is_unchanged():
+    path = RECORDED / "results.csv"
+    assert path.read_text().splitlines()[0].split(",") == [*LEGACY_COLUMNS, CHECK_COLUMN]
+    df = read_results(path)
+    assert len(df) > 0 and df["truth_gap"].isna().all() and df["fit_objective"].isna().all()
+    assert (df["truth_check"] == "unknown").all()
+    _, audit = audit_results(path)
+    assert audit.n_bad == 0 and audit.checked
+    summary = json.loads((RECORDED / "summary.json").read_text())
+    assert audit.digest == summary["rows"]["sha256"]  # moestat plot still accepts its summary
+
+
+def test_moestat_plot_redraws_a_recorded_folder_written_before_the_truth_columns(tmp_path, monkeypatch):
+    from moestat.cli import cmd_plot
+    from moestat.cli.common import run_main
+
+    run = Path(shutil.copytree(RECORDED, tmp_path / "run"))
+    assert run_main(cmd_plot.main, [str(run)], prog="moestat plot") == 0
+    assert (run / "results.csv").read_bytes() == (RECORDED / "results.csv").read_bytes()  # read, not rewritten
+
+
+def test_resuming_into_an_old_file_upgrades_its_header_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "results.csv"
+    shutil.copy(RECORDED / "results.csv", path)
+    before = read_results(path)
+    assert ResultStore(path).create() is False  # it had checksums: no note
+    assert path.read_text().splitlines()[0].split(",") == list(FILE_COLUMNS)
+    after = read_results(path)
+    cols = [c for c in LEGACY_COLUMNS]
+    assert after[cols].equals(before[cols])
+    assert after["truth_check"].eq("unknown").all()
+    _, audit = audit_results(path)
+    assert audit.n_bad == 0
+    assert set(TRUTH_COLUMNS) <= set(after.columns)
+
+
+def test_the_summary_counts_the_fits_found_answered_and_remaining(tmp_path, monkeypatch):
+    from moestat.rates import run_rates
+    from moestat.rates.experiment import format_table
+
+    monkeypatch.setattr(tc, "ANSWER_ROUNDS", 0)  # nothing is answered: every fit found remains
+    cfg = RatesConfig.from_dict({**GMOE, "n_min": 300, "n_max": 1200, "max_iter": 1, "init_scale": 1.0, "n_boot": 20})
+    s = run_rates(cfg.validate(), tmp_path / "o")
+    df = read_results(tmp_path / "o" / "results.csv")
+    below = int((df["truth_check"] == "below_truth").sum())
+    assert below > 0
+    t = s["truth_check"]["gaussian-moe"]
+    assert t == {"found": below, "answered": 0, "remain": below, "above": int((df["truth_check"] == "above").sum()),
+                 "unknown": 0, "not_comparable": int(df["truth_check"].isin(["n/a", "nonfinite"]).sum())}
+    assert s["counts"]["converged"] <= len(df) - below  # a fit below the truth is not converged
+    assert f"gaussian-moe: {below} found, 0 answered, {below} remain (status below_truth)" in format_table(s)
