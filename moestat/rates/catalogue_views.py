@@ -22,6 +22,8 @@ def describe_scenario(sc) -> str:
     K = None
     if getattr(sc, "gaussian_moe", False):  # model 1 of Nguyen, Nguyen & Ho (2023)
         what = "softmax gate / linear Gaussian experts, y drawn from the mixture"
+    elif getattr(sc, "gllim", False):  # the joint GLLiM of the Gaussian-gated entry: no regression model
+        what = "joint GLLiM: x ~ sum pi N(c, Gamma), linear Gaussian experts, (x, y) drawn from the mixture"
     else:
         m = sc.model
         K = getattr(m.gate, "k_active", None)
