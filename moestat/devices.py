@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported on first use, so that importing this module stays cheap
     import torch
 
-__all__ = ["resolve_device", "compile_cache_dirs", "COMPILE_CACHE_ENV"]
+__all__ = ["resolve_device", "compile_cache_dirs", "COMPILE_CACHE_ENV", "prepare_compile"]
 
 # ASCII digits only: str.isdigit() would also take "²", which int() then refuses with a traceback.
 _CUDA = re.compile(r"cuda(?::(?P<index>[0-9]+))?")
@@ -86,3 +86,29 @@ def compile_cache_dirs() -> dict[str, str]:
         if not os.environ.get(var):
             os.environ[var] = str(base / sub)
     return {var: os.environ[var] for var in COMPILE_CACHE_ENV}
+
+
+def prepare_compile() -> None:
+    """Call before ``torch.compile``: :func:`compile_cache_dirs`, and Inductor's precompiled C++
+    headers moved into ``TORCHINDUCTOR_CACHE_DIR`` too.
+
+    torch 2.13 keeps those headers (147 MB after one fused EM compilation, the bulk of the
+    ~150 MB of issue 35) in ``default_cache_dir()/precompiled_headers``, i.e. under ``$TMPDIR``
+    whatever ``TORCHINDUCTOR_CACHE_DIR`` says, through the module globals ``_HEADER_DIR`` and
+    ``_HEADER_LOCK_DIR`` of ``torch._inductor.codecache`` (read when a header is compiled).  They
+    are pointed at ``$TORCHINDUCTOR_CACHE_DIR/precompiled_headers`` while they still hold torch's
+    default; a torch without those names is left alone (the test on ``$TMPDIR`` then fails and
+    says so).
+    """
+    import os
+
+    dirs = compile_cache_dirs()
+    try:
+        from torch._inductor import codecache
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # no Inductor: torch.compile falls back, nothing is cached
+        return
+    default = os.path.join(default_cache_dir(), "precompiled_headers")
+    if getattr(codecache, "_HEADER_DIR", None) == default:
+        codecache._HEADER_DIR = os.path.join(dirs["TORCHINDUCTOR_CACHE_DIR"], "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")

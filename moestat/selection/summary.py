@@ -231,6 +231,8 @@ def format_table(summary: dict) -> str:
                 lines.append(f"  K_bar = {K} {loss}: {f['slope']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] {f['category']}; "
                              f"log-of-mean {m['slope']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}] {m['category']}")
     t = summary["time"]
+    # a resumed study's records hold the units of earlier runs too: this run's wall is said apart
+    this = f"wall this run {t['wall_s_this_run']:.1f} s, " if "wall_s_this_run" in t else ""
     lines.append(f"core time {t['cpu_s_total']:.1f} s ({t['cpu_s_per_replicate_all_n']:.2f} s per replicate over every n), "
-                 f"wall {t['wall_s_total']:.1f} s")
+                 f"{this}units' wall summed over every run {t['wall_s_total']:.1f} s")
     return "\n".join(lines)
