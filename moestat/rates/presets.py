@@ -60,8 +60,10 @@ def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` (flat keys) with the defaults a scenario file implies, where not given.
 
     An over-specified file (``k > k*``) gets ``max_iter = OVER_MAX_ITER`` (the budget rule
-    above), and a file fitted on the autograd kernel (any gate or expert without an analytic
-    kernel) gets ``chunk = AUTOGRAD_CHUNK``.  Keys the user set are never changed.
+    above), a file fitted on the autograd kernel (any gate or expert without an analytic
+    kernel) gets ``chunk = AUTOGRAD_CHUNK``, and a file whose ``[noise] model = "mixture"`` draws
+    ``y`` from the mixture gets ``estimator = "mle"`` (its only estimator, as ``--family
+    gaussian-moe`` picks it; issue 35).  Keys the user set are never changed.
     """
     src = data.get("scenario_file")
     if not src:
@@ -75,6 +77,8 @@ def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
         out["max_iter"] = OVER_MAX_ITER
     if isinstance(sc.model, ProtocolModel) and out.get("chunk") is None:
         out["chunk"] = AUTOGRAD_CHUNK
+    if getattr(sc, "likelihood", False) and out.get("estimator") is None:
+        out["estimator"] = "mle"
     return out
 
 PRESETS: dict[str, dict[str, Any]] = {

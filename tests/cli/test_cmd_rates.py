@@ -199,3 +199,15 @@ def test_config_is_normalised_when_built_and_validate_does_not_mutate(tmp_path):
     assert pickle.loads(pickle.dumps(cfg)) == cfg  # the flat-key attribute lookup survives pickling
     with pytest.raises(ValueError, match="unknown config key"):
         RatesConfig.from_dict({"bogus": 1})
+
+
+def test_a_mixture_noise_file_is_fitted_by_mle_unless_told_otherwise():
+    """Issue 35: ``--family gaussian-moe`` picked mle but a mixture-noise scenario file needed
+    ``--estimator mle`` spelled out; now the file's noise picks it, an explicit flag still wins."""
+    from moestat.cli.cmd_rates import build_parser, config_from_args
+
+    p = build_parser()
+    mix, additive = str(ROOT / "examples" / "gaussian_moe_d2.toml"), str(ROOT / "examples" / "sigmoid_exact.toml")
+    assert config_from_args(p.parse_args(["--scenario", mix])).fitting.estimator == "mle"
+    assert config_from_args(p.parse_args(["--scenario", mix, "--estimator", "em"])).fitting.estimator == "em"
+    assert config_from_args(p.parse_args(["--scenario", additive])).fitting.estimator == "lse"
