@@ -133,3 +133,23 @@ def test_n_jobs_gives_the_same_records_and_resume_says_this_runs_wall(tmp_path, 
     assert f"wall this run {t['wall_s_this_run']:.1f} s" in out
     assert f"units' wall summed over every run {t['wall_s_total']:.1f} s" in out
     assert t["wall_s_this_run"] < t["wall_s_total"]
+
+
+def test_the_n_axis_is_ticked_at_the_sample_sizes_only():
+    """Issue 35: on a log axis spanning less than a decade matplotlib labelled minor ticks too and the
+    labels overlapped; the selection figures now label exactly the sample sizes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moestat.selection.summary import _n_axis
+
+    fig, ax = plt.subplots()
+    ax.plot([100, 400], [1, 2])
+    _n_axis(ax, [100, 200, 400, 1000, 2000, 20000])
+    fig.canvas.draw()
+    assert list(ax.get_xticks()) == [100, 200, 400, 1000, 2000, 20000]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "200", "400", "1k", "2k", "20k"]
+    assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
