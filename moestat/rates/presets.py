@@ -190,7 +190,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # The default max_iter (200), not 20: with 20 none of the 9 fits stopped on a convergence
     # criterion and every verdict read "not the estimates the theorem bounds" (issue 35); with 200
-    # all 9 converge and the run is faster (3 s of fitting against 9 s: a converged LM stops early).
+    # all 9 converge and the run is faster (3-4 s of fitting against 9 s: a converged LM stops early).
     "smoke": {
         "n_min": 100,
         "n_max": 400,
