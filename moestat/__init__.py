@@ -12,6 +12,12 @@ from moestat.threads import configure_environment as _configure_environment
 # Before torch loads: OpenMP threads wait passively (moestat.threads explains the measurements).
 _configure_environment()
 
+from moestat.devices import compile_cache_dirs as _compile_cache_dirs  # noqa: E402
+
+# Before torch loads too: torch fixes TORCHINDUCTOR_CACHE_DIR to $TMPDIR/torchinductor_<user> the first
+# time anything asks for it, so the user cache has to be named first (moestat.devices explains).
+_compile_cache_dirs()
+
 from moestat.model import *  # noqa: F401,F403 - the model's public names, listed in moestat.model.__all__
 from moestat.model import __all__ as _model_all  # noqa: E402
 

@@ -18,6 +18,7 @@ from moestat.cli.common import (
     add_out,
     add_quiet,
     add_resume,
+    add_n_jobs,
     add_seed,
     add_threads,
     apply_threads,
@@ -33,6 +34,7 @@ __all__ = ["build_parser", "main"]
 EXAMPLES = """\
 examples:
   moestat select --k-bar 3 --n 400,2000 --reps 10 --out runs/select
+  moestat select --k-bar 3 --n 400,2000 --reps 10 --n-jobs 2 --out runs/select2   # same records, 2 workers
   moestat select --k-bar 3,4,5 --n 400,2000,10000 --reps 40 --chunk 20 --out simulations/selection/model1 --resume
 """
 
@@ -57,13 +59,14 @@ def build_parser() -> ArgumentParser:
     add_out(p, "select")
     add_resume(p, "continue the study in --out, skipping what is finished (same model settings; --n, --reps and --chunk may grow it)")
     add_quiet(p)
+    add_n_jobs(p, 1)
     add_threads(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    apply_threads(args)
+    threads = apply_threads(args, args.n_jobs)
     from moestat.selection.study import SelectConfig, SelectionError, run_select
 
     with usage_errors():
@@ -73,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_memory(config)
         _check_out(args.out, config, args.resume)
     try:
-        summary = run_select(config, args.out, resume=args.resume, verbose=not args.quiet)
+        summary = run_select(config, args.out, resume=args.resume, verbose=not args.quiet, n_jobs=args.n_jobs,
+                             threads=threads)
     except SelectionError as exc:
         sys.stderr.write(f"moestat select: {exc}\n")
         return 1

@@ -55,6 +55,14 @@ def _help() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short_usage() -> str:
+    """What a bare ``moestat`` prints: three lines, the subcommands and where the rest is (issue 35:
+    the full help, 19 lines, buried the hint)."""
+    return ("usage: moestat <subcommand> [options]\n"
+            f"subcommands: {', '.join(SUBCOMMANDS)}\n"
+            "`moestat --help` says what each does; `moestat <subcommand> --help` lists its options.\n")
+
+
 def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int:
     """Dispatch ``argv`` (default ``sys.argv[1:]``) to a subcommand and return its exit status.
 
@@ -67,8 +75,8 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
     while args and args[0] == "--debug":
         os.environ[DEBUG_ENV] = "1"
         args = args[1:]
-    if not args:  # a missing subcommand is a usage error: usage on stderr, exit 2
-        sys.stderr.write(_help())
+    if not args:  # a missing subcommand is a usage error: a short usage on stderr, exit 2
+        sys.stderr.write(_short_usage())
         return 2
     if args[0] in ("-h", "--help"):
         sys.stdout.write(_help())

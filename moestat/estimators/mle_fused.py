@@ -155,6 +155,9 @@ def _pass_function(compile: bool | str, size: int, device: torch.device):
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
+        from moestat.devices import prepare_compile
+
+        prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
         compiled = torch.compile(_em_pass, dynamic=True, fullgraph=True)
 
         def run(Xd, y, V, E, s2):

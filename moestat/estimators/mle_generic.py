@@ -322,6 +322,9 @@ def _compiled(name: str, fn):
     kind of model), with the lone-entry guard of :func:`moestat.estimators.mle_fused._pass_function`:
     a batch of one is run twice over, so dynamo does not specialise on ``B = 1`` and compile again."""
     if name not in _COMPILED:
+        from moestat.devices import prepare_compile
+
+        prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
         c = torch.compile(fn, dynamic=True)
 
         def run(em, *ts):

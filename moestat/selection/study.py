@@ -282,14 +282,34 @@ def units(config: SelectConfig, done: set[tuple[int, int]]) -> list[tuple[int, l
     return out
 
 
-def run_study(config: SelectConfig, out: str | os.PathLike, resume: bool = False, progress=None) -> list[dict]:
+def _run_unit_in_worker(unit: tuple[SelectConfig, int, list[int], int | None]) -> list[dict]:
+    """One unit ``(config, n, replicates, threads)`` in a joblib worker (``threads``: its torch/BLAS
+    threads, ``None`` in the calling process, which has its own)."""
+    config, n, reps, threads = unit
+    if threads is not None:
+        from moestat.threads import limit_threads
+
+        limit_threads(threads)
+    return run_unit(config, n, reps)
+
+
+def run_study(config: SelectConfig, out: str | os.PathLike, resume: bool = False, progress=None,
+              n_jobs: int = 1, threads: int | None = None) -> list[dict]:
     """Run (or continue) the study in ``out``; returns every record (see the module docstring).
+
+    ``n_jobs`` joblib workers fit the units (:func:`moestat.rates.backends.execute`, the rates
+    door's executor, ``threads`` torch/BLAS threads each); the calling process appends each unit's
+    records as it finishes.  Every fit draws from its own ``(n, replicate, k, start)`` stream, so the
+    records do not depend on ``n_jobs`` (only the order of the lines in ``records.jsonl`` and the
+    times do).
 
     Raises
     ------
     ValueError
         ``out`` holds another study, or this one without ``resume``.
     """
+    from moestat.rates.backends import execute
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _check_folder(out, config, resume)
@@ -297,10 +317,16 @@ def run_study(config: SelectConfig, out: str | os.PathLike, resume: bool = False
     _cut_torn_tail(path)
     done = {(int(r["n"]), int(r["replicate"])) for r in read_records(path)}
     todo = units(config, done)
-    for i, (n, reps) in enumerate(todo):
-        _append(path, run_unit(config, n, reps))
+    finished = [0]
+
+    def on_result(unit, records):
+        _append(path, records)
+        finished[0] += 1
         if progress is not None:
-            progress(i + 1, len(todo), n, reps)
+            progress(finished[0], len(todo), unit[1], unit[2])
+
+    execute(_run_unit_in_worker, [(config, n, reps, threads if n_jobs > 1 else None) for n, reps in todo], on_result,
+            n_jobs=n_jobs, progress=False, total_fits=sum(len(reps) for _, reps in todo))
     records = read_records(path)
     keys = [(int(r["n"]), int(r["replicate"])) for r in records]
     if len(set(keys)) != len(keys):
@@ -324,10 +350,14 @@ def check_selectable(records: list[dict], config: SelectConfig) -> None:
 __all__ += ["run_unit", "units", "check_selectable", "same_model_settings"]
 
 
-def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = False, verbose: bool = True) -> dict:
+def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = False, verbose: bool = True,
+               n_jobs: int = 1, threads: int | None = None) -> dict:
     """Run the study, check that every cell can select, write ``summary.csv/json`` and the figures.
 
-    Returns the summary (:func:`moestat.selection.summary.summarise`) with ``"files"`` added.
+    ``n_jobs`` and ``threads``: see :func:`run_study`.  Returns the summary
+    (:func:`moestat.selection.summary.summarise`) with ``"files"`` added; its ``time`` has
+    ``wall_s_this_run`` (this call's fitting, resumed or not) beside ``wall_s_total`` (the units'
+    wall times summed over every run that wrote the records).
     """
     from moestat.selection.summary import (
         format_table,
@@ -340,9 +370,11 @@ def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = Fals
         if verbose:
             print(f"unit {i}/{m}: n = {n}, replicates {reps[0]}..{reps[-1]}", flush=True)
 
-    records = run_study(config, out, resume, progress)
+    w0 = time.perf_counter()
+    records = run_study(config, out, resume, progress, n_jobs=n_jobs, threads=threads)
     check_selectable(records, config)
     summary = summarise(records, config)
+    summary["time"]["wall_s_this_run"] = time.perf_counter() - w0
     files = write_summary(summary, out, config) + write_figures(summary, records, out, config)
     if verbose:
         print(format_table(summary))

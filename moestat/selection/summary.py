@@ -111,6 +111,23 @@ def write_summary(summary: dict, out: str | Path, config) -> list[Path]:
     return [out / "summary.csv", out / "summary.json"]
 
 
+def _n_label(n: int) -> str:
+    """``2000`` -> ``2k``, ``20000`` -> ``20k``, ``400`` -> ``400`` (short tick labels)."""
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+def _n_axis(ax, ns: list[int]) -> None:
+    """A log ``n`` axis ticked at the sample sizes only.  Matplotlib's default labels minor ticks
+    when the range spans less than a decade or so, and those labels overlapped (issue 35)."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(ns)
+    ax.set_xticklabels([_n_label(n) for n in ns], rotation=45 if len(ns) > 4 else 0, fontsize=8)
+
+
 def write_figures(summary: dict, records: list[dict], out: str | Path, config) -> list[Path]:
     """The four figures of the module docstring; returns their paths."""
     import matplotlib
@@ -132,14 +149,16 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
             # clipped at 0: Wilson's bound at p_hat = 1 is 1 - 1e-16 in floating point
             err = np.clip(np.array([[r["p_hat"] - r["ci_low"] for r in rs], [r["ci_high"] - r["p_hat"] for r in rs]]), 0, None)
             ax.errorbar(x, p, yerr=err, marker="os^Dv"[j], capsize=3, label="DSC (x = 0)" if crit == "DSC0" else crit)
-        ax.set_xscale("log")
+        _n_axis(ax, ns)
         ax.set_ylim(-0.03, 1.03)
         ax.axhline(0.9, color="0.7", lw=0.8, ls=":")
         ax.set_title(f"K_bar = {K} (k* = {k_star})", fontsize=10)
         ax.set_xlabel("n")
     axes[0][0].set_ylabel(f"P(k_hat = {k_star}), 95% Wilson CI")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    # one legend below the panels: inside an axes it covered points whatever the corner
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(CRITERIA), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     paths.append(out / "selection_probability.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
@@ -158,8 +177,9 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
                 ax.set_ylabel("replicates")
             if a == len(Ks) - 1:
                 ax.set_xlabel("k_hat")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(CRITERIA), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.12 / len(Ks), 1, 1))
     paths.append(out / "khat_histograms.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
@@ -179,7 +199,7 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
                 ax.plot(x, f["medians"], "o-", color=f"C{j}",
                         label=f"{lab}: medians, slope {f['slope']:.2f} [{f['ci_low']:.2f}, {f['ci_high']:.2f}]: "
                               f"{f['category']}\n  (log-of-mean slope {f['mean']['slope']:.2f}: {f['mean']['category']})")
-        ax.set_xscale("log")
+        _n_axis(ax, ns)
         ax.set_yscale("log")
         if allv:
             ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
@@ -231,6 +251,8 @@ def format_table(summary: dict) -> str:
                 lines.append(f"  K_bar = {K} {loss}: {f['slope']:.3f} [{f['ci_low']:.3f}, {f['ci_high']:.3f}] {f['category']}; "
                              f"log-of-mean {m['slope']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}] {m['category']}")
     t = summary["time"]
+    # a resumed study's records hold the units of earlier runs too: this run's wall is said apart
+    this = f"wall this run {t['wall_s_this_run']:.1f} s, " if "wall_s_this_run" in t else ""
     lines.append(f"core time {t['cpu_s_total']:.1f} s ({t['cpu_s_per_replicate_all_n']:.2f} s per replicate over every n), "
-                 f"wall {t['wall_s_total']:.1f} s")
+                 f"{this}units' wall summed over every run {t['wall_s_total']:.1f} s")
     return "\n".join(lines)

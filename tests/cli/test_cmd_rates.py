@@ -215,3 +215,15 @@ def test_figure_formats_write_only_the_files_asked_for_and_change_no_number(tmp_
     assert not list(runs["none"].glob("convergence*"))
     a, b = (json.loads((runs[f] / "summary.json").read_text()) for f in ("png", "none"))
     assert a["config_hash"] == b["config_hash"] and a["rows"] == b["rows"]  # same rows (sha256 of results.csv's)
+
+
+def test_a_mixture_noise_file_is_fitted_by_mle_unless_told_otherwise():
+    """Issue 35: ``--family gaussian-moe`` picked mle but a mixture-noise scenario file needed
+    ``--estimator mle`` spelled out; now the file's noise picks it, an explicit flag still wins."""
+    from moestat.cli.cmd_rates import build_parser, config_from_args
+
+    p = build_parser()
+    mix, additive = str(ROOT / "examples" / "gaussian_moe_d2.toml"), str(ROOT / "examples" / "sigmoid_exact.toml")
+    assert config_from_args(p.parse_args(["--scenario", mix])).fitting.estimator == "mle"
+    assert config_from_args(p.parse_args(["--scenario", mix, "--estimator", "em"])).fitting.estimator == "em"
+    assert config_from_args(p.parse_args(["--scenario", additive])).fitting.estimator == "lse"

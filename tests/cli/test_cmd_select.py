@@ -112,3 +112,44 @@ def test_your_own_gaussian_moe_file_is_a_selection_scenario(tmp_path, capsys):
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "x").exists()
+
+
+def test_n_jobs_gives_the_same_records_and_resume_says_this_runs_wall(tmp_path, capsys):
+    """``--n-jobs`` (issue 35: the docs said every door shares it): 2 loky workers give the records of
+    one, times apart.  A ``--resume`` with nothing left to fit prints its own wall beside the units'
+    wall summed over the runs (it printed the cumulative one as this run's)."""
+    small = ["--k-bar", "3", "--n", "100,200", "--reps", "2", "--chunk", "1", "--max-iter", "60"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["select", *small, "--quiet", "--out", str(one)]) == 0
+    assert main(["select", *small, "--quiet", "--n-jobs", "2", "--out", str(two)]) == 0
+    key = lambda r: (r["n"], r["replicate"])  # noqa: E731
+    assert _strip(sorted(read_records(one / "records.jsonl"), key=key)) == \
+        _strip(sorted(read_records(two / "records.jsonl"), key=key))
+    capsys.readouterr()
+    assert main(["select", *small, "--out", str(one), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "unit " not in out  # nothing was fitted again
+    t = json.loads((one / "summary.json").read_text())["time"]
+    assert f"wall this run {t['wall_s_this_run']:.1f} s" in out
+    assert f"units' wall summed over every run {t['wall_s_total']:.1f} s" in out
+    assert t["wall_s_this_run"] < t["wall_s_total"]
+
+
+def test_the_n_axis_is_ticked_at_the_sample_sizes_only():
+    """Issue 35: on a log axis spanning less than a decade matplotlib labelled minor ticks too and the
+    labels overlapped; the selection figures now label exactly the sample sizes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moestat.selection.summary import _n_axis
+
+    fig, ax = plt.subplots()
+    ax.plot([100, 400], [1, 2])
+    _n_axis(ax, [100, 200, 400, 1000, 2000, 20000])
+    fig.canvas.draw()
+    assert list(ax.get_xticks()) == [100, 200, 400, 1000, 2000, 20000]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["100", "200", "400", "1k", "2k", "20k"]
+    assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
