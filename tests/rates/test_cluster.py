@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("distributed")
-DASK = shutil.which("dask")
+# the dask command of *this* interpreter (a venv's, also when the venv is not activated): a scheduler
+# or worker from another Python would run another environment's moestat, which the sweep refuses
+DASK = shutil.which("dask", path=str(Path(sys.executable).parent)) or shutil.which("dask")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(DASK is None, reason="the dask command line is not installed")]
 
 from moestat.rates.store import RESULT_COLUMNS, read_results  # noqa: E402
