@@ -56,20 +56,18 @@ def _split(ctx: Context, key: str, s: dict) -> list[CheckResult]:
     """PDE (4) split of the vanilla router's beta1 error (exact-specified, :mod:`moestat.losses.cell_errors`).
 
     ``pde4_vanilla_radial_floor``: the radial part ``| ||beta1_i|| - ||beta1*_j|| |`` is not
-    identified, so it must not decrease: passed when the engine's category is ``floor``.
+    identified, so it must not decrease: predicted exponent 0, inside the CI widened by 0.15.
     ``pde4_vanilla_direction``: the directional part is identified: -1/2 inside the CI widened by
     0.15 with category ``consistent``.
     """
-    rad = find_fit(s, "cosine", "beta1_radial")
-    rule = "verdict category 'floor' (the radial error stops decreasing; PDE (4))"
-    extra = {"mean_by_n": per_n_means(s, ctx.out_dir, key, "cosine", "beta1_radial")}
-    if rad is None or rad.get("slope") is None:
-        r1 = CheckResult("pde4_vanilla_radial_floor", "", None, None, None, None, False, "failed", rule, "no slope in the summary", extra)
-    else:
-        r1 = apply_category(verdict("pde4_vanilla_radial_floor",
-                                    "PDE (4): the vanilla router's radial beta1 error is not identified (no decay, a floor)",
-                                    None, float(rad["slope"]), rad.get("ci_low"), rad.get("ci_high"), rad.get("category") == "floor",
-                                    rule, details=extra), rad, passing=("floor",))
+    # PDE (4): g depends on beta1 only through its direction, so the radius is not identified and its
+    # error does not decay: predicted exponent 0.  Judged by the slope rule against 0 directly (the
+    # engine gives no category to a loss whose theorem states no rate, so a rule asking for the
+    # engine's 'floor' could no longer pass); it fails when the radial error falls at -1/2.
+    r1 = slope_verdict("pde4_vanilla_radial_floor",
+                       "PDE (4): the vanilla router's radial beta1 error is not identified (no decay: exponent 0)",
+                       find_fit(s, "cosine", "beta1_radial"), 0.0, TOLERANCE,
+                       {"mean_by_n": per_n_means(s, ctx.out_dir, key, "cosine", "beta1_radial")})
     r2 = slope_verdict("pde4_vanilla_direction",
                        "PDE (4): the vanilla router's beta1 direction is identified: error O_P(n^-1/2), exact-specified",
                        find_fit(s, "cosine", "beta1_direction"), -0.5, TOLERANCE,

@@ -76,3 +76,23 @@ def test_thm2_uses_the_engines_slow_rate_rule(tmp_path):
     assert r.status == "passed" and r.category == "consistent"
     r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("inconclusive", -0.1))
     assert r.status == "inconclusive" and r.passed is False
+
+
+def test_radial_floor_check_judges_no_decay_against_zero(tmp_path):
+    """PDE (4): the vanilla radial error must not decay.  The engine gives no category to a loss with
+    no stated rate, so the check judges the exponent 0 itself: a flat radial error passes, one that
+    falls at -1/2 fails."""
+    from types import SimpleNamespace
+
+    from moestat.experiments.theory.vanilla_slow import _split
+
+    def summary(slope, lo, hi):
+        rad = {"router": "cosine", "loss": "beta1_radial", "slope": slope, "ci_low": lo, "ci_high": hi,
+               "predicted": None, "category": None, "reason": "no rate stated by the theorem for this loss"}
+        return {"fits": [rad]}
+
+    ctx = SimpleNamespace(out_dir=tmp_path)
+    flat = _split(ctx, "quick-exact", summary(0.05, -0.18, 0.28))[0]
+    falling = _split(ctx, "quick-exact", summary(-0.5, -0.6, -0.4))[0]
+    assert flat.name == "pde4_vanilla_radial_floor" and flat.passed is True
+    assert falling.passed is False and falling.status == "failed"
