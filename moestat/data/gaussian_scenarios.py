@@ -37,7 +37,7 @@ from moestat.model.gaussian_moe import mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
-__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "gaussian_loss_spec", "RBAR",
+__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "declared_voronoi", "gaussian_loss_spec", "RBAR",
            "INPUT_LAWS"]
 
 #: rbar(#A_j) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
@@ -207,7 +207,7 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     R = G.beta0.shape[0]
     ref = T.n_atoms - 1
     out = {key: np.full(R, np.nan) for key in ("voronoi", "param_single", "param_multi", "mass", "empty_cells")}
-    ok = np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1))
+    ok = G.finite()
     if not ok.any():
         return out
     G = MixingMeasure(G.beta0[ok], G.beta1[ok], G.eta[ok])
@@ -228,6 +228,23 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
     out["param_multi"][ok] = np.where(np.isfinite(multi), multi, np.nan)
     out["mass"][ok] = c["mass_part"].max(-1)
     out["empty_cells"][ok] = (c["sizes"] == 0).sum(-1).astype(float)
+    return out
+
+
+def declared_voronoi(fitted: MixingMeasure, truth: MixingMeasure, specs, shift: bool = True) -> dict[str, np.ndarray]:
+    """:func:`gaussian_voronoi` of the first declared loss (its ``voronoi`` and per-atom columns), plus
+    one ``[R]`` column named after each declared loss.
+
+    Parameters
+    ----------
+    specs : sequence of LossSpec
+        The scenario's losses, at least one; the first gives the ``voronoi`` column.
+    shift : bool
+        As in :func:`gaussian_voronoi`.
+    """
+    out = gaussian_voronoi(fitted, truth, spec=specs[0], shift=shift)
+    for spec in specs:
+        out[spec.name] = out["voronoi"] if spec is specs[0] else gaussian_voronoi(fitted, truth, spec=spec, shift=shift)["voronoi"]
     return out
 
 

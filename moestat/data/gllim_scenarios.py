@@ -208,14 +208,11 @@ class GLLiMScenario(TruthDescriptors):
         | x] - E*[y | x]||_{L2}`` on ``X_holdout``, ``voronoi_direction`` NaN.  No shift: the weights
         ``pi`` sum to one and the centres are identified.
         """
-        from moestat.data.gaussian_scenarios import gaussian_voronoi
+        from moestat.data.gaussian_scenarios import declared_voronoi
 
-        specs = self.losses
-        out = gaussian_voronoi(fitted, self.truth, spec=specs[0], shift=False)
-        for spec in specs:
-            out[spec.name] = out["voronoi"] if spec is specs[0] else gaussian_voronoi(fitted, self.truth, spec=spec, shift=False)["voronoi"]
+        out = declared_voronoi(fitted, self.truth, self.losses, shift=False)
         G = fitted.numpy()
-        ok = np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1))
+        ok = G.finite()
         g_star = self.regression_function(X_holdout)
         l2 = np.full(ok.shape, np.nan)
         if ok.any():
@@ -260,8 +257,7 @@ def gllim_from_mapping(m: Mapping[str, Any], where: str = "scenario") -> GLLiMSc
     moestat.data.scenario_files.ScenarioFileError
         Naming ``where`` (the file) and the key.
     """
-    from moestat.data.scenario_files import ScenarioFileError
-    from moestat.losses.voronoi_spec import spec_from_mapping
+    from moestat.data.scenario_files import ScenarioFileError, parse_losses
 
     def err(msg: str) -> ScenarioFileError:
         return ScenarioFileError(f"{where}: {msg}")
@@ -294,23 +290,10 @@ def gllim_from_mapping(m: Mapping[str, Any], where: str = "scenario") -> GLLiMSc
     if c.ndim != 2 or eta.ndim != 2 or eta.shape[1] != d + 1 or Gamma.shape != (len(atoms), d, d):
         raise err(f"atoms: beta1 has d entries, eta d + 1 (a, b) and gamma d x d; got beta1 {c.shape[1:]}, eta "
                   f"{eta.shape[1:]}, gamma {Gamma.shape[1:]}")
-    losses, predicted = [], {}
-    for i, entry in enumerate(m.get("losses", [])):
-        entry = _table(entry, "losses", where, f"losses[{i}]")
-        for j, blk in enumerate(entry.get("blocks", []) if isinstance(entry.get("blocks"), list) else []):
-            _table(blk, "losses.blocks", where, f"losses[{i}].blocks[{j}]")
-        try:
-            spec = spec_from_mapping(entry, where=f"losses[{i}]")
-        except ValueError as e:
-            raise err(str(e)) from None
-        losses.append(spec)
-        pe = entry.get("predicted_exponent")
-        if pe is not None and not (isinstance(pe, (int, float)) and not isinstance(pe, bool) and math.isfinite(pe)):
-            raise err(f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
-        predicted[spec.name] = None if pe is None else float(pe)
+    losses, predicted = parse_losses(m.get("losses", []), where, check_keys=_table)
     try:
         truth = join_measure(logpi, c, Gamma, eta[:, :d], eta[:, d], nu)
-        return GLLiMScenario(truth, tab["fit"].get("k"), tuple(losses), predicted, str(m.get("name", "gllim")),
+        return GLLiMScenario(truth, tab["fit"].get("k"), losses, predicted, str(m.get("name", "gllim")),
                              gamma_floor=tab["fit"].get("gamma_floor", 1e-6))
     except (TypeError, ValueError) as e:
         raise err(str(e)) from None

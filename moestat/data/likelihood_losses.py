@@ -70,19 +70,16 @@ def likelihood_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarr
     on ``X_holdout``, ``g_hat`` with the fitted gate (``scenario.fit_model``: its K-bar active experts)
     and ``g*`` with the true one; ``voronoi_direction`` is NaN (a cosine-router notion).
     """
-    from moestat.data.gaussian_scenarios import gaussian_voronoi
+    from moestat.data.gaussian_scenarios import declared_voronoi
 
     import torch
 
     # softmax's translation freedom (beta0 and beta1) is fixed as for model 1; a Gaussian gate's
     # weights are normalised (exp(beta0) sums to one) and a sigmoid gate has no such freedom
     shift = bool(scenario.model.gate.reference)
-    specs = scenario.losses
-    out = gaussian_voronoi(fitted, scenario.truth, spec=specs[0], shift=shift)
-    for spec in specs:
-        out[spec.name] = out["voronoi"] if spec is specs[0] else gaussian_voronoi(fitted, scenario.truth, spec=spec, shift=shift)["voronoi"]
+    out = declared_voronoi(fitted, scenario.truth, scenario.losses, shift)
     G = fitted.numpy()
-    ok = np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1))
+    ok = G.finite()
     Xh = torch.as_tensor(np.asarray(X_holdout, dtype=np.float64))
     g_star = scenario.model.predict(Xh, scenario.truth).numpy()
     safe = MixingMeasure(*(np.where(ok.reshape((-1,) + (1,) * (a.ndim - 1)), a, 0.0) for a in (G.beta0, G.beta1, G.eta)))

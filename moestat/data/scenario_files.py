@@ -394,6 +394,30 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def parse_losses(entries: Any, where: str, check_keys=_check_keys) -> tuple[tuple[LossSpec, ...], dict[str, float | None]]:
+    """The ``[[losses]]`` tables of a scenario file: their specifications and predicted exponents.
+
+    ``check_keys(table, kind, where, label)`` checks each table's keys (a file type with its own
+    message passes its own); a misspelt key, a bad block or a non-numeric ``predicted_exponent`` is
+    a :class:`ScenarioFileError` naming ``losses[i]``.
+    """
+    losses, predicted = [], {}
+    for i, entry in enumerate(entries):
+        entry = check_keys(entry, "losses", where, f"losses[{i}]")
+        for j, blk in enumerate(entry.get("blocks", []) if isinstance(entry.get("blocks"), list) else []):
+            check_keys(blk, "losses.blocks", where, f"losses[{i}].blocks[{j}]")
+        try:
+            spec = spec_from_mapping(entry, where=f"losses[{i}]")
+        except ValueError as e:
+            raise _err(where, str(e)) from None
+        losses.append(spec)
+        pe = entry.get("predicted_exponent")
+        if pe is not None and not _number(pe):
+            raise _err(where, f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
+        predicted[spec.name] = None if pe is None else float(pe)
+    return tuple(losses), predicted
+
+
 def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: Path | None = None) -> FileScenario:
     """Build a :class:`FileScenario` from a parsed TOML mapping (see the module docstring); with
     ``[input] law = "gate"`` a :class:`~moestat.data.gllim_scenarios.GLLiMScenario` (the joint Gaussian-gated
@@ -455,27 +479,14 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
         except (OSError, ValueError) as e:
             raise _err(where, f"input.path: cannot read {str(p)!r} ({e.__class__.__name__})") from None
     fit = tables["fit"]
-    losses, predicted = [], {}
-    for i, entry in enumerate(m.get("losses", [])):
-        entry = _check_keys(entry, "losses", where, f"losses[{i}]")
-        for j, blk in enumerate(entry.get("blocks", []) if isinstance(entry.get("blocks"), list) else []):
-            _check_keys(blk, "losses.blocks", where, f"losses[{i}].blocks[{j}]")
-        try:
-            spec = spec_from_mapping(entry, where=f"losses[{i}]")
-        except ValueError as e:
-            raise _err(where, str(e)) from None
-        losses.append(spec)
-        pe = entry.get("predicted_exponent")
-        if pe is not None and not _number(pe):
-            raise _err(where, f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
-        predicted[spec.name] = None if pe is None else float(pe)
+    losses, predicted = parse_losses(m.get("losses", []), where)
     nv = noise.get("variance", 0.01)
     if not _number(nv):
         raise _err(where, f"noise.variance must be a number, got {nv!r}")
     try:
         return FileScenario(
             MixingMeasure(beta0, beta1, eta), model, float(nv), law, inputs,
-            fit.get("k"), fit.get("k_active"), tuple(losses), predicted, str(m.get("name", "file")),
+            fit.get("k"), fit.get("k_active"), losses, predicted, str(m.get("name", "file")),
             ParameterBox(**tables["box"]), model_kind,
         )
     except (TypeError, ValueError) as e:

@@ -110,6 +110,12 @@ class MixingMeasure:
         """``exp(beta0_i)``, the atom weights of ``G``: shape ``[..., k]``."""
         return torch.exp(self.beta0) if isinstance(self.beta0, torch.Tensor) else np.exp(self.beta0)
 
+    def finite(self) -> np.ndarray:
+        """Whether every parameter of each measure is finite: shape ``batch_shape`` (a diverged fit
+        is ``False``; its losses are left NaN rather than computed from infinities)."""
+        G = self.numpy()
+        return np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1))
+
     # ---- batching ----------------------------------------------------------------------
     def __getitem__(self, idx: Any) -> "MixingMeasure":
         """Index the batch dimensions, e.g. ``G[r]`` is replicate ``r``."""

@@ -120,7 +120,7 @@ def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray)
     if kind == "sse":
         return n * np.asarray(est.objective_, dtype=float)
     G = est.params_.numpy()
-    ok = _finite_atoms(G)
+    ok = G.finite()
     out = np.full(R, np.nan)
     if ok.any():
         out[ok] = _loglik(scenario, X[ok], Y[ok], _take(G, ok), fitted=True)
@@ -149,10 +149,6 @@ def is_below(gap: np.ndarray, truth: np.ndarray) -> np.ndarray:
     gap, truth = np.asarray(gap, float), np.asarray(truth, float)
     with np.errstate(invalid="ignore"):
         return np.isfinite(gap) & (gap < -(TRUTH_ATOL + TRUTH_RTOL * np.abs(truth)))
-
-
-def _finite_atoms(G) -> np.ndarray:
-    return (np.isfinite(G.beta0).all(-1) & np.isfinite(G.beta1).all((-2, -1)) & np.isfinite(G.eta).all((-2, -1)))
 
 
 def _take(G, idx):
