@@ -122,14 +122,22 @@ def test_a_worker_running_other_code_is_refused_before_anything_is_written(clust
     assert len(run["workers"]["mismatch"]) == 1 and "source_sha256" in run["workers"]["mismatch"][0]
 
 
-def test_all_workers_killed_stops_the_sweep_in_one_line_and_resume_finishes(cluster, tmp_path):
-    worker = cluster.add_worker()
-    out = tmp_path / "out"
+def _sweep_until_first_rows(cluster, out: Path):
+    """Start a longer sweep on ``cluster`` (one unit per chunk, a short worker timeout) and return
+    ``(args, process)`` once its first rows are written: the moment the fault tests strike."""
     args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1", "--max-iter", "20",
             "--n-boot", "100", "--quiet", "--scheduler-file", str(cluster.file), "--worker-timeout", "4", "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
     csv = out / "results.csv"
     _wait_for(lambda: csv.exists() and csv.read_text().count("\n") >= 2, 120, "the first rows")
+    return args, proc
+
+
+def test_all_workers_killed_stops_the_sweep_in_one_line_and_resume_finishes(cluster, tmp_path):
+    worker = cluster.add_worker()
+    out = tmp_path / "out"
+    args, proc = _sweep_until_first_rows(cluster, out)
+    csv = out / "results.csv"
     worker.send_signal(signal.SIGKILL)
     rc = proc.wait(timeout=120)
     err = proc.stderr.read()
@@ -188,11 +196,8 @@ def test_the_scheduler_killed_mid_sweep_stops_it_in_one_line_and_resume_finishes
     # issue 35: a killed scheduler ended in 76-81 lines and "internal error (FuturesCancelledError)"
     cluster.add_worker()
     out = tmp_path / "out"
-    args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1", "--max-iter", "20",
-            "--n-boot", "100", "--quiet", "--scheduler-file", str(cluster.file), "--worker-timeout", "4", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=_env(), stderr=subprocess.PIPE, text=True)
+    args, proc = _sweep_until_first_rows(cluster, out)
     csv = out / "results.csv"
-    _wait_for(lambda: csv.exists() and csv.read_text().count("\n") >= 2, 120, "the first rows")
     cluster.scheduler.send_signal(signal.SIGKILL)
     rc = proc.wait(timeout=120)
     err = proc.stderr.read()
