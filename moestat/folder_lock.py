@@ -24,6 +24,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from moestat.io import NotARegularFile, atomic_write_json, check_output_file
+
 __all__ = ["LOCK_NAME", "DOOR_NAME", "FolderBusy", "lock_out", "unlock_out", "unlock_all", "holder", "holder_alive",
            "check_door", "mark_door", "read_door"]
 
@@ -144,8 +146,6 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
         ``OUT/.moestat.lock`` is a symbolic link, a folder, a FIFO or a device: it is never
         followed or written through (a link would truncate a file outside ``--out``).
     """
-    from moestat.io import NotARegularFile, check_output_file
-
     out = Path(out)
     key = str(out.resolve())
     if key in _HELD:
@@ -278,8 +278,6 @@ def check_door(out: str | os.PathLike, door: str) -> None:
 
 def mark_door(out: str | os.PathLike, door: str) -> None:
     """Record ``door`` as the owner of ``out`` (once; an existing marker is kept)."""
-    from moestat.io import atomic_write_json
-
     path = Path(out) / DOOR_NAME
     if path.is_symlink() or not path.is_file():  # a link or a device is no marker: atomic_write_json refuses it
         atomic_write_json(path, {"door": door, "created": _now()})

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from moestat.faults import EnvironmentFault
+from moestat.faults import DISK_FULL, DiskFull, EnvironmentFault, as_environment_fault
 
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "sync_file", "read_jsonl", "ensure_writable_dir",
            "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config", "regular_file", "not_text",
@@ -121,8 +121,6 @@ def _replacing(path: Path, suffix: str) -> Iterator[str]:
     except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        from moestat.faults import DISK_FULL, DiskFull, as_environment_fault
-
         if isinstance(exc, Exception) and not isinstance(exc, DiskFull) and isinstance(as_environment_fault(exc), DiskFull):
             # name the file being written, not its temporary (removed above); the cause may sit
             # under a library's own error (matplotlib's PDF writer: AttributeError)
@@ -181,8 +179,6 @@ def append_line(path: str | os.PathLike, line: str, *, sync: bool = True) -> Non
 
     ``sync=False`` leaves the ``fsync`` to the caller (:func:`sync_file`), e.g. once per unit.
     """
-    from moestat.faults import DISK_FULL, DiskFull, as_environment_fault
-
     if not line.endswith("\n"):
         line += "\n"
     data = line.encode("utf-8")

@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from moestat.io import atomic_savefig
+
 __all__ = ["PALETTE", "PRINT_WIDTH_PX", "SYNTHETIC", "colours", "curve_handle", "legend", "mean_sd", "panel_grid",
            "save_figure", "tick_style", "figure_problems"]
 
@@ -120,8 +122,6 @@ def save_figure(fig: Any, stem: str | Path, formats: Iterable[str] = ("pdf", "pn
     times it reaches ``min_px``.  ``pdf.fonttype`` 42 (TrueType: editable text, as journals ask).
     """
     import matplotlib.pyplot as plt
-
-    from moestat.io import atomic_savefig
 
     stem = Path(stem)
     if min_px:

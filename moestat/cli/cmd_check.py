@@ -15,6 +15,11 @@ import sys
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, NOTHING_KEPT, name_choice, positive_int, usage_errors
+from moestat.io import atomic_write_json, check_output_file, ensure_writable_dir
+from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
+from moestat.rates.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
+from moestat.rates.preflight import FRACTION, MC_DRAWS, format_preflight, preflight
+from moestat.rates.resolve import build_scenario
 
 # The --json report is written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of it.
 ON_INTERRUPT = NOTHING_KEPT
@@ -54,8 +59,6 @@ def check_json_target(path: str) -> None:
     to be written."""
     from pathlib import Path
 
-    from moestat.io import check_output_file, ensure_writable_dir
-
     p = Path(path)
     if p.is_dir() and not p.is_symlink():
         raise ValueError(f"--json {p} exists and is a folder; give a file name (e.g. {p / 'preflight.json'})")
@@ -65,10 +68,6 @@ def check_json_target(path: str) -> None:
 
 def build_parser() -> ArgumentParser:
     """The argument parser of ``moestat check``."""
-    from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS
-    from moestat.rates.hypotheses import THEOREMS
-    from moestat.rates.preflight import FRACTION, MC_DRAWS
-
     S = argparse.SUPPRESS
     p = ArgumentParser(prog="moestat check", description="Pre-flight of a scenario: Fisher information of the truth "
                        "(autograd), Cramér-Rao sd of every parameter block at each n of the grid, and the n from which "
@@ -92,11 +91,6 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat check``."""
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.hypotheses import check_hypotheses, format_hypotheses
-    from moestat.rates.preflight import format_preflight, preflight
-    from moestat.rates.resolve import build_scenario
-
     args = build_parser().parse_args(argv)
     keys = {k: v for k, v in vars(args).items() if k in ("router", "setting", "family", "n_min", "n_max", "n_points")}
     if args.scenario:
@@ -117,7 +111,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep["hypotheses"] = check_hypotheses(scenario, theorem=args.theorem)
     print(format_hypotheses(rep["hypotheses"]))
     if args.json:
-        from moestat.io import atomic_write_json
-
         atomic_write_json(args.json, rep)
     return 0

@@ -35,6 +35,8 @@ from moestat.rates.backends import ClusterOptions, check_scheduler, require_clus
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.figures import check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
+from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
+from moestat.rates.store import check_resumable
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -184,8 +186,6 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
 
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
-    from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
-
     data: dict[str, Any] = {}
     if hasattr(ns, "preset"):
         data.update(preset_dict(ns.preset))
@@ -214,8 +214,6 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat rates`` (and ``python -m moestat.rates``)."""
-    from moestat.rates.store import check_resumable
-
     ns = build_parser().parse_args(argv)
     out = Path(ns.out)
     resume = getattr(ns, "resume", False)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, prepare_out, usage_errors
+from moestat.rates import catalogue
+from moestat.rates.store import check_resumable
 
 __all__ = ["build_parser", "main"]
 
@@ -42,9 +44,6 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat reproduce``."""
-    from moestat.rates import catalogue
-    from moestat.rates.store import check_resumable
-
     args = build_parser().parse_args(argv)
     with usage_errors():
         if args.list:

@@ -28,6 +28,8 @@ from moestat.cli.common import (
     prepare_out,
     usage_errors,
 )
+from moestat.resources import check_memory
+from moestat.selection.study import SelectConfig, SelectionError, run_select, same_model_settings
 
 __all__ = ["build_parser", "main"]
 
@@ -67,8 +69,6 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     threads = apply_threads(args, args.n_jobs)
-    from moestat.selection.study import SelectConfig, SelectionError, run_select
-
     with usage_errors():
         config = SelectConfig(scenario=args.scenario, k_bars=tuple(args.k_bar), ns=tuple(args.n), replicates=args.reps,
                               seed=args.seed, n_starts=args.starts, chunk=args.chunk, init_scale=args.init_scale,
@@ -91,8 +91,6 @@ def _check_memory(config) -> None:
     of the largest ``n`` (inputs ``[n, d]``, responses) and fits them with up to ``max(K_bar)``
     experts (responsibilities ``[n, K]``), float64 -- a lower bound on what it allocates.
     ``--n 1000000000000`` asked for 7.28 TiB and failed after config.json was written."""
-    from moestat.resources import check_memory
-
     n, reps = max(config.ns), min(config.chunk, config.replicates)
     d = int(getattr(config.scenario_object(), "d", 1))
     check_memory(8.0 * n * reps * (d + 2 + max(config.k_bars)),
@@ -105,8 +103,6 @@ def _check_out(out: str, config, resume: bool) -> None:
     may grow)."""
     import json
     from pathlib import Path
-
-    from moestat.selection.study import same_model_settings
 
     cfg = Path(out) / "config.json"
     if resume and cfg.exists():

@@ -14,6 +14,7 @@ from typing import Sequence
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.io import check_run_config, read_run_config, write_run_config
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
+from moestat.experiments.theory.grids import GRIDS, check_grid_memory
 
 __all__ = ["build_parser", "main"]
 
@@ -76,8 +77,6 @@ def _validate(args) -> None:
         raise ValueError(f"--reps must be at least {MIN_REPS} (a slope interval needs replicates to resample), got {args.reps}")
     # a MemoryError after the report folder exists is bad input found late; --reps alone can ask for
     # one too (--reps 1000000000 at the mode's own n-max), so the check runs whatever is given
-    from moestat.experiments.theory.grids import GRIDS, check_grid_memory
-
     check_grid_memory(args.mode, args.n_max or GRIDS[args.mode]["n_max"], args.reps)
     # the settings every stored rate run of the folder shares: a resume with others is refused here,
     # before any check runs (the rate runs would refuse one by one, after the others had run)

@@ -34,6 +34,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from moestat.devices import resolve_device
+from moestat.faults import EnvironmentFault, as_environment_fault
+from moestat.folder_lock import DOOR_NAME, LOCK_NAME, check_door, lock_out, mark_door, unlock_all, unlock_out
+from moestat.io import ensure_writable_dir, refuse_links_in, regular_file
+from moestat.model.gates import canonical_name
+from moestat.resources import max_n_jobs
+from moestat import threads  # read at call time: the usable cores are the machine's (tests substitute them)
+
 __all__ = [
     "UsageError",
     "Terminated",
@@ -141,9 +149,6 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     ``on_interrupt`` is what Ctrl-C leaves on disk (:data:`KEEPS` or :data:`NOTHING_KEPT`, the
     ``ON_INTERRUPT`` of the door's module).
     """
-    from moestat.faults import EnvironmentFault, as_environment_fault
-    from moestat.folder_lock import unlock_all
-
     debug = bool(os.environ.get(DEBUG_ENV))
     _CURRENT_DOOR[0] = prog.split()[1] if prog.startswith("moestat ") and len(prog.split()) > 1 else None
     restore = _terminate_like_ctrl_c()
@@ -246,8 +251,6 @@ def seed_int(text: str) -> int:
 def n_jobs_int(text: str) -> int:
     """argparse type of ``--n-jobs``: a positive integer the machine can run
     (:func:`moestat.resources.max_n_jobs`: a few per usable core, under the process limit)."""
-    from moestat.resources import max_n_jobs
-
     v = positive_int(text)
     limit, why = max_n_jobs()
     if v > limit:
@@ -258,10 +261,8 @@ def n_jobs_int(text: str) -> int:
 def threads_int(text: str) -> int:
     """argparse type of ``--threads``: 0 (the default rule) up to the usable cores (more threads than
     cores only wait on each other; 100 000 of them exhaust memory)."""
-    from moestat.threads import available_cores
-
     v = nonneg_int(text)
-    cores = available_cores()
+    cores = threads.available_cores()
     if v > cores:
         raise argparse.ArgumentTypeError(f"{v} threads exceed the {cores} usable core{'s' if cores > 1 else ''} "
                                          "of this process (os.sched_getaffinity)")
@@ -298,8 +299,6 @@ def learning_rate(text: str) -> float:
 def input_file(path: str | os.PathLike, flag: str) -> Path:
     """``path`` if it is a regular file, else a one-line ``ValueError`` saying what it is
     (:func:`moestat.io.regular_file`)."""
-    from moestat.io import regular_file
-
     return regular_file(path, flag)
 
 
@@ -338,8 +337,6 @@ def name_choice(known: Sequence[str], aliases: dict[str, str] | None = None, *, 
 
     With ``many=True`` the value is a comma list and a list of canonical names is returned.
     """
-    from moestat.model.gates import canonical_name
-
     def parse(text: str):
         parts = [t.strip() for t in text.split(",")] if many else [text.strip()]
         if many and len(parts) > 1 and not all(parts):
@@ -401,9 +398,6 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     ValueError
         One line naming ``--out``.
     """
-    from moestat.folder_lock import LOCK_NAME, check_door, lock_out, mark_door, unlock_out
-    from moestat.io import ensure_writable_dir, refuse_links_in
-
     door = door or _CURRENT_DOOR[0]
     path = Path(out)
     if str(out).strip() == "":
@@ -447,8 +441,6 @@ def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
     results are written -- remove ``out`` if it holds nothing but its lock and door marker (the door
     created it), so an interrupted or failed start leaves nothing behind that a rerun would refuse
     as "not empty" (issue 35: a diverged softmoe run left a folder holding only ``.moestat-door``)."""
-    from moestat.folder_lock import DOOR_NAME, LOCK_NAME, unlock_out
-
     try:
         yield
     except BaseException:
@@ -469,8 +461,6 @@ def add_n_jobs(p, default: int | None = 1) -> None:
 def device_name(text: str) -> str:
     """argparse type: a device name :func:`moestat.devices.resolve_device` accepts on this machine
     (returned as given, so ``auto`` is resolved where the work runs)."""
-    from moestat.devices import resolve_device
-
     try:
         resolve_device(text)
     except ValueError as exc:
@@ -501,9 +491,7 @@ def add_threads(p) -> None:
 
 def apply_threads(args, n_jobs: int = 1) -> int:
     """Apply a door's ``--threads`` (:mod:`moestat.threads`: 0 means cores // ``n_jobs``)."""
-    from moestat.threads import limit_threads, resolve_threads
-
-    return limit_threads(resolve_threads(getattr(args, "threads", 0), n_jobs))
+    return threads.limit_threads(threads.resolve_threads(getattr(args, "threads", 0), n_jobs))
 
 
 def argtype(check: Callable[[str], Any]) -> Callable[[str], Any]:

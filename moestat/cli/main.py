@@ -13,7 +13,8 @@ import os
 import sys
 from typing import Sequence
 
-from moestat.cli.common import DEBUG_ENV, run_main
+from moestat.cli.common import DEBUG_ENV, KEEPS, run_main
+from moestat import __version__
 
 __all__ = ["SUBCOMMANDS", "main"]
 
@@ -34,8 +35,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _help() -> str:
-    from moestat import __version__
-
     width = max(len(n) for n in SUBCOMMANDS)
     lines = [
         "usage: moestat [--version] [--debug] <subcommand> [options]",
@@ -82,8 +81,6 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
         sys.stdout.write(_help())
         return 0
     if args[0] == "--version":
-        from moestat import __version__
-
         print(f"moestat {__version__}")
         return 0
     name = args[0].replace("_", "-")
@@ -91,8 +88,6 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
         sys.stderr.write(f"moestat: error: unknown subcommand {args[0]!r}; expected one of {', '.join(SUBCOMMANDS)}\n")
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    from moestat.cli.common import KEEPS
-
     prog = f"moestat {name}"
     if len(args) > 1 and args[1] in getattr(module, "SUBCOMMANDS", ()):  # one prefix: argparse's and ours agree
         prog += f" {args[1]}"

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.io import not_text
+
 __all__ = ["CORPORA", "TextCorpus", "split_standard", "split_fractions", "load_corpus", "kjv_text", "encode"]
 
 CORPORA = ("kjv", "enwik8", "text8", "file")
@@ -167,8 +169,6 @@ def load_corpus(name: str, path: str | os.PathLike | None = None, *, max_chars: 
         try:
             text, source = p.read_text(encoding="utf-8"), str(p)
         except UnicodeDecodeError as exc:  # Latin-1 or binary: name the file, not only the codec
-            from moestat.io import not_text
-
             raise not_text(p, exc, "--data-path") from None
     if max_chars is not None:
         if int(max_chars) < 100:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from moestat.seeding import numpy_generator
+from moestat.io import not_text
 
 __all__ = [
     "CONLL_TAGS", "PAD", "UNK", "IGNORE_INDEX", "CONLL_SOURCE", "SQUAD_SOURCE", "GLOVE_SOURCE",
@@ -113,8 +114,6 @@ def _utf8_lines(path: Path, what: str):
     """``(line number, text)`` of a UTF-8 file (``\\r\\n`` read as ``\\n``, as text mode does); a line
     that is not UTF-8 (a binary or Latin-1 file) is one ``ValueError`` naming the file and line,
     not the codec's message."""
-    from moestat.io import not_text
-
     with open(path, "rb") as fh:
         for no, raw in enumerate(fh, 1):
             try:
@@ -205,8 +204,6 @@ def read_squad(path: str | Path, max_len: int = 256) -> tuple[list[SquadExample]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        from moestat.io import not_text
-
         raise not_text(path, exc, "SQuAD file") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None

@@ -30,6 +30,8 @@ from moestat.estimators.validation import (
     check_positive_int,
     prepare_init,
 )
+from moestat.estimators import jacobians as jac
+from moestat.model.protocol import ProtocolModel
 
 __all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER"]
 
@@ -154,8 +156,6 @@ class LeastSquaresMoE(MoEEstimator):
         )
 
     def _check_params(self) -> None:
-        from moestat.model.protocol import ProtocolModel
-
         if not isinstance(self.model, ProtocolModel):  # a protocol model goes through autograd
             check_model(self.model)
         check_n_components(self.n_components, self.model)
@@ -225,9 +225,6 @@ class LeastSquaresMoE(MoEEstimator):
         -------
         self
         """
-        from moestat.model.protocol import ProtocolModel
-        from moestat.estimators import jacobians as jac
-
         Xt, Yt, dev = self._start_fit(X, Y)
         k = self.n_components
         R, n, d = Xt.shape

@@ -35,6 +35,7 @@ from moestat.nn.layer import MoELayer
 from moestat.model.gates import canonical_name
 from moestat.nn.methods import METHODS, Method, get_method, train_moe
 from moestat.nn.predict import evaluate_moe, predict_moe
+from moestat.plotting import mean_sd
 
 __all__ = [
     "CLASSIFY_METHODS",
@@ -221,8 +222,6 @@ def run_regression(
 
 def _ms(a: np.ndarray, digits: int) -> str:
     """``mean ± sd`` over runs; ``mean (1 seed)`` for a single run (no ``± 0``)."""
-    from moestat.plotting import mean_sd
-
     return mean_sd(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else None, len(a), digits)
 
 

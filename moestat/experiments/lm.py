@@ -44,6 +44,8 @@ from moestat.nn.metrics import expert_usage, gate_sparsity
 from moestat.nn.train import FreshBatches, fit
 from moestat.nn.transformer import LMConfig, MoETransformerLM
 from moestat.seeding import spawn_int_seeds, torch_generator
+from moestat.plotting import PALETTE, curve_handle, legend, mean_sd, save_figure
+from moestat.rates.figures import ROUTER_COLOURS
 
 __all__ = ["PRESETS", "PAPER_TABLE1", "PRECISIONS", "lm_autocast", "sample_windows", "evaluate_bpc", "train_lm",
            "run_experiment", "format_table"]
@@ -314,8 +316,6 @@ def summarise(rows: list) -> dict:
 
 def format_table(summary: dict) -> str:
     """The results table (Markdown) of a summary; one seed is "(1 seed)", never "± nan"."""
-    from moestat.plotting import mean_sd
-
     lines = ["| router | runs | val BPC | test BPC | H_s per layer (bits) | H_u per layer (bits) | tokens/s | wall (s) |",
              "|---|---|---|---|---|---|---|---|"]
     for router, s in summary["routers"].items():
@@ -331,9 +331,6 @@ MIN_EVAL_POINTS = 5
 
 
 def _router_colour(router: str, i: int) -> str:
-    from moestat.plotting import PALETTE
-    from moestat.rates.figures import ROUTER_COLOURS
-
     return ROUTER_COLOURS.get(router, PALETTE[(3 + i) % len(PALETTE)])  # the same colours as the rates figures
 
 
@@ -345,8 +342,6 @@ def _plots(rows: list, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-
-    from moestat.plotting import curve_handle, legend, save_figure
 
     routers = list(dict.fromkeys(r["router"] for r in rows))
     colour = {router: _router_colour(router, i) for i, router in enumerate(routers)}

@@ -47,6 +47,11 @@ from moestat.nn.classifier import (
     fit_classifier,
     matched_mlp_hidden,
 )
+from moestat.nn import metrics
+from moestat.nn.layer import MoELayer
+from moestat.nn.methods import METHODS, get_method, train_moe
+from moestat.nn.predict import evaluate_moe
+from moestat.plotting import PALETTE, PRINT_WIDTH_PX, mean_sd, panel_grid, save_figure
 
 __all__ = [
     "GATE_SPECS",
@@ -92,8 +97,6 @@ README_LOCATIONS = (
 def thesis_methods() -> tuple[str, ...]:
     """Names of the thesis training methods of :mod:`moestat.nn.methods`, as gates ``thesis:<name>``
     (e.g. ``thesis:peeking_expert``)."""
-    from moestat.nn.methods import METHODS
-
     return tuple(f"thesis:{m}" for m in METHODS)
 
 
@@ -105,10 +108,6 @@ def _run_thesis(gate: str, dataset: RealDataset, t: dict, *, seed: int, epochs: 
     linear (or ``gate_hidden``) gate, Adam (thesis Sec. 3.8); the method keeps its own schedule
     and inference rule.  ``train_moe`` keeps the last epoch (no validation-based selection).
     """
-    from moestat.nn.layer import MoELayer
-    from moestat.nn.methods import get_method, train_moe
-    from moestat.nn.predict import evaluate_moe
-
     method = get_method(gate.split(":", 1)[1])
     if method.aggregation == "top_k" and method.k is not None and method.k > n_experts:
         raise ValueError(f"{gate} needs at least {method.k} experts")
@@ -122,8 +121,6 @@ def _run_thesis(gate: str, dataset: RealDataset, t: dict, *, seed: int, epochs: 
     ev = evaluate_moe(res.model, t["X_test"], t["y_test"], method)
     counts = np.asarray(ev["counts"], dtype=np.int64)
     usage = np.asarray(ev["usage"], dtype=np.int64)
-    from moestat.nn import metrics
-
     return {
         "n_params": count_parameters(res.model), "test_accuracy": ev["accuracy"] / 100.0,
         "test_loss": float("nan"), "val_accuracy": float("nan"), "best_epoch": epochs,
@@ -399,8 +396,6 @@ def summarise(rows: Sequence[dict]) -> dict:
 def _fmt(e: dict, m: str, digits: int) -> str:
     if f"{m}_mean" not in e:
         return "-"
-    from moestat.plotting import mean_sd
-
     return mean_sd(e[f"{m}_mean"], e.get(f"{m}_std"), e.get("n_seeds", 1), digits)
 
 
@@ -435,8 +430,6 @@ _PRINT_IN = 7.0  # width of a print figure (a page), inches; written at >= PRINT
 
 
 def _save(fig, stem: Path) -> None:
-    from moestat.plotting import PRINT_WIDTH_PX, save_figure
-
     # no bbox_inches="tight": it would crop the page width below PRINT_WIDTH_PX
     save_figure(fig, Path(stem), ("png", "pdf"), dpi=150, min_px=PRINT_WIDTH_PX)
 
@@ -469,8 +462,6 @@ def plot_router_distribution(rows: Sequence[dict], stem: str | Path, dataset: st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.plotting import PALETTE, panel_grid
 
     gates = list(dict.fromkeys(r["gate"] for r in rows))
     nc = _cols(len(gates))
@@ -510,8 +501,6 @@ def plot_class_heatmaps(rows: Sequence[dict], stem: str | Path, class_names: Seq
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.plotting import panel_grid
 
     first: dict[str, dict] = {}
     for r in rows:
@@ -558,8 +547,6 @@ def parse_gates(text: str) -> list[str]:
     ValueError
         An unknown name, or no name at all.
     """
-    from moestat.nn.methods import METHODS
-
     gates: list[str] = []
     for tok in (g.strip() for g in text.split(",")):
         if not tok:

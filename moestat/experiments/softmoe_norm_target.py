@@ -34,6 +34,7 @@ from moestat.io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from moestat.nn.softmoe import SoftMoERegressor, parse_tokenisation
 from moestat.nn.train import FreshBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator
+from moestat.plotting import colours, mean_sd, save_figure
 
 __all__ = [
     "fit_regressor",
@@ -265,8 +266,6 @@ def plot_norm_target(result: dict, path: str | os.PathLike) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moestat.plotting import colours, save_figure
-
     toks = result["config"]["tokens"]
     experts = result["config"]["experts"]
     cols = colours(len(experts))
@@ -305,8 +304,6 @@ def plot_witness(result: dict, path: str | os.PathLike) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.plotting import colours, save_figure
 
     toks = result["config"]["tokens"]
     experts = result["config"]["experts"]
@@ -359,8 +356,6 @@ def write_norm_outputs(result: dict, out: str | os.PathLike, echo: bool = True) 
                         f"{wr['pred_gap']:.6g}", f"{wr['slot_gap']:.3g}", f"{wr['pair_error']:.6g}",
                         f"{wr['lower_bound']:.6g}", f"{wr['tolerance']:.6g}"])
     atomic_write_text(out / "witness.csv", buf.getvalue())
-    from moestat.plotting import mean_sd
-
     rows = [{**r, "mse_text": mean_sd(r["mean"], r["sd"], len(r["per_seed"]), 3, pm="+-")} for r in rows]
     cols = [("tokens", "tokens"), ("experts", "n_experts"), ("hidden", "hidden"), ("expert weights", "expert_weights"),
             ("final MSE (mean +- sd)", "mse_text"),

@@ -41,6 +41,7 @@ from moestat.nn.subsets import (
 )
 from moestat.nn.train import ShuffledBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator
+from moestat.plotting import mean_sd
 
 __all__ = [
     "fit_classifier",
@@ -408,8 +409,6 @@ def write_subset_outputs(result: dict, out: str | os.PathLike, echo: bool = True
     atomic_write_json(out / "subsets.json", {**result, "table": table})
     reg = result["config"]["dataset"] == "norm"
     name = "MSE" if reg else "acc"
-    from moestat.plotting import mean_sd
-
     def cell(key: str, digits: int):  # mean +- sd over model seeds; "(1 seed)" for one
         return lambda r: mean_sd(r[key], r[key + "_sd"], r["models"], digits, pm="+-")
 

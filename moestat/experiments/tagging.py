@@ -40,6 +40,7 @@ from moestat.nn.sequence import GATES, SequenceMoE, sequence_loss
 from moestat.nn.span_metrics import entity_prf, span_em_f1
 from moestat.nn.train import Batch, ShuffledBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator
+from moestat.plotting import PALETTE, colours, save_figure
 
 __all__ = ["TASKS", "STUDY_TABLE", "load_task", "TrimmedBatches", "evaluate", "train_one", "run_experiment",
            "summarise", "format_table", "plot_usage", "plot_curves", "assignment_entropy", "parse_gates"]
@@ -351,8 +352,6 @@ def plot_usage(rows: Sequence[dict], stem: str | Path, what: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moestat.plotting import PALETTE, save_figure
-
     first: dict[str, dict] = {}
     for r in rows:
         if r["gate"] != "baseline" and r["gate"] not in first:
@@ -381,8 +380,6 @@ def plot_curves(rows: Sequence[dict], stem: str | Path, what: str = "") -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from moestat.plotting import colours, save_figure
 
     fig, ax = plt.subplots(figsize=(5.0, 3.3))
     curves = {}

@@ -42,6 +42,7 @@ from moestat.nn.layer import MoELayer, MoEOutput
 from moestat.nn.routers import LAYER_ROUTERS, NoisyTopKRouter
 from moestat.nn.train import FitResult, ShuffledBatches, fit
 from moestat.seeding import torch_generator
+from moestat.nn.softmoe import SoftMoEClassifier, patch_tokenize
 
 __all__ = [
     "CLASSIFIER_METHODS",
@@ -426,8 +427,6 @@ class SoftMoEImageClassifier(nn.Module):
     def __init__(self, image_shape, n_classes: int, n_experts: int = 8, patch: int = 14,
                  budget_factor: float = 4.0, random_state: int = 0) -> None:
         super().__init__()
-        from moestat.nn.softmoe import SoftMoEClassifier
-
         H, W = (int(v) for v in image_shape)
         if patch < 1 or H % patch or W % patch:
             raise ValueError(f"patch={patch} must divide the image size {H}x{W}")
@@ -438,8 +437,6 @@ class SoftMoEImageClassifier(nn.Module):
         self.method, self.router_name = "mixture", "softmoe"
 
     def forward(self, x: torch.Tensor) -> MoEOutput:
-        from moestat.nn.softmoe import patch_tokenize
-
         tokens = patch_tokenize(x.reshape(-1, *self.image_shape), self.patch)
         det = self.net.layer(tokens, return_details=True)
         logits = self.net.head(det.output.flatten(1))

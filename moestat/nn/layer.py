@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from moestat.model.experts import activation_fn
-from moestat.model.gates import GATE_KINDS, Gate
+from moestat.model.gates import GATE_KINDS, Gate, canonical_name
 from moestat.nn.expert_mlp import ExpertMLP
 from moestat.nn.routers import NoisyTopKRouter, make_router
 from moestat.seeding import torch_generator
@@ -163,8 +163,6 @@ class MoELayer(nn.Module):
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
-        from moestat.model.gates import canonical_name
-
         for name, v in (("n_inputs", n_inputs), ("n_outputs", n_outputs), ("n_experts", n_experts),
                         ("attention_dim", attention_dim)):
             if isinstance(v, bool) or int(v) != v or v < 1:

@@ -45,6 +45,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from moestat.data.scenario_files import load_scenario
+from moestat.io import regular_file
+from moestat.model.protocol import ProtocolModel
+
 __all__ = ["PRESETS", "preset_dict", "load_toml", "OVER_MAX_ITER", "AUTOGRAD_CHUNK", "scenario_file_defaults"]
 
 #: The over-specified budget rule (module docstring), applied to scenario files too.
@@ -68,9 +72,6 @@ def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
     src = data.get("scenario_file")
     if not src:
         return data
-    from moestat.data.scenario_files import load_scenario
-    from moestat.model.protocol import ProtocolModel
-
     sc = load_scenario(str(src))
     out = dict(data)
     if sc.setting == "over" and out.get("max_iter") is None:
@@ -225,8 +226,6 @@ def load_toml(path: str | os.PathLike) -> dict[str, Any]:
     ValueError
         Malformed TOML (one line naming the file and the parser's complaint).
     """
-    from moestat.io import regular_file
-
     path = regular_file(path, "config file")  # a folder, FIFO or device is named as such
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -13,6 +13,9 @@ import platform
 from functools import lru_cache
 from pathlib import Path
 
+from moestat import __version__
+from moestat.rates.store import _git_commit
+
 __all__ = ["environment", "compare_environments", "COMPARED"]
 
 #: The entries that must agree between the client and every worker.
@@ -37,9 +40,6 @@ def environment() -> dict:
     """This process's environment (cached: it does not change while the process runs)."""
     import numpy
     import torch
-
-    from moestat import __version__
-    from moestat.rates.store import _git_commit
 
     return {"moestat": __version__, "git_commit": _git_commit(), "source_sha256": _source_digest(),
             "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),

@@ -34,6 +34,8 @@ import torch
 from moestat.model.gaussian_moe import component_log_joint
 from moestat.model.mixing import MixingMeasure
 from moestat.selection.dendrogram import Dendrogram, dsc_levels
+from moestat.estimators.mle import MLEGaussianMoE
+from moestat.estimators.starts import near_truth_init, random_partition_init
 
 __all__ = ["CRITERIA", "CONVERGED", "n_parameters", "information_criteria", "dsc_path", "pick", "fit_ladder"]
 
@@ -139,9 +141,6 @@ def fit_ladder(X, Y, ks, *, truth: MixingMeasure | None, streams, n_starts: int 
     -------
     dict ``k -> {"params": MixingMeasure [R], "status": list, "loglik": ndarray [R]}``
     """
-    from moestat.estimators.mle import MLEGaussianMoE
-    from moestat.estimators.starts import near_truth_init, random_partition_init
-
     X, Y = np.asarray(X, float), np.asarray(Y, float)
     R = X.shape[0]
     out = {}

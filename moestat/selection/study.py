@@ -44,6 +44,11 @@ from moestat.selection.criteria import (
     pick,
 )
 from moestat.selection.dendrogram import build_dendrogram
+from moestat.data.gaussian_scenarios import gaussian_voronoi, model1_scenario, model1_truth
+from moestat.data.scenario_files import load_scenario
+from moestat.rates.backends import execute
+from moestat.selection.summary import format_table, summarise, write_figures, write_summary
+from moestat.threads import limit_threads
 
 __all__ = ["SelectConfig", "SelectionError", "run_study", "read_records", "SCENARIOS"]
 
@@ -117,18 +122,12 @@ class SelectConfig:
     def scenario_object(self, k_fit: int | None = None):
         """The scenario whose ``sample(n, rng)`` draws the data (``k_fit`` is unused by a file's)."""
         if self.scenario not in SCENARIOS:
-            from moestat.data.scenario_files import load_scenario
-
             return load_scenario(self.scenario)
-        from moestat.data.gaussian_scenarios import model1_scenario
-
         return model1_scenario("over", k_fit or max(self.k_bars))
 
     def truth(self):
         if self.scenario not in SCENARIOS:
             return self.scenario_object().truth
-        from moestat.data.gaussian_scenarios import model1_truth
-
         return model1_truth()
 
     def to_dict(self) -> dict:
@@ -142,8 +141,6 @@ class SelectConfig:
 
 def _check_scenario_file(spec: str) -> str:
     """Load a scenario file, check that selection can fit its model; return its SHA-256."""
-    from moestat.data.scenario_files import load_scenario
-
     path = Path(spec.rsplit(":", 1)[0]) if ".py:" in spec else Path(spec)
     if not path.is_file():
         raise ValueError(f"scenario must be model1 or a scenario file (TOML or file.py:function), got {spec!r}: "
@@ -231,8 +228,6 @@ def _data(config: SelectConfig, n: int, reps: list[int]):
 
 def run_unit(config: SelectConfig, n: int, reps: list[int]) -> list[dict]:
     """Fit ``k = 1..max(K_bar)`` to the replicates ``reps`` at ``n`` and score every ``K_bar``."""
-    from moestat.data.gaussian_scenarios import gaussian_voronoi
-
     t0, w0 = time.process_time(), time.perf_counter()
     truth = config.truth()
     k_star = truth.n_atoms
@@ -287,8 +282,6 @@ def _run_unit_in_worker(unit: tuple[SelectConfig, int, list[int], int | None]) -
     threads, ``None`` in the calling process, which has its own)."""
     config, n, reps, threads = unit
     if threads is not None:
-        from moestat.threads import limit_threads
-
         limit_threads(threads)
     return run_unit(config, n, reps)
 
@@ -308,8 +301,6 @@ def run_study(config: SelectConfig, out: str | os.PathLike, resume: bool = False
     ValueError
         ``out`` holds another study, or this one without ``resume``.
     """
-    from moestat.rates.backends import execute
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _check_folder(out, config, resume)
@@ -359,13 +350,6 @@ def run_select(config: SelectConfig, out: str | os.PathLike, resume: bool = Fals
     ``wall_s_this_run`` (this call's fitting, resumed or not) beside ``wall_s_total`` (the units'
     wall times summed over every run that wrote the records).
     """
-    from moestat.selection.summary import (
-        format_table,
-        summarise,
-        write_figures,
-        write_summary,
-    )
-
     def progress(i, m, n, reps):
         if verbose:
             print(f"unit {i}/{m}: n = {n}, replicates {reps[0]}..{reps[-1]}", flush=True)

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.rates.fit import slope_with_interval
+from moestat.rates.verdicts import categorize
+
 __all__ = ["summarise", "write_summary", "write_figures", "CRITERIA"]
 
 #: the columns of the study: DSC (masses at the mean input), DSC0 (the paper's rule, masses at x = 0)
@@ -40,9 +43,6 @@ def _cells(records, K, n, crit):
 def summarise(records: list[dict], config, n_boot: int = 1000) -> dict:
     """Table rows and rate fits (module docstring)."""
     from statsmodels.stats.proportion import proportion_confint
-
-    from moestat.rates.fit import slope_with_interval
-    from moestat.rates.verdicts import categorize
 
     k_star = config.truth().n_atoms
     rows = []
