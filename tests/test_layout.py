@@ -1,25 +1,312 @@
-"""The shape of the house: invariants of the package layout that reviews kept asking for."""
+"""The shape of the house: rules of the package layout that a reader can check and defend.
 
+What makes a module (docs/architecture.rst explains each rule):
+
+* one job, stated in the first line of its docstring;
+* its imports at the top, so that the import lines are the module's real dependencies;
+  an import of the package's own modules inside a function is allowed only for a reason
+  written in :data:`LAZY_IMPORTS` (an optional heavy dependency behind it, or the command
+  line's lazy boundary);
+* no import cycle: the modules form a layered graph (imports inside functions and under
+  ``TYPE_CHECKING`` count too -- a cycle hidden in a function is still a cycle);
+* the command layer (``moestat/cli``) is imported by no library module.
+
+These replace the old size limits (650 lines per module, 250 per ``cmd_*.py``): a size limit made
+modules split where the count fell, not where the job ended (``estimators/generic_refine`` was cut
+out of ``mle_generic`` to stay under it and called back into it, a cycle).
+"""
+
+import ast
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "moestat"
-MAX_LINES = 650  # "no module over ~600 lines"
 
 MODULES = sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
+
+#: (importing module, imported module) -> why the import sits inside a function.  Two reasons are
+#: accepted: the imported module pulls in an optional heavy dependency (matplotlib, scikit-learn,
+#: dask, statsmodels) that the importing module's users must not pay for, or it is the command
+#: line's lazy boundary (a subcommand's module loaded only when that subcommand runs -- the
+#: dispatcher does that with ``importlib`` in ``moestat/cli/main.py``).  A true import cycle is no
+#: reason: the cycle test fails on it whether the import is lazy or not.
+LAZY_IMPORTS: dict[tuple[str, str], str] = {}
+
+#: TEMPORARY (issue 32): in-function imports of the files the em, gates, experiment, theory and
+#: catalogue branches own, as they stand before those branches merge.  The lead empties this list
+#: at merge; the test fails on an entry that no longer exists, so it cannot go stale.
+PENDING_OTHER_BRANCHES: dict[str, tuple[str, ...]] = {
+    # catalogue
+    "moestat.rates.catalogue": (
+        "moestat.io", "moestat.rates.catalogue_views", "moestat.rates.config", "moestat.rates.experiment",
+        "moestat.rates.extras", "moestat.rates.resolve", "moestat.rates.store", "moestat.rates.verdicts",
+    ),
+    "moestat.rates.hypotheses": (
+        "moestat.model.experts", "moestat.model.gates", "moestat.model.likelihood", "moestat.model.protocol",
+        "moestat.rates.catalogue", "moestat.rates.resolve",
+    ),
+    # em
+    "moestat.estimators.generic_starts": ("moestat.estimators.starts", "moestat.model.mixing"),
+    "moestat.estimators.gllim": ("moestat.estimators.validation",),
+    "moestat.estimators.mle": (
+        "moestat.estimators.generic_starts", "moestat.estimators.mle_generic", "moestat.estimators.starts",
+        "moestat.model.likelihood", "moestat.model.protocol",
+    ),
+    "moestat.estimators.mle_fused": ("moestat.devices", "moestat.estimators.mle_newton"),
+    "moestat.estimators.mle_generic": (
+        "moestat.devices", "moestat.estimators.generic_refine", "moestat.estimators.mle_fused",
+        "moestat.model.protocol",
+    ),
+    # experiment
+    "moestat.data.gaussian_scenarios": ("moestat.losses.voronoi", "moestat.losses.voronoi_spec"),
+    "moestat.data.gllim_scenarios": ("moestat.data.gaussian_scenarios", "moestat.data.scenario_files"),
+    "moestat.data.likelihood_losses": ("moestat.data.gaussian_scenarios",),
+    "moestat.data.scenario_files": (
+        "moestat.data.gllim_scenarios", "moestat.data.likelihood_losses", "moestat.estimators.generic_starts",
+        "moestat.io", "moestat.model.experts", "moestat.model.likelihood", "moestat.model.protocol",
+    ),
+    "moestat.losses.voronoi": ("moestat.losses.voronoi_spec",),
+    "moestat.losses.voronoi_spec": ("moestat.losses.voronoi",),
+    "moestat.rates.catalogue_views": (
+        "moestat.rates.catalogue", "moestat.rates.config", "moestat.rates.experiment", "moestat.rates.extras",
+        "moestat.rates.fit", "moestat.rates.resolve", "moestat.rates.store",
+    ),
+    "moestat.rates.config": (
+        "moestat.data.scenario_files", "moestat.devices", "moestat.rates.presets", "moestat.rates.resolve",
+    ),
+    "moestat.rates.experiment": (
+        "moestat.folder_lock", "moestat.io", "moestat.rates.extras", "moestat.rates.figures", "moestat.rates.fit",
+        "moestat.rates.preflight", "moestat.rates.resolve", "moestat.rates.store",
+    ),
+    "moestat.rates.extras": ("moestat.io", "moestat.rates.store"),
+    "moestat.rates.figures": (
+        "moestat.folder_lock", "moestat.io", "moestat.model.gates", "moestat.plotting", "moestat.rates.config",
+        "moestat.rates.fit", "moestat.rates.store",
+    ),
+    "moestat.rates.fit": ("moestat.rates.store",),
+    "moestat.rates.resolve": (
+        "moestat.data.gaussian_scenarios", "moestat.data.scenario_files", "moestat.data.synthetic",
+        "moestat.estimators", "moestat.estimators.gllim",
+    ),
+    "moestat.rates.spec_checks": ("moestat.estimators.lse_kernel", "moestat.model.gates", "moestat.resources"),
+    "moestat.rates.store": ("moestat", "moestat.io", "moestat.rates.resolve"),
+    "moestat.rates.sweep": (
+        "moestat.data.likelihood_losses", "moestat.estimators.starts", "moestat.losses", "moestat.losses.cell_errors",
+        "moestat.losses.voronoi_spec", "moestat.model.mixing", "moestat.rates.extras", "moestat.rates.truth_check",
+    ),
+    "moestat.rates.truth_check": (
+        "moestat.model.gaussian_moe", "moestat.model.mixing", "moestat.rates.resolve", "moestat.rates.sweep",
+    ),
+    # gates
+    "moestat.model.likelihood": ("moestat.model.gates", "moestat.model.protocol"),
+    "moestat.model.protocol": ("moestat.model.experts",),
+    "moestat.rates.preflight": (
+        "moestat.estimators.gllim", "moestat.estimators.jacobians", "moestat.model.gaussian_moe",
+        "moestat.model.mixing", "moestat.model.protocol",
+    ),
+    # theory
+    "moestat.experiments.theory.framework": ("moestat.rates", "moestat.rates.extras"),
+    "moestat.experiments.theory.grids": ("moestat.data.synthetic", "moestat.rates.spec_checks"),
+    "moestat.experiments.theory.lecam": ("moestat.data.synthetic", "moestat.rates.two_point"),
+    "moestat.experiments.theory.prop1": ("moestat.estimators",),
+    "moestat.experiments.theory.softmoe_witness": ("moestat.data.norm_target", "moestat.nn.softmoe"),
+    "moestat.rates.two_point": (
+        "moestat.estimators.starts", "moestat.losses.cell_errors", "moestat.rates.resolve", "moestat.rates.sweep",
+    ),
+}
+
+#: TEMPORARY (issue 32): import cycles among the files of the em and experiment branches, which
+#: remove them; the lead empties this list at merge (a listed cycle that is gone fails too).
+PENDING_CYCLES: tuple[frozenset[str], ...] = (
+    frozenset({"moestat.estimators.generic_refine", "moestat.estimators.mle_generic"}),
+    frozenset({"moestat.losses.voronoi", "moestat.losses.voronoi_spec"}),
+    frozenset({"moestat.data.gllim_scenarios", "moestat.data.scenario_files"}),
+    frozenset({"moestat.rates.config", "moestat.rates.resolve"}),
+    frozenset({"moestat.rates.sweep", "moestat.rates.truth_check"}),
+    frozenset({"moestat.rates.catalogue", "moestat.rates.catalogue_views"}),
+)
+
+#: Third-party packages that the ``moestat rates`` door must not load when it starts (issue 36:
+#: scikit-learn alone was ~11% of the main job's profile); they are imported where they are used.
+HEAVY = ("sklearn", "matplotlib", "dask", "distributed", "statsmodels")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+NAMES = {_module_name(p): p for p in MODULES}
+
+
+def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """The package's own modules that one import statement names (``[]`` for anything else).
+
+    ``from moestat.rates import catalogue`` names the submodule ``moestat.rates.catalogue``;
+    ``from moestat.rates.store import x`` names ``moestat.rates.store``.
+    """
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "moestat"]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:  # relative: resolved against the importing module's package
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    if source.split(".")[0] != "moestat":
+        return []
+    return [f"{source}.{a.name}" if f"{source}.{a.name}" in NAMES else source for a in node.names]
+
+
+def _imports() -> list[tuple[str, str, int, bool]]:
+    """Every import of a package module: ``(importer, imported, line, inside a function)``."""
+    out = []
+    for name, path in NAMES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                       for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            for target in _imported(node, name, path.name == "__init__.py"):
+                if target != name:
+                    out.append((name, target, node.lineno, id(node) in in_function))
+    return out
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan), i.e. the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for v in sorted(NAMES):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _cycle_path(component: frozenset[str], edges: dict[str, set[str]]) -> str:
+    """One closed walk through a cycle, ``a -> b -> a``, to name it in a failure."""
+    start = min(component)
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(w for w in edges[path[-1]] if w in component)
+        back = [w for w in nxt if w == start]
+        if back and len(path) > 1:
+            return " -> ".join(path + [start])
+        fresh = [w for w in nxt if w not in seen]
+        if not fresh:
+            return " -> ".join(path + [nxt[0]])
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def test_the_import_graph_finds_imports_inside_functions_and_cycles():
+    # the checks below are only as good as the graph: a cycle made through a lazy import is found
+    tree = ast.parse("def f():\n    from moestat.io import x\n", filename="<t>")
+    node = tree.body[0].body[0]
+    assert _imported(node, "moestat.faults", False) == ["moestat.io"]
+    rel = ast.parse("from ..io import x\nfrom . import gates\n").body
+    assert _imported(rel[0], "moestat.rates.store", False) == ["moestat.io"]
+    assert _imported(rel[1], "moestat.model", True) == ["moestat.model.gates"]
+    assert _cycles({"moestat.io": {"moestat.faults"}, "moestat.faults": {"moestat.io"}}) == [
+        frozenset({"moestat.io", "moestat.faults"})]
+    assert _cycles({"moestat.io": {"moestat.faults"}}) == []
+    assert any(inside for *_, inside in _imports()) == bool(PENDING_OTHER_BRANCHES or LAZY_IMPORTS)
+
+
+def test_no_import_cycles():
+    edges: dict[str, set[str]] = {}
+    for importer, imported, _, _ in _imports():
+        edges.setdefault(importer, set()).add(imported)
+    cycles = _cycles(edges)
+    new = [_cycle_path(c, edges) for c in cycles if c not in PENDING_CYCLES]
+    assert not new, "import cycles (imports inside functions count too):\n" + "\n".join(new)
+    gone = [sorted(c) for c in PENDING_CYCLES if c not in cycles]
+    assert not gone, f"these cycles are gone: remove them from PENDING_CYCLES: {gone}"
+
+
+def test_package_imports_sit_at_module_level_unless_a_reason_is_written():
+    found: dict[tuple[str, str], list[str]] = {}
+    for importer, imported, line, inside in _imports():
+        if inside:
+            found.setdefault((importer, imported), []).append(f"{NAMES[importer].relative_to(ROOT)}:{line}")
+    pending = {(m, t) for m, targets in PENDING_OTHER_BRANCHES.items() for t in targets}
+    bad = [f"{where[0]}: imports {imported} inside a function" for (importer, imported), where in sorted(found.items())
+           if (importer, imported) not in LAZY_IMPORTS and (importer, imported) not in pending]
+    assert not bad, ("move these imports to the top of the module, or write the reason in LAZY_IMPORTS "
+                     "(an optional heavy dependency, the command line's lazy boundary):\n" + "\n".join(bad))
+    stale = sorted((set(LAZY_IMPORTS) | pending) - set(found))
+    assert not stale, f"no longer imported inside a function: remove from LAZY_IMPORTS / PENDING_OTHER_BRANCHES: {stale}"
+    assert all(reason.strip() for reason in LAZY_IMPORTS.values())
+
+
+def test_every_module_states_its_job_in_its_first_docstring_line():
+    missing = []
+    for path in MODULES:
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        if not doc or not doc.strip().splitlines()[0].strip():
+            missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"modules without a first docstring line saying what they hold: {missing}"
+
+
+def test_only_the_command_layer_imports_the_command_line():
+    # moestat/cli parses arguments and calls the library; a library module importing it would run
+    # backwards (the work callable from Python only through argparse).  The __main__ files are doors.
+    wrong = [f"{NAMES[importer].relative_to(ROOT)}:{line}" for importer, imported, line, _ in _imports()
+             if imported.startswith("moestat.cli") and not importer.startswith("moestat.cli")
+             and not importer.endswith("__main__")]
+    assert not wrong, f"library modules importing moestat.cli: {wrong}"
+
+
+def test_command_modules_compute_nothing():
+    # cli/ parses and validates arguments; the work lives in library modules callable from Python.
+    # A command module that imports torch or numpy is doing the work itself (replaces a size limit).
+    numeric = re.compile(r"^\s*(import|from) (torch|numpy)\b", re.M)
+    wrong = [str(p.relative_to(ROOT)) for p in sorted((PKG / "cli").glob("*.py"))
+             if numeric.search(p.read_text(encoding="utf-8"))]
+    assert not wrong, f"command modules doing numerical work (move it into the library): {wrong}"
+
+
+def test_the_rates_door_starts_without_the_heavy_optional_packages():
+    code = ("import sys, moestat.cli.cmd_rates; "
+            f"print(' '.join(h for h in {HEAVY!r} if h in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [], f"`moestat rates` loads {out.stdout.split()} when it starts"
 
 
 def test_no_two_modules_share_a_file_name():
     names = Counter(p.name for p in MODULES if p.name not in ("__init__.py", "__main__.py"))
     shared = {n: [str(p.relative_to(ROOT)) for p in MODULES if p.name == n] for n, c in names.items() if c > 1}
     assert not shared, f"modules sharing a file name: {shared}"
-
-
-def test_no_module_is_over_the_size_limit():
-    big = {str(p.relative_to(ROOT)): n for p in MODULES if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not big, f"modules over {MAX_LINES} lines: {big}"
 
 
 def test_every_package_folder_is_a_package():
@@ -39,10 +326,3 @@ def test_papers_are_named_by_authors_not_by_seed_numbers():
             if pattern.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:80]}")
     assert not hits, "seed numbers in user-facing text:\n" + "\n".join(hits[:40])
-
-
-def test_command_modules_only_parse():
-    # cli/ holds argument parsing; the work lives in library modules callable from Python.
-    for p in sorted((PKG / "cli").glob("cmd_*.py")):
-        n = len(p.read_text(encoding="utf-8").splitlines())
-        assert n <= 250, f"{p.name} has {n} lines: move logic into the library"

@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
     if name not in SUBCOMMANDS:
         sys.stderr.write(f"moestat: error: unknown subcommand {args[0]!r}; expected one of {', '.join(SUBCOMMANDS)}\n")
         return 2
+    # the CLI's lazy boundary: a subcommand's module (and the library under it) loads only when it runs
     module = importlib.import_module(SUBCOMMANDS[name][0])
     prog = f"moestat {name}"
     if len(args) > 1 and args[1] in getattr(module, "SUBCOMMANDS", ()):  # one prefix: argparse's and ours agree
