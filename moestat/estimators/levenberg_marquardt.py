@@ -186,6 +186,140 @@ def _retract_radius(theta_new, theta_old, k, d):
     return out
 
 
+def _starting_statuses(theta, F, A, g, lower, upper, gtol: float, status: list, converged: list) -> list[int]:
+    """The replicates that need a step at ``theta [R, P]``; the others get their status here.
+
+    A start with a non-finite objective, ``J^T J [R, P, P]`` or ``J^T r [R, P]`` is
+    ``"nonfinite"``; one already stationary (MINPACK's scaled gradient ``<= gtol`` on the free
+    coordinates) is ``"gtol"`` and converged.  ``status`` and ``converged`` are written in place.
+    """
+    bad = ~(torch.isfinite(F) & torch.isfinite(A).flatten(1).all(1) & torch.isfinite(g).all(1))
+    sg0 = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F).tolist()
+    keep = []
+    for r, (b_r, s_r) in enumerate(zip(bad.tolist(), sg0)):
+        if b_r:
+            status[r] = "nonfinite"
+        elif s_r <= gtol:  # a point that is already stationary needs no step
+            status[r], converged[r] = "gtol", True
+        else:
+            keep.append(r)
+    return keep
+
+
+def _damped_step(theta, A, g, lam, lower, upper, inner, eye, on_host: bool, radial):
+    """The box-projected damped Gauss-Newton trial point of every working replicate.
+
+    Solves ``(J^T J + lam I) delta = -J^T r`` (``A [R, P, P]``, ``g [R, P]``, ``lam [R]``) by
+    Cholesky, retracts the radius of each ``beta1`` block when ``radial = (k, d)`` (the cosine
+    router's flat direction, PDE (4)) and clamps to the box.  ``inner = (lo_in, up_in)`` is the
+    box shrunk by a relative 1e-12: a coordinate outside it may be at a bound.
+
+    Returns
+    -------
+    trial : Tensor ``[R, P]``; delta : Tensor ``[R, P]`` (``trial - theta``, the projected step);
+    okc : Tensor ``[R]`` bool, the Cholesky factorisation succeeded (a failed one gives a zero step).
+    """
+    lo_in, up_in = inner
+    # active set of the box: a coordinate at a bound whose descent direction points out of
+    # the box is held fixed (projecting a full step instead distorts it and stalls the
+    # iteration); skipped when no coordinate is at a bound (the usual case)
+    M = A + lam[:, None, None] * eye
+    rhs = -g
+    boxed = not on_host or bool(((theta <= lo_in) | (theta >= up_in)).any())
+    if boxed:
+        free = _free_mask(theta, g, lower, upper).to(eye.dtype)
+        M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
+        rhs = rhs * free
+    L, info = torch.linalg.cholesky_ex(M)
+    okc = info == 0
+    chol_ok = on_host and bool(okc.all())
+    if not chol_ok:
+        L = torch.where(okc[:, None, None], L, eye)
+    delta = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
+    if not chol_ok:
+        delta = delta * okc.unsqueeze(-1)
+    trial = theta + delta
+    if radial is not None:
+        trial = _retract_radius(trial, theta, *radial)
+    trial = torch.clamp(trial, lower, upper)
+    return trial, trial - theta, okc
+
+
+def _gain_ratio(A, g, delta, F, Ft):
+    """Actual decrease ``F - Ft [R]``, the decrease predicted by the Gauss-Newton model,
+    ``-(g.delta + delta'A delta / 2) [R]``, and their ratio ``rho [R]`` (``-1`` where the
+    prediction is not positive)."""
+    # written as an elementwise reduction because a batched mat-vec rounds differently for R = 1
+    Ad = (A * delta.unsqueeze(-2)).sum(-1)
+    pred = -((g * delta).sum(-1) + 0.5 * (delta * Ad).sum(-1))
+    actual = F - Ft
+    ppos = pred > 0
+    rho = torch.where(ppos, actual / torch.where(ppos, pred, 1.0), -1.0)
+    return actual, pred, rho
+
+
+def _nielsen_damping(lam, nu, rho, accept):
+    """Nielsen's update of the damping ``lam [R]`` and its growth factor ``nu [R]`` (both capped at
+    1e30): an accepted step shrinks ``lam`` by ``max(1/3, 1 - (2 rho - 1)^3)``, a rejected one
+    multiplies it by ``nu`` and doubles ``nu``."""
+    lam_acc = lam * torch.clamp(1.0 - (2.0 * rho - 1.0) ** 3, min=1.0 / 3.0)
+    lam = torch.clamp(torch.where(accept, lam_acc, lam * nu), max=1e30)
+    nu = torch.clamp(torch.where(accept, 2.0, 2.0 * nu), max=1e30)
+    return lam, nu
+
+
+def _take_accepted(k_gn, model, data, k: int, temperature, accept, current, proposed):
+    """The next iterate: the trial point where its step is accepted, the current one elsewhere.
+
+    ``current = (theta [R, P], F [R], A [R, P, P], g [R, P])``, ``proposed = (trial [R, P],
+    Ft [R], cache)`` (the kernel's forward cache).  ``J^T J`` and ``J^T r`` are formed only where
+    the step is taken; a non-finite one undoes the acceptance (``accept [R]`` is cleared in place,
+    so the damping update sees it).  Returns ``(theta, F, A, g)`` of the next iterate.
+    """
+    theta, F, A, g = current
+    trial, Ft, cache = proposed
+    acc = torch.nonzero(accept).flatten()
+    m = acc.numel()
+    if not m:
+        return theta, F, A, g
+    allacc = m == theta.shape[0]
+    At, gt = k_gn(
+        model, data if allacc else data.select(acc), trial if allacc else trial[acc], k,
+        None if cache is None else (cache if allacc else cache.select(acc)), temperature,
+    )
+    fin = torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
+    if not bool(fin.all()):
+        accept[acc[~fin]] = False
+        At, gt, acc = At[fin], gt[fin], acc[fin]
+        allacc = False
+    if allacc:
+        return trial, Ft, At, gt
+    theta_new, F_new, A_new, g_new = theta.clone(), F.clone(), A.clone(), g.clone()
+    theta_new[acc], F_new[acc], A_new[acc], g_new[acc] = trial[acc], Ft[acc], At, gt
+    return theta_new, F_new, A_new, g_new
+
+
+def _record_stops(idx: list[int], flags: list[list[bool]], status: list, converged: list, n_iter: list) -> list[int]:
+    """Count one iteration for each working replicate ``idx[j]`` and record why it stops, in the
+    order of precedence of ``flags = [gtol, ftol, xtol, stalled]`` (each a list over ``j``).
+    ``status``, ``converged`` and ``n_iter`` (indexed by replicate) are written in place.
+    Returns the positions ``j`` of the replicates that go on."""
+    stay = []
+    for j, r in enumerate(idx):
+        n_iter[r] += 1
+        if flags[0][j]:
+            status[r], converged[r] = "gtol", True
+        elif flags[1][j]:
+            status[r], converged[r] = "ftol", True
+        elif flags[2][j]:
+            status[r], converged[r] = "xtol", True
+        elif flags[3][j]:
+            status[r] = "stalled"
+        else:
+            stay.append(j)
+    return stay
+
+
 def levenberg_marquardt(
     model: MoEModel,
     X: torch.Tensor,
@@ -248,16 +382,7 @@ def levenberg_marquardt(
     status = ["max_iter"] * R
     converged = [False] * R
     n_iter = [0] * R
-    bad = ~(torch.isfinite(F) & torch.isfinite(A).flatten(1).all(1) & torch.isfinite(g).all(1))
-    sg0 = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F).tolist()
-    keep = []
-    for r, (b_r, s_r) in enumerate(zip(bad.tolist(), sg0)):
-        if b_r:
-            status[r] = "nonfinite"
-        elif s_r <= gtol:  # a point that is already stationary needs no step
-            status[r], converged[r] = "gtol", True
-        else:
-            keep.append(r)
+    keep = _starting_statuses(theta, F, A, g, lower, upper, gtol, status, converged)
     # Working set: only the replicates still iterating, compacted whenever one stops, so an
     # iteration touches no finished replicate (no gathers/scatters per iteration).
     idx = keep
@@ -275,83 +400,22 @@ def levenberg_marquardt(
     for _ in range(max_iter):
         if not idx:
             break
-        # active set of the box: a coordinate at a bound whose descent direction points out of
-        # the box is held fixed (projecting a full step instead distorts it and stalls the
-        # iteration); skipped when no coordinate is at a bound (the usual case)
-        M = A + lam[:, None, None] * eye
-        rhs = -g
-        boxed = not on_host or bool(((theta <= lo_in) | (theta >= up_in)).any())
-        if boxed:
-            free = _free_mask(theta, g, lower, upper).to(X.dtype)
-            M = M * free.unsqueeze(-1) * free.unsqueeze(-2) + torch.diag_embed(1.0 - free)
-            rhs = rhs * free
-        L, info = torch.linalg.cholesky_ex(M)
-        okc = info == 0
-        chol_ok = on_host and bool(okc.all())
-        if not chol_ok:
-            L = torch.where(okc[:, None, None], L, eye)
-        delta = torch.cholesky_solve(rhs.unsqueeze(-1), L).squeeze(-1)
-        if not chol_ok:
-            delta = delta * okc.unsqueeze(-1)
-        trial = theta + delta
-        if cosine:
-            trial = _retract_radius(trial, theta, k, d)
-        trial = torch.clamp(trial, lower, upper)
-        delta = trial - theta
-        # predicted decrease of the Gauss-Newton model: -(g.delta + delta'A delta / 2); written
-        # as an elementwise reduction because a batched mat-vec rounds differently for R = 1
-        Ad = (A * delta.unsqueeze(-2)).sum(-1)
-        pred = -((g * delta).sum(-1) + 0.5 * (delta * Ad).sum(-1))
+        trial, delta, okc = _damped_step(theta, A, g, lam, lower, upper, (lo_in, up_in), eye, on_host,
+                                         (k, d) if cosine else None)
         Ft, cache = k_fwd(model, data, trial, k, temperature)
-        actual = F - Ft
-        ppos = pred > 0
-        rho = torch.where(ppos, actual / torch.where(ppos, pred, 1.0), -1.0)
-        accept = okc & torch.isfinite(Ft) & (actual > 0) & ppos
-        # J^T J and J^T r only where the step is taken; a non-finite one undoes the acceptance
-        acc = torch.nonzero(accept).flatten()
-        m = acc.numel()
-        if m:
-            allacc = m == len(idx)
-            At, gt = k_gn(
-                model, data if allacc else data.select(acc), trial if allacc else trial[acc], k,
-                None if cache is None else (cache if allacc else cache.select(acc)), temperature,
-            )
-            fin = torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
-            if not bool(fin.all()):
-                accept[acc[~fin]] = False
-                At, gt, acc = At[fin], gt[fin], acc[fin]
-                allacc = False
-            if allacc:
-                theta_new, F_new, A_new, g_new = trial, Ft, At, gt
-            else:
-                theta_new, F_new, A_new, g_new = theta.clone(), F.clone(), A.clone(), g.clone()
-                theta_new[acc], F_new[acc], A_new[acc], g_new[acc] = trial[acc], Ft[acc], At, gt
-        else:
-            theta_new, F_new, A_new, g_new = theta, F, A, g
-        # Nielsen's damping update
-        lam_acc = lam * torch.clamp(1.0 - (2.0 * rho - 1.0) ** 3, min=1.0 / 3.0)
-        lam = torch.clamp(torch.where(accept, lam_acc, lam * nu), max=1e30)
-        nu = torch.clamp(torch.where(accept, 2.0, 2.0 * nu), max=1e30)
+        actual, pred, rho = _gain_ratio(A, g, delta, F, Ft)
+        accept = okc & torch.isfinite(Ft) & (actual > 0) & (pred > 0)
+        theta_new, F_new, A_new, g_new = _take_accepted(k_gn, model, data, k, temperature, accept,
+                                                        (theta, F, A, g), (trial, Ft, cache))
+        lam, nu = _nielsen_damping(lam, nu, rho, accept)
         # stopping rules, per replicate (xtol on the proposed step, as scipy and MINPACK do)
         step_small = okc & (safe_norm(delta) <= xtol * (xtol + safe_norm(theta)))
         f_small = accept & (actual <= ftol * F) & (rho > 0.25)
         theta, F, A, g = theta_new, F_new, A_new, g_new
         g_small = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F) <= gtol
         stalled = (lam >= 1e30) & ~accept
-        flags = torch.stack([g_small, f_small, step_small, stalled]).tolist()
-        stay = []
-        for j, r in enumerate(idx):
-            n_iter[r] += 1
-            if flags[0][j]:
-                status[r], converged[r] = "gtol", True
-            elif flags[1][j]:
-                status[r], converged[r] = "ftol", True
-            elif flags[2][j]:
-                status[r], converged[r] = "xtol", True
-            elif flags[3][j]:
-                status[r] = "stalled"
-            else:
-                stay.append(j)
+        stay = _record_stops(idx, torch.stack([g_small, f_small, step_small, stalled]).tolist(), status, converged,
+                             n_iter)
         if len(stay) < len(idx):
             kept = set(stay)
             gone = [j for j in range(len(idx)) if j not in kept]

@@ -339,6 +339,136 @@ def _split_epochs(total: int, fraction: float) -> tuple[int, int]:
     return first, total - first
 
 
+def _check_training_args(epochs, batch_size, lr, optimizer) -> None:
+    for nm, v in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"{nm} must be a positive integer, got {v!r}")
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+
+
+class _Training:
+    """One :func:`train_moe` call: the phases it runs and the loss of a mini-batch under each method.
+
+    Every ``step_*`` takes ``(mod, xb [b, d], yb, out, temp)`` (``out`` the layer's
+    :class:`~moestat.nn.layer.MoEOutput` on ``xb``, ``temp`` the epoch's temperature) and returns
+    ``(loss, w [b, M])``, ``w`` the combination weight each expert received (for ``gate_mass``).
+    ``state`` holds what persists across steps: the EM responsibilities and noise variance, and the
+    indices of the current mini-batch.
+    """
+
+    def __init__(self, method: Method, task: str, x: torch.Tensor, y: torch.Tensor, batches: ShuffledBatches,
+                 optimizer: str, lr: float, result: TrainResult):
+        self.method, self.task, self.x, self.y = method, task, x, y
+        self.batches, self.optimizer, self.lr, self.result = batches, optimizer, lr, result
+        self.n = x.shape[0]
+        self.agg, self.k = method.aggregation, method.k
+        self.state = {"noise_var": float(y.var()) if task == "regression" else None}
+
+    def run_phase(self, mod: MoELayer, n_epochs: int, phase: str, params, step_fn, temp_fn=lambda e: 1.0,
+                  epoch_start=None) -> None:
+        """``n_epochs`` of ``step_fn`` on ``params`` of ``mod``; one history row per epoch."""
+        if n_epochs == 0:
+            return
+        cur: dict = {}
+        state, n, result = self.state, self.n, self.result
+
+        def on_epoch_start(e: int) -> None:
+            cur["temp"] = temp_fn(e)
+            if epoch_start is not None:
+                epoch_start(mod)
+            cur["mass"] = torch.zeros(mod.n_experts, dtype=torch.float64)
+
+        def step(batch: Batch) -> torch.Tensor:
+            state["idx"] = batch.idx
+            out = mod(batch.x)
+            loss, w = step_fn(mod, batch.x, batch.y, out, cur["temp"])
+            cur["mass"] += w.detach().to(torch.float64).sum(0)
+            return loss
+
+        fitted = fit(mod, step, self.batches, epochs=n_epochs, params=params, optimizer=self.optimizer, lr=self.lr,
+                     on_epoch_start=on_epoch_start,
+                     epoch_info=lambda e: {"temperature": cur["temp"], "gate_mass": (cur["mass"] / n).tolist()})
+        for row in fitted.history:
+            result.history.append({
+                "epoch": len(result.history) + 1, "phase": phase, "loss": row["train_loss"],
+                "temperature": row["temperature"], "gate_mass": row["gate_mass"],
+            })
+
+    def step_end_to_end(self, mod, xb, yb, out, temp):
+        log_w = _log_weights(out.gate_logits, self.agg, self.k)
+        loss = (aggregate_loss(out.expert_out, log_w, yb, self.task, self.agg)
+                + _regulariser(xb, out.gate_logits, self.method))
+        return loss, log_w.exp()
+
+    def step_frozen_experts(self, mod, xb, yb, out, temp):
+        log_w = _log_weights(out.gate_logits, self.agg, self.k)
+        loss = (aggregate_loss(out.expert_out.detach(), log_w, yb, self.task, self.agg)
+                + _regulariser(xb, out.gate_logits, self.method))
+        return loss, log_w.exp()
+
+    def step_dual(self, mod, xb, yb, out, temp):
+        # Eq. 5.5: experts learn from the soft p' = softmax(z/T) (gate detached);
+        # Eq. 5.4: the gate learns from p = softmax(z) (experts detached).
+        agg, k, task = self.agg, self.k, self.task
+        log_wt = _log_weights(out.gate_logits.detach(), agg, k, temp)
+        log_w = _log_weights(out.gate_logits, agg, k)
+        loss_e = aggregate_loss(out.expert_out, log_wt, yb, task, agg)
+        loss_g = aggregate_loss(out.expert_out.detach(), log_w, yb, task, agg)
+        return loss_e + loss_g + _regulariser(xb, out.gate_logits, self.method), log_wt.exp()
+
+    @torch.no_grad()
+    def e_step(self, mod):
+        # E-step over the whole training set (Kirsch et al. 2018, single level, exact enumeration of
+        # the latent expert a): r_a = p(a|x) p(y|x,a) / sum_b p(b|x) p(y|x,b).  The responsibilities
+        # stay fixed for the epoch's gradient steps (partial M-step: generalised EM).  Recomputing
+        # them every mini-batch would make the update identical to the output-mixture gradient
+        # (Fisher's identity), since the output mixture *is* the marginal likelihood here.
+        x, y, task, state = self.x, self.y, self.task, self.state
+        out = mod(x)
+        log_p = F.log_softmax(out.gate_logits, dim=-1)
+        if task == "regression":  # closed-form M-step of the shared noise variance
+            r0 = torch.softmax(log_p + expert_loglik(out.expert_out, y, task, state["noise_var"]), -1)
+            sq = per_expert_loss(out.expert_out, y, task)
+            state["noise_var"] = max(float((r0 * sq).sum() / (self.n * y.shape[1])), 1e-8)
+        ll = expert_loglik(out.expert_out, y, task, state["noise_var"] or 1.0)
+        state["resp"] = torch.softmax(log_p + ll, dim=-1)
+
+    def step_em(self, mod, xb, yb, out, temp):
+        # Partial M-step: one gradient step on Q = sum_a r_a [log p(a|x) + log p(y|x,a)].
+        log_p = F.log_softmax(out.gate_logits, dim=-1)
+        ll = expert_loglik(out.expert_out, yb, self.task, self.state["noise_var"] or 1.0)
+        r = self.state["resp"][self.state["idx"]]
+        loss = -(r * (log_p + ll)).sum(1).mean() + _regulariser(xb, out.gate_logits, self.method)
+        return loss, r
+
+    def step_loudest(self, mod, xb, yb, out, temp):
+        # Eqs. 6.1-6.3: w = softmin(H(o_i)/T), no gradient through w.
+        w = torch.softmax(-_prediction_entropy(out.expert_out).detach() / temp, dim=-1)
+        return (w * per_expert_loss(out.expert_out, yb, self.task)).sum(1).mean(), w
+
+    def step_peek(self, mod, xb, yb, out, temp):
+        # Eqs. 6.6-6.9: the expert with the lowest surprisal -log o_iy (lowest squared error for
+        # regression, the thesis's Sec. 6.5 proposal) is the only one trained on the sample.
+        le = per_expert_loss(out.expert_out, yb, self.task)
+        sel = le.detach().argmin(1)
+        w = F.one_hot(sel, mod.n_experts).to(le.dtype)
+        return (w * le).sum(1).mean(), w
+
+    def step_expert_loss(self, mod, xb, yb, out, temp):
+        # Eqs. 8.3-8.5: the gate regresses L_ei = log o_iy (detached) with an L1 loss; the expert
+        # with the largest predicted log-likelihood is selected and alone trained on l(y, o_I).
+        # Classification: -l = log o_iy exactly; regression: minus the squared error.
+        target = -per_expert_loss(out.expert_out.detach(), yb, self.task)
+        loss_g = (out.gate_logits - target).abs().sum(1).mean()
+        sel = out.gate_logits.detach().argmax(1)
+        w = F.one_hot(sel, mod.n_experts).to(target.dtype)
+        loss_e = (w * per_expert_loss(out.expert_out, yb, self.task)).sum(1).mean()
+        return loss_e + loss_g, w
+
+
 def train_moe(
     model: MoELayer,
     data,
@@ -385,121 +515,17 @@ def train_moe(
     """
     method = get_method(method)
     _check_compat(model, method)
-    for nm, v in (("epochs", epochs), ("batch_size", batch_size)):
-        if isinstance(v, bool) or int(v) != v or v < 1:
-            raise ValueError(f"{nm} must be a positive integer, got {v!r}")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+    _check_training_args(epochs, batch_size, lr, optimizer)
     x, y = _as_tensors(data, model)
     ss = random_state if isinstance(random_state, np.random.SeedSequence) else np.random.SeedSequence(int(random_state))
     shuffle_ss, init_ss = ss.spawn(2)
     # one shuffling stream for all phases of a schedule
     batches = ShuffledBatches(x, y, batch_size, torch_generator(shuffle_ss))
-    n, task = x.shape[0], model.task
     result = TrainResult(model, method)
-    state = {"noise_var": float(y.var()) if task == "regression" else None}
-
-    def run_phase(mod: MoELayer, n_epochs: int, phase: str, params, step_fn, temp_fn=lambda e: 1.0, epoch_start=None):
-        if n_epochs == 0:
-            return
-        cur: dict = {}
-
-        def on_epoch_start(e: int) -> None:
-            cur["temp"] = temp_fn(e)
-            if epoch_start is not None:
-                epoch_start(mod)
-            cur["mass"] = torch.zeros(mod.n_experts, dtype=torch.float64)
-
-        def step(batch: Batch) -> torch.Tensor:
-            state["idx"] = batch.idx
-            out = mod(batch.x)
-            loss, w = step_fn(mod, batch.x, batch.y, out, cur["temp"])
-            cur["mass"] += w.detach().to(torch.float64).sum(0)
-            return loss
-
-        fitted = fit(mod, step, batches, epochs=n_epochs, params=params, optimizer=optimizer, lr=lr,
-                     on_epoch_start=on_epoch_start,
-                     epoch_info=lambda e: {"temperature": cur["temp"], "gate_mass": (cur["mass"] / n).tolist()})
-        for row in fitted.history:
-            result.history.append({
-                "epoch": len(result.history) + 1, "phase": phase, "loss": row["train_loss"],
-                "temperature": row["temperature"], "gate_mass": row["gate_mass"],
-            })
-
-    agg, k = method.aggregation, method.k
-
-    def step_end_to_end(mod, xb, yb, out, temp):
-        log_w = _log_weights(out.gate_logits, agg, k)
-        loss = aggregate_loss(out.expert_out, log_w, yb, task, agg) + _regulariser(xb, out.gate_logits, method)
-        return loss, log_w.exp()
-
-    def step_frozen_experts(mod, xb, yb, out, temp):
-        log_w = _log_weights(out.gate_logits, agg, k)
-        loss = aggregate_loss(out.expert_out.detach(), log_w, yb, task, agg) + _regulariser(xb, out.gate_logits, method)
-        return loss, log_w.exp()
-
-    def step_dual(mod, xb, yb, out, temp):
-        # Eq. 5.5: experts learn from the soft p' = softmax(z/T) (gate detached);
-        # Eq. 5.4: the gate learns from p = softmax(z) (experts detached).
-        log_wt = _log_weights(out.gate_logits.detach(), agg, k, temp)
-        log_w = _log_weights(out.gate_logits, agg, k)
-        loss_e = aggregate_loss(out.expert_out, log_wt, yb, task, agg)
-        loss_g = aggregate_loss(out.expert_out.detach(), log_w, yb, task, agg)
-        return loss_e + loss_g + _regulariser(xb, out.gate_logits, method), log_wt.exp()
-
-    @torch.no_grad()
-    def e_step(mod):
-        # E-step over the whole training set (Kirsch et al. 2018, single level, exact enumeration of
-        # the latent expert a): r_a = p(a|x) p(y|x,a) / sum_b p(b|x) p(y|x,b).  The responsibilities
-        # stay fixed for the epoch's gradient steps (partial M-step: generalised EM).  Recomputing
-        # them every mini-batch would make the update identical to the output-mixture gradient
-        # (Fisher's identity), since the output mixture *is* the marginal likelihood here.
-        out = mod(x)
-        log_p = F.log_softmax(out.gate_logits, dim=-1)
-        if task == "regression":  # closed-form M-step of the shared noise variance
-            r0 = torch.softmax(log_p + expert_loglik(out.expert_out, y, task, state["noise_var"]), -1)
-            sq = per_expert_loss(out.expert_out, y, task)
-            state["noise_var"] = max(float((r0 * sq).sum() / (n * y.shape[1])), 1e-8)
-        ll = expert_loglik(out.expert_out, y, task, state["noise_var"] or 1.0)
-        state["resp"] = torch.softmax(log_p + ll, dim=-1)
-
-    def step_em(mod, xb, yb, out, temp):
-        # Partial M-step: one gradient step on Q = sum_a r_a [log p(a|x) + log p(y|x,a)].
-        log_p = F.log_softmax(out.gate_logits, dim=-1)
-        ll = expert_loglik(out.expert_out, yb, task, state["noise_var"] or 1.0)
-        r = state["resp"][state["idx"]]
-        loss = -(r * (log_p + ll)).sum(1).mean() + _regulariser(xb, out.gate_logits, method)
-        return loss, r
-
-    def step_loudest(mod, xb, yb, out, temp):
-        # Eqs. 6.1-6.3: w = softmin(H(o_i)/T), no gradient through w.
-        w = torch.softmax(-_prediction_entropy(out.expert_out).detach() / temp, dim=-1)
-        return (w * per_expert_loss(out.expert_out, yb, task)).sum(1).mean(), w
-
-    def step_peek(mod, xb, yb, out, temp):
-        # Eqs. 6.6-6.9: the expert with the lowest surprisal -log o_iy (lowest squared error for
-        # regression, the thesis's Sec. 6.5 proposal) is the only one trained on the sample.
-        le = per_expert_loss(out.expert_out, yb, task)
-        sel = le.detach().argmin(1)
-        w = F.one_hot(sel, mod.n_experts).to(le.dtype)
-        return (w * le).sum(1).mean(), w
-
-    def step_expert_loss(mod, xb, yb, out, temp):
-        # Eqs. 8.3-8.5: the gate regresses L_ei = log o_iy (detached) with an L1 loss; the expert
-        # with the largest predicted log-likelihood is selected and alone trained on l(y, o_I).
-        # Classification: -l = log o_iy exactly; regression: minus the squared error.
-        target = -per_expert_loss(out.expert_out.detach(), yb, task)
-        loss_g = (out.gate_logits - target).abs().sum(1).mean()
-        sel = out.gate_logits.detach().argmax(1)
-        w = F.one_hot(sel, mod.n_experts).to(target.dtype)
-        loss_e = (w * per_expert_loss(out.expert_out, yb, task)).sum(1).mean()
-        return loss_e + loss_g, w
-
+    t = _Training(method, model.task, x, y, batches, optimizer, lr, result)
     sch = method.schedule
     if sch == "end_to_end":
-        run_phase(model, epochs, "end_to_end", model.parameters(), step_end_to_end)
+        t.run_phase(model, epochs, "end_to_end", model.parameters(), t.step_end_to_end)
     elif sch == "dual_temperature":
         start = int(round(method.decay_start * epochs))
 
@@ -508,26 +534,26 @@ def train_moe(
                 return method.temperature
             return max(1.0, method.temperature * (1.0 + method.temperature_decay) ** (-(e - start)))
 
-        run_phase(model, epochs, "dual_temperature", model.parameters(), step_dual, temp_fn)
+        t.run_phase(model, epochs, "dual_temperature", model.parameters(), t.step_dual, temp_fn)
     elif sch == "em":
-        run_phase(model, epochs, "em", model.parameters(), step_em, epoch_start=e_step)
-        result.noise_var = state["noise_var"]
+        t.run_phase(model, epochs, "em", model.parameters(), t.step_em, epoch_start=t.e_step)
+        result.noise_var = t.state["noise_var"]
     elif sch == "loudest":
         temps = method.loudest_temperatures
-        run_phase(model, epochs, "loudest", model.expert_parameters(), step_loudest,
-                  lambda e: temps[min(e * len(temps) // epochs, len(temps) - 1)])
+        t.run_phase(model, epochs, "loudest", model.expert_parameters(), t.step_loudest,
+                    lambda e: temps[min(e * len(temps) // epochs, len(temps) - 1)])
     elif sch == "peeking":
         e1, e2 = _split_epochs(epochs, method.step1_fraction)
-        run_phase(model, e1, "peeking_step1", model.expert_parameters(), step_peek)
+        t.run_phase(model, e1, "peeking_step1", model.expert_parameters(), t.step_peek)
         e_frozen, e_joint = _split_epochs(e2, method.split_fraction) if e2 > 0 else (0, 0)
-        run_phase(model, e_frozen, "peeking_gate_frozen_experts", model.gate_parameters(), step_frozen_experts)
-        run_phase(model, e_joint, "peeking_joint", model.parameters(), step_end_to_end)
+        t.run_phase(model, e_frozen, "peeking_gate_frozen_experts", model.gate_parameters(), t.step_frozen_experts)
+        t.run_phase(model, e_joint, "peeking_joint", model.parameters(), t.step_end_to_end)
     elif sch == "distill":
         e_distil, e_att = _split_epochs(epochs, method.distill_fraction)
-        run_phase(model, e_att, "attentive", model.parameters(), step_end_to_end)
+        t.run_phase(model, e_att, "attentive", model.parameters(), t.step_end_to_end)
         student = model.distilled_copy(random_state=torch_generator(init_ss))
-        run_phase(student, e_distil, "distill_gate", student.gate_parameters(), step_frozen_experts)
+        t.run_phase(student, e_distil, "distill_gate", student.gate_parameters(), t.step_frozen_experts)
         result.teacher, result.model = model, student
     elif sch == "expert_loss":
-        run_phase(model, epochs, "expert_loss", model.parameters(), step_expert_loss)
+        t.run_phase(model, epochs, "expert_loss", model.parameters(), t.step_expert_loss)
     return result
