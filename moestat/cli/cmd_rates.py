@@ -84,7 +84,15 @@ def build_parser() -> ArgumentParser:
         epilog=EXAMPLES,
         argument_default=S,
     )
-    g = p.add_argument_group("scenario")
+    _add_scenario_options(p.add_argument_group("scenario"))
+    _add_sweep_options(p.add_argument_group("sweep"))
+    _add_execution_options(p.add_argument_group("execution"))
+    _add_rate_fit_options(p.add_argument_group("rate fit"))
+    return p
+
+
+def _add_scenario_options(g) -> None:
+    """The scenario: router, setting, expert, sizes, noise, or a scenario file / family."""
     g.add_argument("--router", type=name_choice(ROUTERS, many=True), help="perturbed, cosine, linear or a comma list (one curve each, same data); aliases perturbed-cosine, vanilla, softmax; default perturbed")
     g.add_argument("--setting", type=name_choice(SETTINGS), help="exact or over (over-specified, k = k* + 1); default exact")
     g.add_argument("--tau", type=_float, help="tau of the perturbed router (> 0); default 0.5")
@@ -105,7 +113,10 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--input-law", help="inputs: uniform or gaussian (regression), uniform or grid (gaussian-moe: the peers' "
                                        "linspace(0, 1, n)); default uniform")
     g.add_argument("--starts", type=positive_int, help="starts per replicate of the gaussian-moe maximum likelihood; default 1")
-    g = p.add_argument_group("sweep")
+
+
+def _add_sweep_options(g) -> None:
+    """The sweep: sample sizes, replicates, estimator and starts, adaptive growth, extras."""
     g.add_argument("--n-min", type=positive_int, help="smallest sample size; default 2000")
     g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")
     g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes; default 7")
@@ -130,7 +141,10 @@ def build_parser() -> ArgumentParser:
                         "alt_<loss>) and say in each verdict's reason when the start moves the slope; default 0 (off)")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
                    help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
-    g = p.add_argument_group("execution")
+
+
+def _add_execution_options(g) -> None:
+    """Where and how it runs: workers, backend and cluster, device, output, presets."""
     add_n_jobs(g, None)
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
@@ -152,13 +166,15 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--figure-formats", type=argtype(check_figure_formats),
                    help="files of each convergence figure, a comma list of pdf, png, svg, or none "
                         "(moestat plot OUT draws them later); changes no number; default pdf,png")
-    g = p.add_argument_group("rate fit")
+
+
+def _add_rate_fit_options(g) -> None:
+    """The rate fit: fitting window, verdict tolerance, bootstrap, replicate plan."""
     g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window; default --n-min")
     g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window; default --n-max")
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
-    return p
 
 
 #: Flags of the cluster connection: not part of the configuration (they never change a number).

@@ -134,12 +134,16 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from scipy.cluster.hierarchy import dendrogram
 
     out = Path(out)
-    Ks, ns, k_star = list(config.k_bars), list(config.ns), summary["k_star"]
-    paths = []
-    # 1. P(k_hat = k*) against n
+    Ks, ns = list(config.k_bars), list(config.ns)
+    return [_plot_selection_probability(plt, summary, Ks, ns, out), _plot_khat_histograms(plt, summary, Ks, ns, out),
+            _plot_merged_loss(plt, summary, records, Ks, ns, out), _plot_dendrograms(plt, records, Ks, ns, out)]
+
+
+def _plot_selection_probability(plt, summary: dict, Ks: list[int], ns: list[int], out: Path) -> Path:
+    """1. ``P(k_hat = k*)`` against ``n``, one panel per ``K_bar``, with 95% Wilson intervals."""
+    k_star = summary["k_star"]
     fig, axes = plt.subplots(1, len(Ks), figsize=(4.2 * len(Ks), 3.4), sharey=True, squeeze=False)
     for ax, K in zip(axes[0], Ks):
         for j, crit in enumerate(CRITERIA):
@@ -159,10 +163,14 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(CRITERIA), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    paths.append(out / "selection_probability.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = out / "selection_probability.png"
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    # 2. histograms of k_hat at every n
+    return path
+
+
+def _plot_khat_histograms(plt, summary: dict, Ks: list[int], ns: list[int], out: Path) -> Path:
+    """2. Histograms of ``k_hat`` of every criterion at every ``(K_bar, n)``."""
     fig, axes = plt.subplots(len(Ks), len(ns), figsize=(2.8 * len(ns), 2.2 * len(Ks)), squeeze=False, sharey=True)
     for a, K in enumerate(Ks):
         for b, n in enumerate(ns):
@@ -180,11 +188,15 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(CRITERIA), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.12 / len(Ks), 1, 1))
-    paths.append(out / "khat_histograms.png")
-    fig.savefig(paths[-1], dpi=110)
+    path = out / "khat_histograms.png"
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    # 3. merged D1 and unmerged D2 against n: every replicate, the medians (the means can be ruled by
-    # a few catastrophic merges; the y range is the replicates' 2-98% quantiles)
+    return path
+
+
+def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns: list[int], out: Path) -> Path:
+    """3. Merged D1 and unmerged D2 against ``n``: every replicate and the medians (the means can be
+    ruled by a few catastrophic merges; the y range is the replicates' 2-98% quantiles)."""
     fig, axes = plt.subplots(1, len(Ks), figsize=(4.6 * len(Ks), 4.6), sharey=True, squeeze=False)
     allv = [r["per_kbar"][str(K)][loss] for K in Ks for loss in ("D1_merged", "D2_over") for r in records
             if r["per_kbar"][str(K)].get(loss)]
@@ -208,10 +220,16 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
         ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: the data fill the axes
     axes[0][0].set_ylabel("Voronoi loss")
     fig.tight_layout()
-    paths.append(out / "merged_loss.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = out / "merged_loss.png"
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    # 4. the dendrogram of replicate 0 at the largest n, for every K_bar
+    return path
+
+
+def _plot_dendrograms(plt, records: list[dict], Ks: list[int], ns: list[int], out: Path) -> Path:
+    """4. The dendrogram of replicate 0 at the largest ``n``, for every ``K_bar``."""
+    from scipy.cluster.hierarchy import dendrogram
+
     fig, axes = plt.subplots(1, len(Ks), figsize=(3.8 * len(Ks), 3.2), squeeze=False)
     rec = next((r for r in records if r["n"] == max(ns) and r["replicate"] == 0), None)
     for ax, K in zip(axes[0], Ks):
@@ -223,10 +241,10 @@ def write_figures(summary: dict, records: list[dict], out: str | Path, config) -
             ax.set_ylabel("merge height")
             ax.set_xlabel("fitted atom")
     fig.tight_layout()
-    paths.append(out / "dendrograms.png")
-    fig.savefig(paths[-1], dpi=120)
+    path = out / "dendrograms.png"
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return paths
+    return path
 
 
 def format_table(summary: dict) -> str:
