@@ -162,6 +162,36 @@ def _check_positive_int(name: str, v) -> None:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
+def _progress_bar(progress: bool | None, total: int, desc: str):
+    """A tqdm bar over ``total`` steps (``None`` when ``progress`` is False; tqdm decides, from
+    whether stderr is a terminal, when ``progress`` is None)."""
+    if progress is False:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc or None, disable=None if progress is None else not progress,
+                leave=False, mininterval=1.0)
+
+
+def _one_epoch(step, batches, opt, sched, bar) -> tuple[list[torch.Tensor], list[int]]:
+    """One pass over ``batches``: ``step(batch)`` gives the loss, one optimiser (and scheduler) step
+    each.  Returns the detached losses (kept as tensors: no device synchronisation per step) and
+    the batch sizes."""
+    losses, sizes = [], []
+    for batch in batches:
+        loss = step(batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        losses.append(loss.detach())
+        sizes.append(len(batch.y))
+        if bar is not None:
+            bar.update(1)
+    return losses, sizes
+
+
 def fit(
     model: nn.Module,
     step: Callable[[Batch], torch.Tensor],
@@ -233,12 +263,7 @@ def fit(
     sched = None
     if lr_schedule == "cosine":
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(epochs) * n_steps)
-    bar = None
-    if progress is not False:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=int(epochs) * n_steps, desc=desc or None, disable=None if progress is None else not progress,
-                   leave=False, mininterval=1.0)
+    bar = _progress_bar(progress, int(epochs) * n_steps, desc)
     res = FitResult(model=model)
     all_steps: list[torch.Tensor] = []
     best, best_state, t_train, c_train = -math.inf, None, 0.0, 0.0
@@ -248,19 +273,7 @@ def fit(
             if on_epoch_start is not None:
                 on_epoch_start(e)
             t0, c0 = time.perf_counter(), time.process_time()
-            losses, sizes = [], []
-            for batch in batches:
-                loss = step(batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                if sched is not None:
-                    sched.step()
-                # kept as tensors: no device synchronisation per step
-                losses.append(loss.detach())
-                sizes.append(len(batch.y))
-                if bar is not None:
-                    bar.update(1)
+            losses, sizes = _one_epoch(step, batches, opt, sched, bar)
             dt = time.perf_counter() - t0
             t_train += dt
             c_train += time.process_time() - c0
