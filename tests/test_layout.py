@@ -326,3 +326,18 @@ def test_papers_are_named_by_authors_not_by_seed_numbers():
             if pattern.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:80]}")
     assert not hits, "seed numbers in user-facing text:\n" + "\n".join(hits[:40])
+
+
+if __name__ == "__main__":
+    # `python tests/test_layout.py` prints the package imports that sit inside functions now, in the
+    # form of PENDING_OTHER_BRANCHES (what the lead checks the list against at merge), and the cycles.
+    current: dict[str, set[str]] = {}
+    graph: dict[str, set[str]] = {}
+    for _importer, _imported, _, _inside in _imports():
+        graph.setdefault(_importer, set()).add(_imported)
+        if _inside:
+            current.setdefault(_importer, set()).add(_imported)
+    for _importer in sorted(current):
+        print(f"    {_importer!r}: {tuple(sorted(current[_importer]))!r},")
+    for _cycle in _cycles(graph):
+        print("cycle:", _cycle_path(_cycle, graph))
