@@ -44,6 +44,18 @@ STAGE_FTOL = 1e-6
 STAGE_MAX_ITER = 30
 
 
+def _keep_better(best: dict, cur: dict, G0: MixingMeasure) -> None:
+    """Replace, in ``best`` (in place), every replicate whose objective ``cur`` (one more start,
+    ``G0``) lowers; ties keep the earlier start."""
+    better = cur["objective"] < best["objective"]
+    for r in np.flatnonzero(better):
+        best["theta"][r] = cur["theta"][r]
+        for key in ("objective", "converged", "n_iter", "grad_norm"):
+            best[key][r] = cur[key][r]
+        best["status"][r] = cur["status"][r]
+        best["init"][r] = G0[r]
+
+
 class LeastSquaresMoE(MoEEstimator):
     """Least-squares estimator (eqs. (3), (10)) of a Top-K MoE, batched over replicates.
 
@@ -207,6 +219,44 @@ class LeastSquaresMoE(MoEEstimator):
             starts.append(random_starts(R, k, d, rng))
         return starts
 
+    def _fit_path(self, Xt, Yt, theta, path, bounds, tols, data, kernel) -> dict:
+        """One start ``theta [R, P]`` fitted along ``path``: a Levenberg-Marquardt stage at each
+        Top-K temperature of ``path`` (continuation; a non-finite stage keeps its start), then
+        the hard-gate fit with the full budget and ``tols = (ftol, xtol, gtol)``.
+
+        Returns ``theta [R, P]`` (on the host), per replicate ``objective`` (mean squared residual,
+        ``inf`` if not finite), ``converged``, ``n_iter`` (all stages), ``status`` and
+        ``grad_norm``.
+        """
+        R, n, _ = Xt.shape
+        k = self.n_components
+        lower, upper = bounds
+        ftol, xtol, gtol = tols
+        iters = torch.zeros(R, dtype=torch.long, device=theta.device)
+        for T in path:
+            st = levenberg_marquardt(
+                self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
+                ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=data, kernel=kernel,
+            )
+            ok = torch.isfinite(st["F"]).unsqueeze(-1)
+            theta = torch.where(ok, st["theta"], theta)
+            iters += st["n_iter"]
+        res = levenberg_marquardt(
+            self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
+            data=data, kernel=kernel,
+        )
+        res["n_iter"] = res["n_iter"] + iters
+        obj = (2.0 * res["F"] / n).cpu().numpy()
+        obj = np.where(np.isfinite(obj), obj, np.inf)
+        return {
+            "theta": res["theta"].cpu(),
+            "objective": obj,
+            "converged": res["converged"].cpu().numpy(),
+            "n_iter": res["n_iter"].cpu().numpy(),
+            "status": list(res["status"]),
+            "grad_norm": safe_norm(2.0 * res["g"] / n).cpu().numpy(),
+        }
+
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "LeastSquaresMoE":
         """Fit every replicate.
 
@@ -256,43 +306,13 @@ class LeastSquaresMoE(MoEEstimator):
         paths = [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
-            theta = packer(G0.torch(device=dev))
-            iters = torch.zeros(R, dtype=torch.long, device=dev)
-            for T in path:
-                st = levenberg_marquardt(
-                    self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
-                    ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=data, kernel=kernel,
-                )
-                ok = torch.isfinite(st["F"]).unsqueeze(-1)
-                theta = torch.where(ok, st["theta"], theta)
-                iters += st["n_iter"]
-            res = levenberg_marquardt(
-                self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
-                data=data, kernel=kernel,
-            )
-            res["n_iter"] = res["n_iter"] + iters
-            obj = (2.0 * res["F"] / n).cpu().numpy()
-            obj = np.where(np.isfinite(obj), obj, np.inf)
-            cur = {
-                "theta": res["theta"].cpu(),
-                "objective": obj,
-                "converged": res["converged"].cpu().numpy(),
-                "n_iter": res["n_iter"].cpu().numpy(),
-                "status": list(res["status"]),
-                "grad_norm": safe_norm(2.0 * res["g"] / n).cpu().numpy(),
-                "init": G0,
-            }
+            cur = self._fit_path(Xt, Yt, packer(G0.torch(device=dev)), path, (lower, upper), (ftol, xtol, gtol),
+                                 data, kernel)
             if best is None:
                 best = cur
                 best["init"] = [G0[r] for r in range(R)]
                 continue
-            better = cur["objective"] < best["objective"]
-            for r in np.flatnonzero(better):
-                best["theta"][r] = cur["theta"][r]
-                for key in ("objective", "converged", "n_iter", "grad_norm"):
-                    best[key][r] = cur[key][r]
-                best["status"][r] = cur["status"][r]
-                best["init"][r] = G0[r]
+            _keep_better(best, cur, G0)
         if kernel is None:
             beta0, beta1, eta = unpack_params(best["theta"], k, d)
         else:
