@@ -340,6 +340,7 @@ def _split_epochs(total: int, fraction: float) -> tuple[int, int]:
 
 
 def _check_training_args(epochs, batch_size, lr, optimizer) -> None:
+    """``ValueError`` (one line) for a bad ``epochs``, ``batch_size``, ``lr`` or ``optimizer`` of :func:`train_moe`."""
     for nm, v in (("epochs", epochs), ("batch_size", batch_size)):
         if isinstance(v, bool) or int(v) != v or v < 1:
             raise ValueError(f"{nm} must be a positive integer, got {v!r}")
