@@ -17,6 +17,7 @@ out of ``mle_generic`` to stay under it and called back into it, a cycle).
 """
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -164,7 +165,8 @@ def _imported(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return [f"{source}.{a.name}" if f"{source}.{a.name}" in NAMES else source for a in node.names]
 
 
-def _imports() -> list[tuple[str, str, int, bool]]:
+@functools.lru_cache(maxsize=1)
+def _imports() -> tuple[tuple[str, str, int, bool], ...]:
     """Every import of a package module: ``(importer, imported, line, inside a function)``."""
     out = []
     for name, path in NAMES.items():
@@ -175,7 +177,7 @@ def _imports() -> list[tuple[str, str, int, bool]]:
             for target in _imported(node, name, path.name == "__init__.py"):
                 if target != name:
                     out.append((name, target, node.lineno, id(node) in in_function))
-    return out
+    return tuple(out)
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
