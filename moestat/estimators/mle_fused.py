@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from moestat.estimators.em_driver import compile_batched, run_em
-from moestat.estimators.mle_newton import polish_starts
+from moestat.estimators.mle_newton import pack, polish_starts, unpack
 
 __all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
 
@@ -211,7 +211,7 @@ _MAX_HALVINGS = 30
 class _FusedSteps:
     """The fused EM's hooks for :func:`moestat.estimators.em_driver.run_em`: the state is ``(V, E,
     s2)`` (``[B, k, p]``, ``[B, k, p]``, ``[B, k]``), the posterior the statistics of
-    :func:`_em_pass`, SQUAREM's coordinates ``(V_1..V_{k-1}, E, log s2)``.
+    :func:`_em_pass`, SQUAREM's coordinates ``(V_1..V_{k-1}, E, log s2)`` (:func:`~moestat.estimators.mle_newton.pack`).
 
     Parameters
     ----------
@@ -258,16 +258,12 @@ class _FusedSteps:
         return (V1, E1, s21), new[0], tuple(new)
 
     def to_vector(self, st):
-        V, E, s2 = st
-        return torch.cat([V[:, :-1].flatten(1), E.flatten(1), torch.log(s2)], 1)
+        return pack(*st)  # the Newton polish's coordinates (one layout), per-atom log-variances
 
     def from_vector(self, ext, like):
-        V2 = like[0]
-        k, p = V2.shape[1], V2.shape[2]
-        m = (k - 1) * p
-        Vx = torch.cat([ext[:, :m].reshape(-1, k - 1, p), torch.zeros_like(V2[:, -1:])], 1)
-        Ex = ext[:, m : m + k * p].reshape(-1, k, p)
-        return Vx, Ex, torch.maximum(torch.exp(ext[:, m + k * p :]), self.fa.unsqueeze(-1))
+        k, p = like[0].shape[1], like[0].shape[2]
+        Vx, Ex, s2x = unpack(ext, k, p)
+        return Vx, Ex, torch.maximum(s2x, self.fa.unsqueeze(-1))
 
     def compact(self, keep):
         self.Xd, self.ya, self.fa = self.Xd[keep], self.ya[keep], self.fa[keep]

@@ -426,6 +426,11 @@ class _State(NamedTuple):
     def th(self):
         return (self.fv, self.eta, self.ls2)
 
+    def vector(self, ls2: bool = True) -> torch.Tensor:
+        """The one layout ``(fv, vec(eta), ls2)`` ``[B, mg + k q (+ k)]`` of SQUAREM and the Newton polish
+        (:func:`moestat.estimators.mle_newton.pack`'s for the linear softmax); ``ls2=False``: without ``ls2``."""
+        return torch.cat([self.fv, self.eta.flatten(1)] + ([self.ls2] if ls2 else []), 1)
+
 
 def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
     """One generalised M-step (experts, variances, gate) from the E-step's :class:`Posterior`
@@ -474,7 +479,7 @@ class _GenericSteps:
         return s1, *self.em.estep(s1.th, self.X, self.Y)
 
     def to_vector(self, st: _State):
-        return torch.cat([st.fv, st.eta.flatten(1), st.ls2], 1)
+        return st.vector()
 
     def from_vector(self, ext, like: _State) -> _State:
         mg, k, q = self.em.mg, like.eta.shape[1], like.eta.shape[2]
@@ -494,9 +499,8 @@ class _GenericSteps:
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
                 accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto") -> dict:
-    """Batched generalised EM (see the module docstring) from ``B`` starts, run by
-    :func:`moestat.estimators.em_driver.run_em`; then, for a Top-K gate, :func:`topk_search`, and
-    the Newton polish (:func:`polish`).
+    """Batched generalised EM (module docstring) from ``B`` starts by :func:`~moestat.estimators.em_driver.run_em`;
+    then :func:`topk_search` for a Top-K gate, and the Newton polish (:func:`polish`).
 
     Parameters
     ----------
@@ -523,9 +527,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     em = GenericEM(model, k, d, X.dtype)
     compiled = use_compiled(em, compile, B * n, X.device)
     floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
-    if not em.gaussian:
-        ls2 = torch.zeros(B, k, dtype=X.dtype)
-    ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else ls2
+    ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else torch.zeros(B, k, dtype=X.dtype)
     lam0 = torch.full((B,), _LAM0, dtype=X.dtype)
     start = _State(fv, eta, ls2, lam0, torch.full((B, k), _LAM0, dtype=X.dtype))
     out = run_em(_GenericSteps(em, X, Y, floor, compiled), start, n=n, max_iter=max_iter, tol=tol,
@@ -615,14 +617,13 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
     """
     B, n, _ = X.shape
     k, qe = st.eta.shape[1], st.eta.shape[2]
-    mg, kq = em.mg, k * qe
-    gauss = em.gaussian
+    mg, kq, gauss = em.mg, k * qe, em.gaussian
 
     def f(theta, x, y):
         ls2 = theta[..., mg + kq :] if gauss else theta.new_zeros(theta.shape[:-1] + (k,))
         return em.loglik(theta[..., :mg], theta[..., mg : mg + kq].reshape(theta.shape[:-1] + (k, qe)), ls2, x, y)
 
-    theta = torch.cat([st.fv, st.eta.flatten(1)] + ([st.ls2] if gauss else []), 1)
+    theta = st.vector(ls2=gauss)  # the multinomial family has no variance
     lam = torch.full((B,), 1e-8, dtype=X.dtype)
 
     def terms(act, th):
@@ -644,6 +645,6 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
         status[b] = "newton"
     for b, p in enumerate(out["paths"]):
         paths[b] += p
-    theta = out["theta"]
-    ls2 = theta[:, mg + kq :] if gauss else st.ls2
-    return st._replace(fv=theta[:, :mg], eta=theta[:, mg : mg + kq].reshape(B, k, qe), ls2=ls2), out["n_iter"].numpy()
+    th = out["theta"]
+    ls2 = th[:, mg + kq :] if gauss else st.ls2
+    return st._replace(fv=th[:, :mg], eta=th[:, mg : mg + kq].reshape(B, k, qe), ls2=ls2), out["n_iter"].numpy()
