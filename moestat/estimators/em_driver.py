@@ -72,12 +72,17 @@ def _rebuild(like, items):
 
 
 def take_entries(x, idx: torch.Tensor):
-    """The entries ``idx`` of every tensor of the tuple ``x`` (``None`` stays ``None``)."""
+    """The entries ``idx`` of every tensor of the tuple ``x`` (``None``, as ``x`` or an item, stays ``None``)."""
+    if x is None:
+        return None
     return _rebuild(x, (None if a is None else a[idx] for a in x))
 
 
 def where_entries(mask: torch.Tensor, a, b):
-    """Per entry ``a`` where ``mask [B]`` holds, else ``b``, for two tuples of tensors of one layout."""
+    """Per entry ``a`` where ``mask [B]`` holds, else ``b``, for two tuples of tensors of one layout
+    (or two ``None``)."""
+    if a is None:
+        return None
     return _rebuild(a, (None if u is None else torch.where(mask.reshape((-1,) + (1,) * (u.dim() - 1)), u, w)
                         for u, w in zip(a, b)))
 
@@ -227,6 +232,6 @@ def run_em(steps: EMSteps, state, *, n: int, max_iter: int, tol: float, accelera
         keep = retire_finished(ll, change, tol_n, act, status)
         if keep is not None:
             act, ll = act[keep], ll[keep]
-            st, post = take_entries(st, keep), (None if post is None else take_entries(post, keep))
+            st, post = take_entries(st, keep), take_entries(post, keep)
             steps.compact(keep)
     return {"state": full, "status": status, "paths": paths, "steps": steps}

@@ -1,26 +1,20 @@
-"""Second-order polish of the Gaussian-MoE likelihood: damped Newton with a certificate.
+"""The Newton polish of the fused EM (the softmax-gated Gaussian MoE with linear experts): its
+coordinates, and the analytic gradient and Hessian of its log-likelihood.
 
 EM is sublinear where the fitted model is over-fitted: two atoms sharing a cell of the truth make
 the fraction of missing information approach one, and EM (even with SQUAREM) crawls -- in model 1
 of Nguyen, Nguyen & Ho (2023) with ``K = 3``, 7 of 10 fits at n = 20 000 were still moving after
-5 000 iterations (docs/guide/gaussian_moe.rst).  Newton's method does not care about the missing
-information: near a strict local maximum it converges quadratically.  This module takes every finite
-start after EM (also those EM stopped on ``tol``, see :func:`polish_starts`) and runs
-Levenberg--Marquardt-damped Newton steps on the observed-data log-likelihood, batched over starts,
-in the unconstrained coordinates
+5 000 iterations (docs/guide/gaussian_moe.rst).  :func:`polish_starts` takes every finite start
+after EM (also those EM stopped on ``tol``) through :func:`moestat.estimators.newton.polish` (the
+loop and its certificate: negative Hessian positive definite, Newton decrement at most ``tol * n``;
+status ``"newton"``), with Levenberg--Marquardt-damped Newton steps
+(:func:`~moestat.estimators.newton.cholesky_ascent`) in the unconstrained coordinates of :func:`pack`
 
     theta = (V_1, ..., V_{k-1}, E_1, ..., E_k, log sigma_1^2, ..., log sigma_k^2)
 
 (gate rows ``(beta1, beta0)`` except the reference, experts ``(a, b)``, log-variances; one
-log-variance for ``variance="shared"``).  A step is kept only if the log-likelihood does not
-decrease, so the trace stays monotone as EM's does.
-
-The stopping rule is a certificate, not a stall test: a start stops when the negative Hessian is
-positive definite (a strict local maximum is near) and the Newton decrement
-``lambda^2 / 2 = g^T (-H)^{-1} g / 2`` -- the log-likelihood the local quadratic model still
-promises (Boyd & Vandenberghe 2004, section 9.5) -- is at most ``tol * n``, the same per-sample
-tolerance as EM's.  Such a start gets status ``"newton"``; one that does not meet it within the
-budget keeps ``"max_iter"``.
+log-variance for ``variance="shared"``) -- also SQUAREM's coordinates in the fused EM.  A step is
+kept only if the log-likelihood does not decrease, so the trace stays monotone as EM's does.
 
 The gradient and Hessian are analytic (a mixture's ``grad^2 log sum_i exp(u_i) = sum_i r_i
 (grad^2 u_i + grad u_i grad u_i^T) - grad l grad l^T``), accumulated over chunks of samples so
