@@ -13,14 +13,21 @@ leaves the batch: compaction, so the slowest entry alone sets the cost of the la
 * **plain**: ``theta <- M(theta)``, one EM (or generalised EM) step;
 * **accelerated** (SQUAREM, Varadhan & Roland 2008, scheme SqS3): two steps ``theta1 = M(theta0)``,
   ``theta2 = M(theta1)``, then with ``r = theta1 - theta0``, ``v = theta2 - 2 theta1 + theta0`` and
-  ``alpha = -max(1, |r| / |v|)`` the extrapolation ``theta0 - 2 alpha r + alpha^2 v`` (their eq. (7)
-  with the step length of their eq. (9), clamped at ``alpha <= -1``, where ``alpha = -1`` is
-  ``theta2`` itself), kept only where it is finite and at least as likely as ``theta2`` -- so every
-  recorded value is at least the last one and the trace stays monotone.
+  ``alpha = -max(1, |r| / |v|)`` the squared extrapolation ``theta0 - 2 alpha r + alpha^2 v`` (the
+  step length of their scheme S3, clamped at ``alpha <= -1``, where ``alpha = -1`` is ``theta2``
+  itself), kept only where it is finite and at least as likely as ``theta2`` -- so every recorded
+  value is at least the last one and the trace stays monotone.
 
 Stopping (per entry): the log-likelihood is not finite (status ``"nonfinite"``) or changed by at most
 ``tol * n`` in the last EM step (``"tol"``; with SQUAREM the change ``theta1 -> theta2``, never an
 extrapolation's, which may gain little far from the optimum); ``"max_iter"`` otherwise.
+
+Host synchronisation: the loop reads the retirement mask and the traces on the host once per
+iteration.  Deferring that (a mask kept on the device, checked every few iterations) would save
+little as long as the steps synchronise themselves -- the fused EM's step halving and the generic
+EM's damped ascent test ``any()`` per trial -- and freezing retired entries in place instead of
+compacting them would spend a step on each; the per-iteration check also keeps every fit equal to
+the one before this loop was shared.
 """
 
 from __future__ import annotations
