@@ -255,6 +255,41 @@ def _m_step(T: torch.Tensor, d: int, n: int, gfloor: torch.Tensor, vfloor: torch
     return logpi, c, Gamma, A, b, nu, floored, singular
 
 
+def _e_step(F: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
+    """Joint log-likelihood ``[b]`` (``-inf`` where a ``Gamma_i`` or ``nu_i`` is not positive
+    definite) and the next M-step's sums ``sum_n r_ni F_n`` ``[b, k, p]``, from the features
+    ``F [b, n, p]`` and ``params = [logpi, c, Gamma, A, b, nu]``."""
+    W, bad = _coefficients(*params)
+    lc = torch.bmm(F, W.transpose(1, 2))  # [b, n, k]
+    lse = torch.logsumexp(lc, dim=-1)  # [b, n]
+    ll = torch.where(bad, torch.full_like(lse[:, 0], -math.inf), lse.sum(-1))
+    r = torch.exp(lc - lse[..., None])
+    return ll, torch.bmm(r.transpose(1, 2), F)
+
+
+def _centred(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu):
+    """The EM's coordinates: centred data ``(x - mx, y - my)`` (better conditioned moments), where a
+    start has ``c - mx`` and ``b + A^T mx - my`` and the same likelihood.
+
+    Returns the features ``F [B, n, p]`` of the centred data, ``mx [B, d]``, ``my [B]`` and the
+    start ``[logpi (normalised), c, Gamma, A, b, nu]`` in those coordinates (float64 copies).
+    """
+    dt = torch.float64
+    mx, my = X.mean(1), Y.mean(1)  # [B, d], [B]
+    F = _features(X - mx[:, None, :], Y - my[:, None])  # [B, n, p]
+    lp0, c0, G0, A0, b0, nu0 = (t.to(dt).clone() for t in (logpi, c, Gamma, A, b, nu))
+    lp0 = lp0 - torch.logsumexp(lp0, -1, keepdim=True)
+    return F, mx, my, [lp0, c0 - mx[:, None, :], G0, A0, b0 + (A0 * mx[:, None, :]).sum(-1) - my[:, None], nu0]
+
+
+def _uncentred(params: list, mx: torch.Tensor, my: torch.Tensor) -> dict:
+    """Inverse of :func:`_centred` on ``[logpi, c, Gamma, A, b, nu]``: NumPy arrays by name, in the data's coordinates."""
+    lp, cc, G, AA, bb, nn = params
+    cc = cc + mx[:, None, :]
+    bb = bb + my[:, None] - (AA * mx[:, None, :]).sum(-1)
+    return {name: t.numpy() for name, t in zip(("logpi", "c", "Gamma", "A", "b", "nu"), (lp, cc, G, AA, bb, nn))}
+
+
 def fit_gllim_em(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu, *, max_iter: int = 2000,
                  tol: float = 1e-8, gamma_floor: float = 1e-6, var_floor: float = 1e-6, keep_path: bool = True) -> dict:
     """Run the joint EM from every start of a batch (module docstring).
@@ -288,15 +323,8 @@ def fit_gllim_em(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu, *,
     B, n, d = X.shape
     dt = torch.float64
     X, Y = X.to(dt), Y.to(dt)
-    # centre the data: (x - mx, y - my) has c - mx and b + a^T mx - my, the same likelihood
-    mx, my = X.mean(1), Y.mean(1)  # [B, d], [B]
-    Xc, Yc = X - mx[:, None, :], Y - my[:, None]
-    F = _features(Xc, Yc)  # [B, n, p]
-    lp0, c0, G0, A0, b0, nu0 = (t.to(dt).clone() for t in (logpi, c, Gamma, A, b, nu))
-    lp0 = lp0 - torch.logsumexp(lp0, -1, keepdim=True)
-    cur = [lp0, c0 - mx[:, None, :], G0, A0, b0 + (A0 * mx[:, None, :]).sum(-1) - my[:, None], nu0]
-    xvar = X.var(dim=1, unbiased=False).mean(-1)  # [B]
-    gfloor = gamma_floor * xvar
+    F, mx, my, cur = _centred(X, Y, logpi, c, Gamma, A, b, nu)
+    gfloor = gamma_floor * X.var(dim=1, unbiased=False).mean(-1)  # [B]
     vfloor = var_floor * Y.var(dim=1, unbiased=False)
     out = [t.clone() for t in cur]
     loglik = torch.full((B,), -math.inf, dtype=dt)
@@ -306,16 +334,7 @@ def fit_gllim_em(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu, *,
     paths: list[list[float]] = [[] for _ in range(B)]
     act = torch.arange(B)
 
-    def e_step(idx, params):
-        W, bad = _coefficients(*params)
-        lc = torch.bmm(F[idx], W.transpose(1, 2))  # [b, n, k]
-        lse = torch.logsumexp(lc, dim=-1)  # [b, n]
-        ll = lse.sum(-1)
-        ll = torch.where(bad, torch.full_like(ll, -math.inf), ll)
-        r = torch.exp(lc - lse[..., None])
-        return ll, torch.bmm(r.transpose(1, 2), F[idx])  # [b, k, p]: the next M-step's sums
-
-    ll_prev, T = e_step(act, cur)
+    ll_prev, T = _e_step(F[act], cur)
     for j, e in enumerate(act.tolist()):
         paths[e].append(float(ll_prev[j]))
     start_bad = ~torch.isfinite(ll_prev)
@@ -329,7 +348,7 @@ def fit_gllim_em(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu, *,
         if act.numel() == 0:
             break
         *new, floored, singular = _m_step(T, d, n, gfloor[act], vfloor[act])
-        ll, T = e_step(act, new)
+        ll, T = _e_step(F[act], new)
         n_floored[act.numpy()] += floored.numpy().astype(np.int64)
         bad = singular | ~torch.isfinite(ll)
         good = ~bad
@@ -351,10 +370,7 @@ def fit_gllim_em(X: torch.Tensor, Y: torch.Tensor, logpi, c, Gamma, A, b, nu, *,
         act = act[keep]
         cur = [t[keep] for t in new]
         ll_prev, T = ll[keep], T[keep]
-    lp, cc, G, AA, bb, nn = out
-    cc = cc + mx[:, None, :]  # back to the data's coordinates
-    bb = bb + my[:, None] - (AA * mx[:, None, :]).sum(-1)
-    res = {name: t.numpy() for name, t in zip(("logpi", "c", "Gamma", "A", "b", "nu"), (lp, cc, G, AA, bb, nn))}
+    res = _uncentred(out, mx, my)
     res.update(loglik=loglik.numpy(), n_iter=n_iter, status=status, n_floored=n_floored,
                paths=[np.asarray(p) for p in paths])
     return res

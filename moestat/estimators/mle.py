@@ -41,11 +41,16 @@ import numpy as np
 import torch
 
 from moestat.devices import resolve_device
+from moestat.estimators import generic_starts as gs
+from moestat.estimators import mle_generic as mg
 from moestat.estimators.base import MoEEstimator
-from moestat.estimators.validation import prepare_data
 from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em  # noqa: F401 (re-exported)
+from moestat.estimators.starts import random_partition_init
+from moestat.estimators.validation import prepare_data
 from moestat.model.gaussian_moe import mean_function
+from moestat.model.likelihood import LikelihoodModel, linear_expert
 from moestat.model.mixing import MixingMeasure
+from moestat.model.protocol import ProtocolGate
 
 __all__ = ["MLEGaussianMoE", "VARIANCES"]
 
@@ -58,14 +63,10 @@ OVER_POLISH_ITER = 100
 def _needs_generic_em(model) -> bool:
     """Whether ``model`` is fitted by the generic EM: any gate and expert but the linear softmax with
     linear Gaussian experts, which the fused EM fits."""
-    from moestat.model.likelihood import LikelihoodModel
-
     return isinstance(model, LikelihoodModel) and not model.is_linear_softmax
 
 
 def _check_model(model, k: int) -> None:
-    from moestat.model.likelihood import LikelihoodModel
-
     if model is None or isinstance(model, LikelihoodModel):  # any gate and expert: the generic EM
         return
     gate, expert = getattr(model, "gate", None), getattr(model, "expert", None)
@@ -251,53 +252,46 @@ class MLEGaussianMoE(MoEEstimator):
         self._rng()
 
     # ---- starts ----------------------------------------------------------------------------
-    def _starts(self, X: np.ndarray, Y: np.ndarray, init, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Batched starts ``V [R, S, k, p]``, ``E [R, S, k, p]``, ``s2 [R, S, k]`` (``None``: from the data)."""
-        from moestat.estimators.starts import random_partition_init
+    def _start_measures(self, X: np.ndarray, Y: np.ndarray, init, k: int, draw, eta_dims: tuple, gaussian,
+                        hint: str = "") -> MixingMeasure:
+        """Starts ``[R, S]`` of either EM, as one :class:`MixingMeasure` in the model's layout.
 
+        Without ``init``: ``n_init`` random starts per replicate, ``draw(X_r, Y_r, rng)`` with one
+        spawned stream each.  With ``init`` of batch shape ``()`` or ``(R,)``: the given start and
+        ``n_init - 1`` jittered copies (:func:`~moestat.estimators.generic_starts.jitter`); of batch
+        shape ``(R, S)``: the ``S`` starts as given.  ``eta_dims``: the allowed ``eta`` widths (``hint``
+        says what they hold); ``gaussian(G)``: whether ``G``'s last ``eta`` column is a variance
+        (jittered on the log scale).
+        """
         R, n, d = X.shape
         rng = self._rng()
         if init is None:
-            G = MixingMeasure.stack([
-                MixingMeasure.stack([random_partition_init(X[r], Y[r], k, g) for g in rng.spawn(self.n_init)])
-                for r in range(R)
-            ])
-        else:
-            G = init.numpy()
-            if G.n_atoms != k or G.dim != d or G.eta_dim not in (d + 1, d + 2):
-                raise ValueError(
-                    f"init must have k={k} atoms, beta1 [..., {k}, {d}] and eta [..., {k}, {d + 1} or {d + 2}], "
-                    f"got beta1 {G.beta1.shape}, eta {G.eta.shape}"
-                )
-            bs = G.batch_shape
-            if bs == ():
-                G = MixingMeasure(*(np.broadcast_to(a, (R, 1) + a.shape) for a in (G.beta0, G.beta1, G.eta)))
-            elif bs == (R,):
-                G = MixingMeasure(*(a[:, None] for a in (G.beta0, G.beta1, G.eta)))
-            elif len(bs) != 2 or bs[0] != R:
-                raise ValueError(f"init must have batch shape (), ({R},) or ({R}, S), got {bs}")
-            if len(bs) < 2 and self.n_init > 1:
-                G = self._jitter(G, self.n_init, rng)
+            return MixingMeasure.stack([MixingMeasure.stack([draw(X[r], Y[r], g) for g in rng.spawn(self.n_init)])
+                                        for r in range(R)])
+        G = init.numpy()
+        if G.n_atoms != k or G.dim != d or G.eta_dim not in eta_dims:
+            want = " or ".join(str(w) for w in eta_dims)
+            raise ValueError(f"init must have k={k} atoms, beta1 [..., {k}, {d}] and eta [..., {k}, {want}]{hint}, "
+                             f"got beta1 {G.beta1.shape}, eta {G.eta.shape}")
+        bs = G.batch_shape
+        if bs in ((), (R,)):
+            G = MixingMeasure(*(np.broadcast_to(a, (R,) + a.shape[len(bs):])[:, None] for a in (G.beta0, G.beta1, G.eta)))
+            if self.n_init > 1:
+                G = gs.jitter(G, self.n_init, float(self.init_jitter), rng, gaussian(G))
+        elif len(bs) != 2 or bs[0] != R:
+            raise ValueError(f"init must have batch shape (), ({R},) or ({R}, S), got {bs}")
+        return G
+
+    def _starts(self, X: np.ndarray, Y: np.ndarray, init, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The fused EM's starts ``V [R, S, k, p]``, ``E [R, S, k, p]``, ``s2 [R, S, k]`` (``None``: from the data)."""
+        d = X.shape[2]
+        G = self._start_measures(X, Y, init, k, lambda x, y, g: random_partition_init(x, y, k, g), (d + 1, d + 2),
+                                 lambda G: G.eta_dim == d + 2)
         V = np.concatenate([G.beta1, G.beta0[..., None]], axis=-1)
         V = V - V[..., -1:, :]  # reference convention (softmax is invariant to a common shift)
         E = np.ascontiguousarray(G.eta[..., : d + 1])
         s2 = np.ascontiguousarray(G.eta[..., d + 1]) if G.eta_dim == d + 2 else None
         return V, E, s2
-
-    def _jitter(self, G: MixingMeasure, S: int, rng: np.random.Generator) -> MixingMeasure:
-        """``G [R, 1]`` and ``S - 1`` noisy copies of it, ``[R, S]``; variances jittered on the log scale."""
-        R, _, k = G.beta0.shape
-        sd = self.init_jitter
-        b0 = np.repeat(G.beta0, S, axis=1) + sd * rng.standard_normal((R, S, k))
-        b1 = np.repeat(G.beta1, S, axis=1) + sd * rng.standard_normal((R, S) + G.beta1.shape[2:])
-        eta = np.repeat(G.eta, S, axis=1).copy()
-        d = G.dim
-        eta[..., : d + 1] += sd * rng.standard_normal(eta[..., : d + 1].shape)
-        if G.eta_dim == d + 2:
-            eta[..., d + 1] *= np.exp(sd * rng.standard_normal(eta.shape[:-1]))
-        for a, ref in ((b0, G.beta0), (b1, G.beta1), (eta, G.eta)):
-            a[:, 0] = ref[:, 0]  # the given start itself is start 0
-        return MixingMeasure(b0, b1, eta)
 
     # ---- fitting ---------------------------------------------------------------------------
     def fit(self, X, Y, init: MixingMeasure | None = None) -> "MLEGaussianMoE":
@@ -325,7 +319,6 @@ class MLEGaussianMoE(MoEEstimator):
         if self._use_generic():
             return self._fit_generic(Xt, Yt, init, k)
         V0, E0, s20 = self._starts(Xn, Yn, init, k)
-        S = V0.shape[1]
         res = fit_em(
             Xt.to(dev), Yt.to(dev), torch.as_tensor(V0, device=dev), torch.as_tensor(E0, device=dev),
             None if s20 is None else torch.as_tensor(s20, device=dev),
@@ -333,28 +326,36 @@ class MLEGaussianMoE(MoEEstimator):
             var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
             polish_iter=int(self.polish_iter),
         )
-        self.kernel_ = res["kernel"]
+        pick = self._best_starts(res, R, V0.shape[1])
+        V, E, s2 = res["V"][pick], res["E"][pick], res["s2"][pick]
+        eta = np.concatenate([E, s2[..., None]], axis=-1) if self.eta_variance else E
+        self.variances_ = s2
+        return self._finish(MixingMeasure(V[..., -1], V[..., :-1], eta), res, pick, Xn, Yn)
+
+    def _best_starts(self, res: dict, R: int, S: int) -> np.ndarray:
+        """Flat indices ``[R]`` of each replicate's best start (largest finite log-likelihood) in a
+        fit of ``R S`` entries (replicate-major); sets the per-replicate fit attributes of the class
+        docstring that come straight from ``res``."""
         ll = res["loglik"].reshape(R, S)
         best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
         pick = np.arange(R) * S + best
-        V, E, s2 = res["V"][pick], res["E"][pick], res["s2"][pick]
-        eta = np.concatenate([E, s2[..., None]], axis=-1) if self.eta_variance else E
-        params = MixingMeasure(V[..., -1], V[..., :-1], eta)
-        self.variances_ = s2
+        self.kernel_ = res["kernel"]
         self.loglik_ = ll[np.arange(R), best]
         self.loglik_path_ = [res["paths"][i] for i in pick]
         self.n_starts_ = S
-        status = [res["status"][i] for i in pick]
         self.n_newton_ = res["n_newton"][pick]
+        return pick
+
+    def _finish(self, params: MixingMeasure, res: dict, pick: np.ndarray, Xn: np.ndarray, Yn: np.ndarray) -> "MLEGaussianMoE":
+        """Store the best starts' ``params [R]`` and statuses, and the estimator contract's objective."""
+        d = Xn.shape[2]
+        status = [res["status"][i] for i in pick]
         self.params_, self.n_features_in_ = params.numpy(), d
         objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
         self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
 
     def _likelihood_model(self):
-        from moestat.model.likelihood import LikelihoodModel, linear_expert
-        from moestat.model.protocol import ProtocolGate
-
         if isinstance(self.model, LikelihoodModel):
             return self.model
         return LikelihoodModel(ProtocolGate(name="linear"), linear_expert(self.n_features_in_))
@@ -364,9 +365,6 @@ class MLEGaussianMoE(MoEEstimator):
 
     def _fit_generic(self, Xt: torch.Tensor, Yt: torch.Tensor, init, k: int) -> "MLEGaussianMoE":
         """Fit with :func:`moestat.estimators.mle_generic.fit_generic` (per-expert variances, CPU)."""
-        from moestat.estimators import generic_starts as gs
-        from moestat.estimators import mle_generic as mg
-
         if self.variance != "per_expert":
             raise ValueError("the generic EM fits one variance per expert (variance='per_expert')")
         Xn, Yn = Xt.numpy(), Yt.numpy()
@@ -374,24 +372,9 @@ class MLEGaussianMoE(MoEEstimator):
         self.n_features_in_ = d
         model = self._likelihood_model()
         em = mg.GenericEM(model, k, d)
-        rng = self._rng()
         gauss = em.gaussian
-        if init is None:
-            G = MixingMeasure.stack([MixingMeasure.stack([gs.random_start(model, Xn[r], Yn[r], k, g)
-                                                          for g in rng.spawn(self.n_init)]) for r in range(R)])
-        else:
-            G = init.numpy()
-            want = model.n_eta(d)
-            if G.n_atoms != k or G.dim != d or G.eta_dim != want:
-                raise ValueError(f"init must have k={k} atoms, beta1 [..., {k}, {d}] and eta [..., {k}, {want}] "
-                                 f"(expert parameters{', then the variance' if gauss else ''}), got beta1 {G.beta1.shape}, eta {G.eta.shape}")
-            bs = G.batch_shape
-            if bs in ((), (R,)):
-                G = MixingMeasure(*(np.broadcast_to(a, (R,) + a.shape[len(bs):])[:, None] for a in (G.beta0, G.beta1, G.eta)))
-                if self.n_init > 1:
-                    G = gs.jitter(G, self.n_init, float(self.init_jitter), rng, gauss)
-            elif len(bs) != 2 or bs[0] != R:
-                raise ValueError(f"init must have batch shape (), ({R},) or ({R}, S), got {bs}")
+        G = self._start_measures(Xn, Yn, init, k, lambda x, y, g: gs.random_start(model, x, y, k, g), (model.n_eta(d),),
+                                 lambda G: gauss, f" (expert parameters{', then the variance' if gauss else ''})")
         S = G.beta0.shape[1]
         flat = MixingMeasure(*(a.reshape((R * S,) + a.shape[2:]) for a in (G.beta0, G.beta1, G.eta)))
         fv, eta, ls2 = gs.to_free(em, flat)
@@ -399,23 +382,12 @@ class MLEGaussianMoE(MoEEstimator):
         res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
                              var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
                              compile=self.compile)
-        ll = res["loglik"].reshape(R, S)
-        best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
-        pick = np.arange(R) * S + best
+        pick = self._best_starts(res, R, S)
         params = gs.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
-        self.kernel_ = res["kernel"]
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
-        self.loglik_ = ll[np.arange(R), best]
-        self.loglik_path_ = [res["paths"][i] for i in pick]
-        self.n_starts_ = S
-        self.n_newton_ = res["n_newton"][pick]
-        status = [res["status"][i] for i in pick]
         if not self.eta_variance and gauss:
             params = MixingMeasure(params.beta0, params.beta1, params.eta[..., :-1])
-        self.params_ = params.numpy()
-        objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
-        self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
-        return self
+        return self._finish(params, res, pick, Xn, Yn)
 
     def predict(self, X) -> np.ndarray:
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""

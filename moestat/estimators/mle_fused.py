@@ -1,8 +1,9 @@
 """The fused batched EM of the softmax-gated Gaussian MoE with linear experts (:mod:`moestat.estimators.mle`).
 
 One EM iteration is one pass over the data (:func:`_em_pass`), fused by ``torch.compile`` on the
-CPU for large problems; :func:`fit_em` runs it from every start, with SQUAREM and the Newton
-polish of :mod:`moestat.estimators.mle_newton`.  The model and the M-step are described in
+CPU for large problems; :func:`fit_em` runs it from every start in the loop of
+:mod:`moestat.estimators.em_driver` (SQUAREM, retirement, traces), then the Newton polish of
+:mod:`moestat.estimators.mle_newton`.  The model and the M-step are described in
 :mod:`moestat.estimators.mle`; :mod:`moestat.estimators.mle_generic` fits every other gate and
 expert of the protocol.
 """
@@ -14,26 +15,12 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "retire_finished", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
+from moestat.estimators.em_driver import compile_batched, run_em
+from moestat.estimators.mle_newton import pack, polish_starts, unpack
+
+__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
-
-
-def retire_finished(ll: torch.Tensor, ll0: torch.Tensor, tol: float, n: int, act: torch.Tensor,
-                    status: list) -> torch.Tensor | None:
-    """The stopping rule of both EM loops (this module's and :mod:`moestat.estimators.mle_generic`).
-
-    A start is finished when its log-likelihood is not finite (status ``nonfinite``) or changed by at
-    most ``tol * n`` in the last step (``tol``); its status is written at ``status[act[j]]``.  Returns
-    the positions (into the active batch) of the starts still running, or ``None`` when none finished.
-    """
-    bad = ~torch.isfinite(ll)
-    done = bad | ((ll - ll0).abs() <= tol * n)
-    if not bool(done.any()):
-        return None
-    for j in torch.nonzero(done).flatten().tolist():
-        status[int(act[j])] = "nonfinite" if bool(bad[j]) else "tol"
-    return torch.nonzero(~done).flatten()
 
 
 # ---- sums over the samples against the features xt = (x, 1) -----------------------------------
@@ -155,19 +142,7 @@ def _pass_function(compile: bool | str, size: int, device: torch.device):
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
-        from moestat.devices import prepare_compile
-
-        prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
-        compiled = torch.compile(_em_pass, dynamic=True, fullgraph=True)
-
-        def run(Xd, y, V, E, s2):
-            # the batch shrinks to 1 as starts converge; dynamo would specialise on B = 1 and compile
-            # again (~10 s), so a lone entry is run twice over and its first copy kept
-            if Xd.shape[0] == 1:
-                return tuple(o[:1] for o in compiled(*(torch.cat([t, t]) for t in (Xd, y, V, E, s2))))
-            return compiled(Xd, y, V, E, s2)
-
-        _COMPILED["fn"] = run
+        _COMPILED["fn"] = compile_batched(_em_pass, fullgraph=True)
     return _COMPILED["fn"], "compiled"
 
 
@@ -233,9 +208,88 @@ def _with_gate_step(V, step, t):
 _MAX_HALVINGS = 30
 
 
+class _FusedSteps:
+    """The fused EM's hooks for :func:`moestat.estimators.em_driver.run_em`: the state is ``(V, E,
+    s2)`` (``[B, k, p]``, ``[B, k, p]``, ``[B, k]``), the posterior the statistics of
+    :func:`_em_pass`, SQUAREM's coordinates ``(V_1..V_{k-1}, E, log s2)`` (:func:`~moestat.estimators.mle_newton.pack`).
+
+    Parameters
+    ----------
+    em_pass : callable
+        :func:`_em_pass` or its compiled form (:func:`_pass_function`).
+    Xd : Tensor, shape ``[B, d, n]``
+    ya : Tensor, shape ``[B, n]``
+    fa : Tensor, shape ``[B]``
+        Variance floor of every entry.
+    shared : bool
+    kernel : {"compiled", "eager"}
+    """
+
+    name = "the EM pass"
+
+    def __init__(self, em_pass, Xd, ya, fa, shared: bool, kernel: str) -> None:
+        self.em_pass, self.Xd, self.ya, self.fa, self.shared, self.kernel = em_pass, Xd, ya, fa, shared, kernel
+        self.n = Xd.shape[-1]
+
+    def estep(self, st):
+        stats = self.em_pass(self.Xd, self.ya, *st)
+        return stats[0], stats
+
+    def step(self, st, stats):
+        """One EM iteration: M-step, the gate's Newton step halved on the log-likelihood (:func:`fit_em`)."""
+        Va, Ea, s2a = st
+        ll, n = stats[0], self.n
+        E1, s21, step = _m_step(stats, Va, Ea, s2a, self.fa, self.shared, n)
+        t = torch.ones(Va.shape[0], dtype=Va.dtype, device=Va.device)
+        V1 = _with_gate_step(Va, step, t)
+        new = list(self.em_pass(self.Xd, self.ya, V1, E1, s21))
+        # rounding allowance: a step that changes nothing may lower the sum of n logs in its last bits
+        slack = 1e-13 * (ll.abs() + n)
+        for h in range(_MAX_HALVINGS + 1):
+            low = ~(new[0] >= ll - slack)  # NaN counts as low
+            if not bool(low.any()):
+                break
+            idx = torch.nonzero(low).flatten()
+            t[idx] = 0.0 if h == _MAX_HALVINGS else t[idx] * 0.5
+            V1[idx] = _with_gate_step(Va[idx], step[idx], t[idx])
+            sub = self.em_pass(self.Xd[idx], self.ya[idx], V1[idx], E1[idx], s21[idx])
+            for a, b in zip(new, sub):
+                a[idx] = b
+        return (V1, E1, s21), new[0], tuple(new)
+
+    def to_vector(self, st):
+        return pack(*st)  # the Newton polish's coordinates (one layout), per-atom log-variances
+
+    def from_vector(self, ext, like):
+        k, p = like[0].shape[1], like[0].shape[2]
+        Vx, Ex, s2x = unpack(ext, k, p)
+        return Vx, Ex, torch.maximum(s2x, self.fa.unsqueeze(-1))
+
+    def compact(self, keep):
+        self.Xd, self.ya, self.fa = self.Xd[keep], self.ya[keep], self.fa[keep]
+
+    def eager(self) -> "_FusedSteps":
+        _COMPILED["fn"] = _em_pass  # no second attempt in this process
+        self.em_pass, self.kernel = _em_pass, "eager"
+        return self
+
+
+def _start_variances(Xd, ya, V, E, shared: bool):
+    """The responsibility-weighted residual variances under a start ``[B, k]`` (one pooled value for
+    ``shared``): ``sum_n pi_i (y - E_i^T xt)^2 / sum_n pi_i`` with the gate's ``pi`` for weights."""
+    n, k = ya.shape[1], V.shape[1]
+    ones = torch.ones_like(ya).unsqueeze(-1)
+    Xe = torch.cat([Xd.transpose(1, 2), ones], -1)  # [B, n, p]
+    pi = torch.softmax(Xe @ V.transpose(1, 2), -1).transpose(1, 2)
+    wr2 = pi * (ya.unsqueeze(1) - (Xe @ E.transpose(1, 2)).transpose(1, 2)) ** 2
+    if shared:
+        return (wr2.sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
+    return wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
+
+
 def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
            accelerate: bool = False, polish_iter: int = 0) -> dict:
-    """Batched EM from ``S`` starts per replicate.
+    """Batched EM from ``S`` starts per replicate, run by :func:`moestat.estimators.em_driver.run_em`.
 
     Each iteration: the experts and variances by their exact M-step (weighted least squares on
     the residuals, floored variances), the gate by one Newton step of ``Q_g`` (IRLS), halved until
@@ -256,10 +310,12 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
         :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
+    accelerate : bool
+        SQUAREM (Varadhan & Roland 2008) between pairs of EM steps (:mod:`moestat.estimators.em_driver`).
     polish_iter : int
-        Newton iterations (:func:`moestat.estimators.mle_newton.polish`) for every finite start after
-        EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the others
-        keep EM's.  0 (default): none.
+        Newton iterations (:func:`moestat.estimators.mle_newton.polish_starts`) for every finite start
+        after EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the
+        others keep EM's.  0 (default): none.
 
     Returns
     -------
@@ -279,109 +335,19 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     fa = (var_floor * Y.var(dim=1).clamp_min(1e-300))[rep]
     V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()
     if s2 is None or shared:  # a shared-variance EM starts inside its model: one pooled variance
-        ones = torch.ones_like(ya).unsqueeze(-1)
-        Xe = torch.cat([Xd.transpose(1, 2), ones], -1)  # [B, n, p]
-        pi = torch.softmax(Xe @ V.transpose(1, 2), -1).transpose(1, 2)
-        wr2 = pi * (ya.unsqueeze(1) - (Xe @ E.transpose(1, 2)).transpose(1, 2)) ** 2
-        del Xe, ones
-        if shared:
-            s2 = (wr2.sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
-        else:
-            s2 = wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
+        s2 = _start_variances(Xd, ya, V, E, shared)
     s2 = torch.maximum(s2.reshape(B, k), fa.unsqueeze(-1)).clone()
     em_pass, kernel = _pass_function(compile, B * n, X.device)
-    try:
-        stats = em_pass(Xd, ya, V, E, s2)
-    except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same pass, eager
-        if compile is True:
-            raise
-        import warnings
-
-        warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the EM pass runs eagerly", RuntimeWarning)
-        _COMPILED["fn"] = _em_pass
-        em_pass, kernel = _em_pass, "eager"
-        stats = em_pass(Xd, ya, V, E, s2)
-    status = ["max_iter"] * B
-    act = torch.arange(B, device=X.device)  # active batch entries (indices into 0..B-1)
-    Va, Ea, s2a = V, E, s2
-    ll = stats[0]
-    trace = [(act.cpu().numpy(), ll.cpu().numpy())]
-
-    def em_step(Va, Ea, s2a, stats):
-        """One EM iteration of the active entries: M-step, gate step halved on the log-likelihood."""
-        ll = stats[0]
-        E1, s21, step = _m_step(stats, Va, Ea, s2a, fa, shared, n)
-        t = torch.ones(Va.shape[0], dtype=X.dtype, device=X.device)
-        V1 = _with_gate_step(Va, step, t)
-        new = list(em_pass(Xd, ya, V1, E1, s21))
-        # rounding allowance: a step that changes nothing may lower the sum of n logs in its last bits
-        slack = 1e-13 * (ll.abs() + n)
-        for h in range(_MAX_HALVINGS + 1):
-            low = ~(new[0] >= ll - slack)  # NaN counts as low
-            if not bool(low.any()):
-                break
-            idx = torch.nonzero(low).flatten()
-            t[idx] = 0.0 if h == _MAX_HALVINGS else t[idx] * 0.5
-            V1[idx] = _with_gate_step(Va[idx], step[idx], t[idx])
-            sub = em_pass(Xd[idx], ya[idx], V1[idx], E1[idx], s21[idx])
-            for a, b in zip(new, sub):
-                a[idx] = b
-        trace.append((act.cpu().numpy(), new[0].cpu().numpy()))
-        return V1, E1, s21, tuple(new)
-
-    it = 0
-    while act.numel() and it < max_iter:
-        ll0 = ll
-        if accelerate:
-            # SQUAREM (Varadhan & Roland 2008, scheme SqS3): two EM steps, then the extrapolation
-            # theta0 - 2 alpha r + alpha^2 v along them, kept only where it is at least as likely
-            # as the second step (so the trace stays monotone); alpha <= -1 (alpha = -1: the step itself)
-            it += 2
-            V1, E1, s21, st1 = em_step(Va, Ea, s2a, stats)
-            V2, E2, s22, st2 = em_step(V1, E1, s21, st1)
-            ll0, ll = st1[0], st2[0]
-            th = [torch.cat([W[:, :-1].flatten(1), F.flatten(1), torch.log(q)], 1)
-                  for W, F, q in ((Va, Ea, s2a), (V1, E1, s21), (V2, E2, s22))]
-            r, v = th[1] - th[0], th[2] - 2 * th[1] + th[0]
-            alpha = -(r.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
-            ext = th[0] - 2 * alpha[:, None] * r + alpha[:, None] ** 2 * v
-            m = (k - 1) * p
-            Vx = torch.cat([ext[:, :m].reshape(-1, k - 1, p), torch.zeros_like(V2[:, -1:])], 1)
-            Ex = ext[:, m : m + k * p].reshape(-1, k, p)
-            s2x = torch.maximum(torch.exp(ext[:, m + k * p :]), fa.unsqueeze(-1))
-            stx = em_pass(Xd, ya, Vx, Ex, s2x)
-            # not at a converged pair of steps, and no worse than the second step
-            take = (stx[0] >= ll) & ((ll - ll0).abs() > tol * n)
-            Va, Ea, s2a = (torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)
-                           for a, b in ((Vx, V2), (Ex, E2), (s2x, s22)))
-            stats = tuple(torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b) for a, b in zip(stx, st2))
-            if bool(take.any()):
-                trace.append((act[take].cpu().numpy(), stx[0][take].cpu().numpy()))
-            # convergence is judged on the EM steps (ll0 -> ll: the second step's change), never on
-            # an extrapolation, which may gain little far from the optimum
-        else:
-            it += 1
-            Va, Ea, s2a, stats = em_step(Va, Ea, s2a, stats)
-        V[act], E[act], s2[act] = Va, Ea, s2a
-        ll = stats[0] if not accelerate else torch.where(torch.isfinite(stats[0]), ll, stats[0])
-        keep = retire_finished(ll, ll0, tol, n, act, status)
-        if keep is not None:
-            act, Xd, ya, fa, ll = act[keep], Xd[keep], ya[keep], fa[keep], ll[keep]
-            Va, Ea, s2a = Va[keep], Ea[keep], s2a[keep]
-            stats = tuple(s[keep] for s in stats)
+    steps = _FusedSteps(em_pass, Xd, ya, fa, shared, kernel)
+    out = run_em(steps, (V, E, s2), n=n, max_iter=max_iter, tol=tol, accelerate=accelerate, compile=compile)
+    (V, E, s2), status, paths = out["state"], out["status"], out["paths"]
     n_newton = np.zeros(B, dtype=int)
     if polish_iter > 0:
-        from moestat.estimators.mle_newton import polish_starts
-
-        n_newton = polish_starts(X, Y, rep, V, E, s2, status, trace, var_floor=var_floor, tol=tol,
+        n_newton = polish_starts(X, Y, rep, V, E, s2, status, paths, var_floor=var_floor, tol=tol,
                                  max_iter=int(polish_iter), shared=shared)
-    paths: list[list[float]] = [[] for _ in range(B)]
-    for idx, vals in trace:
-        for b, v in zip(idx.tolist(), vals.tolist()):
-            paths[b].append(v)
     return {
         "V": V.cpu().numpy(), "E": E.cpu().numpy(), "s2": s2.cpu().numpy(),
         "loglik": np.array([pth[-1] for pth in paths]), "n_iter": np.array([len(pth) - 1 for pth in paths]),
         "status": status, "n_newton": n_newton,
-        "paths": [np.array(pth) for pth in paths], "kernel": kernel,
+        "paths": [np.array(pth) for pth in paths], "kernel": out["steps"].kernel,
     }

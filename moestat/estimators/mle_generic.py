@@ -24,10 +24,9 @@ parameters: softmax with a reference atom -- every row but the last (``beta0_k =
 0``); a Gaussian gate -- every centre and ``beta0_1 .. beta0_{k-1}`` (``beta0`` is renormalised to
 ``logsumexp = 0`` in the result: ``exp(beta0)`` are the mixing weights); a sigmoid gate -- all.
 
-SQUAREM (Varadhan & Roland 2008) and the Newton polish with its second-order certificate
-(:func:`~moestat.estimators.generic_refine.polish`: damped Newton on the observed log-likelihood, Hessian by :mod:`torch.func`) work
-as in :mod:`moestat.estimators.mle`, whose fused EM stays the fit of the dense linear softmax gate
-with linear experts (model 1 of Nguyen, Nguyen & Ho (2023)).
+The loop (SQUAREM, retirement, traces) is :mod:`moestat.estimators.em_driver`'s, the Newton polish
+:mod:`moestat.estimators.newton`'s (Hessian by :mod:`torch.func`), as for the fused EM of
+:mod:`moestat.estimators.mle` (the dense linear softmax gate with linear experts).
 
 Speed.  Per-sample tensors are atom-major, ``[B, k, n]``.  The E-step returns a :class:`Posterior`
 with everything of the M-step that is a pass over the samples; where a step has a closed form
@@ -45,14 +44,18 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch.func import grad, jacfwd
+from torch.func import jacfwd
 
-from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows, retire_finished
+from moestat.estimators import mle_fused, newton
+from moestat.estimators.em_driver import compile_batched, run_em
+from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
+from moestat.estimators.newton import ascent, grad_hess
 from moestat.model.likelihood import LikelihoodModel, log_gate
 
-__all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled"]
+__all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled", "score_search",
+           "topk_search", "polish"]
 
-_LAM0, _LAM_MAX = 1e-6, 1e12
+_LAM0 = 1e-6
 #: up to this many features ``p = d + 1``, affine maps and sums over the samples are written as
 #: products of ``[B, n]`` feature rows (one fused loop under torch.compile); above, as matmuls
 _ROWWISE_MAX_P = 5
@@ -293,14 +296,6 @@ class Posterior(NamedTuple):
     pi: torch.Tensor | None
     u: torch.Tensor | None
 
-    def take(self, idx) -> "Posterior":
-        return Posterior(*(None if a is None else a[idx] for a in self))
-
-    def where(self, take: torch.Tensor, other: "Posterior") -> "Posterior":
-        """Entry-wise ``self`` where ``take [B]``, else ``other``."""
-        return Posterior(*(None if a is None else torch.where(take.reshape((-1,) + (1,) * (a.dim() - 1)), a, b)
-                           for a, b in zip(self, other)))
-
 
 _COMPILED: dict = {}
 
@@ -318,22 +313,10 @@ def _q_gate_affine_fn(em, fv, X, rA):
 
 
 def _compiled(name: str, fn):
-    """``fn(em, *tensors)`` under ``torch.compile`` (dynamic shapes; one compilation per process and
-    kind of model), with the lone-entry guard of :func:`moestat.estimators.mle_fused._pass_function`:
-    a batch of one is run twice over, so dynamo does not specialise on ``B = 1`` and compile again."""
+    """``fn(em, *tensors)`` under ``torch.compile`` (:func:`~moestat.estimators.em_driver.compile_batched`;
+    one compilation per process and kind of model)."""
     if name not in _COMPILED:
-        from moestat.devices import prepare_compile
-
-        prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
-        c = torch.compile(fn, dynamic=True)
-
-        def run(em, *ts):
-            if ts[0].shape[0] == 1:
-                out = c(em, *(torch.cat([t, t]) for t in ts))
-                return torch.utils._pytree.tree_map(lambda o: None if o is None else o[:1], out)
-            return c(em, *ts)
-
-        _COMPILED[name] = run
+        _COMPILED[name] = compile_batched(fn, lead=1)
     return _COMPILED[name]
 
 
@@ -343,9 +326,7 @@ def use_compiled(em: "GenericEM", compile, size: int, device) -> bool:
     ``True``, or ``"auto"`` and ``size = B n`` reaches
     :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES` on the CPU (the fused EM's rule).
     Returns whether it does; the methods are replaced on this instance only."""
-    from moestat.estimators.mle_fused import COMPILE_MIN_SAMPLES
-
-    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu"
+    want = compile is True or (compile == "auto" and size >= mle_fused.COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu"
                                and not _COMPILED.get("unavailable"))
     if want:
         est, qg, qa = _compiled("estep", _estep_fn), _compiled("q_gate", _q_gate_fn), _compiled("q_gate_affine", _q_gate_affine_fn)
@@ -353,42 +334,6 @@ def use_compiled(em: "GenericEM", compile, size: int, device) -> bool:
         em.estep = lambda th, X, Y: est(em, *th, X, Y)
         em.q_gate = lambda fv, X, r: qg(em, fv, X, r)
     return bool(want)
-
-
-def _grad_hess(F, theta: torch.Tensor):
-    """Per-entry gradient ``[..., m]`` and Hessian ``[..., m, m]`` of ``F(theta [..., m]) -> [...]``
-    whose entries are independent: the gradient of the sum, then one forward-mode pass per
-    coordinate of a perturbation shared by every entry (:func:`torch.func.jacfwd`)."""
-    gsum = grad(lambda t: F(t).sum())
-    g = gsum(theta)
-    H = jacfwd(lambda dl: gsum(theta + dl))(theta.new_zeros(theta.shape[-1]))
-    return g, H
-
-
-def _ascent(F, theta, lam, g, C, tries: int = 8, f0=None):
-    """One Levenberg--Marquardt-damped ascent step of ``F`` per entry: solve ``(C + lam (|diag C|
-    + 1e-12) I) s = g`` (``C``: minus the Hessian, or its PSD part); a step that does not increase
-    ``F`` is retried with ``10 lam`` (up to ``tries`` times) and dropped after that.  ``f0``: ``F(theta)``
-    when the caller has it.  Returns the new ``theta`` and ``lam``."""
-    if theta.shape[-1] == 0:
-        return theta, lam
-    f0 = F(theta) if f0 is None else f0
-    eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
-    D = C.diagonal(dim1=-2, dim2=-1).abs() + 1e-12
-    out, lam = theta.clone(), lam.clone()
-    todo = torch.isfinite(f0) & torch.isfinite(g).all(-1) & torch.isfinite(C).all((-2, -1))
-    for _ in range(tries):
-        if not bool(todo.any()):
-            break
-        s, info = torch.linalg.solve_ex(C + lam[..., None, None] * (D.unsqueeze(-1) * eye), g.unsqueeze(-1))
-        s = s.squeeze(-1)
-        cand = theta + torch.where(torch.isfinite(s) & todo.unsqueeze(-1), s, torch.zeros_like(s))
-        f1 = F(cand)
-        ok = todo & (info == 0) & torch.isfinite(f1) & (f1 >= f0)
-        out = torch.where(ok.unsqueeze(-1), cand, out)
-        lam = torch.where(ok, (lam / 3).clamp_min(1e-12), torch.where(todo, (lam * 10).clamp_max(_LAM_MAX), lam))
-        todo = todo & ~ok
-    return out, lam
 
 
 def multinomial_expert_fisher(em: GenericEM, eta, X, Y, r):
@@ -456,32 +401,35 @@ def _gate_step(em: GenericEM, fv, lam, X, post):
     softmax of a linear score, then in closed form) and ``pi = softmax(u)``:
     gradient ``sum_n J^T (r - pi)``, curvature ``sum_n J^T (diag pi - pi pi^T) J`` -- minus the
     Hessian where ``u`` is linear in the parameters (a linear-score softmax: IRLS), its positive
-    semi-definite part otherwise; kept only where ``Q_g`` increases (:func:`_ascent`).
+    semi-definite part otherwise; kept only where ``Q_g`` increases (:func:`~moestat.estimators.newton.ascent`).
     """
     if fv.shape[-1] == 0:
         return fv, lam
     g, C = gate_fisher(em, fv, X, post)
     if post.rA is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
-        return _ascent(lambda t: em.q_gate_affine(t, X, post.rA), fv, lam, g, C, f0=post.f0)
-    return _ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
+        return ascent(lambda t: em.q_gate_affine(t, X, post.rA), fv, lam, g, C, f0=post.f0)
+    return ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
 
 
-class _State:
+class _State(NamedTuple):
     """Parameters of the active entries: free gate ``fv [B, mg]``, ``eta [B, k, q]``, ``ls2 [B, k]``
-    (log-variances; zeros and unused for the multinomial family) and the damping of every block."""
+    (log-variances; zeros and unused for the multinomial family) and the dampings of the gate
+    ``lam_g [B]`` and of the experts ``lam_e [B, k]``."""
 
-    def __init__(self, fv, eta, ls2, lam_g, lam_e):
-        self.fv, self.eta, self.ls2, self.lam_g, self.lam_e = fv, eta, ls2, lam_g, lam_e
+    fv: torch.Tensor
+    eta: torch.Tensor
+    ls2: torch.Tensor
+    lam_g: torch.Tensor
+    lam_e: torch.Tensor
 
     @property
     def th(self):
         return (self.fv, self.eta, self.ls2)
 
-    def flat(self):
-        return torch.cat([self.fv, self.eta.flatten(1), self.ls2], 1)
-
-    def take(self, idx):
-        return _State(*(a[idx] for a in (self.fv, self.eta, self.ls2, self.lam_g, self.lam_e)))
+    def vector(self, ls2: bool = True) -> torch.Tensor:
+        """The one layout ``(fv, vec(eta), ls2)`` ``[B, mg + k q (+ k)]`` of SQUAREM and the Newton polish
+        (:func:`moestat.estimators.mle_newton.pack`'s for the linear softmax); ``ls2=False``: without ``ls2``."""
+        return torch.cat([self.fv, self.eta.flatten(1)] + ([self.ls2] if ls2 else []), 1)
 
 
 def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
@@ -489,7 +437,7 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
     (:meth:`GenericEM.estep`) at ``st``, for the data ``X [B, n, d]``, ``Y [B, n]``."""
     r = post.r
     n = X.shape[1]
-    eta, ls2 = st.eta, st.ls2
+    eta, ls2, lam_e = st.eta, st.ls2, st.lam_e
     wss = None
     if em.linear:  # weighted least squares from the E-step's sums: the exact maximiser, as a correction
         delta, wss, _ = expert_wls(post.M, post.ge, post.q, n)
@@ -499,9 +447,9 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
         if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
             g, C = multinomial_expert_fisher(em, eta, X, Y, r)
         else:
-            g, H = _grad_hess(F, eta)
+            g, H = grad_hess(F, eta)
             C = -H
-        eta, st.lam_e = _ascent(F, eta, st.lam_e, g, C)
+        eta, lam_e = ascent(F, eta, st.lam_e, g, C)
     if em.gaussian:
         mass = post.M[..., -1, -1] if em.linear else r.sum(-1)
         if wss is None:
@@ -509,12 +457,50 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
         s2 = torch.where(mass > 1e-8 * n, wss / mass.clamp_min(1e-300), torch.exp(ls2))
         ls2 = torch.log(torch.maximum(s2, floor.unsqueeze(-1)))
     fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, post)
-    return _State(fv, eta, ls2, lam_g, st.lam_e)
+    return _State(fv, eta, ls2, lam_g, lam_e)
+
+
+class _GenericSteps:
+    """The generic EM's hooks for :func:`moestat.estimators.em_driver.run_em` on the data ``X [B, n, d]``,
+    ``Y [B, n]`` with variance floors ``floor [B]``: the state is a :class:`_State`, the posterior a
+    :class:`Posterior`, SQUAREM's coordinates ``(fv, eta, ls2)``; ``compiled``: whether ``em``'s
+    E-step and gate objective run compiled (:func:`use_compiled`)."""
+
+    name = "the generic EM"
+
+    def __init__(self, em: GenericEM, X, Y, floor, compiled: bool) -> None:
+        self.em, self.X, self.Y, self.floor, self.compiled = em, X, Y, floor, compiled
+
+    def estep(self, st: _State):
+        return self.em.estep(st.th, self.X, self.Y)
+
+    def step(self, st: _State, post: Posterior):
+        s1 = _m_step(self.em, st, self.X, self.Y, post, self.floor)
+        return s1, *self.em.estep(s1.th, self.X, self.Y)
+
+    def to_vector(self, st: _State):
+        return st.vector()
+
+    def from_vector(self, ext, like: _State) -> _State:
+        mg, k, q = self.em.mg, like.eta.shape[1], like.eta.shape[2]
+        ls2 = ext[:, mg + k * q :]
+        if self.em.gaussian:
+            ls2 = torch.maximum(ls2, torch.log(self.floor).unsqueeze(-1))
+        return _State(ext[:, :mg], ext[:, mg : mg + k * q].reshape(-1, k, q), ls2, like.lam_g, like.lam_e)
+
+    def compact(self, keep) -> None:
+        self.X, self.Y, self.floor = self.X[keep], self.Y[keep], self.floor[keep]
+
+    def eager(self) -> "_GenericSteps":
+        _COMPILED["unavailable"] = True  # "auto" does not try again in this process
+        em = self.em
+        return _GenericSteps(GenericEM(em.model, em.k, em.d, self.X.dtype), self.X, self.Y, self.floor, False)
 
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
                 accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto") -> dict:
-    """Batched generalised EM (see the module docstring) from ``B`` starts.
+    """Batched generalised EM (module docstring) from ``B`` starts by :func:`~moestat.estimators.em_driver.run_em`;
+    then :func:`topk_search` for a Top-K gate, and the Newton polish (:func:`polish`).
 
     Parameters
     ----------
@@ -541,77 +527,124 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     em = GenericEM(model, k, d, X.dtype)
     compiled = use_compiled(em, compile, B * n, X.device)
     floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
-    if not em.gaussian:
-        ls2 = torch.zeros(B, k, dtype=X.dtype)
-    ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else ls2
+    ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else torch.zeros(B, k, dtype=X.dtype)
     lam0 = torch.full((B,), _LAM0, dtype=X.dtype)
-    full = _State(fv.clone(), eta.clone(), ls2.clone(), lam0, torch.full((B, k), _LAM0, dtype=X.dtype))
-    status = ["max_iter"] * B
-    paths: list[list[float]] = [[] for _ in range(B)]
-    act = torch.arange(B)
-    st, Xa, Ya, fa = full.take(act), X, Y, floor  # a copy: full is written into below
-    try:
-        ll, r = em.estep(st.th, Xa, Ya)
-    except torch._dynamo.exc.BackendCompilerFailed as exc:  # no working C++ compiler: the same steps, eager
-        if compile is True:
-            raise
-        import warnings
-
-        warnings.warn(f"torch.compile is unavailable ({type(exc).__name__}); the generic EM runs eagerly", RuntimeWarning)
-        _COMPILED["unavailable"] = True  # "auto" does not try again in this process
-        em, compiled = GenericEM(model, k, d, X.dtype), False
-        ll, r = em.estep(st.th, Xa, Ya)  # r: the posterior (Posterior)
-    for b, v in zip(act.tolist(), ll.tolist()):
-        paths[b].append(v)
-
-    def step(s, r):
-        s1 = _m_step(em, s, Xa, Ya, r, fa)
-        return s1, *em.estep(s1.th, Xa, Ya)
-
-    it = 0
-    while act.numel() and it < max_iter:
-        ll0 = ll
-        if accelerate:  # SQUAREM (SqS3) along two GEM steps, kept where no worse than the second step
-            it += 2
-            s1, l1, r1 = step(st, r)
-            s2_, l2, r2 = step(s1, r1)
-            t0, t1, t2 = st.flat(), s1.flat(), s2_.flat()
-            rr, v = t1 - t0, t2 - 2 * t1 + t0
-            alpha = -(rr.norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).clamp_min(1.0)
-            ext = t0 - 2 * alpha[:, None] * rr + alpha[:, None] ** 2 * v
-            mg, kq = em.mg, k * eta.shape[-1]
-            ls2x = ext[:, mg + kq :]
-            if em.gaussian:
-                ls2x = torch.maximum(ls2x, torch.log(fa).unsqueeze(-1))
-            sx = _State(ext[:, :mg], ext[:, mg : mg + kq].reshape(-1, k, eta.shape[-1]), ls2x, s2_.lam_g, s2_.lam_e)
-            lx, rx = em.estep(sx.th, Xa, Ya)
-            take = torch.isfinite(lx) & (lx >= l2) & ((l2 - l1).abs() > tol * n)
-            w = lambda a, b: torch.where(take.reshape(-1, *([1] * (a.dim() - 1))), a, b)  # noqa: E731
-            st = _State(*(w(a, b) for a, b in zip((sx.fv, sx.eta, sx.ls2), (s2_.fv, s2_.eta, s2_.ls2))), s2_.lam_g, s2_.lam_e)
-            for b, v1, v2, vx, tk in zip(act.tolist(), l1.tolist(), l2.tolist(), lx.tolist(), take.tolist()):
-                paths[b] += [v1, v2] + ([vx] if tk else [])
-            ll0, ll, r = l1, torch.where(take, lx, l2), rx.where(take, r2)
-        else:
-            it += 1
-            st, ll, r = step(st, r)
-            for b, v in zip(act.tolist(), ll.tolist()):
-                paths[b].append(v)
-        full.fv[act], full.eta[act], full.ls2[act] = st.fv, st.eta, st.ls2
-        keep = retire_finished(ll, ll0, tol, n, act, status)
-        if keep is not None:
-            act, Xa, Ya, fa, ll = act[keep], Xa[keep], Ya[keep], fa[keep], ll[keep]
-            r = r.take(keep)
-            st = st.take(keep)
-    from moestat.estimators.generic_refine import polish, topk_search
-
+    start = _State(fv, eta, ls2, lam0, torch.full((B, k), _LAM0, dtype=X.dtype))
+    out = run_em(_GenericSteps(em, X, Y, floor, compiled), start, n=n, max_iter=max_iter, tol=tol,
+                 accelerate=accelerate, compile=compile)
+    full, status, paths, steps = out["state"], out["status"], out["paths"], out["steps"]
+    em, compiled = steps.em, steps.compiled
     if em.topk and search_rounds > 0:
         topk_search(model, em, full, X, Y, status, paths, rounds=search_rounds, max_iter=max_iter, tol=tol,
-                     var_floor=var_floor, accelerate=accelerate, compile=compile if compiled else False)
+                    var_floor=var_floor, accelerate=accelerate, compile=compile if compiled else False)
     n_newton = np.zeros(B, dtype=int)
     if polish_iter > 0:
-        n_newton = polish(em, full, X, Y, floor, status, paths, tol=tol, max_iter=polish_iter)
+        full, n_newton = polish(em, full, X, Y, floor, status, paths, tol=tol, max_iter=polish_iter)
     return {
         "fv": full.fv.numpy(), "eta": full.eta.numpy(), "ls2": full.ls2.numpy(), "status": status,
         "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
         "n_newton": n_newton, "paths": [np.array(p) for p in paths], "kernel": "generic-compiled" if compiled else "generic",
     }
+
+
+# ---- after EM: the Top-K score search and the Newton polish ------------------------------------
+#: Relative steps of the score search (times ``|theta_j| + 0.1``), both signs, from 1e-3 to 1.
+_SEARCH_STEPS = np.concatenate([-np.geomspace(1e-3, 1.0, 12), np.geomspace(1e-3, 1.0, 12)])
+
+
+def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
+    """One sweep of coordinate search over the gate's *score* parameters (``beta1``) on the observed
+    log-likelihood: for each coordinate in turn, the best of :data:`_SEARCH_STEPS` if it increases
+    the likelihood, per batch entry.
+
+    A Top-K gate activates the experts of the K largest scores ``beta1_i^T x``: which experts are
+    active is piecewise constant in ``beta1``, so no derivative sees a boundary move and EM keeps
+    its start's active sets.  A derivative-free move of ``beta1`` can cross them (the coordinate
+    descent that Nguyen, Akbarian, Yan & Ho (2024, Appendix D) use beside EM).  Returns the new
+    ``fv [B, mg]`` and the gain in log-likelihood ``[B]``.
+    """
+    idx = torch.nonzero(em.free).flatten()
+    coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
+    fv, best = fv.clone(), ll.clone()
+    for j in coords:
+        scale = fv[:, j].abs() + 0.1
+        col, top = fv[:, j].clone(), best.clone()
+        for t in _SEARCH_STEPS:
+            cand = fv.clone()
+            cand[:, j] = fv[:, j] + float(t) * scale
+            v = em.loglik(cand, eta, ls2, X, Y)
+            better = torch.isfinite(v) & (v > top)
+            top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
+        fv[:, j], best = col, top
+    return fv, best - ll
+
+
+def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
+                accelerate, compile="auto") -> None:
+    """Alternate :func:`score_search` and EM (:func:`fit_generic`) until no entry gains more than
+    ``tol * n``; updates ``full``'s tensors, ``status`` and ``paths`` in place (every accepted move
+    and EM step is on the trace, so it still never decreases)."""
+    n = X.shape[1]
+    for _ in range(int(rounds)):
+        ok = torch.tensor([s != "nonfinite" for s in status])
+        if not bool(ok.any()):
+            return
+        act = torch.nonzero(ok).flatten()
+        ll = em.loglik(full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act])
+        fv, gain = score_search(em, full.fv[act], full.eta[act], full.ls2[act], X[act], Y[act], ll)
+        moved = torch.isfinite(gain) & (gain > tol * n)
+        if not bool(moved.any()):
+            return
+        sel = act[moved]
+        sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
+                          var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0, compile=compile)
+        full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)
+        full.eta[sel] = torch.as_tensor(sub["eta"], dtype=X.dtype)
+        full.ls2[sel] = torch.as_tensor(sub["ls2"], dtype=X.dtype)
+        for j, b in enumerate(sel.tolist()):
+            paths[b] += sub["paths"][j].tolist()  # starts at the searched point
+            status[b] = sub["status"][j]
+
+
+def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> tuple[_State, np.ndarray]:
+    """Damped Newton on the observed log-likelihood for every finite start, with the certificate
+    (:func:`moestat.estimators.newton.polish`, steps by :func:`~moestat.estimators.newton.ascent`).
+
+    Coordinates ``(free gate, eta, log sigma^2)``; a step is kept only if the log-likelihood does
+    not decrease.  A start that reaches the certificate gets status ``"newton"``; the others keep
+    EM's.  Updates ``status`` and ``paths`` in place; returns the polished state and the accepted
+    steps per start ``[B]``.
+    """
+    B, n, _ = X.shape
+    k, qe = st.eta.shape[1], st.eta.shape[2]
+    mg, kq, gauss = em.mg, k * qe, em.gaussian
+
+    def f(theta, x, y):
+        ls2 = theta[..., mg + kq :] if gauss else theta.new_zeros(theta.shape[:-1] + (k,))
+        return em.loglik(theta[..., :mg], theta[..., mg : mg + kq].reshape(theta.shape[:-1] + (k, qe)), ls2, x, y)
+
+    theta = st.vector(ls2=gauss)  # the multinomial family has no variance
+    lam = torch.full((B,), 1e-8, dtype=X.dtype)
+
+    def terms(act, th):
+        return grad_hess(lambda t: f(t, X[act], Y[act]), th)
+
+    def ascend(act, th, g, C):
+        x, y = X[act], Y[act]
+        new, lam[act] = ascent(lambda t: f(t, x, y), th, lam[act], g, C)
+        if gauss:  # the variance floor of EM
+            lo = torch.log(floor[act]).unsqueeze(-1)
+            new = torch.cat([new[:, : mg + kq], torch.maximum(new[:, mg + kq :], lo)], 1)
+        l_new, l_old = f(new, x, y), f(th, x, y)
+        moved = torch.isfinite(l_new) & (l_new >= l_old) & (new != th).any(-1)
+        return new, moved, l_new
+
+    act = torch.nonzero(torch.tensor([s != "nonfinite" for s in status])).flatten()
+    out = newton.polish(theta, act, terms, ascend, tol_n=tol * n, max_iter=max_iter, final_step=True)
+    for b in torch.nonzero(out["certified"]).flatten().tolist():
+        status[b] = "newton"
+    for b, p in enumerate(out["paths"]):
+        paths[b] += p
+    th = out["theta"]
+    ls2 = th[:, mg + kq :] if gauss else st.ls2
+    return st._replace(fv=th[:, :mg], eta=th[:, mg : mg + kq].reshape(B, k, qe), ls2=ls2), out["n_iter"].numpy()

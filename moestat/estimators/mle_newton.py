@@ -1,26 +1,20 @@
-"""Second-order polish of the Gaussian-MoE likelihood: damped Newton with a certificate.
+"""The Newton polish of the fused EM (the softmax-gated Gaussian MoE with linear experts): its
+coordinates, and the analytic gradient and Hessian of its log-likelihood.
 
 EM is sublinear where the fitted model is over-fitted: two atoms sharing a cell of the truth make
 the fraction of missing information approach one, and EM (even with SQUAREM) crawls -- in model 1
 of Nguyen, Nguyen & Ho (2023) with ``K = 3``, 7 of 10 fits at n = 20 000 were still moving after
-5 000 iterations (docs/guide/gaussian_moe.rst).  Newton's method does not care about the missing
-information: near a strict local maximum it converges quadratically.  This module takes every finite
-start after EM (also those EM stopped on ``tol``, see :func:`polish_starts`) and runs
-Levenberg--Marquardt-damped Newton steps on the observed-data log-likelihood, batched over starts,
-in the unconstrained coordinates
+5 000 iterations (docs/guide/gaussian_moe.rst).  :func:`polish_starts` takes every finite start
+after EM (also those EM stopped on ``tol``) through :func:`moestat.estimators.newton.polish` (the
+loop and its certificate: negative Hessian positive definite, Newton decrement at most ``tol * n``;
+status ``"newton"``), with Levenberg--Marquardt-damped Newton steps
+(:func:`~moestat.estimators.newton.cholesky_ascent`) in the unconstrained coordinates of :func:`pack`
 
     theta = (V_1, ..., V_{k-1}, E_1, ..., E_k, log sigma_1^2, ..., log sigma_k^2)
 
 (gate rows ``(beta1, beta0)`` except the reference, experts ``(a, b)``, log-variances; one
-log-variance for ``variance="shared"``).  A step is kept only if the log-likelihood does not
-decrease, so the trace stays monotone as EM's does.
-
-The stopping rule is a certificate, not a stall test: a start stops when the negative Hessian is
-positive definite (a strict local maximum is near) and the Newton decrement
-``lambda^2 / 2 = g^T (-H)^{-1} g / 2`` -- the log-likelihood the local quadratic model still
-promises (Boyd & Vandenberghe 2004, section 9.5) -- is at most ``tol * n``, the same per-sample
-tolerance as EM's.  Such a start gets status ``"newton"``; one that does not meet it within the
-budget keeps ``"max_iter"``.
+log-variance for ``variance="shared"``) -- also SQUAREM's coordinates in the fused EM.  A step is
+kept only if the log-likelihood does not decrease, so the trace stays monotone as EM's does.
 
 The gradient and Hessian are analytic (a mixture's ``grad^2 log sum_i exp(u_i) = sum_i r_i
 (grad^2 u_i + grad u_i grad u_i^T) - grad l grad l^T``), accumulated over chunks of samples so
@@ -34,6 +28,8 @@ import math
 
 import numpy as np
 import torch
+
+from moestat.estimators import newton
 
 __all__ = ["pack", "unpack", "loglik", "newton_terms", "polish", "polish_starts"]
 
@@ -170,75 +166,40 @@ def polish(Xe: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, 
     th = pack(V, E, s2, shared)
     lfloor = torch.log(floor).unsqueeze(-1)
     nl = 1 if shared else k
-
-    def clamp(t, b):
-        return torch.cat([t[:, :-nl], torch.maximum(t[:, -nl:], lfloor[b].expand(-1, nl))], 1)
-
     ll = loglik(Xe, y, *unpack(th, k, p, shared))
     mu = torch.full((B,), 1e-6, dtype=th.dtype, device=th.device)
-    cert = torch.zeros(B, dtype=torch.bool, device=th.device)
-    dec = torch.full((B,), math.inf, dtype=th.dtype, device=th.device)
-    steps = torch.zeros(B, dtype=torch.long, device=th.device)
-    paths: list[list[float]] = [[] for _ in range(B)]
-    act = torch.nonzero(torch.isfinite(ll)).flatten()  # entries still iterating
-    for it in range(max_iter + 1):
-        if act.numel() == 0:
-            break
-        _, g, H = newton_terms(Xe[act], y[act], *unpack(th[act], k, p, shared), shared=shared)
-        A = -H
-        L, info = torch.linalg.cholesky_ex(A)
-        pd = (info == 0) & torch.isfinite(g).all(-1)
-        d = torch.full((act.numel(),), math.inf, dtype=th.dtype, device=th.device)
-        if bool(pd.any()):
-            z = torch.cholesky_solve(g[pd].unsqueeze(-1), L[pd]).squeeze(-1)
-            d[pd] = 0.5 * (g[pd] * z).sum(-1)
-        dec[act] = d
-        ok = pd & (d <= tol * n)
-        cert[act[ok]] = True
-        keep = ~ok
-        act, g, A = act[keep], g[keep], A[keep]
-        if act.numel() == 0 or it == max_iter:
-            break
-        # Marquardt's scaling: damp each coordinate by its own curvature (a gate slope of 25 and a
-        # log-variance differ in curvature by orders of magnitude)
-        dsc = A.diagonal(dim1=-2, dim2=-1).abs().clamp_min(1e-12)
-        pend = torch.ones(act.numel(), dtype=torch.bool, device=th.device)
-        for _ in range(40):  # raise the damping until a step is accepted (mu * 4^40 reaches any scale)
-            j = torch.nonzero(pend).flatten()
-            if j.numel() == 0:
-                break
-            b = act[j]
-            Li, inf2 = torch.linalg.cholesky_ex(A[j] + mu[b, None, None] * torch.diag_embed(dsc[j]))
-            okc = inf2 == 0
-            step = torch.where(okc[:, None], torch.cholesky_solve(g[j].unsqueeze(-1), Li).squeeze(-1), torch.zeros_like(g[j]))
-            cand = clamp(th[b] + step, b)
-            llc = loglik(Xe[b], y[b], *unpack(cand, k, p, shared))
-            good = okc & torch.isfinite(llc) & (llc >= ll[b]) & (cand != th[b]).any(-1)
-            gb = b[good]
-            th[gb], ll[gb] = cand[good], llc[good]
-            steps[gb] += 1
-            for e, v in zip(gb.tolist(), llc[good].tolist()):
-                paths[e].append(v)
-            mu[b] = torch.where(good, mu[b] / 3.0, mu[b] * 4.0).clamp(1e-12, 1e12)
-            pend[j[good]] = False
-        # an entry no damping could move is at a point where the quadratic model promises nothing
-        # the log-likelihood can deliver (rounding level): it stays uncertified and leaves
-        act = act[~pend]
-    V1, E1, s21 = unpack(th, k, p, shared)
-    return {"V": V1, "E": E1, "s2": s21.contiguous(), "loglik": ll, "certified": cert, "n_iter": steps,
-            "paths": paths, "decrement": dec}
+
+    def terms(act, t):
+        return newton_terms(Xe[act], y[act], *unpack(t, k, p, shared), shared=shared)[1:]
+
+    def ascend(act, t, g, A):
+        def project(cand, j):  # the variance floor: a log-variance below it is clamped onto it
+            return torch.cat([cand[:, :-nl], torch.maximum(cand[:, -nl:], lfloor[act[j]].expand(-1, nl))], 1)
+
+        def F(cand, j):
+            return loglik(Xe[act[j]], y[act[j]], *unpack(cand, k, p, shared))
+
+        m = mu[act]
+        new, moved, f = newton.cholesky_ascent(F, t, ll[act], g, A, m, project)
+        mu[act], ll[act] = m, f
+        return new, moved, f
+
+    out = newton.polish(th, torch.nonzero(torch.isfinite(ll)).flatten(), terms, ascend, tol_n=tol * n, max_iter=max_iter)
+    V1, E1, s21 = unpack(out["theta"], k, p, shared)
+    return {"V": V1, "E": E1, "s2": s21.contiguous(), "loglik": ll, "certified": out["certified"],
+            "n_iter": out["n_iter"], "paths": out["paths"], "decrement": out["decrement"]}
 
 
 def polish_starts(X: torch.Tensor, Y: torch.Tensor, rep: torch.Tensor, V: torch.Tensor, E: torch.Tensor,
-                  s2: torch.Tensor, status: list, trace: list, *, var_floor: float, tol: float, max_iter: int,
+                  s2: torch.Tensor, status: list, paths: list, *, var_floor: float, tol: float, max_iter: int,
                   shared: bool) -> np.ndarray:
     """:func:`polish` every finite start of a batched EM fit, in place (the last step of
     :func:`moestat.estimators.mle.fit_em`).
 
     ``X [R, n, d]``, ``Y [R, n]``; ``rep [B]`` maps a start to its replicate; ``V, E [B, k, p]``,
     ``s2 [B, k]`` are overwritten with the polished values, ``status`` (length ``B``) gets
-    ``"newton"`` where the certificate holds, and ``trace`` the accepted log-likelihoods as
-    ``(indices, values)`` pairs.  Returns the accepted Newton steps per start, ``[B]``.
+    ``"newton"`` where the certificate holds, and ``paths[b]`` (the trace of start ``b``) the
+    accepted log-likelihoods.  Returns the accepted Newton steps per start, ``[B]``.
 
     Starts EM stopped on ``tol`` are polished too: in a crawl EM's per-iteration change can fall
     below ``tol`` well short of the maximum (measured: 0.012 of log-likelihood at n = 20 000 on
@@ -254,8 +215,7 @@ def polish_starts(X: torch.Tensor, Y: torch.Tensor, rep: torch.Tensor, V: torch.
     pol = polish(Xe, Y[rep[li]], V[li], E[li], s2[li], floor, tol=tol, max_iter=max_iter, shared=shared)
     V[li], E[li], s2[li] = pol["V"], pol["E"], pol["s2"]
     for j, b in enumerate(left):
-        if pol["paths"][j]:
-            trace.append((np.array([b] * len(pol["paths"][j])), np.array(pol["paths"][j])))
+        paths[b].extend(pol["paths"][j])
         n_newton[b] = int(pol["n_iter"][j])
         if bool(pol["certified"][j]):
             status[b] = "newton"

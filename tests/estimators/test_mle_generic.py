@@ -104,7 +104,7 @@ def _unpack(v, G, free, gaussian):
 
 # Top-K: which K experts are active is piecewise constant in beta1, so EM alone never moves a boundary
 # and stopped 4.6 nats below scipy's L-BFGS here (-249.11 against -244.46, the former xfail); the
-# coordinate search on the scores between EM runs (generic_refine.score_search) now climbs to -229.57.
+# coordinate search on the scores between EM runs (mle_generic.score_search) now climbs to -229.57.
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_generic_mle_reaches_scipys_optimum(case):
     gate, expert, atoms = CASES[case]
@@ -315,7 +315,8 @@ def test_the_multinomial_expert_step_equals_the_autograd_newton_step():
     """The closed-form IRLS gradient and Hessian of every atom's Q_i equal torch.func's."""
     import torch
 
-    from moestat.estimators.mle_generic import GenericEM, _grad_hess, multinomial_expert_fisher
+    from moestat.estimators.mle_generic import GenericEM, multinomial_expert_fisher
+    from moestat.estimators.newton import grad_hess as _grad_hess
 
     gate, expert, atoms = CASES["multinomial"]
     sc = _scenario(gate, expert, atoms)
