@@ -16,6 +16,7 @@ from typing import Sequence
 
 from moestat.model.gate_families import GAUSSIAN, SIGMOID, SOFTMAX, GateFamily
 from moestat.model.gates import GATE_KINDS, ScoreFn, cosine_score, linear_score, perturbed_score
+from moestat.model.laplace_gate import LAPLACE
 
 __all__ = ["GATES", "SCORES", "gate_family", "score_function"]
 
@@ -24,6 +25,7 @@ GATES: dict[str, GateFamily] = {
     "softmax": SOFTMAX,
     "sigmoid": SIGMOID,
     "gaussian": GAUSSIAN,
+    "laplace": LAPLACE,
 }
 
 #: the built-in routers' scores: a score function, or (``perturbed``) a factory of ``(tau1, tau2)``
