@@ -65,7 +65,8 @@ from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mappin
 from moestat.model.experts import ACTIVATIONS, Expert
 from moestat.model.gates import Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.protocol import ProtocolGate, ProtocolModel, cosine_score, linear_score, mlp_expert, perturbed_score
+from moestat.model.gate_registry import SCORES, score_function
+from moestat.model.protocol import ProtocolGate, ProtocolModel, mlp_expert
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 
@@ -354,7 +355,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
     kind = str(expert.get("kind", "gelu"))
     kind = "identity" if kind == "linear" else kind
     kinds = ACTIVATIONS + ("linear", "mlp", "multinomial")
-    if score not in ("linear", "cosine", "perturbed"):
+    if score not in SCORES:
         raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
     if kind not in kinds:
         raise _err(where, f"expert.kind must be one of {kinds}, got {kind!r}")
@@ -367,13 +368,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
             return MoEModel(Gate(score, tau=tau, k_active=k_active), Expert(kind, degree=int(expert.get("degree", 2))))
         except (TypeError, ValueError) as e:
             raise _err(where, f"[gate]/[expert]: {e}") from None
-    if score == "linear":
-        sfn = linear_score
-    elif score == "cosine":
-        sfn = cosine_score
-    else:
-        t = (float(tau), float(tau)) if isinstance(tau, (int, float)) else tuple(float(v) for v in tau)
-        sfn = perturbed_score(*t)
+    sfn = score_function(score, tau)  # the built-in routers' scores (moestat.model.gate_registry)
     try:
         if act is not None:  # the activation variant of the dense-to-sparse gate: act(s(x)) / T
             phi, base = activation_fn(str(act)), sfn

@@ -17,10 +17,8 @@ def to_free(em: GenericEM, G) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     """``(fv [B, mg], eta [B, k, q], ls2 [B, k])`` from a flat batch ``G [B]`` (its ``eta`` ends with
     the variance for the Gaussian family); the gate is moved to :class:`GenericEM`'s convention."""
     V = np.concatenate([G.beta1, G.beta0[..., None]], axis=-1)  # [B, k, p]
-    if em.model.gate.reference:
-        V = V - V[:, -1:, :]  # softmax is invariant to a common shift of (beta1, beta0)
-    elif em.model.gate.normalisation == "gaussian":
-        V[..., -1] -= V[:, -1:, -1]  # ... a Gaussian gate to one of beta0
+    gate = em.model.gate
+    V = gate.family.to_convention(V, bool(gate.reference))  # the shift the gate is invariant to
     fv = torch.as_tensor(V.reshape(V.shape[0], -1)[:, em.free.numpy()].copy())
     eta = torch.as_tensor(np.array(G.eta[..., : em.q], dtype=np.float64))
     B, k = G.beta0.shape
@@ -30,17 +28,13 @@ def to_free(em: GenericEM, G) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def from_free(em: GenericEM, fv: np.ndarray, eta: np.ndarray, ls2: np.ndarray):
     """The :class:`MixingMeasure` ``[B]`` of :func:`to_free`'s layout (a Gaussian gate's ``exp(beta0)`` summing to one)."""
-    from scipy.special import logsumexp
-
     from moestat.model.mixing import MixingMeasure
 
     B = fv.shape[0]
     V = np.zeros((B, em.k * em.p))
     V[:, em.free.numpy()] = fv
     V = V.reshape(B, em.k, em.p)
-    b0, b1 = V[..., -1].copy(), V[..., :-1].copy()
-    if em.model.gate.normalisation == "gaussian":
-        b0 = b0 - logsumexp(b0, axis=-1, keepdims=True)
+    b0, b1 = em.model.gate.family.canonical_bias(V[..., -1].copy()), V[..., :-1].copy()
     full = np.concatenate([eta, np.exp(ls2)[..., None]], -1) if em.gaussian else eta
     return MixingMeasure(b0, b1, full)
 

@@ -149,19 +149,14 @@ class GenericEM:
         """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, -2)`` (Top-K zeros ``-inf``)."""
         V = self.gate_V(fv)
         g = self.model.gate
-        if self.affine_gate:  # (beta1^T x + beta0) / tau, atom-major
+        if self.affine_gate:  # the linear score beta1^T x, atom-major, by feature rows (one fused loop)
             xs = _features(X)
             if xs is None:
                 s = V[..., : self.d] @ X.transpose(-1, -2)
             else:
                 s = feature_affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), xs)
-            u = s + V[..., self.d :]
-            if g.temperature != 1:
-                u = u / g.temperature
-            if self.topk:  # Top-K on the score, before the bias (Nguyen et al. (2024), eq. (2)); as log_gate
-                keep = torch.zeros_like(s, dtype=torch.bool).scatter(-2, torch.topk(s.detach(), g.k_active, dim=-2).indices, True)
-                u = u.masked_fill(~keep, float("-inf"))
-            return u
+            # the gate's own formula on that score (bias, temperature, Top-K; the logits, not normalised)
+            return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
         return log_gate(g, X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
 
     @staticmethod

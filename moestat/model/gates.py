@@ -13,6 +13,11 @@ weights.  It does so in two steps, following Nguyen et al. (2024), eqs. (2) and 
    Lemma 3 rely on), then a softmax of ``score + beta0`` over the K selected experts; the others
    get weight exactly 0.  ``k_active=None`` (or K = k) is the dense softmax gate.
 
+Step 2 is the formula of the registered softmax gate (:data:`moestat.model.gate_families.SOFTMAX`,
+one of :data:`moestat.model.gate_registry.GATES`), written once there: :class:`Gate` (the built-in
+routers) and :func:`gate_weights` call it, as do the protocol's gates.  The scores here are also
+the ``score`` of a scenario file (:data:`moestat.model.gate_registry.SCORES`).
+
 Every function works on torch tensors with arbitrary leading batch dimensions, e.g. a replicate
 axis: ``x`` has shape ``[..., n, d]``, ``beta1`` ``[..., k, d]``, ``beta0`` ``[..., k]`` and the
 result ``[..., n, k]``.  NumPy arrays are accepted and converted.
@@ -21,10 +26,13 @@ result ``[..., n, k]``.  NumPy arrays are accepted and converted.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence, Union
+from types import SimpleNamespace
+from typing import Callable, ClassVar, Iterable, Mapping, Sequence, Union
 
 import numpy.typing as npt
 import torch
+
+from moestat.model.gate_families import SOFTMAX, safe_norm, top_k_mask
 
 __all__ = [
     "GATE_KINDS",
@@ -32,6 +40,9 @@ __all__ = [
     "canonical_name",
     "Gate",
     "gate_scores",
+    "linear_score",
+    "cosine_score",
+    "perturbed_score",
     "safe_norm",
     "top_k_mask",
     "gate_weights",
@@ -124,17 +135,6 @@ def _as_tensor(a: TensorLike, like: torch.Tensor | None = None) -> torch.Tensor:
     return torch.as_tensor(a, dtype=dtype, device=device)
 
 
-def safe_norm(v: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
-    """Euclidean norm whose gradient at the zero vector is 0 instead of NaN.
-
-    The reference expert (convention (A.3) of Nguyen et al. (2024)) has ``beta1 = 0``;
-    ``torch.linalg.norm`` would put ``0 * inf`` into the backward pass there.
-    """
-    sq = (v * v).sum(dim=dim, keepdim=keepdim)
-    pos = sq > 0
-    return torch.where(pos, torch.sqrt(torch.where(pos, sq, torch.ones_like(sq))), torch.zeros_like(sq))
-
-
 def _normalise_tau(tau: float | Sequence[float]) -> tuple[float, float]:
     if isinstance(tau, (int, float)):
         t1 = t2 = float(tau)
@@ -197,22 +197,6 @@ def gate_scores(
     return torch.where(pos, dots / torch.where(pos, denom, torch.ones_like(denom)), torch.zeros_like(dots))
 
 
-def top_k_mask(scores: torch.Tensor, k_active: int | None) -> torch.Tensor:
-    """Boolean mask of the ``k_active`` largest scores along the last axis.
-
-    Ties are broken by ``torch.topk`` (lowest index first in practice); they have probability 0
-    for continuous inputs.  ``None`` or ``k_active == k`` selects every expert.
-    """
-    k = scores.shape[-1]
-    if k_active is None or k_active == k:
-        return torch.ones_like(scores, dtype=torch.bool)
-    if not (1 <= k_active <= k):
-        raise ValueError(f"k_active must be between 1 and the number of experts {k}, got {k_active}")
-    idx = torch.topk(scores, k_active, dim=-1).indices
-    mask = torch.zeros_like(scores, dtype=torch.bool)
-    return mask.scatter(-1, idx, True)
-
-
 def gate_weights(scores: torch.Tensor, beta0: TensorLike, k_active: int | None = None) -> torch.Tensor:
     """Softmax of ``score + beta0`` over the Top-K experts chosen on the score alone.
 
@@ -231,11 +215,29 @@ def gate_weights(scores: torch.Tensor, beta0: TensorLike, k_active: int | None =
         Non-negative weights summing to 1 over the last axis, exactly 0 off the Top-K set.
     """
     beta0 = _as_tensor(beta0, like=scores)
-    logits = scores + beta0.unsqueeze(-2)
-    mask = top_k_mask(scores, k_active)
-    if not bool(mask.all()):
-        logits = logits.masked_fill(~mask, float("-inf"))
-    return torch.softmax(logits, dim=-1)
+    k = scores.shape[-1]
+    if k_active is not None and not (1 <= k_active <= k):
+        raise ValueError(f"k_active must be between 1 and the number of experts {k}, got {k_active}")
+    return SOFTMAX.weights_from_scores(SimpleNamespace(k_active=k_active, temperature=1.0), scores, beta0)
+
+
+#: ``s(x [..., n, d], beta1 [..., k, d]) -> [..., n, k]``, the score of a gate without the bias
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def linear_score(x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
+    """``s_i(x) = beta1_i^T x`` (softmax gating; sigmoid gating of Nguyen, Ho & Rinaldo (2024))."""
+    return x @ beta1.transpose(-1, -2)
+
+
+def cosine_score(x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
+    """The cosine router's score (Nguyen et al. (2024), eq. (2))."""
+    return gate_scores(x, beta1, "cosine")
+
+
+def perturbed_score(tau1: float = 1.0, tau2: float = 1.0) -> ScoreFn:
+    """The perturbed cosine router's score (Nguyen et al. (2024), eq. (9))."""
+    return lambda x, beta1: gate_scores(x, beta1, "perturbed", (tau1, tau2))
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,9 @@ class Gate:
     kind: str = "perturbed"
     tau: float | tuple[float, float] = 1.0
     k_active: int | None = None
+    #: the built-in routers are softmax gates without a temperature (:data:`~moestat.model.gate_families.SOFTMAX`)
+    temperature: ClassVar[float] = 1.0
+    family: ClassVar = SOFTMAX
 
     def __post_init__(self) -> None:
         if self.kind not in GATE_KINDS:
@@ -302,7 +307,8 @@ class Gate:
         """Mixture weights ``[..., n, k]``; see :func:`gate_weights`."""
         beta1 = _as_tensor(beta1)
         self.check_n_experts(beta1.shape[-2])
-        return gate_weights(self.scores(x, beta1), beta0, self.k_active)
+        scores = self.scores(x, beta1)
+        return SOFTMAX.weights_from_scores(self, scores, _as_tensor(beta0, like=scores))
 
     def describe(self) -> str:
         """Short human-readable name, e.g. ``perturbed(tau=1,1) top-2``."""

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from moestat.model.gates import linear_score
 from moestat.model.mixing import MixingMeasure
 from moestat.model.protocol import FunctionExpert, ProtocolGate
 
@@ -88,24 +89,13 @@ def log_gate(gate: ProtocolGate, x: torch.Tensor, beta0: torch.Tensor, beta1: to
              normalise: bool = True) -> torch.Tensor:
     """Log gate weights ``[..., n, k]`` that sum to one (sigmoid weights normalised; Top-K zeros are ``-inf``).
 
-    The same weights as :meth:`ProtocolGate.weights`, computed in log space so that their
+    The gate's own formula (:meth:`ProtocolGate.log_weights`,
+    :meth:`~moestat.model.gate_families.GateFamily.log_weights`) in log space, so that its
     derivatives (:mod:`torch.func`) stay finite where a Top-K gate switches an expert off.
     ``normalise=False``: the unnormalised ``u`` with ``log w = log_softmax(u)`` (the logits, or
     ``log sigmoid`` of them).
     """
-    from moestat.model.gates import top_k_mask
-
-    if gate.normalisation == "gaussian":  # log N(x; mu_i, v I) up to a term common to all i
-        s = -0.5 * ((x.unsqueeze(-2) - beta1.unsqueeze(-3)) ** 2).sum(-1) / gate.variance
-    else:
-        s = gate.score(x, beta1)
-    logits = (s + beta0.unsqueeze(-2)) / gate.temperature
-    if gate.normalisation == "sigmoid":
-        logits = torch.nn.functional.logsigmoid(logits)
-    K = gate.k_active
-    if K is not None and K < s.shape[-1]:  # Top-K on the score, before the bias (Nguyen et al. (2024), eq. (2))
-        logits = logits.masked_fill(~top_k_mask(s.detach(), K), float("-inf"))
-    return torch.log_softmax(logits, -1) if normalise else logits
+    return gate.log_weights(x, beta0, beta1, normalise)
 
 
 @dataclass(frozen=True)
@@ -147,8 +137,6 @@ class LikelihoodModel:
     @property
     def is_linear_softmax(self) -> bool:
         """The dense linear softmax gate with linear experts and Gaussian noise: the fast EM's model."""
-        from moestat.model.protocol import linear_score
-
         g = self.gate
         return (self.family == "gaussian" and g.normalisation == "softmax" and g.score is linear_score and g.k_active is None
                 and g.temperature == 1.0 and bool(g.reference) and getattr(self.expert, "name", "") == "identity")

@@ -41,8 +41,10 @@ from typing import Callable
 
 import torch
 
-from moestat.model.experts import Expert
-from moestat.model.gates import Gate, gate_scores, top_k_mask
+from moestat.model.experts import Expert, activation_fn
+from moestat.model.gate_families import GateFamily
+from moestat.model.gate_registry import GATES, score_function
+from moestat.model.gates import Gate, ScoreFn, cosine_score, linear_score, perturbed_score
 from moestat.model.mixing import MixingMeasure
 from moestat.model.regression import MoEModel
 
@@ -59,27 +61,11 @@ __all__ = [
     "sigmoid_gate",
 ]
 
-NORMALISATIONS = ("softmax", "sigmoid", "gaussian")
+#: the gates of :data:`moestat.model.gate_registry.GATES`, by name (``[gate] normalisation``)
+NORMALISATIONS = tuple(GATES)
 
-#: ``s(x [..., n, d], beta1 [..., k, d]) -> [..., n, k]``
-ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: ``h(x [n, d], eta [q]) -> [n]``
 ExpertFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def linear_score(x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
-    """``s_i(x) = beta1_i^T x`` (softmax gating; sigmoid gating of Nguyen, Ho & Rinaldo (2024))."""
-    return x @ beta1.transpose(-1, -2)
-
-
-def cosine_score(x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
-    """The cosine router's score (Nguyen et al. (2024), eq. (2))."""
-    return gate_scores(x, beta1, "cosine")
-
-
-def perturbed_score(tau1: float = 1.0, tau2: float = 1.0) -> ScoreFn:
-    """The perturbed cosine router's score (Nguyen et al. (2024), eq. (9))."""
-    return lambda x, beta1: gate_scores(x, beta1, "perturbed", (tau1, tau2))
 
 
 @dataclass(frozen=True)
@@ -90,19 +76,23 @@ class ProtocolGate:
     ----------
     score : callable
         ``s(x [..., n, d], beta1 [..., k, d]) -> [..., n, k]``, differentiable in ``beta1``.
-    normalisation : {"softmax", "sigmoid", "gaussian"}
-        ``softmax`` of the logits over the (Top-K) experts, elementwise ``sigmoid`` (weights
-        need not sum to one; a likelihood normalises them, :mod:`moestat.model.likelihood`), or
-        ``gaussian``: ``pi_i N(x; mu_i, v I) / sum_j pi_j N(x; mu_j, v I)`` with ``beta0_i = log pi_i``,
-        ``beta1_i = mu_i`` and the known gate variance ``variance`` (the Gaussian gate of Nguyen,
-        Nguyen, Nguyen & Ho (2024) with a known isotropic covariance; the ``score`` is not used).
+    normalisation : str
+        The gate, a name of :data:`moestat.model.gate_registry.GATES`: ``softmax`` of the logits
+        over the (Top-K) experts, elementwise ``sigmoid`` (weights need not sum to one; a likelihood
+        normalises them, :mod:`moestat.model.likelihood`), ``gaussian``: ``pi_i N(x; mu_i, v I) /
+        sum_j pi_j N(x; mu_j, v I)`` with ``beta0_i = log pi_i``, ``beta1_i = mu_i`` and the known gate
+        variance ``variance`` (the Gaussian gate of Nguyen, Nguyen, Nguyen & Ho (2024) with a known
+        isotropic covariance; it defines its own score from the centres ``beta1``, ``score`` is not used),
+        or any other registered gate.
     k_active : int or None
-        Top-K on the score (before the bias); ``None`` = dense.  Softmax only.
+        Top-K on the score (before the bias); ``None`` = dense.  Only for gates that define it
+        (:attr:`~moestat.model.gate_families.GateFamily.top_k`, e.g. softmax; not sigmoid or gaussian).
     temperature : float
         Logits are ``(s + beta0) / temperature``.
     reference : bool or None
         Whether the last atom is the reference (``beta0 = beta1 = 0``, not free).  ``None``
-        takes the convention of the normalisation: softmax yes (translation invariance), sigmoid no.
+        takes the convention of the gate (:attr:`~moestat.model.gate_families.GateFamily.default_reference`):
+        softmax yes (translation invariance), the others no.
     name : str
         Display name.
     variance : float
@@ -123,17 +113,20 @@ class ProtocolGate:
         if self.k_active is not None:
             if isinstance(self.k_active, bool) or int(self.k_active) != self.k_active or self.k_active < 1:
                 raise ValueError(f"k_active must be a positive integer or None, got {self.k_active!r}")
-            if self.normalisation == "sigmoid":
+            if not self.family.top_k:
                 raise ValueError("Top-K (k_active) is defined for the softmax normalisation only")
         if not (float(self.temperature) > 0 and float(self.temperature) < float("inf")):
             raise ValueError(f"gate temperature must be a positive finite number, got {self.temperature!r}")
         if not (float(self.variance) > 0 and float(self.variance) < float("inf")):
             raise ValueError(f"gate variance must be a positive finite number, got {self.variance!r}")
-        if self.normalisation == "gaussian" and self.k_active is not None:
-            raise ValueError("Top-K (k_active) is defined for the softmax normalisation only")
         if self.reference is None:
             # a Gaussian gate is invariant to a common shift of beta0 only (its beta1 are centres)
-            object.__setattr__(self, "reference", self.normalisation == "softmax")
+            object.__setattr__(self, "reference", self.family.default_reference)
+
+    @property
+    def family(self) -> GateFamily:
+        """The registered gate (:data:`moestat.model.gate_registry.GATES`) that holds this gate's formula."""
+        return GATES[self.normalisation]
 
     def with_k_active(self, k_active: int | None) -> "ProtocolGate":
         """The same gate with another number of activated experts."""
@@ -144,36 +137,25 @@ class ProtocolGate:
         if self.k_active is not None and self.k_active > k:
             raise ValueError(f"k_active (K={self.k_active}) must not exceed the number of experts k={k}")
 
+    def scores(self, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
+        """Scores without the bias ``[..., n, k]``: the gate's own (a Gaussian gate's) or ``score``."""
+        return self.family.score(self, x, beta1)
+
     def weights(
         self, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor, smooth_topk: float | None = None
     ) -> torch.Tensor:
-        """Weights ``[..., n, k]`` for ``x [..., n, d]``, ``beta0 [..., k]``, ``beta1 [..., k, d]``.
+        """Weights ``[..., n, k]`` for ``x [..., n, d]``, ``beta0 [..., k]``, ``beta1 [..., k, d]``
+        (:meth:`~moestat.model.gate_families.GateFamily.weights`; ``smooth_topk`` there)."""
+        return self.family.weights(self, x, beta0, beta1, smooth_topk)
 
-        ``smooth_topk``: temperature ``T`` of the smoothed Top-K mask the least-squares fit uses
-        for continuation (mask ``sigmoid((s - t(x)) / T)``, ``t`` the midpoint of the K-th and
-        (K+1)-th scores; the same as :mod:`moestat.estimators.lse_kernel`).
-        """
-        if self.normalisation == "gaussian":  # log N(x; mu_i, v I) up to a term common to all i
-            s = -0.5 * ((x.unsqueeze(-2) - beta1.unsqueeze(-3)) ** 2).sum(-1) / self.variance
-        else:
-            s = self.score(x, beta1)
-        logits = s + beta0.unsqueeze(-2)
-        if self.temperature != 1.0:
-            logits = logits / self.temperature
-        if self.normalisation == "sigmoid":
-            return torch.sigmoid(logits)
-        k = s.shape[-1]
-        K = self.k_active
-        if K is None or K >= k:
-            return torch.softmax(logits, dim=-1)
-        if smooth_topk is not None:
-            top = torch.topk(s, K + 1, dim=-1).values
-            thr = 0.5 * (top[..., K - 1] + top[..., K])
-            m = torch.sigmoid((s - thr.unsqueeze(-1)) / smooth_topk)
-            e = torch.exp(logits - logits.amax(-1, keepdim=True))
-            return m * e / (m * e).sum(-1, keepdim=True)
-        mask = top_k_mask(s, K)
-        return torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+    def log_weights(self, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor, normalise: bool = True) -> torch.Tensor:
+        """Log-weights ``[..., n, k]`` summing to one in the exponent (sigmoid weights normalised; Top-K
+        zeros ``-inf``); :meth:`~moestat.model.gate_families.GateFamily.log_weights`."""
+        return self.family.log_weights(self, x, beta0, beta1, normalise)
+
+    def free_mask(self, k: int, d: int):
+        """Free entries of the rows ``(beta1_i, beta0_i)``, ``bool [k, d + 1]`` (the reference convention)."""
+        return self.family.free_mask(k, d, bool(self.reference))
 
     def describe(self) -> str:
         """Short name, e.g. ``linear-sigmoid`` or ``custom-softmax top-2``."""
@@ -296,16 +278,9 @@ def protocol_from_builtin(model: MoEModel, d: int) -> ProtocolModel:
     input dimension (the expert then has ``q = d + 1`` parameters).
     """
     g: Gate = model.gate
-    if g.kind == "linear":
-        score = linear_score
-    elif g.kind == "cosine":
-        score = cosine_score
-    else:
-        score = perturbed_score(g.tau1, g.tau2)
+    score = score_function(g.kind, g.tau)
     gate = ProtocolGate(score, "softmax", g.k_active, 1.0, True, g.kind)
     act, deg = model.expert.activation, model.expert.degree
-    from moestat.model.experts import activation_fn
-
     phi = activation_fn(act, deg)
 
     def h(x: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:

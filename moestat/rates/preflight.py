@@ -32,10 +32,17 @@ construction (Nguyen et al. 2024, Section 4) and is not what is tested here.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from torch.func import jacfwd
+
+from moestat.estimators.gllim import gllim_log_components, split_measure
+from moestat.estimators.jacobians import pack, unpack
+from moestat.model.gaussian_moe import component_log_joint
+from moestat.model.mixing import MixingMeasure
+from moestat.model.protocol import ProtocolModel
 
 __all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "format_preflight"]
 
@@ -48,8 +55,6 @@ MC_DRAWS = 20000
 
 
 def _layout(scenario) -> tuple[int, int, int, bool]:
-    from moestat.model.protocol import ProtocolModel
-
     t = scenario.truth
     ref = scenario.model.gate.reference if isinstance(scenario.model, ProtocolModel) else True
     return t.n_atoms, t.dim, t.eta_dim, bool(ref)
@@ -70,6 +75,86 @@ def _block_names(k: int, d: int, q: int, reference: bool) -> list[tuple[str, lis
     return sorted(out, key=lambda b: (order[" ".join(b[0].split()[:2])], ["beta0", "beta1", "eta"].index(b[0].split()[2])))
 
 
+class _Density(NamedTuple):
+    """The per-sample function of ``theta`` whose Jacobian makes the Fisher information, with its layout.
+
+    ``f(theta [P], x [c, d], y [c]) -> [c]`` (a log-density, or the regression function),
+    ``theta`` in :func:`moestat.estimators.jacobians.pack`'s layout of ``(k, d, q, ref)``; ``X``,
+    ``Y`` the Monte Carlo draws; ``scale`` the factor of ``E[J^T J]`` (``1 / nu`` for least
+    squares); ``drop`` the free coordinates the model does not identify (fixed at the truth).
+    """
+
+    k: int
+    d: int
+    q: int
+    ref: bool
+    X: np.ndarray
+    Y: np.ndarray
+    f: Callable
+    scale: float
+    drop: list[int]
+
+
+def _gllim_density(scenario, m: int, rng) -> _Density:
+    """The joint GLLiM: the score of ``log p(x, y)``."""
+    t = scenario.truth
+    k, d, q = t.n_atoms, t.dim, t.eta_dim
+    X, Y = scenario.sample(m, rng)
+    # pi = softmax(beta0) is invariant to a common shift of beta0: fix the last; Gamma is
+    # symmetric: its strictly lower entries (zero derivative below) are fixed too
+    drop = [k - 1] + [k * (d + 1) + i * q + d + 2 + r * d + s for i in range(k) for r in range(d) for s in range(r)]
+
+    def f(theta, x, y):
+        b0, b1, eta = unpack(theta, k, d, q, False)
+        logpi, c, Gm, A, b, nu = split_measure(MixingMeasure(b0, b1, eta), d)
+        Gs = torch.triu(Gm) + torch.triu(Gm, 1).transpose(-1, -2)
+        lc = gllim_log_components(x[None], y[None], (logpi - torch.logsumexp(logpi, -1))[None], c[None],
+                                  torch.linalg.cholesky(Gs)[None], A[None], b[None], nu[None])
+        return torch.logsumexp(lc, dim=1)[0]  # per sample
+
+    return _Density(k, d, q, False, X, Y, f, 1.0, drop)
+
+
+def _file_likelihood_density(scenario, m: int, rng) -> _Density:
+    """A scenario file drawing ``y`` from the mixture (issue 27): the likelihood of its own model."""
+    t, model = scenario.truth, scenario.model
+    k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, bool(model.gate.reference)
+    # the coordinates the gate pins (GateFamily.free_mask) that the reference layout leaves free: a
+    # gate invariant to a common shift of beta0 only (a Gaussian gate) has its last beta0 fixed
+    free = model.gate.free_mask(k, d)
+    drop = [] if ref else [i for i in range(k) if not free[i, d]]
+    X, Y = scenario.sample(m, rng)
+
+    def f(theta, x, y):
+        return model.log_density(x, y, MixingMeasure(*unpack(theta, k, d, q, ref)))  # per sample
+
+    return _Density(k, d, q, ref, X, Y, f, 1.0, drop)
+
+
+def _gaussian_moe_density(scenario, m: int, rng) -> _Density:
+    """The softmax-gated Gaussian MoE (model 1): ``log p(y | x)`` from the joint components."""
+    k, d, q = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim
+    X, Y = scenario.sample(m, rng)
+
+    def f(theta, x, y):
+        b0, b1, eta = unpack(theta, k, d, q, True)
+        return torch.logsumexp(component_log_joint(x, y, MixingMeasure(b0, b1, eta)), dim=-1)
+
+    return _Density(k, d, q, True, X, Y, f, 1.0, [])
+
+
+def _least_squares_density(scenario, m: int, rng) -> _Density:
+    """``Y = g_theta(X) + eps``: the regression function, scaled by ``1 / nu``."""
+    k, d, q, ref = _layout(scenario)
+    X = scenario.sample_x(m, rng)
+
+    def f(theta, x, y):  # noqa: ARG001 - the regression function does not involve y
+        b0, b1, eta = unpack(theta, k, d, q, ref)
+        return scenario.model.predict(x, MixingMeasure(b0, b1, eta))
+
+    return _Density(k, d, q, ref, X, np.zeros(m), f, 1.0 / float(scenario.noise_var), [])
+
+
 def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 4096) -> tuple[np.ndarray, list]:
     """Per-sample Fisher information ``[P, P]`` of the truth and the parameter blocks.
 
@@ -86,84 +171,29 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     -------
     (ndarray [P, P], list of (name, indices))
     """
-    from torch.func import jacfwd
-
-    from moestat.estimators.jacobians import pack, unpack
-    from moestat.model.mixing import MixingMeasure
-
     gaussian = bool(getattr(scenario, "gaussian_moe", False))
     gllim = bool(getattr(scenario, "gllim", False))  # the joint GLLiM: the score of log p(x, y)
-    # a scenario file drawing y from the mixture (issue 27): the likelihood of its own model
     file_likelihood = not gaussian and not gllim and bool(getattr(scenario, "likelihood", False))
-    if gllim:
-        t = scenario.truth
-        k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, False
-    elif gaussian:
-        k, d, q, ref = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim, True
-    elif file_likelihood:
-        t = scenario.truth
-        k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, bool(scenario.model.gate.reference)
-    else:
-        k, d, q, ref = _layout(scenario)
-    theta0 = pack(scenario.truth.expand(1).torch(), ref)[0]
     rng = np.random.default_rng(seed)
-    drop = None  # a free coordinate the model does not identify, fixed at its true value
     if gllim:
-        from moestat.estimators.gllim import gllim_log_components, split_measure
-
-        X, Y = scenario.sample(m, rng)
-        # pi = softmax(beta0) is invariant to a common shift of beta0: fix the last; Gamma is
-        # symmetric: its strictly lower entries (zero derivative below) are fixed too
-        drop = [k - 1] + [k * (d + 1) + i * q + d + 2 + r * d + s for i in range(k) for r in range(d) for s in range(r)]
-
-        def f(theta, x, y):
-            b0, b1, eta = unpack(theta, k, d, q, ref)
-            logpi, c, Gm, A, b, nu = split_measure(MixingMeasure(b0, b1, eta), d)
-            Gs = torch.triu(Gm) + torch.triu(Gm, 1).transpose(-1, -2)
-            lc = gllim_log_components(x[None], y[None], (logpi - torch.logsumexp(logpi, -1))[None], c[None],
-                                      torch.linalg.cholesky(Gs)[None], A[None], b[None], nu[None])
-            return torch.logsumexp(lc, dim=1)[0]  # per sample
-
-        scale = 1.0
+        dens = _gllim_density(scenario, m, rng)
     elif file_likelihood:
-        model = scenario.model
-        if model.gate.normalisation == "gaussian":  # invariant to a common shift of beta0: fix the last
-            drop = k - 1
-        X, Y = scenario.sample(m, rng)
-
-        def f(theta, x, y):
-            return model.log_density(x, y, MixingMeasure(*unpack(theta, k, d, q, ref)))  # per sample
-
-        scale = 1.0
+        dens = _file_likelihood_density(scenario, m, rng)
     elif gaussian:
-        from moestat.model.gaussian_moe import component_log_joint
-
-        X, Y = scenario.sample(m, rng)
-
-        def f(theta, x, y):
-            b0, b1, eta = unpack(theta, k, d, q, ref)
-            return torch.logsumexp(component_log_joint(x, y, MixingMeasure(b0, b1, eta)), dim=-1)
-
-        scale = 1.0
+        dens = _gaussian_moe_density(scenario, m, rng)
     else:
-        X = scenario.sample_x(m, rng)
-        Y = np.zeros(m)
-
-        def f(theta, x, y):  # noqa: ARG001 - the regression function does not involve y
-            b0, b1, eta = unpack(theta, k, d, q, ref)
-            return scenario.model.predict(x, MixingMeasure(b0, b1, eta))
-
-        scale = 1.0 / float(scenario.noise_var)
+        dens = _least_squares_density(scenario, m, rng)
+    theta0 = pack(scenario.truth.expand(1).torch(), dens.ref)[0]
     P = theta0.numel()
     info = torch.zeros(P, P, dtype=torch.float64)
     for s in range(0, m, chunk):
-        x = torch.as_tensor(X[s:s + chunk], dtype=torch.float64)
-        y = torch.as_tensor(Y[s:s + chunk], dtype=torch.float64)
-        J = jacfwd(f)(theta0, x, y)  # [c, P]
+        x = torch.as_tensor(dens.X[s:s + chunk], dtype=torch.float64)
+        y = torch.as_tensor(dens.Y[s:s + chunk], dtype=torch.float64)
+        J = jacfwd(dens.f)(theta0, x, y)  # [c, P]
         info += J.T @ J
-    info, blocks = (info / m * scale).numpy(), _block_names(k, d, q, ref)
-    if drop is not None:
-        drops = sorted([drop] if isinstance(drop, int) else drop)
+    info, blocks = (info / m * dens.scale).numpy(), _block_names(dens.k, dens.d, dens.q, dens.ref)
+    if dens.drop:
+        drops = sorted(dens.drop)
         keep = [i for i in range(info.shape[0]) if i not in drops]
         info = info[np.ix_(keep, keep)]
         blocks = [(name, [i - sum(j < i for j in drops) for i in idx if i not in drops]) for name, idx in blocks]
