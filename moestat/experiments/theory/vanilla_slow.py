@@ -62,6 +62,16 @@ def _mechanism(s: dict) -> tuple[bool, dict]:
         "direction_falls": bool(direction_falls)}
 
 
+def _note(failed: list[str], ratio_v: float, ratio_p: float, mech: dict) -> str:
+    """The measured numbers behind a failed part (empty when every part holds)."""
+    if not failed:
+        return ""
+    f = lambda v: f"{v:.2f}"  # noqa: E731
+    return (f"part(s) {', '.join(failed)} fail: (a) vanilla ratio {ratio_v:.3g}, (b) perturbed ratio {ratio_p:.3g}, "
+            f"(c) radial slope {f(mech['radial_slope'])} [{f(mech['radial_ci'][0])}, {f(mech['radial_ci'][1])}], "
+            f"direction slope {f(mech['direction_slope'])} [{f(mech['direction_ci'][0])}, {f(mech['direction_ci'][1])}]")
+
+
 def _one(ctx: Context, name: str, thm: str, key: str, s: dict, witness: str) -> CheckResult:
     from moestat.experiments.theory.lecam import curve_details, curves, flat_ratio, split_curves
 
@@ -88,7 +98,7 @@ def _one(ctx: Context, name: str, thm: str, key: str, s: dict, witness: str) -> 
     failed = [p for p, ok in (("a", ok_a), ("b", ok_b), ("c", ok_c)) if not ok]
     res = verdict(name, f"{thm}: vanilla cosine router, no rate for the paper's Voronoi loss D_1,1 in the minimax sense "
                         f"({setting}-specified): two-point bound flat along the proof's {witness} witness, radius unidentified in the fits",
-                  1.0, ratio_v, None, None, not failed, rule, note="" if not failed else f"part(s) {', '.join(failed)} fail",
+                  1.0, ratio_v, None, None, not failed, rule, note=_note(failed, ratio_v, ratio_p, mech),
                   details=details)
     return res
 
