@@ -158,3 +158,25 @@ def test_split_witness_keeps_the_vanilla_regression_function_and_separates_the_p
     assert c.info["loss"] == "D2" and abs(loglog_slope(ts, c.separation[0]) - 2.0) < 1e-6
     with pytest.raises(ValueError, match="in \\(0, 1\\)"):
         split_witness(van.truth, 1, [1.0])
+
+
+def test_figure1_script_redraws_from_its_recorded_json(tmp_path):
+    """simulations/rates/figure1.py --figure-only draws both panels from the recorded figure1.json,
+    and refuses a folder without one (exit 2, nothing written)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("figure1_script", root / "simulations" / "rates" / "figure1.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shutil.copyfile(root / "simulations" / "rates" / "figure1" / "figure1.json", tmp_path / "figure1.json")
+    assert mod.main(["--out", str(tmp_path), "--figure-only"]) == 0
+    from PIL import Image
+
+    assert Image.open(tmp_path / "figure1.png").size[0] >= 1800
+    empty = tmp_path / "empty"
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--out", str(empty), "--figure-only"])
+    assert e.value.code == 2 and not empty.exists()

@@ -122,3 +122,32 @@ def test_radial_floor_check_judges_no_decay_against_zero(tmp_path):
     falling = _split(ctx, "quick-exact", summary(-0.5, -0.6, -0.4))[0]
     assert flat.name == "pde4_vanilla_radial_floor" and flat.passed is True
     assert falling.passed is False and falling.status == "failed"
+
+
+def test_thm5_notes_carry_the_measured_curvature(tmp_path):
+    """A non-passing Theorem 5 check reports the local slopes of the lower and upper half of n, the
+    median's slope and the fit-vs-truth certificate in its note (issue 34); a passing one does not."""
+    import numpy as np
+
+    from moestat.experiments.theory import over_strong
+    from moestat.experiments.theory.framework import Context
+
+    d = tmp_path / "rates" / "quick-over"
+    d.mkdir(parents=True)
+    ns = [2000, 4000, 8000, 16000, 32000]
+    # steep (-1.5) over the lower half, -1/2 over the upper half: a pre-asymptotic curve
+    single = {2000: 8.0, 4000: 8.0 * 2 ** -1.5, 8000: 1.0, 16000: 2 ** -0.5, 32000: 0.5}
+    rows = ["router,n,replicate,voronoi,param_single,param_multi,truth_check"]
+    extras = ["router,n,replicate,weighted_single,weighted_multi,beta1_radial,beta1_direction"]
+    for n in ns:
+        for r in range(2):
+            rows.append(f"perturbed,{n},{r},{n ** -0.5},{single[n]},{n ** -0.25},{'above' if r == 0 else 'below_truth'}")
+            extras.append(f"perturbed,{n},{r},{single[n]},{n ** -0.5},0.1,0.1")
+    (d / "results.csv").write_text("\n".join(rows) + "\n")
+    (d / "extras.csv").write_text("\n".join(extras) + "\n")
+    diag = over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "param_single")
+    lo, hi = diag["local_slopes"].values()
+    assert np.isclose(lo, -1.5) and np.isclose(hi, -0.5) and diag["fits_not_worse_than_truth"] == "5/10"
+    note = over_strong._note(diag)
+    assert "-1.50 over n <= 8000" in note and "-0.50 over n >= 8000" in note and "5/10" in note
+    assert over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "no_such_loss") == {}
