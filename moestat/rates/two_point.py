@@ -72,6 +72,7 @@ from moestat.model.mixing import MixingMeasure
 
 __all__ = [
     "radial_witness",
+    "split_witness",
     "kl_rate",
     "affinity_lower_bound",
     "TwoPointCurve",
@@ -115,6 +116,64 @@ def radial_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> Mixi
     beta1[:, atom] *= (1.0 + ts)[:, None]
     return MixingMeasure(np.broadcast_to(G.beta0, (T,) + G.beta0.shape).copy(), beta1,
                          np.broadcast_to(G.eta, (T,) + G.eta.shape).copy())
+
+
+def split_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> MixingMeasure:
+    """The over-specified witness ``G'_t``: atom ``atom`` split into two half-mass atoms at radii ``1 -+ t``.
+
+    Theorem 3's proof (Nguyen et al. (2024), App. B.3) puts two atoms of a ``k* + 1``-atom measure
+    on one true atom, with the atom's weight split in half, and applies the radial rescaling of
+    App. B.2 to them.  This builds the symmetric version
+
+    .. math::
+
+        G'_t = \\sum_{i \\ne j} e^{\\beta_{0i}} \\delta_{(\\beta_{1i}, \\eta_i)}
+              + \\tfrac12 e^{\\beta_{0j}} \\delta_{((1-t)\\beta_{1j}, \\eta_j)}
+              + \\tfrac12 e^{\\beta_{0j}} \\delta_{((1+t)\\beta_{1j}, \\eta_j)},
+        \\qquad 0 < t < 1,
+
+    i.e. ``beta0 -> beta0 - log 2`` for both halves.  Under a dense gate the two halves have the
+    same expert, and under the vanilla router (PDE (4)) the same score, so their softmax weights
+    add up to the original atom's: ``g_{G'_t} = g_G`` exactly and ``KL = 0``.  Under the perturbed
+    router the two scores differ, but symmetrically: the first-order terms of ``g_{G'_t} - g_G`` in
+    ``t`` cancel, so ``kappa(t) = a t^4 + O(t^5)`` -- the merging pair behind the ``n^{-1/4}`` rate of
+    atoms that share a Voronoi cell (Theorem 5).
+
+    Parameters
+    ----------
+    truth : MixingMeasure
+        Unbatched ``G`` with ``k`` atoms, ``beta1 [k, d]``.
+    atom : int
+        The split atom; it must have ``beta1 != 0``.
+    ts : sequence of float, shape ``[T]``
+        Half-distances of the split, each in ``(0, 1)`` (radius ``1 - t`` stays positive).
+
+    Returns
+    -------
+    MixingMeasure
+        Batched ``[T]`` with ``k + 1`` atoms: ``beta0 [T, k + 1]``, ``beta1 [T, k + 1, d]``,
+        ``eta [T, k + 1, q]``.  Atom ``atom`` becomes the ``(1 - t)`` half and the new last atom
+        is the ``(1 + t)`` half; the other atoms keep their index.
+    """
+    G = truth.numpy()
+    if G.batch_shape:
+        raise ValueError("split_witness needs an unbatched truth")
+    if not 0 <= atom < G.n_atoms:
+        raise ValueError(f"atom must be in 0..{G.n_atoms - 1}, got {atom}")
+    if not np.linalg.norm(G.beta1[atom]) > 0:
+        raise ValueError(f"atom {atom} has beta1 = 0: there is no direction to rescale along")
+    ts = np.asarray(ts, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(ts)) or np.any(ts <= 0) or np.any(ts >= 1):
+        raise ValueError("every t must be in (0, 1)")
+    T = ts.shape[0]
+    beta0 = np.concatenate([G.beta0, G.beta0[atom:atom + 1]])
+    beta0[[atom, -1]] -= math.log(2.0)  # each half carries exp(beta0_j) / 2
+    beta0 = np.broadcast_to(beta0, (T,) + beta0.shape).copy()
+    beta1 = np.broadcast_to(np.concatenate([G.beta1, G.beta1[atom:atom + 1]]), (T, G.n_atoms + 1, G.beta1.shape[-1])).copy()
+    beta1[:, atom] *= (1.0 - ts)[:, None]
+    beta1[:, -1] *= (1.0 + ts)[:, None]
+    eta = np.broadcast_to(np.concatenate([G.eta, G.eta[atom:atom + 1]]), (T, G.n_atoms + 1, G.eta.shape[-1])).copy()
+    return MixingMeasure(beta0, beta1, eta)
 
 
 def kl_rate(model, truth: MixingMeasure, alternatives: MixingMeasure, X: np.ndarray, noise_var: float,
@@ -251,7 +310,7 @@ def _maximise(sep: np.ndarray, kappa: np.ndarray, ns: np.ndarray) -> tuple[np.nd
 
 def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = None, *, atoms: Sequence[int] | None = None,
                     loss: str | None = None, r: float = 1.0, n_mc: int = 100_000, seed: int = 0,
-                    chunk: int = 16) -> TwoPointCurve:
+                    chunk: int = 16, witness: str = "radial") -> TwoPointCurve:
     """Le Cam's two-point lower bound on the minimax risk of the paper's loss, as a function of ``n``.
 
     Parameters
@@ -261,13 +320,15 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
     ns : sequence of int, shape ``[N]``
         Sample sizes.
     ts : sequence of float, shape ``[T]``, optional
-        Witness grid; default ``logspace(-6, 0, 241)`` (radius up to doubled).  The pairs must lie
+        Witness grid; default ``logspace(-6, 0, 241)`` (radius up to doubled) for the radial
+        witness and ``logspace(-6, log10(0.5), 241)`` for the split witness.  The pairs must lie
         in the theorem's compact class: ``(1 + max t) beta1`` is checked against ``scenario.box``.
     atoms : sequence of int, optional
         Atoms whose radius is varied; default every atom with ``beta1 != 0``.
     loss : {"D1", "D2", "D3"}, optional
         Voronoi loss (:func:`moestat.losses.voronoi.voronoi_loss`); default ``D1`` (``D_{1,r}``,
-        Theorem 2) for the cosine router and ``D3`` (eq. 16, Theorem 6) otherwise.
+        Theorems 2 and 3) for the cosine router, otherwise ``D3`` (eq. 16, Theorem 6) for the
+        radial witness and ``D2`` (eq. 13, Theorem 5) for the split witness.
     r : float
         The ``r`` of ``D_{1,r}``.
     n_mc : int
@@ -276,6 +337,10 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
         Root of the one Monte Carlo stream, ``SeedSequence(seed)``.
     chunk : int
         See :func:`kl_rate`.
+    witness : {"radial", "split"}
+        ``radial``: :func:`radial_witness`, the exact-specified pair of Theorem 2 (App. B.2; both
+        measures have ``k*`` atoms).  ``split``: :func:`split_witness`, the over-specified pair of
+        Theorem 3 (App. B.3; ``G'_t`` has ``k* + 1`` atoms, two of them sharing atom ``j``'s cell).
 
     Returns
     -------
@@ -291,7 +356,11 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
     ns = np.asarray(ns, dtype=np.float64).reshape(-1)
     if ns.size == 0 or not np.all(ns >= 1):
         raise ValueError("ns must be a non-empty list of sample sizes >= 1")
-    ts = np.logspace(-6, 0, 241) if ts is None else np.asarray(ts, dtype=np.float64).reshape(-1)
+    if witness not in ("radial", "split"):
+        raise ValueError(f"witness must be 'radial' or 'split', got {witness!r}")
+    if ts is None:
+        ts = np.logspace(-6, 0, 241) if witness == "radial" else np.logspace(-6, math.log10(0.5), 241)
+    ts = np.asarray(ts, dtype=np.float64).reshape(-1)
     if ts.size == 0 or not np.all(ts > 0):
         raise ValueError("the witness grid ts must be non-empty and positive")
     G = scenario.truth.numpy()
@@ -301,13 +370,14 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
     if not atoms:
         raise ValueError("no atom with beta1 != 0: the radial witness needs one")
     router = scenario.router
-    loss = loss or ("D1" if router == "cosine" else "D3")
+    loss = loss or ("D1" if router == "cosine" else ("D3" if witness == "radial" else "D2"))
+    build = radial_witness if witness == "radial" else split_witness
     K = scenario.model.gate.k_active
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     X = scenario.sample_x(int(n_mc), rng)
     seps, kap, kse = [], [], []
     for a in atoms:
-        alt = radial_witness(G, a, ts)
+        alt = build(G, a, ts)
         if not scenario.box.contains(alt):
             raise ValueError(f"the witness leaves the parameter box at atom {a}: lower max(ts) = {ts.max():g}")
         # D is not symmetric in general (cells and weights come from its first argument): keep the smaller
@@ -324,7 +394,7 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
     return TwoPointCurve(
         ns=ns, ts=ts, atoms=atoms, separation=sep, kappa=kappa, kappa_se=kappa_se, lower_bound=lb,
         lower_bound_low=lb_low, lower_bound_high=lb_high, t_star=t_star, kl_at_star=ns * kappa.reshape(-1)[idx],
-        info={"router": router, "loss": loss, "r": float(r), "n_mc": int(n_mc), "seed": int(seed),
+        info={"router": router, "loss": loss, "witness": witness, "r": float(r), "n_mc": int(n_mc), "seed": int(seed),
               "noise_var": float(scenario.noise_var), "scenario": scenario.name, "k_active": K},
     )
 

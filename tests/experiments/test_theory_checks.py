@@ -80,3 +80,31 @@ def test_slope_verdict_pass_fail_inconclusive():
     assert far.status == "failed" and far.passed is False
     assert wide.status == "inconclusive" and wide.passed is False and exit_code([wide]) == 1
     assert missing.passed is False
+
+
+def test_prop1_fits_the_scenarios_own_router(monkeypatch, tmp_path):
+    """Proposition 1 varies only K-bar: the fitted router must be the truth's (its tau).  With
+    tau = 1 against the default truth's 0.5 the K-bar = 4 noiseless fit kept an approximation error
+    (0.0059) and prop1_population_floor failed its 10x rule (issue 34)."""
+    import numpy as np
+
+    import moestat.experiments.theory.prop1 as prop1
+    from moestat.data.synthetic import make_scenario
+    from moestat.experiments.theory.framework import Context
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_fit_best(model, *a, **k):
+        seen.append((model.gate.kind, tuple(np.atleast_1d(model.gate.tau)), model.gate.k_active))
+        raise Stop
+
+    monkeypatch.setattr(prop1, "_fit_best", fake_fit_best)
+    sc = make_scenario("perturbed", "exact", k_active=None)
+    try:
+        prop1._population(Context("quick", tmp_path), sc, sc.model, sc.truth, sc.holdout(16))
+    except Stop:
+        pass
+    assert seen == [("perturbed", tuple(np.atleast_1d(sc.model.gate.tau)), 3)]

@@ -8,7 +8,7 @@ from moestat.estimators.starts import near_truth_init
 from moestat.losses.cell_errors import beta1_decomposition
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.two_point import (affinity_lower_bound, kl_rate, loglog_slope, radial_witness, radial_mechanism,
-                                     two_point_curve)
+                                     split_witness, two_point_curve)
 
 EPS = np.finfo(np.float64).eps
 TS = np.logspace(-4, 0, 33)
@@ -109,21 +109,25 @@ def test_lecam_checks_pass_and_can_fail(tmp_path, monkeypatch):
     small = dict(ns=np.logspace(2, 7, 11), ts=np.logspace(-6, 0, 49), n_mc=3000)
     real = two_point.two_point_curve
 
-    def curves(ctx, swap=False):
+    def curves(ctx, swap=False, witness="radial"):
         from moestat.data.synthetic import make_scenario
         r = {"cosine": "perturbed", "perturbed": "cosine"} if swap else {"cosine": "cosine", "perturbed": "perturbed"}
-        return {k: real(make_scenario(v, "exact"), small["ns"], small["ts"], n_mc=small["n_mc"]) for k, v in r.items()}
+        setting, ts = ("exact", small["ts"]) if witness == "radial" else ("over", np.logspace(-6, np.log10(0.5), 49))
+        return {k: real(make_scenario(v, setting), small["ns"], ts, n_mc=small["n_mc"], witness=witness) for k, v in r.items()}
 
     ctx = Context("quick", tmp_path)
     monkeypatch.setattr(lecam, "curves", curves)
+    monkeypatch.setattr(lecam, "split_curves", lambda c: curves(c, witness="split"))
     ok = {r.name: r for r in lecam.run(ctx)}
-    assert ok["lecam_vanilla_flat"].passed and ok["lecam_perturbed_rate"].passed
+    assert ok["lecam_vanilla_flat"].passed and ok["lecam_perturbed_rate"].passed and ok["lecam_perturbed_over_rate"].passed
     assert abs(ok["lecam_perturbed_rate"].measured + 0.5) < 0.1
-    # the routers swapped: the radius is seen, and the "perturbed" bound is flat -- both must fail
+    assert abs(ok["lecam_perturbed_over_rate"].details["t_star_slope"] + 0.25) < 0.1
+    # the routers swapped: the radius is seen, and the "perturbed" bound is flat -- all must fail
     monkeypatch.setattr(lecam, "curves", lambda c: curves(c, swap=True))
+    monkeypatch.setattr(lecam, "split_curves", lambda c: curves(c, swap=True, witness="split"))
     bad = {r.name: r for r in lecam.run(ctx)}
     assert bad["lecam_vanilla_flat"].passed is False and bad["lecam_vanilla_flat"].measured < 0.01
-    assert bad["lecam_perturbed_rate"].passed is False
+    assert bad["lecam_perturbed_rate"].passed is False and bad["lecam_perturbed_over_rate"].passed is False
 
 
 def test_bad_arguments_are_value_errors():
@@ -134,3 +138,45 @@ def test_bad_arguments_are_value_errors():
         two_point_curve(s, [100], [50.0], n_mc=10)  # (1 + 50) beta1 leaves the box |beta1_ij| <= 10
     with pytest.raises(ValueError, match="positive"):
         two_point_curve(s, [100], [-0.5], n_mc=10)
+
+
+def test_split_witness_keeps_the_vanilla_regression_function_and_separates_the_perturbed_at_fourth_order():
+    """App. B.3's pair: two half-mass atoms at radii 1 -+ t on one true atom.  Vanilla: g unchanged
+    (KL = 0 to round-off); perturbed: the first-order terms cancel, kappa ~ t^4, D_2 ~ t^2."""
+    ts = np.logspace(-3, -1.5, 4)
+    van, per = make_scenario("cosine", "over"), make_scenario("perturbed", "over")
+    alt = split_witness(van.truth, 1, ts)
+    assert alt.beta1.shape[1] == van.truth.beta1.shape[0] + 1
+    w = np.exp(van.truth.numpy().beta0[1])
+    np.testing.assert_allclose(np.exp(alt.beta0[:, 1]) + np.exp(alt.beta0[:, -1]), w, rtol=1e-12)
+    X = van.sample_x(2000, np.random.default_rng(0))
+    k_v, _ = kl_rate(van.model, van.truth, alt, X, van.noise_var)
+    k_p, _ = kl_rate(per.model, per.truth, split_witness(per.truth, 1, ts), X, per.noise_var)
+    assert k_v.max() < 1e-20 and k_p.min() > 0
+    assert abs(loglog_slope(ts, k_p) - 4.0) < 0.1
+    c = two_point_curve(per, [100.0], ts, atoms=[1], n_mc=200, witness="split")
+    assert c.info["loss"] == "D2" and abs(loglog_slope(ts, c.separation[0]) - 2.0) < 1e-6
+    with pytest.raises(ValueError, match="in \\(0, 1\\)"):
+        split_witness(van.truth, 1, [1.0])
+
+
+def test_figure1_script_redraws_from_its_recorded_json(tmp_path):
+    """simulations/rates/figure1.py --figure-only draws both panels from the recorded figure1.json,
+    and refuses a folder without one (exit 2, nothing written)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("figure1_script", root / "simulations" / "rates" / "figure1.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shutil.copyfile(root / "simulations" / "rates" / "figure1" / "figure1.json", tmp_path / "figure1.json")
+    assert mod.main(["--out", str(tmp_path), "--figure-only"]) == 0
+    from PIL import Image
+
+    assert Image.open(tmp_path / "figure1.png").size[0] >= 1800
+    empty = tmp_path / "empty"
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--out", str(empty), "--figure-only"])
+    assert e.value.code == 2 and not empty.exists()

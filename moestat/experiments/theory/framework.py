@@ -120,6 +120,7 @@ class Context:
         self.n_max = n_max  # optional override of the largest sample size
         self.resume = bool(resume)  # reuse finished fits in <out_dir>/rates/<mode>-<key>/
         self._rates: dict[str, Any] = {}
+        self._memo: dict[str, Any] = {}
 
     @property
     def quick(self) -> bool:
@@ -129,6 +130,12 @@ class Context:
         """A generator for check ``name``, independent of the order checks run in."""
         key = [ord(c) for c in name]
         return np.random.default_rng(np.random.SeedSequence([self.seed, *key]))
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per run and ``key`` (e.g. a two-point curve that several checks read)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def rates(self, key: str, **cfg) -> dict[str, Any]:
         """Run (once per key) ``run_rates(RatesConfig.from_dict(cfg))`` and return its summary.

@@ -12,6 +12,14 @@ Predictions (slopes of log mean loss on log n):
 
 Rule for each: the prediction inside the 95% CI widened by 0.15, and the verdict category
 ``consistent`` (:mod:`moestat.rates.verdicts`).
+
+Diagnostics (issue 34; reported, they decide nothing): the local slopes of the mean over the
+lower and the upper half of the sample sizes (``local_slopes``: curvature of the log-log curve
+shows a pre-asymptotic regime), the slope of the per-n *median* (robust to a few far-off fits)
+and the fit-vs-truth objective certificate (:mod:`moestat.rates.truth_check`: how many fits are
+not worse than the true parameters on their own data; one that is worse did not reach the
+least-squares estimate).  Where a
+check is not passed these numbers go into its note.
 """
 
 from __future__ import annotations
@@ -20,6 +28,50 @@ from moestat.experiments.theory.framework import CheckResult, Context, find_fit,
 from moestat.experiments.theory.grids import TOLERANCE, over_run
 
 NAMES = ["thm5_over_D2", "thm5_param_single", "thm5_param_multi", "thm5_weighted_single", "thm5_weighted_multi"]
+
+
+def _diagnostics(ctx: Context, key: str, loss: str) -> dict:
+    """Local slopes (lower / upper half of n), the median's slope and the fit-vs-truth certificate."""
+    from pathlib import Path
+
+    import numpy as np
+    import pandas as pd
+
+    from moestat.rates.extras import merge_extras
+
+    path = Path(ctx.out_dir) / "rates" / key / "results.csv"
+    if not path.exists():
+        return {}
+    df = merge_extras(pd.read_csv(path), path.parent / "extras.csv")
+    sub = df[df["router"] == "perturbed"]
+    if loss not in sub or sub[loss].isna().all():
+        return {}
+    g = sub.groupby("n")[loss]
+    ns, mean, med = np.array(g.mean().index, float), g.mean().to_numpy(), g.median().to_numpy()
+    if ns.size < 3:
+        return {}
+
+    def sl(x, y):
+        ok = (y > 0) & np.isfinite(y)
+        return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0]) if ok.sum() >= 2 else float("nan")
+
+    h = (ns.size + 1) // 2  # overlapping halves for an odd count: 5 sizes -> first 3 and last 3
+    out = {"local_slopes": {f"n <= {int(ns[h - 1])}": sl(ns[:h], mean[:h]), f"n >= {int(ns[-h])}": sl(ns[-h:], mean[-h:])},
+           "median_slope": sl(ns, med), "median_by_n": {int(n): float(v) for n, v in zip(ns, med)}}
+    if "truth_check" in sub:
+        tc = sub["truth_check"].astype(str)
+        out["fits_not_worse_than_truth"] = f"{int((tc == 'above').sum() + (tc == 'answered').sum())}/{len(tc)}"  # moestat.rates.truth_check
+    return out
+
+
+def _note(d: dict) -> str:
+    if not d:
+        return ""
+    lo, hi = list(d["local_slopes"].items())
+    txt = (f"measured: local slope {lo[1]:.2f} over {lo[0]}, {hi[1]:.2f} over {hi[0]}; median slope {d['median_slope']:.2f}")
+    if "fits_not_worse_than_truth" in d:
+        txt += f"; fits not worse than the truth's objective {d['fits_not_worse_than_truth']}"
+    return txt
 
 
 def run(ctx: Context) -> list[CheckResult]:
@@ -32,7 +84,11 @@ def run(ctx: Context) -> list[CheckResult]:
         ("thm5_weighted_single", "weighted_single", -0.5, "one-atom cells: sum exp(beta0_i) ||omega_i - omega*_j|| = O_P((log n / n)^1/2)"),
         ("thm5_weighted_multi", "weighted_multi", -0.5, "multi-atom cells: sum exp(beta0_i) ||omega_i - omega*_j||^2 = O_P((log n / n)^1/2)"),
     ):
-        out.append(slope_verdict(name, f"Theorem 5: {what}, perturbed router, over-specified, GELU experts",
-                                 find_fit(s, "perturbed", loss), pred, TOLERANCE,
-                                 {"mean_by_n": per_n_means(s, ctx.out_dir, key, "perturbed", loss)}))
+        diag = _diagnostics(ctx, key, loss)
+        res = slope_verdict(name, f"Theorem 5: {what}, perturbed router, over-specified, GELU experts",
+                            find_fit(s, "perturbed", loss), pred, TOLERANCE,
+                            {"mean_by_n": per_n_means(s, ctx.out_dir, key, "perturbed", loss), **diag})
+        if not res.passed and diag:
+            res.note = (res.note + "; " if res.note else "") + _note(diag)
+        out.append(res)
     return out

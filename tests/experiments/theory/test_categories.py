@@ -59,23 +59,49 @@ def test_failed_rule_is_labelled_inconsistent_even_if_the_engine_agreed():
     assert "slope > -0.25" in r.reason and "flatter than perturbed" in r.reason
 
 
-def test_thm2_uses_the_engines_slow_rate_rule(tmp_path):
-    """The slope threshold no longer decides: the engine's category (halves agreeing) does."""
+def _curve(lb):
+    """A stand-in two-point curve with bound ``lb`` at n = 1e2 .. 1e7 (only what the checks read)."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    lb = np.asarray(lb, float)
+    return SimpleNamespace(ns=np.logspace(2, 7, lb.size), lower_bound=lb, lower_bound_low=lb, t_star=np.ones_like(lb),
+                           kappa=np.zeros(3), kappa_se=np.zeros(3), info={})
+
+
+def test_thm2_thm3_are_judged_by_the_two_point_bound_and_the_mechanism(tmp_path, monkeypatch):
+    """Issue 34: Theorems 2/3 pass when (a) the vanilla two-point bound is flat, (b) the perturbed one
+    falls on the same pairs and (c) the fitted radial error is flat while the direction error falls;
+    each part alone makes the check fail.  The fixed-truth category no longer decides."""
+    import numpy as np
+
+    from moestat.experiments.theory import lecam
     from moestat.experiments.theory.framework import Context
     from moestat.experiments.theory.vanilla_slow import _one
 
+    flat, falling = _curve(np.full(6, 0.8)), _curve(0.1 * np.logspace(0, -2.5, 6))
+    state = {"van": flat, "per": falling}
+    monkeypatch.setattr(lecam, "curves", lambda ctx: {"cosine": state["van"], "perturbed": state["per"]})
+    monkeypatch.setattr(lecam, "split_curves", lambda ctx: {"cosine": state["van"], "perturbed": state["per"]})
+
+    def summary(radial, direction, category="inconsistent"):
+        f = lambda loss, s: {"router": "cosine", "loss": loss, "slope": s, "ci_low": s - 0.1, "ci_high": s + 0.1}  # noqa: E731
+        return {"fits": [f("beta1_radial", radial), f("beta1_direction", direction),
+                         {"router": "cosine", "loss": "voronoi", "slope": -0.39, "category": category}]}
+
     ctx = Context("quick", tmp_path)
-
-    def summary(cat, slope):
-        return {"fits": [{"router": "cosine", "loss": "voronoi", "slope": slope, "ci_low": slope - 0.05, "ci_high": slope + 0.05,
-                          "predicted": None, "category": cat, "reason": f"{cat} by the slow-rate rule"}]}
-
-    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("inconsistent", -0.2))
-    assert r.status == "failed" and r.details["slope_above_threshold"]["above"] is True  # above -0.25, still failed
-    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("consistent", -0.35))
-    assert r.status == "passed" and r.category == "consistent"
-    r = _one(ctx, "thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", summary("inconclusive", -0.1))
-    assert r.status == "inconclusive" and r.passed is False
+    good = summary(0.0, -0.5)
+    for name, thm, key, witness in (("thm2_vanilla_exact_slow", "Theorem 2", "quick-exact", "radial"),
+                                    ("thm3_vanilla_over_slow", "Theorem 3", "quick-over", "split")):
+        r = _one(ctx, name, thm, key, good, witness)
+        assert r.passed is True and r.measured == 1.0 and r.details["fixed_truth_category"] == "inconsistent"
+        assert _one(ctx, name, thm, key, summary(-0.5, -0.5), witness).passed is False  # (c) the radius is corrected
+        assert _one(ctx, name, thm, key, summary(0.0, 0.05), witness).passed is False  # (c) the direction does not fall
+        state["van"] = falling  # (a) the vanilla bound falls
+        assert _one(ctx, name, thm, key, good, witness).passed is False
+        state["van"], state["per"] = flat, flat  # (b) the instrument sees nothing on either router
+        assert _one(ctx, name, thm, key, good, witness).passed is False
+        state["per"] = falling
 
 
 def test_radial_floor_check_judges_no_decay_against_zero(tmp_path):
@@ -96,3 +122,32 @@ def test_radial_floor_check_judges_no_decay_against_zero(tmp_path):
     falling = _split(ctx, "quick-exact", summary(-0.5, -0.6, -0.4))[0]
     assert flat.name == "pde4_vanilla_radial_floor" and flat.passed is True
     assert falling.passed is False and falling.status == "failed"
+
+
+def test_thm5_notes_carry_the_measured_curvature(tmp_path):
+    """A non-passing Theorem 5 check reports the local slopes of the lower and upper half of n, the
+    median's slope and the fit-vs-truth certificate in its note (issue 34); a passing one does not."""
+    import numpy as np
+
+    from moestat.experiments.theory import over_strong
+    from moestat.experiments.theory.framework import Context
+
+    d = tmp_path / "rates" / "quick-over"
+    d.mkdir(parents=True)
+    ns = [2000, 4000, 8000, 16000, 32000]
+    # steep (-1.5) over the lower half, -1/2 over the upper half: a pre-asymptotic curve
+    single = {2000: 8.0, 4000: 8.0 * 2 ** -1.5, 8000: 1.0, 16000: 2 ** -0.5, 32000: 0.5}
+    rows = ["router,n,replicate,voronoi,param_single,param_multi,truth_check"]
+    extras = ["router,n,replicate,weighted_single,weighted_multi,beta1_radial,beta1_direction"]
+    for n in ns:
+        for r in range(2):
+            rows.append(f"perturbed,{n},{r},{n ** -0.5},{single[n]},{n ** -0.25},{'above' if r == 0 else 'below_truth'}")
+            extras.append(f"perturbed,{n},{r},{single[n]},{n ** -0.5},0.1,0.1")
+    (d / "results.csv").write_text("\n".join(rows) + "\n")
+    (d / "extras.csv").write_text("\n".join(extras) + "\n")
+    diag = over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "param_single")
+    lo, hi = diag["local_slopes"].values()
+    assert np.isclose(lo, -1.5) and np.isclose(hi, -0.5) and diag["fits_not_worse_than_truth"] == "5/10"
+    note = over_strong._note(diag)
+    assert "-1.50 over n <= 8000" in note and "-0.50 over n >= 8000" in note and "5/10" in note
+    assert over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "no_such_loss") == {}

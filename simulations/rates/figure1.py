@@ -1,0 +1,233 @@
+"""Figure 1 of Nguyen et al. (2024), both panels, with the two-point lower bounds and the PDE (4) mechanism.
+
+Panel (a) exact-specified (k = k*), panel (b) over-specified (k = k* + 1), the default scenario
+(``make_scenario(router, setting)``: d = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5).
+For each panel:
+
+* top: the fixed-truth curves of the paper's Voronoi loss for both routers (least squares started
+  near the truth, mean +- 2 SE per n; ``D_3 = D_{1,1}`` exact, ``D_2`` over-specified, as the rates
+  engine computes them), and the Le Cam two-point lower bounds on the minimax risk
+  (:mod:`moestat.rates.two_point`; radial witness of App. B.2 in (a), split witness of App. B.3 in
+  (b); vanilla loss ``D_{1,1}``, perturbed ``D_3`` in (a) and ``D_2`` in (b)) with their Monte
+  Carlo bands (kappa +- 2 SE);
+* bottom: the decomposition of the ``beta1`` error of the same fits, radial
+  ``| ||beta1_i|| - ||beta1*_j|| |`` (unidentified under the vanilla router by PDE (4)) and
+  directional ``|| u_i - u*_j ||`` (:mod:`moestat.losses.cell_errors`), mean +- 2 SE.
+
+The fits are the rate runs of ``moestat theory --quick`` (8 replicates, n = 2000 .. 32000, seed 0):
+``--rates-from DIR`` copies them from a theory run's ``--out`` folder, otherwise this script runs
+them itself with the same configuration (about 5 CPU-minutes).  Writes ``figure1.json`` (every
+plotted number) and ``figure1.png``/``.pdf``; ``--figure-only`` redraws from the JSON::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
+        --rates-from /tmp/tq
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from moestat.io import atomic_write_json
+
+ROUTERS = ("cosine", "perturbed")
+SETTINGS = ("exact", "over")
+LABEL = {"cosine": "vanilla cosine", "perturbed": "perturbed cosine (tau = 0.5)"}
+#: The rate files a figure needs (copied from a theory run or written by run_rates).
+RATE_FILES = ("results.csv", "extras.csv", "summary.json", "provenance.json")
+COLUMNS = ("voronoi", "beta1_radial", "beta1_direction")
+
+
+def rate_runs(args) -> dict[str, Path]:
+    """The exact and over-specified rate folders: copied from ``--rates-from`` or run here."""
+    out = {}
+    for setting in SETTINGS:
+        dest = args.out / "rates" / setting
+        dest.mkdir(parents=True, exist_ok=True)
+        if args.rates_from is not None:
+            src = args.rates_from / "rates" / f"quick-{setting}"
+            for f in RATE_FILES:
+                if not (src / f).is_file():
+                    raise SystemExit(f"figure1: {src / f} is missing (run moestat theory --quick --out {args.rates_from} first)")
+                shutil.copyfile(src / f, dest / f)
+        else:
+            from moestat.experiments.theory.framework import Context
+            from moestat.experiments.theory.grids import exact_run, over_run
+
+            # the theory checks' own configurations (grids.py), so the figure shows the data they judge
+            ctx = Context("quick", args.out / "_theory", seed=args.seed, resume=True)
+            (exact_run if setting == "exact" else over_run)(ctx)
+            src = args.out / "_theory" / "rates" / f"quick-{setting}"
+            for f in RATE_FILES:
+                shutil.copyfile(src / f, dest / f)
+        out[setting] = dest
+    return out
+
+
+def fixed_truth(folder: Path) -> dict:
+    """Mean +- 2 SE per (router, n) of the plotted columns and the engine's slopes with intervals."""
+    import pandas as pd
+
+    from moestat.rates.extras import merge_extras
+
+    df = merge_extras(pd.read_csv(folder / "results.csv"), folder / "extras.csv")
+    summ = json.loads((folder / "summary.json").read_text())
+    rec = {}
+    for router in ROUTERS:
+        sub = df[df["router"] == router]
+        r = {"converged": int(sub["converged"].sum()), "fits": int(len(sub))}
+        for col in COLUMNS:
+            g = sub.groupby("n")[col]
+            r[col] = {"n": [int(v) for v in g.mean().index], "mean": g.mean().tolist(),
+                      "two_se": (2 * g.std(ddof=1) / np.sqrt(g.count())).tolist(), "count": g.count().astype(int).tolist()}
+            f = next((f for f in summ["fits"] if f["router"] == router and f["loss"] == col), None)
+            r[col]["slope"] = None if f is None else {k: f.get(k) for k in ("slope", "ci_low", "ci_high", "category")}
+        rec[router] = r
+    return rec
+
+
+def bounds(args) -> dict:
+    """Two-point curves, radial witness (exact) and split witness (over), both routers."""
+    from moestat.data.synthetic import make_scenario
+    from moestat.rates.two_point import loglog_slope, two_point_curve
+
+    ns = np.logspace(2, 7, 21)
+    rec = {}
+    for setting, witness, ts in (("exact", "radial", np.logspace(-6, 0, args.n_t)),
+                                 ("over", "split", np.logspace(-6, np.log10(0.5), args.n_t))):
+        rec[setting] = {}
+        for router in ROUTERS:
+            c = two_point_curve(make_scenario(router, setting), ns, ts, n_mc=args.n_mc, seed=args.seed, witness=witness)
+            tail = c.interior() & (c.ns >= 1e5)
+            rec[setting][router] = {
+                "witness": witness, "loss": c.info["loss"], "ns": c.ns.tolist(), "lower_bound": c.lower_bound.tolist(),
+                "lower_bound_low": c.lower_bound_low.tolist(), "lower_bound_high": c.lower_bound_high.tolist(),
+                "t_star": c.t_star.tolist(), "kappa_max": float(c.kappa.max()), "kappa_se_max": float(c.kappa_se.max()),
+                "ratio_last_first": float(c.lower_bound_low[-1] / c.lower_bound[0]),
+                "slope_tail_conservative": loglog_slope(c.ns, c.lower_bound_low, tail),
+                "t_star_slope_tail": loglog_slope(c.ns, c.t_star, tail), "tail_points": int(tail.sum())}
+    return rec
+
+
+def _fmt_slope(s: dict | None) -> str:
+    if not s or s.get("slope") is None:
+        return ""
+    return f": slope {s['slope']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]"
+
+
+def figure(rec: dict, stem: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    from moestat.plotting import PALETTE, curve_handle, legend, save_figure
+
+    col = {"cosine": PALETTE[1], "perturbed": PALETTE[0]}
+    shift = {"cosine": 1.0, "perturbed": 1.06}  # side by side, not on top of each other
+    fig, axes = plt.subplots(2, 2, figsize=(12.5, 9.4))
+    for j, setting in enumerate(SETTINGS):
+        ft, lb = rec["fixed_truth"][setting], rec["two_point"][setting]
+        ax = axes[0, j]
+        hs, ls = [], []
+        for router in ROUTERS:
+            d = ft[router]["voronoi"]
+            n, m, e = np.array(d["n"]), np.array(d["mean"]), np.array(d["two_se"])
+            ax.errorbar(n * shift[router], m, yerr=[np.minimum(e, 0.9 * m), e], fmt="o-", color=col[router], ms=4, lw=1.2,
+                        capsize=2)
+            hs.append(curve_handle(col[router], bar=True))
+            loss = "D_3 = D_{1,1}" if setting == "exact" else "D_2"
+            ls.append(f"{LABEL[router]}, fit, {loss}{_fmt_slope(d['slope'])}")
+        for router in ROUTERS:
+            b = lb[router]
+            ns = np.array(b["ns"])
+            ax.fill_between(ns, b["lower_bound_low"], b["lower_bound_high"], color=col[router], alpha=0.25, lw=0)
+            ax.plot(ns, b["lower_bound"], "--", color=col[router], lw=1.3)
+            hs.append(curve_handle(col[router], marker=None, line="--", band=True))
+            what = ("flat (KL = 0)" if router == "cosine" else f"tail slope {b['slope_tail_conservative']:.3f}")
+            ls.append(f"{LABEL[router].split(' (')[0]}, two-point bound ({b['loss']}): {what}")
+        ref = lb["perturbed"]
+        n0 = np.array(ref["ns"])
+        ax.plot(n0, ref["lower_bound"][-1] * (n0 / n0[-1]) ** -0.5, ":", color="0.35", lw=1)
+        hs.append(curve_handle("0.35", marker=None, line=":"))
+        ls.append("n^-1/2")
+        title = ("(a) exact-specified (k = k*): radial witness (App. B.2)" if setting == "exact"
+                 else "(b) over-specified (k = k* + 1): split witness (App. B.3)")
+        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="paper's Voronoi loss; minimax lower bound", title=title)
+        legend(ax, hs, ls, fontsize=7.2, loc="lower left")
+        ax = axes[1, j]
+        hs, ls = [], []
+        for router in ROUTERS:
+            for key, mk, lsty, what in (("beta1_radial", "s", "-", "radial"), ("beta1_direction", "^", "--", "direction")):
+                d = ft[router][key]
+                n, m, e = np.array(d["n"]), np.array(d["mean"]), np.array(d["two_se"])
+                ax.errorbar(n * shift[router], m, yerr=[np.minimum(e, 0.9 * m), e], fmt=mk + lsty, color=col[router], ms=4,
+                            lw=1.2, capsize=2, mfc="white" if key == "beta1_radial" else col[router])
+                hs.append(curve_handle(col[router], marker=mk, line=lsty, bar=True))
+                ls.append(f"{LABEL[router].split(' (')[0]}, {what}{_fmt_slope(d['slope'])}")
+        ax.set(xscale="log", yscale="log")
+        ax.set_xticks(d["n"], [f"{v:g}" for v in d["n"]])  # the five sample sizes (log ticks show only 10^4)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set(xlabel="n", ylabel="beta1 error, max over atoms, mean ± 2 SE",
+               title=f"({'a' if setting == 'exact' else 'b'}) the mechanism: radial vs direction error of the same fits")
+        legend(ax, hs, ls, fontsize=7.2, loc="lower left")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # 2x10^3, 3x10^3 ... overlapped
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    conv = ", ".join(f"{s}: {sum(rec['fixed_truth'][s][r]['converged'] for r in ROUTERS)}/"
+                     f"{sum(rec['fixed_truth'][s][r]['fits'] for r in ROUTERS)} converged" for s in SETTINGS)
+    fig.suptitle("Nguyen et al. (2024), Figure 1 (d = 4, k* = 3, dense gate, GELU, nu = 0.01).\nSolid: one fixed truth, least "
+                 f"squares started near it, 8 replicates per n ({conv}).\nDashed: Le Cam lower bounds on the minimax risk over "
+                 f"the pair {{G, G'_t}} (m = {rec['n_mc']} Monte Carlo inputs, band kappa ± 2 SE), not the risk at the fixed truth.",
+                 fontsize=9.5)
+    fig.tight_layout()
+    save_figure(fig, stem, formats=("png", "pdf"), min_px=1800)
+    plt.close(fig)
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2, got {text}")
+    return v
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("simulations/rates/figure1"))
+    p.add_argument("--rates-from", type=Path, default=None, help="a `moestat theory --quick --out DIR` folder to copy the fits from")
+    p.add_argument("--n-mc", type=_positive, default=50_000, help="Monte Carlo inputs for the KL rate")
+    p.add_argument("--n-t", type=_positive, default=121, help="points of the witness grid")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--figure-only", action="store_true", help="redraw the figure from <out>/figure1.json")
+    args = p.parse_args(argv)
+    path = args.out / "figure1.json"
+    if args.figure_only and not path.is_file():
+        p.error(f"--figure-only needs {path}; run without it first")
+    if args.rates_from is not None and not (args.rates_from / "rates").is_dir():
+        p.error(f"--rates-from {args.rates_from}: no rates/ folder there")
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.figure_only:
+        figure(json.loads(path.read_text()), args.out / "figure1")
+        return 0
+    t0 = time.perf_counter()
+    folders = rate_runs(args)
+    rec = {"command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+           "python": platform.python_version(), "n_mc": args.n_mc, "n_t": args.n_t, "seed": args.seed,
+           "fixed_truth": {s: fixed_truth(folders[s]) for s in SETTINGS}, "two_point": bounds(args)}
+    rec["seconds"] = round(time.perf_counter() - t0, 1)
+    atomic_write_json(path, rec)
+    figure(rec, args.out / "figure1")
+    print(f"wrote {path} and figure1.png/.pdf in {rec['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
