@@ -34,7 +34,7 @@ def main() -> dict:
     for r in catalogue_hypotheses():
         rows.append({k: r[k] for k in ("entry", "run", "router", "theorem", "cite", "met", "failing")} | {"conditions": _short(r["report"])})
         print(f"{r['entry']:<20} {r['run'] + ('/' + r['router'] if r['router'] else ''):<20} {r['theorem']:<26} "
-              f"{'MEETS' if r['met'] else 'FAILS'} {'; '.join(r['failing'])}")
+              f"{'NOT CHECKED' if r['met'] is None else 'MEETS' if r['met'] else 'FAILS'} {'; '.join(r['failing'])}")
     spec = importlib.util.spec_from_file_location("moestat_proposals", HERE / "proposals.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
