@@ -236,6 +236,13 @@ for _k in (3, 4):
                {"n_min": 200, "n_max": 5_000, "n_points": 5, "reps": 6, "starts": 2, "chunk": 3}),),
         (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 2 (D2)"),
          Prediction("gaussian-moe", "param_single", _HALF, "Theorem 2"),
+         # the exp(beta0) block: every cell's summed weight sum_{i in A_j} exp(beta0_i) at n^-1/2 (Theorem 2;
+         # restated per block in Han et al. 2024, FuseMoE, Table 2) -- the run's `mass` column
+         Prediction("gaussian-moe", "mass", _HALF, "Theorem 2: exp(beta0) cell sums at n^{-1/2} (Han et al. 2024, FuseMoE, "
+                    "Table 2)"),
+         # the slowest block of a cell of two (K = 3, k* = 2: the only over-fitted cell has 2 atoms): gate slope and
+         # expert intercept at n^{-1/(2 rbar(2))}, rbar(2) = 4; for K = 4 the cell sizes (2 + 2 or 3 + 1) are the
+         # fit's, not the design's, so no single exponent is stated
          *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}"),) if _k == 3 else ())),
         recorded=f"simulations/gaussian_moe/gmoe_over{_k}",
     ))

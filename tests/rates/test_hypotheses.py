@@ -169,7 +169,7 @@ def test_a_theorem_outside_its_model_class_is_not_met():
 def test_every_catalogue_expert_contrast_truth_meets_its_own_theorem():
     """Issue 33, Scope 2: the replacement truths eta2 * phi(eta1^T x) wired into the catalogue files
     meet the strong condition of their theorem (the former phi(a^T x + b) failed it by the PDE)."""
-    from moestat.rates.hypotheses import catalogue_hypotheses
+    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
 
     rows = catalogue_hypotheses(["lse-ffn-vs-linear", "sigmoid-vs-softmax"], n=N)
     by = {(r["entry"], r["run"]): r for r in rows}
@@ -185,7 +185,7 @@ def test_every_catalogue_expert_contrast_truth_meets_its_own_theorem():
 
 
 def test_the_joint_gllim_run_is_reported_as_not_checked_not_as_met():
-    from moestat.rates.hypotheses import catalogue_hypotheses
+    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
 
     (row,) = catalogue_hypotheses(["gaussian-gated-moe"], n=N)
     assert row["run"] == "gllim" and row["met"] is None and "not checked" in row["failing"][0]

@@ -1,6 +1,6 @@
 """Every catalogue run's truth against its own theorem's hypotheses, and the proposed replacements.
 
-Runs :func:`moestat.rates.hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
+Runs :func:`moestat.rates.catalogue_hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
 reproduce`` builds them) and :func:`moestat.rates.hypotheses.check_hypotheses` on the proposals of
 ``proposals.py``; writes ``hypotheses.json`` next to this file and prints one line per run
 (see ``simulations/catalogue/HYPOTHESES.md``)::
@@ -14,7 +14,8 @@ import importlib.util
 from pathlib import Path
 
 from moestat.io import atomic_write_json
-from moestat.rates.hypotheses import catalogue_hypotheses, check_hypotheses
+from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+from moestat.rates.hypotheses import check_hypotheses
 
 HERE = Path(__file__).resolve().parent
 #: proposal function -> (entry, run, theorem)
