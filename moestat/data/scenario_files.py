@@ -16,6 +16,7 @@ TOML layout (every key is checked; an error names the key and the file)::
     # activation = "tanh"     # score act(beta1^T x): the activation variant of the temperature gate
     [expert]
     kind = "gelu"             # identity (linear) | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
+                              # | scaled_gelu | scaled_tanh | scaled_sigmoid: eta2 * phi(eta1^T x), eta = (eta1, eta2)
                               # | multinomial (classes = C; noise.model = "mixture" only)
     [noise]
     model = "additive"        # additive: y = g(x) + N(0, variance); mixture: y drawn from the mixture
@@ -62,7 +63,7 @@ import torch
 
 from moestat.data.synthetic import TruthDescriptors
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mapping
-from moestat.model.experts import ACTIVATIONS, Expert
+from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert, scaled_expert
 from moestat.model.gates import Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.gate_registry import SCORES, score_function
@@ -339,6 +340,8 @@ def _expert(expert: Mapping[str, Any], d: int, where: str):
         return mlp_expert(d, int(expert.get("hidden", 4)))
     if kind == "identity":
         return linear_expert(d)
+    if kind in SCALED_KINDS:
+        return scaled_expert(kind, d)
     phi = activation_fn(kind, int(expert.get("degree", 2)))
     return FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
 
@@ -354,7 +357,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
     act = gate.get("activation")
     kind = str(expert.get("kind", "gelu"))
     kind = "identity" if kind == "linear" else kind
-    kinds = ACTIVATIONS + ("linear", "mlp", "multinomial")
+    kinds = ACTIVATIONS + SCALED_KINDS + ("linear", "mlp", "multinomial")
     if score not in SCORES:
         raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
     if kind not in kinds:
@@ -363,7 +366,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
         raise _err(where, "expert.kind = 'multinomial' (classification) needs noise.model = 'mixture'")
     if "variance" in gate and norm != "gaussian":
         raise _err(where, "gate.variance is the Gaussian gate's kernel variance: only with normalisation = 'gaussian'")
-    if (not mixture and norm == "softmax" and temperature == 1.0 and act is None and kind != "mlp"):
+    if (not mixture and norm == "softmax" and temperature == 1.0 and act is None and kind in ACTIVATIONS):
         try:
             return MoEModel(Gate(score, tau=tau, k_active=k_active), Expert(kind, degree=int(expert.get("degree", 2))))
         except (TypeError, ValueError) as e:

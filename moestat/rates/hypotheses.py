@@ -82,8 +82,8 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
-__all__ = ["EPS", "N_X", "THEOREMS", "CATALOGUE_THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
-           "format_hypotheses", "catalogue_hypotheses"]
+__all__ = ["EPS", "N_X", "THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
+           "format_hypotheses"]
 
 EPS = float(np.finfo(np.float64).eps)
 #: Inputs drawn from the scenario's law (at least 10 times the columns of the largest family).
@@ -118,7 +118,7 @@ class _Parts:
 
 
 def _parts(scenario, n: int, seed: int) -> _Parts:
-    from moestat.model.experts import ACTIVATIONS, Expert
+    from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
     from moestat.model.gates import Gate, gate_scores
     from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
     from moestat.model.protocol import FunctionExpert, linear_score
@@ -152,6 +152,8 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         kind = getattr(expert, "name", "custom")
     if kind in ACTIVATIONS and q == d + 1:
         names = [f"a_{u}" for u in range(d)] + ["b"]
+    elif kind in SCALED_KINDS and q == d + 1:  # eta2 * phi(eta1^T x) (moestat.model.experts.scaled_expert)
+        names = [f"eta1_{u}" for u in range(d)] + ["eta2"]
     elif kind == "multinomial":
         names = [f"A{c}_{u}" if u < d else f"b{c}" for c in range(classes - 1) for u in range(d + 1)]
     else:
@@ -541,26 +543,6 @@ THEOREMS: tuple[Theorem, ...] = (
 )
 _BY_KEY = {t.key: t for t in THEOREMS}
 
-#: (catalogue entry, run label, router or None) -> the theorem whose hypotheses the run's truth must meet.
-CATALOGUE_THEOREMS: dict[tuple[str, str, str | None], str] = {
-    ("cosine-exact", "routers", "perturbed"): "cosine-thm6",
-    ("cosine-exact", "routers", "cosine"): "cosine-thm2-3",
-    ("cosine-over", "routers", "perturbed"): "cosine-thm5",
-    ("cosine-over", "routers", "cosine"): "cosine-thm2-3",
-    ("gmoe-exact", "gaussian-moe", None): "gmoe-softmax",
-    ("gmoe-over3", "gaussian-moe", None): "gmoe-softmax",
-    ("gmoe-over4", "gaussian-moe", None): "gmoe-softmax",
-    ("lse-ffn-vs-linear", "ffn-sigmoid", None): "lse-strong",
-    ("lse-ffn-vs-linear", "linear", None): "lse-polynomial",
-    ("sigmoid-vs-softmax", "sigmoid", None): "sigmoid-strong",
-    ("sigmoid-vs-softmax", "softmax", None): "lse-strong",
-    ("topk-gmoe", "topk-exact", None): "topk-gmoe",
-    ("multinomial-moe", "nonvanishing", None): "multinomial-nonvanishing",
-    ("multinomial-moe", "vanishing", None): "multinomial-vanishing",
-    ("gaussian-gated-moe", "gaussian-gate", None): "gaussian-gate-type1",
-}
-
-
 def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
     failing = [f"{c} {'holds' if conds[c]['holds'] else 'fails'} (needs {'holds' if want else 'fails'})"
                + (f": {conds[c]['detail']}" if conds[c]["detail"] else "")
@@ -620,29 +602,3 @@ def format_hypotheses(rep: dict[str, Any]) -> str:
         head = f"{'MEETS' if t['met'] else 'FAILS'} {t['cite']}: {t['claim']}"
         lines.append(head + ("" if t["met"] else " -- " + "; ".join(t["failing"])) + f" (read: {t['read']})")
     return "\n".join(lines)
-
-
-def catalogue_hypotheses(keys: list[str] | None = None, *, n: int = N_X, seed: int = 0) -> list[dict[str, Any]]:
-    """Check every catalogue run's truth against its own theorem (:data:`CATALOGUE_THEOREMS`).
-
-    Returns
-    -------
-    list of dict
-        ``entry``, ``run``, ``router``, ``theorem``, ``met``, ``failing`` and the full report
-        ``report`` of :func:`check_hypotheses`; runs that cannot be built carry ``error``.
-    """
-    from moestat.rates.catalogue import ENTRIES, run_config
-    from moestat.rates.resolve import build_scenario
-
-    rows = []
-    for (key, label, router), th in CATALOGUE_THEOREMS.items():
-        if keys is not None and key not in keys:
-            continue
-        run = next(r for r in ENTRIES[key].runs if r.label == label)
-        cfg = run_config(run, quick=True)
-        sc = build_scenario(cfg.scenario_key(router if router is not None else cfg.router[0]))
-        rep = check_hypotheses(sc, n=n, seed=seed, theorem=th)
-        t = rep["theorems"][0]
-        rows.append({"entry": key, "run": label, "router": router, "theorem": th, "cite": t["cite"], "met": t["met"],
-                     "failing": t["failing"], "report": rep})
-    return rows

@@ -1,31 +1,134 @@
-"""Render the catalogue's recorded runs as the RST tables of docs/guide/catalogue.rst.
+"""Render the catalogue's recorded verdicts into docs/guide/catalogue.rst, under the *current* rules.
 
-Reads ``simulations/catalogue/<key>/catalogue.json`` (full runs, ``moestat reproduce KEY --out``)
-and ``simulations/catalogue/quick_times.json`` (the ``--quick`` runs); prints two list-tables.
+Every verdict the page states of a recorded run is rendered here, never typed by hand (issue 33,
+Scope 8): each entry's recorded full run is judged again from its rows by
+:func:`moestat.rates.catalogue_views.rejudge_recorded` (no model is refitted), and the blocks of
+``catalogue.rst`` between the markers ::
 
-Usage::
+    .. rendered:begin NAME
+    .. rendered:end NAME
 
-    python simulations/catalogue/render_rst.py
+are replaced by :func:`render_blocks`.  ``tests/rates/test_catalogue_docs.py`` fails when the page
+differs from the rendering, so a rule change that moves a category shows up as a failing test until
+the page is re-rendered.
+
+Where the records are.  ``simulations/catalogue/<key>/<run>/`` (``results.csv``, ``extras.csv``,
+``provenance.json``); the ``gmoe-*`` entries' rows are the sweeps recorded in the entry's
+``recorded`` folder (``simulations/gaussian_moe/...``, same configuration).  A run's provenance
+names the scenario file by the absolute path it ran from (another checkout); the rendering reads the
+file the run ran with instead: ``scenario_as_run.toml`` in the run's folder where the catalogue's
+file has changed since (the truths replaced by issue 33), else the shipped file of the same name.
+
+Usage (from the repository root)::
+
+    python simulations/catalogue/render_rst.py            # print the blocks
+    python simulations/catalogue/render_rst.py --write    # rewrite them in docs/guide/catalogue.rst
+    python simulations/catalogue/render_rst.py --check    # exit 1 when the page differs
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
+import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RST = ROOT / "docs" / "guide" / "catalogue.rst"
+AS_RUN = "scenario_as_run.toml"
+_BLOCK = re.compile(r"(\.\. rendered:begin (?P<name>[\w-]+)\n)(?P<body>.*?)(\.\. rendered:end (?P=name)\n)", re.S)
 
 
 def _num(v, spec="+.2f"):
     return "-" if v is None else format(v, spec)
 
 
-def _rows(report: dict) -> list[list[str]]:
-    rows = []
-    for r in report["predictions"]:
-        ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
-        rows.append([f"{r['run']} ``{r['loss']}``", r["prediction"], f"{_num(r['slope'])} {ci}".strip(), r["category"] or "-"])
-    return rows
+def run_folder(key: str, label: str) -> Path | None:
+    """The folder holding run ``label`` of entry ``key``'s recorded full run (None: not recorded)."""
+    from moestat.rates.catalogue import entry
+
+    d = HERE / key / label
+    if (d / "results.csv").is_file():
+        return d
+    rec = entry(key).recorded
+    if rec.startswith("simulations/") and (ROOT / rec / "results.csv").is_file():
+        return ROOT / rec
+    return None
+
+
+def former_truth(key: str, label: str) -> bool:
+    """Whether run ``label`` was recorded with a truth the catalogue has replaced since."""
+    from moestat.rates.catalogue import catalogue_file, entry
+
+    run = next(r for r in entry(key).runs if r.label == label)
+    d, name = run_folder(key, label), run.base.get("catalogue_file")
+    return bool(d and name and (d / AS_RUN).is_file() and (d / AS_RUN).read_bytes() != catalogue_file(name).read_bytes())
+
+
+def rejudged(key: str) -> dict | None:
+    """The report of entry ``key``'s recorded full run under the current rules (None: not recorded)."""
+    from moestat.rates.catalogue import catalogue_file, entry
+    from moestat.rates.catalogue_views import rejudge_recorded
+
+    e = entry(key)
+    folders = {r.label: run_folder(key, r.label) for r in e.runs}
+    if not e.runs or any(f is None for f in folders.values()):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:  # the rows as recorded, the scenario file as run
+        for run in e.runs:
+            src, dst = folders[run.label], Path(tmp) / run.label
+            dst.mkdir()
+            for name in ("results.csv", "extras.csv"):
+                if (src / name).is_file():
+                    (dst / name).symlink_to(src / name)
+            prov = json.loads((src / "provenance.json").read_text(encoding="utf-8"))
+            if prov["config"].get("scenario_file"):  # the router is named after the file's stem: keep the name
+                name = Path(prov["config"]["scenario_file"]).name
+                scen = catalogue_file(name)
+                if (src / AS_RUN).is_file():
+                    (Path(tmp) / "as_run" / run.label).mkdir(parents=True)
+                    scen = Path(tmp) / "as_run" / run.label / name
+                    scen.write_bytes((src / AS_RUN).read_bytes())
+                prov["config"]["scenario_file"] = str(scen)
+            (dst / "provenance.json").write_text(json.dumps(prov), encoding="utf-8")
+        # rejudge_recorded builds the report without the runs' folder, so a contrast gets no paired
+        # interval ("no paired rows"); the folder is handed to the report here, so that the contrast is
+        # decided as a run decides it today (catalogue._paired on the staged rows).  The lasting fix is
+        # one argument in catalogue_views.rejudge_recorded: ``_report(e, False, runs, Path(folder))``.
+        from moestat.rates import catalogue as cat
+
+        report = cat._report
+        cat._report = lambda e_, quick, runs, out=None: report(e_, quick, runs, Path(tmp) if out is None else out)
+        try:
+            return rejudge_recorded(key, tmp)
+        finally:
+            cat._report = report
+
+
+def _recorded(key: str) -> tuple[dict, float] | None:
+    """The report written when the full run ran (``catalogue.json``) and its wall time."""
+    path = HERE / key / "catalogue.json"
+    if not path.is_file():
+        return None
+    rep = json.loads(path.read_text(encoding="utf-8"))
+    sweep = path.parent / "sweep.json"  # a report re-fitted from a recorded sweep: its time is the sweep's
+    return rep, (json.loads(sweep.read_text())["sweep_elapsed_s"] if sweep.is_file() else rep["wall_s"])
+
+
+def reports() -> dict[str, tuple[dict, dict, float]]:
+    """Entry key -> (current-rules report, report as recorded, wall seconds), for every recorded entry."""
+    from moestat.rates.catalogue import ENTRIES
+
+    out = {}
+    for key in ENTRIES:
+        rec = _recorded(key)
+        cur = rejudged(key) if rec is not None else None
+        if cur is not None:
+            out[key] = (cur, rec[0], rec[1])
+    return out
 
 
 def _table(title: str, header: list[str], rows: list[list[str]], widths: str) -> str:
@@ -33,31 +136,101 @@ def _table(title: str, header: list[str], rows: list[list[str]], widths: str) ->
     for row in [header, *rows]:
         out.append("   * - " + row[0])
         out.extend(f"     - {c}" for c in row[1:])
-    return "\n".join(out)
+    return "\n".join(out) + "\n"
 
 
-def main() -> None:
+def _category(cur: dict, rec: dict | None) -> str:
+    c = cur["category"] or "-"
+    if rec is None:  # a prediction added after the run: judged on the recorded rows
+        return f"{c} (a prediction added since the run)"
+    was = rec.get("category")
+    return c if was == cur["category"] else f"{c} (recorded as {was or '-'} when it ran)"
+
+
+def full_table(reps: dict) -> str:
+    """The full runs' table: one row per prediction, its category under the current rules."""
     rows = []
-    for path in sorted(HERE.glob("*/catalogue.json")):
-        rep = json.loads(path.read_text())
-        sweep = path.parent / "sweep.json"  # a report re-fitted from a recorded sweep: its time is the sweep's
-        wall = json.loads(sweep.read_text())["sweep_elapsed_s"] if sweep.is_file() else rep["wall_s"]
-        first = True
-        for r in _rows(rep):
-            rows.append([f"``{rep['key']}``" if first else "", *r, f"{wall:.0f} s" if first else ""])
-            first = False
-    if rows:
-        print(_table("Full runs (recorded in simulations/catalogue/)", ["entry", "run and loss", "prediction", "measured slope [95% CI]",
-                                                                         "category", "wall"], rows, "14 22 18 22 14 10"))
-        print()
-    q = HERE / "quick_times.json"
-    if q.is_file():
-        data = json.loads(q.read_text())
-        qrows = [[f"``{r['key']}``", str(r["fits"]), f"{r['wall_s']:.0f}", f"{r['cpu_s']:.0f}", r["load"], r["categories"]]
-                 for r in data["runs"]]
-        print(_table("--quick runs: wall and CPU time", ["entry", "fits", "wall (s)", "CPU user+sys (s)", "load average (1 min) at start/end",
-                                                          "categories"], qrows, "18 8 10 12 18 34"))
+    for key, (cur, rec, wall) in reps.items():
+        old = {(r["run"], r["loss"]): r for r in rec["predictions"]}
+        for i, r in enumerate(cur["predictions"]):
+            ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
+            run = r["run"] + (" (former truth)" if former_truth(key, r["run"]) else "")
+            rows.append([f"``{key}``" if i == 0 else "", f"{run} ``{r['loss']}``", r["prediction"],
+                         f"{_num(r['slope'])} {ci}".strip(), _category(r, old.get((r["run"], r["loss"]))),
+                         f"{wall:.0f} s" if i == 0 else ""])
+    return _table("Full runs (recorded in simulations/catalogue/), judged under the current rules",
+                  ["entry", "run and loss", "prediction", "measured slope [95% CI]", "category", "wall"], rows,
+                  "14 22 18 22 14 10")
+
+
+def verdicts(reps: dict) -> str:
+    """One bullet per entry: every prediction's category with its reason, and the contrast."""
+    out = []
+    for key, (cur, _, _) in reps.items():
+        former = sorted({r["run"] for r in cur["predictions"] if former_truth(key, r["run"])})
+        head = f"- ``{key}``" + (f" (run{'s' if len(former) > 1 else ''} {', '.join(former)} recorded with the former "
+                                  "truth, replaced before its next run)" if former else "") + ":"
+        lines = [head, ""]
+        for r in cur["predictions"]:
+            ci = f" [{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
+            lines.append(f"  - {r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope {_num(r['slope'])}{ci}, "
+                         f"*{r['category'] or 'not judged'}* -- {r['reason'] or '-'}.")
+        c = cur.get("contrast")
+        if c:
+            lines.append(f"  - Contrast {c['slow']} vs {c['fast']} (``{c['loss']}``): *{c['category']}* -- {c['reason']}.")
+        out.append("\n".join(lines))
+    return "\n\n".join(out) + "\n"
+
+
+def quick_table() -> str:
+    """The ``--quick`` runs' wall time and categories (``quick_times.json``)."""
+    data = json.loads((HERE / "quick_times.json").read_text(encoding="utf-8"))
+    rows = [[f"``{r['key']}``", str(r["fits"]), f"{r['wall_s']:.0f}", "-" if r.get("cpu_s") is None else f"{r['cpu_s']:.0f}",
+             r["load"], r["categories"]] for r in data["runs"]]
+    return _table("--quick runs: wall and CPU time", ["entry", "fits", "wall (s)", "CPU user+sys (s)",
+                                                      "load average (1 min) at start/end", "categories"], rows, "18 8 10 12 18 34")
+
+
+def render_blocks() -> dict[str, str]:
+    """Block name -> its rendered text (the bodies between the page's markers)."""
+    reps = reports()
+    return {"full-runs": full_table(reps), "verdicts": verdicts(reps), "quick-runs": quick_table()}
+
+
+def page_blocks(text: str) -> dict[str, str]:
+    """Block name -> its body as the page holds it."""
+    return {m["name"]: m["body"] for m in _BLOCK.finditer(text)}
+
+
+def rewrite(text: str, blocks: dict[str, str]) -> str:
+    """``text`` with every marked block's body replaced by its rendering."""
+    missing = set(blocks) - set(page_blocks(text))
+    if missing:
+        raise ValueError(f"catalogue.rst lacks the markers of {sorted(missing)}")
+    return _BLOCK.sub(lambda m: m.group(1) + "\n" + blocks[m["name"]] + "\n" + m.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite the blocks in docs/guide/catalogue.rst")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the page differs from the rendering")
+    a = ap.parse_args(argv)
+    blocks = render_blocks()
+    text = RST.read_text(encoding="utf-8")
+    new = rewrite(text, blocks) if a.write or a.check else text
+    if a.write:
+        RST.write_text(new, encoding="utf-8")
+    elif a.check:
+        if new != text:
+            print("docs/guide/catalogue.rst differs from the rendering of the recorded runs; run "
+                  "python simulations/catalogue/render_rst.py --write", file=sys.stderr)
+            return 1
+    else:
+        for name, body in blocks.items():
+            print(f".. rendered:begin {name}\n\n{body}\n.. rendered:end {name}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(ROOT))  # this checkout's moestat, not an installed one
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Every catalogue run's truth against its own theorem's hypotheses, and the proposed replacements.
 
-Runs :func:`moestat.rates.hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
+Runs :func:`moestat.rates.catalogue_hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
 reproduce`` builds them) and :func:`moestat.rates.hypotheses.check_hypotheses` on the proposals of
 ``proposals.py``; writes ``hypotheses.json`` next to this file and prints one line per run
 (see ``simulations/catalogue/HYPOTHESES.md``)::
@@ -14,7 +14,8 @@ import importlib.util
 from pathlib import Path
 
 from moestat.io import atomic_write_json
-from moestat.rates.hypotheses import catalogue_hypotheses, check_hypotheses
+from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+from moestat.rates.hypotheses import check_hypotheses
 
 HERE = Path(__file__).resolve().parent
 #: proposal function -> (entry, run, theorem)
@@ -34,7 +35,7 @@ def main() -> dict:
     for r in catalogue_hypotheses():
         rows.append({k: r[k] for k in ("entry", "run", "router", "theorem", "cite", "met", "failing")} | {"conditions": _short(r["report"])})
         print(f"{r['entry']:<20} {r['run'] + ('/' + r['router'] if r['router'] else ''):<20} {r['theorem']:<26} "
-              f"{'MEETS' if r['met'] else 'FAILS'} {'; '.join(r['failing'])}")
+              f"{'NOT CHECKED' if r['met'] is None else 'MEETS' if r['met'] else 'FAILS'} {'; '.join(r['failing'])}")
     spec = importlib.util.spec_from_file_location("moestat_proposals", HERE / "proposals.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
