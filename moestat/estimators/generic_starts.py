@@ -59,9 +59,7 @@ def random_start(model: LikelihoodModel, X: np.ndarray, Y: np.ndarray, k: int, r
         eta = rng.normal(size=(k, model.n_expert_params(d)))
         if model.family == "gaussian":
             eta = np.column_stack([eta, np.full(k, max(float(np.var(Y)), 1e-12))])
-    if model.gate.normalisation == "gaussian":
-        b1 = X[rng.choice(n, size=k, replace=n < k)]
-        b0 = np.full(k, -np.log(k))
+    b0, b1 = model.gate.family.random_router(X, k, rng, b0, b1)  # e.g. Gaussian/Laplace centres on inputs
     return MixingMeasure(b0, b1, eta)
 
 

@@ -120,11 +120,7 @@ class GenericEM:
         #: whether a step needs the per-sample responsibilities; not when every step has a closed
         #: form from sums over the samples (linear experts, a dense affine gate)
         self.need_r = not (self.linear and self.affine_gate and not self.topk)
-        free = torch.ones(k, d + 1, dtype=torch.bool)
-        if g.reference:  # softmax: the last row is the reference
-            free[-1] = False
-        elif g.normalisation == "gaussian":  # invariant to a common shift of beta0 only
-            free[-1, d] = False
+        free = torch.as_tensor(g.free_mask(k, d))  # the gate's own reference convention
         self.free = free.flatten()
         self.mg = int(self.free.sum())
         #: the gate rows with a free parameter, and the embedding restricted to them [mg, f p]

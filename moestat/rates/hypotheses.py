@@ -82,6 +82,8 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
+from moestat.model.gate_registry import GATES
+
 __all__ = ["EPS", "N_X", "THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
            "format_hypotheses"]
 
@@ -166,9 +168,9 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         skind, norm, kact = gate.kind, "softmax", gate.k_active
     else:  # ProtocolGate
         norm, kact, temp = gate.normalisation, gate.k_active, float(gate.temperature)
-        if norm == "gaussian":
-            score = lambda b: -0.5 * ((X - b) ** 2).sum(-1) / gate.variance / temp  # noqa: E731
-            skind = "gaussian"
+        if gate.family.own_score:  # a Gaussian or Laplace gate: the score is the gate's, not ``gate.score``
+            score = lambda b: gate.scores(X, b.unsqueeze(0))[:, 0] / temp  # noqa: E731
+            skind = norm
         else:
             score = lambda b: gate.score(X, b.unsqueeze(0))[:, 0] / temp  # noqa: E731
             skind = "linear" if gate.score is linear_score else (gate.name if gate.name in ("linear", "cosine", "perturbed") else "custom")
@@ -369,7 +371,7 @@ def _gate_identifiable(P: _Parts) -> dict:
     """
     k, d = P.beta1.shape
     ref_b1 = P.normalisation == "softmax" and not bool(P.beta1[-1].abs().sum() > 0)
-    free_b0 = list(range(k - 1)) if P.normalisation in ("softmax", "gaussian") else list(range(k))
+    free_b0 = list(range(k - 1)) if P.normalisation == "softmax" or GATES[P.normalisation].pins_bias else list(range(k))
     free_b1 = [i for i in range(k) if not (ref_b1 and i == k - 1)]
 
     def logits(theta: torch.Tensor) -> torch.Tensor:
@@ -379,7 +381,7 @@ def _gate_identifiable(P: _Parts) -> dict:
         rows = theta[len(free_b0):].reshape(len(free_b1), d)
         b1 = torch.stack([rows[free_b1.index(i)] if i in free_b1 else b1[i] for i in range(k)])
         L = torch.stack([P.score(b1[i]) + b0[i] for i in range(k)], 1)  # [n, k]
-        if P.normalisation != "sigmoid":
+        if GATES[P.normalisation].normalised:
             L = L - L.mean(1, keepdim=True)
         return L.reshape(-1)
 
