@@ -55,6 +55,7 @@ import torch
 from moestat.model.gates import safe_norm
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
+from moestat.estimators.jacobians import bounds, pack
 from moestat.estimators.lse_kernel import Design, gauss_newton, residual_and_jacobian, score_taus
 from moestat.estimators.lse_kernel import evaluate as kernel_evaluate
 from moestat.estimators.lse_kernel import forward as kernel_forward
@@ -74,24 +75,16 @@ __all__ = [
 def pack_params(G: MixingMeasure) -> torch.Tensor:
     """Free-parameter vectors ``[R, P]`` of a batched torch measure ``G`` ``[R]``.
 
-    The reference atom's router (last ``beta0``/``beta1``) is not included.
+    The reference atom's router (last ``beta0``/``beta1``) is not included: the one least-squares
+    layout, :func:`moestat.estimators.jacobians.pack` with ``reference=True``.
     """
-    R = G.beta0.shape[0]
-    return torch.cat(
-        [G.beta0[:, :-1], G.beta1[:, :-1, :].reshape(R, -1), G.eta.reshape(R, -1)], dim=1
-    )
+    return pack(G, reference=True)
 
 
 def box_bounds(box: ParameterBox, k: int, d: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lower/upper bound vectors ``[P]`` of the free parameters inside ``box`` (``k`` atoms, dimension ``d``)."""
-    ub = torch.cat(
-        [
-            torch.full(((k - 1),), box.beta0, dtype=dtype, device=device),
-            torch.full(((k - 1) * d,), box.beta1, dtype=dtype, device=device),
-            torch.full((k * (d + 1),), box.eta, dtype=dtype, device=device),
-        ]
-    )
-    return -ub, ub
+    """Lower/upper bound vectors ``[P]`` of the free parameters inside ``box`` (``k`` atoms, dimension
+    ``d``, linear-expert ``eta`` of size ``d + 1``): :func:`moestat.estimators.jacobians.bounds`."""
+    return bounds(box, k, d, d + 1, True, torch.empty(0, dtype=dtype, device=device))
 
 
 # ----------------------------------------------------------------------------------------------
