@@ -63,11 +63,11 @@ import torch
 
 from moestat.data.synthetic import TruthDescriptors
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mapping
-from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert, scaled_expert
+from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
+from moestat.model.gate_registry import SCORES, score_function
 from moestat.model.gates import Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.gate_registry import SCORES, score_function
-from moestat.model.protocol import ProtocolGate, ProtocolModel, mlp_expert
+from moestat.model.protocol import ProtocolGate, ProtocolModel, mlp_expert, scaled_expert
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 

@@ -8,7 +8,9 @@ import numpy as np
 import torch
 
 from moestat.estimators.mle_generic import GenericEM
+from moestat.estimators.starts import random_partition_init
 from moestat.model.likelihood import LikelihoodModel
+from moestat.model.mixing import MixingMeasure
 
 __all__ = ["to_free", "from_free", "random_start", "jitter"]
 
@@ -28,7 +30,6 @@ def to_free(em: GenericEM, G) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 def from_free(em: GenericEM, fv: np.ndarray, eta: np.ndarray, ls2: np.ndarray):
     """The :class:`MixingMeasure` ``[B]`` of :func:`to_free`'s layout (a Gaussian gate's ``exp(beta0)`` summing to one)."""
-    from moestat.model.mixing import MixingMeasure
 
     B = fv.shape[0]
     V = np.zeros((B, em.k * em.p))
@@ -46,8 +47,6 @@ def random_start(model: LikelihoodModel, X: np.ndarray, Y: np.ndarray, k: int, r
     (:func:`moestat.estimators.starts.random_partition_init`); other experts: ``eta ~ N(0, 1)`` and
     the variance ``var(y)``.  The gate starts uniform; a Gaussian gate is centred on random inputs.
     """
-    from moestat.estimators.starts import random_partition_init
-    from moestat.model.mixing import MixingMeasure
 
     X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
     n, d = X.shape
@@ -65,7 +64,6 @@ def random_start(model: LikelihoodModel, X: np.ndarray, Y: np.ndarray, k: int, r
 
 def jitter(G, S: int, sd: float, rng: np.random.Generator, gaussian: bool):
     """``G [R, 1]`` and ``S - 1`` copies with ``N(0, sd^2)`` noise (variances on the log scale), ``[R, S]``."""
-    from moestat.model.mixing import MixingMeasure
 
     R, _, k = G.beta0.shape
     b0 = np.repeat(G.beta0, S, axis=1) + sd * rng.standard_normal((R, S, k))

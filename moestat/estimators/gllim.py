@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from moestat.estimators.base import MoEEstimator
+from moestat.estimators.validation import prepare_data
 from moestat.model.mixing import MixingMeasure
 
 __all__ = ["GLLiMEM", "fit_gllim_em", "gllim_loglik", "gllim_log_components", "gllim_mean", "split_measure",
@@ -515,7 +516,6 @@ class GLLiMEM(MoEEstimator):
         -------
         GLLiMEM
         """
-        from moestat.estimators.validation import prepare_data
 
         self._check_params()
         k = int(self.n_components)

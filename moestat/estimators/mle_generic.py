@@ -51,6 +51,7 @@ from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
 from moestat.model.likelihood import LikelihoodModel, log_gate
+from moestat.model.protocol import linear_score
 
 __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled", "score_search",
            "topk_search", "polish"]
@@ -111,7 +112,6 @@ class GenericEM:
         self.linear = self.gaussian and getattr(model.expert, "name", "") == "identity"
         self.multinomial = model.family == "multinomial"
         g = model.gate
-        from moestat.model.protocol import linear_score
 
         # logits (beta0 + beta1^T x) / tau, softmax-normalised (dense or Top-K): affine in the gate
         # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form

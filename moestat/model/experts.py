@@ -26,7 +26,7 @@ import torch
 if TYPE_CHECKING:  # the annotation alias only; experts do not depend on gates
     from moestat.model.gates import TensorLike
 
-__all__ = ["ACTIVATIONS", "SCALED_KINDS", "Expert", "activation_fn", "scaled_expert"]
+__all__ = ["ACTIVATIONS", "SCALED_KINDS", "Expert", "activation_fn"]
 
 ACTIVATIONS = ("identity", "gelu", "relu", "tanh", "sigmoid", "poly")
 #: scenario-file expert kinds ``eta2 * phi(eta1^T x)`` (:func:`scaled_expert`): ``scaled_<phi>``
@@ -150,42 +150,3 @@ class Expert:
     def describe(self) -> str:
         """Short name: the activation, or ``poly<p>``."""
         return f"poly{self.degree}" if self.activation == "poly" else self.activation
-
-
-def scaled_expert(kind: str, d: int):
-    """The expert ``h(x, eta) = eta2 * phi(eta1^T x)``, ``eta = (eta1 [d], eta2)``, no bias inside ``phi``.
-
-    The strongly identifiable form of Nguyen et al. (2025, arXiv 2505.10860, Definition 1 and its
-    example ``eta2 * GELU(eta1^T x)``): with no bias inside the activation, the identity
-    ``x_u dh/db = dh/da_u`` of ``phi(a^T x + b)`` -- a gate-expert PDE under a linear-score gate --
-    has no counterpart.  It is linear in ``eta2`` (``d2h/deta2^2 = 0``, ``h = eta2 dh/deta2``),
-    which the linear-gate condition allows (:mod:`moestat.rates.hypotheses`).
-
-    Parameters
-    ----------
-    kind : {"scaled_gelu", "scaled_tanh", "scaled_sigmoid"}
-        ``scaled_<phi>``, one of :data:`SCALED_KINDS`.
-    d : int
-        Input dimension; the expert has ``q = d + 1`` parameters.
-
-    Returns
-    -------
-    moestat.model.protocol.FunctionExpert
-        ``h(x [n, d], eta [d + 1]) -> [n]`` named ``kind``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> h = scaled_expert("scaled_sigmoid", 2)
-    >>> x = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
-    >>> h(x, torch.tensor([[2.0, 2.0, 1.5]], dtype=torch.float64))  # 1.5 * sigmoid(0)
-    tensor([[0.7500]], dtype=torch.float64)
-    """
-    from moestat.model.protocol import FunctionExpert  # lazy: the protocol module builds on this one
-
-    if kind not in SCALED_KINDS:
-        raise ValueError(f"unknown scaled expert kind {kind!r}; expected one of {SCALED_KINDS}")
-    if isinstance(d, bool) or int(d) != d or d < 1:
-        raise ValueError(f"input dimension must be a positive integer, got {d!r}")
-    phi = activation_fn(kind.removeprefix("scaled_"))
-    return FunctionExpert(lambda x, eta: eta[-1] * phi(x @ eta[:-1]), int(d) + 1, kind)

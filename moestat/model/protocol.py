@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from moestat.model.experts import Expert, activation_fn
+from moestat.model.experts import SCALED_KINDS, Expert, activation_fn
 from moestat.model.gate_families import GateFamily
 from moestat.model.gate_registry import GATES, score_function
 from moestat.model.gates import Gate, ScoreFn, cosine_score, linear_score, perturbed_score
@@ -56,6 +56,7 @@ __all__ = [
     "cosine_score",
     "linear_score",
     "mlp_expert",
+    "scaled_expert",
     "perturbed_score",
     "protocol_from_builtin",
     "sigmoid_gate",
@@ -203,6 +204,43 @@ class FunctionExpert:
     def describe(self) -> str:
         """The display name."""
         return self.name
+
+
+def scaled_expert(kind: str, d: int) -> "FunctionExpert":
+    """The expert ``h(x, eta) = eta2 * phi(eta1^T x)``, ``eta = (eta1 [d], eta2)``, no bias inside ``phi``.
+
+    The strongly identifiable form of Nguyen et al. (2025, arXiv 2505.10860, Definition 1 and its
+    example ``eta2 * GELU(eta1^T x)``): with no bias inside the activation, the identity
+    ``x_u dh/db = dh/da_u`` of ``phi(a^T x + b)`` -- a gate-expert PDE under a linear-score gate --
+    has no counterpart.  It is linear in ``eta2`` (``d2h/deta2^2 = 0``, ``h = eta2 dh/deta2``),
+    which the linear-gate condition allows (:mod:`moestat.rates.hypotheses`).
+
+    Parameters
+    ----------
+    kind : {"scaled_gelu", "scaled_tanh", "scaled_sigmoid"}
+        ``scaled_<phi>``, one of :data:`SCALED_KINDS`.
+    d : int
+        Input dimension; the expert has ``q = d + 1`` parameters.
+
+    Returns
+    -------
+    FunctionExpert
+        ``h(x [n, d], eta [d + 1]) -> [n]`` named ``kind``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> h = scaled_expert("scaled_sigmoid", 2)
+    >>> x = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    >>> h(x, torch.tensor([[2.0, 2.0, 1.5]], dtype=torch.float64))  # 1.5 * sigmoid(0)
+    tensor([[0.7500]], dtype=torch.float64)
+    """
+    if kind not in SCALED_KINDS:
+        raise ValueError(f"unknown scaled expert kind {kind!r}; expected one of {SCALED_KINDS}")
+    if isinstance(d, bool) or int(d) != d or d < 1:
+        raise ValueError(f"input dimension must be a positive integer, got {d!r}")
+    phi = activation_fn(kind.removeprefix("scaled_"))
+    return FunctionExpert(lambda x, eta: eta[-1] * phi(x @ eta[:-1]), int(d) + 1, kind)
 
 
 def mlp_expert(d: int, hidden: int, activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> FunctionExpert:

@@ -35,6 +35,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from moestat.io import atomic_write_json
+from moestat.rates.catalogue_views import run_models
+from moestat.rates.config import RatesConfig
+from moestat.rates.experiment import run_rates
+from moestat.rates.extras import merge_extras
+from moestat.rates.resolve import build_scenario
+from moestat.rates.store import read_results
+from moestat.rates.verdicts import paired_arrays, paired_contrast
+
 __all__ = [
     "Paper",
     "Prediction",
@@ -382,7 +391,6 @@ def run_config(run: Run, quick: bool, **execution: Any):
     FileNotFoundError
         A ``catalogue_file`` that is not shipped (yet).
     """
-    from moestat.rates.config import RatesConfig
 
     data = dict(run.base)
     name = data.pop("catalogue_file", None)
@@ -420,7 +428,6 @@ def _declares_mixture(cfg) -> bool:
     """Whether the run's scenario draws y from the mixture (the likelihood entries need it)."""
     if cfg.family == "gaussian-moe":
         return True
-    from moestat.rates.resolve import build_scenario
 
     sc = build_scenario(cfg.scenario_key(cfg.router[0]))
     return str(getattr(sc, "noise_model", "additive")) == "mixture" or bool(getattr(sc, "gaussian_moe", False))
@@ -430,7 +437,6 @@ def format_list() -> str:
     """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
     (generated from the scenario it builds: :func:`moestat.rates.catalogue_views.run_models`),
     predictions, status."""
-    from moestat.rates.catalogue_views import run_models
 
     lines = []
     for e in ENTRIES.values():
@@ -479,9 +485,6 @@ def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None =
 
 def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dict | None) -> dict | None:
     """The replicate-paired contrast of two runs written under ``out`` (their rows and file losses)."""
-    from moestat.rates.extras import merge_extras
-    from moestat.rates.store import read_results
-    from moestat.rates.verdicts import paired_arrays, paired_contrast
 
     if not fs or not ff or not fs.get("window") or not ff.get("window"):
         return None
@@ -532,8 +535,6 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     ValueError
         Unknown key, or an entry that cannot run (its ``needs: ...`` status).
     """
-    from moestat.io import atomic_write_json
-    from moestat.rates.experiment import run_rates
 
     e = entry(key)
     if runs is None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from moestat.rates.catalogue import ENTRIES, run_config
 from moestat.rates.hypotheses import N_X, THEOREMS, check_hypotheses
+from moestat.rates.resolve import build_scenario
 
 __all__ = ["CATALOGUE_THEOREMS", "catalogue_hypotheses"]
 
@@ -45,8 +47,6 @@ def catalogue_hypotheses(keys: list[str] | None = None, *, n: int = N_X, seed: i
         ``report`` of :func:`check_hypotheses`.  A run whose scenario has no conditional model (the
         joint GLLiM of ``gaussian-gated-moe``) has ``met = None`` and says it was not checked.
     """
-    from moestat.rates.catalogue import ENTRIES, run_config
-    from moestat.rates.resolve import build_scenario
 
     rows = []
     for (key, label, router), th in CATALOGUE_THEOREMS.items():

@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from moestat.data.gaussian_scenarios import RBAR
+from moestat.data.gaussian_scenarios import _normalised, gaussian_loss_spec
+from moestat.losses.voronoi import weighted_multi_error
+from moestat.losses.voronoi_spec import cell_terms_from_spec
 from moestat.model.mixing import MixingMeasure
 
 __all__ = ["BLOCKS", "block_errors", "block_predictions"]
@@ -36,7 +40,6 @@ def block_predictions(cell_size: int) -> dict[str, float]:
     Nguyen, Nguyen & Ho 2023; Han et al. 2024, Table 2).  ``cell_size`` must be 2 or 3, the sizes whose
     ``rbar`` the paper gives (4 and 6).
     """
-    from moestat.data.gaussian_scenarios import RBAR
 
     if cell_size not in (2, 3):
         raise ValueError(f"rbar(M) is stated for cells of 2 or 3 atoms, got M = {cell_size!r}")
@@ -60,9 +63,6 @@ def block_errors(fitted: MixingMeasure, truth: MixingMeasure) -> dict[str, np.nd
         The largest mass-weighted root mean square error of the block over the cells of two or more
         fitted atoms; NaN for a non-finite fit or one without such a cell (an exact fit).
     """
-    from moestat.data.gaussian_scenarios import _normalised, gaussian_loss_spec
-    from moestat.losses.voronoi import weighted_multi_error
-    from moestat.losses.voronoi_spec import cell_terms_from_spec
 
     G, T = fitted.numpy(), truth.numpy()
     if not G.batch_shape:

@@ -82,7 +82,11 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
+from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
 from moestat.model.gate_registry import GATES
+from moestat.model.gates import Gate, gate_scores
+from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
+from moestat.model.protocol import FunctionExpert, linear_score
 
 __all__ = ["EPS", "N_X", "THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
            "format_hypotheses"]
@@ -120,11 +124,6 @@ class _Parts:
 
 
 def _parts(scenario, n: int, seed: int) -> _Parts:
-    from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
-    from moestat.model.gates import Gate, gate_scores
-    from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
-    from moestat.model.protocol import FunctionExpert, linear_score
-
     t = scenario.truth.numpy()
     d = t.dim
     X = torch.as_tensor(scenario.sample_x(n, np.random.default_rng(np.random.SeedSequence(seed))), dtype=torch.float64)
@@ -154,7 +153,7 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         kind = getattr(expert, "name", "custom")
     if kind in ACTIVATIONS and q == d + 1:
         names = [f"a_{u}" for u in range(d)] + ["b"]
-    elif kind in SCALED_KINDS and q == d + 1:  # eta2 * phi(eta1^T x) (moestat.model.experts.scaled_expert)
+    elif kind in SCALED_KINDS and q == d + 1:  # eta2 * phi(eta1^T x) (moestat.model.protocol.scaled_expert)
         names = [f"eta1_{u}" for u in range(d)] + ["eta2"]
     elif kind == "multinomial":
         names = [f"A{c}_{u}" if u < d else f"b{c}" for c in range(classes - 1) for u in range(d + 1)]

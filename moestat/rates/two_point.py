@@ -67,8 +67,12 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from moestat.estimators.starts import near_truth_init
+from moestat.losses.cell_errors import beta1_decomposition
 from moestat.losses.voronoi import voronoi_loss
 from moestat.model.mixing import MixingMeasure
+from moestat.rates.resolve import build_estimator
+from moestat.rates.sweep import replicate_streams
 
 __all__ = [
     "radial_witness",
@@ -452,10 +456,6 @@ def radial_mechanism(scenario, n: int, reps: int, *, seed: int = 0, init_scale: 
         ``start_loss_true_radius``/``fit_loss_true_radius`` (the same after rescaling every
         ``beta1_i`` to the norm of its true atom); ``converged [reps]``.
     """
-    from moestat.estimators.starts import near_truth_init
-    from moestat.losses.cell_errors import beta1_decomposition
-    from moestat.rates.resolve import build_estimator
-    from moestat.rates.sweep import replicate_streams
 
     for name, v in (("n", n), ("reps", reps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

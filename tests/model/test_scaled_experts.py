@@ -12,7 +12,8 @@ import torch
 from scipy.special import erf, expit
 
 from moestat.data.scenario_files import ScenarioFileError, scenario_from_mapping
-from moestat.model.experts import SCALED_KINDS, scaled_expert
+from moestat.model.experts import SCALED_KINDS
+from moestat.model.protocol import scaled_expert
 from moestat.model.protocol import FunctionExpert, ProtocolModel
 from moestat.rates.catalogue import catalogue_file
 

@@ -14,6 +14,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from moestat.rates import RatesConfig, run_rates
+from moestat.rates.extras import merge_extras
+
 __all__ = ["CheckResult", "Context", "MODES", "skipped", "rates_available"]
 
 MODES = ("quick", "full")
@@ -152,7 +155,6 @@ class Context:
         reason = rates_available()
         if reason is not None:
             raise RuntimeError(reason)
-        from moestat.rates import RatesConfig, run_rates
 
         cfg.setdefault("seed", self.seed)
         cfg.setdefault("n_jobs", self.n_jobs)
@@ -179,7 +181,6 @@ def per_n_means(summary: dict[str, Any], out_dir: Path, key: str, router: str, c
     """
     import pandas as pd
 
-    from moestat.rates.extras import merge_extras
 
     path = Path(out_dir) / "rates" / key / "results.csv"
     if not path.exists():

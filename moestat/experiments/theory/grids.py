@@ -9,7 +9,9 @@ fit with k = k* + 1 (see :func:`moestat.data.synthetic.make_scenario`).
 
 from __future__ import annotations
 
+from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import Context
+from moestat.rates.spec_checks import check_scenario_memory
 
 #: Half-width by which a slope CI is widened before asking whether it contains the prediction
 #: (the same default as the rates engine).
@@ -54,7 +56,5 @@ def null_run(ctx: Context) -> tuple[str, dict]:
 def check_grid_memory(mode: str, n_max: int, reps: int | None = None) -> None:
     """Raise a one-line ``ValueError`` when ``n_max`` cannot fit in memory (the largest check
     fits the default scenario, d = 4, over-specified with k* + 1 atoms, all replicates at once)."""
-    from moestat.data.synthetic import make_scenario
-    from moestat.rates.spec_checks import check_scenario_memory
 
     check_scenario_memory(make_scenario("perturbed", "over"), n_max, reps or GRIDS[mode]["reps"], hint="or --reps")

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import CheckResult, Context, verdict
+from moestat.rates.two_point import loglog_slope
+from moestat.rates.two_point import two_point_curve
 
 NAMES = ["lecam_vanilla_flat", "lecam_perturbed_rate", "lecam_perturbed_over_rate"]
 #: The vanilla bound may lose at most this factor between n = 1e2 and n = 1e7.
@@ -54,9 +57,6 @@ SPLIT_T_MAX = 0.5
 
 
 def _compute(ctx: Context, witness: str) -> dict:
-    from moestat.data.synthetic import make_scenario
-    from moestat.rates.two_point import two_point_curve
-
     n_mc, n_t = (20_000, 61) if ctx.quick else (200_000, 241)
     ns = np.logspace(2, 7, 11 if ctx.quick else 21)
     ts = np.logspace(-6, 0, n_t) if witness == "radial" else np.logspace(-6, np.log10(SPLIT_T_MAX), n_t)
@@ -93,8 +93,6 @@ def curve_details(curve) -> dict:
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    from moestat.rates.two_point import loglog_slope
-
     c = curves(ctx)
     van, per = c["cosine"], c["perturbed"]
     ratio = float(van.lower_bound_low[-1] / van.lower_bound[0])

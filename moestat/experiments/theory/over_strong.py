@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from moestat.experiments.theory.framework import CheckResult, Context, find_fit, per_n_means, slope_verdict
 from moestat.experiments.theory.grids import TOLERANCE, over_run
+from moestat.rates.extras import merge_extras
 
 NAMES = ["thm5_over_D2", "thm5_param_single", "thm5_param_multi", "thm5_weighted_single", "thm5_weighted_multi"]
 
@@ -37,7 +38,6 @@ def _diagnostics(ctx: Context, key: str, loss: str) -> dict:
     import numpy as np
     import pandas as pd
 
-    from moestat.rates.extras import merge_extras
 
     path = Path(ctx.out_dir) / "rates" / key / "results.csv"
     if not path.exists():

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from moestat.model.gates import Gate
-from moestat.losses import regression_l2_error
-from moestat.model.regression import MoEModel
 from moestat.data.synthetic import make_scenario
+from moestat.losses import regression_l2_error
+from moestat.model.gates import Gate
+from moestat.model.regression import MoEModel
 
+from moestat.estimators import LeastSquaresMoE, near_truth_init
 from moestat.experiments.theory.framework import CheckResult, Context, verdict
 from moestat.rates.fit import slope_with_interval
 
@@ -50,8 +51,6 @@ def _fit_model(sc, kbar: int) -> MoEModel:
 
 
 def _fit_best(model: MoEModel, truth, X, Y, rng: np.random.Generator, n_starts: int, max_iter: int):
-    from moestat.estimators import LeastSquaresMoE, near_truth_init
-
     best_obj = np.full(X.shape[0], np.inf)
     best = None
     for s in range(n_starts):

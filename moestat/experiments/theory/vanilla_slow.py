@@ -36,6 +36,7 @@ import math
 
 from moestat.experiments.theory.framework import (CheckResult, Context, find_fit, per_n_means, slope_verdict,
                                                   verdict)
+from moestat.experiments.theory import lecam  # module attribute: the tests replace lecam.curves
 from moestat.experiments.theory.grids import TOLERANCE, exact_run, over_run
 
 NAMES = ["thm2_vanilla_exact_slow", "thm3_vanilla_over_slow", "pde4_vanilla_radial_floor", "pde4_vanilla_direction"]
@@ -73,11 +74,9 @@ def _note(failed: list[str], ratio_v: float, ratio_p: float, mech: dict) -> str:
 
 
 def _one(ctx: Context, name: str, thm: str, key: str, s: dict, witness: str) -> CheckResult:
-    from moestat.experiments.theory.lecam import curve_details, curves, flat_ratio, split_curves
-
-    c = curves(ctx) if witness == "radial" else split_curves(ctx)
+    c = lecam.curves(ctx) if witness == "radial" else lecam.split_curves(ctx)
     van, per = c["cosine"], c["perturbed"]
-    ratio_v, ratio_p = flat_ratio(van), float(per.lower_bound[-1] / per.lower_bound[0])
+    ratio_v, ratio_p = lecam.flat_ratio(van), float(per.lower_bound[-1] / per.lower_bound[0])
     ok_a, ok_b = ratio_v >= FLAT_RATIO, ratio_p <= CONTRAST_RATIO
     ok_c, mech = _mechanism(s)
     setting = key.split("-")[-1]
@@ -88,7 +87,7 @@ def _one(ctx: Context, name: str, thm: str, key: str, s: dict, witness: str) -> 
     details = {
         "witness": witness, "a_vanilla_ratio": ratio_v, "a_holds": bool(ok_a), "b_perturbed_ratio": ratio_p,
         "b_holds": bool(ok_b), "c_holds": bool(ok_c), "mechanism": mech,
-        "vanilla_curve": curve_details(van), "perturbed_curve": curve_details(per),
+        "vanilla_curve": lecam.curve_details(van), "perturbed_curve": lecam.curve_details(per),
         "fixed_truth_slope": fit.get("slope"), "fixed_truth_ci": [fit.get("ci_low"), fit.get("ci_high")],
         "fixed_truth_category": fit.get("category"), "fixed_truth_reason": fit.get("reason"),
         "fixed_truth_mean_by_n": per_n_means(s, ctx.out_dir, key, "cosine", "voronoi"),
