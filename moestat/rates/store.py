@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from moestat.rates.config import RatesConfig
+from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
 __all__ = [
     "LOSS_NAMES",
@@ -53,8 +54,6 @@ __all__ = [
     "SUMMARY_RECOVERY",
 ]
 
-#: Loss columns of ``results.csv`` (see :func:`moestat.rates.sweep.compute_losses`).
-LOSS_NAMES = ("voronoi", "voronoi_direction", "param_single", "param_multi", "mass", "regression_l2")
 #: The fit against the truth (:mod:`moestat.rates.truth_check`): the fit's criterion
 #: (log-likelihood for maximum likelihood, sum of squared residuals for least squares), the same
 #: at the true parameters on the same data, the fit's advantage over the truth (positive: the fit
