@@ -32,6 +32,8 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from moestat.rates.labels import LOSS_NAMES
+
 __all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
 
 #: Relative margin by which an extra start must lower the objective to count as beating the
@@ -52,8 +54,6 @@ def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] 
     ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`);
     ``alt_start``: the start-sensitivity fit's ``alt_converged`` and ``alt_<loss>`` for every loss.
     """
-    from moestat.rates.store import LOSS_NAMES
-
     cols: list[str] = list(declared)
     if alt_start:
         cols += ["alt_converged", *(f"{ALT_PREFIX}{c}" for c in (*LOSS_NAMES, *declared))]

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from moestat.rates.config import RatesConfig
+from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
 __all__ = [
@@ -120,10 +121,10 @@ def rows_digest(rows: Iterable[Sequence[str]]) -> str:
     return h.hexdigest()
 
 
-def config_hash(config: RatesConfig) -> str:
-    """SHA-256 of the result-determining fields (see :meth:`RatesConfig.result_fields`)."""
-    blob = json.dumps(config.result_fields(), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def config_hash(config: RatesConfig | Experiment) -> str:
+    """SHA-256 of the result-determining fields (see :meth:`RatesConfig.result_fields`); an
+    :class:`~moestat.rates.resolve.Experiment` carries it."""
+    return config.hash if isinstance(config, Experiment) else fields_hash(config.result_fields())
 
 
 def _fmt(v) -> str:
@@ -197,7 +198,7 @@ class ResultStore:
         if wrote:
             sync_file(self.path)
 
-    def read(self, config: RatesConfig | None = None):
+    def read(self, config: RatesConfig | Experiment | None = None):
         """The results as a :class:`pandas.DataFrame` (see :func:`read_results`)."""
         return read_results(self.path, config)
 
@@ -388,24 +389,15 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
     return rows, torn, garbage, edited, checked
 
 
-def _expected(config: RatesConfig) -> dict[str, tuple[str, str]]:
-    from moestat.rates.resolve import build_scenario
-
-    out = {}
-    for r in config.router:
-        sc = build_scenario(config.scenario_key(r))
-        out[r] = (str(sc.name), str(sc.setting))
-    return out
-
-
-def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) -> tuple[list[list[str]], StoreAudit]:
+def audit_results(path: str | os.PathLike, config: RatesConfig | Experiment | None = None) -> tuple[list[list[str]], StoreAudit]:
     """Read ``results.csv`` line by line and sort its rows into clean and bad.
 
     Parameters
     ----------
     path : path-like
-    config : RatesConfig, optional
-        The sweep the file belongs to; without it only garbage and duplicates are found.
+    config : RatesConfig or Experiment, optional
+        The sweep the file belongs to (a configuration is resolved here); without it only garbage
+        and duplicates are found.
 
     Returns
     -------
@@ -419,7 +411,10 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     parsed, torn, garbage, edited, checked = _parse_lines(path)
     edited_set = set(edited)
     audit = StoreAudit(path, torn=torn, garbage=garbage, checked=checked)
-    expected = _expected(config) if config is not None else None
+    expected = None
+    if config is not None:
+        experiment = Experiment.of(config)
+        expected, config = experiment.expected, experiment.config
     # a growing sweep (--grow-n) owns every size of its ladder
     ns = set(config.ns) | set(getattr(config.grid, "ladder", [])) if config is not None else None
     # an adaptive sweep (--max-reps) owns the replicates up to its budget
@@ -481,7 +476,7 @@ def summary_rows_changed(summary_path: str | os.PathLike, rows: dict, audit: Sto
 SUMMARY_RECOVERY = "restore results.csv, or delete summary.json to accept the rows as they are now"
 
 
-def read_results(path: str | os.PathLike, config: RatesConfig | None = None):
+def read_results(path: str | os.PathLike, config: RatesConfig | Experiment | None = None):
     """Read ``results.csv`` into a DataFrame in the canonical row order (see :func:`sort_key`).
 
     A kill during an append can leave a partial last line; it is dropped.  Anything else that is
@@ -530,7 +525,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None,
+def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started: str, finished: str | None = None, previous: dict | None = None,
                      workers: dict | None = None) -> dict:
     """Write ``provenance.json``: version, git commit, config (+ hash), platform, torch, timestamps.
 
@@ -543,6 +538,8 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
     from moestat import __version__
     from moestat.io import atomic_write_json
 
+    experiment = Experiment.of(config)
+    config = experiment.config
     runs = list(previous.get("runs", [])) if previous else []
     this_run = {"started": started, "finished": finished, "n_jobs": config.n_jobs, "backend": config.backend, "scheduler": config.scheduler}
     if workers is not None:
@@ -556,7 +553,7 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
         "version": __version__,
         "git_commit": _git_commit(),
         "config": config.to_dict(),
-        "config_hash": config_hash(config),
+        "config_hash": experiment.hash,
         "platform": {
             "python": sys.version.split()[0],
             "system": platform.platform(),
@@ -576,7 +573,7 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
     return prov
 
 
-def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | None:
+def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: bool) -> dict | None:
     """Refuse an output folder that belongs to another sweep; return its provenance on resume.
 
     Raises
@@ -602,9 +599,10 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
         prev = json.loads(prov_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"--resume: cannot read {prov_path}: {exc}") from None
-    if prev.get("config_hash") != config_hash(config):
+    experiment = Experiment.of(config)  # the scenario file is read once for the hash and the audit
+    if prev.get("config_hash") != experiment.hash:
         old = prev.get("config", {})
-        new = config.result_fields()
+        new = experiment.result_fields
         diff = sorted(k for k in new if old.get(k) != (new[k] if not isinstance(new[k], tuple) else list(new[k])))
         raise ValueError(
             f"--resume: {out_dir} was written by a different config (differs in: {', '.join(diff) or 'unknown'})"
@@ -612,7 +610,7 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     if res_path.exists():
         # Refused, not quarantined: a row outside the grid, a duplicate or a garbage line means
         # the file was edited or merged by hand, and only its owner knows which copy is right.
-        _, audit = audit_results(res_path, config)
+        _, audit = audit_results(res_path, experiment)
         msg = audit.message()
         if msg:
             raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and resume again")
