@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -103,6 +105,9 @@ class ScenarioBase(TruthDescriptors):
     gaussian_moe = False
     #: The joint GLLiM (``x`` modelled too).
     gllim = False
+    #: Loss name -> the theorem of a default prediction the scenario did not state (a scenario
+    #: file's; see :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
+    prediction_sources: Mapping[str, str] = MappingProxyType({})
 
     @property
     def mixture_data(self) -> bool:
