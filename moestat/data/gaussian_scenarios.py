@@ -34,7 +34,7 @@ import numpy as np
 
 from moestat.data.synthetic import ScenarioBase
 from moestat.estimators.starts import random_partition_init
-from moestat.model.gaussian_moe import mean_function, sample_y
+from moestat.model.gaussian_moe import log_likelihood, mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -117,6 +117,10 @@ class GaussianMoEScenario(ScenarioBase):
     def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
         """The sweep's loss columns (:meth:`losses`)."""
         return self.losses(fitted, X_holdout)
+
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The log-likelihood ``[R]`` of model 1 (:func:`moestat.model.gaussian_moe.log_likelihood`)."""
+        return np.asarray(log_likelihood(X, Y, G), dtype=float)
 
     def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
         """A data-driven random start: a random partition of ``(x, y)``

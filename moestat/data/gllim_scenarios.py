@@ -194,6 +194,11 @@ class GLLiMScenario(ScenarioBase):
                              f"use --estimator mle, not {name!r}")
         return GLLiMEM
 
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The joint log-likelihood ``[R]`` of ``(x, y)`` (:meth:`loglik`): the criterion the joint
+        maximum likelihood maximises, for the fit and the truth alike."""
+        return np.asarray(self.loglik(X, Y, G), dtype=float)
+
     # ---- starts -------------------------------------------------------------------------------
     def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:

@@ -135,6 +135,16 @@ class ScenarioBase(TruthDescriptors):
         they do not go together)."""
         return ESTIMATORS[name]
 
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The observed-data log-likelihood ``[R]`` of ``G`` (batch ``[R]``, or unbatched) on
+        ``(X [R, n, d], Y [R, n])``: what a maximum-likelihood fit is judged by against the truth
+        (:mod:`moestat.rates.truth_check`).  ``fitted``: under the fitted model (K-bar activated
+        experts), else the true one (K)."""
+        model = self.fit_model if fitted else self.model
+        with torch.no_grad():
+            ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
+        return np.asarray(ll.numpy(), dtype=float)
+
     def estimator(self, name: str, *, max_iter: int, random_state: int, device: str):
         """The estimator ``name`` built for this scenario (:meth:`estimator_class`; every estimator
         takes what it needs from the same keywords, the estimator contract)."""

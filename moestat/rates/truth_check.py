@@ -45,9 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
-from moestat.model.gaussian_moe import log_likelihood
 from moestat.model.mixing import MixingMeasure
 
 __all__ = [
@@ -129,16 +127,6 @@ def criterion_kind(scenario, estimator: str) -> str | None:
     return None
 
 
-def _loglik(scenario, X: np.ndarray, Y: np.ndarray, G, *, fitted: bool) -> np.ndarray:
-    """Observed-data log-likelihood ``[R]`` of ``G`` (batch ``[R]``, or unbatched) on ``(X [R, n, d], Y [R, n])``."""
-    if scenario.gaussian_moe:
-        return np.asarray(log_likelihood(X, Y, G), dtype=float)
-    model = scenario.fit_model if fitted else scenario.model  # the fitted K-bar, the true K
-    with torch.no_grad():
-        ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
-    return np.asarray(ll.numpy(), dtype=float)
-
-
 def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """The criterion ``[R]`` of a fitted estimator on its data (NaN where the fit failed).
 
@@ -154,7 +142,7 @@ def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray)
     ok = G.finite()
     out = np.full(R, np.nan)
     if ok.any():
-        out[ok] = _loglik(scenario, X[ok], Y[ok], _take(G, ok), fitted=True)
+        out[ok] = scenario.loglik_at(X[ok], Y[ok], _take(G, ok), fitted=True)
     return out
 
 
@@ -165,7 +153,7 @@ def truth_criterion(scenario, kind: str | None, X: np.ndarray, Y: np.ndarray) ->
         return np.full(R, np.nan)
     if kind == "sse":
         return np.sum((np.asarray(Y, float) - scenario.regression_function(X)) ** 2, axis=-1)
-    return _loglik(scenario, X, Y, scenario.truth, fitted=False)
+    return scenario.loglik_at(X, Y, scenario.truth, fitted=False)
 
 
 def truth_gap(kind: str | None, fit: np.ndarray, truth: np.ndarray) -> np.ndarray:

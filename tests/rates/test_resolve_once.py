@@ -111,3 +111,20 @@ def test_a_scenario_file_refuses_the_peer_schedule(tmp_path):
     unit = WorkUnit("{}", "file:m", 100, (0,), 0, "lse", 10, "peer", 0.1, 0, 64, "cpu")
     with pytest.raises(ValueError, match="init = 'peer' is not available for a scenario file"):
         _start(unit, sc, 100, np.random.default_rng(0))
+
+
+def test_a_joint_gllim_fit_is_judged_against_the_truth_by_its_joint_likelihood(tmp_path):
+    # the truth check asked the GLLiM scenario for a regression model it does not have (model = None)
+    # and the sweep stopped on an AttributeError; the protocol's loglik_at is the joint likelihood
+    from moestat.rates.catalogue import catalogue_file
+
+    cfg = RatesConfig.from_dict({**TINY, "max_iter": 20, "estimator": "mle",
+                                 "scenario_file": str(catalogue_file("gllim_model1.toml"))})
+    run_rates(cfg, tmp_path / "o")
+    import pandas as pd
+
+    res = pd.read_csv(tmp_path / "o" / "results.csv")
+    assert len(res) == 6 and set(res["truth_check"]) <= {"above", "answered", "below_truth"}
+    sc = Experiment.of(cfg).scenarios[cfg.router[0]]
+    X, Y = sc.sample(50, np.random.default_rng(1))
+    assert np.allclose(sc.loglik_at(X[None], Y[None], sc.truth, fitted=False), sc.loglik(X[None], Y[None]))
