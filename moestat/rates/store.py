@@ -31,6 +31,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from moestat import __version__
+from moestat.io import append_line, atomic_write_json, atomic_write_text, not_text, refuse_links_in, sync_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
@@ -155,8 +157,6 @@ class ResultStore:
 
         Returns True when such an unchecked file was given checksums.
         """
-        from moestat.io import atomic_write_text
-
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(FILE_COLUMNS) + "\n")
             return False
@@ -175,8 +175,6 @@ class ResultStore:
         Without this, the next appended row would be glued to the torn fragment.  Returns True
         when something was cut.
         """
-        from moestat.io import atomic_write_text
-
         text = self.path.read_text(encoding="utf-8")
         if text.endswith("\n") or not text:
             return False
@@ -186,8 +184,6 @@ class ResultStore:
     def append(self, rows: Iterable[dict]) -> None:
         """Append rows (each whole or not at all, with its ``crc32``), then one ``fsync``: a unit's
         rows reach the disk together (see :func:`moestat.io.append_line`)."""
-        from moestat.io import append_line, sync_file
-
         wrote = False
         for row in rows:
             fields = [_fmt(row[c]) for c in RESULT_COLUMNS]
@@ -209,8 +205,6 @@ class ResultStore:
         backend; sorting at the end of a sweep makes ``results.csv`` the same whatever they were.
         Rows are written back exactly as read (the text of each field is kept).
         """
-        from moestat.io import atomic_write_text
-
         rows, audit = audit_results(self.path)
         msg = audit.message()
         if msg:
@@ -309,8 +303,6 @@ _TRUTH_FLOATS = ("fit_objective", "truth_objective", "truth_gap", "first_gap")
 
 
 def _header(path: Path) -> list[str]:
-    from moestat.io import not_text
-
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.readline().rstrip("\n").split(",")
@@ -320,8 +312,6 @@ def _header(path: Path) -> list[str]:
 
 def _utf8_text(path: Path) -> str:
     """The file's text; a binary (or non-UTF-8) file is one line naming it, not the codec's message."""
-    from moestat.io import not_text
-
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -535,9 +525,6 @@ def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started
     """
     import torch
 
-    from moestat import __version__
-    from moestat.io import atomic_write_json
-
     experiment = Experiment.of(config)
     config = experiment.config
     runs = list(previous.get("runs", [])) if previous else []
@@ -584,8 +571,6 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
     prov_path = out_dir / "provenance.json"
     res_path = out_dir / "results.csv"
     if resume and out_dir.is_dir():
-        from moestat.io import refuse_links_in
-
         refuse_links_in(out_dir)  # nothing of the store is read or written through a link
     if not resume:
         if res_path.exists():
