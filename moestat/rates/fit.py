@@ -43,7 +43,7 @@ import numpy as np
 
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.stability import FAST_ROUTER, combine_halves, halves, is_slow_rate, slow_rate_category
-from moestat.rates.verdicts import DEFAULT_HALFWIDTH, categorize, curvature, plan, robust_slope, tail_slope
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, categorize, curvature, plan, robust_slope, tail_slope, verdict
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -62,8 +62,6 @@ __all__ = [
     "aggregate",
 ]
 
-#: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
-DEFAULT_TOLERANCE = 0.15
 
 #: What each loss column measures (written into summary.json).
 LOSS_DEFINITIONS = {
@@ -274,17 +272,6 @@ def log_model_comparison(ns: Sequence[int], values: Sequence[np.ndarray]) -> dic
     }
 
 
-def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    """``consistent``: ``predicted`` in ``[ci_low - tol, ci_high + tol]``; ``within_band``: the CI
-    inside ``[predicted - tol, predicted + tol]``.  ``None`` for both when nothing is predicted."""
-    if predicted is None or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
-        return {"consistent": None, "within_band": None}
-    return {
-        "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
-        "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
-    }
-
-
 def aggregate(df, loss: str, router: str):
     """Per-``n`` mean, standard deviation and count of ``loss`` for ``router`` (finite values)."""
     sub = df[df["router"] == router]
@@ -438,14 +425,17 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
                       "category": "inconclusive",
                       "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
         return entry
+    # what the curve alone says, then the evidence for the verdict (moestat.rates.verdicts)
     pr = per_replicate_fit(ns, vals)
+    nf = np.asarray(ns, float)
+    # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
+    lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
+    sensitivity = window_sensitivity(ns, vals)
+    log_model = log_model_comparison(ns, vals) if router == "cosine" else None
     rng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li)))
     slow = is_slow_rate(router, loss, entry["predicted"])
     ev = _evidence(ns, vals, entry["predicted"], o.tolerance, conv, rng, o.n_boot, o.halfwidth, slow)
     lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
-    nf = np.asarray(ns, float)
-    # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
-    lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
     entry.update(
         {
             "slope": lm["slope"],
@@ -458,11 +448,11 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
             "per_replicate": pr,
             "bootstrap": bs,
             "slope_log_n_over_n": lnn["slope"],
-            "window_sensitivity": window_sensitivity(ns, vals),
+            "window_sensitivity": sensitivity,
         }
     )
-    if router == "cosine":
-        entry["log_model"] = log_model_comparison(ns, vals)
+    if log_model is not None:
+        entry["log_model"] = log_model
     entry.update(verdict(entry["predicted"], ci_low, ci_high, o.tolerance))
     cat = {"category": ev["category"], "reason": ev["reason"]}
     entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
