@@ -334,6 +334,12 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
     started = utc_now()
     write_provenance(out_dir, experiment, started=started, previous=prev)
     prev = json.loads(prov_path.read_text(encoding="utf-8"))
+    workers: dict = {}
+
+    def on_workers(envs: dict) -> None:
+        workers.update(envs)
+        write_provenance(out_dir, experiment, started=started, previous=prev, workers=envs)
+
     store = ResultStore(out_dir / "results.csv")
     if store.create():
         sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
@@ -346,13 +352,8 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
         missing = [r for r in u.replicates if (u.router, u.n, r) not in done]
         if missing:
             todo.append(u)
-
-    ex_cols = experiment.extra_columns
-    extras = ExtrasStore(out_dir / "extras.csv", ex_cols) if ex_cols else None
-    if extras is not None:
-        extras.create()
-
     total = sum(len(u.replicates) for u in todo)
+    extras = ExtrasStore(out_dir / "extras.csv", experiment.extra_columns) if experiment.extra_columns else None
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()
@@ -371,12 +372,8 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
                              f"{time.perf_counter() - t_start:.0f} s\n")
             sys.stderr.flush()
 
-    workers: dict = {}
-
-    def on_workers(envs: dict) -> None:
-        workers.update(envs)
-        write_provenance(out_dir, experiment, started=started, previous=prev, workers=envs)
-
+    if extras is not None:
+        extras.create()
     execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler,
             progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
