@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moestat.data.synthetic import TruthDescriptors
-from moestat.model.gaussian_moe import mean_function, sample_y
+from moestat.data.synthetic import ScenarioBase
+from moestat.estimators.starts import random_partition_init
+from moestat.model.gaussian_moe import log_likelihood, mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -58,7 +59,7 @@ def model1_truth() -> MixingMeasure:
 
 
 @dataclass(frozen=True)
-class GaussianMoEScenario(TruthDescriptors):
+class GaussianMoEScenario(ScenarioBase):
     """A softmax-gated Gaussian MoE truth, its input law and the number of fitted atoms.
 
     Parameters
@@ -107,6 +108,24 @@ class GaussianMoEScenario(TruthDescriptors):
     def holdout(self, n: int = 4096, seed: int = 20231105) -> np.ndarray:
         """A fixed uniform held-out input sample for the L2 error of the mean function."""
         return np.random.default_rng(seed).uniform(0.0, 1.0, size=(n, self.d))
+
+    # ---- the scenario protocol (moestat.data.synthetic.ScenarioBase) ----------------------------
+    #: y is drawn from the mixture, and each atom's eta = (a, b, variance) ends with its variance
+    mixture_data = True
+    variance_last = True
+
+    def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
+        """The sweep's loss columns (:meth:`losses`)."""
+        return self.losses(fitted, X_holdout)
+
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The log-likelihood ``[R]`` of model 1 (:func:`moestat.model.gaussian_moe.log_likelihood`)."""
+        return np.asarray(log_likelihood(X, Y, G), dtype=float)
+
+    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
+        """A data-driven random start: a random partition of ``(x, y)``
+        (:func:`moestat.estimators.starts.random_partition_init`)."""
+        return random_partition_init(X, Y, self.k_fit, rng)
 
     def losses(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
         """The sweep's loss columns for a batch of fits ``[R]`` (see the module docstring).

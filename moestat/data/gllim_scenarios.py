@@ -52,8 +52,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from moestat.data.synthetic import TruthDescriptors
-from moestat.estimators.gllim import gllim_loglik, gllim_mean, join_measure, random_gllim_start, split_measure
+from moestat.data.scenario_tables import ScenarioFileError, parse_losses
+from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator
+from moestat.estimators.gllim import GLLiMEM, gllim_loglik, gllim_mean, join_measure, random_gllim_start, split_measure
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
@@ -85,7 +86,7 @@ def sample_gllim(n: int, G: MixingMeasure, rng) -> tuple[np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
-class GLLiMScenario(TruthDescriptors):
+class GLLiMScenario(ScenarioBase):
     """A joint Gaussian-gated MoE truth and its fit (what :mod:`moestat.rates.sweep` asks of a scenario).
 
     Parameters
@@ -177,11 +178,36 @@ class GLLiMScenario(TruthDescriptors):
         """The joint log-likelihood of ``G`` (default: the truth) on ``(X [R, n, d], Y [R, n])``, ``[R]``."""
         return gllim_loglik(X, Y, self.truth if G is None else G)
 
+    # ---- the scenario protocol (moestat.data.synthetic.ScenarioBase) ----------------------------
+    mixture_data = True
+
+    @property
+    def loss_specs(self) -> tuple:
+        """The declared losses (``[[losses]]``, D-bar by default)."""
+        return tuple(self.losses or ())
+
+    def estimator_class(self, name: str) -> type:
+        """Its own closed-form EM (:class:`~moestat.estimators.gllim.GLLiMEM`), asked for as ``mle``."""
+        check_likelihood_estimator(True, self.n_starts, name)
+        if name != "mle":
+            raise ValueError(f"a joint GLLiM scenario ([input] law = \"gate\") is fitted by its joint maximum likelihood: "
+                             f"use --estimator mle, not {name!r}")
+        return GLLiMEM
+
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The joint log-likelihood ``[R]`` of ``(x, y)`` (:meth:`loglik`): the criterion the joint
+        maximum likelihood maximises, for the fit and the truth alike."""
+        return np.asarray(self.loglik(X, Y, G), dtype=float)
+
     # ---- starts -------------------------------------------------------------------------------
-    def near_truth_start(self, scale: float, rng: np.random.Generator) -> MixingMeasure:
+    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+                         peer: bool = False) -> MixingMeasure:
         """The truth plus noise: extra atoms (over-specified) copy the true atoms in turn and split
         their weight; ``N(0, scale^2)`` on ``log pi`` (renormalised), ``c``, ``a`` and ``b``, and
-        ``exp(N(0, scale^2))`` factors on ``nu`` and ``Gamma`` (which stay positive definite)."""
+        ``exp(N(0, scale^2))`` factors on ``nu`` and ``Gamma`` (which stay positive definite).
+        ``n`` is not used; ``peer`` (the peer code's schedule) is refused, as for every scenario file."""
+        if peer:
+            raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
         t, k, ks, d = self.truth, int(self.k_fit), self.k_true, self.d
         owner = np.concatenate([np.arange(ks), np.arange(k - ks) % ks])
         counts = np.bincount(owner, minlength=ks)
@@ -238,8 +264,6 @@ _KEYS = {
 
 
 def _table(t: Any, kind: str, where: str, label: str) -> dict:
-    from moestat.data.scenario_files import ScenarioFileError
-
     if not isinstance(t, Mapping):
         raise ScenarioFileError(f"{where}: {label or 'the file'} must be a table, got {type(t).__name__}")
     extra = sorted(set(t) - set(_KEYS[kind]))
@@ -257,8 +281,6 @@ def gllim_from_mapping(m: Mapping[str, Any], where: str = "scenario") -> GLLiMSc
     moestat.data.scenario_files.ScenarioFileError
         Naming ``where`` (the file) and the key.
     """
-    from moestat.data.scenario_files import ScenarioFileError, parse_losses
-
     def err(msg: str) -> ScenarioFileError:
         return ScenarioFileError(f"{where}: {msg}")
 

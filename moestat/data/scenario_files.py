@@ -61,8 +61,20 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from moestat.data.synthetic import TruthDescriptors
-from moestat.losses.voronoi_spec import LossSpec, builtin_spec, spec_from_mapping
+from moestat.data.gllim_scenarios import gllim_from_mapping
+from moestat.data.likelihood_losses import likelihood_loss_columns
+from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KNOWN_KEYS, parse_losses: public here too
+    KNOWN_KEYS,
+    NOISE_MODELS,
+    ScenarioFileError,
+    _check_keys,
+    _err,
+    _number,
+    parse_losses,
+)
+from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator, regression_loss_columns
+from moestat.estimators.generic_starts import random_start as generic_random_start
+from moestat.losses.voronoi_spec import LossSpec, builtin_spec
 from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
 from moestat.model.gate_registry import SCORES, score_function
 from moestat.model.gates import Gate
@@ -76,12 +88,8 @@ __all__ = ["FileScenario", "ScenarioFileError", "load_scenario", "scenario_diges
 INPUT_LAWS = ("uniform", "gaussian", "npy")
 
 
-class ScenarioFileError(ValueError):
-    """A scenario file that cannot be used; the message names the file and the key."""
-
-
 @dataclass(frozen=True)
-class FileScenario(TruthDescriptors):
+class FileScenario(ScenarioBase):
     """A user scenario: truth, model, data law, fitted size and the losses to report.
 
     Parameters
@@ -236,14 +244,44 @@ class FileScenario(TruthDescriptors):
         """A fixed held-out input sample for the L2 regression error."""
         return self.sample_x(n, np.random.default_rng(seed))
 
+    # ---- the scenario protocol (moestat.data.synthetic.ScenarioBase) ----------------------------
+    @property
+    def mixture_data(self) -> bool:
+        """``y`` drawn from the mixture (``noise.model = "mixture"``)."""
+        return self.likelihood
+
+    @property
+    def variance_last(self) -> bool:
+        """A Gaussian likelihood's atoms end with their variance."""
+        return self.likelihood and self.model.family == "gaussian"
+
+    @property
+    def loss_specs(self) -> tuple:
+        """The declared losses (``[[losses]]``)."""
+        return tuple(self.losses or ())
+
+    def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
+        """The sweep's loss columns: those of a mixture-noise model
+        (:func:`moestat.data.likelihood_losses.likelihood_loss_columns`), else the regression
+        scenario's (:func:`moestat.data.synthetic.regression_loss_columns`), declared losses included."""
+        if self.likelihood:
+            return likelihood_loss_columns(self, fitted, X_holdout)
+        return regression_loss_columns(self, fitted, X_holdout)
+
+    def estimator_class(self, name: str) -> type:
+        """The registry's estimator, once it fits the file's noise model."""
+        check_likelihood_estimator(self.likelihood, self.n_starts, name)
+        return super().estimator_class(name)
+
     def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A data-driven random start of a mixture-noise scenario (``--init random``;
-        :func:`moestat.estimators.generic_starts.random_start`)."""
-        from moestat.estimators.generic_starts import random_start
+        """A random start (``--init random``): data-driven for a mixture-noise scenario
+        (:func:`moestat.estimators.generic_starts.random_start`), else data-free."""
+        if not self.likelihood:
+            return super().random_start(X, Y, rng)
+        return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
 
-        return random_start(self.model, X, Y, int(self.k_fit), rng)
-
-    def near_truth_start(self, scale: float, rng: np.random.Generator) -> MixingMeasure:
+    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+                         peer: bool = False) -> MixingMeasure:
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
         copy true atoms in turn, splitting the atom's mass between its ``m`` copies.
 
@@ -253,7 +291,10 @@ class FileScenario(TruthDescriptors):
         scenario's held-out inputs is ``1/m`` of the atom's (:meth:`_split_intercept`), so that
         the start's regression function stays near the truth's instead of counting the atom
         ``m`` times.  The reference atom of a softmax gate stays exactly at zero router.
+        ``n`` is not used; ``peer`` (the peer code's schedule) is refused.
         """
+        if peer:
+            raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
         t, k = self.truth, int(self.k_fit)
         owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
         counts = np.bincount(owner, minlength=self.k_true)
@@ -293,36 +334,6 @@ class FileScenario(TruthDescriptors):
         while mass(lo) > target:  # the mean weight decreases to 0 as b -> -inf
             lo -= 2.0 * (b0 - lo)
         return float(brentq(lambda b: mass(b) - target, lo, b0, xtol=1e-10))
-
-
-def _err(where: str, msg: str) -> ScenarioFileError:
-    return ScenarioFileError(f"{where}: {msg}")
-
-
-#: the keys every table of a scenario file may hold (a misspelt key is an error naming it)
-KNOWN_KEYS = {
-    "": ("name", "gate", "expert", "noise", "input", "fit", "atoms", "losses", "box"),
-    "gate": ("score", "normalisation", "k_active", "temperature", "tau", "variance", "activation"),
-    "expert": ("kind", "degree", "hidden", "classes"),
-    "noise": ("model", "variance"),
-    "input": ("law", "path"),
-    "fit": ("k", "k_active"),
-    "atoms": ("beta0", "beta1", "eta", "variance"),
-    "losses": ("name", "builtin", "r", "blocks", "mass", "metric", "k_active", "direction", "predicted_exponent"),
-    "losses.blocks": ("label", "source", "exponent"),
-    "box": ("beta0", "beta1", "eta"),
-}
-NOISE_MODELS = ("additive", "mixture")
-
-
-def _check_keys(table: Any, kind: str, where: str, label: str) -> dict:
-    """``table`` as a dict, after checking it is a table and holds only :data:`KNOWN_KEYS` of ``kind``."""
-    if not isinstance(table, Mapping):
-        raise _err(where, f"{label or 'the file'} must be a table, got {type(table).__name__}")
-    extra = sorted(set(table) - set(KNOWN_KEYS[kind]))
-    if extra:
-        raise _err(where, f"unknown key(s) {extra} in {label or 'the top level'}; expected {sorted(KNOWN_KEYS[kind])}")
-    return dict(table)
 
 
 def _expert(expert: Mapping[str, Any], d: int, where: str):
@@ -388,34 +399,6 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
     return ProtocolModel(pg, ex)
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def parse_losses(entries: Any, where: str, check_keys=_check_keys) -> tuple[tuple[LossSpec, ...], dict[str, float | None]]:
-    """The ``[[losses]]`` tables of a scenario file: their specifications and predicted exponents.
-
-    ``check_keys(table, kind, where, label)`` checks each table's keys (a file type with its own
-    message passes its own); a misspelt key, a bad block or a non-numeric ``predicted_exponent`` is
-    a :class:`ScenarioFileError` naming ``losses[i]``.
-    """
-    losses, predicted = [], {}
-    for i, entry in enumerate(entries):
-        entry = check_keys(entry, "losses", where, f"losses[{i}]")
-        for j, blk in enumerate(entry.get("blocks", []) if isinstance(entry.get("blocks"), list) else []):
-            check_keys(blk, "losses.blocks", where, f"losses[{i}].blocks[{j}]")
-        try:
-            spec = spec_from_mapping(entry, where=f"losses[{i}]")
-        except ValueError as e:
-            raise _err(where, str(e)) from None
-        losses.append(spec)
-        pe = entry.get("predicted_exponent")
-        if pe is not None and not _number(pe):
-            raise _err(where, f"losses[{i}].predicted_exponent must be a number, got {pe!r}")
-        predicted[spec.name] = None if pe is None else float(pe)
-    return tuple(losses), predicted
-
-
 def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: Path | None = None) -> FileScenario:
     """Build a :class:`FileScenario` from a parsed TOML mapping (see the module docstring); with
     ``[input] law = "gate"`` a :class:`~moestat.data.gllim_scenarios.GLLiMScenario` (the joint Gaussian-gated
@@ -428,8 +411,6 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
     """
     inp0 = m.get("input") if isinstance(m, Mapping) else None
     if isinstance(inp0, Mapping) and inp0.get("law") == "gate":  # x drawn from the gate's mixture: the joint GLLiM
-        from moestat.data.gllim_scenarios import gllim_from_mapping
-
         return gllim_from_mapping(m, where)
     m = _check_keys(m, "", where, "")
     tables = {t: _check_keys(m.get(t, {}), t, where, f"[{t}]") for t in ("gate", "expert", "noise", "input", "fit", "box")}

@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from moestat.estimators import ESTIMATORS
+from moestat.estimators.starts import near_truth_init, random_init
+from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
+from moestat.losses.voronoi_spec import voronoi_loss_from_spec
 from moestat.model.experts import ACTIVATIONS, Expert
 from moestat.model.gates import GATE_KINDS, Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
@@ -32,6 +38,10 @@ __all__ = [
     "ROUTERS",
     "SETTINGS",
     "Scenario",
+    "ScenarioBase",
+    "LIKELIHOOD_ESTIMATORS",
+    "check_likelihood_estimator",
+    "regression_loss_columns",
     "draw_truth",
     "make_scenario",
     "default_scenario",
@@ -78,8 +88,132 @@ class TruthDescriptors:
         return "exact" if self.k_fit == self.k_true else "over"
 
 
+class ScenarioBase(TruthDescriptors):
+    """The protocol of every scenario a rates sweep fits: built-in (:class:`Scenario`), Gaussian MoE
+    (:class:`~moestat.data.gaussian_scenarios.GaussianMoEScenario`), joint GLLiM
+    (:class:`~moestat.data.gllim_scenarios.GLLiMScenario`) and file
+    (:class:`~moestat.data.scenario_files.FileScenario`).
+
+    What the sweep asks of a scenario -- its data (``sample``, ``holdout``), its starts, the loss
+    columns of a batch of fits, the losses it declares, the estimator that fits it, how its fits
+    are judged against the truth -- is asked here, so :mod:`moestat.rates` never checks which kind
+    it holds.  The defaults are the least-squares regression MoE of Nguyen et al. (2024); a kind
+    overrides what differs.
+    """
+
+    #: The Gaussian MoE of Nguyen, Nguyen & Ho (2023) (model 1): its own log-likelihood and losses.
+    gaussian_moe = False
+    #: The joint GLLiM (``x`` modelled too).
+    gllim = False
+    #: Loss name -> the theorem of a default prediction the scenario did not state (a scenario
+    #: file's; see :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
+    prediction_sources: Mapping[str, str] = MappingProxyType({})
+
+    @property
+    def mixture_data(self) -> bool:
+        """Whether ``y`` is drawn from the mixture: fits are then judged against the truth by the
+        log-likelihood (:mod:`moestat.rates.truth_check`), not by the sum of squares."""
+        return False
+
+    @property
+    def variance_last(self) -> bool:
+        """Whether each atom's ``eta`` ends with a variance (jittered on the log scale, kept positive)."""
+        return False
+
+    @property
+    def loss_specs(self) -> tuple:
+        """The :class:`~moestat.losses.voronoi_spec.LossSpec` s the scenario declares (one
+        ``extras.csv`` column each, by name; none for a built-in scenario)."""
+        return ()
+
+    def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
+        """Every loss column of a batch of fits ``[R]``: :func:`regression_loss_columns`."""
+        return regression_loss_columns(self, fitted, X_holdout)
+
+    def estimator_class(self, name: str) -> type:
+        """The estimator class that fits this scenario by ``name`` (a one-line ``ValueError`` when
+        they do not go together)."""
+        return ESTIMATORS[name]
+
+    def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
+        """The observed-data log-likelihood ``[R]`` of ``G`` (batch ``[R]``, or unbatched) on
+        ``(X [R, n, d], Y [R, n])``: what a maximum-likelihood fit is judged by against the truth
+        (:mod:`moestat.rates.truth_check`).  ``fitted``: under the fitted model (K-bar activated
+        experts), else the true one (K)."""
+        model = self.fit_model if fitted else self.model
+        with torch.no_grad():
+            ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
+        return np.asarray(ll.numpy(), dtype=float)
+
+    def estimator(self, name: str, *, max_iter: int, random_state: int, device: str):
+        """The estimator ``name`` built for this scenario (:meth:`estimator_class`; every estimator
+        takes what it needs from the same keywords, the estimator contract)."""
+        return self.estimator_class(name).for_scenario(self, max_iter=max_iter, random_state=random_state, device=device)
+
+    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
+        """A random start (``--init random``): data-free, from the law the truth is drawn from
+        (:func:`moestat.estimators.starts.random_init`)."""
+        return random_init(self.k_fit, self.d, rng)
+
+    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+                         peer: bool = False) -> MixingMeasure:
+        """The truth plus noise of scale ``scale`` (:func:`moestat.estimators.starts.near_truth_init`;
+        ``peer``: the peer code's ``scale * n^-0.083``)."""
+        return near_truth_init(self.truth, self.k_fit, scale, rng, n=n, schedule="peer" if peer else "constant",
+                               log_last=self.variance_last)
+
+
+#: Estimators of the likelihood (y drawn from the mixture); ``null`` returns its start, whatever the noise.
+LIKELIHOOD_ESTIMATORS = ("mle", "em")
+
+
+def check_likelihood_estimator(likelihood: bool, n_starts: int, name: str) -> None:
+    """Refuse an estimator that does not fit a scenario file's noise model, in one line: maximum
+    likelihood for a file that draws ``y = g(x) + noise``, least squares for one that draws ``y``
+    from the mixture, several starts for anything but ``mle``."""
+    if not likelihood and name in LIKELIHOOD_ESTIMATORS:
+        raise ValueError(f"--estimator {name} is maximum likelihood, but this scenario file draws y = g(x) + noise "
+                         "(noise.model = \"additive\"); use --estimator lse, or declare [noise] model = \"mixture\" "
+                         "with a variance in every [[atoms]] table")
+    if likelihood and name not in LIKELIHOOD_ESTIMATORS + ("null",):
+        raise ValueError(f"this scenario file draws y from the mixture (noise.model = \"mixture\"): fit it by maximum "
+                         f"likelihood with --estimator mle, not {name!r}")
+    if n_starts > 1 and name != "mle":
+        raise ValueError(f"--starts > 1 is for --estimator mle (the least-squares sweeps have --extra-starts), not {name!r}")
+
+
+def regression_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
+    """The loss columns of a least-squares regression scenario, each an array ``[R]``.
+
+    ``voronoi``: the setting's Voronoi loss -- ``D3`` (eq. 16; equal to ``D_{1,1}``) when exact,
+    ``D2`` (eq. 13) when over-specified -- with the max over K-subsets of the *true* model;
+    ``voronoi_direction``: the same with ``beta1 / ||beta1||`` (what the vanilla router can
+    identify, PDE (4)); ``param_single``: the largest plain distance
+    ``||omega_i - omega*_j||`` over atoms alone in their Voronoi cell; ``param_multi``: over the cells
+    shared by several atoms, the largest mass-weighted root mean square distance, the quantity D2
+    bounds (:func:`moestat.losses.voronoi.weighted_multi_error`; Theorem 5 (i); NaN when no atom is
+    of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
+    exp(beta0*_j)|``; ``regression_l2``: ``||g_hat - g*||_{L2(mu)}`` on a fixed held-out sample;
+    then one column per declared loss (:attr:`ScenarioBase.loss_specs`, by name).
+    """
+    name = "D3" if scenario.setting == "exact" else "D2"
+    K = scenario.model.gate.k_active
+    pe = cell_parameter_errors(fitted, scenario.truth)
+    out = {
+        "voronoi": voronoi_loss(fitted, scenario.truth, name, K),
+        "voronoi_direction": voronoi_loss(fitted, scenario.truth, name, K, direction=True),
+        "param_single": pe["single"],
+        "param_multi": pe["multi"],
+        "mass": pe["mass"],
+        "regression_l2": regression_l2_error(scenario.fit_model, fitted, scenario.model, scenario.truth, X_holdout),
+    }
+    for spec in scenario.loss_specs:  # a scenario's own losses (moestat.data.scenario_files)
+        out[spec.name] = voronoi_loss_from_spec(spec, fitted, scenario.truth)
+    return out
+
+
 @dataclass(frozen=True)
-class Scenario(TruthDescriptors):
+class Scenario(ScenarioBase):
     """Truth + gate + expert + input law + noise, and how the model is fitted.
 
     Parameters

@@ -41,6 +41,8 @@ __all__ = [
     "cell_parameter_errors",
     "weighted_multi_error",
     "direction_only",
+    "check_k_active",
+    "sum_of_largest",
 ]
 
 
@@ -264,10 +266,41 @@ def voronoi_loss(
     >>> float(voronoi_loss(G, G))
     0.0
     """
-    from moestat.losses.voronoi_spec import sum_of_largest
-
     t = cell_terms(fitted, truth, loss=loss, r=r, metric=metric, direction=direction)["terms"]
     return sum_of_largest(t, k_active)  # checks 1 <= K <= k* (issue 13: K > k* was a silent dense sum)
+
+
+def check_k_active(k_active: int | None, k_star: int) -> None:
+    """Raise ``ValueError`` unless ``k_active`` is None or in ``1..k*``."""
+    if k_active is None:
+        return
+    if k_active < 1:
+        raise ValueError(f"k_active must be >= 1, got {k_active}")
+    if k_active > k_star:
+        raise ValueError(f"k_active={k_active} exceeds the number of true atoms k*={k_star}")
+
+
+def sum_of_largest(terms: np.ndarray, k_active: int | None) -> np.ndarray:
+    """The max over K-subsets of true atoms of the summed cell terms: the sum of the K largest.
+
+    Every cell term is non-negative and depends on its own cell only, so no loop over subsets
+    is needed (module docstring of :mod:`moestat.losses.voronoi`).
+
+    Parameters
+    ----------
+    terms : ndarray, shape ``[..., k*]``
+    k_active : int or None
+        K of the true model (``None``: every cell, a dense gate).
+
+    Returns
+    -------
+    ndarray, shape ``[...]``
+    """
+    k_star = terms.shape[-1]
+    check_k_active(k_active, k_star)
+    if k_active is None or k_active == k_star:
+        return terms.sum(axis=-1)
+    return np.sort(terms, axis=-1)[..., -k_active:].sum(axis=-1)
 
 
 def weighted_multi_error(atom_errors: np.ndarray, weights: np.ndarray, cells: np.ndarray, sizes: np.ndarray) -> np.ndarray:

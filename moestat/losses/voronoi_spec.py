@@ -55,6 +55,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from moestat.losses.voronoi import cell_sizes, check_k_active, direction_only, sum_of_largest
 from moestat.model.mixing import MixingMeasure
 
 __all__ = [
@@ -281,16 +282,6 @@ def _check_measure(G: Any, role: str) -> MixingMeasure:
     return G.numpy()
 
 
-def check_k_active(k_active: int | None, k_star: int) -> None:
-    """Raise ``ValueError`` unless ``k_active`` is None or in ``1..k*``."""
-    if k_active is None:
-        return
-    if k_active < 1:
-        raise ValueError(f"k_active must be >= 1, got {k_active}")
-    if k_active > k_star:
-        raise ValueError(f"k_active={k_active} exceeds the number of true atoms k*={k_star}")
-
-
 def cell_terms_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingMeasure) -> dict[str, Any]:
     """Per-cell terms of a specified Voronoi loss, with the pieces they are made of.
 
@@ -310,7 +301,6 @@ def cell_terms_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingMea
         (the ``w_i``), ``atom_errors [..., k]`` (plain cell-metric distance of each fitted atom to
         its true atom) and ``block_errors`` (label -> ``[..., k]`` plain norm per block).
     """
-    from moestat.losses.voronoi import cell_sizes, direction_only
 
     fitted, truth = _check_measure(fitted, "fitted"), _check_measure(truth, "truth")
     if fitted.dim != truth.dim or fitted.eta_dim != truth.eta_dim:
@@ -401,29 +391,6 @@ def voronoi_loss_from_spec(spec: LossSpec, fitted: MixingMeasure, truth: MixingM
     if isinstance(truth, MixingMeasure):
         check_k_active(spec.k_active, truth.n_atoms)
     return sum_of_largest(cell_terms_from_spec(spec, fitted, truth)["terms"], spec.k_active)
-
-
-def sum_of_largest(terms: np.ndarray, k_active: int | None) -> np.ndarray:
-    """The max over K-subsets of true atoms of the summed cell terms: the sum of the K largest.
-
-    Every cell term is non-negative and depends on its own cell only, so no loop over subsets
-    is needed (module docstring of :mod:`moestat.losses.voronoi`).
-
-    Parameters
-    ----------
-    terms : ndarray, shape ``[..., k*]``
-    k_active : int or None
-        K of the true model (``None``: every cell, a dense gate).
-
-    Returns
-    -------
-    ndarray, shape ``[...]``
-    """
-    k_star = terms.shape[-1]
-    check_k_active(k_active, k_star)
-    if k_active is None or k_active == k_star:
-        return terms.sum(axis=-1)
-    return np.sort(terms, axis=-1)[..., -k_active:].sum(axis=-1)
 
 
 def _table_from(value: Any, where: str) -> ExponentTable:

@@ -11,6 +11,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from moestat.rates.config import RatesConfig
+from moestat.rates.extras import merge_extras
+from moestat.rates.fit import fit_experiment
+from moestat.rates.resolve import Experiment
+from moestat.rates.store import read_results
+
 if TYPE_CHECKING:  # pragma: no cover - a type only
     from moestat.rates.catalogue import Entry
 
@@ -20,14 +26,14 @@ __all__ = ["describe_scenario", "run_models", "rejudge_recorded"]
 def describe_scenario(sc) -> str:
     """One line of a built scenario's model: gate (Top-K of k*), experts, noise, d, k*, fitted k."""
     K = None
-    if getattr(sc, "gaussian_moe", False):  # model 1 of Nguyen, Nguyen & Ho (2023)
+    if sc.gaussian_moe:  # model 1 of Nguyen, Nguyen & Ho (2023)
         what = "softmax gate / linear Gaussian experts, y drawn from the mixture"
-    elif getattr(sc, "gllim", False):  # the joint GLLiM of the Gaussian-gated entry: no regression model
+    elif sc.gllim:  # the joint GLLiM of the Gaussian-gated entry: no regression model
         what = "joint GLLiM: x ~ sum pi N(c, Gamma), linear Gaussian experts, (x, y) drawn from the mixture"
     else:
         m = sc.model
         K = getattr(m.gate, "k_active", None)
-        noise = "y drawn from the mixture" if getattr(sc, "likelihood", False) else "y = g(x) + Gaussian noise"
+        noise = "y drawn from the mixture" if sc.mixture_data else "y = g(x) + Gaussian noise"
         what = f"{m.describe()}, {noise}"
     k_star, k = int(sc.k_true), int(sc.k_fit)
     sparse = f"Top-{K} of k* = {k_star}" if K is not None and K < k_star else "dense gate"
@@ -40,15 +46,14 @@ def run_models(e: "Entry") -> list[str]:
     run builds (its shipped file or preset), so that ``--list`` cannot disagree with what runs; an
     entry that cannot build its runs falls back to its :attr:`Entry.model` text."""
     from moestat.rates.catalogue import run_config
-    from moestat.rates.resolve import build_scenario
 
     out = []
     for run in e.runs:
         try:
             cfg = run_config(run, quick=True)
-            for router in cfg.router:
+            for router, sc in Experiment.of(cfg).scenarios.items():
                 label = run.label if len(cfg.router) == 1 else f"{run.label} {router}"
-                out.append(f"{label}: {describe_scenario(build_scenario(cfg.scenario_key(router)))}")
+                out.append(f"{label}: {describe_scenario(sc)}")
         except (ValueError, FileNotFoundError, TypeError, KeyError):
             return [e.model]
     return out or [e.model]
@@ -76,26 +81,15 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         ``contrast``), with ``wall_s`` 0.
     """
     from moestat.rates.catalogue import _report, entry
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.experiment import _file_predictions, effective_setting
-    from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, extra_columns, merge_extras
-    from moestat.rates.fit import fit_rates
-    from moestat.rates.resolve import config_declared_losses
-    from moestat.rates.store import LOSS_NAMES, read_results
 
     e = entry(key)
     runs = []
     for run in e.runs:
         d = Path(folder) / run.label
         cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
-        df = read_results(d / "results.csv", cfg)
-        ex = extra_columns(cfg.extra_starts, cfg.cell_errors, config_declared_losses(cfg), cfg.alt_init_scale > 0)
-        df = merge_extras(df, d / "extras.csv") if ex else df
-        losses = [*LOSS_NAMES, *(c for c in ex if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
-                                 and not c.startswith(ALT_PREFIX))]
-        fits = fit_rates(df, losses=losses, setting=effective_setting(cfg), estimator=cfg.estimator, routers=cfg.router,
-                         window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance, n_boot=cfg.n_boot, seed=cfg.seed,
-                         halfwidth=cfg.halfwidth, predicted=_file_predictions(cfg),
-                         alt_start=(cfg.init_scale, cfg.alt_init_scale) if cfg.alt_init_scale > 0 else None)
+        experiment = Experiment.of(cfg)
+        df = read_results(d / "results.csv", experiment)
+        df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
+        fits = fit_experiment(df, experiment)
         runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
     return _report(e, False, runs)

@@ -40,10 +40,13 @@ from typing import Any
 
 
 # The router and setting words are owned by the scenarios (one tuple, one meaning).
+from moestat.data.scenario_files import scenario_digest
 from moestat.data.synthetic import ROUTERS, SETTINGS
+from moestat.devices import resolve_device
+from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.seeding import MAX_SEED
 from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory, check_truth_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
+from moestat.rates.spec_checks import check_truth_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -175,15 +178,18 @@ class ScenarioSpec:
             raise ValueError("starts > 1 is for maximum likelihood (the least-squares sweeps have --extra-starts)")
         _unhonoured(self)
 
-    def key(self, router: str) -> str:
+    def key(self, router: str, digest: str | None = None) -> str:
         """JSON key from which a worker rebuilds the scenario of ``router`` (see
-        :func:`moestat.rates.resolve.build_scenario`, cached per process)."""
-        if self.scenario_file:  # a user scenario: the file (and what it holds) is the whole key
-            from moestat.data.scenario_files import scenario_digest
+        :func:`moestat.rates.resolve.build_scenario`, cached per process).
 
+        ``digest``: the scenario file's :func:`~moestat.data.scenario_files.scenario_digest` when
+        the caller has read it already (:meth:`moestat.rates.resolve.Experiment.of`); else it is read here.
+        """
+        if self.scenario_file:  # a user scenario: the file (and what it holds) is the whole key
             extra = {"starts": self.starts} if self.starts != 1 else {}  # keys of earlier runs stay as they were
+            digest = scenario_digest(self.scenario_file) if digest is None else digest
             return json.dumps({"router": router, "scenario_file": self.scenario_file,
-                               "digest": scenario_digest(self.scenario_file), **extra}, sort_keys=True)
+                               "digest": digest, **extra}, sort_keys=True)
         if self.family == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023): only these apply
             return json.dumps({"router": router, "family": self.family, "setting": self.setting, "k_fit": self.k_fit,
                                "input_law": self.input_law, "starts": self.starts}, sort_keys=True)
@@ -333,9 +339,6 @@ class FittingSpec:
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
-        from moestat.devices import resolve_device
-        from moestat.rates.resolve import estimator_registry
-
         _positive_ints(self, ("max_iter",))
         if not _is_int(self.extra_starts) or not 0 <= self.extra_starts <= 64:
             raise ValueError(f"extra_starts must be an integer in [0, 64], got {self.extra_starts!r}")
@@ -583,12 +586,22 @@ class RatesConfig:
         """Check every field and return ``self`` unchanged; raise a one-line ``ValueError`` naming
         the first bad one.
 
-        Also builds the scenario and the estimator of every router, so model-level problems
-        (K > k, tau = 0 for the perturbed router, an estimator that needs another gate, ...) are
-        found before anything is written.
+        Also builds the scenario and the estimator of every router (:meth:`resolve`), so
+        model-level problems (K > k, tau = 0 for the perturbed router, an estimator that needs
+        another gate, ...) are found before anything is written.
         """
-        from moestat.rates.resolve import build_estimator, build_scenario
+        self.resolve()
+        return self
 
+    def resolve(self) -> Experiment:
+        """Check every field, then resolve the configuration once into its checked
+        :class:`~moestat.rates.resolve.Experiment` (what :func:`~moestat.rates.experiment.run_rates`
+        hands to the sweep, the store, the fits and the figures)."""
+        self.check_fields()
+        return Experiment.of(self).check()
+
+    def check_fields(self) -> None:
+        """The field checks of :meth:`validate`, without building a scenario."""
         if not isinstance(self.router, tuple) or not self.router:
             raise ValueError("router must be a non-empty list of router names")
         for r in self.router:
@@ -609,15 +622,6 @@ class RatesConfig:
             if self.extra_starts or self.cell_errors or self.alt_init_scale:
                 raise ValueError("--extra-starts and --cell-errors are least-squares certificates; the gaussian-moe family "
                                  "keeps the best of --starts starts by likelihood")
-        for r in self.router:
-            # building the estimator too catches estimator/model mismatches (e.g. EM needs a
-            # dense linear gate) before anything is written
-            sc = build_scenario(self.scenario_key(r))
-            build_estimator(self.estimator, sc, self.max_iter, 0, self.device)
-            if self.family == "regression" and not self.scenario_file and self.estimator != "null":
-                check_enough_samples(min(self.ns), sc.k_fit, sc.d)
-            check_scenario_memory(sc, max(self.ns), min(self.reps, self.chunk or self.reps))
-        return self
 
     # ---- derived --------------------------------------------------------------------------
     @property
@@ -629,9 +633,10 @@ class RatesConfig:
         """JSON key from which a worker rebuilds the scenario of ``router`` (cached per process)."""
         return self.scenario.key(router)
 
-    def result_fields(self) -> dict[str, Any]:
+    def result_fields(self, digest: str | None = None) -> dict[str, Any]:
         """The flat keys that determine the numbers in ``results.csv`` (guarded on resume):
-        everything but the ``execution`` and ``analysis`` specs."""
+        everything but the ``execution`` and ``analysis`` specs (``digest``: the scenario file's,
+        when already read)."""
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
         optional = {"extra_starts": 0, "cell_errors": False, "alt_init_scale": 0.0, "max_reps": 0, "scenario_file": "", "family": "regression",
@@ -641,7 +646,5 @@ class RatesConfig:
         skip = skip | {"grown"}  # nor does the number of sizes a growing sweep has added so far
         out = {k: v for k, v in self.to_dict().items() if k not in skip and not (k in optional and v == optional[k])}
         if self.scenario_file:  # an edited scenario file is another sweep: resume must refuse it
-            from moestat.data.scenario_files import scenario_digest
-
-            out["scenario_digest"] = scenario_digest(self.scenario_file)
+            out["scenario_digest"] = scenario_digest(self.scenario_file) if digest is None else digest
         return out

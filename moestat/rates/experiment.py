@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
-
-import numpy as np
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
+from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
+from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
-from moestat.rates.store import check_resumable, config_hash
+from moestat.rates.extras import BEATEN_RTOL, merge_extras
+from moestat.rates import figures  # its plot_convergence read at call time (a test may replace it)
+from moestat.rates.figures import check_figure_formats
+from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
+from moestat.rates.preflight import preflight
+from moestat.rates.resolve import Experiment
+from moestat.rates.store import audit_results, check_resumable
 from moestat.rates.sweep import run_sweep
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
@@ -30,8 +39,6 @@ SUMMARY_SCHEMA = "moestat.rates.summary/1"
 
 
 def _counts(df, config: RatesConfig) -> dict[str, Any]:
-    import numpy as np
-
     expected = len(config.ns) * config.reps
     out: dict[str, Any] = {}
     total = {"expected": 0, "fits": 0, "converged": 0, "failed": 0, "nonfinite": 0}
@@ -56,8 +63,6 @@ def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
     without extra starts)."""
     if config.extra_starts <= 0 or "beaten" not in df:
         return None
-    from moestat.rates.extras import BEATEN_RTOL
-
     out: dict[str, Any] = {"extra_starts": config.extra_starts, "beaten_rtol": BEATEN_RTOL, "by_router": {}}
     for router in config.router:
         sub = df[df["router"] == router]
@@ -84,105 +89,78 @@ def _truth_summary(df, config: RatesConfig) -> dict[str, Any]:
     return out
 
 
-def _sweep_and_fit(config: RatesConfig, out: Path, resume: bool, cluster=None):
+def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None):
     """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
-    from moestat.rates.extras import CERTIFICATE_COLUMNS, extra_columns, merge_extras
-    from moestat.rates.fit import fit_rates
-    from moestat.rates.store import LOSS_NAMES
-    from moestat.rates.resolve import config_declared_losses
-
-    df = run_sweep(config, out, resume=resume, progress=False if config.quiet else None, cluster=cluster)
-    declared = config_declared_losses(config)
-    from moestat.rates.extras import ALT_PREFIX
-
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0)
-    df = merge_extras(df, out / "extras.csv") if ex_cols else df
-    losses = [*LOSS_NAMES, *(c for c in ex_cols if c not in ("router", "n", "replicate") and c not in CERTIFICATE_COLUMNS
-                             and not c.startswith(ALT_PREFIX))]
-    fits = fit_rates(
-        df,
-        losses=losses,
-        setting=effective_setting(config),
-        estimator=config.estimator,
-        routers=config.router,
-        window=(config.window_min, config.window_max),
-        tolerance=config.tolerance,
-        n_boot=config.n_boot,
-        seed=config.seed,
-        halfwidth=config.halfwidth,
-        predicted=_file_predictions(config),
-        alt_start=(config.init_scale, config.alt_init_scale) if config.alt_init_scale > 0 else None,
-    )
-    sources = _prediction_sources(config)
-    for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
-        if f["loss"] in sources and f.get("predicted") is not None:
-            f["prediction_source"] = sources[f["loss"]]
-    return df, fits
+    df = run_sweep(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster)
+    df = merge_extras(df, out / "extras.csv") if experiment.extra_columns else df
+    return df, fit_experiment(df, experiment)
 
 
-def _prediction_sources(config: RatesConfig) -> dict[str, str]:
-    """Loss name -> the theorem of a default prediction (a scenario file without ``[[losses]]``
-    whose model meets a theorem's hypotheses, :func:`moestat.data.likelihood_losses.default_likelihood_prediction`)."""
-    if not config.scenario_file:
-        return {}
-    from moestat.rates.resolve import build_scenario
+def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None):
+    """Run (or resume) the sweep, join ``extras.csv`` and fit every loss, in rounds while an
+    adaptive plan asks for more: first replicates (``max_reps``), then sizes (``grow_n``).
 
-    return dict(getattr(build_scenario(config.scenario_key(config.router[0])), "prediction_sources", {}) or {})
+    Adaptive replicates grow ``reps`` (at most doubling per round) while the Monte Carlo plan of
+    a predicted rate asks for more; adaptive n-max then adds the next size of the grid's ladder
+    while a predicted rate's plan asks for a larger n.  Replicate ``r`` of size ``n`` has the same
+    streams in every round, so the store only gains rows.
+
+    Returns
+    -------
+    tuple
+        ``(experiment, df, fits, adaptive, growth)``: the experiment of the last round, its rows
+        and fits, and the record of each adaptive loop (``None`` when off).
+    """
+    c = experiment.config
+    adaptive = {"max_reps": c.max_reps, "halfwidth": c.halfwidth, "rounds": []} if c.max_reps else None
+    growth = {"grow_n": c.grow_n, "ladder": c.grid.ladder, "rounds": []} if c.grow_n else None
+    more_reps = adaptive is not None
+    while True:
+        df, fits = _sweep_and_fit(experiment, out, resume, cluster)
+        resume = True
+        if more_reps:
+            need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
+                       default=c.reps)
+            adaptive["rounds"].append({"reps": c.reps, "reps_needed": int(need)})
+            if need > c.reps and c.reps < c.max_reps:
+                experiment = experiment.replace(reps=min(c.max_reps, max(c.reps + 1, min(need, 2 * c.reps))))
+                c = experiment.config
+                continue
+            more_reps = False
+            adaptive["final_reps"] = c.reps
+            adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= c.reps)
+        if growth is not None:
+            asking = [f"{f['router']} {f['loss']} ({f.get('category')})" for f in fits
+                      if f.get("predicted") is not None and (f.get("plan") or {}).get("larger_n_needed")]
+            growth["rounds"].append({"n_max": c.ns[-1], "asking": asking})
+            if not asking:
+                growth["stopped"] = "no predicted rate asks for a larger n"
+            elif c.grown >= len(growth["ladder"]):
+                growth["stopped"] = f"--grow-n {c.grow_n} reached"
+            else:
+                experiment = experiment.replace(grown=c.grown + 1)
+                c = experiment.config
+                continue
+            growth["added"] = c.grid.ladder[: c.grown]
+        return experiment, df, fits, adaptive, growth
 
 
 def effective_setting(config: RatesConfig) -> str:
     """``exact`` or ``over`` as the scenario has it: a scenario file (or the Gaussian-MoE family)
-    decides by its own fitted and true atom counts, and ``--setting`` is ignored for it."""
-    if not config.scenario_file and config.family == "regression":
-        return config.setting
-    from moestat.rates.resolve import build_scenario
-
-    return build_scenario(config.scenario_key(config.router[0])).setting
+    decides by its own fitted and true atom counts, and ``--setting`` is ignored for it
+    (:attr:`moestat.rates.resolve.Experiment.setting`)."""
+    return Experiment.of(config).setting
 
 
 def headline_losses(config: RatesConfig) -> list[str]:
-    """The losses of ``convergence.png``: a scenario file's declared losses (its own mass term:
-    the built-in ``voronoi`` column carries the softmax mass, which belongs to softmax gates only),
-    else the setting's Voronoi loss."""
-    from moestat.rates.resolve import config_declared_losses
-
-    return list(config_declared_losses(config)) or ["voronoi"]
+    """The losses of ``convergence.png`` (:attr:`moestat.rates.resolve.Experiment.headline`)."""
+    return list(Experiment.of(config).headline)
 
 
 def _file_predictions(config: RatesConfig) -> dict | None:
     """A scenario file's (or the Gaussian-MoE family's) predicted exponents (loss name -> exponent
-    or None), or None for the built-in routers."""
-    if not config.scenario_file and config.family == "regression":
-        return None
-    from moestat.rates.resolve import build_scenario
-
-    sc = build_scenario(config.scenario_key(config.router[0]))
-    # what the file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
-    # for their routers, not the user's model -- except the regression error's parametric -1/2
-    from moestat.rates.store import LOSS_NAMES
-
-    return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(sc.predicted)}
-
-
-def _preflight(config: RatesConfig, out: Path) -> dict[str, Any] | None:
-    """The pre-flight of a scenario file (:mod:`moestat.rates.preflight`) before its sweep.
-
-    Written to ``preflight.json``; its warnings go to stderr (a grid below ``n_ok`` measures no
-    rate) and, shortened, into ``summary.json``.  ``None`` for the built-in scenarios.
-    """
-    if not config.scenario_file:
-        return None
-    import sys
-
-    from moestat.io import atomic_write_json
-    from moestat.rates.preflight import preflight
-    from moestat.rates.resolve import build_scenario
-
-    rep = preflight(build_scenario(config.scenario_key(config.router[0])), config.ns)
-    atomic_write_json(out / "preflight.json", rep)
-    for w in rep["warnings"]:
-        sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
-    return {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+    or None), or None for the built-in routers (:attr:`moestat.rates.resolve.Experiment.predicted`)."""
+    return Experiment.of(config).predicted
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
@@ -225,86 +203,51 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     >>> sorted(summary["fits"][0])[:3]  # doctest: +SKIP
     ['bootstrap', 'ci_high', 'ci_low']
     """
-    from moestat.io import ensure_writable_dir, refuse_links_in
-
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
-    config.validate()
-    from moestat.rates.figures import check_figure_formats
-
+    experiment = config.resolve()  # validated and resolved once: what every step below reads
     formats = check_figure_formats(figure_formats)  # a bad format is refused before any work
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
-
     ensure_writable_dir(out)
     lock_out(out, "rates")  # re-entrant: ``moestat rates`` took it while validating
     try:
         if resume:
             refuse_links_in(out)  # results.csv linked elsewhere must not be appended to
             check_door(out, "rates")
-        check_resumable(out, config, resume)
-        mark_door(out, "rates")
-        return _run_locked(config, out, resume, cluster, formats)
+        return _run_locked(experiment, out, resume, cluster, formats)
     finally:
         unlock_out(out)
 
 
-def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None,
+def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
                 formats: tuple[str, ...] = ("pdf", "png")) -> dict[str, Any]:
-    """The body of :func:`run_rates`, with ``out`` locked."""
-    from moestat.io import atomic_write_json
-    from moestat.rates.figures import plot_convergence
-    from moestat.rates.fit import DEFAULT_TOLERANCE
-
+    """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
+    scenario file, the sweep and its fits in rounds, ``summary.json`` and the figures."""
+    check_resumable(out, experiment, resume)
+    mark_door(out, "rates")
     t0 = time.perf_counter()
-    pre = _preflight(config, out)
-    df, fits = _sweep_and_fit(config, out, resume, cluster)
-    adaptive = None
-    if config.max_reps:
-        # Adaptive replicates: grow reps (at most doubling per round) while the plan asks for more;
-        # replicate r has the same streams in every round, so the store only gains rows.
-        adaptive = {"max_reps": config.max_reps, "halfwidth": config.halfwidth, "rounds": []}
-        while True:
-            need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
-                       default=config.reps)
-            adaptive["rounds"].append({"reps": config.reps, "reps_needed": int(need)})
-            if need <= config.reps or config.reps >= config.max_reps:
-                break
-            config = config.replace(reps=min(config.max_reps, max(config.reps + 1, min(need, 2 * config.reps))))
-            df, fits = _sweep_and_fit(config, out, True, cluster)
-        adaptive["final_reps"] = config.reps
-        adaptive["met"] = bool(adaptive["rounds"][-1]["reps_needed"] <= config.reps)
-    growth = None
-    if config.grow_n:
-        # Adaptive n-max: add the next size of the grid's ladder while a predicted rate's plan asks
-        # for a larger n; each (n, replicate) has its own streams, so the store only gains rows.
-        growth = {"grow_n": config.grow_n, "ladder": config.grid.ladder, "rounds": []}
-        while True:
-            asking = [f"{f['router']} {f['loss']} ({f.get('category')})" for f in fits
-                      if f.get("predicted") is not None and (f.get("plan") or {}).get("larger_n_needed")]
-            growth["rounds"].append({"n_max": config.ns[-1], "asking": asking})
-            if not asking:
-                growth["stopped"] = "no predicted rate asks for a larger n"
-                break
-            if config.grown >= len(growth["ladder"]):
-                growth["stopped"] = f"--grow-n {config.grow_n} reached"
-                break
-            config = config.replace(grown=config.grown + 1)
-            df, fits = _sweep_and_fit(config, out, True, cluster)
-        growth["added"] = config.grid.ladder[: config.grown]
-    from moestat.rates.store import audit_results
-
-    _, audit = audit_results(out / "results.csv", config)
-    setting = effective_setting(config)
+    pre = None
+    if experiment.config.scenario_file:
+        # the pre-flight (moestat.rates.preflight): preflight.json; its warnings to stderr (a grid
+        # below n_ok measures no rate) and, shortened, into summary.json
+        rep = preflight(experiment.scenarios[experiment.config.router[0]], experiment.config.ns)
+        atomic_write_json(out / "preflight.json", rep)
+        for w in rep["warnings"]:
+            sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
+        pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+    experiment, df, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
+    config = experiment.config
+    _, audit = audit_results(out / "results.csv", experiment)
+    setting = experiment.setting
     summary = {
         "schema": SUMMARY_SCHEMA,
         "config": config.to_dict(),
         # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
         # flag, is ignored for it and kept as given so that the configuration round-trips)
         "setting": setting,
-        "config_hash": config_hash(config),
+        "config_hash": experiment.hash,
         "sample_sizes": config.ns,
         "tolerance": config.tolerance,
         "verdict_rule": (
@@ -338,10 +281,10 @@ def _run_locked(config: RatesConfig, out: Path, resume: bool, cluster=None,
     path = atomic_write_json(out / "summary.json", summary)
     summary = json.loads(path.read_text(encoding="utf-8"))
     losses_all = [f["loss"] for f in summary["fits"] if f["router"] == config.router[0] and f["slope"] is not None]
-    plot_convergence(df, summary["fits"], out / "convergence", losses=headline_losses(config), routers=config.router,
+    figures.plot_convergence(df, summary["fits"], out / "convergence", losses=list(experiment.headline), routers=config.router,
                      title=f"{setting}-specified, {config.estimator}", formats=formats)
     if losses_all:
-        plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
+        figures.plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
                          title=f"{setting}-specified, {config.estimator}", formats=formats)
     return summary
 

@@ -32,6 +32,9 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from moestat.io import append_line, atomic_write_text
+from moestat.rates.labels import LOSS_NAMES
+
 __all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
 
 #: Relative margin by which an extra start must lower the objective to count as beating the
@@ -52,8 +55,6 @@ def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] 
     ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`);
     ``alt_start``: the start-sensitivity fit's ``alt_converged`` and ``alt_<loss>`` for every loss.
     """
-    from moestat.rates.store import LOSS_NAMES
-
     cols: list[str] = list(declared)
     if alt_start:
         cols += ["alt_converged", *(f"{ALT_PREFIX}{c}" for c in (*LOSS_NAMES, *declared))]
@@ -80,8 +81,6 @@ class ExtrasStore:
 
     def create(self) -> None:
         """Write the header (new file) or cut a torn last line; refuse a file with another header."""
-        from moestat.io import atomic_write_text
-
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(self.columns) + "\n")
             return
@@ -93,8 +92,6 @@ class ExtrasStore:
 
     def append(self, rows: Iterable[dict]) -> None:
         """One line per row (``repr`` of floats: exact round trip)."""
-        from moestat.io import append_line
-
         for row in rows:
             buf = io.StringIO()
             csv.writer(buf, lineterminator="").writerow([repr(row[c]) if isinstance(row[c], float) else str(row[c]) for c in self.columns])

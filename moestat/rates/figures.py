@@ -20,7 +20,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from moestat.folder_lock import holder, holder_alive
+from moestat.io import atomic_savefig, check_output_file, ensure_writable_dir
+from moestat.model.gates import canonical_name
+from moestat.rates.config import ROUTERS, RatesConfig
+from moestat.rates.fit import fit_rates
 from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
+from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
 
 __all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
@@ -261,8 +267,6 @@ def plot_convergence(
         return []
     import matplotlib.pyplot as plt
 
-    from moestat.io import atomic_savefig
-
     fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title)
     try:
         out_stem = Path(out_stem)
@@ -394,12 +398,6 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         ``provenance.json`` or ``summary.json`` that is not what a rates run writes, or a folder
         that cannot be written.  Every message names the file.
     """
-    from moestat.io import check_output_file, ensure_writable_dir
-    from moestat.model.gates import canonical_name
-    from moestat.rates.config import ROUTERS, RatesConfig
-    from moestat.folder_lock import holder, holder_alive
-    from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
-
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is a file, not a run folder: pass the folder that holds results.csv")
@@ -500,8 +498,6 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
     list of Path
         The written PDF and PNG.
     """
-    from moestat.rates.fit import fit_rates
-
     df, cfg = plan.df, plan.config
     fits = plan.fits
     if fits is None:

@@ -36,17 +36,20 @@ rate, where the slope on ``log n`` is slightly flatter).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.stability import FAST_ROUTER, combine_halves, halves, is_slow_rate, slow_rate_category
-from moestat.rates.verdicts import DEFAULT_HALFWIDTH, categorize, curvature, plan, robust_slope, tail_slope
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, categorize, curvature, plan, robust_slope, tail_slope, verdict
 
 __all__ = [
     "DEFAULT_TOLERANCE",
     "LOSS_DEFINITIONS",
     "predicted_exponent",
+    "fit_experiment",
     "ols_fit",
     "log_mean_fit",
     "per_replicate_fit",
@@ -59,8 +62,6 @@ __all__ = [
     "aggregate",
 ]
 
-#: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
-DEFAULT_TOLERANCE = 0.15
 
 #: What each loss column measures (written into summary.json).
 LOSS_DEFINITIONS = {
@@ -271,17 +272,6 @@ def log_model_comparison(ns: Sequence[int], values: Sequence[np.ndarray]) -> dic
     }
 
 
-def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    """``consistent``: ``predicted`` in ``[ci_low - tol, ci_high + tol]``; ``within_band``: the CI
-    inside ``[predicted - tol, predicted + tol]``.  ``None`` for both when nothing is predicted."""
-    if predicted is None or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
-        return {"consistent": None, "within_band": None}
-    return {
-        "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
-        "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
-    }
-
-
 def aggregate(df, loss: str, router: str):
     """Per-``n`` mean, standard deviation and count of ``loss`` for ``router`` (finite values)."""
     sub = df[df["router"] == router]
@@ -343,96 +333,155 @@ def fit_rates(
         consistent, category, reason``; with a slope also ``robust`` (Theil--Sen),
         ``curvature``, ``tail``, ``converged`` ([converged, fits] in the window) and ``plan``.
     """
-    from moestat.rates.store import LOSS_NAMES
-
+    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start)
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
-    lo, hi = window
     fits: list[dict[str, Any]] = []
     for ri, router in enumerate(routers):
         sub = df[df["router"] == router]
         for li, loss in enumerate(losses):
-            ns_all = sorted(int(n) for n in sub["n"].unique())
-            ns_win = [n for n in ns_all if (lo is None or n >= lo) and (hi is None or n <= hi)]
-            vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
-            ns, vals = _clean(ns_win, vals)
-            in_win = sub[sub["n"].isin(ns_win)]
-            conv = (int(in_win["converged"].fillna(False).astype(bool).sum()), int(len(in_win))) if "converged" in in_win else None
-            entry: dict[str, Any] = {
-                "router": router,
-                "setting": setting,
-                "loss": loss,
-                "definition": LOSS_DEFINITIONS.get(loss, loss),
-                "estimator": estimator,
-                "predicted": predicted_exponent(router, setting, loss, estimator, predicted),
-            }
-            if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
-                entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
-                              "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
-                              "category": None, "reason": "not defined in this setting (no finite positive value)"})
-                fits.append(entry)
-                continue
-            if len(ns) < 3:
-                entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
-                              "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
-                              "category": "inconclusive",
-                              "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
-                fits.append(entry)
-                continue
-            pr = per_replicate_fit(ns, vals)
-            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li)))
-            slow = is_slow_rate(router, loss, entry["predicted"])
-            ev = _evidence(ns, vals, entry["predicted"], tolerance, conv, rng, n_boot, halfwidth, slow)
-            lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
-            nf = np.asarray(ns, float)
-            # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
-            lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
-            entry.update(
-                {
-                    "slope": lm["slope"],
-                    "ci_low": ci_low,
-                    "ci_high": ci_high,
-                    "window": [ns[0], ns[-1]],
-                    "n_sizes": len(ns),
-                    "n_values": int(sum(len(v) for v in vals)),
-                    "log_mean": lm,
-                    "per_replicate": pr,
-                    "bootstrap": bs,
-                    "slope_log_n_over_n": lnn["slope"],
-                    "window_sensitivity": window_sensitivity(ns, vals),
-                }
-            )
-            if router == "cosine":
-                entry["log_model"] = log_model_comparison(ns, vals)
-            entry.update(verdict(entry["predicted"], ci_low, ci_high, tolerance))
-            cat = {"category": ev["category"], "reason": ev["reason"]}
-            entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
-                          "converged": list(conv) if conv else None, **cat})
-            if ev.get("stable_from") is not None:
-                entry["stable_from"] = ev["stable_from"]
-            entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
-                                 curv=ev["curvature"], ns=ns, category=cat["category"], halfwidth=halfwidth,
-                                 stable_from=ev.get("stable_from"))
-            # the same judgement on two independent halves of the replicates (moestat.rates.stability)
-            half_ev = []
-            for h, part in enumerate(halves(in_win)):
-                hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
-                hconv = (int(part["converged"].fillna(False).astype(bool).sum()), int(len(part))) if "converged" in part else None
-                if len(hn) < 3:
-                    half_ev.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
-                    continue
-                hrng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 1 + h)))
-                half_ev.append(_evidence(hn, hv, entry["predicted"], tolerance, hconv, hrng, n_boot, halfwidth, slow))
-            entry["_evidence"] = [ev, *half_ev]
-            if alt_start is not None and f"alt_{loss}" in sub:
-                an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
-                if len(an) >= 3:
-                    arng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ri, li, 9)))
-                    entry["start_sensitivity"] = _start_sensitivity(entry, slope_with_interval(an, av, arng, n_boot), alt_start)
-            fits.append(entry)
+            fits.append(_fit_loss(sub, router, loss, (ri, li), opts))
     _judge_slow_rate(fits, tolerance)
     _judge_halves(fits)
     return fits
+
+
+def fit_experiment(df, experiment) -> list[dict[str, Any]]:
+    """:func:`fit_rates` of every loss of a resolved :class:`~moestat.rates.resolve.Experiment`.
+
+    The loss columns, the setting, the predictions and the analysis settings are the
+    experiment's; a prediction the scenario file did not state but a theorem gives names its
+    theorem (``prediction_source``).
+    """
+    c = experiment.config
+    fits = fit_rates(
+        df,
+        losses=list(experiment.losses),
+        setting=experiment.setting,
+        estimator=c.estimator,
+        routers=c.router,
+        window=(c.window_min, c.window_max),
+        tolerance=c.tolerance,
+        n_boot=c.n_boot,
+        seed=c.seed,
+        halfwidth=c.halfwidth,
+        predicted=experiment.predicted,
+        alt_start=(c.init_scale, c.alt_init_scale) if c.alt_init_scale > 0 else None,
+    )
+    sources = experiment.prediction_sources
+    for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
+        if f["loss"] in sources and f.get("predicted") is not None:
+            f["prediction_source"] = sources[f["loss"]]
+    return fits
+
+
+@dataclass(frozen=True)
+class _FitOptions:
+    """The settings of :func:`fit_rates` shared by every (router, loss)."""
+
+    setting: str
+    estimator: str
+    window: tuple[int | None, int | None]
+    tolerance: float
+    n_boot: int
+    seed: int
+    halfwidth: float
+    predicted: Mapping[str, float | None] | None
+    alt_start: tuple[float, float] | None
+
+
+def _converged(part) -> tuple[int, int] | None:
+    """``(converged, fits)`` of a part of the frame (None without a ``converged`` column)."""
+    return (int(part["converged"].fillna(False).astype(bool).sum()), int(len(part))) if "converged" in part else None
+
+
+def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOptions) -> dict[str, Any]:
+    """The fit entry of one router's rows ``sub`` and one loss; ``where = (router index, loss
+    index)`` names its bootstrap streams ``SeedSequence(seed, spawn_key=(ri, li, ...))``."""
+    ri, li = where
+    lo, hi = o.window
+    ns_all = sorted(int(n) for n in sub["n"].unique())
+    ns_win = [n for n in ns_all if (lo is None or n >= lo) and (hi is None or n <= hi)]
+    vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
+    ns, vals = _clean(ns_win, vals)
+    in_win = sub[sub["n"].isin(ns_win)]
+    conv = _converged(in_win)
+    entry: dict[str, Any] = {
+        "router": router,
+        "setting": o.setting,
+        "loss": loss,
+        "definition": LOSS_DEFINITIONS.get(loss, loss),
+        "estimator": o.estimator,
+        "predicted": predicted_exponent(router, o.setting, loss, o.estimator, o.predicted),
+    }
+    if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
+        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+                      "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
+                      "category": None, "reason": "not defined in this setting (no finite positive value)"})
+        return entry
+    if len(ns) < 3:
+        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+                      "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
+                      "category": "inconclusive",
+                      "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
+        return entry
+    # what the curve alone says, then the evidence for the verdict (moestat.rates.verdicts)
+    pr = per_replicate_fit(ns, vals)
+    nf = np.asarray(ns, float)
+    # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
+    lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
+    sensitivity = window_sensitivity(ns, vals)
+    log_model = log_model_comparison(ns, vals) if router == "cosine" else None
+    rng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li)))
+    slow = is_slow_rate(router, loss, entry["predicted"])
+    ev = _evidence(ns, vals, entry["predicted"], o.tolerance, conv, rng, o.n_boot, o.halfwidth, slow)
+    lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
+    entry.update(
+        {
+            "slope": lm["slope"],
+            "ci_low": ci_low,
+            "ci_high": ci_high,
+            "window": [ns[0], ns[-1]],
+            "n_sizes": len(ns),
+            "n_values": int(sum(len(v) for v in vals)),
+            "log_mean": lm,
+            "per_replicate": pr,
+            "bootstrap": bs,
+            "slope_log_n_over_n": lnn["slope"],
+            "window_sensitivity": sensitivity,
+        }
+    )
+    if log_model is not None:
+        entry["log_model"] = log_model
+    entry.update(verdict(entry["predicted"], ci_low, ci_high, o.tolerance))
+    cat = {"category": ev["category"], "reason": ev["reason"]}
+    entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
+                  "converged": list(conv) if conv else None, **cat})
+    if ev.get("stable_from") is not None:
+        entry["stable_from"] = ev["stable_from"]
+    entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
+                         curv=ev["curvature"], ns=ns, category=cat["category"], halfwidth=o.halfwidth,
+                         stable_from=ev.get("stable_from"))
+    entry["_evidence"] = [ev, *_half_evidence(in_win, ns_win, loss, entry["predicted"], where, slow, o)]
+    if o.alt_start is not None and f"alt_{loss}" in sub:
+        an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
+        if len(an) >= 3:
+            arng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li, 9)))
+            entry["start_sensitivity"] = _start_sensitivity(entry, slope_with_interval(an, av, arng, o.n_boot), o.alt_start)
+    return entry
+
+
+def _half_evidence(in_win, ns_win, loss, predicted, where, slow, o: _FitOptions) -> list[dict[str, Any]]:
+    """The same judgement on two independent halves of the replicates (:mod:`moestat.rates.stability`)."""
+    out = []
+    for h, part in enumerate(halves(in_win)):
+        hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
+        if len(hn) < 3:
+            out.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
+            continue
+        hrng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(*where, 1 + h)))
+        out.append(_evidence(hn, hv, predicted, o.tolerance, _converged(part), hrng, o.n_boot, o.halfwidth, slow))
+    return out
 
 
 def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth, slow_rate: bool = False) -> dict[str, Any]:

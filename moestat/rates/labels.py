@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "ROUTER_NAMES",
     "LOSS_NAMES",
+    "LOSS_LABELS",
     "SETTING_NAMES",
     "ESTIMATOR_NAMES",
     "VORONOI_VARIANT",
@@ -34,7 +35,7 @@ ROUTER_NAMES = {
     "gaussian-moe": "Gaussian MoE, model 1",
 }
 #: Axis labels of the loss columns of ``results.csv``.
-LOSS_NAMES = {
+LOSS_LABELS = {
     "voronoi": "Voronoi loss",
     "voronoi_direction": "Voronoi loss, directions only",
     "param_single": "parameter error, single-atom cells",
@@ -42,6 +43,9 @@ LOSS_NAMES = {
     "mass": "mass error",
     "regression_l2": r"regression error $\|g_{\hat G_n}-g_{G_*}\|_{L^2(\mu)}$",
 }
+#: The loss columns of ``results.csv``, in order (the one list; :mod:`moestat.rates.store` and the
+#: sweep's loss columns of every scenario read it).
+LOSS_NAMES = tuple(LOSS_LABELS)
 #: Settings of the fitted model.
 SETTING_NAMES = {
     "exact": "exact-specified (k = k*)",
@@ -69,7 +73,7 @@ def router_name(router: str) -> str:
 
 def loss_name(loss: str) -> str:
     """The axis label of a loss column."""
-    return LOSS_NAMES.get(loss, loss.replace("_", " "))
+    return LOSS_LABELS.get(loss, loss.replace("_", " "))
 
 
 def loss_variant(loss: str, setting: str) -> str | None:

@@ -1,39 +1,48 @@
-"""Where scenarios and estimators are resolved: one module below config, store and sweep.
+"""Where a rate experiment is resolved: scenarios, estimators, and the :class:`Experiment`.
 
-A rates configuration names its scenario by a JSON key (:meth:`RatesConfig.scenario_key`) and its
-estimator by a registry name; this module turns those names into objects.  It imports nothing of
-:mod:`moestat.rates` above it, so ``config`` (validation), ``store`` (the resume audit) and
-``sweep`` (the work) all read downwards into it instead of into each other.
+A rates configuration (:class:`moestat.rates.config.RatesConfig`) names its scenario by a JSON
+key (:meth:`RatesConfig.scenario_key`) and its estimator by a registry name.  This module turns
+them into objects, once: :meth:`Experiment.of` resolves a configuration into one frozen
+:class:`Experiment` -- the scenario of every router (the scenario file parsed and hashed once),
+the estimator factory, the effective setting, the predictions and the loss columns -- which the
+sweep, the store, the rate fits and the figures receive.  The JSON key remains only what a work
+unit carries to a worker process, which rebuilds the scenario from it once
+(:func:`build_scenario`, cached per process).
+
+It imports nothing of :mod:`moestat.rates` but the modules below the configuration (labels,
+extras, spec checks), so ``config`` (validation), ``store`` (the resume audit) and ``sweep``
+(the work) all read downwards into it instead of into each other.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Any, Mapping
 
-if TYPE_CHECKING:  # pragma: no cover - a type only
-    from moestat.rates.config import RatesConfig
+from moestat.data.gaussian_scenarios import model1_scenario
+from moestat.data.scenario_files import load_scenario, scenario_digest
+from moestat.data.synthetic import make_scenario
+from moestat.estimators import ESTIMATORS
+from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
+from moestat.rates.labels import LOSS_NAMES
+from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory
 
-__all__ = ["build_scenario", "estimator_registry", "build_estimator", "declared_losses", "config_declared_losses"]
+__all__ = ["Experiment", "fields_hash", "build_scenario", "estimator_registry", "build_estimator", "declared_losses"]
 
 
 @lru_cache(maxsize=16)
 def build_scenario(key: str):
-    """Rebuild a :class:`~moestat.data.synthetic.Scenario` from :meth:`RatesConfig.scenario_key`."""
-    from moestat.data.synthetic import make_scenario
-
+    """Rebuild a scenario from :meth:`RatesConfig.scenario_key`: once by :meth:`Experiment.of`, and
+    once per worker process from the key a :class:`~moestat.rates.sweep.WorkUnit` carries."""
     p = json.loads(key)
     if p.get("scenario_file"):  # a user scenario (issue 14): TOML or file.py:function
-        from dataclasses import replace
-
-        from moestat.data.scenario_files import load_scenario
-
         sc = load_scenario(p["scenario_file"])
-        return replace(sc, n_starts=int(p["starts"])) if p.get("starts", 1) != 1 else sc
+        return dataclasses.replace(sc, n_starts=int(p["starts"])) if p.get("starts", 1) != 1 else sc
     if p.get("family") == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023)
-        from moestat.data.gaussian_scenarios import model1_scenario
-
         return model1_scenario(p["setting"], p["k_fit"], p["input_law"], p["starts"])
     k_active = None if p["k_active"] == "dense" else p["k_active"]
     kaf = p["k_active_fit"]
@@ -59,37 +68,13 @@ def build_scenario(key: str):
 
 def estimator_registry() -> dict:
     """``moestat.estimators.ESTIMATORS`` (name -> estimator class)."""
-    from moestat.estimators import ESTIMATORS
-
     return dict(ESTIMATORS)
 
 
-#: estimators of the likelihood (y drawn from the mixture); ``null`` returns its start, whatever the noise
-LIKELIHOOD_ESTIMATORS = ("mle", "em")
-
-
 def build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
-    """The estimator ``name`` for ``scenario``; a one-line ``ValueError`` when they do not go together."""
-    if getattr(scenario, "likelihood", None) is False and name in LIKELIHOOD_ESTIMATORS:
-        raise ValueError(f"--estimator {name} is maximum likelihood, but this scenario file draws y = g(x) + noise "
-                         "(noise.model = \"additive\"); use --estimator lse, or declare [noise] model = \"mixture\" "
-                         "with a variance in every [[atoms]] table")
-    if getattr(scenario, "likelihood", False) and name not in LIKELIHOOD_ESTIMATORS + ("null",):
-        raise ValueError(f"this scenario file draws y from the mixture (noise.model = \"mixture\"): fit it by maximum "
-                         f"likelihood with --estimator mle, not {name!r}")
-    if getattr(scenario, "likelihood", None) is not None and getattr(scenario, "n_starts", 1) > 1 and name != "mle":
-        raise ValueError(f"--starts > 1 is for --estimator mle (the least-squares sweeps have --extra-starts), not {name!r}")
-    if getattr(scenario, "gllim", False):  # the joint GLLiM: its own closed-form EM (moestat.estimators.gllim)
-        if name != "mle":
-            raise ValueError(f"a joint GLLiM scenario ([input] law = \"gate\") is fitted by its joint maximum likelihood: "
-                             f"use --estimator mle, not {name!r}")
-        from moestat.estimators.gllim import GLLiMEM
-
-        return GLLiMEM.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
-    # every estimator takes what it needs from the same keywords (the estimator contract)
-    cls = estimator_registry()[name]
-    return cls.for_scenario(scenario, max_iter=max_iter, random_state=random_state, device=device)
-
+    """The estimator ``name`` for ``scenario``; a one-line ``ValueError`` when they do not go together
+    (:meth:`moestat.data.synthetic.ScenarioBase.estimator`)."""
+    return scenario.estimator(name, max_iter=max_iter, random_state=random_state, device=device)
 
 
 def declared_losses(scenario) -> tuple:
@@ -98,12 +83,124 @@ def declared_losses(scenario) -> tuple:
     They are written to ``extras.csv`` (one column each, by name) and fitted like every loss,
     with the scenario's own predicted exponents.
     """
-    losses = getattr(scenario, "losses", ())
-    return () if callable(losses) else tuple(losses or ())  # a Gaussian-MoE scenario's losses() is a method
+    return tuple(scenario.loss_specs)
 
 
-def config_declared_losses(config: "RatesConfig") -> tuple[str, ...]:
-    """Names of the losses declared by the configuration's scenario (empty: built-in scenario)."""
-    if not config.scenario_file:
-        return ()
-    return tuple(spec.name for spec in declared_losses(build_scenario(config.scenario_key(config.router[0]))))
+@dataclass(frozen=True, eq=False)
+class Experiment:
+    """A rates configuration resolved once: what the sweep, the store, the fits and the figures read.
+
+    Built by :meth:`of` (without model checks: a configuration read back from ``summary.json``
+    resolves too) and checked by :meth:`check` (what :meth:`RatesConfig.validate` adds to the
+    field checks).  :meth:`replace` changes the grid of an adaptive sweep without resolving the
+    scenarios again: reps and sizes are not part of a scenario.
+
+    Attributes
+    ----------
+    config : RatesConfig
+        The flat settings (``config.reps``, ``config.ns``, ...; its ``to_dict`` is what is recorded).
+    keys : mapping of str to str
+        Router -> the JSON key a work unit carries to a worker (:meth:`RatesConfig.scenario_key`).
+    scenarios : mapping of str to scenario
+        Router -> its scenario, built once from its key.
+    digest : str or None
+        SHA-256 of the scenario file (``None``: built-in scenario): read once, here.
+    setting : {"exact", "over"}
+        The setting of the fits: a scenario file (or the Gaussian-MoE family) decides it by its own
+        atom counts, and ``--setting`` is ignored for it.
+    predicted : dict or None
+        A scenario file's (or the Gaussian-MoE family's) predicted exponents, loss name ->
+        exponent or None; ``None`` for the built-in routers (Nguyen et al. (2024)'s table applies).
+    prediction_sources : dict
+        Loss name -> the theorem of a default prediction the file did not state.
+    declared : tuple of str
+        Names of the losses a scenario file declares (one ``extras.csv`` column each).
+    extra_columns : tuple of str
+        Columns of ``extras.csv`` (empty: no file; :func:`moestat.rates.extras.extra_columns`).
+    losses : tuple of str
+        The loss columns whose rates are fitted: :data:`~moestat.rates.labels.LOSS_NAMES`, then the
+        declared losses and the certificate's ``best_<loss>`` and cell columns of ``extras.csv``.
+    headline : tuple of str
+        The losses of ``convergence.png``: the declared ones (a file's own mass term), else ``voronoi``.
+    result_fields : dict
+        The fields that determine the numbers of ``results.csv`` (:meth:`RatesConfig.result_fields`,
+        with the digest read once); ``hash`` is their :func:`fields_hash`, guarded on resume.
+    hash : str
+    expected : mapping of str to (str, str)
+        Router -> ``(scenario name, setting)`` that its rows of ``results.csv`` carry.
+    """
+
+    config: Any
+    keys: Mapping[str, str]
+    scenarios: Mapping[str, Any]
+    digest: str | None
+    setting: str
+    predicted: dict | None
+    prediction_sources: dict
+    declared: tuple[str, ...]
+    extra_columns: tuple[str, ...]
+    losses: tuple[str, ...]
+    headline: tuple[str, ...]
+    result_fields: dict
+    hash: str
+    expected: Mapping[str, tuple[str, str]]
+
+    @classmethod
+    def of(cls, config: Any) -> "Experiment":
+        """Resolve ``config`` (a :class:`~moestat.rates.config.RatesConfig`; an :class:`Experiment`
+        is returned as it is)."""
+        if isinstance(config, Experiment):
+            return config
+        spec = config.scenario
+        digest = None
+        if spec.scenario_file:  # the file is read and hashed here, once
+            digest = scenario_digest(spec.scenario_file)
+        keys = {r: spec.key(r, digest) for r in config.router}
+        scenarios = {r: build_scenario(k) for r, k in keys.items()}
+        first = scenarios[config.router[0]]
+        builtin = not spec.scenario_file and spec.family == "regression"
+        declared = tuple(s.name for s in declared_losses(first)) if spec.scenario_file else ()
+        ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0)
+        losses = (*LOSS_NAMES, *(c for c in ex_cols if c not in KEY and c not in CERTIFICATE_COLUMNS
+                                 and not c.startswith(ALT_PREFIX)))
+        # what a file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
+        # for their routers, not the user's model -- except the regression error's parametric -1/2
+        predicted = None if builtin else {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(first.predicted)}
+        sources = dict(first.prediction_sources or {}) if spec.scenario_file else {}
+        fields = config.result_fields(digest)
+        return cls(config=config, keys=keys, scenarios=scenarios, digest=digest,
+                   setting=spec.setting if builtin else first.setting, predicted=predicted,
+                   prediction_sources=sources, declared=declared, extra_columns=tuple(ex_cols), losses=losses,
+                   headline=declared or ("voronoi",), result_fields=fields, hash=fields_hash(fields),
+                   expected={r: (str(sc.name), str(sc.setting)) for r, sc in scenarios.items()})
+
+    def check(self) -> "Experiment":
+        """The model-level checks of :meth:`RatesConfig.validate`: the estimator of every router is
+        built (an estimator/model mismatch, e.g. EM needs a dense linear gate, is found before
+        anything is written), the grid holds enough samples, the units fit in memory."""
+        c = self.config
+        builtin = not c.scenario_file and c.family == "regression"
+        for sc in self.scenarios.values():
+            self.estimator(sc, 0)
+            if builtin and c.estimator != "null":
+                check_enough_samples(min(c.ns), sc.k_fit, sc.d)
+            check_scenario_memory(sc, max(c.ns), min(c.reps, c.chunk or c.reps))
+        return self
+
+    def estimator(self, scenario, random_state: int):
+        """The configured estimator for ``scenario`` (see :func:`build_estimator`)."""
+        c = self.config
+        return build_estimator(c.estimator, scenario, c.max_iter, random_state, c.device)
+
+    def replace(self, **changes: Any) -> "Experiment":
+        """The same experiment with grid changes (``reps``, ``grown``): the scenarios stay resolved."""
+        config = self.config.replace(**changes)
+        fields = config.result_fields(self.digest)
+        return dataclasses.replace(self, config=config, result_fields=fields, hash=fields_hash(fields))
+
+
+def fields_hash(fields: Mapping[str, Any]) -> str:
+    """SHA-256 (16 hex digits) of result-determining fields: what ``provenance.json`` records and
+    ``--resume`` compares (:func:`moestat.rates.store.config_hash`)."""
+    blob = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

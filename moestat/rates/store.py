@@ -31,7 +31,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from moestat import __version__
+from moestat.io import append_line, atomic_write_json, atomic_write_text, not_text, refuse_links_in, sync_file
 from moestat.rates.config import RatesConfig
+from moestat.rates.resolve import Experiment, fields_hash
+from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
 __all__ = [
     "LOSS_NAMES",
@@ -53,8 +57,6 @@ __all__ = [
     "SUMMARY_RECOVERY",
 ]
 
-#: Loss columns of ``results.csv`` (see :func:`moestat.rates.sweep.compute_losses`).
-LOSS_NAMES = ("voronoi", "voronoi_direction", "param_single", "param_multi", "mass", "regression_l2")
 #: The fit against the truth (:mod:`moestat.rates.truth_check`): the fit's criterion
 #: (log-likelihood for maximum likelihood, sum of squared residuals for least squares), the same
 #: at the true parameters on the same data, the fit's advantage over the truth (positive: the fit
@@ -121,10 +123,10 @@ def rows_digest(rows: Iterable[Sequence[str]]) -> str:
     return h.hexdigest()
 
 
-def config_hash(config: RatesConfig) -> str:
-    """SHA-256 of the result-determining fields (see :meth:`RatesConfig.result_fields`)."""
-    blob = json.dumps(config.result_fields(), sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def config_hash(config: RatesConfig | Experiment) -> str:
+    """SHA-256 of the result-determining fields (see :meth:`RatesConfig.result_fields`); an
+    :class:`~moestat.rates.resolve.Experiment` carries it."""
+    return config.hash if isinstance(config, Experiment) else fields_hash(config.result_fields())
 
 
 def _fmt(v) -> str:
@@ -155,8 +157,6 @@ class ResultStore:
 
         Returns True when such an unchecked file was given checksums.
         """
-        from moestat.io import atomic_write_text
-
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(FILE_COLUMNS) + "\n")
             return False
@@ -175,8 +175,6 @@ class ResultStore:
         Without this, the next appended row would be glued to the torn fragment.  Returns True
         when something was cut.
         """
-        from moestat.io import atomic_write_text
-
         text = self.path.read_text(encoding="utf-8")
         if text.endswith("\n") or not text:
             return False
@@ -186,8 +184,6 @@ class ResultStore:
     def append(self, rows: Iterable[dict]) -> None:
         """Append rows (each whole or not at all, with its ``crc32``), then one ``fsync``: a unit's
         rows reach the disk together (see :func:`moestat.io.append_line`)."""
-        from moestat.io import append_line, sync_file
-
         wrote = False
         for row in rows:
             fields = [_fmt(row[c]) for c in RESULT_COLUMNS]
@@ -198,7 +194,7 @@ class ResultStore:
         if wrote:
             sync_file(self.path)
 
-    def read(self, config: RatesConfig | None = None):
+    def read(self, config: RatesConfig | Experiment | None = None):
         """The results as a :class:`pandas.DataFrame` (see :func:`read_results`)."""
         return read_results(self.path, config)
 
@@ -209,8 +205,6 @@ class ResultStore:
         backend; sorting at the end of a sweep makes ``results.csv`` the same whatever they were.
         Rows are written back exactly as read (the text of each field is kept).
         """
-        from moestat.io import atomic_write_text
-
         rows, audit = audit_results(self.path)
         msg = audit.message()
         if msg:
@@ -309,8 +303,6 @@ _TRUTH_FLOATS = ("fit_objective", "truth_objective", "truth_gap", "first_gap")
 
 
 def _header(path: Path) -> list[str]:
-    from moestat.io import not_text
-
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.readline().rstrip("\n").split(",")
@@ -320,8 +312,6 @@ def _header(path: Path) -> list[str]:
 
 def _utf8_text(path: Path) -> str:
     """The file's text; a binary (or non-UTF-8) file is one line naming it, not the codec's message."""
-    from moestat.io import not_text
-
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -389,24 +379,15 @@ def _parse_lines(path: Path) -> tuple[list[tuple[int, list[str]]], bool, list[in
     return rows, torn, garbage, edited, checked
 
 
-def _expected(config: RatesConfig) -> dict[str, tuple[str, str]]:
-    from moestat.rates.resolve import build_scenario
-
-    out = {}
-    for r in config.router:
-        sc = build_scenario(config.scenario_key(r))
-        out[r] = (str(sc.name), str(sc.setting))
-    return out
-
-
-def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) -> tuple[list[list[str]], StoreAudit]:
+def audit_results(path: str | os.PathLike, config: RatesConfig | Experiment | None = None) -> tuple[list[list[str]], StoreAudit]:
     """Read ``results.csv`` line by line and sort its rows into clean and bad.
 
     Parameters
     ----------
     path : path-like
-    config : RatesConfig, optional
-        The sweep the file belongs to; without it only garbage and duplicates are found.
+    config : RatesConfig or Experiment, optional
+        The sweep the file belongs to (a configuration is resolved here); without it only garbage
+        and duplicates are found.
 
     Returns
     -------
@@ -420,7 +401,10 @@ def audit_results(path: str | os.PathLike, config: RatesConfig | None = None) ->
     parsed, torn, garbage, edited, checked = _parse_lines(path)
     edited_set = set(edited)
     audit = StoreAudit(path, torn=torn, garbage=garbage, checked=checked)
-    expected = _expected(config) if config is not None else None
+    expected = None
+    if config is not None:
+        experiment = Experiment.of(config)
+        expected, config = experiment.expected, experiment.config
     # a growing sweep (--grow-n) owns every size of its ladder
     ns = set(config.ns) | set(getattr(config.grid, "ladder", [])) if config is not None else None
     # an adaptive sweep (--max-reps) owns the replicates up to its budget
@@ -482,7 +466,7 @@ def summary_rows_changed(summary_path: str | os.PathLike, rows: dict, audit: Sto
 SUMMARY_RECOVERY = "restore results.csv, or delete summary.json to accept the rows as they are now"
 
 
-def read_results(path: str | os.PathLike, config: RatesConfig | None = None):
+def read_results(path: str | os.PathLike, config: RatesConfig | Experiment | None = None):
     """Read ``results.csv`` into a DataFrame in the canonical row order (see :func:`sort_key`).
 
     A kill during an append can leave a partial last line; it is dropped.  Anything else that is
@@ -531,7 +515,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finished: str | None = None, previous: dict | None = None,
+def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started: str, finished: str | None = None, previous: dict | None = None,
                      workers: dict | None = None) -> dict:
     """Write ``provenance.json``: version, git commit, config (+ hash), platform, torch, timestamps.
 
@@ -541,9 +525,8 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
     """
     import torch
 
-    from moestat import __version__
-    from moestat.io import atomic_write_json
-
+    experiment = Experiment.of(config)
+    config = experiment.config
     runs = list(previous.get("runs", [])) if previous else []
     this_run = {"started": started, "finished": finished, "n_jobs": config.n_jobs, "backend": config.backend, "scheduler": config.scheduler}
     if workers is not None:
@@ -557,7 +540,7 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
         "version": __version__,
         "git_commit": _git_commit(),
         "config": config.to_dict(),
-        "config_hash": config_hash(config),
+        "config_hash": experiment.hash,
         "platform": {
             "python": sys.version.split()[0],
             "system": platform.platform(),
@@ -577,7 +560,7 @@ def write_provenance(out_dir: Path, config: RatesConfig, *, started: str, finish
     return prov
 
 
-def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | None:
+def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: bool) -> dict | None:
     """Refuse an output folder that belongs to another sweep; return its provenance on resume.
 
     Raises
@@ -588,8 +571,6 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     prov_path = out_dir / "provenance.json"
     res_path = out_dir / "results.csv"
     if resume and out_dir.is_dir():
-        from moestat.io import refuse_links_in
-
         refuse_links_in(out_dir)  # nothing of the store is read or written through a link
     if not resume:
         if res_path.exists():
@@ -603,9 +584,10 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
         prev = json.loads(prov_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"--resume: cannot read {prov_path}: {exc}") from None
-    if prev.get("config_hash") != config_hash(config):
+    experiment = Experiment.of(config)  # the scenario file is read once for the hash and the audit
+    if prev.get("config_hash") != experiment.hash:
         old = prev.get("config", {})
-        new = config.result_fields()
+        new = experiment.result_fields
         diff = sorted(k for k in new if old.get(k) != (new[k] if not isinstance(new[k], tuple) else list(new[k])))
         raise ValueError(
             f"--resume: {out_dir} was written by a different config (differs in: {', '.join(diff) or 'unknown'})"
@@ -613,7 +595,7 @@ def check_resumable(out_dir: Path, config: RatesConfig, resume: bool) -> dict | 
     if res_path.exists():
         # Refused, not quarantined: a row outside the grid, a duplicate or a garbage line means
         # the file was edited or merged by hand, and only its owner knows which copy is right.
-        _, audit = audit_results(res_path, config)
+        _, audit = audit_results(res_path, experiment)
         msg = audit.message()
         if msg:
             raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and resume again")

@@ -18,22 +18,29 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
 
+from moestat.estimators.starts import near_truth_init, random_init
+from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
+from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
-from moestat.rates.config import RatesConfig
-from moestat.rates.resolve import (  # noqa: F401 - build_scenario, estimator_registry re-exported
+from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL, ExtrasStore
+from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
+    Experiment,
     build_estimator,
     build_scenario,
-    config_declared_losses,
-    declared_losses,
     estimator_registry,
 )
 from moestat.rates.store import LOSS_NAMES, ResultStore, utc_now, write_provenance
+from moestat.rates import truth_check as tc
+from moestat.rates.truth_check import PERTURB_SCALES
+from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
 
 __all__ = [
     "WorkUnit",
@@ -91,12 +98,15 @@ class WorkUnit:
         return (self.router, self.n, self.chunk_index)
 
 
-def make_units(config: RatesConfig) -> list[WorkUnit]:
+def make_units(experiment: Experiment) -> list[WorkUnit]:
     """All work units of a sweep, largest ``n`` first (the slowest start first balances the pool).
 
     The composition of each unit depends only on the configuration (``reps`` and ``chunk``),
-    never on ``n_jobs``.
+    never on ``n_jobs``.  ``experiment``: a resolved :class:`~moestat.rates.resolve.Experiment`
+    (or a :class:`~moestat.rates.config.RatesConfig`, resolved here).
     """
+    experiment = Experiment.of(experiment)
+    config = experiment.config
     chunk = config.chunk or config.reps
     units = []
     for n in sorted(config.ns, reverse=True):
@@ -105,7 +115,7 @@ def make_units(config: RatesConfig) -> list[WorkUnit]:
                 reps = tuple(range(start, min(start + chunk, config.reps)))
                 units.append(
                     WorkUnit(
-                        config.scenario_key(router), router, n, reps, c, config.estimator, config.max_iter,
+                        experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter,
                         config.init, float(config.init_scale), config.seed, config.holdout, config.device,
                         int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale),
                     )
@@ -114,34 +124,31 @@ def make_units(config: RatesConfig) -> list[WorkUnit]:
 
 
 def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
-    from moestat.estimators.starts import near_truth_init, random_init, random_partition_init
-
+    """The start of one replicate: the scenario's own random or near-truth start
+    (:class:`moestat.data.synthetic.ScenarioBase`; a scenario knows its own gate's conventions)."""
     if unit.init == "random":
-        if getattr(scenario, "likelihood", False):  # a random start of the scenario's own layout
-            return scenario.random_start(X, Y, rng)
-        if getattr(scenario, "gaussian_moe", False):  # a data-driven start: a random partition of (x, y)
-            return random_partition_init(X, Y, scenario.k_fit, rng)
-        return random_init(scenario.k_fit, scenario.d, rng)
-    if hasattr(scenario, "near_truth_start"):  # a user scenario knows its own gate's conventions
-        if unit.init == "peer":
-            raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
-        return scenario.near_truth_start(unit.init_scale, rng)
-    schedule = "peer" if unit.init == "peer" else "constant"
-    # a Gaussian-MoE atom ends with its variance: multiplicative noise keeps it positive
-    log_last = bool(getattr(scenario, "gaussian_moe", False))
-    return near_truth_init(scenario.truth, scenario.k_fit, unit.init_scale, rng, n=n, schedule=schedule, log_last=log_last)
+        return scenario.random_start(X, Y, rng)
+    return scenario.near_truth_start(unit.init_scale, rng, n=n, peer=unit.init == "peer")
 
 
-#: Absolute noise scales of the perturbed near-truth extra starts (cycled; see :func:`_extra_start`).
-PERTURB_SCALES = (0.2, 0.5, 1.0)
+
+
+def _estimator(unit: WorkUnit, scenario, stream: int):
+    """The unit's estimator (:meth:`moestat.data.synthetic.ScenarioBase.estimator`).
+
+    Its internal randomness (restarts) gets its own child ``SeedSequence(seed, spawn_key=(n,
+    first replicate, stream))``, fixed by the unit's composition, never by the router or the
+    worker: ``stream`` 2 for the reported fit, 4 for the certificate's, 6 for the start sensitivity's.
+    """
+    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], stream))
+    return scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
+                              device=unit.device)
 
 
 def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
     """Extra start ``s`` of the optimum certificate: even ``s`` a perturbation of the truth at
     scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` a data-free random start (the law the truth
     is drawn from, :func:`moestat.estimators.starts.random_init`)."""
-    from moestat.estimators.starts import near_truth_init, random_init
-
     if s % 2 == 1:
         return random_init(scenario.k_fit, scenario.d, rng)
     return near_truth_init(scenario.truth, scenario.k_fit, PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n,
@@ -155,14 +162,10 @@ def _certificate(unit: "WorkUnit", scenario, X, Y, state: dict, fitted, holdout)
     result does not depend on chunking or workers; the reported fit (``state``, see
     :func:`_against_truth`) is untouched.
     """
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates.extras import BEATEN_RTOL
-
     E, n = unit.extra_starts, unit.n
     starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))))
               for r in unit.replicates for s in range(E)]
-    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 4))
-    ex = build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
+    ex = _estimator(unit, scenario, 4)
     ex.fit(np.repeat(X, E, axis=0), np.repeat(Y, E, axis=0), init=MixingMeasure.stack(starts))
     R = len(unit.replicates)
     obj_e = np.asarray(ex.objective_, float).reshape(R, E)
@@ -192,16 +195,10 @@ def _alt_start(unit: "WorkUnit", scenario, X, Y) -> list[dict]:
     The start noise has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 5))``; the
     near-truth fit of ``results.csv`` is untouched.  Columns ``alt_converged`` and ``alt_<loss>``.
     """
-    from dataclasses import replace
-
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates.extras import ALT_PREFIX
-
     alt = replace(unit, init_scale=unit.alt_init_scale)
     starts = [_start(alt, scenario, unit.n, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(unit.n, r, 5))),
                      X[i], Y[i]) for i, r in enumerate(unit.replicates)]
-    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], 6))
-    est = build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
+    est = _estimator(unit, scenario, 6)
     est.fit(X, Y, init=MixingMeasure.stack(starts))
     losses = compute_losses(scenario, est.params_.numpy(), _holdout(unit.scenario_key, unit.holdout))
     conv = np.asarray(est.converged_, bool)
@@ -210,84 +207,22 @@ def _alt_start(unit: "WorkUnit", scenario, X, Y) -> list[dict]:
 
 
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
-    """Every loss of one batch of fits, each an array ``[R]``.
-
-    ``voronoi``: the setting's Voronoi loss -- ``D3`` (eq. 16; equal to ``D_{1,1}``) when exact,
-    ``D2`` (eq. 13) when over-specified -- with the max over K-subsets of the *true* model;
-    ``voronoi_direction``: the same with ``beta1 / ||beta1||`` (what the vanilla router can
-    identify, PDE (4)); ``param_single``: the largest plain distance
-    ``||omega_i - omega*_j||`` over atoms alone in their Voronoi cell; ``param_multi``: over the cells
-    shared by several atoms, the largest mass-weighted root mean square distance, the quantity D2
-    bounds (:func:`moestat.losses.voronoi.weighted_multi_error`; Theorem 5 (i); NaN when no atom is
-    of that kind); ``mass``: the largest ``|sum_{A_j} exp(beta0_i) -
-    exp(beta0*_j)|``; ``regression_l2``: ``||g_hat - g*||_{L2(mu)}`` on a fixed held-out sample.
-
-    A scenario with a ``losses`` attribute (a :class:`~moestat.data.scenario_files.FileScenario`)
-    reports its own Voronoi losses instead (one column per :class:`~moestat.losses.voronoi_spec.LossSpec`,
-    by name) and ``regression_l2``.
-    """
-    from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
-
-    if getattr(scenario, "gaussian_moe", False):  # D1 / D2 of Nguyen, Nguyen & Ho (2023), its own method
-        return scenario.losses(fitted, X_holdout)
-    if getattr(scenario, "gllim", False):  # the joint GLLiM: D-bar and its own regression function
-        return scenario.loss_columns(fitted, X_holdout)
-    if getattr(scenario, "likelihood", False):  # a mixture-noise scenario file: the same losses, its own model
-        from moestat.data.likelihood_losses import likelihood_loss_columns
-
-        return likelihood_loss_columns(scenario, fitted, X_holdout)
-    name = "D3" if scenario.setting == "exact" else "D2"
-    K = scenario.model.gate.k_active
-    pe = cell_parameter_errors(fitted, scenario.truth)
-    out = {
-        "voronoi": voronoi_loss(fitted, scenario.truth, name, K),
-        "voronoi_direction": voronoi_loss(fitted, scenario.truth, name, K, direction=True),
-        "param_single": pe["single"],
-        "param_multi": pe["multi"],
-        "mass": pe["mass"],
-        "regression_l2": regression_l2_error(scenario.fit_model, fitted, scenario.model, scenario.truth, X_holdout),
-    }
-    for spec in declared_losses(scenario):  # a scenario's own losses (moestat.data.scenario_files)
-        from moestat.losses.voronoi_spec import voronoi_loss_from_spec
-
-        out[spec.name] = voronoi_loss_from_spec(spec, fitted, scenario.truth)
-    return out
-
-
-def _against_truth(unit: WorkUnit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
-    """The unit's fits compared with the truth and, where worse, answered (:mod:`moestat.rates.truth_check`).
-
-    Returns the fits to report: ``params`` (MixingMeasure ``[R]``), ``objective``, ``converged``,
-    ``n_iter``, ``status`` and ``truth`` (the truth columns of each replicate).  A fit still worse
-    than the truth after the answer gets the status ``below_truth`` and is not converged.
-    """
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates import truth_check as tc
-
-    P = est.params_.numpy()
-    state = {
-        "params": MixingMeasure(np.array(P.beta0, dtype=float), np.array(P.beta1, dtype=float), np.array(P.eta, dtype=float)),
-        "objective": np.array(est.objective_, dtype=float),
-        "converged": np.array(est.converged_, dtype=bool),
-        "n_iter": np.array(est.n_iter_, dtype=np.int64),
-        "status": [str(s) for s in est.status_],
-    }
-    kind = tc.criterion_kind(scenario, unit.estimator)
-    truth = tc.truth_criterion(scenario, kind, X, Y)
-    first = tc.fit_criterion(scenario, kind, est, X, Y)
-    state["criterion"] = first.copy()
-    if kind is not None:
-        tc.answer_below_truth(unit, scenario, X, Y, state, kind, truth)
-    state["truth"] = tc.truth_columns(kind, first, state["criterion"], truth)
-    for i, t in enumerate(state["truth"]):
-        if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
-            state["status"][i], state["converged"][i] = "below_truth", False
-    return state
+    """Every loss of one batch of fits, each an array ``[R]``: the scenario's own loss columns
+    (:meth:`moestat.data.synthetic.ScenarioBase.loss_columns`; for a least-squares regression
+    scenario :func:`moestat.data.synthetic.regression_loss_columns`, with the declared losses of a
+    :class:`~moestat.data.scenario_files.FileScenario` by name)."""
+    return scenario.loss_columns(fitted, X_holdout)
 
 
 @lru_cache(maxsize=16)
 def _holdout(key: str, m: int) -> np.ndarray:
-    return build_scenario(key).holdout(m)
+    # the fixed held-out inputs of a unit's scenario, drawn once per process (the key names the scenario)
+    return _scenario(key).holdout(m)
+
+
+def _scenario(key: str):
+    """The scenario a work unit names, rebuilt from its key once per worker process."""
+    return build_scenario(key)
 
 
 def run_unit(unit: WorkUnit) -> list[dict]:
@@ -297,58 +232,61 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     arithmetic, hence its result, is the same in the main process, a loky worker or a dask worker,
     and so that ``n_jobs`` workers use ``n_jobs`` cores (:mod:`moestat.threads`).
     """
-    import torch
-
-    from moestat.model.mixing import MixingMeasure
-
-    from threadpoolctl import threadpool_limits
-
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     blas = threadpool_limits(limits=1)  # numpy's BLAS too: its spinning pool collapses on a busy machine
     try:
-        scenario = build_scenario(unit.scenario_key)
-        n = unit.n
-        Xs, Ys, starts = [], [], []
-        for r in unit.replicates:
-            data_ss, init_ss = replicate_streams(unit.seed, n, r)
-            X, Y = scenario.sample(n, np.random.default_rng(data_ss))
-            Xs.append(X)
-            Ys.append(Y)
-            starts.append(_start(unit, scenario, n, np.random.default_rng(init_ss), X, Y))
-        X = np.stack(Xs)
-        Y = np.stack(Ys)
-        G0 = MixingMeasure.stack(starts)
-        # Estimator-internal randomness (restarts) gets its own child, fixed by the unit's
-        # composition (n, first replicate), never by the router or the worker.
-        est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 2))
-        random_state = int(est_ss.generate_state(1)[0])
-        est = build_estimator(unit.estimator, scenario, unit.max_iter, random_state, unit.device)
+        scenario = _scenario(unit.scenario_key)
+        X, Y, G0 = _draw(unit, scenario)
+        est = _estimator(unit, scenario, 2)
         t0 = time.perf_counter()
         est.fit(X, Y, init=G0)
-        state = _against_truth(unit, scenario, X, Y, est)
+        state = tc.against_truth(unit, scenario, X, Y, est)
         elapsed = time.perf_counter() - t0
-        fitted = state["params"]
-        losses = compute_losses(scenario, fitted, _holdout(unit.scenario_key, unit.holdout))
-        extras = [{} for _ in unit.replicates]
-        for spec in declared_losses(scenario):
-            for i, e in enumerate(extras):
-                e[spec.name] = float(losses[spec.name][i])
-        if unit.extra_starts > 0:
-            for e, c in zip(extras, _certificate(unit, scenario, X, Y, state, fitted, _holdout(unit.scenario_key, unit.holdout))):
-                e.update(c)
-        if unit.alt_init_scale > 0:
-            for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
-                e.update(a)
-        if unit.cell_errors:
-            from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
-
-            ce = {**weighted_cell_errors(fitted, scenario.truth), **beta1_split(fitted, scenario.truth)}
-            for i, e in enumerate(extras):
-                e.update({k: float(v[i]) for k, v in ce.items()})
+        losses = compute_losses(scenario, state["params"], _holdout(unit.scenario_key, unit.holdout))
+        extras = _extras(unit, scenario, X, Y, state, losses)
     finally:
         torch.set_num_threads(old_threads)
         blas.restore_original_limits()
+    return _rows(unit, scenario, state, losses, elapsed, extras)
+
+
+def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure]:
+    """The unit's data ``X [R, n, d]``, ``Y [R, n]`` and starts ``[R]``, each replicate from its
+    own streams (:func:`replicate_streams`)."""
+    Xs, Ys, starts = [], [], []
+    for r in unit.replicates:
+        data_ss, init_ss = replicate_streams(unit.seed, unit.n, r)
+        X, Y = scenario.sample(unit.n, np.random.default_rng(data_ss))
+        Xs.append(X)
+        Ys.append(Y)
+        starts.append(_start(unit, scenario, unit.n, np.random.default_rng(init_ss), X, Y))
+    return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts)
+
+
+def _extras(unit: WorkUnit, scenario, X, Y, state: dict, losses: dict) -> list[dict]:
+    """The ``extras.csv`` columns of each replicate (:mod:`moestat.rates.extras`): the declared
+    losses, the optimum certificate, the start sensitivity and the cell errors, as the unit asks."""
+    fitted = state["params"]
+    extras = [{} for _ in unit.replicates]
+    for spec in scenario.loss_specs:
+        for i, e in enumerate(extras):
+            e[spec.name] = float(losses[spec.name][i])
+    if unit.extra_starts > 0:
+        for e, c in zip(extras, _certificate(unit, scenario, X, Y, state, fitted, _holdout(unit.scenario_key, unit.holdout))):
+            e |= c
+    if unit.alt_init_scale > 0:
+        for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
+            e |= a
+    if unit.cell_errors:
+        ce = {**weighted_cell_errors(fitted, scenario.truth), **beta1_split(fitted, scenario.truth)}
+        for i, e in enumerate(extras):
+            e |= {k: float(v[i]) for k, v in ce.items()}
+    return extras
+
+
+def _rows(unit: WorkUnit, scenario, state: dict, losses: dict, elapsed: float, extras: list[dict]) -> list[dict]:
+    """One result row per replicate: ``results.csv``'s columns, then the extras'."""
     R = len(unit.replicates)
     rows = []
     for i, r in enumerate(unit.replicates):
@@ -356,7 +294,7 @@ def run_unit(unit: WorkUnit) -> list[dict]:
             "scenario": scenario.name,
             "router": unit.router,
             "setting": scenario.setting,
-            "n": n,
+            "n": unit.n,
             "replicate": r,
             "seed": unit.seed,
             "estimator": unit.estimator,
@@ -368,29 +306,40 @@ def run_unit(unit: WorkUnit) -> list[dict]:
         for name in LOSS_NAMES:
             row[name] = float(losses[name][i])
         row["time"] = elapsed / R
-        row.update(state["truth"][i])
-        row.update(extras[i])  # extras.csv columns (ignored by results.csv)
+        row |= state["truth"][i]
+        row |= extras[i]  # extras.csv columns (ignored by results.csv)
         rows.append(row)
     return rows
 
 
-def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
+def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
               cluster=None):
-    """Run (or resume) the sweep of ``config`` into ``out_dir``; return the results DataFrame.
+    """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the results DataFrame.
 
-    ``config`` must already be validated and ``out_dir`` checked (:func:`moestat.rates.store.check_resumable`).
+    ``experiment`` (a resolved :class:`~moestat.rates.resolve.Experiment`, or a validated
+    :class:`~moestat.rates.config.RatesConfig`) and ``out_dir`` must already be checked
+    (:func:`moestat.rates.store.check_resumable`).
     ``cluster`` (:class:`moestat.rates.backends.ClusterOptions`) sets the timeouts and the
     environment check of a dask sweep; the workers' environments are recorded in
     ``provenance.json`` (``runs[-1]["workers"]``).
     """
+    experiment = Experiment.of(experiment)
+    config = experiment.config
+    units = make_units(experiment)
     out_dir = Path(out_dir)
     prev = None
     prov_path = out_dir / "provenance.json"
     if resume and prov_path.exists():
         prev = json.loads(prov_path.read_text(encoding="utf-8"))
     started = utc_now()
-    write_provenance(out_dir, config, started=started, previous=prev)
+    write_provenance(out_dir, experiment, started=started, previous=prev)
     prev = json.loads(prov_path.read_text(encoding="utf-8"))
+    workers: dict = {}
+
+    def on_workers(envs: dict) -> None:
+        workers.update(envs)
+        write_provenance(out_dir, experiment, started=started, previous=prev, workers=envs)
+
     store = ResultStore(out_dir / "results.csv")
     if store.create():
         sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
@@ -399,19 +348,12 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
         sys.stderr.write(f"note: {store.path}: cut a partial last line left by an interrupted write; its unit is run again\n")
     done = store.done()
     todo = []
-    for u in make_units(config):
+    for u in units:
         missing = [r for r in u.replicates if (u.router, u.n, r) not in done]
         if missing:
             todo.append(u)
-
-    from moestat.rates.extras import ExtrasStore, extra_columns
-
-    ex_cols = extra_columns(config.extra_starts, config.cell_errors, config_declared_losses(config), config.alt_init_scale > 0)
-    extras = ExtrasStore(out_dir / "extras.csv", ex_cols) if ex_cols else None
-    if extras is not None:
-        extras.create()
-
     total = sum(len(u.replicates) for u in todo)
+    extras = ExtrasStore(out_dir / "extras.csv", experiment.extra_columns) if experiment.extra_columns else None
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()
@@ -430,15 +372,10 @@ def run_sweep(config: RatesConfig, out_dir: str | os.PathLike, *, resume: bool =
                              f"{time.perf_counter() - t_start:.0f} s\n")
             sys.stderr.flush()
 
-    total = sum(len(u.replicates) for u in todo)
-    workers: dict = {}
-
-    def on_workers(envs: dict) -> None:
-        workers.update(envs)
-        write_provenance(out_dir, config, started=started, previous=prev, workers=envs)
-
+    if extras is not None:
+        extras.create()
     execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler,
             progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers)
-    write_provenance(out_dir, config, started=started, finished=utc_now(), previous=prev, workers=workers or None)
+    write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
-    return store.read(config)
+    return store.read(experiment)

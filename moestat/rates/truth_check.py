@@ -42,16 +42,18 @@ stream ``SeedSequence(seed, spawn_key=(n, replicate, 7, round, s))``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from moestat.model.mixing import MixingMeasure
 
 __all__ = [
     "LOGLIK_ESTIMATORS",
     "SSE_ESTIMATORS",
     "TRUTH_RTOL",
     "TRUTH_ATOL",
+    "against_truth",
     "criterion_kind",
     "fit_criterion",
     "truth_criterion",
@@ -80,32 +82,49 @@ ANSWER_NEAR = 3
 ANSWER_RANDOM = 3
 ANSWER_JITTER = 2
 ANSWER_ROUNDS = 2
+#: Absolute noise scales of the perturbed near-truth starts (cycled): the answer's near-truth
+#: starts and the even extra starts of the optimum certificate (:func:`moestat.rates.sweep._extra_start`).
+PERTURB_SCALES = (0.2, 0.5, 1.0)
 #: Noise scales of the restarts from the best fit so far (cycled).
 JITTER_SCALES = (0.1, 0.3)
 
 
+def against_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
+    """A work unit's fits (:class:`moestat.rates.sweep.WorkUnit`, its fitted estimator ``est`` on
+    ``X [R, n, d]``, ``Y [R, n]``) compared with the truth and, where worse, answered.
+
+    Returns the fits to report: ``params`` (MixingMeasure ``[R]``), ``objective``, ``converged``,
+    ``n_iter``, ``status`` and ``truth`` (the truth columns of each replicate).  A fit still worse
+    than the truth after the answer gets the status ``below_truth`` and is not converged.
+    """
+    P = est.params_.numpy()
+    state = {
+        "params": MixingMeasure(np.array(P.beta0, dtype=float), np.array(P.beta1, dtype=float), np.array(P.eta, dtype=float)),
+        "objective": np.array(est.objective_, dtype=float),
+        "converged": np.array(est.converged_, dtype=bool),
+        "n_iter": np.array(est.n_iter_, dtype=np.int64),
+        "status": [str(s) for s in est.status_],
+    }
+    kind = criterion_kind(scenario, unit.estimator)
+    truth = truth_criterion(scenario, kind, X, Y)
+    first = fit_criterion(scenario, kind, est, X, Y)
+    state["criterion"] = first.copy()
+    if kind is not None:
+        answer_below_truth(unit, scenario, X, Y, state, kind, truth)
+    state["truth"] = truth_columns(kind, first, state["criterion"], truth)
+    for i, t in enumerate(state["truth"]):
+        if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
+            state["status"][i], state["converged"][i] = "below_truth", False
+    return state
+
+
 def criterion_kind(scenario, estimator: str) -> str | None:
     """``"loglik"``, ``"sse"`` or ``None`` (no criterion comparable with the truth's)."""
-    likelihood_data = bool(getattr(scenario, "gaussian_moe", False)) or bool(getattr(scenario, "likelihood", False))
     if estimator in LOGLIK_ESTIMATORS:
-        return "loglik" if likelihood_data else None
+        return "loglik" if scenario.mixture_data else None
     if estimator in SSE_ESTIMATORS:
         return "sse"
     return None
-
-
-def _loglik(scenario, X: np.ndarray, Y: np.ndarray, G, *, fitted: bool) -> np.ndarray:
-    """Observed-data log-likelihood ``[R]`` of ``G`` (batch ``[R]``, or unbatched) on ``(X [R, n, d], Y [R, n])``."""
-    import torch
-
-    if getattr(scenario, "gaussian_moe", False):
-        from moestat.model.gaussian_moe import log_likelihood
-
-        return np.asarray(log_likelihood(X, Y, G), dtype=float)
-    model = scenario.fit_model if fitted else scenario.model  # the fitted K-bar, the true K
-    with torch.no_grad():
-        ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
-    return np.asarray(ll.numpy(), dtype=float)
 
 
 def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
@@ -123,7 +142,7 @@ def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray)
     ok = G.finite()
     out = np.full(R, np.nan)
     if ok.any():
-        out[ok] = _loglik(scenario, X[ok], Y[ok], _take(G, ok), fitted=True)
+        out[ok] = scenario.loglik_at(X[ok], Y[ok], _take(G, ok), fitted=True)
     return out
 
 
@@ -134,7 +153,7 @@ def truth_criterion(scenario, kind: str | None, X: np.ndarray, Y: np.ndarray) ->
         return np.full(R, np.nan)
     if kind == "sse":
         return np.sum((np.asarray(Y, float) - scenario.regression_function(X)) ** 2, axis=-1)
-    return _loglik(scenario, X, Y, scenario.truth, fitted=False)
+    return scenario.loglik_at(X, Y, scenario.truth, fitted=False)
 
 
 def truth_gap(kind: str | None, fit: np.ndarray, truth: np.ndarray) -> np.ndarray:
@@ -152,8 +171,6 @@ def is_below(gap: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 
 def _take(G, idx):
-    from moestat.model.mixing import MixingMeasure
-
     return MixingMeasure(G.beta0[idx], G.beta1[idx], G.eta[idx])
 
 
@@ -161,8 +178,6 @@ def _jitter_fit(G, scale: float, rng: np.random.Generator, gaussian_variance: bo
     """A restart from a fit (unbatched ``G``): ``N(0, scale^2)`` noise on every free parameter,
     the variance (last ``eta`` column of a Gaussian likelihood fit) multiplied by ``exp(N(0, scale^2))``;
     a reference atom (last atom with ``beta0 = 0``, ``beta1 = 0``) keeps its zero gate."""
-    from moestat.model.mixing import MixingMeasure
-
     b0 = G.beta0 + scale * rng.normal(size=G.beta0.shape)
     b1 = G.beta1 + scale * rng.normal(size=G.beta1.shape)
     eta = G.eta + scale * rng.normal(size=G.eta.shape)
@@ -171,12 +186,6 @@ def _jitter_fit(G, scale: float, rng: np.random.Generator, gaussian_variance: bo
     if G.beta0[-1] == 0 and not np.any(G.beta1[-1]):
         b0[-1], b1[-1] = 0.0, 0.0
     return MixingMeasure(b0, b1, eta)
-
-
-def _gaussian_variance(scenario) -> bool:
-    if getattr(scenario, "gaussian_moe", False):
-        return True
-    return bool(getattr(scenario, "likelihood", False)) and getattr(scenario.model, "family", "") == "gaussian"
 
 
 def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict[str, Any], kind: str,
@@ -200,14 +209,10 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
     dict
         ``state``, with ``rounds`` (answer rounds run) and ``starts`` (``[R]``, starts tried).
     """
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates.resolve import build_estimator
-    from moestat.rates.sweep import PERTURB_SCALES, _start
-
     n = unit.n
     R = len(unit.replicates)
     starts_tried = np.zeros(R, dtype=int)
-    gvar = _gaussian_variance(scenario)
+    gvar = scenario.variance_last
     rounds = 0
     for rnd in range(ANSWER_ROUNDS):
         gap = truth_gap(kind, state["criterion"], truth)
@@ -232,15 +237,15 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
                 if what == "jitter":
                     starts.append(_jitter_fit(best, JITTER_SCALES[j % len(JITTER_SCALES)], g, gvar))
                 elif what == "near":
-                    starts.append(_start(replace(unit, init="near", init_scale=PERTURB_SCALES[j % len(PERTURB_SCALES)]),
-                                         scenario, n, g, X[i], Y[i]))
+                    starts.append(scenario.near_truth_start(PERTURB_SCALES[j % len(PERTURB_SCALES)], g, n=n))
                 else:
-                    starts.append(_start(replace(unit, init="random"), scenario, n, g, X[i], Y[i]))
+                    starts.append(scenario.random_start(X[i], Y[i], g))
                 owner.append(i)
                 s += 1
         owner = np.asarray(owner)
         est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 8, rnd))
-        ex = build_estimator(unit.estimator, scenario, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
+        ex = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
+                                device=unit.device)
         ex.fit(X[owner], Y[owner], init=MixingMeasure.stack(starts))
         crit = fit_criterion(scenario, kind, ex, X[owner], Y[owner])
         sign = -1.0 if kind == "sse" else 1.0  # larger is better after the sign

@@ -26,7 +26,7 @@ one-line reason, evaluated in this order (the first that applies wins):
     (no significant curvature over ``n >= n_0`` with at least 3 sizes) or that it is not yet.
 ``consistent`` / ``inconsistent``
     the prediction inside / outside the interval widened by the tolerance (the rule of
-    :func:`moestat.rates.fit.verdict`), *and* the Theil--Sen slope on the per-replicate log losses
+    :func:`verdict`), *and* the Theil--Sen slope on the per-replicate log losses
     agreeing.
 
 Nothing here loosens the interval rule: ``consistent`` implies the old ``consistent`` flag.
@@ -64,6 +64,8 @@ __all__ = [
     "MAX_CI_WIDTH",
     "MIN_CONVERGED",
     "DEFAULT_HALFWIDTH",
+    "DEFAULT_TOLERANCE",
+    "verdict",
     "robust_slope",
     "curvature",
     "tail_slope",
@@ -86,6 +88,8 @@ MIN_CONVERGED = 0.9
 CURVATURE_ALPHA = 0.01
 #: Default target half-width of the 95% slope interval for :func:`plan`.
 DEFAULT_HALFWIDTH = 0.05
+#: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
+DEFAULT_TOLERANCE = 0.15
 
 
 def _xy(ns: Sequence[int], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -209,7 +213,7 @@ def categorize(
         Its 95% interval.
     ns, values : the window's sample sizes and per-replicate losses (see :func:`robust_slope`).
     tolerance : float
-        Half-width by which the interval is widened (:func:`moestat.rates.fit.verdict`).
+        Half-width by which the interval is widened (:func:`verdict`).
     converged : (int, int), optional
         Fits in the window that stopped on a convergence criterion, and all fits.
     robust, curv, tail : dict, optional
@@ -491,3 +495,14 @@ def paired_contrast(ns: Sequence[int], slow: np.ndarray, fast: np.ndarray, *, n_
               f"replicate-paired {level:.0%} bootstrap interval [{lo:+.3f}, {hi:+.3f}] ({r['replicates']} replicates, "
               f"n {ns[0]}-{ns[-1]}, {r['n_boot']} draws, seed {r['seed']}) {words}")
     return {"category": cat, "reason": reason, **r}
+
+
+def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+    """``consistent``: ``predicted`` in ``[ci_low - tol, ci_high + tol]``; ``within_band``: the CI
+    inside ``[predicted - tol, predicted + tol]``.  ``None`` for both when nothing is predicted."""
+    if predicted is None or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
+        return {"consistent": None, "within_band": None}
+    return {
+        "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
+        "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
+    }
