@@ -35,101 +35,10 @@ MODULES = sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
 #: line's lazy boundary (a subcommand's module loaded only when that subcommand runs -- the
 #: dispatcher does that with ``importlib`` in ``moestat/cli/main.py``).  A true import cycle is no
 #: reason: the cycle test fails on it whether the import is lazy or not.
-LAZY_IMPORTS: dict[tuple[str, str], str] = {}
-
-#: TEMPORARY (issue 32): in-function imports of the files the em, gates, experiment, theory and
-#: catalogue branches own, as they stand before those branches merge.  The lead empties this list
-#: at merge; the test fails on an entry that no longer exists, so it cannot go stale.
-PENDING_OTHER_BRANCHES: dict[str, tuple[str, ...]] = {
-    # catalogue
-    "moestat.rates.catalogue": (
-        "moestat.io", "moestat.rates.catalogue_views", "moestat.rates.config", "moestat.rates.experiment",
-        "moestat.rates.extras", "moestat.rates.resolve", "moestat.rates.store", "moestat.rates.verdicts",
-    ),
-    "moestat.rates.hypotheses": (
-        "moestat.model.experts", "moestat.model.gates", "moestat.model.likelihood", "moestat.model.protocol",
-        "moestat.rates.catalogue", "moestat.rates.resolve",
-    ),
-    # em
-    "moestat.estimators.generic_starts": ("moestat.estimators.starts", "moestat.model.mixing"),
-    "moestat.estimators.gllim": ("moestat.estimators.validation",),
-    "moestat.estimators.mle": (
-        "moestat.estimators.generic_starts", "moestat.estimators.mle_generic", "moestat.estimators.starts",
-        "moestat.model.likelihood", "moestat.model.protocol",
-    ),
-    "moestat.estimators.mle_fused": ("moestat.devices", "moestat.estimators.mle_newton"),
-    "moestat.estimators.mle_generic": (
-        "moestat.devices", "moestat.estimators.generic_refine", "moestat.estimators.mle_fused",
-        "moestat.model.protocol",
-    ),
-    # experiment
-    "moestat.data.gaussian_scenarios": ("moestat.losses.voronoi", "moestat.losses.voronoi_spec"),
-    "moestat.data.gllim_scenarios": ("moestat.data.gaussian_scenarios", "moestat.data.scenario_files"),
-    "moestat.data.likelihood_losses": ("moestat.data.gaussian_scenarios",),
-    "moestat.data.scenario_files": (
-        "moestat.data.gllim_scenarios", "moestat.data.likelihood_losses", "moestat.estimators.generic_starts",
-        "moestat.io", "moestat.model.experts", "moestat.model.likelihood", "moestat.model.protocol",
-    ),
-    "moestat.losses.voronoi": ("moestat.losses.voronoi_spec",),
-    "moestat.losses.voronoi_spec": ("moestat.losses.voronoi",),
-    "moestat.rates.catalogue_views": (
-        "moestat.rates.catalogue", "moestat.rates.config", "moestat.rates.experiment", "moestat.rates.extras",
-        "moestat.rates.fit", "moestat.rates.resolve", "moestat.rates.store",
-    ),
-    "moestat.rates.config": (
-        "moestat.data.scenario_files", "moestat.devices", "moestat.rates.presets", "moestat.rates.resolve",
-    ),
-    "moestat.rates.experiment": (
-        "moestat.folder_lock", "moestat.io", "moestat.rates.extras", "moestat.rates.figures", "moestat.rates.fit",
-        "moestat.rates.preflight", "moestat.rates.resolve", "moestat.rates.store",
-    ),
-    "moestat.rates.extras": ("moestat.io", "moestat.rates.store"),
-    "moestat.rates.figures": (
-        "moestat.folder_lock", "moestat.io", "moestat.model.gates", "moestat.plotting", "moestat.rates.config",
-        "moestat.rates.fit", "moestat.rates.store",
-    ),
-    "moestat.rates.fit": ("moestat.rates.store",),
-    "moestat.rates.resolve": (
-        "moestat.data.gaussian_scenarios", "moestat.data.scenario_files", "moestat.data.synthetic",
-        "moestat.estimators", "moestat.estimators.gllim",
-    ),
-    "moestat.rates.spec_checks": ("moestat.estimators.lse_kernel", "moestat.model.gates", "moestat.resources"),
-    "moestat.rates.store": ("moestat", "moestat.io", "moestat.rates.resolve"),
-    "moestat.rates.sweep": (
-        "moestat.data.likelihood_losses", "moestat.estimators.starts", "moestat.losses", "moestat.losses.cell_errors",
-        "moestat.losses.voronoi_spec", "moestat.model.mixing", "moestat.rates.extras", "moestat.rates.truth_check",
-    ),
-    "moestat.rates.truth_check": (
-        "moestat.model.gaussian_moe", "moestat.model.mixing", "moestat.rates.resolve", "moestat.rates.sweep",
-    ),
-    # gates
-    "moestat.model.likelihood": ("moestat.model.gates", "moestat.model.protocol"),
-    "moestat.model.protocol": ("moestat.model.experts",),
-    "moestat.rates.preflight": (
-        "moestat.estimators.gllim", "moestat.estimators.jacobians", "moestat.model.gaussian_moe",
-        "moestat.model.mixing", "moestat.model.protocol",
-    ),
-    # theory
-    "moestat.experiments.theory.framework": ("moestat.rates", "moestat.rates.extras"),
-    "moestat.experiments.theory.grids": ("moestat.data.synthetic", "moestat.rates.spec_checks"),
-    "moestat.experiments.theory.lecam": ("moestat.data.synthetic", "moestat.rates.two_point"),
-    "moestat.experiments.theory.prop1": ("moestat.estimators",),
-    "moestat.experiments.theory.softmoe_witness": ("moestat.data.norm_target", "moestat.nn.softmoe"),
-    "moestat.rates.two_point": (
-        "moestat.estimators.starts", "moestat.losses.cell_errors", "moestat.rates.resolve", "moestat.rates.sweep",
-    ),
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("moestat.rates.figures", "moestat.plotting"): "moestat.plotting imports matplotlib; the rates door loads it "
+                                                    "only when it draws (issue 36: figures were a fifth of the main job)",
 }
-
-#: TEMPORARY (issue 32): import cycles among the files of the em and experiment branches, which
-#: remove them; the lead empties this list at merge (a listed cycle that is gone fails too).
-PENDING_CYCLES: tuple[frozenset[str], ...] = (
-    frozenset({"moestat.estimators.generic_refine", "moestat.estimators.mle_generic"}),
-    frozenset({"moestat.losses.voronoi", "moestat.losses.voronoi_spec"}),
-    frozenset({"moestat.data.gllim_scenarios", "moestat.data.scenario_files"}),
-    frozenset({"moestat.rates.config", "moestat.rates.resolve"}),
-    frozenset({"moestat.rates.sweep", "moestat.rates.truth_check"}),
-    frozenset({"moestat.rates.catalogue", "moestat.rates.catalogue_views"}),
-)
 
 #: Third-party packages that the ``moestat rates`` door must not load when it starts (issue 36:
 #: scikit-learn alone was ~11% of the main job's profile); they are imported where they are used.
@@ -242,7 +151,7 @@ def test_the_import_graph_finds_imports_inside_functions_and_cycles():
     assert _cycles({"moestat.io": {"moestat.faults"}, "moestat.faults": {"moestat.io"}}) == [
         frozenset({"moestat.io", "moestat.faults"})]
     assert _cycles({"moestat.io": {"moestat.faults"}}) == []
-    assert any(inside for *_, inside in _imports()) == bool(PENDING_OTHER_BRANCHES or LAZY_IMPORTS)
+    assert any(inside for *_, inside in _imports()) == bool(LAZY_IMPORTS)
 
 
 def test_no_import_cycles():
@@ -250,10 +159,8 @@ def test_no_import_cycles():
     for importer, imported, _, _ in _imports():
         edges.setdefault(importer, set()).add(imported)
     cycles = _cycles(edges)
-    new = [_cycle_path(c, edges) for c in cycles if c not in PENDING_CYCLES]
-    assert not new, "import cycles (imports inside functions count too):\n" + "\n".join(new)
-    gone = [sorted(c) for c in PENDING_CYCLES if c not in cycles]
-    assert not gone, f"these cycles are gone: remove them from PENDING_CYCLES: {gone}"
+    assert not cycles, "import cycles (imports inside functions count too):\n" + "\n".join(
+        _cycle_path(c, edges) for c in cycles)
 
 
 def test_package_imports_sit_at_module_level_unless_a_reason_is_written():
@@ -261,13 +168,12 @@ def test_package_imports_sit_at_module_level_unless_a_reason_is_written():
     for importer, imported, line, inside in _imports():
         if inside:
             found.setdefault((importer, imported), []).append(f"{NAMES[importer].relative_to(ROOT)}:{line}")
-    pending = {(m, t) for m, targets in PENDING_OTHER_BRANCHES.items() for t in targets}
     bad = [f"{where[0]}: imports {imported} inside a function" for (importer, imported), where in sorted(found.items())
-           if (importer, imported) not in LAZY_IMPORTS and (importer, imported) not in pending]
+           if (importer, imported) not in LAZY_IMPORTS]
     assert not bad, ("move these imports to the top of the module, or write the reason in LAZY_IMPORTS "
                      "(an optional heavy dependency, the command line's lazy boundary):\n" + "\n".join(bad))
-    stale = sorted((set(LAZY_IMPORTS) | pending) - set(found))
-    assert not stale, f"no longer imported inside a function: remove from LAZY_IMPORTS / PENDING_OTHER_BRANCHES: {stale}"
+    stale = sorted(set(LAZY_IMPORTS) - set(found))
+    assert not stale, f"no longer imported inside a function: remove from LAZY_IMPORTS: {stale}"
     assert all(reason.strip() for reason in LAZY_IMPORTS.values())
 
 
@@ -331,8 +237,8 @@ def test_papers_are_named_by_authors_not_by_seed_numbers():
 
 
 if __name__ == "__main__":
-    # `python tests/test_layout.py` prints the package imports that sit inside functions now, in the
-    # form of PENDING_OTHER_BRANCHES (what the lead checks the list against at merge), and the cycles.
+    # `python tests/test_layout.py` prints the package imports that sit inside functions now and the
+    # import cycles (what the two tests above judge).
     current: dict[str, set[str]] = {}
     graph: dict[str, set[str]] = {}
     for _importer, _imported, _, _inside in _imports():

@@ -19,7 +19,7 @@ from moestat.io import atomic_write_json, check_output_file, ensure_writable_dir
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
 from moestat.rates.preflight import FRACTION, MC_DRAWS, format_preflight, preflight
-from moestat.rates.resolve import build_scenario
+from moestat.rates.resolve import Experiment
 
 # The --json report is written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of it.
 ON_INTERRUPT = NOTHING_KEPT
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = RatesConfig.from_dict(keys)
         cfg.grid.validate()
         cfg.scenario.validate()
-        scenario = build_scenario(cfg.scenario_key(cfg.router[0]))
+        scenario = Experiment.of(cfg).scenarios[cfg.router[0]]
         if args.json:
             check_json_target(args.json)
     rep = preflight(scenario, cfg.ns, fraction=args.fraction, m=args.draws)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, prepare_out, usage_errors
-from moestat.rates import catalogue
+from moestat.rates import catalogue, catalogue_views
 from moestat.rates.store import check_resumable
 
 __all__ = ["build_parser", "main"]
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             if args.key:
                 raise ValueError("give either --list or an entry KEY, not both")
-            print(catalogue.format_list())
+            print(catalogue_views.format_list())
             return 0
         if not args.key:
             raise ValueError("name an entry (moestat reproduce --list shows them) or pass --list")

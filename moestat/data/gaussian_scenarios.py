@@ -34,6 +34,8 @@ import numpy as np
 
 from moestat.data.synthetic import ScenarioBase
 from moestat.estimators.starts import random_partition_init
+from moestat.losses.voronoi import weighted_multi_error
+from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec, cell_terms_from_spec
 from moestat.model.gaussian_moe import log_likelihood, mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
@@ -172,7 +174,6 @@ def gaussian_loss_spec(name: str = "D1", d: int = 1) -> "LossSpec":
     -------
     LossSpec
     """
-    from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 
     if name not in ("D1", "D2"):
         raise ValueError(f"name must be D1 or D2, got {name!r}")
@@ -215,8 +216,6 @@ def gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: str = "D
         ``mass`` (the largest cell mass error), ``empty_cells`` (true atoms with an empty cell);
         NaN everywhere for a non-finite fit.
     """
-    from moestat.losses.voronoi import weighted_multi_error
-    from moestat.losses.voronoi_spec import cell_terms_from_spec
 
     spec = gaussian_loss_spec(name) if spec is None else spec
     G = fitted.numpy()

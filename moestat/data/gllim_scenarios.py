@@ -52,6 +52,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from moestat.data.gaussian_scenarios import declared_voronoi
 from moestat.data.scenario_tables import ScenarioFileError, parse_losses
 from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator
 from moestat.estimators.gllim import GLLiMEM, gllim_loglik, gllim_mean, join_measure, random_gllim_start, split_measure
@@ -234,7 +235,6 @@ class GLLiMScenario(ScenarioBase):
         | x] - E*[y | x]||_{L2}`` on ``X_holdout``, ``voronoi_direction`` NaN.  No shift: the weights
         ``pi`` sum to one and the centres are identified.
         """
-        from moestat.data.gaussian_scenarios import declared_voronoi
 
         out = declared_voronoi(fitted, self.truth, self.losses, shift=False)
         G = fitted.numpy()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moestat.data.gaussian_scenarios import declared_voronoi, gaussian_loss_spec
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 from moestat.model.mixing import MixingMeasure
 
@@ -29,7 +30,6 @@ THEOREM_1_GMOE = ("Nguyen, Nguyen & Ho (2023), Theorem 1: exact-specified softma
 
 def default_likelihood_loss(model, truth: MixingMeasure, k_fit: int, mass: str = "softmax") -> LossSpec:
     """The default Voronoi loss of a likelihood scenario (see the module docstring)."""
-    from moestat.data.gaussian_scenarios import gaussian_loss_spec
 
     exact = k_fit == truth.n_atoms
     if model.family == "gaussian" and getattr(model.expert, "name", "") == "identity" and mass == "softmax":
@@ -70,7 +70,6 @@ def likelihood_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarr
     on ``X_holdout``, ``g_hat`` with the fitted gate (``scenario.fit_model``: its K-bar active experts)
     and ``g*`` with the true one; ``voronoi_direction`` is NaN (a cosine-router notion).
     """
-    from moestat.data.gaussian_scenarios import declared_voronoi
 
     import torch
 

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from moestat.data.gllim_scenarios import gllim_from_mapping
-from moestat.data.likelihood_losses import likelihood_loss_columns
+from moestat.data.likelihood_losses import default_likelihood_loss, default_likelihood_prediction, likelihood_loss_columns
 from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KNOWN_KEYS, parse_losses: public here too
     KNOWN_KEYS,
     NOISE_MODELS,
@@ -74,12 +74,14 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
 )
 from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator, regression_loss_columns
 from moestat.estimators.generic_starts import random_start as generic_random_start
+from moestat.io import regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
-from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
-from moestat.model.gate_registry import SCORES, score_function
+from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
+from moestat.model.gate_registry import GATES, SCORES, score_function
 from moestat.model.gates import Gate
+from moestat.model.likelihood import LikelihoodModel, MultinomialExpert, linear_expert
 from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.protocol import ProtocolGate, ProtocolModel, mlp_expert, scaled_expert
+from moestat.model.protocol import FunctionExpert, ProtocolGate, ProtocolModel, mlp_expert, scaled_expert
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 
@@ -150,17 +152,16 @@ class FileScenario(ScenarioBase):
         object.__setattr__(self, "truth", t)
         if not all(np.all(np.isfinite(a)) for a in (t.beta0, t.beta1, t.eta)):
             raise ValueError("truth contains non-finite parameters")
-        from moestat.model.likelihood import LikelihoodModel
-
         if self.noise_model not in ("additive", "mixture"):
             raise ValueError(f"noise_model must be 'additive' or 'mixture', got {self.noise_model!r}")
         if self.likelihood != isinstance(self.model, LikelihoodModel):
             raise ValueError("noise_model = 'mixture' goes with a moestat.model.likelihood.LikelihoodModel (and only it)")
-        ref = self.model.gate.reference if self._protocol else True
-        if ref and (t.beta0[-1] != 0 or np.any(t.beta1[-1] != 0)):
-            raise ValueError("with a softmax gate the last true atom is the reference: beta0 = 0 and beta1 = 0")
-        if self._protocol and self.model.gate.normalisation == "gaussian" and abs(np.exp(t.beta0).sum() - 1) > 1e-9:
-            raise ValueError(f"a Gaussian gate's exp(beta0) are its mixing weights and must sum to 1, got {np.exp(t.beta0).sum():.6g}")
+        # the gate's own canonical form (softmax: the reference atom; Gaussian: weights summing to 1;
+        # Laplace: the last beta0 pinned), so that every loss compares like with like
+        family = self.model.gate.family if self._protocol else GATES["softmax"]
+        msg = family.truth_error(t.beta0, t.beta1, bool(self.model.gate.reference) if self._protocol else True)
+        if msg:
+            raise ValueError(msg)
         if self.likelihood:
             q = self.model.n_eta(t.dim)
             if self.model.family == "gaussian" and not np.all(t.eta[:, -1] > 0):
@@ -190,8 +191,6 @@ class FileScenario(ScenarioBase):
         if not self.losses:
             mass = "sigmoid" if (self._protocol and self.model.gate.normalisation == "sigmoid") else "softmax"
             if self.likelihood:
-                from moestat.data.likelihood_losses import default_likelihood_loss, default_likelihood_prediction
-
                 spec = default_likelihood_loss(self.model, t, k_fit, mass)
                 object.__setattr__(self, "losses", (spec,))
                 theorem = default_likelihood_prediction(self.model, t, k_fit)
@@ -337,10 +336,6 @@ class FileScenario(ScenarioBase):
 
 
 def _expert(expert: Mapping[str, Any], d: int, where: str):
-    from moestat.model.experts import activation_fn
-    from moestat.model.likelihood import MultinomialExpert, linear_expert
-    from moestat.model.protocol import FunctionExpert
-
     kind = str(expert.get("kind", "gelu"))
     kind = "identity" if kind == "linear" else kind
     if kind == "multinomial":
@@ -358,8 +353,6 @@ def _expert(expert: Mapping[str, Any], d: int, where: str):
 
 
 def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: str, mixture: bool = False):
-    from moestat.model.experts import activation_fn
-
     score = str(gate.get("score", "linear"))
     norm = str(gate.get("normalisation", "softmax"))
     k_active = gate.get("k_active")
@@ -391,8 +384,6 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
         pg = ProtocolGate(sfn, norm, k_active, temperature, None, score, float(gate.get("variance", 1.0)))
         ex = _expert(expert, d, where)
         if mixture:
-            from moestat.model.likelihood import LikelihoodModel
-
             return LikelihoodModel(pg, ex)
     except (TypeError, ValueError) as e:
         raise _err(where, f"[gate]/[expert]: {e}") from None
@@ -474,7 +465,6 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
 
 def _scenario_path(path: str) -> Path:
     """``path`` if it is a regular file; a folder, FIFO or device is named as such, not as missing."""
-    from moestat.io import regular_file
 
     if not os.path.exists(path):
         raise ScenarioFileError(f"{path}: no such file")

@@ -56,9 +56,7 @@ from moestat.model.gates import safe_norm
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
 from moestat.estimators.jacobians import bounds, pack
-from moestat.estimators.lse_kernel import Design, gauss_newton, residual_and_jacobian, score_taus
-from moestat.estimators.lse_kernel import evaluate as kernel_evaluate
-from moestat.estimators.lse_kernel import forward as kernel_forward
+from moestat.estimators.lse_kernel import Design, evaluate as kernel_evaluate, forward as kernel_forward, gauss_newton, residual_and_jacobian, score_taus
 
 __all__ = [
     "levenberg_marquardt",

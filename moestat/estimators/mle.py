@@ -41,8 +41,7 @@ import numpy as np
 import torch
 
 from moestat.devices import resolve_device
-from moestat.estimators import generic_starts as gs
-from moestat.estimators import mle_generic as mg
+from moestat.estimators import generic_starts as gs, mle_generic as mg
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em  # noqa: F401 (re-exported)
 from moestat.estimators.starts import random_partition_init

@@ -36,11 +36,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from moestat.io import atomic_write_json
-from moestat.rates.catalogue_views import run_models
 from moestat.rates.config import RatesConfig
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
-from moestat.rates.resolve import build_scenario
+from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 from moestat.rates.verdicts import paired_arrays, paired_contrast
 
@@ -54,7 +53,6 @@ __all__ = [
     "catalogue_file",
     "run_config",
     "entry_status",
-    "format_list",
     "plan",
     "reproduce",
     "contrast_verdict",
@@ -428,25 +426,7 @@ def _declares_mixture(cfg) -> bool:
     """Whether the run's scenario draws y from the mixture (the likelihood entries need it)."""
     if cfg.family == "gaussian-moe":
         return True
-
-    sc = build_scenario(cfg.scenario_key(cfg.router[0]))
-    return str(getattr(sc, "noise_model", "additive")) == "mixture" or bool(getattr(sc, "gaussian_moe", False))
-
-
-def format_list() -> str:
-    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
-    (generated from the scenario it builds: :func:`moestat.rates.catalogue_views.run_models`),
-    predictions, status."""
-
-    lines = []
-    for e in ENTRIES.values():
-        preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
-        lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
-        for i, m in enumerate(run_models(e)):  # from the scenario each run builds: never stale
-            lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
-        lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
-        lines.append(f"{'':<20} status: {entry_status(e)}")
-    return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
+    return bool(Experiment.of(cfg).scenarios[cfg.router[0]].mixture_data)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 from moestat.rates.catalogue import ENTRIES, run_config
 from moestat.rates.hypotheses import N_X, THEOREMS, check_hypotheses
-from moestat.rates.resolve import build_scenario
+from moestat.rates.resolve import Experiment
 
 __all__ = ["CATALOGUE_THEOREMS", "catalogue_hypotheses"]
 
@@ -54,7 +54,7 @@ def catalogue_hypotheses(keys: list[str] | None = None, *, n: int = N_X, seed: i
             continue
         run = next(r for r in ENTRIES[key].runs if r.label == label)
         cfg = run_config(run, quick=True)
-        sc = build_scenario(cfg.scenario_key(router if router is not None else cfg.router[0]))
+        sc = Experiment.of(cfg).scenarios[router if router is not None else cfg.router[0]]
         if getattr(sc, "model", True) is None:  # the joint GLLiM: x modelled by the gate's mixture, no conditional model
             rows.append({"entry": key, "run": label, "router": router, "theorem": th, "cite": BY_KEY[th].cite, "met": None,
                          "failing": ["not checked: the joint GLLiM has no conditional gate-expert model for these conditions"],

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from moestat.rates.catalogue import ENTRIES, Entry, _report, entry, entry_status, run_config
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 
-if TYPE_CHECKING:  # pragma: no cover - a type only
-    from moestat.rates.catalogue import Entry
-
-__all__ = ["describe_scenario", "run_models", "rejudge_recorded"]
+__all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded"]
 
 
 def describe_scenario(sc) -> str:
@@ -41,12 +39,10 @@ def describe_scenario(sc) -> str:
     return f"{what}; {sparse}; d = {sc.d}, k* = {k_star}, fitted k = {k} ({fit})"
 
 
-def run_models(e: "Entry") -> list[str]:
+def run_models(e: Entry) -> list[str]:
     """``"<run> [router]: <model>"`` for every run (and router) of ``e``, read from the scenario each
     run builds (its shipped file or preset), so that ``--list`` cannot disagree with what runs; an
     entry that cannot build its runs falls back to its :attr:`Entry.model` text."""
-    from moestat.rates.catalogue import run_config
-
     out = []
     for run in e.runs:
         try:
@@ -57,6 +53,21 @@ def run_models(e: "Entry") -> list[str]:
         except (ValueError, FileNotFoundError, TypeError, KeyError):
             return [e.model]
     return out or [e.model]
+
+
+def format_list() -> str:
+    """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
+    (generated from the scenario it builds: :func:`run_models`),
+    predictions, status."""
+    lines = []
+    for e in ENTRIES.values():
+        preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
+        lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
+        for i, m in enumerate(run_models(e)):  # from the scenario each run builds: never stale
+            lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
+        lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
+        lines.append(f"{'':<20} status: {entry_status(e)}")
+    return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
 
 
 def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
@@ -80,8 +91,6 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         The report of :func:`reproduce` (``predictions`` with ``category`` and ``reason``,
         ``contrast``), with ``wall_s`` 0.
     """
-    from moestat.rates.catalogue import _report, entry
-
     e = entry(key)
     runs = []
     for run in e.runs:
@@ -92,4 +101,4 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
         fits = fit_experiment(df, experiment)
         runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
-    return _report(e, False, runs)
+    return _report(e, False, runs, Path(folder))  # the folder: a contrast's paired interval reads its rows

@@ -43,11 +43,11 @@ from typing import Any
 from moestat.data.scenario_files import scenario_digest
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.devices import resolve_device
+from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
-from moestat.seeding import MAX_SEED
-from moestat.rates.spec_checks import canonical as _canonical, is_int as _is_int, is_number as _is_number
-from moestat.rates.spec_checks import check_truth_memory, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
+from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
+from moestat.seeding import MAX_SEED
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
 FAMILIES = ("regression", "gaussian-moe")
@@ -544,14 +544,12 @@ class RatesConfig:
     @classmethod
     def from_preset(cls, name: str) -> "RatesConfig":
         """A named preset (see :mod:`moestat.rates.presets`)."""
-        from moestat.rates.presets import preset_dict
 
         return cls.from_dict(preset_dict(name))
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike) -> "RatesConfig":
         """Read a TOML file whose top level (or ``[rates]`` table) holds flat config keys."""
-        from moestat.rates.presets import load_toml
 
         return cls.from_dict(load_toml(path))
 

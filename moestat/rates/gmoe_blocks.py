@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moestat.data.gaussian_scenarios import RBAR
-from moestat.data.gaussian_scenarios import _normalised, gaussian_loss_spec
+from moestat.data.gaussian_scenarios import RBAR, _normalised, gaussian_loss_spec
 from moestat.losses.voronoi import weighted_multi_error
 from moestat.losses.voronoi_spec import cell_terms_from_spec
 from moestat.model.mixing import MixingMeasure

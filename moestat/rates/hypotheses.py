@@ -129,7 +129,7 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
     X = torch.as_tensor(scenario.sample_x(n, np.random.default_rng(np.random.SeedSequence(seed))), dtype=torch.float64)
     b1 = torch.as_tensor(t.beta1, dtype=torch.float64)
     eta = torch.as_tensor(t.eta, dtype=torch.float64)
-    if getattr(scenario, "gaussian_moe", False):  # softmax gate, linear Gaussian experts, eta = (a, b, variance)
+    if scenario.gaussian_moe:  # softmax gate, linear Gaussian experts, eta = (a, b, variance)
         gate, expert, likelihood = None, FunctionExpert(lambda x, e: x @ e[:-1] + e[-1], d + 1, "identity"), "gaussian"
     else:
         model = scenario.model
@@ -175,7 +175,7 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
             skind = "linear" if gate.score is linear_score else (gate.name if gate.name in ("linear", "cosine", "perturbed") else "custom")
     b0 = torch.as_tensor(t.beta0, dtype=torch.float64)
     return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, b0, eta, X, classes, skind, norm, kact, likelihood, names,
-                  str(kind), str(getattr(scenario, "setting", "exact")))
+                  str(kind), str(scenario.setting))
 
 
 # ---------------------------------------------------------------------------------------------

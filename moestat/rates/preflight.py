@@ -171,9 +171,9 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     -------
     (ndarray [P, P], list of (name, indices))
     """
-    gaussian = bool(getattr(scenario, "gaussian_moe", False))
-    gllim = bool(getattr(scenario, "gllim", False))  # the joint GLLiM: the score of log p(x, y)
-    file_likelihood = not gaussian and not gllim and bool(getattr(scenario, "likelihood", False))
+    gaussian = bool(scenario.gaussian_moe)
+    gllim = bool(scenario.gllim)  # the joint GLLiM: the score of log p(x, y)
+    file_likelihood = not gaussian and not gllim and bool(scenario.mixture_data)
     rng = np.random.default_rng(seed)
     if gllim:
         dens = _gllim_density(scenario, m, rng)
@@ -254,9 +254,9 @@ def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int
                         f"{fraction:g} x separation there): declare --window-min {min(n for n in ns if n >= n_ok_int)} "
                         "or move n-min up")
     return {
-        "kind": "likelihood" if getattr(scenario, "gaussian_moe", False) or getattr(scenario, "likelihood", False)
+        "kind": "likelihood" if scenario.gaussian_moe or scenario.mixture_data
         else "least squares",
-        "setting": getattr(scenario, "setting", "exact"),
+        "setting": scenario.setting,
         "n_params": int(info.shape[0]),
         "mc_draws": int(m),
         "min_eigenvalue": lam_min,

@@ -78,7 +78,7 @@ def scenario_file_defaults(data: dict[str, Any]) -> dict[str, Any]:
         out["max_iter"] = OVER_MAX_ITER
     if isinstance(sc.model, ProtocolModel) and out.get("chunk") is None:
         out["chunk"] = AUTOGRAD_CHUNK
-    if getattr(sc, "likelihood", False) and out.get("estimator") is None:
+    if sc.mixture_data and out.get("estimator") is None:
         out["estimator"] = "mle"
     return out
 

@@ -8,6 +8,10 @@ import math
 
 import numpy as np
 
+from moestat.estimators.lse_kernel import n_free_params
+from moestat.model.gates import canonical_name
+from moestat.resources import check_memory
+
 __all__ = ["sample_sizes", "is_int", "is_number", "canonical", "positive_ints", "set_field", "check_unit_memory", "check_scenario_memory",
            "check_truth_memory", "check_enough_samples", "unhonoured_fields"]
 
@@ -37,7 +41,6 @@ def is_number(v: Any) -> bool:
 def canonical(value: Any, known: tuple[str, ...]) -> Any:
     """The canonical spelling of ``value`` if it is a known name (or an alias), else ``value``
     unchanged, so that :meth:`RatesConfig.validate` reports it with the field's own message."""
-    from moestat.model.gates import canonical_name
 
     if not isinstance(value, str):
         return value
@@ -81,7 +84,6 @@ def check_unit_memory(n: int, reps_per_unit: int, d: int, n_params: int,
     (:func:`moestat.resources.available_memory`), not the machine's total: what other processes
     hold cannot be allocated either.
     """
-    from moestat.resources import check_memory
 
     need = 8.0 * n * reps_per_unit * (d + 2 + 2 * n_params)
     check_memory(need, f"--n-max {n}: one work unit ({reps_per_unit} replicates of {n} samples) would",
@@ -101,7 +103,6 @@ def check_truth_memory(k_true: int, k_fit: int | None, d: int) -> None:
     every pair of atoms (a ``k x k`` cosine matrix and ``k x k x (d + 1)`` expert distances, float64),
     so ``--k-true 100000`` asked for 75 GiB and failed with ``MemoryError`` after the folder was
     written (issue 35)."""
-    from moestat.resources import check_memory
 
     k = max(int(k_true), int(k_fit or 0))
     check_memory(8.0 * k * k * (int(d) + 2), f"--k-true {k_true}: the truth's {k} x {k} atom comparisons",
@@ -112,7 +113,6 @@ def check_enough_samples(n_min: int, k_fit: int, d: int) -> None:
     """Refuse a grid whose smallest ``n`` is below the free parameters of the fit: the estimator
     refuses it too (:func:`moestat.estimators.validation`), but only inside the first work unit,
     after the folder was written."""
-    from moestat.estimators.lse_kernel import n_free_params
 
     P = n_free_params(int(k_fit), int(d))
     if n_min < P:

@@ -94,18 +94,7 @@ def rejudged(key: str) -> dict | None:
                     scen.write_bytes((src / AS_RUN).read_bytes())
                 prov["config"]["scenario_file"] = str(scen)
             (dst / "provenance.json").write_text(json.dumps(prov), encoding="utf-8")
-        # rejudge_recorded builds the report without the runs' folder, so a contrast gets no paired
-        # interval ("no paired rows"); the folder is handed to the report here, so that the contrast is
-        # decided as a run decides it today (catalogue._paired on the staged rows).  The lasting fix is
-        # one argument in catalogue_views.rejudge_recorded: ``_report(e, False, runs, Path(folder))``.
-        from moestat.rates import catalogue as cat
-
-        report = cat._report
-        cat._report = lambda e_, quick, runs, out=None: report(e_, quick, runs, Path(tmp) if out is None else out)
-        try:
-            return rejudge_recorded(key, tmp)
-        finally:
-            cat._report = report
+        return rejudge_recorded(key, tmp)
 
 
 def _recorded(key: str) -> tuple[dict, float] | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from moestat.rates import catalogue as cat
+from moestat.rates.catalogue_views import format_list
 
 ROOT = Path(__file__).resolve().parents[2]
 CATEGORIES = ("consistent", "inconsistent", "inconclusive", "pre-asymptotic", "floor")
@@ -84,7 +85,7 @@ def test_the_narrative_names_no_category_the_rendering_does_not_give_its_entry(r
 
 def test_list_is_generated_from_the_replaced_truths_files(capsys):
     """--list names each run's expert from the scenario it builds: the scaled experts, not the former ones."""
-    text = cat.format_list()
+    text = format_list()
     lse = text[text.index("lse-ffn-vs-linear"): text.index("sigmoid-vs-softmax")]
     assert "ffn-sigmoid: linear-softmax / scaled_sigmoid" in lse
     sig = text[text.index("sigmoid-vs-softmax"): text.index("topk-gmoe")]

@@ -17,7 +17,7 @@ import numpy as np
 from moestat.rates import RatesConfig, run_rates
 from moestat.rates.extras import merge_extras
 
-__all__ = ["CheckResult", "Context", "MODES", "skipped", "rates_available"]
+__all__ = ["CheckResult", "Context", "MODES", "skipped"]
 
 MODES = ("quick", "full")
 
@@ -82,15 +82,6 @@ def skipped(name: str, claim: str, reason: str, predicted=None) -> CheckResult:
     return CheckResult(name, claim, predicted, None, None, None, None, "skipped", "", f"skipped: {reason}")
 
 
-def rates_available() -> str | None:
-    """``None`` when ``moestat.rates.run_rates`` imports, else the one-line reason."""
-    try:
-        from moestat.rates import RatesConfig, run_rates  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means the engine is unusable
-        return f"engine unavailable ({type(exc).__name__}: {exc})"
-    return None
-
-
 class Context:
     """What every check receives: the mode, an output folder and a cache of rate runs.
 
@@ -144,18 +135,9 @@ class Context:
         """Run (once per key) ``run_rates(RatesConfig.from_dict(cfg))`` and return its summary.
 
         ``cfg`` holds flat config keys (see :mod:`moestat.rates.config`).
-
-        Raises
-        ------
-        RuntimeError
-            When the rates engine is unavailable (the caller turns this into a skip).
         """
         if key in self._rates:
             return self._rates[key]
-        reason = rates_available()
-        if reason is not None:
-            raise RuntimeError(reason)
-
         cfg.setdefault("seed", self.seed)
         cfg.setdefault("n_jobs", self.n_jobs)
         cfg.setdefault("quiet", True)
@@ -196,10 +178,6 @@ def run_guarded(fn: Callable[[Context], list[CheckResult]], ctx: Context, names:
     """Run one check module; an unexpected exception becomes an ``error`` result (not a pass)."""
     try:
         return fn(ctx)
-    except RuntimeError as exc:
-        if "engine unavailable" in str(exc):
-            return [skipped(n, "", str(exc)) for n in names]
-        raise
     except Exception as exc:  # noqa: BLE001 - reported, counted as a failure
         tb = traceback.format_exc(limit=3)
         return [CheckResult(n, "", None, None, None, None, False, "error", "", f"error: {type(exc).__name__}: {exc}",

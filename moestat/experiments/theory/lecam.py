@@ -40,8 +40,7 @@ import numpy as np
 
 from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import CheckResult, Context, verdict
-from moestat.rates.two_point import loglog_slope
-from moestat.rates.two_point import two_point_curve
+from moestat.rates.two_point import loglog_slope, two_point_curve
 
 NAMES = ["lecam_vanilla_flat", "lecam_perturbed_rate", "lecam_perturbed_over_rate"]
 #: The vanilla bound may lose at most this factor between n = 1e2 and n = 1e7.

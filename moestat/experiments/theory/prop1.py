@@ -71,10 +71,6 @@ def _fit_best(model: MoEModel, truth, X, Y, rng: np.random.Generator, n_starts: 
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    try:
-        from moestat.estimators import LeastSquaresMoE  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(f"engine unavailable (estimators: {exc})") from None
     sc = make_scenario("perturbed", "exact", k_active=None)  # dense true gate, k* = 3
     truth = sc.truth
     true_model = sc.model

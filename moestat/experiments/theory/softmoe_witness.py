@@ -17,17 +17,14 @@ import math
 
 import torch
 
+from moestat.data.norm_target import theorem1_tolerance, witness_pairs
 from moestat.experiments.theory.framework import CheckResult, Context, verdict
+from moestat.nn.softmoe import SoftMoE
 
 NAMES = ["softmoe_thm1_witness"]
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    try:
-        from moestat.data.norm_target import theorem1_tolerance, witness_pairs
-        from moestat.nn.softmoe import SoftMoE
-    except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(f"engine unavailable (Soft MoE modules: {type(exc).__name__}: {exc})") from None
     m, d = 4, 3
     a_values = [5.0, 10.0, 20.0, 40.0, 80.0] if ctx.quick else [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0]
     rng = ctx.rng("softmoe")
