@@ -78,8 +78,9 @@ def _block_names(k: int, d: int, q: int, reference: bool) -> list[tuple[str, lis
 class _Density(NamedTuple):
     """The per-sample function of ``theta`` whose Jacobian makes the Fisher information, with its layout.
 
-    ``f(theta [P], x [c, d], y [c]) -> [c]`` (a log-density, or the regression function),
-    ``theta`` in :func:`moestat.estimators.jacobians.pack`'s layout of ``(k, d, q, ref)``; ``X``,
+    ``f(G, x [c, d], y [c]) -> [c]`` (a log-density, or the regression function) of a measure ``G``
+    that :func:`fisher_information` unpacks from ``theta [P]`` in
+    :func:`moestat.estimators.jacobians.pack`'s layout of ``(k, d, q, ref)``; ``X``,
     ``Y`` the Monte Carlo draws; ``scale`` the factor of ``E[J^T J]`` (``1 / nu`` for least
     squares); ``drop`` the free coordinates the model does not identify (fixed at the truth).
     """
@@ -104,9 +105,8 @@ def _gllim_density(scenario, m: int, rng) -> _Density:
     # symmetric: its strictly lower entries (zero derivative below) are fixed too
     drop = [k - 1] + [k * (d + 1) + i * q + d + 2 + r * d + s for i in range(k) for r in range(d) for s in range(r)]
 
-    def f(theta, x, y):
-        b0, b1, eta = unpack(theta, k, d, q, False)
-        logpi, c, Gm, A, b, nu = split_measure(MixingMeasure(b0, b1, eta), d)
+    def f(G, x, y):
+        logpi, c, Gm, A, b, nu = split_measure(G, d)
         Gs = torch.triu(Gm) + torch.triu(Gm, 1).transpose(-1, -2)
         lc = gllim_log_components(x[None], y[None], (logpi - torch.logsumexp(logpi, -1))[None], c[None],
                                   torch.linalg.cholesky(Gs)[None], A[None], b[None], nu[None])
@@ -125,8 +125,8 @@ def _file_likelihood_density(scenario, m: int, rng) -> _Density:
     drop = [] if ref else [i for i in range(k) if not free[i, d]]
     X, Y = scenario.sample(m, rng)
 
-    def f(theta, x, y):
-        return model.log_density(x, y, MixingMeasure(*unpack(theta, k, d, q, ref)))  # per sample
+    def f(G, x, y):
+        return model.log_density(x, y, G)  # per sample
 
     return _Density(k, d, q, ref, X, Y, f, 1.0, drop)
 
@@ -136,9 +136,8 @@ def _gaussian_moe_density(scenario, m: int, rng) -> _Density:
     k, d, q = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim
     X, Y = scenario.sample(m, rng)
 
-    def f(theta, x, y):
-        b0, b1, eta = unpack(theta, k, d, q, True)
-        return torch.logsumexp(component_log_joint(x, y, MixingMeasure(b0, b1, eta)), dim=-1)
+    def f(G, x, y):
+        return torch.logsumexp(component_log_joint(x, y, G), dim=-1)
 
     return _Density(k, d, q, True, X, Y, f, 1.0, [])
 
@@ -148,9 +147,8 @@ def _least_squares_density(scenario, m: int, rng) -> _Density:
     k, d, q, ref = _layout(scenario)
     X = scenario.sample_x(m, rng)
 
-    def f(theta, x, y):  # noqa: ARG001 - the regression function does not involve y
-        b0, b1, eta = unpack(theta, k, d, q, ref)
-        return scenario.model.predict(x, MixingMeasure(b0, b1, eta))
+    def f(G, x, y):  # noqa: ARG001 - the regression function does not involve y
+        return scenario.model.predict(x, G)
 
     return _Density(k, d, q, ref, X, np.zeros(m), f, 1.0 / float(scenario.noise_var), [])
 
@@ -184,12 +182,16 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     else:
         dens = _least_squares_density(scenario, m, rng)
     theta0 = pack(scenario.truth.expand(1).torch(), dens.ref)[0]
+
+    def f(theta, x, y):  # the density's function of the free-parameter vector
+        return dens.f(MixingMeasure(*unpack(theta, dens.k, dens.d, dens.q, dens.ref)), x, y)
+
     P = theta0.numel()
     info = torch.zeros(P, P, dtype=torch.float64)
     for s in range(0, m, chunk):
         x = torch.as_tensor(dens.X[s:s + chunk], dtype=torch.float64)
         y = torch.as_tensor(dens.Y[s:s + chunk], dtype=torch.float64)
-        J = jacfwd(dens.f)(theta0, x, y)  # [c, P]
+        J = jacfwd(f)(theta0, x, y)  # [c, P]
         info += J.T @ J
     info, blocks = (info / m * dens.scale).numpy(), _block_names(dens.k, dens.d, dens.q, dens.ref)
     if dens.drop:

@@ -189,3 +189,18 @@ def test_the_joint_gllim_run_is_reported_as_not_checked_not_as_met():
 
     (row,) = catalogue_hypotheses(["gaussian-gated-moe"], n=N)
     assert row["run"] == "gllim" and row["met"] is None and "not checked" in row["failing"][0]
+
+
+def test_check_on_a_joint_gllim_file_says_not_checked_instead_of_crashing(tmp_path):
+    """`moestat check` on the Gaussian-gated entry's GLLiM file stopped with an internal
+    AttributeError (the GLLiM scenario has no conditional model); it now names why nothing is checked."""
+    import subprocess
+    import sys
+
+    from moestat.rates.catalogue import catalogue_file
+
+    out = subprocess.run([sys.executable, "-m", "moestat", "check", str(catalogue_file("gllim_model1.toml")), "--draws", "500",
+                          "--n-min", "1000", "--n-max", "4000", "--n-points", "3"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "hypotheses of the truth: not checked: the joint GLLiM" in out.stdout
+    assert "internal error" not in out.stderr
