@@ -66,7 +66,9 @@ class TemperatureGate(GateFamily):
     name = "temperature"
     top_k = False
     default_reference = False  # the last row is not zero: it carries tau
-    pins_bias = True  # the last beta0 is pinned (at 0)
+    # not invariant to a common shift of beta0 (the reference logit stays 0): the pinned entries of the
+    # last row are this gate's own (free_mask), not a shift's
+    pins_bias = False
 
     # ---- the weight formula ----------------------------------------------------------------
     def _logits(self, gate: Any, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
