@@ -17,6 +17,7 @@ from typing import Sequence
 from moestat.model.gate_families import GAUSSIAN, SIGMOID, SOFTMAX, GateFamily
 from moestat.model.gates import GATE_KINDS, ScoreFn, cosine_score, linear_score, perturbed_score
 from moestat.model.laplace_gate import LAPLACE
+from moestat.model.temperature_gate import TEMPERATURE
 
 __all__ = ["GATES", "SCORES", "gate_family", "score_function"]
 
@@ -26,6 +27,7 @@ GATES: dict[str, GateFamily] = {
     "sigmoid": SIGMOID,
     "gaussian": GAUSSIAN,
     "laplace": LAPLACE,
+    "temperature": TEMPERATURE,
 }
 
 #: the built-in routers' scores: a score function, or (``perturbed``) a factory of ``(tau1, tau2)``

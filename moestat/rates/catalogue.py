@@ -18,7 +18,10 @@ interval to fall in, so it is judged by **contrast** with the entry's fast case 
 difference (slow minus fast, on the rows of both runs paired on ``(n, replicate)``, i.e. the same
 data streams; :func:`moestat.rates.verdicts.paired_contrast`) lies above 0.  Where the rates pipeline itself judged the slow fit by its
 slow-rate rule (:mod:`moestat.rates.stability`: curvature, the fast router in the same run, split
-halves -- today the vanilla cosine router's Voronoi loss), that category is taken as it is.
+halves -- today the vanilla cosine router's Voronoi loss), that category is taken as it is.  An
+entry may name a judging instrument (:attr:`Entry.judge`, e.g. the two-point bound of
+:mod:`moestat.rates.temperature_two_point`); its category and reason then replace the slope's and
+the contrast's for its runs, which stay in the report beside it (``fixed_truth``).
 
 An entry whose model moestat cannot fit yet is listed with its status ``needs: ...``
 (:func:`entry_status`, computed by building its configuration, never hard-coded as runnable) and
@@ -27,6 +30,7 @@ refused by :func:`reproduce`; nothing is faked.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import time
@@ -146,6 +150,11 @@ class Entry:
     blocked: str = ""
     notes: str = ""
     recorded: str = ""
+    #: ``"module:function"`` judging the predictions by an instrument other than the fitted slopes (a
+    #: two-point bound, for statements about every estimator); ``function(quick) -> {run label:
+    #: {"category", "reason", ...}}``, whose category and reason replace the slope's or the contrast's
+    #: for that run's predictions (those stay in the row as ``fixed_truth``)
+    judge: str = ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,12 +327,37 @@ _add(Entry(
 _add(Entry(
     "temperature-gmoe", TEMPERATURE, "dense-to-sparse gate: no polynomial rate (as slow as 1/log n); activation gate: polynomial",
     "simulation study (Section 5 / appendix)", "softmax((beta1^T x + beta0) / tau) Gaussian MoE with the temperature tau "
-    "a parameter, against the activation dense-to-sparse gate", "maximum likelihood",
-    "not recovered", (),
-    (Prediction("temperature", "voronoi", None, "temperature interacts with the gate through a PDE"),
-     Prediction("activation", "voronoi", _HALF, "activation gate: gating parameters at n^{-1/2} (TL;DR of the stored page)")),
-    blocked="a fitted temperature: moestat's gates take a fixed temperature, the theorem's slow rate comes from "
-            "estimating it (the interaction disappears when tau is known)",
+    "a fitted parameter (moestat.model.temperature_gate: tau in the reference atom's row), against the activation "
+    "dense-to-sparse gate softmax((tanh(beta1^T x) + beta0) / tau); d = 1, k* = 2, linear experts, exact fit",
+    "maximum likelihood (generic EM)",
+    "not recovered (abstract and a third-party summary read); moestat's design: 6 log-spaced n, 1 000 to 32 000, "
+    "12 replicates",
+    (Run("temperature", {"catalogue_file": "temperature_gmoe.toml", "estimator": "mle", "max_iter": 1000},
+         dict(_OWN_FULL),
+         {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
+         requires="a gate with a fitted temperature (moestat.model.temperature_gate) fitted by the generic EM"),
+     Run("activation", {"catalogue_file": "temperature_activation.toml", "estimator": "mle", "max_iter": 1000},
+         dict(_OWN_FULL),
+         {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
+         requires="a gate with a fitted temperature (moestat.model.temperature_gate) fitted by the generic EM")),
+    # the abstract (the stored copies hold it and a third-party summary only): "due to interactions between the
+    # temperature and other model parameters via some partial differential equations, the convergence rates of
+    # parameter estimations are slower than any polynomial rates, and could be as slow as O(1/log(n))"
+    (Prediction("temperature", "D1", None, "abstract: 'slower than any polynomial rates, and could be as slow as "
+                "O(1/log(n))' (temperature-parameter interaction via PDEs)", by_contrast=True),
+     # "activation dense-to-sparse gate ... the parameter estimation rates are significantly improved to polynomial
+     # rates" (abstract): no exponent read in the paper; the -1/2 of the gating parameters is the stored page's TL;DR
+     Prediction("activation", "D1", None, "abstract: 'the parameter estimation rates are significantly improved to "
+                "polynomial rates' (no exponent read; the stored page's third-party TL;DR says O~(n^-1/2) for gating)",
+                claim="polynomial (no exponent read)")),
+    contrast=("temperature", "activation", "D1"),
+    judge="moestat.rates.temperature_two_point:judge",
+    notes="tau is fitted as beta1[-1, 0] (the reference atom's row, whose logit is 0), so the D1 loss's beta1 block "
+          "holds |Delta tau| next to ||Delta beta1_1||. Under the linear score (c beta1, c beta0, c tau) gives the same "
+          "gate for every c != 0: the loss on (beta1, tau) separately is not identified; tanh breaks the invariance. "
+          "Judged by Le Cam's two points along that ray (moestat.rates.temperature_two_point: the bound on the "
+          "minimax D1 risk flat for the linear score, falling for tanh); the fixed-truth slopes and their paired "
+          "contrast are reported beside it (fixed_truth) and decide nothing (docs/guide/two_point.rst)",
 ))
 _add(Entry(
     "multinomial-moe", MULTINOMIAL, "vanishing expert parameters: slower than polynomial; otherwise parametric",
@@ -557,6 +591,15 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         for row in rows:  # the slow case's prediction is judged by the contrast
             if row["by_contrast"]:
                 row.update(category=contrast["category"], reason="contrast: " + contrast["reason"])
+    instrument = None
+    if e.judge:
+        mod, fn = e.judge.split(":")
+        instrument = getattr(importlib.import_module(mod), fn)(quick)
+        for row in rows:
+            j = instrument.get(row["run"])
+            if j is not None:
+                row["fixed_truth"] = {"category": row["category"], "reason": row["reason"]}
+                row.update(category=j["category"], reason="two-point: " + j["reason"])
     return {
         "schema": REPORT_SCHEMA, "key": e.key, "mode": "quick" if quick else "full",
         "paper": {"authors": e.paper.authors, "year": e.paper.year, "title": e.paper.title, "venue": e.paper.venue,
@@ -564,7 +607,7 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         "theorem": e.theorem, "figure": e.figure, "model": e.model, "estimator": e.estimator,
         "paper_design": e.paper_design, "notes": e.notes,
         "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
-        "predictions": rows, "contrast": contrast,
+        "predictions": rows, "contrast": contrast, "instrument": instrument,
         "wall_s": round(sum(r["wall_s"] for r in runs), 2),
     }
 
@@ -586,7 +629,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {r['run']} {r['loss']}: {r['reason'] or '-'}")
     if report.get("contrast"):
         c = report["contrast"]
-        lines.append(f"contrast ({c['slow']} vs {c['fast']}, {c['loss']}): {c['category']} -- {c['reason']}")
+        what = "fixed-truth contrast (reported; the two-point instrument decides)" if report.get("instrument") else "contrast"
+        lines.append(f"{what} ({c['slow']} vs {c['fast']}, {c['loss']}): {c['category']} -- {c['reason']}")
     runs = ", ".join(f"{r['label']} {r['wall_s']:.1f} s ({r['counts']['converged']}/{r['counts']['expected']} converged)"
                      for r in report["runs"])
     lines.append(f"wall: {report['wall_s']:.1f} s; {runs}")

@@ -99,8 +99,9 @@ def test_a_mixture_entry_on_an_additive_scenario_is_not_runnable(monkeypatch, tm
 
 
 def test_blocked_entries_state_why():
-    e = cat.entry("temperature-gmoe")
-    assert cat.entry_status(e).startswith("needs: a fitted temperature")
+    e = cat.entry("temperature-gmoe")  # runnable since its gate fits the temperature; the mechanism stays
+    fake = cat.Entry(**{**e.__dict__, "key": "fake-blocked", "blocked": "a parameter moestat cannot fit"})
+    assert cat.entry_status(fake) == "needs: a parameter moestat cannot fit"
 
 
 @pytest.mark.parametrize("ci,category", [([0.05, 0.4], "consistent"), ([-0.4, -0.05], "inconsistent"), ([-0.1, 0.3], "inconclusive")])
