@@ -321,8 +321,9 @@ _add(Entry(
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
     (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
-    notes="the generic EM never moves a Top-K boundary (its derivatives are zero there; docs/guide/own_gmoe.rst, known "
-          "limitation): fits keep the start's active sets, so a floor here is the estimator's, not the theorem's",
+    notes="the generic EM's gate step moves beta0 (Newton on Q_g) and beta1 (ECME on the likelihood); the likelihood "
+          "jumps where a boundary crosses a sample, and boundaries are moved by the score search; fits below the "
+          "truth's likelihood are answered and counted (truth_check)",
 ))
 _add(Entry(
     "temperature-gmoe", TEMPERATURE, "dense-to-sparse gate: no polynomial rate (as slow as 1/log n); activation gate: polynomial",
