@@ -400,7 +400,33 @@ def _die_with_parent(parent: int) -> None:
     _PARENT_WATCH.append(t)
 
 
+#: Inductor's pool of compile processes in a sweep worker (``TORCHINDUCTOR_COMPILE_THREADS``).
+WORKER_COMPILE_THREADS = "1"
+
+
+def _limit_compile_workers() -> None:
+    """In a sweep worker: Inductor compiles in this process, without its own pool of compile processes.
+
+    Why (issue 36): torch.compile starts a pool of ``cpu_count`` compile processes in every process
+    that compiles (``torch._inductor.config.compile_threads``), each importing torch.  In a sweep
+    of ``n_jobs`` workers that is ``n_jobs x cores`` processes on ``cores`` cores (256 with 16 jobs
+    on 16 cores) for one small EM pass; measured on the project's 2-core machine, a scaled
+    ``gmoe_exact`` sweep with 8 workers on a cold cache peaked at 16 processes
+    (``docs/guide/performance.rst``).  The workers already use every core.  A value the user set
+    is kept.  The variable is read when ``torch._inductor.config`` is first imported; if it already
+    is, its ``compile_threads`` is set too (the pool starts on the first compilation).
+    """
+    if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+        return
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = WORKER_COMPILE_THREADS
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = int(WORKER_COMPILE_THREADS)
+
+
 def _run_tagged(work: Callable[[U], list[dict]], unit: U, parent: int | None = None) -> tuple[U, list[dict]]:
     if parent is not None:
+        if os.getpid() != parent:  # a loky worker, not the sweep's own process
+            _limit_compile_workers()
         _die_with_parent(parent)
     return unit, work(unit)

@@ -164,3 +164,30 @@ def test_loky_workers_leave_ctrl_c_to_the_parent():
             lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=6)
     assert got == [True] * 6
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's own is untouched
+
+
+def _compile_threads_seen(unit):
+    """In a loky worker: the compile-pool size that torch.compile would use there."""
+    from torch._inductor import config
+
+    return [(os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"), config.compile_threads)] * len(unit)
+
+
+def test_loky_workers_compile_without_their_own_pool_of_compile_processes(monkeypatch):
+    # issue 36: every worker of a sweep started Inductor's pool of cpu_count compile processes
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    from moestat.rates.backends import execute
+
+    got = []
+    execute(_compile_threads_seen, [(1, 2), (3, 4), (5, 6)], lambda unit, rows: got.extend(rows),
+            n_jobs=2, progress=False, total_fits=6)
+    assert got == [("1", 1)] * 6
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ  # the sweep's own process is untouched
+
+
+def test_a_compile_thread_count_the_user_set_is_kept_in_the_workers(monkeypatch):
+    from moestat.rates import backends
+
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "3")
+    backends._limit_compile_workers()
+    assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
