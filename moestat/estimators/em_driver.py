@@ -41,7 +41,8 @@ import torch
 
 from moestat.devices import prepare_compile
 
-__all__ = ["EMSteps", "run_em", "retire_finished", "take_entries", "where_entries", "compile_batched", "compile_lock", "first_estep"]
+__all__ = ["EMSteps", "run_em", "retire_finished", "take_entries", "where_entries", "compile_batched", "compile_lock", "first_estep",
+           "sweep_compile", "SWEEP_COMPILE_MIN_SAMPLES"]
 
 
 class EMSteps(Protocol):
@@ -230,6 +231,39 @@ def compile_batched(fn: Callable, lead: int = 0, **options) -> Callable:
         return call(*args)
 
     return run
+
+
+#: A sweep compiles its EM fits when its units hold at least this many samples x starts in all
+#: (:func:`sweep_compile`).  Measured (issue 36, ``docs/guide/performance.rst``; the project's
+#: 2-core machine, one thread): a cold compilation of the fused EM pass costs about 25 CPU-s
+#: (``fit_em`` of 10 x 5 entries, n = 2 000: 25.3 s user + 3.3 s system compiled against 3.9 s
+#: eager), loading it from a warm cache about 5 CPU-s per process; an exact-fit unit of the
+#: ``gmoe_exact`` design fits in about 0.8 microseconds per sample x start eagerly (0.41 s for
+#: 10 x 5 entries at n = 10 000, about 5 EM iterations) and the compiled pass is 5 to 8 times
+#: faster per iteration (251 against 30 ns per sample x start at n = 20 000).  Compiling saves
+#: about 0.65 microseconds per sample x start, so one cold compilation pays from about 4e7.
+SWEEP_COMPILE_MIN_SAMPLES = 40_000_000
+
+
+def sweep_compile(total_samples: int, device: str = "cpu") -> bool | str:
+    """The ``compile`` argument for every EM fit of a sweep: one decision for all its units.
+
+    ``"auto"`` (compile the fits of at least
+    :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES`) when the whole sweep is large enough
+    to win a cold compilation back (:data:`SWEEP_COMPILE_MIN_SAMPLES`), else ``False`` (eager).
+    The decision depends on the design only -- never on ``n_jobs``, the backend or the order in
+    which units run -- so the rows stay the same whatever runs them.  Per fit, ``"auto"`` alone
+    compiled every unit of 10 replicates x 5 starts from n = 1 000 on, in every worker, although
+    such a fit takes well under a second eagerly.
+
+    Parameters
+    ----------
+    total_samples : int
+        Sum over the sweep's units of replicates x starts x n.
+    device : str
+        The sweep's device; only the CPU compiles (as ``"auto"`` does per fit).
+    """
+    return "auto" if str(device).startswith("cpu") and int(total_samples) >= SWEEP_COMPILE_MIN_SAMPLES else False
 
 
 def first_estep(steps: EMSteps, state, compile) -> tuple[EMSteps, torch.Tensor, Any]:

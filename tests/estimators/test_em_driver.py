@@ -258,3 +258,16 @@ def test_compile_batched_locks_the_first_compilation_in_a_cache_folder_only(tmp_
     seen.clear()
     assert torch.equal(em_driver.compile_batched(_double)(x), 2 * x)
     assert seen == [False]
+
+
+def test_sweep_compile_is_one_decision_from_the_design_alone():
+    from moestat.estimators.em_driver import SWEEP_COMPILE_MIN_SAMPLES, sweep_compile
+
+    # the scaled gmoe_exact design of the benchmark (6 sizes 100..10 000, 10 replicates x 5 starts): eager
+    scaled = 10 * 5 * sum((100, 251, 631, 1585, 3981, 10000))
+    assert sweep_compile(scaled) is False
+    # the whole gmoe_exact design (40 replicates x 5 starts, 150 sizes from 100 to 100 000): compiled
+    full = 40 * 5 * int(np.round(np.geomspace(100, 100_000, 150)).sum())
+    assert sweep_compile(full) == "auto"
+    assert sweep_compile(SWEEP_COMPILE_MIN_SAMPLES) == "auto" and sweep_compile(SWEEP_COMPILE_MIN_SAMPLES - 1) is False
+    assert sweep_compile(full, "cuda") is False and sweep_compile(full, "cuda:0") is False  # as "auto" per fit
