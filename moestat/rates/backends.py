@@ -25,6 +25,7 @@ from typing import Callable, Sequence, TypeVar
 
 from moestat.faults import ClusterFault, as_environment_fault
 from moestat.rates.worker_env import compare_environments, environment
+from moestat.threads import keep_freed_memory
 
 __all__ = ["ClusterOptions", "execute", "check_scheduler", "require_cluster_extra", "scheduler_from_file", "Progress"]
 
@@ -243,6 +244,7 @@ def execute(
             on_workers({"client": environment(), "workers": "local processes of the client's interpreter" if n_jobs > 1
                         else "the client process", "mismatch": []})
         if n_jobs == 1 or len(units) <= 1:
+            keep_freed_memory()  # the units run in this process (moestat.threads.keep_freed_memory)
             for u in units:
                 rows = work(u)
                 on_result(u, rows)
@@ -428,5 +430,6 @@ def _run_tagged(work: Callable[[U], list[dict]], unit: U, parent: int | None = N
     if parent is not None:
         if os.getpid() != parent:  # a loky worker, not the sweep's own process
             _limit_compile_workers()
+            keep_freed_memory()
         _die_with_parent(parent)
     return unit, work(unit)
