@@ -409,14 +409,17 @@ WORKER_COMPILE_THREADS = "1"
 def _limit_compile_workers() -> None:
     """In a sweep worker: Inductor compiles in this process, without its own pool of compile processes.
 
-    Why (issue 36): torch.compile starts a pool of ``cpu_count`` compile processes in every process
-    that compiles (``torch._inductor.config.compile_threads``), each importing torch.  In a sweep
-    of ``n_jobs`` workers that is ``n_jobs x cores`` processes on ``cores`` cores (256 with 16 jobs
-    on 16 cores) for one small EM pass; measured on the project's 2-core machine, a scaled
-    ``gmoe_exact`` sweep with 8 workers on a cold cache peaked at 16 processes
-    (``docs/guide/performance.rst``).  The workers already use every core.  A value the user set
-    is kept.  The variable is read when ``torch._inductor.config`` is first imported; if it already
-    is, its ``compile_threads`` is set too (the pool starts on the first compilation).
+    Why (issue 36): where Triton is installed (every CUDA build of torch), torch.compile starts
+    and wakes a pool of ``cpu_count`` compile processes in every process that compiles
+    (``torch._inductor.async_compile.maybe_warm_pool``; ``torch._inductor.config.compile_threads``),
+    each importing torch -- torch's own source skips it in fbcode for "usages inside
+    multiprocessing pools that lead a multiplicative number of compile subprocesses".  With 16
+    sweep workers on 16 cores that is 16 x 16 such processes for one small EM pass, on cores the
+    workers already use.  Not measured here: the project's CPU machine has no Triton, so no pool
+    starts there (a cold ``fit_em`` compilation took 26 to 29 CPU-s whatever this setting, peak 5
+    to 7 processes; ``docs/guide/performance.rst``).  A value the user set is kept.  The variable
+    is read when ``torch._inductor.config`` is first imported; if it already is, its
+    ``compile_threads`` is set too (the pool starts on the first compilation).
     """
     if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
         return
