@@ -32,14 +32,17 @@ the one before this loop was shared.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
 from moestat.devices import prepare_compile
 
-__all__ = ["EMSteps", "run_em", "retire_finished", "take_entries", "where_entries", "compile_batched", "first_estep"]
+__all__ = ["EMSteps", "run_em", "retire_finished", "take_entries", "where_entries", "compile_batched", "compile_lock", "first_estep",
+           "sweep_compile", "SWEEP_COMPILE_MIN_SAMPLES"]
 
 
 class EMSteps(Protocol):
@@ -130,6 +133,61 @@ def _record(paths: list, act: torch.Tensor, ll: torch.Tensor, mask: torch.Tensor
             paths[b].append(v)
 
 
+#: The lock file, in Inductor's cache folder, that serialises the first call (the compilation) of
+#: every :func:`compile_batched` function across the processes sharing that cache.
+COMPILE_LOCK_NAME = "moestat-compile.lock"
+
+
+@contextlib.contextmanager
+def compile_lock() -> Iterator[None]:
+    """Hold an exclusive lock on :data:`COMPILE_LOCK_NAME` in ``$TORCHINDUCTOR_CACHE_DIR``.
+
+    Why (issue 36): every worker of a sweep compiles the same EM pass.  On a cold cache each one
+    compiled it from scratch at the same time -- measured on the project's 2-core machine (loaded),
+    a scaled ``gmoe_exact`` sweep took 43.9 CPU-s with 2 workers and 68.9 CPU-s with 8 workers on
+    a cold cache against 23.1 CPU-s warm and 12.4 CPU-s eager (``docs/guide/performance.rst``).
+    Under the lock the first process compiles and writes Inductor's cache; the others wait
+    (asleep, not computing) and then load the compiled code from the warm cache, which costs a
+    fraction of a cold compilation.  The kernel lets the lock go when its holder dies, so a killed
+    worker cannot block the others.  Where ``fcntl`` is missing (Windows) or the folder is not
+    writable, nothing is locked: the processes then compile side by side, as before.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    fd = None
+    if folder:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(os.path.join(folder, COMPILE_LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a read-only cache: compile unlocked
+            fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _compiled_marker(fn: Callable) -> str | None:
+    """The file that says ``fn`` was compiled once into this cache folder (by this torch), or ``None``.
+
+    Only the first compilation in a cache folder needs :func:`compile_lock`; once it has written
+    the cache, the others may load it at the same time.  A marker whose cache entry is gone (the
+    folder pruned) only costs a compilation without the lock, as before."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        return None
+    name = f"{fn.__module__}.{getattr(fn, '__qualname__', fn)}.torch-{torch.__version__}"
+    return os.path.join(folder, COMPILE_LOCK_NAME + "." + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name))
+
+
 def compile_batched(fn: Callable, lead: int = 0, **options) -> Callable:
     """``fn`` under ``torch.compile`` with dynamic shapes (one compilation per process serves every
     later size), for functions of batched tensors.
@@ -137,18 +195,75 @@ def compile_batched(fn: Callable, lead: int = 0, **options) -> Callable:
     The batch shrinks to 1 as entries stop; dynamo would specialise on ``B = 1`` and compile again
     (~10 s), so a lone entry is run twice over and its first copy kept.  ``lead``: how many leading
     arguments are not batched tensors; ``options`` go to :func:`torch.compile`.
+
+    The first call (where dynamo traces and Inductor compiles) of the first process to compile
+    ``fn`` into this cache folder holds :func:`compile_lock`; the processes that meet the lock wait
+    for it and then find a warm cache, and load it side by side (:func:`_compiled_marker`).
     """
     prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
     c = torch.compile(fn, dynamic=True, **options)
+    compiled = []  # non-empty once the first call returned
+
+    def call(*args):
+        if compiled:
+            return c(*args)
+        done = _compiled_marker(fn)
+        if done is None or not os.path.exists(done):
+            with compile_lock():
+                # the processes that queued here while the first one compiled find its marker and
+                # go on without the lock: they load the cached code side by side, not one by one
+                if done is None or not os.path.exists(done):
+                    out = c(*args)
+                    compiled.append(True)
+                    if done is not None:
+                        with contextlib.suppress(OSError):
+                            open(done, "w").close()
+                    return out
+        out = c(*args)
+        compiled.append(True)
+        return out
 
     def run(*args):
         head, ts = args[:lead], args[lead:]
         if ts[0].shape[0] == 1:
-            out = c(*head, *(torch.cat([t, t]) for t in ts))
+            out = call(*head, *(torch.cat([t, t]) for t in ts))
             return torch.utils._pytree.tree_map(lambda o: None if o is None else o[:1], out)
-        return c(*args)
+        return call(*args)
 
     return run
+
+
+#: A sweep compiles its EM fits when its units hold at least this many samples x starts in all
+#: (:func:`sweep_compile`).  Measured (issue 36, ``docs/guide/performance.rst``; the project's
+#: 2-core machine, one thread): a cold compilation of the fused EM pass costs about 25 CPU-s
+#: (``fit_em`` of 10 x 5 entries, n = 2 000: 25.3 s user + 3.3 s system compiled against 3.9 s
+#: eager), loading it from a warm cache about 5 CPU-s per process; an exact-fit unit of the
+#: ``gmoe_exact`` design fits in about 0.8 microseconds per sample x start eagerly (0.41 s for
+#: 10 x 5 entries at n = 10 000, about 5 EM iterations) and the compiled pass is 5 to 8 times
+#: faster per iteration (251 against 30 ns per sample x start at n = 20 000).  Compiling saves
+#: about 0.65 microseconds per sample x start, so one cold compilation pays from about 4e7.
+SWEEP_COMPILE_MIN_SAMPLES = 40_000_000
+
+
+def sweep_compile(total_samples: int, device: str = "cpu") -> bool | str:
+    """The ``compile`` argument for every EM fit of a sweep: one decision for all its units.
+
+    ``"auto"`` (compile the fits of at least
+    :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES`) when the whole sweep is large enough
+    to win a cold compilation back (:data:`SWEEP_COMPILE_MIN_SAMPLES`), else ``False`` (eager).
+    The decision depends on the design only -- never on ``n_jobs``, the backend or the order in
+    which units run -- so the rows stay the same whatever runs them.  Per fit, ``"auto"`` alone
+    compiled every unit of 10 replicates x 5 starts from n = 1 000 on, in every worker, although
+    such a fit takes well under a second eagerly.
+
+    Parameters
+    ----------
+    total_samples : int
+        Sum over the sweep's units of replicates x starts x n.
+    device : str
+        The sweep's device; only the CPU compiles (as ``"auto"`` does per fit).
+    """
+    return "auto" if str(device).startswith("cpu") and int(total_samples) >= SWEEP_COMPILE_MIN_SAMPLES else False
 
 
 def first_estep(steps: EMSteps, state, compile) -> tuple[EMSteps, torch.Tensor, Any]:

@@ -25,6 +25,7 @@ from typing import Callable, Sequence, TypeVar
 
 from moestat.faults import ClusterFault, as_environment_fault
 from moestat.rates.worker_env import compare_environments, environment
+from moestat.threads import keep_freed_memory
 
 __all__ = ["ClusterOptions", "execute", "check_scheduler", "require_cluster_extra", "scheduler_from_file", "Progress"]
 
@@ -243,6 +244,7 @@ def execute(
             on_workers({"client": environment(), "workers": "local processes of the client's interpreter" if n_jobs > 1
                         else "the client process", "mismatch": []})
         if n_jobs == 1 or len(units) <= 1:
+            keep_freed_memory()  # the units run in this process (moestat.threads.keep_freed_memory)
             for u in units:
                 rows = work(u)
                 on_result(u, rows)
@@ -400,7 +402,37 @@ def _die_with_parent(parent: int) -> None:
     _PARENT_WATCH.append(t)
 
 
+#: Inductor's pool of compile processes in a sweep worker (``TORCHINDUCTOR_COMPILE_THREADS``).
+WORKER_COMPILE_THREADS = "1"
+
+
+def _limit_compile_workers() -> None:
+    """In a sweep worker: Inductor compiles in this process, without its own pool of compile processes.
+
+    Why (issue 36): where Triton is installed (every CUDA build of torch), torch.compile starts
+    and wakes a pool of ``cpu_count`` compile processes in every process that compiles
+    (``torch._inductor.async_compile.maybe_warm_pool``; ``torch._inductor.config.compile_threads``),
+    each importing torch -- torch's own source skips it in fbcode for "usages inside
+    multiprocessing pools that lead a multiplicative number of compile subprocesses".  With 16
+    sweep workers on 16 cores that is 16 x 16 such processes for one small EM pass, on cores the
+    workers already use.  Not measured here: the project's CPU machine has no Triton, so no pool
+    starts there (a cold ``fit_em`` compilation took 26 to 29 CPU-s whatever this setting, peak 5
+    to 7 processes; ``docs/guide/performance.rst``).  A value the user set is kept.  The variable
+    is read when ``torch._inductor.config`` is first imported; if it already is, its
+    ``compile_threads`` is set too (the pool starts on the first compilation).
+    """
+    if "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+        return
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = WORKER_COMPILE_THREADS
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.compile_threads = int(WORKER_COMPILE_THREADS)
+
+
 def _run_tagged(work: Callable[[U], list[dict]], unit: U, parent: int | None = None) -> tuple[U, list[dict]]:
     if parent is not None:
+        if os.getpid() != parent:  # a loky worker, not the sweep's own process
+            _limit_compile_workers()
+            keep_freed_memory()
         _die_with_parent(parent)
     return unit, work(unit)

@@ -178,3 +178,96 @@ def test_the_estimators_have_no_import_cycle():
     for m in sorted(mods):
         if m not in state:
             visit(m, [])
+
+
+def _lock_is_held(folder) -> bool:
+    """Whether some open file description holds the compile lock in ``folder`` (a non-blocking try)."""
+    import fcntl
+    import os
+
+    from moestat.estimators.em_driver import COMPILE_LOCK_NAME
+
+    fd = os.open(os.path.join(folder, COMPILE_LOCK_NAME), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_compile_lock_lets_one_holder_at_a_time(tmp_path, monkeypatch):
+    # issue 36: the workers of a sweep compiled the same EM pass side by side on a cold cache; the
+    # lock makes the later ones wait for the first one's cache
+    import threading
+
+    pytest.importorskip("fcntl")
+    from moestat.estimators.em_driver import compile_lock
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    held, release, entered = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with compile_lock():
+            held.set()
+            release.wait(30)
+
+    def second():
+        with compile_lock():
+            entered.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert held.wait(30)
+    b = threading.Thread(target=second)
+    b.start()
+    assert not entered.wait(0.5)  # blocked while the first holds the lock
+    release.set()
+    a.join(30)
+    assert entered.wait(30)  # and let in once it is released
+    b.join(30)
+    assert not _lock_is_held(tmp_path)
+
+
+def _double(x):
+    return 2 * x
+
+
+def test_compile_batched_locks_the_first_compilation_in_a_cache_folder_only(tmp_path, monkeypatch):
+    pytest.importorskip("fcntl")
+    from moestat.estimators import em_driver
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(em_driver, "prepare_compile", lambda: None)
+    seen = []
+
+    def fake_compile(fn, **options):  # stands in for torch.compile: records whether the lock is held
+        def c(x):
+            seen.append(_lock_is_held(tmp_path))
+            return fn(x)
+        return c
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    run = em_driver.compile_batched(_double)
+    x = torch.ones(3, 2)
+    assert torch.equal(run(x), 2 * x) and torch.equal(run(x), 2 * x)
+    assert torch.equal(run(x[:1]), 2 * x[:1])  # a lone entry: run twice over, first copy kept
+    assert seen == [True, False, False]  # the first call compiles under the lock, later ones do not
+    # what another process does next: the first compilation wrote its marker, so no lock (the cache is warm)
+    seen.clear()
+    assert torch.equal(em_driver.compile_batched(_double)(x), 2 * x)
+    assert seen == [False]
+
+
+def test_sweep_compile_is_one_decision_from_the_design_alone():
+    from moestat.estimators.em_driver import SWEEP_COMPILE_MIN_SAMPLES, sweep_compile
+
+    # the scaled gmoe_exact design of the benchmark (6 sizes 100..10 000, 10 replicates x 5 starts): eager
+    scaled = 10 * 5 * sum((100, 251, 631, 1585, 3981, 10000))
+    assert sweep_compile(scaled) is False
+    # the whole gmoe_exact design (40 replicates x 5 starts, 150 sizes from 100 to 100 000): compiled
+    full = 40 * 5 * int(np.round(np.geomspace(100, 100_000, 150)).sum())
+    assert sweep_compile(full) == "auto"
+    assert sweep_compile(SWEEP_COMPILE_MIN_SAMPLES) == "auto" and sweep_compile(SWEEP_COMPILE_MIN_SAMPLES - 1) is False
+    assert sweep_compile(full, "cuda") is False and sweep_compile(full, "cuda:0") is False  # as "auto" per fit
