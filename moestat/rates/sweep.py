@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from moestat.estimators.em_driver import sweep_compile
 from moestat.estimators.starts import near_truth_init, random_init
 from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
@@ -92,6 +93,9 @@ class WorkUnit:
     extra_starts: int = 0
     cell_errors: bool = False
     alt_init_scale: float = 0.0
+    #: every EM fit's ``compile`` (:func:`moestat.estimators.em_driver.sweep_compile`: one decision
+    #: per sweep from its design, so the rows never depend on which worker compiled)
+    compile: bool | str = "auto"
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -108,6 +112,7 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
     experiment = Experiment.of(experiment)
     config = experiment.config
     chunk = config.chunk or config.reps
+    comp = sweep_compile(int(config.starts or 1) * config.reps * len(config.router) * sum(config.ns), config.device)
     units = []
     for n in sorted(config.ns, reverse=True):
         for router in config.router:
@@ -117,7 +122,7 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
                     WorkUnit(
                         experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter,
                         config.init, float(config.init_scale), config.seed, config.holdout, config.device,
-                        int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale),
+                        int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale), comp,
                     )
                 )
     return units
@@ -141,8 +146,11 @@ def _estimator(unit: WorkUnit, scenario, stream: int):
     worker: ``stream`` 2 for the reported fit, 4 for the certificate's, 6 for the start sensitivity's.
     """
     est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], stream))
-    return scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
-                              device=unit.device)
+    est = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
+                             device=unit.device)
+    if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
+        est.compile = unit.compile
+    return est
 
 
 def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):

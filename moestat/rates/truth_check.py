@@ -246,6 +246,8 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
         est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 8, rnd))
         ex = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
                                 device=unit.device)
+        if hasattr(ex, "compile"):  # the sweep's one compile decision (moestat.rates.sweep.WorkUnit.compile)
+            ex.compile = unit.compile
         ex.fit(X[owner], Y[owner], init=MixingMeasure.stack(starts))
         crit = fit_criterion(scenario, kind, ex, X[owner], Y[owner])
         sign = -1.0 if kind == "sse" else 1.0  # larger is better after the sign
