@@ -34,6 +34,9 @@ CATALOGUE_THEOREMS: dict[tuple[str, str, str | None], str] = {
     ("multinomial-moe", "nonvanishing", None): "multinomial-nonvanishing",
     ("multinomial-moe", "vanishing", None): "multinomial-vanishing",
     ("gaussian-gated-moe", "gllim", None): "gaussian-gate-type1",
+    ("laplace-gmoe", "exact", None): "laplace-gmoe",
+    ("laplace-gmoe", "over", None): "laplace-gmoe",
+    ("topk-over", "topk-over", None): "topk-gmoe-over",
 }
 
 

@@ -233,3 +233,50 @@ def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_ro
         assert "Figure 1(a) reproduced." not in bullet and "only in part" in bullet
         assert f"now judges the same recorded rows *{cats['cosine voronoi']}*" in " ".join(bullet.split())
     assert cats["perturbed voronoi"] == "consistent" and "D3 is at -0.56 (consistent)" in " ".join(bullet.split())
+
+
+# ---- the entries of issue 33, Scope 6 ---------------------------------------------------------
+NEW = {"laplace-gmoe": "runnable", "topk-over": "runnable", "shared-sigmoid": "needs: a shared expert"}
+
+
+def test_the_new_entries_load_and_list_with_their_status(capsys):
+    rc, out, _ = _run(["reproduce", "--list"], capsys)
+    assert rc == 0
+    for key, status in NEW.items():
+        e = cat.entry(key)
+        assert cat.entry_status(e).startswith(status), (key, cat.entry_status(e))
+        block = out[out.index(f"\n{key} "):]
+        block = block[: block.index("status: ")] + block[block.index("status: "):].split("\n", 1)[0]
+        assert e.paper.cite in block and f"status: {status}" in block
+    for key in ("laplace-gmoe", "topk-over"):  # the configurations build and validate (nothing run)
+        assert [r.label for r, _ in cat.plan(key, quick=True)] == [r.label for r in cat.entry(key).runs]
+    with pytest.raises(ValueError, match="cannot run: needs: a shared expert"):
+        cat.plan("shared-sigmoid")
+
+
+def test_laplace_predictions_are_marked_as_figure_3_slopes_not_theorem_exponents():
+    # Theorem 3.2 of Han et al. (2024) was not read: the exponents are issue 33's reading of Figure 3
+    e = cat.entry("laplace-gmoe")
+    assert {(p.run, p.loss): p.exponent for p in e.predictions} == {("exact", "D1"): -0.49, ("over", "D2"): -0.47}
+    for p in e.predictions:
+        assert "Figure 3" in p.source and "issue 33" in p.source and "not read" in p.source
+    for name in ("laplace_gmoe_exact.toml", "laplace_gmoe_over.toml"):
+        assert "NOT a theorem's exponent" in cat.catalogue_file(name).read_text()
+
+
+@pytest.mark.parametrize("key", ["laplace-gmoe", "topk-over"])
+def test_the_new_truths_meet_their_theorem_and_the_grids_start_above_n_ok(key):
+    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+    from moestat.rates.preflight import preflight
+    from moestat.rates.resolve import build_scenario
+
+    rows = catalogue_hypotheses([key], n=800)
+    assert {r["run"] for r in rows} == {r.label for r in cat.entry(key).runs}
+    assert all(r["met"] for r in rows), [(r["run"], r["failing"]) for r in rows]
+    for run in cat.entry(key).runs:
+        cfg = cat.run_config(run, quick=True)
+        sc = build_scenario(cfg.scenario_key(cfg.router[0]))
+        # 4 000 draws: the Monte Carlo error of n_ok is a few percent (396 and 1 766 with 20 000 draws),
+        # far from the grids' first sizes (500 / 1 000 and 2 000)
+        n_ok = preflight(sc, [run.quick["n_min"], run.full["n_min"]], m=4000)["n_ok"]
+        assert n_ok is not None and n_ok < min(run.quick["n_min"], run.full["n_min"]), (key, run.label, n_ok)
