@@ -209,33 +209,3 @@ def test_loky_workers_keep_freed_memory_in_the_heap():
     execute(_malloc_kept, [(1, 2), (3, 4), (5, 6)], lambda unit, rows: got.extend(rows), n_jobs=2, progress=False,
             total_fits=6)
     assert got == [True] * 6
-
-
-_FAULTS = """
-import resource, sys, torch
-from moestat import threads
-if sys.argv[1] == "keep":
-    assert threads.keep_freed_memory()
-x = torch.ones(10_000_000, dtype=torch.float64)  # 80 MB, above glibc's largest default mmap threshold
-del x
-r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
-    x = torch.ones(10_000_000, dtype=torch.float64)
-    del x
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt (Linux)")
-def test_kept_memory_is_not_faulted_in_again_at_every_allocation():
-    # the mechanism behind the test above: 20 allocations of 80 MB touch 20 x 19 531 fresh 4 KiB
-    # pages when glibc maps and unmaps each block; in a kept heap the pages of the first are reused
-    pages = 20 * 10_000_000 * 8 // 4096
-    got = {}
-    for mode in ("default", "keep"):
-        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, cwd=ROOT,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
-        assert out.returncode == 0, out.stderr
-        got[mode] = int(out.stdout.split()[-1])
-    assert got["default"] > pages // 2  # the default faults the pages in again (huge pages would not)
-    assert got["keep"] < pages // 10
