@@ -43,7 +43,7 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
-from moestat.rates.two_point import affinity_lower_bound, loglog_slope
+from moestat.rates.two_point import affinity_lower_bound, alternative_chunks, loglog_slope
 
 __all__ = ["scale_witness", "kl_rate_likelihood", "scale_two_point", "judge", "FLAT_RATIO", "FALL_RATIO"]
 
@@ -87,12 +87,9 @@ def kl_rate_likelihood(model, truth: MixingMeasure, alternatives: MixingMeasure,
         raise ValueError("need at least 2 Monte Carlo draws for a standard error")
     Xt, Yt = torch.as_tensor(np.asarray(X, np.float64)), torch.as_tensor(np.asarray(Y, np.float64))
     l0 = model.log_density(Xt, Yt, truth.numpy())  # [m]
-    alt = alternatives.numpy()
-    T = alt.batch_shape[0]
+    T = alternatives.numpy().batch_shape[0]
     kappa, se = np.empty(T), np.empty(T)
-    for a in range(0, T, chunk):
-        b = min(a + chunk, T)
-        sub = MixingMeasure(alt.beta0[a:b], alt.beta1[a:b], alt.eta[a:b])
+    for a, b, sub in alternative_chunks(alternatives, chunk):
         lr = (model.log_density(Xt.expand(b - a, -1, -1), Yt.expand(b - a, -1), sub) - l0).numpy()  # log q/p [c, m]
         # KL = E_p[-log(q/p)] = E_p[q/p - 1 - log(q/p)] (E_p[q/p] = 1): every term >= 0 and O(t^2),
         # so the Monte Carlo error is relative; the plain mean of -log(q/p) carries an O(t / sqrt(m))

@@ -86,6 +86,28 @@ __all__ = [
 ]
 
 
+def _witness_truth(truth: MixingMeasure, atom: int, who: str) -> MixingMeasure:
+    """The unbatched numpy truth a witness moves, after checking ``atom`` has a direction to move along."""
+    G = truth.numpy()
+    if G.batch_shape:
+        raise ValueError(f"{who} needs an unbatched truth")
+    if not 0 <= atom < G.n_atoms:
+        raise ValueError(f"atom must be in 0..{G.n_atoms - 1}, got {atom}")
+    if not np.linalg.norm(G.beta1[atom]) > 0:
+        raise ValueError(f"atom {atom} has beta1 = 0: there is no direction to rescale along")
+    return G
+
+
+def alternative_chunks(alternatives: MixingMeasure, chunk: int):
+    """``(a, b, sub)`` over a batched ``[T]`` measure in slices of at most ``chunk`` alternatives
+    (``sub`` = alternatives ``a:b``), so that a ``[chunk, m]`` evaluation bounds the memory."""
+    alt = alternatives.numpy()
+    T = alt.batch_shape[0]
+    for a in range(0, T, chunk):
+        b = min(a + chunk, T)
+        yield a, b, MixingMeasure(alt.beta0[a:b], alt.beta1[a:b], alt.eta[a:b])
+
+
 def radial_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> MixingMeasure:
     """The witness measures ``G'_t``: atom ``atom``'s ``beta1`` rescaled by ``1 + t``.
 
@@ -105,13 +127,7 @@ def radial_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> Mixi
         Batched ``[T]``: ``beta0 [T, k]``, ``beta1 [T, k, d]``, ``eta [T, k, q]``; only
         ``beta1[:, atom]`` differs from ``G``, equal to ``(1 + t) beta1_atom``.
     """
-    G = truth.numpy()
-    if G.batch_shape:
-        raise ValueError("radial_witness needs an unbatched truth")
-    if not 0 <= atom < G.n_atoms:
-        raise ValueError(f"atom must be in 0..{G.n_atoms - 1}, got {atom}")
-    if not np.linalg.norm(G.beta1[atom]) > 0:
-        raise ValueError(f"atom {atom} has beta1 = 0: there is no direction to rescale along")
+    G = _witness_truth(truth, atom, "radial_witness")
     ts = np.asarray(ts, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(ts)) or np.any(ts <= -1):
         raise ValueError("every t must be finite and > -1")
@@ -159,13 +175,7 @@ def split_witness(truth: MixingMeasure, atom: int, ts: Sequence[float]) -> Mixin
         ``eta [T, k + 1, q]``.  Atom ``atom`` becomes the ``(1 - t)`` half and the new last atom
         is the ``(1 + t)`` half; the other atoms keep their index.
     """
-    G = truth.numpy()
-    if G.batch_shape:
-        raise ValueError("split_witness needs an unbatched truth")
-    if not 0 <= atom < G.n_atoms:
-        raise ValueError(f"atom must be in 0..{G.n_atoms - 1}, got {atom}")
-    if not np.linalg.norm(G.beta1[atom]) > 0:
-        raise ValueError(f"atom {atom} has beta1 = 0: there is no direction to rescale along")
+    G = _witness_truth(truth, atom, "split_witness")
     ts = np.asarray(ts, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(ts)) or np.any(ts <= 0) or np.any(ts >= 1):
         raise ValueError("every t must be in (0, 1)")
@@ -214,12 +224,9 @@ def kl_rate(model, truth: MixingMeasure, alternatives: MixingMeasure, X: np.ndar
         raise ValueError("need at least 2 Monte Carlo inputs for a standard error")
     Xt = torch.as_tensor(X)
     f0 = model.predict(Xt, truth.numpy())  # [m]
-    alt = alternatives.numpy()
-    T = alt.batch_shape[0]
+    T = alternatives.numpy().batch_shape[0]
     kappa, se = np.empty(T), np.empty(T)
-    for a in range(0, T, chunk):
-        b = min(a + chunk, T)
-        sub = MixingMeasure(alt.beta0[a:b], alt.beta1[a:b], alt.eta[a:b])
+    for a, b, sub in alternative_chunks(alternatives, chunk):
         sq = ((model.predict(Xt, sub) - f0) ** 2).numpy()  # [c, m]
         kappa[a:b] = sq.mean(axis=1) / (2.0 * noise_var)
         se[a:b] = sq.std(axis=1, ddof=1) / math.sqrt(m) / (2.0 * noise_var)

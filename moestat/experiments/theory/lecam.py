@@ -91,6 +91,17 @@ def curve_details(curve) -> dict:
             "kappa_max": float(curve.kappa.max()), "kappa_se_max": float(curve.kappa_se.max()), **curve.info}
 
 
+def _tail_slope(curve) -> tuple[np.ndarray, float, float | None, float | None, float]:
+    """The perturbed bound's log-log slope over ``n >= TAIL_N`` where the maximiser is interior:
+    ``(tail mask, slope of the conservative bound ``lower_bound_low``, interval low, high, point estimate)``,
+    the interval spanning the slopes with KL -+ 2 SE (``None`` when either is not finite)."""
+    tail = curve.interior() & (curve.ns >= TAIL_N)
+    slope = loglog_slope(curve.ns, curve.lower_bound_low, tail)
+    s_hi = loglog_slope(curve.ns, curve.lower_bound_high, tail)
+    lo, hi = (min(slope, s_hi), max(slope, s_hi)) if np.isfinite(slope) and np.isfinite(s_hi) else (None, None)
+    return tail, slope, lo, hi, loglog_slope(curve.ns, curve.lower_bound, tail)
+
+
 def run(ctx: Context) -> list[CheckResult]:
     c = curves(ctx)
     van, per = c["cosine"], c["perturbed"]
@@ -102,12 +113,9 @@ def run(ctx: Context) -> list[CheckResult]:
                  "with n along the radial witness (PDE (4): KL = 0)",
                  1.0, ratio, None, None, ratio >= FLAT_RATIO,
                  f"conservative bound at n = 1e7 / bound at n = 1e2 >= {FLAT_RATIO:g}", details=det_v)
-    tail = per.interior() & (per.ns >= TAIL_N)
-    slope = loglog_slope(per.ns, per.lower_bound_low, tail)
-    s_hi = loglog_slope(per.ns, per.lower_bound_high, tail)
-    lo, hi = (min(slope, s_hi), max(slope, s_hi)) if np.isfinite(slope) and np.isfinite(s_hi) else (None, None)
+    tail, slope, lo, hi, point = _tail_slope(per)
     det_p = {"n": per.ns.tolist(), "lower_bound": per.lower_bound.tolist(), "t_star": per.t_star.tolist(),
-             "tail_points": int(tail.sum()), "slope_point_estimate": loglog_slope(per.ns, per.lower_bound, tail), **per.info}
+             "tail_points": int(tail.sum()), "slope_point_estimate": point, **per.info}
     ok = bool(np.isfinite(slope) and tail.sum() >= 3 and abs(slope - PERTURBED_SLOPE) <= SLOPE_BAND)
     r2 = verdict("lecam_perturbed_rate",
                  "Theorem 6: the perturbed router's two-point lower bound on the minimax D_3 risk falls like n^-1/2 "
@@ -116,15 +124,12 @@ def run(ctx: Context) -> list[CheckResult]:
                  f"slope of the conservative bound over n >= {TAIL_N:g} (interior maximiser, >= 3 points) within "
                  f"{PERTURBED_SLOPE:g} +- {SLOPE_BAND:g}; interval: slopes with KL -+ 2 SE", details=det_p)
     sp = split_curves(ctx)["perturbed"]
-    tail = sp.interior() & (sp.ns >= TAIL_N)
-    s_lb = loglog_slope(sp.ns, sp.lower_bound_low, tail)
-    s_hi = loglog_slope(sp.ns, sp.lower_bound_high, tail)
+    tail, s_lb, lo, hi, point = _tail_slope(sp)
     s_t = loglog_slope(sp.ns, sp.t_star, tail)
-    lo, hi = (min(s_lb, s_hi), max(s_lb, s_hi)) if np.isfinite(s_lb) and np.isfinite(s_hi) else (None, None)
     ok3 = bool(np.isfinite(s_lb) and np.isfinite(s_t) and tail.sum() >= 3 and abs(s_lb - PERTURBED_SLOPE) <= SLOPE_BAND
                and abs(s_t - SPLIT_T_SLOPE) <= SLOPE_BAND)
     det3 = {**curve_details(sp), "tail_points": int(tail.sum()), "t_star_slope": s_t,
-            "slope_point_estimate": loglog_slope(sp.ns, sp.lower_bound, tail)}
+            "slope_point_estimate": point}
     r3 = verdict("lecam_perturbed_over_rate",
                  "Theorem 5: along the over-specified split witness (App. B.3) the perturbed router's two-point lower bound "
                  "on the minimax D_2 risk falls like n^-1/2, the split t* like n^-1/4 (shared-cell atoms)",
