@@ -28,24 +28,15 @@ def _fit_unit(unit) -> list[dict]:
     import torch
     from threadpoolctl import threadpool_limits
 
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates.resolve import build_estimator, build_scenario
-    from moestat.rates.sweep import _start, compute_losses, replicate_streams
+    from moestat.rates.resolve import build_scenario
+    from moestat.rates.sweep import _draw, _estimator, compute_losses
 
     torch.set_num_threads(1)
     with threadpool_limits(limits=1):
         sc = build_scenario(unit.scenario_key)
-        Xs, Ys, starts = [], [], []
-        for r in unit.replicates:
-            data_ss, init_ss = replicate_streams(unit.seed, unit.n, r)
-            X, Y = sc.sample(unit.n, np.random.default_rng(data_ss))
-            Xs.append(X)
-            Ys.append(Y)
-            starts.append(_start(unit, sc, unit.n, np.random.default_rng(init_ss), X, Y))
-        X, Y = np.stack(Xs), np.stack(Ys)
-        est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], 2))
-        est = build_estimator(unit.estimator, sc, unit.max_iter, int(est_ss.generate_state(1)[0]), unit.device)
-        est.fit(X, Y, init=MixingMeasure.stack(starts))
+        X, Y, starts = _draw(unit, sc)  # the sweep's own data streams and starts
+        est = _estimator(unit, sc, 2)  # stream 2: the reported fit's
+        est.fit(X, Y, init=starts)
         dbar = compute_losses(sc, est.params_, sc.holdout(unit.holdout))["Dbar"]
         ll_true = sc.loglik(X, Y)
     return [{"n": unit.n, "replicate": r, "status": est.status_[i], "n_iter": int(est.n_iter_[i]),
