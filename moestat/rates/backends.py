@@ -15,6 +15,7 @@ parent, even after ``kill -9`` of the main process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -280,7 +281,9 @@ def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOption
             raise ClusterFault(f"dask worker {envs['mismatch'][0]}; pass --allow-worker-mismatch to run anyway")
         if on_workers is not None:
             on_workers(envs)
-        futures = client.map(work, units, pure=False)
+        # Each unit runs through _run_on_worker: a dask worker gets the sweep process's settings
+        # (compile pool, kept memory) that a loky worker gets in _run_tagged.
+        futures = client.map(functools.partial(_run_on_worker, work), units, pure=False)
         with client.as_current():  # distributed.wait finds its client here
             _watch(client, dict(zip(futures, units)), on_result, scheduler, options, bar)
     finally:
@@ -429,10 +432,25 @@ def _limit_compile_workers() -> None:
         config.compile_threads = int(WORKER_COMPILE_THREADS)
 
 
+def _worker_settings() -> None:
+    """The settings of a process that runs sweep units and is not the sweep's own process (a loky
+    or a dask worker): Inductor compiles without its own pool (:func:`_limit_compile_workers`) and
+    glibc keeps freed memory (:func:`moestat.threads.keep_freed_memory`).  Idempotent and cheap,
+    so it is applied before every unit rather than by a per-worker hook that a worker started
+    before the sweep (a long-lived dask cluster) would not have run."""
+    _limit_compile_workers()
+    keep_freed_memory()
+
+
+def _run_on_worker(work: Callable[[U], list[dict]], unit: U) -> list[dict]:
+    """One unit on a dask worker, with :func:`_worker_settings` applied first."""
+    _worker_settings()
+    return work(unit)
+
+
 def _run_tagged(work: Callable[[U], list[dict]], unit: U, parent: int | None = None) -> tuple[U, list[dict]]:
     if parent is not None:
         if os.getpid() != parent:  # a loky worker, not the sweep's own process
-            _limit_compile_workers()
-            keep_freed_memory()
+            _worker_settings()
         _die_with_parent(parent)
     return unit, work(unit)

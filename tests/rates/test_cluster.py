@@ -215,3 +215,24 @@ def test_the_scheduler_killed_mid_sweep_stops_it_in_one_line_and_resume_finishes
     finally:
         restarted.close()
     assert len(read_results(csv)) == 30
+
+
+def test_dask_workers_get_the_sweep_worker_settings(cluster):
+    # issue 36: loky workers ran without Inductor's compile pool and kept freed memory in the heap,
+    # dask workers did not (client.map ran the unit function bare)
+    from moestat.rates.backends import execute
+
+    cluster.add_worker()
+
+    def seen(unit):  # nested: pickled by value, so the worker needs no test module
+        import os as _os
+
+        from moestat import threads
+
+        return [(_os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"), threads._KEPT == [True])] * len(unit)
+
+    got = []
+    execute(seen, [(1, 2), (3, 4)], lambda unit, rows: got.extend(rows), backend="dask", scheduler=cluster.address,
+            progress=False, total_fits=4)
+    kept = sys.platform.startswith("linux")  # glibc's mallopt
+    assert got == [("1", kept)] * 4
