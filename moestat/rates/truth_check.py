@@ -1,10 +1,11 @@
 """Every fit of a work unit, and the fit against the truth: the criterion at the true parameters, the answer.
 
 A work unit (:class:`moestat.rates.sweep.WorkUnit`) fits in one way only, :func:`fit_starts` (its
-estimator, :func:`unit_estimator`, from given starts): the reported fit from :func:`unit_start`
-s, the answer's refits (below), and the refits that hold the reported fit against more starts
-(:func:`more_starts`: the optimum certificate, :func:`certificate`, and the start sensitivity,
-:func:`alt_start`; their columns are the ``extras.csv`` ones of :mod:`moestat.rates.extras`).
+estimator, :func:`unit_estimator`, from given starts): the reported fit from the unit's starts
+(:func:`unit_start`), the answer's refits (below), and the refits that hold the reported fit
+against more starts (:func:`more_starts`: the optimum certificate, :func:`certificate`, and the
+start sensitivity, :func:`alt_start`; their columns are the ``extras.csv`` ones of
+:mod:`moestat.rates.extras`).
 
 A simulation knows what a real data analysis does not: the true mixing measure ``G*``.  Its
 criterion on the same data is a free certificate.  The maximum-likelihood estimate maximises the
@@ -38,7 +39,7 @@ For every fit of a sweep (:func:`moestat.rates.sweep.run_unit`) ``results.csv`` 
 **The answer** (:func:`answer_below_truth`), for the fits worse than the truth, is what a careful
 analyst would do without knowing ``G*``: more starts of the kinds the design already declares
 -- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
-(:data:`moestat.rates.sweep.PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
+(:data:`PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
 starts -- and :data:`ANSWER_JITTER` restarts from the best fit so far, perturbed; then, for what is
 still worse, :data:`ANSWER_ROUNDS` - 1 more rounds of restarts from the best fit so far.  The
 best fit by the criterion is kept.  No start is ever placed at the truth.  What remains below
