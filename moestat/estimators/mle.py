@@ -349,7 +349,7 @@ class MLEGaussianMoE(MoEEstimator):
         return pick
 
     def _finish(self, params: MixingMeasure, res: dict, pick: np.ndarray, Xn: np.ndarray, Yn: np.ndarray,
-                model) -> "MLEGaussianMoE":
+                model: LikelihoodModel | None) -> "MLEGaussianMoE":
         """Store the best starts' ``params [R]`` (float64 NumPy arrays) and statuses, the model the
         generic EM fitted (``None``: the fused EM's linear softmax) and the estimator contract's objective."""
         d = Xn.shape[2]
