@@ -152,6 +152,9 @@ class MLEGaussianMoE(MoEEstimator):
         certificate), ``"max_iter"`` or ``"nonfinite"``; ``converged_`` is ``"tol"`` or ``"newton"``.
     n_newton_ : ndarray, shape ``[R]``
         Accepted Newton steps of the best start (included in ``n_iter_``).
+    model_ : LikelihoodModel or None
+        The model the generic EM fitted (the linear softmax with linear experts for ``generic=True``
+        without a model); ``None`` after the fused EM.
     kernel_ : str
         ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"`` or ``"generic-compiled"``:
         the generic EM, eager or with its E-step and gate objective compiled.
@@ -329,7 +332,7 @@ class MLEGaussianMoE(MoEEstimator):
         V, E, s2 = res["V"][pick], res["E"][pick], res["s2"][pick]
         eta = np.concatenate([E, s2[..., None]], axis=-1) if self.eta_variance else E
         self.variances_ = s2
-        return self._finish(MixingMeasure(V[..., -1], V[..., :-1], eta), res, pick, Xn, Yn)
+        return self._finish(MixingMeasure(V[..., -1], V[..., :-1], eta), res, pick, Xn, Yn, None)
 
     def _best_starts(self, res: dict, R: int, S: int) -> np.ndarray:
         """Flat indices ``[R]`` of each replicate's best start (largest finite log-likelihood) in a
@@ -345,11 +348,13 @@ class MLEGaussianMoE(MoEEstimator):
         self.n_newton_ = res["n_newton"][pick]
         return pick
 
-    def _finish(self, params: MixingMeasure, res: dict, pick: np.ndarray, Xn: np.ndarray, Yn: np.ndarray) -> "MLEGaussianMoE":
-        """Store the best starts' ``params [R]`` and statuses, and the estimator contract's objective."""
+    def _finish(self, params: MixingMeasure, res: dict, pick: np.ndarray, Xn: np.ndarray, Yn: np.ndarray,
+                model: LikelihoodModel | None) -> "MLEGaussianMoE":
+        """Store the best starts' ``params [R]`` (float64 NumPy arrays) and statuses, the model the
+        generic EM fitted (``None``: the fused EM's linear softmax) and the estimator contract's objective."""
         d = Xn.shape[2]
         status = [res["status"][i] for i in pick]
-        self.params_, self.n_features_in_ = params.numpy(), d
+        self.params_, self.n_features_in_, self.model_ = params, d, model
         objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
         self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
@@ -386,16 +391,16 @@ class MLEGaussianMoE(MoEEstimator):
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         if not self.eta_variance and gauss:
             params = MixingMeasure(params.beta0, params.beta1, params.eta[..., :-1])
-        return self._finish(params, res, pick, Xn, Yn)
+        return self._finish(params, res, pick, Xn, Yn, model)
 
     def predict(self, X) -> np.ndarray:
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""
         Xt = self._check_X(X)
         p = self.params_
-        if getattr(self, "kernel_", "").startswith("generic"):
+        if self.model_ is not None:  # the generic EM's model
             full = p if (self.eta_variance or not np.isfinite(self.variances_).all()) else MixingMeasure(
                 p.beta0, p.beta1, np.concatenate([p.eta, self.variances_[..., None]], -1))
-            return self._likelihood_model().predict(Xt, full).numpy()
+            return self.model_.predict(Xt, full).numpy()
         G = MixingMeasure(p.beta0, p.beta1, np.concatenate([p.eta[..., : self.n_features_in_ + 1],
                                                             self.variances_[..., None]], axis=-1))
         return mean_function(Xt, G)

@@ -51,7 +51,7 @@ from moestat.estimators import mle_fused, newton
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
-from moestat.model.likelihood import LikelihoodModel, log_gate
+from moestat.model.likelihood import LikelihoodModel
 from moestat.model.protocol import linear_score
 
 __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_expert_fisher", "use_compiled", "score_search",
@@ -74,6 +74,15 @@ def _features(X: torch.Tensor) -> list | None:
     """Feature rows of ``X [B, n, d]`` for :func:`feature_affine` and the sums below, or ``None``
     (matmuls) for many features."""
     return feature_rows(X.transpose(-1, -2)) if X.shape[-1] + 1 <= _ROWWISE_MAX_P else None
+
+
+def _affine(P: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """``P_i . xt_n`` ``[B, k, n]`` for rows ``P [B, k, p]`` (last entry the intercept) and ``X [B, n, d]``:
+    by feature rows (:func:`feature_affine`, one fused loop under torch.compile), or a matmul for many features."""
+    xs = _features(X)
+    if xs is None:
+        return P[..., :-1] @ X.transpose(-1, -2) + P[..., -1:]
+    return feature_affine(P, xs)
 
 
 def _firsts(w: torch.Tensor, X: torch.Tensor, xs: list | None) -> torch.Tensor:
@@ -150,15 +159,11 @@ class GenericEM:
         """Unnormalised log-weights ``u [B, k, n]``, ``log w = log_softmax(u, -2)`` (Top-K zeros ``-inf``)."""
         V = self.gate_V(fv)
         g = self.model.gate
-        if self.affine_gate:  # the linear score beta1^T x, atom-major, by feature rows (one fused loop)
-            xs = _features(X)
-            if xs is None:
-                s = V[..., : self.d] @ X.transpose(-1, -2)
-            else:
-                s = feature_affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), xs)
+        if self.affine_gate:  # the linear score beta1^T x (no intercept), atom-major
+            s = _affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), X)
             # the gate's own formula on that score (bias, temperature, Top-K; the logits, not normalised)
             return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
-        return log_gate(g, X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
+        return g.log_weights(X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
 
     @staticmethod
     def softmax_lse(u: torch.Tensor):
@@ -172,8 +177,7 @@ class GenericEM:
     def means(self, eta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
         """Expert means ``h(x_n, eta_i)`` ``[B, k, n]`` (Gaussian family)."""
         if self.linear:
-            xs = _features(X)
-            return eta[..., :-1] @ X.transpose(-1, -2) + eta[..., -1:] if xs is None else feature_affine(eta, xs)
+            return _affine(eta, X)
         return self.model.expert(X, eta).transpose(-1, -2)
 
     def log_f(self, eta, ls2, X, Y):

@@ -101,15 +101,8 @@ def near_truth_init(
     """
     if not isinstance(truth, MixingMeasure):
         raise TypeError(f"truth must be a MixingMeasure, got {type(truth).__name__}")
-    truth = truth.numpy()
-    if truth.batch_shape:
-        raise ValueError(f"truth must be unbatched, got batch shape {truth.batch_shape}")
-    if not truth.satisfies_reference_convention(atol=1e-12):
-        raise ValueError("truth must have its last atom as the reference (beta0 = 0, beta1 = 0)")
-    k_star = truth.n_atoms
+    # the arguments first, then the truth's shape and convention
     k = _check_count("n_components", n_components)
-    if k < k_star:
-        raise ValueError(f"n_components ({k}) must be >= the number of true atoms ({k_star})")
     if schedule not in INIT_SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; expected one of {INIT_SCHEDULES}")
     scale = float(scale)
@@ -123,6 +116,14 @@ def near_truth_init(
         sd = scale * float(n) ** PEER_EXPONENT
     else:
         sd = scale
+    truth = truth.numpy()
+    if truth.batch_shape:
+        raise ValueError(f"truth must be unbatched, got batch shape {truth.batch_shape}")
+    if not truth.satisfies_reference_convention(atol=1e-12):
+        raise ValueError("truth must have its last atom as the reference (beta0 = 0, beta1 = 0)")
+    k_star = truth.n_atoms
+    if k < k_star:
+        raise ValueError(f"n_components ({k}) must be >= the number of true atoms ({k_star})")
 
     extra = k - k_star
     if extra > 0 and k_star < 2:

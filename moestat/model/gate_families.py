@@ -5,7 +5,7 @@ A gate turns inputs ``x [..., n, d]`` and per-atom router parameters ``beta0 [..
 :class:`GateFamily` object, registered by name in :data:`moestat.model.gate_registry.GATES`; the
 regression models (:class:`~moestat.model.regression.MoEModel`,
 :class:`~moestat.model.protocol.ProtocolModel`), the likelihood models
-(:func:`~moestat.model.likelihood.log_gate`), the generic EM (``GenericEM.log_u`` and the free-gate
+(:class:`~moestat.model.likelihood.LikelihoodModel`), the generic EM (``GenericEM.log_u`` and the free-gate
 layout of :mod:`moestat.estimators.generic_starts`) and the pre-flight read the gate through it.
 
 The formula (Nguyen et al. (2024), eqs. (2) and (9); Nguyen, Ho & Rinaldo (2024) for the sigmoid):

@@ -93,7 +93,8 @@ def log_gate(gate: ProtocolGate, x: torch.Tensor, beta0: torch.Tensor, beta1: to
     :meth:`~moestat.model.gate_families.GateFamily.log_weights`) in log space, so that its
     derivatives (:mod:`torch.func`) stay finite where a Top-K gate switches an expert off.
     ``normalise=False``: the unnormalised ``u`` with ``log w = log_softmax(u)`` (the logits, or
-    ``log sigmoid`` of them).
+    ``log sigmoid`` of them).  The same as ``gate.log_weights(x, beta0, beta1, normalise)``, the one
+    entry point of the formula that the models and the generic EM call.
     """
     return gate.log_weights(x, beta0, beta1, normalise)
 
@@ -153,7 +154,7 @@ class LikelihoodModel:
     def weights(self, x, G: MixingMeasure) -> torch.Tensor:
         """Gate weights ``[..., n, k]`` (summing to one)."""
         x, Gt, _ = self._split(x, G)
-        return torch.exp(log_gate(self.gate, x, Gt.beta0, Gt.beta1))
+        return torch.exp(self.gate.log_weights(x, Gt.beta0, Gt.beta1))
 
     def expert_outputs(self, x, G: MixingMeasure) -> torch.Tensor:
         """Expert means ``[..., n, k]`` (multinomial: the expected class index)."""
@@ -179,7 +180,7 @@ class LikelihoodModel:
         x, Gt, e = self._split(x, G)
         y = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y, dtype=np.float64))
         s2 = Gt.eta[..., -1] if self.family == "gaussian" else None
-        lj = log_gate(self.gate, x, Gt.beta0, Gt.beta1) + self.log_components(x, y, e, s2)
+        lj = self.gate.log_weights(x, Gt.beta0, Gt.beta1) + self.log_components(x, y, e, s2)
         return torch.logsumexp(lj, -1)
 
     def loglik(self, x, y, G: MixingMeasure) -> torch.Tensor:
@@ -189,7 +190,7 @@ class LikelihoodModel:
     def sample_y(self, X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.ndarray:
         """``y [n]`` from the mixture at inputs ``X [n, d]``: an atom by the gate, then ``y`` from it."""
         x, Gt, e = self._split(X, G)
-        w = torch.exp(log_gate(self.gate, x, Gt.beta0, Gt.beta1)).numpy()
+        w = torch.exp(self.gate.log_weights(x, Gt.beta0, Gt.beta1)).numpy()
         n = X.shape[0]
         z = np.minimum((w.cumsum(-1) < rng.uniform(size=(n, 1))).sum(-1), w.shape[-1] - 1)
         if self.family == "multinomial":

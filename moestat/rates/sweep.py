@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -27,11 +27,10 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from moestat.estimators.em_driver import sweep_compile
-from moestat.estimators.starts import near_truth_init, random_init
 from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
-from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL, ExtrasStore
+from moestat.rates.extras import ExtrasStore
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
     build_estimator,
@@ -40,8 +39,8 @@ from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scena
 )
 from moestat.rates.store import LOSS_NAMES, ResultStore, utc_now, write_provenance
 from moestat.rates import truth_check as tc
-from moestat.rates.truth_check import PERTURB_SCALES
 from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
+from moestat.rates.truth_check import unit_estimator as _estimator  # noqa: F401 - its name before it moved
 
 __all__ = [
     "WorkUnit",
@@ -128,92 +127,6 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
     return units
 
 
-def _start(unit: WorkUnit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
-    """The start of one replicate: the scenario's own random or near-truth start
-    (:class:`moestat.data.synthetic.ScenarioBase`; a scenario knows its own gate's conventions)."""
-    if unit.init == "random":
-        return scenario.random_start(X, Y, rng)
-    return scenario.near_truth_start(unit.init_scale, rng, n=n, peer=unit.init == "peer")
-
-
-
-
-def _estimator(unit: WorkUnit, scenario, stream: int):
-    """The unit's estimator (:meth:`moestat.data.synthetic.ScenarioBase.estimator`).
-
-    Its internal randomness (restarts) gets its own child ``SeedSequence(seed, spawn_key=(n,
-    first replicate, stream))``, fixed by the unit's composition, never by the router or the
-    worker: ``stream`` 2 for the reported fit, 4 for the certificate's, 6 for the start sensitivity's.
-    """
-    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], stream))
-    est = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
-                             device=unit.device)
-    if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
-        est.compile = unit.compile
-    return est
-
-
-def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
-    """Extra start ``s`` of the optimum certificate: even ``s`` a perturbation of the truth at
-    scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` a data-free random start (the law the truth
-    is drawn from, :func:`moestat.estimators.starts.random_init`)."""
-    if s % 2 == 1:
-        return random_init(scenario.k_fit, scenario.d, rng)
-    return near_truth_init(scenario.truth, scenario.k_fit, PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n,
-                           schedule="constant")
-
-
-def _certificate(unit: "WorkUnit", scenario, X, Y, state: dict, fitted, holdout) -> list[dict]:
-    """Fit ``unit.extra_starts`` more starts per replicate in one batch; the certificate columns.
-
-    Each start has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 3, s))``, so the
-    result does not depend on chunking or workers; the reported fit (``state``, see
-    :func:`_against_truth`) is untouched.
-    """
-    E, n = unit.extra_starts, unit.n
-    starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))))
-              for r in unit.replicates for s in range(E)]
-    ex = _estimator(unit, scenario, 4)
-    ex.fit(np.repeat(X, E, axis=0), np.repeat(Y, E, axis=0), init=MixingMeasure.stack(starts))
-    R = len(unit.replicates)
-    obj_e = np.asarray(ex.objective_, float).reshape(R, E)
-    conv_e = np.asarray(ex.converged_, bool).reshape(R, E)
-    fit_e = ex.params_.numpy()
-    obj0 = np.asarray(state["objective"], float)  # the reported fit (answered when it was worse than the truth)
-    rows, best = [], []
-    for i in range(R):
-        cand = np.concatenate([[obj0[i]], np.where(np.isfinite(obj_e[i]), obj_e[i], np.inf)])
-        b = int(np.argmin(np.where(np.isfinite(cand), cand, np.inf)))
-        beaten = (not np.isfinite(obj0[i]) and np.isfinite(cand[b])) or bool(cand[b] < obj0[i] - BEATEN_RTOL * abs(obj0[i]))
-        b = b if beaten else 0  # a tie within the tolerance is the same minimum: keep the near-truth fit
-        best.append(fitted[i] if b == 0 else fit_e[i * E + b - 1])
-        rows.append({"best_objective": float(cand[b]), "best_start": b, "n_starts": E + 1,
-                     "n_starts_converged": int(bool(state["converged"][i])) + int(conv_e[i].sum()),
-                     "beaten": int(beaten)})
-    losses = compute_losses(scenario, MixingMeasure.stack(best), holdout)
-    for i, row in enumerate(rows):
-        for name in LOSS_NAMES:
-            row[f"best_{name}"] = float(losses[name][i])
-    return rows
-
-
-def _alt_start(unit: "WorkUnit", scenario, X, Y) -> list[dict]:
-    """Start sensitivity: refit every replicate from a near-truth start of scale ``alt_init_scale``.
-
-    The start noise has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 5))``; the
-    near-truth fit of ``results.csv`` is untouched.  Columns ``alt_converged`` and ``alt_<loss>``.
-    """
-    alt = replace(unit, init_scale=unit.alt_init_scale)
-    starts = [_start(alt, scenario, unit.n, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(unit.n, r, 5))),
-                     X[i], Y[i]) for i, r in enumerate(unit.replicates)]
-    est = _estimator(unit, scenario, 6)
-    est.fit(X, Y, init=MixingMeasure.stack(starts))
-    losses = compute_losses(scenario, est.params_.numpy(), _holdout(unit.scenario_key, unit.holdout))
-    conv = np.asarray(est.converged_, bool)
-    return [{"alt_converged": int(conv[i]), **{f"{ALT_PREFIX}{k}": float(v[i]) for k, v in losses.items()}}
-            for i in range(len(unit.replicates))]
-
-
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     """Every loss of one batch of fits, each an array ``[R]``: the scenario's own loss columns
     (:meth:`moestat.data.synthetic.ScenarioBase.loss_columns`; for a least-squares regression
@@ -245,14 +158,15 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     blas = threadpool_limits(limits=1)  # numpy's BLAS too: its spinning pool collapses on a busy machine
     try:
         scenario = _scenario(unit.scenario_key)
+        holdout = _holdout(unit.scenario_key, unit.holdout)
         X, Y, G0 = _draw(unit, scenario)
-        est = _estimator(unit, scenario, 2)
         t0 = time.perf_counter()
-        est.fit(X, Y, init=G0)
+        est = tc.fit_starts(unit, scenario, X, Y, G0, 2)
         state = tc.against_truth(unit, scenario, X, Y, est)
         elapsed = time.perf_counter() - t0
-        losses = compute_losses(scenario, state["params"], _holdout(unit.scenario_key, unit.holdout))
-        extras = _extras(unit, scenario, X, Y, state, losses)
+        checks = tc.more_starts(unit, scenario, X, Y, state, holdout)
+        losses = compute_losses(scenario, state["params"], holdout)
+        extras = _extras(unit, scenario, state, losses, checks)
     finally:
         torch.set_num_threads(old_threads)
         blas.restore_original_limits()
@@ -268,24 +182,21 @@ def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasu
         X, Y = scenario.sample(unit.n, np.random.default_rng(data_ss))
         Xs.append(X)
         Ys.append(Y)
-        starts.append(_start(unit, scenario, unit.n, np.random.default_rng(init_ss), X, Y))
+        starts.append(tc.unit_start(unit, scenario, unit.n, np.random.default_rng(init_ss), X, Y))
     return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts)
 
 
-def _extras(unit: WorkUnit, scenario, X, Y, state: dict, losses: dict) -> list[dict]:
+def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[dict]) -> list[dict]:
     """The ``extras.csv`` columns of each replicate (:mod:`moestat.rates.extras`): the declared
-    losses, the optimum certificate, the start sensitivity and the cell errors, as the unit asks."""
+    losses, the optimum certificate and the start sensitivity (``checks``,
+    :func:`moestat.rates.truth_check.more_starts`) and the cell errors, as the unit asks."""
     fitted = state["params"]
     extras = [{} for _ in unit.replicates]
     for spec in scenario.loss_specs:
         for i, e in enumerate(extras):
             e[spec.name] = float(losses[spec.name][i])
-    if unit.extra_starts > 0:
-        for e, c in zip(extras, _certificate(unit, scenario, X, Y, state, fitted, _holdout(unit.scenario_key, unit.holdout))):
-            e |= c
-    if unit.alt_init_scale > 0:
-        for e, a in zip(extras, _alt_start(unit, scenario, X, Y)):
-            e |= a
+    for e, c in zip(extras, checks):
+        e |= c
     if unit.cell_errors:
         ce = {**weighted_cell_errors(fitted, scenario.truth), **beta1_split(fitted, scenario.truth)}
         for i, e in enumerate(extras):

@@ -1,4 +1,11 @@
-"""Every simulated fit against the truth: the criterion at the true parameters, and the answer.
+"""Every fit of a work unit, and the fit against the truth: the criterion at the true parameters, the answer.
+
+A work unit (:class:`moestat.rates.sweep.WorkUnit`) fits in one way only, :func:`fit_starts` (its
+estimator, :func:`unit_estimator`, from given starts): the reported fit from the unit's starts
+(:func:`unit_start`), the answer's refits (below), and the refits that hold the reported fit
+against more starts (:func:`more_starts`: the optimum certificate, :func:`certificate`, and the
+start sensitivity, :func:`alt_start`; their columns are the ``extras.csv`` ones of
+:mod:`moestat.rates.extras`).
 
 A simulation knows what a real data analysis does not: the true mixing measure ``G*``.  Its
 criterion on the same data is a free certificate.  The maximum-likelihood estimate maximises the
@@ -32,7 +39,7 @@ For every fit of a sweep (:func:`moestat.rates.sweep.run_unit`) ``results.csv`` 
 **The answer** (:func:`answer_below_truth`), for the fits worse than the truth, is what a careful
 analyst would do without knowing ``G*``: more starts of the kinds the design already declares
 -- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
-(:data:`moestat.rates.sweep.PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
+(:data:`PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
 starts -- and :data:`ANSWER_JITTER` restarts from the best fit so far, perturbed; then, for what is
 still worse, :data:`ANSWER_ROUNDS` - 1 more rounds of restarts from the best fit so far.  The
 best fit by the criterion is kept.  No start is ever placed at the truth.  What remains below
@@ -42,17 +49,24 @@ stream ``SeedSequence(seed, spawn_key=(n, replicate, 7, round, s))``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from moestat.estimators.starts import near_truth_init, random_init
 from moestat.model.mixing import MixingMeasure
+from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL
+from moestat.rates.labels import LOSS_NAMES
 
 __all__ = [
     "LOGLIK_ESTIMATORS",
     "SSE_ESTIMATORS",
     "TRUTH_RTOL",
     "TRUTH_ATOL",
+    "unit_estimator",
+    "unit_start",
+    "fit_starts",
     "against_truth",
     "criterion_kind",
     "fit_criterion",
@@ -61,6 +75,9 @@ __all__ = [
     "is_below",
     "answer_below_truth",
     "truth_columns",
+    "more_starts",
+    "certificate",
+    "alt_start",
 ]
 
 #: Estimators judged by the log-likelihood (the data are drawn from the mixture).
@@ -83,10 +100,48 @@ ANSWER_RANDOM = 3
 ANSWER_JITTER = 2
 ANSWER_ROUNDS = 2
 #: Absolute noise scales of the perturbed near-truth starts (cycled): the answer's near-truth
-#: starts and the even extra starts of the optimum certificate (:func:`moestat.rates.sweep._extra_start`).
+#: starts and the even extra starts of the optimum certificate (:func:`certificate`).
 PERTURB_SCALES = (0.2, 0.5, 1.0)
 #: Noise scales of the restarts from the best fit so far (cycled).
 JITTER_SCALES = (0.1, 0.3)
+
+
+def unit_estimator(unit, scenario, *stream: int):
+    """A work unit's estimator (:meth:`moestat.data.synthetic.ScenarioBase.estimator`), with the
+    sweep's one ``compile`` decision (:attr:`moestat.rates.sweep.WorkUnit.compile`) for an EM.
+
+    Its internal randomness (restarts) gets its own child ``SeedSequence(seed, spawn_key=(n, first
+    replicate, *stream))``, fixed by the unit's composition, never by the router or the worker:
+    ``stream`` ``(2,)`` for the reported fit, ``(4,)`` for the optimum certificate's, ``(6,)`` for the
+    start sensitivity's and ``(8, round)`` for the answer's (:func:`answer_below_truth`).
+    """
+    est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], *stream))
+    est = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
+                             device=unit.device)
+    if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
+        est.compile = unit.compile
+    return est
+
+
+def unit_start(unit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
+    """The start of one replicate: the scenario's own random or near-truth start
+    (:class:`moestat.data.synthetic.ScenarioBase`; a scenario knows its own gate's conventions)."""
+    if unit.init == "random":
+        return scenario.random_start(X, Y, rng)
+    return scenario.near_truth_start(unit.init_scale, rng, n=n, peer=unit.init == "peer")
+
+
+def fit_starts(unit, scenario, X: np.ndarray, Y: np.ndarray, starts, *stream: int):
+    """Every fit of a work unit: :func:`unit_estimator` (randomness from ``stream``) fitted to
+    ``X [B, n, d]``, ``Y [B, n]`` from ``starts`` (one measure per batch entry: a list of unbatched
+    :class:`~moestat.model.mixing.MixingMeasure` or a batched one, stacked into ``[B]``).
+
+    The reported fit, the answer's refits, the optimum certificate and the start sensitivity
+    (:mod:`moestat.rates.sweep`) all fit this way.  Returns the fitted estimator.
+    """
+    est = unit_estimator(unit, scenario, *stream)
+    est.fit(X, Y, init=MixingMeasure.stack(starts))
+    return est
 
 
 def against_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
@@ -97,7 +152,7 @@ def against_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
     ``n_iter``, ``status`` and ``truth`` (the truth columns of each replicate).  A fit still worse
     than the truth after the answer gets the status ``below_truth`` and is not converged.
     """
-    P = est.params_.numpy()
+    P = est.params_  # float64 NumPy arrays (the estimator contract: MoEEstimator._set_fit); copied below
     state = {
         "params": MixingMeasure(np.array(P.beta0, dtype=float), np.array(P.beta1, dtype=float), np.array(P.eta, dtype=float)),
         "objective": np.array(est.objective_, dtype=float),
@@ -243,12 +298,7 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
                 owner.append(i)
                 s += 1
         owner = np.asarray(owner)
-        est_ss = np.random.SeedSequence(unit.seed, spawn_key=(n, unit.replicates[0], 8, rnd))
-        ex = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
-                                device=unit.device)
-        if hasattr(ex, "compile"):  # the sweep's one compile decision (moestat.rates.sweep.WorkUnit.compile)
-            ex.compile = unit.compile
-        ex.fit(X[owner], Y[owner], init=MixingMeasure.stack(starts))
+        ex = fit_starts(unit, scenario, X[owner], Y[owner], starts, 8, rnd)
         crit = fit_criterion(scenario, kind, ex, X[owner], Y[owner])
         sign = -1.0 if kind == "sse" else 1.0  # larger is better after the sign
         P = ex.params_.numpy()
@@ -292,3 +342,82 @@ def truth_columns(kind: str | None, first: np.ndarray, final: np.ndarray, truth:
         rows.append({"fit_objective": float(final[i]), "truth_objective": float(truth[i]), "truth_gap": float(g1[i]),
                      "first_gap": float(g0[i]), "truth_check": check})
     return rows
+
+
+# ---- the reported fit against more starts: the optimum certificate and the start sensitivity ----
+def more_starts(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdout: np.ndarray) -> list[dict]:
+    """The reported fit (``state`` of :func:`against_truth`) against more starts, as the unit asks:
+    the optimum certificate (:func:`certificate`, ``unit.extra_starts > 0``) and the start
+    sensitivity (:func:`alt_start`, ``unit.alt_init_scale > 0``).  One dict of ``extras.csv``
+    columns per replicate (empty when the unit asks for neither)."""
+    out = [{} for _ in unit.replicates]
+    if unit.extra_starts > 0:
+        for o, c in zip(out, certificate(unit, scenario, X, Y, state, holdout)):
+            o |= c
+    if unit.alt_init_scale > 0:
+        for o, a in zip(out, alt_start(unit, scenario, X, Y, holdout)):
+            o |= a
+    return out
+
+
+def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
+    """Extra start ``s`` of the optimum certificate: even ``s`` a perturbation of the truth at
+    scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` a data-free random start (the law the truth
+    is drawn from, :func:`moestat.estimators.starts.random_init`)."""
+    if s % 2 == 1:
+        return random_init(scenario.k_fit, scenario.d, rng)
+    return near_truth_init(scenario.truth, scenario.k_fit, PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n,
+                           schedule="constant")
+
+
+def certificate(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdout: np.ndarray) -> list[dict]:
+    """Fit ``unit.extra_starts`` more starts per replicate in one batch; the certificate columns
+    (:mod:`moestat.rates.extras`) of each replicate.
+
+    Each start has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 3, s))``, so the
+    result does not depend on chunking or workers; the reported fit (``state`` of
+    :func:`against_truth`) is untouched.  ``holdout``: the unit's held-out inputs, for the losses
+    of the best fit.
+    """
+    E, n = unit.extra_starts, unit.n
+    fitted = state["params"]
+    starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))))
+              for r in unit.replicates for s in range(E)]
+    ex = fit_starts(unit, scenario, np.repeat(X, E, axis=0), np.repeat(Y, E, axis=0), starts, 4)
+    R = len(unit.replicates)
+    obj_e = np.asarray(ex.objective_, float).reshape(R, E)
+    conv_e = np.asarray(ex.converged_, bool).reshape(R, E)
+    fit_e = ex.params_  # float64 NumPy arrays (the estimator contract)
+    obj0 = np.asarray(state["objective"], float)  # the reported fit (answered when it was worse than the truth)
+    rows, best = [], []
+    for i in range(R):
+        cand = np.concatenate([[obj0[i]], np.where(np.isfinite(obj_e[i]), obj_e[i], np.inf)])
+        b = int(np.argmin(np.where(np.isfinite(cand), cand, np.inf)))
+        beaten = (not np.isfinite(obj0[i]) and np.isfinite(cand[b])) or bool(cand[b] < obj0[i] - BEATEN_RTOL * abs(obj0[i]))
+        b = b if beaten else 0  # a tie within the tolerance is the same minimum: keep the near-truth fit
+        best.append(fitted[i] if b == 0 else fit_e[i * E + b - 1])
+        rows.append({"best_objective": float(cand[b]), "best_start": b, "n_starts": E + 1,
+                     "n_starts_converged": int(bool(state["converged"][i])) + int(conv_e[i].sum()),
+                     "beaten": int(beaten)})
+    losses = scenario.loss_columns(MixingMeasure.stack(best), holdout)
+    for i, row in enumerate(rows):
+        for name in LOSS_NAMES:
+            row[f"best_{name}"] = float(losses[name][i])
+    return rows
+
+
+def alt_start(unit, scenario, X: np.ndarray, Y: np.ndarray, holdout: np.ndarray) -> list[dict]:
+    """Start sensitivity: refit every replicate from a near-truth start of scale ``alt_init_scale``.
+
+    The start noise has its own stream ``SeedSequence(seed, spawn_key=(n, replicate, 5))``; the
+    near-truth fit of ``results.csv`` is untouched.  Columns ``alt_converged`` and ``alt_<loss>``
+    (losses on the unit's held-out inputs ``holdout``).
+    """
+    alt = replace(unit, init_scale=unit.alt_init_scale)
+    starts = [unit_start(alt, scenario, unit.n, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(unit.n, r, 5))),
+                         X[i], Y[i]) for i, r in enumerate(unit.replicates)]
+    est = fit_starts(unit, scenario, X, Y, starts, 6)
+    losses = scenario.loss_columns(est.params_, holdout)
+    conv = np.asarray(est.converged_, bool)
+    return [{"alt_converged": int(conv[i]), **{f"{ALT_PREFIX}{k}": float(v[i]) for k, v in losses.items()}}
+            for i in range(len(unit.replicates))]

@@ -361,3 +361,21 @@ def test_a_top_k_fit_moves_its_biases_to_a_stationary_point():
     assert np.abs(est.params_.numpy().beta0[0, :2] - start.beta0[:2]).max() > 0.05  # left the start
     truth_ll = float(sc.fit_model.loglik(torch.as_tensor(X), torch.as_tensor(Y), T))
     assert est.loglik_[0] >= truth_ll
+
+
+def test_predict_uses_the_model_the_generic_em_fitted_and_a_fused_refit_forgets_it():
+    """``model_`` is what the generic EM fitted (predict evaluates it); a fused refit of the same
+    estimator leaves none behind, so its predictions are the fused EM's mean function."""
+    import torch
+
+    from moestat.model.likelihood import LikelihoodModel
+
+    X, Y, G0 = _model1_batch(1, R=2, n=400)
+    est = MLEGaussianMoE(n_components=2, generic=True, max_iter=50).fit(X, Y, init=G0)
+    assert isinstance(est.model_, LikelihoodModel)
+    want = est.model_.predict(torch.as_tensor(X), est.params_).numpy()  # eta holds the variances (eta_variance)
+    np.testing.assert_array_equal(est.predict(X), want)
+    est.set_params(generic=False).fit(X, Y, init=G0)
+    fused = MLEGaussianMoE(n_components=2, max_iter=50).fit(X, Y, init=G0)
+    assert est.model_ is None and est.kernel_ == fused.kernel_
+    np.testing.assert_array_equal(est.predict(X), fused.predict(X))

@@ -175,3 +175,36 @@ def test_the_summary_counts_the_fits_found_answered_and_remaining(tmp_path, monk
                  "unknown": 0, "not_comparable": int(df["truth_check"].isin(["n/a", "nonfinite"]).sum())}
     assert s["counts"]["converged"] <= len(df) - below  # a fit below the truth is not converged
     assert f"gaussian-moe: {below} found, 0 answered, {below} remain (status below_truth)" in format_table(s)
+
+
+# -------------------------------------------------------------------------------------------------
+# every fit of a unit: one seam, one stream each
+# -------------------------------------------------------------------------------------------------
+def test_every_fit_of_a_unit_goes_through_fit_starts_with_its_own_stream(monkeypatch):
+    """The reported fit, the optimum certificate and the start sensitivity (and the answer, when a
+    fit is worse than the truth) each build the unit's estimator once through
+    :func:`~moestat.rates.truth_check.unit_estimator`, with the streams its docstring names; the
+    rows are those of an unobserved run."""
+    cfg = {"router": "perturbed", "n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 60,
+           "extra_starts": 2, "alt_init_scale": 0.3, "holdout": 128, "quiet": True}
+    unit = _unit(cfg)
+    plain = run_unit(unit)
+    seen = []
+    build = tc.unit_estimator
+
+    def watched(u, scenario, *stream):
+        seen.append(stream)
+        return build(u, scenario, *stream)
+
+    monkeypatch.setattr(tc, "unit_estimator", watched)
+    rows = run_unit(unit)
+    # the reported fit first, then the answer's rounds (8, round) if any, the certificate and the start sensitivity
+    assert seen[0] == (2,) and seen[-2:] == [(4,), (6,)]
+    assert all(len(s) == 2 and s[0] == 8 for s in seen[1:-2])
+
+    def same(a, b):
+        return a == b or (isinstance(a, float) and isinstance(b, float) and np.isnan(a) and np.isnan(b))
+
+    for a, b in zip(plain, rows):
+        assert a.keys() == b.keys()
+        assert all(same(a[k], b[k]) for k in a if k != "time")
