@@ -33,14 +33,13 @@ def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_pa
     same = m["beaten"] == 0
     assert (m.loc[same, "best_voronoi"] == m.loc[same, "voronoi"]).all()  # no better minimum: the same fit
     # what run_rates does with it (without drawing figures): the per-n certificate and the extra losses
-    from moestat.rates.experiment import _certificate_summary
-    from moestat.rates.extras import extra_columns, merge_extras
+    from moestat.rates.extras import certificate_summary, extra_columns, merge_extras
     from moestat.rates.fit import fit_rates
     from moestat.rates.store import read_results
 
     cfg = RatesConfig.from_dict({**BASE, "extra_starts": 3, "cell_errors": True})
     df = merge_extras(read_results(d1 / "results.csv"), d1 / "extras.csv")
-    rows = _certificate_summary(df, cfg)["by_router"]["perturbed"]
+    rows = certificate_summary(df, cfg.router, cfg.extra_starts)["by_router"]["perturbed"]
     assert [r["n"] for r in rows] == [100, 200, 400] and sum(r["certified"] for r in rows) == 6
     assert sum(r["beaten"] for r in rows) == int(m["beaten"].sum())
     extra = [c for c in extra_columns(3, True) if c.startswith(("best_", "weighted", "beta1")) and c != "best_objective"
