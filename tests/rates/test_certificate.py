@@ -42,6 +42,15 @@ def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_pa
     rows = certificate_summary(df, cfg.router, cfg.extra_starts)["by_router"]["perturbed"]
     assert [r["n"] for r in rows] == [100, 200, 400] and sum(r["certified"] for r in rows) == 6
     assert sum(r["beaten"] for r in rows) == int(m["beaten"].sum())
+    # the run read back once (what run_rates summarises): the same rows, certificate, counts and digest
+    from moestat.rates.store import audit_results, read_run
+
+    run = read_run(d1, cfg)
+    pd.testing.assert_frame_equal(run.df, df)
+    assert run.certificate == certificate_summary(df, cfg.router, cfg.extra_starts)
+    assert run.audit.digest == audit_results(d1 / "results.csv", cfg)[1].digest and run.audit.rows == 6
+    assert run.counts["fits"] == run.counts["expected"] == 6 and run.counts["by_router"]["perturbed"]["fits"] == 6
+    assert sum(run.truth_check["perturbed"][k] for k in ("found", "above", "unknown", "not_comparable")) <= 6
     extra = [c for c in extra_columns(3, True) if c.startswith(("best_", "weighted", "beta1")) and c != "best_objective"
              and c != "best_start"]
     fits = fit_rates(df, setting="exact", estimator="lse", losses=extra, n_boot=50)
