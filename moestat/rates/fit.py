@@ -18,7 +18,11 @@ The reported 95% interval ``[ci_low, ci_high]`` is the **envelope** of the boots
 of a straight line, e.g. curvature before the asymptotic regime); it is never narrower than
 either.
 
-Verdict (defined here once, applied to every fit): a loss with a predicted exponent ``p`` is
+This module computes the slopes; :func:`fit_rates` hands each fit's data (the whole window and
+its two halves, :class:`moestat.rates.verdicts.FitData`) to
+:func:`moestat.rates.verdicts.judge_fits`, which gives every fit its verdict, category and plan.
+
+Verdict (:func:`moestat.rates.verdicts.verdict`, applied to every fit): a loss with a predicted exponent ``p`` is
 ``consistent`` when ``ci_low - tol <= p <= ci_high + tol`` with the declared tolerance ``tol``
 (default 0.15, the band of the issue).  The stricter ``within_band`` says whether the whole
 interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
