@@ -177,14 +177,6 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
     return info, blocks
 
 
-def _separation(truth) -> float:
-    om = np.asarray(truth.numpy().omega())
-    k = om.shape[0]
-    if k < 2:
-        return math.inf
-    return float(min(np.linalg.norm(om[i] - om[j]) for i in range(k) for j in range(i + 1, k)))
-
-
 def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int = MC_DRAWS, seed: int = 0) -> dict[str, Any]:
     """The pre-flight report of one scenario on the grid ``ns`` (see the module docstring).
 
@@ -203,7 +195,8 @@ def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int
     lam_min, lam_max = float(w[0]), float(w[-1])
     cond = lam_max / lam_min if lam_min > 0 else math.inf
     cov = (V / w) @ V.T if lam_min > 0 else np.full_like(info, math.inf)
-    sep = _separation(scenario.truth)
+    om = np.asarray(scenario.truth.numpy().omega())  # the true atoms' omega = (beta1, eta), [k, d + q]
+    sep = min((float(np.linalg.norm(a - b)) for i, a in enumerate(om) for b in om[i + 1:]), default=math.inf)
     target = fraction * sep
     rows, n_ok = [], 0.0
     for name, idx in blocks:
