@@ -26,7 +26,8 @@ from torch.func import jacfwd, vmap
 from moestat.estimators.lse_kernel import CHUNK_BYTES
 from moestat.model.mixing import MixingMeasure, ParameterBox
 
-__all__ = ["AutogradDesign", "AutogradKernel", "bounds", "n_params", "pack", "protocol_starts", "unpack"]
+__all__ = ["AutogradDesign", "AutogradKernel", "block_indices", "bounds", "free_parameters", "n_params", "pack", "protocol_starts",
+           "unpack"]
 
 
 def n_params(k: int, d: int, q: int, reference: bool) -> int:
@@ -53,6 +54,50 @@ def pack(G: MixingMeasure, reference: bool) -> torch.Tensor:
     if reference:
         return torch.cat([G.beta0[:, :-1], G.beta1[:, :-1].reshape(R, -1), G.eta.reshape(R, -1)], dim=1)
     return torch.cat([G.beta0, G.beta1.reshape(R, -1), G.eta.reshape(R, -1)], dim=1)
+
+
+def block_indices(k: int, d: int, q: int, reference: bool) -> list[tuple[str, list[int]]]:
+    """``(name, indices)`` of every parameter block of the layout, atom by atom: ``atom i beta0``
+    and ``atom i beta1`` of the free atoms (not the reference atom), ``atom i eta`` of every atom."""
+    kr = k - 1 if reference else k
+    out = []
+    for i in range(kr):
+        out.append((f"atom {i} beta0", [i]))
+    for i in range(kr):
+        out.append((f"atom {i} beta1", list(range(kr + i * d, kr + (i + 1) * d))))
+    base = kr * (d + 1)
+    for i in range(k):
+        out.append((f"atom {i} eta", list(range(base + i * q, base + (i + 1) * q))))
+    order = {f"atom {i}": i for i in range(k)}
+    return sorted(out, key=lambda b: (order[" ".join(b[0].split()[:2])], ["beta0", "beta1", "eta"].index(b[0].split()[2])))
+
+
+def free_parameters(G: MixingMeasure, reference: bool):
+    """One measure in the free-parameter layout, for differentiating a function of it at ``G``.
+
+    Parameters
+    ----------
+    G : MixingMeasure
+        Unbatched (numpy or torch), ``k`` atoms of dimension ``d`` with ``q`` expert parameters.
+    reference : bool
+        Whether the last atom's router is fixed at zero (softmax gates) and left out.
+
+    Returns
+    -------
+    theta0 : torch.Tensor [P] float64
+        ``G``'s free parameters (:func:`pack`).
+    measure : callable
+        ``theta [P] -> MixingMeasure`` (torch; :func:`unpack`): autograd flows through it.
+    blocks : list of (str, list of int)
+        :func:`block_indices` of the layout.
+    """
+    k, d, q = G.n_atoms, G.dim, G.eta_dim
+    blocks = block_indices(k, d, q, reference)
+
+    def measure(theta: torch.Tensor) -> MixingMeasure:
+        return MixingMeasure(*unpack(theta, k, d, q, reference))
+
+    return pack(G.expand(1).torch(), reference)[0], measure, blocks
 
 
 def bounds(box: ParameterBox, k: int, d: int, q: int, reference: bool, like: torch.Tensor):

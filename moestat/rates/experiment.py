@@ -19,81 +19,27 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
-from moestat.rates.extras import BEATEN_RTOL, merge_extras
-from moestat.rates import figures  # its plot_convergence read at call time (a test may replace it)
-from moestat.rates.figures import check_figure_formats
+from moestat.rates.figures import check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
-from moestat.rates.store import audit_results, check_resumable
-from moestat.rates.sweep import run_sweep
+from moestat.rates.store import check_resumable
+from moestat.rates.sweep import run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
 SUMMARY_SCHEMA = "moestat.rates.summary/1"
 
 
-def _counts(df, config: RatesConfig) -> dict[str, Any]:
-    expected = len(config.ns) * config.reps
-    out: dict[str, Any] = {}
-    total = {"expected": 0, "fits": 0, "converged": 0, "failed": 0, "nonfinite": 0}
-    for router in config.router:
-        sub = df[df["router"] == router]
-        nonfinite = int((~np.isfinite(sub[["voronoi", "regression_l2"]].to_numpy(float))).any(axis=1).sum())
-        c = {
-            "expected": expected,
-            "fits": int(len(sub)),
-            "converged": int(sub["converged"].fillna(False).astype(bool).sum()),
-            "failed": int((~sub["converged"].fillna(False).astype(bool)).sum()),
-            "nonfinite": nonfinite,
-        }
-        out[router] = c
-        for k in total:
-            total[k] += c[k]
-    return {**total, "by_router": out}
-
-
-def _certificate_summary(df, config: RatesConfig) -> dict[str, Any] | None:
-    """Per router and ``n``: replicates whose near-truth fit was beaten by an extra start (``None``
-    without extra starts)."""
-    if config.extra_starts <= 0 or "beaten" not in df:
-        return None
-    out: dict[str, Any] = {"extra_starts": config.extra_starts, "beaten_rtol": BEATEN_RTOL, "by_router": {}}
-    for router in config.router:
-        sub = df[df["router"] == router]
-        rows = []
-        for n, g in sub.groupby("n"):
-            b = g["beaten"].to_numpy(float)
-            have = b[~np.isnan(b)]
-            rows.append({"n": int(n), "beaten": int(have.sum()), "certified": int(have.size), "missing": int(b.size - have.size),
-                         "fraction_beaten": float(have.mean()) if have.size else None})
-        out["by_router"][router] = rows
-    return out
-
-
-def _truth_summary(df, config: RatesConfig) -> dict[str, Any]:
-    """Per router: the fits found worse than the truth, answered, and remaining
-    (:mod:`moestat.rates.truth_check`; ``unknown``: rows written before the check existed)."""
-    out: dict[str, Any] = {}
-    for router in config.router:
-        c = df.loc[df["router"] == router, "truth_check"].value_counts().to_dict() if "truth_check" in df else {}
-        answered, remain = int(c.get("answered", 0)), int(c.get("below_truth", 0))
-        out[router] = {"found": answered + remain, "answered": answered, "remain": remain,
-                       "above": int(c.get("above", 0)), "unknown": int(c.get("unknown", 0)),
-                       "not_comparable": int(c.get("n/a", 0)) + int(c.get("nonfinite", 0))}
-    return out
-
-
 def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None):
-    """Run (or resume) the sweep, join ``extras.csv``, fit every loss; ``(df, fits)``."""
-    df = run_sweep(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster)
-    df = merge_extras(df, out / "extras.csv") if experiment.extra_columns else df
-    return df, fit_experiment(df, experiment)
+    """Run (or resume) the sweep, fit every loss; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
+    ``results.csv`` joined with ``extras.csv``, its audit and tallies)."""
+    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster)
+    return rows, fit_experiment(rows.df, experiment)
 
 
 def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None):
@@ -108,15 +54,15 @@ def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None)
     Returns
     -------
     tuple
-        ``(experiment, df, fits, adaptive, growth)``: the experiment of the last round, its rows
-        and fits, and the record of each adaptive loop (``None`` when off).
+        ``(experiment, rows, fits, adaptive, growth)``: the experiment of the last round, its rows
+        (:class:`~moestat.rates.store.RunRows`) and fits, and the record of each adaptive loop (``None`` when off).
     """
     c = experiment.config
     adaptive = {"max_reps": c.max_reps, "halfwidth": c.halfwidth, "rounds": []} if c.max_reps else None
     growth = {"grow_n": c.grow_n, "ladder": c.grid.ladder, "rounds": []} if c.grow_n else None
     more_reps = adaptive is not None
     while True:
-        df, fits = _sweep_and_fit(experiment, out, resume, cluster)
+        rows, fits = _sweep_and_fit(experiment, out, resume, cluster)
         resume = True
         if more_reps:
             need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
@@ -142,7 +88,7 @@ def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None)
                 c = experiment.config
                 continue
             growth["added"] = c.grid.ladder[: c.grown]
-        return experiment, df, fits, adaptive, growth
+        return experiment, rows, fits, adaptive, growth
 
 
 def effective_setting(config: RatesConfig) -> str:
@@ -237,9 +183,8 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
-    experiment, df, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
+    experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
     config = experiment.config
-    _, audit = audit_results(out / "results.csv", experiment)
     setting = experiment.setting
     summary = {
         "schema": SUMMARY_SCHEMA,
@@ -267,11 +212,11 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
-        "counts": _counts(df, config),
+        "counts": rows.counts,
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
-        "rows": {"file": "results.csv", "count": audit.rows, "sha256": audit.digest},
-        "certificate": _certificate_summary(df, config),
-        "truth_check": _truth_summary(df, config),
+        "rows": {"file": "results.csv", "count": rows.audit.rows, "sha256": rows.audit.digest},
+        "certificate": rows.certificate,
+        "truth_check": rows.truth_check,
         "adaptive": adaptive,
         "growth": growth,
         "preflight": pre,
@@ -280,12 +225,8 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
     }
     path = atomic_write_json(out / "summary.json", summary)
     summary = json.loads(path.read_text(encoding="utf-8"))
-    losses_all = [f["loss"] for f in summary["fits"] if f["router"] == config.router[0] and f["slope"] is not None]
-    figures.plot_convergence(df, summary["fits"], out / "convergence", losses=list(experiment.headline), routers=config.router,
-                     title=f"{setting}-specified, {config.estimator}", formats=formats)
-    if losses_all:
-        figures.plot_convergence(df, summary["fits"], out / "convergence_all", losses=losses_all, routers=config.router,
-                         title=f"{setting}-specified, {config.estimator}", formats=formats)
+    plot_run(rows.df, summary["fits"], out, headline=experiment.headline, routers=config.router,
+             title=f"{setting}-specified, {config.estimator}", formats=formats)
     return summary
 
 

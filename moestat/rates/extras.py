@@ -32,10 +32,12 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from moestat.io import append_line, atomic_write_text
 from moestat.rates.labels import LOSS_NAMES
 
-__all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras"]
+__all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras", "certificate_summary"]
 
 #: Relative margin by which an extra start must lower the objective to count as beating the
 #: near-truth fit: far above the LM stopping tolerance on the objective (ftol = 1e-12 relative), far
@@ -113,3 +115,25 @@ def merge_extras(df, path: str | os.PathLike):
     ex["n"] = ex["n"].astype(int)
     ex["replicate"] = ex["replicate"].astype(int)
     return df.merge(ex, on=list(KEY), how="left")
+
+
+def certificate_summary(df, routers: Sequence[str], extra_starts: int) -> dict | None:
+    """Per router and ``n``: replicates whose near-truth fit was beaten by an extra start (``None``
+    without extra starts, or when ``df`` has no ``beaten`` column).
+
+    ``df`` is the results joined with ``extras.csv`` (:func:`merge_extras`); a replicate whose
+    extras line is missing (a kill between the two appends) counts as ``missing``.
+    """
+    if extra_starts <= 0 or "beaten" not in df:
+        return None
+    out: dict = {"extra_starts": extra_starts, "beaten_rtol": BEATEN_RTOL, "by_router": {}}
+    for router in routers:
+        sub = df[df["router"] == router]
+        rows = []
+        for n, g in sub.groupby("n"):
+            b = g["beaten"].to_numpy(float)
+            have = b[~np.isnan(b)]
+            rows.append({"n": int(n), "beaten": int(have.sum()), "certified": int(have.size), "missing": int(b.size - have.size),
+                         "fraction_beaten": float(have.mean()) if have.size else None})
+        out["by_router"][router] = rows
+    return out

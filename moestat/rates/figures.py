@@ -277,6 +277,18 @@ def plot_convergence(
         plt.close(fig)
 
 
+def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str], routers: Sequence[str],
+             title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS) -> None:
+    """The figures of a rates run (what :func:`moestat.rates.run_rates` draws), each by
+    :func:`plot_convergence`: ``convergence`` (the ``headline`` losses) and ``convergence_all``
+    (every loss of the first router that has a slope in ``fits``; not drawn when none has).
+    ``title``, ``formats`` as :func:`plot_convergence`."""
+    every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
+    drawn = [("convergence", list(headline))] + ([("convergence_all", every)] if every else [])
+    for stem, losses in drawn:
+        plot_convergence(df, fits, Path(out_dir) / stem, losses=losses, routers=routers, title=title, formats=formats)
+
+
 def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),
                      routers: Sequence[str] | None = None, title: str | None = None):
     """The figure of :func:`plot_convergence`, not saved (a :class:`matplotlib.figure.Figure`;

@@ -18,7 +18,11 @@ The reported 95% interval ``[ci_low, ci_high]`` is the **envelope** of the boots
 of a straight line, e.g. curvature before the asymptotic regime); it is never narrower than
 either.
 
-Verdict (defined here once, applied to every fit): a loss with a predicted exponent ``p`` is
+This module computes the slopes; :func:`fit_rates` hands each fit's data (the whole window and
+its two halves, :class:`moestat.rates.verdicts.FitData`) to
+:func:`moestat.rates.verdicts.judge_fits`, which gives every fit its verdict, category and plan.
+
+Verdict (:func:`moestat.rates.verdicts.verdict`, applied to every fit): a loss with a predicted exponent ``p`` is
 ``consistent`` when ``ci_low - tol <= p <= ci_high + tol`` with the declared tolerance ``tol``
 (default 0.15, the band of the issue).  The stricter ``within_band`` says whether the whole
 interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
@@ -42,8 +46,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from moestat.rates.labels import LOSS_NAMES
-from moestat.rates.stability import FAST_ROUTER, combine_halves, halves, is_slow_rate, slow_rate_category
-from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, categorize, curvature, plan, robust_slope, tail_slope, verdict
+from moestat.rates.stability import halves, is_slow_rate
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, Curve, FitData, judge_fits, verdict
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -337,12 +341,14 @@ def fit_rates(
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
     fits: list[dict[str, Any]] = []
+    data: list[FitData | None] = []
     for ri, router in enumerate(routers):
         sub = df[df["router"] == router]
         for li, loss in enumerate(losses):
-            fits.append(_fit_loss(sub, router, loss, (ri, li), opts))
-    _judge_slow_rate(fits, tolerance)
-    _judge_halves(fits)
+            entry, d = _fit_loss(sub, router, loss, (ri, li), opts)
+            fits.append(entry)
+            data.append(d)
+    judge_fits(fits, data, tolerance=tolerance, halfwidth=halfwidth)  # verdicts, categories, plans
     return fits
 
 
@@ -395,9 +401,10 @@ def _converged(part) -> tuple[int, int] | None:
     return (int(part["converged"].fillna(False).astype(bool).sum()), int(len(part))) if "converged" in part else None
 
 
-def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOptions) -> dict[str, Any]:
-    """The fit entry of one router's rows ``sub`` and one loss; ``where = (router index, loss
-    index)`` names its bootstrap streams ``SeedSequence(seed, spawn_key=(ri, li, ...))``."""
+def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOptions) -> tuple[dict[str, Any], FitData | None]:
+    """The fit entry of one router's rows ``sub`` and one loss, and the data it is judged by
+    (:func:`moestat.rates.verdicts.judge_fits`; ``None`` without a slope).  ``where = (router
+    index, loss index)`` names its bootstrap streams ``SeedSequence(seed, spawn_key=(ri, li, ...))``."""
     ri, li = where
     lo, hi = o.window
     ns_all = sorted(int(n) for n in sub["n"].unique())
@@ -405,7 +412,6 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
     vals = [sub.loc[sub["n"] == n, loss].to_numpy(float) for n in ns_win]
     ns, vals = _clean(ns_win, vals)
     in_win = sub[sub["n"].isin(ns_win)]
-    conv = _converged(in_win)
     entry: dict[str, Any] = {
         "router": router,
         "setting": o.setting,
@@ -418,14 +424,14 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
         entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
                       "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
                       "category": None, "reason": "not defined in this setting (no finite positive value)"})
-        return entry
+        return entry, None
     if len(ns) < 3:
         entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
                       "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
                       "category": "inconclusive",
                       "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})
-        return entry
-    # what the curve alone says, then the evidence for the verdict (moestat.rates.verdicts)
+        return entry, None
+    # what the curve says; its verdict is moestat.rates.verdicts.judge_fits'
     pr = per_replicate_fit(ns, vals)
     nf = np.asarray(ns, float)
     # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
@@ -433,14 +439,13 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
     sensitivity = window_sensitivity(ns, vals)
     log_model = log_model_comparison(ns, vals) if router == "cosine" else None
     rng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li)))
-    slow = is_slow_rate(router, loss, entry["predicted"])
-    ev = _evidence(ns, vals, entry["predicted"], o.tolerance, conv, rng, o.n_boot, o.halfwidth, slow)
-    lm, bs, ci_low, ci_high = ev["log_mean"], ev["bootstrap"], ev["ci_low"], ev["ci_high"]
+    swi = slope_with_interval(ns, vals, rng, o.n_boot)
+    lm, bs = swi["log_mean"], swi["bootstrap"]
     entry.update(
         {
             "slope": lm["slope"],
-            "ci_low": ci_low,
-            "ci_high": ci_high,
+            "ci_low": swi["ci_low"],
+            "ci_high": swi["ci_high"],
             "window": [ns[0], ns[-1]],
             "n_sizes": len(ns),
             "n_values": int(sum(len(v) for v in vals)),
@@ -453,90 +458,17 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
     )
     if log_model is not None:
         entry["log_model"] = log_model
-    entry.update(verdict(entry["predicted"], ci_low, ci_high, o.tolerance))
-    cat = {"category": ev["category"], "reason": ev["reason"]}
-    entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
-                  "converged": list(conv) if conv else None, **cat})
-    if ev.get("stable_from") is not None:
-        entry["stable_from"] = ev["stable_from"]
-    entry["plan"] = plan(predicted=entry["predicted"], reps=min(len(v) for v in vals), bootstrap=bs, log_mean=lm,
-                         curv=ev["curvature"], ns=ns, category=cat["category"], halfwidth=o.halfwidth,
-                         stable_from=ev.get("stable_from"))
-    entry["_evidence"] = [ev, *_half_evidence(in_win, ns_win, loss, entry["predicted"], where, slow, o)]
+    # the same slope on two independent halves of the replicates (moestat.rates.stability)
+    half_curves = []
+    for h, part in enumerate(halves(in_win)):
+        hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
+        hrng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(*where, 1 + h)))
+        half_curves.append(Curve(hn, hv, _converged(part), slope_with_interval(hn, hv, hrng, o.n_boot)) if len(hn) >= 3 else None)
+    alt = None
     if o.alt_start is not None and f"alt_{loss}" in sub:
         an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
         if len(an) >= 3:
             arng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li, 9)))
-            entry["start_sensitivity"] = _start_sensitivity(entry, slope_with_interval(an, av, arng, o.n_boot), o.alt_start)
-    return entry
-
-
-def _half_evidence(in_win, ns_win, loss, predicted, where, slow, o: _FitOptions) -> list[dict[str, Any]]:
-    """The same judgement on two independent halves of the replicates (:mod:`moestat.rates.stability`)."""
-    out = []
-    for h, part in enumerate(halves(in_win)):
-        hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
-        if len(hn) < 3:
-            out.append({"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None})
-            continue
-        hrng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(*where, 1 + h)))
-        out.append(_evidence(hn, hv, predicted, o.tolerance, _converged(part), hrng, o.n_boot, o.halfwidth, slow))
-    return out
-
-
-def _evidence(ns, vals, predicted, tolerance, conv, rng, n_boot, halfwidth, slow_rate: bool = False) -> dict[str, Any]:
-    """Slope with interval, robust slope, curvature, tail and the generic category of one data set
-    (``slow_rate``: a Theorem 2/3 claim, see :func:`moestat.rates.verdicts.categorize`)."""
-    swi = slope_with_interval(ns, vals, rng, n_boot)
-    rob, cv, tl = robust_slope(ns, vals), curvature(ns, vals), tail_slope(ns, vals)
-    cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=ns, values=vals,
-                     tolerance=tolerance, converged=conv, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth, slow_rate=slow_rate)
-    return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(ns), "values": vals, **cat}
-
-
-def _judge_slow_rate(fits: list[dict[str, Any]], tolerance: float) -> None:
-    """Theorems 2/3 (no polynomial rate): the slow-rate rule of :mod:`moestat.rates.stability`,
-    on the whole data and on each half, with the fast router's tail on the same part."""
-    by_key = {(f["router"], f["loss"]): f for f in fits}
-    for f in fits:
-        if not is_slow_rate(f["router"], f["loss"], f["predicted"]) or f.get("slope") is None:
-            continue
-        ref = by_key.get((FAST_ROUTER, f["loss"]))
-        ref_ev = ref.get("_evidence") if ref is not None and ref.get("slope") is not None else None
-        if ref is not None and ref.get("slope") is not None:
-            f["perturbed_slope"] = ref["slope"]
-        for j, ev in enumerate(f["_evidence"]):
-            if ev.get("slope") is None:
-                continue
-            fast = ref_ev[j] if ref_ev is not None and j < len(ref_ev) and ref_ev[j].get("slope") is not None else None
-            res = slow_rate_category(base=ev, slope=ev["slope"], ci=(ev["ci_low"], ev["ci_high"]), ns=ev["ns"],
-                                     values=ev["values"], tolerance=tolerance, fast_tail=None if fast is None else fast["tail"],
-                                     curv=ev["curvature"], tail=ev["tail"])
-            ev.update(res)
-            if j == 0:
-                f.update({"category": res["category"], "reason": res["reason"], "slow_rule": res["slow_rule"]})
-        f["judged_by"] = "slow_rate_rule"
-        f["consistent"] = {"consistent": True, "floor": True, "inconsistent": False}.get(f["category"])
-
-
-def _start_sensitivity(entry: dict[str, Any], alt: dict[str, Any], scales: tuple[float, float]) -> dict[str, Any]:
-    """How far a start of another noise scale moves the slope, against the interval's half-width."""
-    half = 0.5 * (entry["ci_high"] - entry["ci_low"])
-    diff = alt["slope"] - entry["slope"]
-    return {"init_scale": scales[0], "alt_init_scale": scales[1], "slope": entry["slope"], "alt_slope": alt["slope"],
-            "alt_ci": [alt["ci_low"], alt["ci_high"]], "difference": diff, "halfwidth": half, "moves": bool(abs(diff) > half)}
-
-
-def _judge_halves(fits: list[dict[str, Any]]) -> None:
-    """Report a category only when two independent halves of the replicates agree on it."""
-    for f in fits:
-        evs = f.pop("_evidence", None)
-        if not evs or f.get("slope") is None:
-            continue
-        res = combine_halves({"category": f.get("category"), "reason": f.get("reason")}, evs[1:])
-        f.update(res)
-        st = f.get("start_sensitivity")
-        if st and st["moves"]:
-            f["reason"] = (f"{f.get('reason') or ''}; the start moves the slope: start noise {st['init_scale']:g} -> "
-                           f"{st['alt_init_scale']:g} gives {st['alt_slope']:.2f} (by {st['difference']:+.2f}, more than the "
-                           f"interval's half-width {st['halfwidth']:.2f}): what is measured depends on the start")
+            alt = slope_with_interval(an, av, arng, o.n_boot)
+    whole = Curve(ns, vals, _converged(in_win), swi)
+    return entry, FitData(whole, tuple(half_curves), is_slow_rate(router, loss, entry["predicted"]), alt, o.alt_start)

@@ -39,9 +39,8 @@ import torch
 from torch.func import jacfwd
 
 from moestat.estimators.gllim import gllim_log_components, split_measure
-from moestat.estimators.jacobians import pack, unpack
+from moestat.estimators.jacobians import free_parameters
 from moestat.model.gaussian_moe import component_log_joint
-from moestat.model.mixing import MixingMeasure
 from moestat.model.protocol import ProtocolModel
 
 __all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "format_preflight"]
@@ -54,40 +53,16 @@ COND_WARN = 1e6
 MC_DRAWS = 20000
 
 
-def _layout(scenario) -> tuple[int, int, int, bool]:
-    t = scenario.truth
-    ref = scenario.model.gate.reference if isinstance(scenario.model, ProtocolModel) else True
-    return t.n_atoms, t.dim, t.eta_dim, bool(ref)
-
-
-def _block_names(k: int, d: int, q: int, reference: bool) -> list[tuple[str, list[int]]]:
-    """``(name, indices)`` of every parameter block in the free-parameter layout."""
-    kr = k - 1 if reference else k
-    out = []
-    for i in range(kr):
-        out.append((f"atom {i} beta0", [i]))
-    for i in range(kr):
-        out.append((f"atom {i} beta1", list(range(kr + i * d, kr + (i + 1) * d))))
-    base = kr * (d + 1)
-    for i in range(k):
-        out.append((f"atom {i} eta", list(range(base + i * q, base + (i + 1) * q))))
-    order = {f"atom {i}": i for i in range(k)}
-    return sorted(out, key=lambda b: (order[" ".join(b[0].split()[:2])], ["beta0", "beta1", "eta"].index(b[0].split()[2])))
-
-
 class _Density(NamedTuple):
     """The per-sample function of ``theta`` whose Jacobian makes the Fisher information, with its layout.
 
     ``f(G, x [c, d], y [c]) -> [c]`` (a log-density, or the regression function) of a measure ``G``
-    that :func:`fisher_information` unpacks from ``theta [P]`` in
-    :func:`moestat.estimators.jacobians.pack`'s layout of ``(k, d, q, ref)``; ``X``,
-    ``Y`` the Monte Carlo draws; ``scale`` the factor of ``E[J^T J]`` (``1 / nu`` for least
-    squares); ``drop`` the free coordinates the model does not identify (fixed at the truth).
+    that :func:`fisher_information` unpacks from ``theta [P]`` in the free-parameter layout of
+    the truth (:func:`moestat.estimators.jacobians.free_parameters`, a reference atom when
+    ``ref``); ``X``, ``Y`` the Monte Carlo draws; ``scale`` the factor of ``E[J^T J]`` (``1 / nu``
+    for least squares); ``drop`` the free coordinates the model does not identify (fixed at the truth).
     """
 
-    k: int
-    d: int
-    q: int
     ref: bool
     X: np.ndarray
     Y: np.ndarray
@@ -112,7 +87,7 @@ def _gllim_density(scenario, m: int, rng) -> _Density:
                                   torch.linalg.cholesky(Gs)[None], A[None], b[None], nu[None])
         return torch.logsumexp(lc, dim=1)[0]  # per sample
 
-    return _Density(k, d, q, False, X, Y, f, 1.0, drop)
+    return _Density(False, X, Y, f, 1.0, drop)
 
 
 def _file_likelihood_density(scenario, m: int, rng) -> _Density:
@@ -128,29 +103,28 @@ def _file_likelihood_density(scenario, m: int, rng) -> _Density:
     def f(G, x, y):
         return model.log_density(x, y, G)  # per sample
 
-    return _Density(k, d, q, ref, X, Y, f, 1.0, drop)
+    return _Density(ref, X, Y, f, 1.0, drop)
 
 
 def _gaussian_moe_density(scenario, m: int, rng) -> _Density:
     """The softmax-gated Gaussian MoE (model 1): ``log p(y | x)`` from the joint components."""
-    k, d, q = scenario.truth.n_atoms, scenario.truth.dim, scenario.truth.eta_dim
     X, Y = scenario.sample(m, rng)
 
     def f(G, x, y):
         return torch.logsumexp(component_log_joint(x, y, G), dim=-1)
 
-    return _Density(k, d, q, True, X, Y, f, 1.0, [])
+    return _Density(True, X, Y, f, 1.0, [])
 
 
 def _least_squares_density(scenario, m: int, rng) -> _Density:
     """``Y = g_theta(X) + eps``: the regression function, scaled by ``1 / nu``."""
-    k, d, q, ref = _layout(scenario)
+    ref = scenario.model.gate.reference if isinstance(scenario.model, ProtocolModel) else True
     X = scenario.sample_x(m, rng)
 
     def f(G, x, y):  # noqa: ARG001 - the regression function does not involve y
         return scenario.model.predict(x, G)
 
-    return _Density(k, d, q, ref, X, np.zeros(m), f, 1.0 / float(scenario.noise_var), [])
+    return _Density(bool(ref), X, np.zeros(m), f, 1.0 / float(scenario.noise_var), [])
 
 
 def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 4096) -> tuple[np.ndarray, list]:
@@ -181,10 +155,10 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         dens = _gaussian_moe_density(scenario, m, rng)
     else:
         dens = _least_squares_density(scenario, m, rng)
-    theta0 = pack(scenario.truth.expand(1).torch(), dens.ref)[0]
+    theta0, measure, blocks = free_parameters(scenario.truth, dens.ref)
 
     def f(theta, x, y):  # the density's function of the free-parameter vector
-        return dens.f(MixingMeasure(*unpack(theta, dens.k, dens.d, dens.q, dens.ref)), x, y)
+        return dens.f(measure(theta), x, y)
 
     P = theta0.numel()
     info = torch.zeros(P, P, dtype=torch.float64)
@@ -193,7 +167,7 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         y = torch.as_tensor(dens.Y[s:s + chunk], dtype=torch.float64)
         J = jacfwd(f)(theta0, x, y)  # [c, P]
         info += J.T @ J
-    info, blocks = (info / m * dens.scale).numpy(), _block_names(dens.k, dens.d, dens.q, dens.ref)
+    info = (info / m * dens.scale).numpy()
     if dens.drop:
         drops = sorted(dens.drop)
         keep = [i for i in range(info.shape[0]) if i not in drops]
@@ -201,14 +175,6 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         blocks = [(name, [i - sum(j < i for j in drops) for i in idx if i not in drops]) for name, idx in blocks]
         blocks = [(name, idx) for name, idx in blocks if idx]
     return info, blocks
-
-
-def _separation(truth) -> float:
-    om = np.asarray(truth.numpy().omega())
-    k = om.shape[0]
-    if k < 2:
-        return math.inf
-    return float(min(np.linalg.norm(om[i] - om[j]) for i in range(k) for j in range(i + 1, k)))
 
 
 def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int = MC_DRAWS, seed: int = 0) -> dict[str, Any]:
@@ -229,7 +195,8 @@ def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int
     lam_min, lam_max = float(w[0]), float(w[-1])
     cond = lam_max / lam_min if lam_min > 0 else math.inf
     cov = (V / w) @ V.T if lam_min > 0 else np.full_like(info, math.inf)
-    sep = _separation(scenario.truth)
+    om = np.asarray(scenario.truth.numpy().omega())  # the true atoms' omega = (beta1, eta), [k, d + q]
+    sep = min((float(np.linalg.norm(a - b)) for i, a in enumerate(om) for b in om[i + 1:]), default=math.inf)
     target = fraction * sep
     rows, n_ok = [], 0.0
     for name, idx in blocks:

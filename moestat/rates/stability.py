@@ -49,10 +49,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from moestat.rates.verdicts import curvature, tail_slope
-
 __all__ = ["SLOW_RATE", "FAST_ROUTER", "PARAMETRIC", "is_slow_rate", "slow_rate_category", "halves", "combine_halves",
-           "HALF_NAMES"]
+           "HALF_NAMES", "settle"]
 
 #: (router, loss) pairs with no polynomial rate by Theorems 2/3 of Nguyen et al. (2024).
 SLOW_RATE = (("cosine", "voronoi"),)
@@ -81,9 +79,9 @@ def slow_rate_category(
     ns: Sequence[int],
     values: Sequence[np.ndarray],
     tolerance: float,
+    curv: dict,
+    tail: dict,
     fast_tail: dict | None = None,
-    curv: dict | None = None,
-    tail: dict | None = None,
 ) -> dict[str, Any]:
     """Category and reason of a "no polynomial rate" claim (rules 1-6 of the module docstring).
 
@@ -96,10 +94,11 @@ def slow_rate_category(
         Log-of-mean slope and its 95% interval.
     ns, values : the window's sample sizes and per-replicate losses.
     tolerance : float
+    curv, tail : dict
+        :func:`moestat.rates.verdicts.curvature` and :func:`moestat.rates.verdicts.tail_slope` of
+        this loss on the same data.
     fast_tail : dict, optional
         :func:`moestat.rates.verdicts.tail_slope` of the fast router's same loss on the same data.
-    curv, tail : dict, optional
-        Precomputed curvature and tail slope of this loss.
 
     Returns
     -------
@@ -111,8 +110,6 @@ def slow_rate_category(
     if cat in ("inconclusive", "floor"):
         reason = base["reason"] + ("; a floor is what Thms 2/3 predict (no polynomial rate)" if cat == "floor" else "")
         return {"category": cat, "reason": reason, "slow_rule": {"rule": cat}}
-    curv = curv if curv is not None else curvature(ns, values)
-    tail = tail if tail is not None else tail_slope(ns, values)
     lo, hi = float(ci[0]), float(ci[1])
     ev: dict[str, Any] = {"c_ci": curv.get("c_ci"), "slope_start": curv.get("slope_start"), "slope_end": curv.get("slope_end"),
                           "tail": [tail["slope"], tail["ci_low"], tail["ci_high"]],
@@ -187,3 +184,50 @@ def combine_halves(full: dict[str, Any], half: Sequence[dict[str, Any]]) -> dict
         out["reason"] = (f"independent halves of the replicates disagree ({sl}); whole data: {full.get('category')}: "
                          f"{full.get('reason')}")
     return out
+
+
+def settle(fits: list[dict[str, Any]], evidence: Sequence[list[dict[str, Any]] | None], tolerance: float) -> None:
+    """Apply both rules of this module to a table of fits (in place): the slow-rate rule, then the
+    split-half agreement.
+
+    Parameters
+    ----------
+    fits : list of dict
+        Fit entries with ``router, loss, predicted, slope, category, reason``.
+    evidence : sequence aligned with ``fits``
+        ``None`` (no slope), or the evidence of the whole data and of each half: dicts with
+        :func:`moestat.rates.verdicts.categorize`'s ``category`` and ``reason``, the slope with
+        interval (``slope``, ``ci_low``, ``ci_high``), ``ns``, ``values``, ``curvature`` and
+        ``tail`` (``slope`` None: a half too small to judge).  Updated by the slow-rate rule.
+    tolerance : float
+    """
+    _judge_slow_rate(fits, evidence, tolerance)
+    for f, evs in zip(fits, evidence):
+        if not evs or f.get("slope") is None:
+            continue
+        f.update(combine_halves({"category": f.get("category"), "reason": f.get("reason")}, evs[1:]))
+
+
+def _judge_slow_rate(fits: list[dict[str, Any]], evidence: Sequence[list[dict[str, Any]] | None], tolerance: float) -> None:
+    """Theorems 2/3 (no polynomial rate): the slow-rate rule on the whole data and on each half,
+    with the fast router's tail on the same part."""
+    by_key = {(f["router"], f["loss"]): (f, evs) for f, evs in zip(fits, evidence)}
+    for f, evs in zip(fits, evidence):
+        if not is_slow_rate(f["router"], f["loss"], f["predicted"]) or f.get("slope") is None:
+            continue
+        ref, ref_ev = by_key.get((FAST_ROUTER, f["loss"]), (None, None))
+        ref_ev = ref_ev if ref is not None and ref.get("slope") is not None else None
+        if ref is not None and ref.get("slope") is not None:
+            f["perturbed_slope"] = ref["slope"]
+        for j, ev in enumerate(evs):
+            if ev.get("slope") is None:
+                continue
+            fast = ref_ev[j] if ref_ev is not None and j < len(ref_ev) and ref_ev[j].get("slope") is not None else None
+            res = slow_rate_category(base=ev, slope=ev["slope"], ci=(ev["ci_low"], ev["ci_high"]), ns=ev["ns"],
+                                     values=ev["values"], tolerance=tolerance, fast_tail=None if fast is None else fast["tail"],
+                                     curv=ev["curvature"], tail=ev["tail"])
+            ev.update(res)
+            if j == 0:
+                f.update({"category": res["category"], "reason": res["reason"], "slow_rule": res["slow_rule"]})
+        f["judged_by"] = "slow_rate_rule"
+        f["consistent"] = {"consistent": True, "floor": True, "inconsistent": False}.get(f["category"])

@@ -27,13 +27,14 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from moestat import __version__
 from moestat.io import append_line, atomic_write_json, atomic_write_text, not_text, refuse_links_in, sync_file
 from moestat.rates.config import RatesConfig
+from moestat.rates.extras import certificate_summary, merge_extras
 from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
@@ -47,6 +48,8 @@ __all__ = [
     "row_check",
     "ResultStore",
     "read_results",
+    "read_run",
+    "RunRows",
     "write_provenance",
     "check_resumable",
     "config_hash",
@@ -478,12 +481,17 @@ def read_results(path: str | os.PathLike, config: RatesConfig | Experiment | Non
     ValueError
         One line naming the file and counting the bad rows (see :class:`StoreAudit`).
     """
-    import pandas as pd
-
     rows, audit = audit_results(path, config)
     msg = audit.message()
     if msg:
         raise ValueError(msg)
+    return _frame(rows)
+
+
+def _frame(rows: list[list[str]]):
+    """The clean rows of :func:`audit_results` as a typed DataFrame (truth columns of an old file: NaN)."""
+    import pandas as pd
+
     df = pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
     for c in _INT_COLS:
         df[c] = df[c].astype(int)
@@ -494,6 +502,89 @@ def read_results(path: str | os.PathLike, config: RatesConfig | Experiment | Non
         df[c] = df[c].replace("", "nan").astype(float)
     df["truth_check"] = df["truth_check"].replace("", "unknown")
     return df.reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """The rows of a run as a sweep round left them, with the tallies ``summary.json`` reports.
+
+    Attributes
+    ----------
+    df : pandas.DataFrame
+        ``results.csv`` in canonical order (:func:`read_results`), left-joined with
+        ``extras.csv`` when the run writes one (:func:`moestat.rates.extras.merge_extras`).
+    audit : StoreAudit
+        The audit of ``results.csv`` (its ``rows`` and ``digest`` are the summary's ``rows``).
+    counts : dict
+        ``expected, fits, converged, failed, nonfinite`` over all routers, and ``by_router``.
+    truth_check : dict
+        Per router: fits found worse than the truth, answered and remaining
+        (:mod:`moestat.rates.truth_check`; ``unknown``: rows written before the check existed).
+    certificate : dict or None
+        :func:`moestat.rates.extras.certificate_summary` (``None`` without extra starts).
+    """
+
+    df: Any
+    audit: StoreAudit
+    counts: dict
+    truth_check: dict
+    certificate: dict | None
+
+
+def read_run(out_dir: str | os.PathLike, experiment: RatesConfig | Experiment) -> RunRows:
+    """Read a run's ``results.csv`` (audited against ``experiment``, as :func:`read_results`) and
+    its ``extras.csv``, with the tallies of ``summary.json``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and counting the rows that are not results of this sweep.
+    """
+    out_dir = Path(out_dir)
+    experiment = Experiment.of(experiment)
+    rows, audit = audit_results(out_dir / "results.csv", experiment)
+    msg = audit.message()
+    if msg:
+        raise ValueError(msg)
+    df = _frame(rows)
+    config = experiment.config
+    counts, truth = _row_counts(df, config.ns, config.reps, config.router), _truth_tallies(df, config.router)
+    if experiment.extra_columns:
+        df = merge_extras(df, out_dir / "extras.csv")
+    return RunRows(df, audit, counts, truth, certificate_summary(df, config.router, config.extra_starts))
+
+
+def _row_counts(df, ns: Sequence[int], reps: int, routers: Sequence[str]) -> dict[str, Any]:
+    """Expected, written, converged, failed and non-finite fits, per router and in all."""
+    expected = len(ns) * reps
+    out: dict[str, Any] = {}
+    total = {"expected": 0, "fits": 0, "converged": 0, "failed": 0, "nonfinite": 0}
+    for router in routers:
+        sub = df[df["router"] == router]
+        nonfinite = int((~np.isfinite(sub[["voronoi", "regression_l2"]].to_numpy(float))).any(axis=1).sum())
+        c = {
+            "expected": expected,
+            "fits": int(len(sub)),
+            "converged": int(sub["converged"].fillna(False).astype(bool).sum()),
+            "failed": int((~sub["converged"].fillna(False).astype(bool)).sum()),
+            "nonfinite": nonfinite,
+        }
+        out[router] = c
+        for k in total:
+            total[k] += c[k]
+    return {**total, "by_router": out}
+
+
+def _truth_tallies(df, routers: Sequence[str]) -> dict[str, Any]:
+    """Per router: the fits found worse than the truth, answered, and remaining."""
+    out: dict[str, Any] = {}
+    for router in routers:
+        c = df.loc[df["router"] == router, "truth_check"].value_counts().to_dict() if "truth_check" in df else {}
+        answered, remain = int(c.get("answered", 0)), int(c.get("below_truth", 0))
+        out[router] = {"found": answered + remain, "answered": answered, "remain": remain,
+                       "above": int(c.get("above", 0)), "unknown": int(c.get("unknown", 0)),
+                       "not_comparable": int(c.get("n/a", 0)) + int(c.get("nonfinite", 0))}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scena
     build_scenario,
     estimator_registry,
 )
-from moestat.rates.store import LOSS_NAMES, ResultStore, utc_now, write_provenance
+from moestat.rates.store import LOSS_NAMES, ResultStore, RunRows, read_run, utc_now, write_provenance
 from moestat.rates import truth_check as tc
 from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
 from moestat.rates.truth_check import unit_estimator as _estimator  # noqa: F401 - its name before it moved
@@ -46,6 +46,7 @@ __all__ = [
     "WorkUnit",
     "replicate_streams",
     "make_units",
+    "run_sweep_rows",
     "build_scenario",
     "estimator_registry",
     "compute_losses",
@@ -233,7 +234,16 @@ def _rows(unit: WorkUnit, scenario, state: dict, losses: dict, elapsed: float, e
 
 def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
               cluster=None):
-    """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the results DataFrame.
+    """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return its rows as a DataFrame
+    (``results.csv``, joined with ``extras.csv`` when the run writes one): the ``df`` of
+    :func:`run_sweep_rows`."""
+    return run_sweep_rows(experiment, out_dir, resume=resume, progress=progress, cluster=cluster).df
+
+
+def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
+                   cluster=None) -> RunRows:
+    """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the run's rows with
+    their audit and tallies (:func:`moestat.rates.store.read_run`).
 
     ``experiment`` (a resolved :class:`~moestat.rates.resolve.Experiment`, or a validated
     :class:`~moestat.rates.config.RatesConfig`) and ``out_dir`` must already be checked
@@ -297,4 +307,4 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
             progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
-    return store.read(experiment)
+    return read_run(out_dir, experiment)

@@ -55,9 +55,12 @@ local slope reaches the prediction).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from moestat.rates.stability import settle
 
 __all__ = [
     "CATEGORIES",
@@ -75,6 +78,9 @@ __all__ = [
     "paired_slope_difference",
     "paired_arrays",
     "paired_contrast",
+    "Curve",
+    "FitData",
+    "judge_fits",
 ]
 
 #: The verdict categories, in the order they are tested (``consistent``/``inconsistent`` last).
@@ -506,3 +512,122 @@ def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: f
         "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
         "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# the verdict flow of a table of rate fits (what moestat.rates.fit.fit_rates hands over)
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Curve:
+    """One data set of a rate fit: the window's sample sizes, the per-replicate losses, the
+    converged fits and the slope with its interval.
+
+    Attributes
+    ----------
+    ns : list of int, length S
+    values : list of S arrays
+        Finite positive losses of the replicates at each ``ns[j]``.
+    converged : (int, int) or None
+        Fits that stopped on a convergence criterion, and all fits (``None``: not recorded).
+    slope : dict
+        :func:`moestat.rates.fit.slope_with_interval` of ``(ns, values)``.
+    """
+
+    ns: list
+    values: list
+    converged: tuple[int, int] | None
+    slope: dict
+
+
+@dataclass(frozen=True)
+class FitData:
+    """What :func:`judge_fits` judges one fit entry by.
+
+    Attributes
+    ----------
+    whole : Curve
+        Every replicate in the window (the entry's ``slope``, ``ci_low``, ``ci_high``).
+    halves : tuple of (Curve or None)
+        The two independent halves (:func:`moestat.rates.stability.halves`); ``None``: fewer
+        than 3 sample sizes in that half.
+    slow_rate : bool
+        A Theorem 2/3 claim (:func:`moestat.rates.stability.is_slow_rate`).
+    alt : dict or None
+        The slope with interval of the same loss after a start of another noise scale
+        (``alt_<loss>``), with ``alt_scales = (init_scale, alt_init_scale)``.
+    """
+
+    whole: Curve
+    halves: tuple
+    slow_rate: bool
+    alt: dict | None = None
+    alt_scales: tuple[float, float] | None = None
+
+
+def judge_fits(fits: list[dict[str, Any]], data: Sequence[FitData | None], *, tolerance: float = DEFAULT_TOLERANCE,
+               halfwidth: float = DEFAULT_HALFWIDTH) -> None:
+    """Give every fit entry its verdict, category, reason and plan (in place).
+
+    Each entry with data (``None``: no slope, the entry keeps what it has) gets :func:`verdict`,
+    the evidence of :func:`categorize` on its whole data (robust slope, curvature, tail), its
+    :func:`plan` and, with ``alt``, its ``start_sensitivity``; then the rules of
+    :mod:`moestat.rates.stability` settle the categories (the slow-rate rule, and two
+    independent halves agreeing), and a start that moves the slope beyond the interval's
+    half-width is named in the reason.
+
+    Parameters
+    ----------
+    fits : list of dict
+        Entries of :func:`moestat.rates.fit.fit_rates` with ``router, loss, predicted`` and,
+        with data, ``slope, ci_low, ci_high``.
+    data : sequence of FitData or None, aligned with ``fits``
+    tolerance, halfwidth : float
+        See :func:`verdict` and :func:`plan`.
+    """
+    evidence = [None if d is None else _judge(f, d, tolerance, halfwidth) for f, d in zip(fits, data)]
+    settle(fits, evidence, tolerance)
+    for f in fits:
+        st = f.get("start_sensitivity")
+        if st and st["moves"]:
+            f["reason"] = (f"{f.get('reason') or ''}; the start moves the slope: start noise {st['init_scale']:g} -> "
+                           f"{st['alt_init_scale']:g} gives {st['alt_slope']:.2f} (by {st['difference']:+.2f}, more than the "
+                           f"interval's half-width {st['halfwidth']:.2f}): what is measured depends on the start")
+
+
+def _evidence(c: Curve, predicted: float | None, tolerance: float, halfwidth: float, slow_rate: bool) -> dict[str, Any]:
+    """Slope with interval, robust slope, curvature, tail and the generic category of one data set
+    (``slow_rate``: a Theorem 2/3 claim, see :func:`categorize`)."""
+    swi = c.slope
+    rob, cv, tl = robust_slope(c.ns, c.values), curvature(c.ns, c.values), tail_slope(c.ns, c.values)
+    cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=c.ns, values=c.values,
+                     tolerance=tolerance, converged=c.converged, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth,
+                     slow_rate=slow_rate)
+    return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(c.ns), "values": c.values, **cat}
+
+
+def _judge(entry: dict[str, Any], d: FitData, tolerance: float, halfwidth: float) -> list[dict[str, Any]]:
+    """One entry's verdict, category and plan; returns the evidence of the whole data and of each half."""
+    predicted, w = entry["predicted"], d.whole
+    ev = _evidence(w, predicted, tolerance, halfwidth, d.slow_rate)
+    entry.update(verdict(predicted, entry["ci_low"], entry["ci_high"], tolerance))
+    cat = {"category": ev["category"], "reason": ev["reason"]}
+    entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
+                  "converged": list(w.converged) if w.converged else None, **cat})
+    if ev.get("stable_from") is not None:
+        entry["stable_from"] = ev["stable_from"]
+    entry["plan"] = plan(predicted=predicted, reps=min(len(v) for v in w.values), bootstrap=w.slope["bootstrap"],
+                         log_mean=w.slope["log_mean"], curv=ev["curvature"], ns=w.ns, category=cat["category"],
+                         halfwidth=halfwidth, stable_from=ev.get("stable_from"))
+    halves = [{"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None} if h is None
+              else _evidence(h, predicted, tolerance, halfwidth, d.slow_rate) for h in d.halves]
+    if d.alt is not None:
+        entry["start_sensitivity"] = _start_sensitivity(entry, d.alt, d.alt_scales)
+    return [ev, *halves]
+
+
+def _start_sensitivity(entry: dict[str, Any], alt: dict[str, Any], scales: tuple[float, float]) -> dict[str, Any]:
+    """How far a start of another noise scale moves the slope, against the interval's half-width."""
+    half = 0.5 * (entry["ci_high"] - entry["ci_low"])
+    diff = alt["slope"] - entry["slope"]
+    return {"init_scale": scales[0], "alt_init_scale": scales[1], "slope": entry["slope"], "alt_slope": alt["slope"],
+            "alt_ci": [alt["ci_low"], alt["ci_high"]], "difference": diff, "halfwidth": half, "moves": bool(abs(diff) > half)}

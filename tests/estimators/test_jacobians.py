@@ -104,3 +104,31 @@ def test_autograd_lse_reaches_scipy_objective(gate):
         fitted = MixingMeasure(est.params_.beta0[r], est.params_.beta1[r], est.params_.eta[r])
         mse = float(((model.predict(X[r], fitted) - Y[r]) ** 2).mean())
         assert est.objective_[r] == pytest.approx(mse, rel=1e-12)
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_free_parameters_round_trip_and_blocks_partition_the_layout(reference):
+    """The pre-flight's view of a measure: ``measure(theta0)`` is the measure back (the reference
+    atom's router at zero), and the blocks cover every free coordinate exactly once, in ``n_params``."""
+    from moestat.estimators.jacobians import block_indices, free_parameters
+
+    k, d, q = 3, 2, 3
+    rng = np.random.default_rng(4)
+    b0, b1 = rng.normal(size=k), rng.normal(size=(k, d))
+    if reference:  # the layout leaves the last router out: it must be zero to come back
+        b0[-1], b1[-1] = 0.0, 0.0
+    G = MixingMeasure(b0, b1, rng.normal(size=(k, q)))
+    theta0, measure, blocks = free_parameters(G, reference)
+    assert theta0.shape == (n_params(k, d, q, reference),) and theta0.dtype == torch.float64
+    back = measure(theta0)
+    for a, b in ((back.beta0, b0), (back.beta1, b1), (back.eta, G.eta)):
+        assert torch.equal(a, torch.as_tensor(b))
+    idx = sorted(i for _, ix in blocks for i in ix)
+    assert idx == list(range(theta0.numel()))
+    assert blocks == block_indices(k, d, q, reference)
+    names = [name for name, _ in blocks]
+    assert ("atom 2 beta0" in names) is (not reference) and names.count("atom 2 eta") == 1
+    # each beta1 block holds the coordinates of that atom's beta1 in pack's vector
+    for i in range(k - 1 if reference else k):
+        ix = dict(blocks)[f"atom {i} beta1"]
+        assert torch.equal(theta0[ix], torch.as_tensor(b1[i]))

@@ -33,16 +33,24 @@ def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_pa
     same = m["beaten"] == 0
     assert (m.loc[same, "best_voronoi"] == m.loc[same, "voronoi"]).all()  # no better minimum: the same fit
     # what run_rates does with it (without drawing figures): the per-n certificate and the extra losses
-    from moestat.rates.experiment import _certificate_summary
-    from moestat.rates.extras import extra_columns, merge_extras
+    from moestat.rates.extras import certificate_summary, extra_columns, merge_extras
     from moestat.rates.fit import fit_rates
     from moestat.rates.store import read_results
 
     cfg = RatesConfig.from_dict({**BASE, "extra_starts": 3, "cell_errors": True})
     df = merge_extras(read_results(d1 / "results.csv"), d1 / "extras.csv")
-    rows = _certificate_summary(df, cfg)["by_router"]["perturbed"]
+    rows = certificate_summary(df, cfg.router, cfg.extra_starts)["by_router"]["perturbed"]
     assert [r["n"] for r in rows] == [100, 200, 400] and sum(r["certified"] for r in rows) == 6
     assert sum(r["beaten"] for r in rows) == int(m["beaten"].sum())
+    # the run read back once (what run_rates summarises): the same rows, certificate, counts and digest
+    from moestat.rates.store import audit_results, read_run
+
+    run = read_run(d1, cfg)
+    pd.testing.assert_frame_equal(run.df, df)
+    assert run.certificate == certificate_summary(df, cfg.router, cfg.extra_starts)
+    assert run.audit.digest == audit_results(d1 / "results.csv", cfg)[1].digest and run.audit.rows == 6
+    assert run.counts["fits"] == run.counts["expected"] == 6 and run.counts["by_router"]["perturbed"]["fits"] == 6
+    assert sum(run.truth_check["perturbed"][k] for k in ("found", "above", "unknown", "not_comparable")) <= 6
     extra = [c for c in extra_columns(3, True) if c.startswith(("best_", "weighted", "beta1")) and c != "best_objective"
              and c != "best_start"]
     fits = fit_rates(df, setting="exact", estimator="lse", losses=extra, n_boot=50)

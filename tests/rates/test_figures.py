@@ -134,3 +134,20 @@ def test_a_grid_of_eleven_sizes_labels_every_other_size():
     assert len(labels) == 11 and labels[::2] == ["200", "502", "1262", "3170", "7962", "20000"]  # one style: not 7962 beside 20k
     assert not any(labels[1::2])
     plt.close(f)
+
+
+def test_plot_run_draws_the_headline_and_every_loss_with_a_slope(monkeypatch, tmp_path):
+    """``convergence`` shows the headline losses; ``convergence_all`` every loss of the first router
+    that has a slope, and is not drawn when none has."""
+    from moestat.rates import figures
+
+    calls = []
+    monkeypatch.setattr(figures, "plot_convergence", lambda df, fits, stem, **kw: calls.append((stem.name, kw["losses"])))
+    df = _df()
+    fits = _fits(df, losses=("voronoi", "regression_l2", "mass"))
+    fits[2]["slope"] = None  # perturbed mass: no slope, so not in convergence_all
+    figures.plot_run(df, fits, tmp_path, headline=("voronoi",), routers=("perturbed", "cosine"))
+    assert calls == [("convergence", ["voronoi"]), ("convergence_all", ["voronoi", "regression_l2"])]
+    calls.clear()
+    figures.plot_run(df, [dict(f, slope=None) for f in fits], tmp_path, headline=("voronoi",), routers=("perturbed",))
+    assert calls == [("convergence", ["voronoi"])]

@@ -261,3 +261,32 @@ def test_a_halves_reason_never_prints_none():
 
     res = combine_halves({"category": "floor", "reason": "r"}, [{"category": "floor", "slope": 0.0}, {"category": None, "slope": 0.1}])
     assert res["category"] == "inconclusive" and "None" not in res["reason"] and "B: no category" in res["reason"]
+
+
+def test_judge_fits_gives_verdict_category_and_plan_and_leaves_entries_without_data():
+    """The verdict flow on one known law: a -1/2 power law with lognormal noise is judged
+    consistent with -1/2 (its interval, widened by the tolerance, contains it), gets a plan and
+    both halves' categories; an entry without data keeps exactly what it had."""
+    from moestat.rates.fit import slope_with_interval
+    from moestat.rates.stability import HALF_NAMES
+    from moestat.rates.verdicts import Curve, FitData, judge_fits
+
+    vals = _losses(lambda n: n ** -0.5, reps=20, sigma=0.2)
+
+    def curve(v, seed):
+        return Curve(NS, v, (len(v[0]) * len(NS), len(v[0]) * len(NS)),
+                     slope_with_interval(NS, v, np.random.default_rng(seed), 200))
+
+    whole = curve(vals, 1)
+    half = [curve([v[h::2] for v in vals], 2 + h) for h in range(2)]
+    entry = {"router": "perturbed", "loss": "voronoi", "predicted": -0.5, "slope": whole.slope["slope"],
+             "ci_low": whole.slope["ci_low"], "ci_high": whole.slope["ci_high"]}
+    bare = {"router": "perturbed", "loss": "mass", "predicted": -0.5, "slope": None, "category": "inconclusive",
+            "reason": "fewer than 3 sample sizes"}
+    kept = dict(bare)
+    judge_fits([entry, bare], [FitData(whole, tuple(half), False), None], tolerance=0.15, halfwidth=0.05)
+    assert bare == kept
+    assert entry["category"] == "consistent" and entry["consistent"] is True, entry["reason"]
+    assert entry["ci_low"] - 0.15 <= -0.5 <= entry["ci_high"] + 0.15
+    assert entry["plan"]["line"] and [h["half"] for h in entry["halves"]] == list(HALF_NAMES)
+    assert all(h["slope"] is not None for h in entry["halves"]) and "start_sensitivity" not in entry
