@@ -17,7 +17,8 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates import RatesConfig, run_rates
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import config_hash
-from moestat.rates.sweep import _start, make_units
+from moestat.rates.sweep import make_units
+from moestat.rates.truth_check import unit_start
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = {"n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 30, "holdout": 256, "n_boot": 50,
@@ -110,7 +111,7 @@ def test_a_scenario_file_refuses_the_peer_schedule(tmp_path):
     sc = _kinds(tmp_path)[2]
     unit = WorkUnit("{}", "file:m", 100, (0,), 0, "lse", 10, "peer", 0.1, 0, 64, "cpu")
     with pytest.raises(ValueError, match="init = 'peer' is not available for a scenario file"):
-        _start(unit, sc, 100, np.random.default_rng(0))
+        unit_start(unit, sc, 100, np.random.default_rng(0))
 
 
 def test_a_joint_gllim_fit_is_judged_against_the_truth_by_its_joint_likelihood(tmp_path):
