@@ -33,7 +33,7 @@ from moestat.estimators.validation import (
 from moestat.estimators import jacobians as jac
 from moestat.model.protocol import ProtocolModel
 
-__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER"]
+__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL", "on_box"]
 
 _INIT_NAMES = ("random",)
 #: Default continuation schedule for sparse (Top-K) gates: temperatures of the smoothed mask.
@@ -42,6 +42,31 @@ AUTO_TEMPERATURES = (0.1, 0.01, 0.001)
 #: fit across the selection boundaries; the final hard stage uses ftol/xtol/gtol/max_iter).
 STAGE_FTOL = 1e-6
 STAGE_MAX_ITER = 30
+#: A free parameter within ``ON_BOX_RTOL * bound`` of its bound counts as on the box (``on_box_``):
+#: the projection of Levenberg-Marquardt puts a clipped coordinate exactly on it, an interior
+#: optimum is farther away than any rounding.
+ON_BOX_RTOL = 1e-9
+
+
+def on_box(theta: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, rtol: float = ON_BOX_RTOL) -> np.ndarray:
+    """Which replicates have a free parameter on the box.
+
+    Parameters
+    ----------
+    theta : Tensor, shape ``[R, P]``
+        Free parameters per replicate.
+    lower, upper : Tensor, shape ``[P]`` (or ``[R, P]``)
+        The box's bounds on the free parameters (:func:`~moestat.estimators.levenberg_marquardt.box_bounds`).
+    rtol : float
+        Tolerance relative to the bound's magnitude.
+
+    Returns
+    -------
+    ndarray of bool, shape ``[R]``
+    """
+    lo, up = lower.to(theta.device, theta.dtype), upper.to(theta.device, theta.dtype)
+    hit = (theta <= lo + rtol * lo.abs()) | (theta >= up - rtol * up.abs())
+    return hit.any(-1).cpu().numpy()
 
 
 def _keep_better(best: dict, cur: dict, G0: MixingMeasure) -> None:
@@ -109,6 +134,14 @@ class LeastSquaresMoE(MoEEstimator):
         Euclidean norm of the gradient of ``objective_`` in the free parameters.
     init_ : MixingMeasure
         The start that produced each kept fit, batched ``[R]``.
+    on_box_ : ndarray of bool, shape ``[R]``
+        The kept fit has a free parameter on the boundary of ``box`` (relative tolerance
+        :data:`ON_BOX_RTOL`).  Such a fit is the least-squares estimate *on* the compact space of
+        (A.1), but where it lies depends on the box's size: the objective still falls outward
+        (e.g. the over-specified perturbed cosine router of Figure 1(b), whose score saturates,
+        ``beta1 / (||beta1|| + tau1) -> beta1 / ||beta1||``, as ``||beta1|| -> infinity``:
+        ``simulations/rates/fig1b_runaway.py``), and the local rate analysis of Theorems 4-6
+        does not apply to it.
 
     Notes
     -----
@@ -323,4 +356,5 @@ class LeastSquaresMoE(MoEEstimator):
         )
         self.grad_norm_ = best["grad_norm"]
         self.init_ = MixingMeasure.stack(best["init"])
+        self.on_box_ = on_box(best["theta"], lower, upper)
         return self

@@ -21,6 +21,17 @@ plotted number) and ``figure1.png``/``.pdf``; ``--figure-only`` redraws from the
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
         --rates-from /tmp/tq
+
+``--fig1b DIR [DIR ...]`` draws instead panel (b) of the bar-pinned preset ``fig1b`` (12 replicates,
+n = 1000 .. 32000), one run folder per seed (``moestat rates --config simulations/rates/fig1b.toml
+--cell-errors --seed S``): the perturbed router's ``D_2``, single-atom and shared-cell errors and
+the largest ``beta1`` radial error, mean +- 2 SE per seed, with the engine's slopes, intervals and
+categories; it writes ``fig1b_seeds.json`` and ``fig1b_seeds.png``/``.pdf`` (``--figure-only``
+redraws them from the JSON)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
+        --fig1b simulations/rates/figure1/fig1b/seed0 simulations/rates/figure1/fig1b/seed1 \\
+        simulations/rates/figure1/fig1b/seed2
 """
 
 from __future__ import annotations
@@ -192,6 +203,77 @@ def figure(rec: dict, stem: Path) -> None:
     plt.close(fig)
 
 
+#: fig1b_seeds panels: (column, label, the theorem's exponent or None), Theorem 5 of Nguyen et al. (2024)
+FIG1B_LOSSES = (("voronoi", "D_2 (eq. 13)", -0.5), ("param_single", "single-atom cells", -0.5),
+                ("param_multi", "shared cells", -0.25), ("beta1_radial", "largest beta1 radial error", None))
+
+
+def fig1b_records(dirs: list[Path]) -> dict:
+    """Per fig1b run folder (one seed): the perturbed router's curves (mean +- 2 SE per n), the
+    engine's slope, interval, category and reason for each of :data:`FIG1B_LOSSES`, and the fit counts."""
+    import pandas as pd
+
+    from moestat.rates.extras import merge_extras
+
+    rec = {}
+    for folder in dirs:
+        summ = json.loads((folder / "summary.json").read_text())
+        df = merge_extras(pd.read_csv(folder / "results.csv"), folder / "extras.csv")
+        sub = df[df["router"] == "perturbed"]
+        r = {"seed": summ["config"]["seed"], "converged": int(sub["converged"].sum()), "fits": int(len(sub)),
+             "cpu_seconds_both_routers": float(df.drop_duplicates(["router", "n", "time"])["time"].sum())}
+        for col, _, _ in FIG1B_LOSSES:
+            g = sub.groupby("n")[col]
+            f = next((f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col), None)
+            r[col] = {"n": [int(v) for v in g.mean().index], "mean": g.mean().tolist(),
+                      "two_se": (2 * g.std(ddof=1) / np.sqrt(g.count())).tolist(),
+                      "slope": None if f is None else {k: f.get(k) for k in ("slope", "ci_low", "ci_high", "predicted",
+                                                                           "category", "reason")}}
+        rec[str(folder)] = r
+    return rec
+
+
+def fig1b_figure(rec: dict, stem: Path) -> None:
+    """Four panels (D_2, single, shared, radial), one curve per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moestat.plotting import PALETTE, curve_handle, legend, save_figure
+
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4.8))
+    for ax, (col, label, pred) in zip(axes, FIG1B_LOSSES):
+        hs, ls = [], []
+        for i, r in enumerate(rec["runs"].values()):
+            d = r[col]
+            n, m, e = np.array(d["n"]), np.array(d["mean"]), np.array(d["two_se"])
+            ax.errorbar(n * 1.04 ** i, m, yerr=[np.minimum(e, 0.9 * m), e], fmt="o-", color=PALETTE[i], ms=4, lw=1.2,
+                        capsize=2)
+            hs.append(curve_handle(PALETTE[i], bar=True))
+            sl = d["slope"]
+            cat = f", {sl['category']}" if sl and sl.get("category") else ""
+            ls.append(f"seed {r['seed']}{_fmt_slope(sl)}{cat}")
+        if pred is not None:
+            first = list(rec["runs"].values())[0][col]
+            n0 = np.array(first["n"], dtype=float)
+            ax.plot(n0, first["mean"][0] * (n0 / n0[0]) ** pred, ":", color="0.35", lw=1)
+            hs.append(curve_handle("0.35", marker=None, line=":"))
+            ls.append(f"n^{pred:g} (Thm 5)")
+        ax.set(xscale="log", yscale="log", xlabel="n", title=label)
+        legend(ax, hs, ls, fontsize=7.2, loc="lower left")
+    axes[0].set_ylabel("perturbed router, mean ± 2 SE over 12 replicates")
+    conv = ", ".join(f"seed {r['seed']}: {r['converged']}/{r['fits']}" for r in rec["runs"].values())
+    fig.suptitle("Nguyen et al. (2024), Figure 1(b), preset fig1b: over-specified perturbed cosine router (d = 4, k* = 3, "
+                 f"k = 4, dense gate, GELU, nu = 0.01, tau = 0.5), least squares on the box |beta1_ij| <= 10 started near "
+                 f"the truth.\nConverged: {conv}.  Slopes: log-of-mean fit with the engine's interval and category.  "
+                 "The radial panel: one atom of the shared cell sits near the box (simulations/rates/fig1b_runaway.py).",
+                 fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, stem, formats=("png", "pdf"), min_px=1800)
+    plt.close(fig)
+
+
 def _positive(text: str) -> int:
     v = int(text)
     if v < 2:
@@ -207,7 +289,24 @@ def main(argv=None) -> int:
     p.add_argument("--n-t", type=_positive, default=121, help="points of the witness grid")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--figure-only", action="store_true", help="redraw the figure from <out>/figure1.json")
+    p.add_argument("--fig1b", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="draw the fig1b preset's seeds instead (one run folder per seed): fig1b_seeds.json/png/pdf")
     args = p.parse_args(argv)
+    if args.fig1b is not None:
+        path = args.out / "fig1b_seeds.json"
+        if args.figure_only:
+            if not path.is_file():
+                p.error(f"--figure-only needs {path}; run without it first")
+        else:
+            for folder in args.fig1b:
+                if not all((folder / f).is_file() for f in RATE_FILES):
+                    p.error(f"--fig1b {folder}: not a finished rates run (needs {', '.join(RATE_FILES)})")
+            args.out.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, {"command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+                                     "runs": fig1b_records(args.fig1b)})
+        fig1b_figure(json.loads(path.read_text()), args.out / "fig1b_seeds")
+        print(f"wrote {path} and fig1b_seeds.png/.pdf")
+        return 0
     path = args.out / "figure1.json"
     if args.figure_only and not path.is_file():
         p.error(f"--figure-only needs {path}; run without it first")

@@ -143,6 +143,38 @@ def test_box_is_respected():
     assert box.contains(est.params_)
 
 
+def test_on_box_flags_fits_on_the_boundary_only():
+    """``on_box_`` (the certificate of Figure 1(b)'s run-off, simulations/rates/fig1b_runaway.py).
+
+    Noise-free responses and a start at the truth, which lies inside the default box: residual
+    and gradient vanish there, the fit stays at the truth, not on the box.  A box that excludes
+    the truth's router (``|beta1_ij| <= 0.05`` while the truth's largest coordinate is far above
+    it): ``on_box_`` is what the fitted measure says, coordinate by coordinate (the constrained
+    problem is not convex, so a replicate may stop inside, as replicate 0 does here; replicate 1
+    stops on the box).  And the helper itself, on hand-made vectors.
+    """
+    from moestat.estimators.lse import on_box
+
+    sc, model, X, _, _ = _data("perturbed", "exact", R=2)
+    Y = sc.regression_function(X)
+    truth = MixingMeasure.stack([sc.truth, sc.truth])
+    assert np.abs(sc.truth.numpy().beta1).max() > 0.5
+    inside = LeastSquaresMoE(model, 3).fit(X, Y, init=truth)
+    np.testing.assert_array_equal(inside.on_box_, [False, False])
+    box = ParameterBox(beta1=0.05)
+    edge = LeastSquaresMoE(model, 3, box=box).fit(X, Y, init=box.clip(truth))
+    P = edge.params_.numpy()
+    # the free coordinates: every atom's eta, the non-reference atoms' beta0 and beta1
+    expected = ((np.abs(P.beta1[:, :-1]) >= 0.05 * (1 - 1e-9)).any((-1, -2))
+                | (np.abs(P.beta0[:, :-1]) >= 10 * (1 - 1e-9)).any(-1) | (np.abs(P.eta) >= 10 * (1 - 1e-9)).any((-1, -2)))
+    assert edge.on_box_.dtype == bool and edge.on_box_.shape == (2,)
+    np.testing.assert_array_equal(edge.on_box_, expected)
+    assert edge.on_box_.any()
+    lo, up = -torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    theta = torch.tensor([[0.0, 0.5, -0.5], [0.0, 1.0, 0.2], [-1.0, 0.0, 0.0], [0.0, 1.0 - 1e-6, 0.0]], dtype=torch.float64)
+    np.testing.assert_array_equal(on_box(theta, lo, up), [False, True, True, False])
+
+
 def test_null_estimator_returns_init():
     sc, model, X, Y, init = _data("perturbed", "exact", R=2)
     est = NullEstimator(model, 3).fit(X, Y, init=init)

@@ -1,0 +1,47 @@
+"""simulations/rates/figure1.py --fig1b: the preset fig1b's seeds, drawn from their own records."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = [ROOT / "simulations" / "rates" / "figure1" / "fig1b" / f"seed{s}" for s in (0, 1, 2)]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("figure1_script", ROOT / "simulations" / "rates" / "figure1.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_fig1b_seeds_are_the_engines_numbers_and_redraw(tmp_path):
+    """The JSON is rebuilt from the three recorded runs: every slope, interval and category is the
+    one in that run's summary.json (nothing typed in), and the figure is drawn from it."""
+    mod = _script()
+    assert mod.main(["--out", str(tmp_path), "--fig1b", *map(str, RUNS)]) == 0
+    rec = json.loads((tmp_path / "fig1b_seeds.json").read_text())
+    assert len(rec["runs"]) == 3
+    for run, r in zip(RUNS, rec["runs"].values()):
+        summ = json.loads((run / "summary.json").read_text())
+        assert r["seed"] == summ["config"]["seed"]
+        for col, _, _ in mod.FIG1B_LOSSES:
+            f = next(f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col)
+            assert r[col]["slope"]["slope"] == f["slope"] and r[col]["slope"]["category"] == f["category"]
+            assert len(r[col]["n"]) == len(summ["sample_sizes"])
+    from PIL import Image
+
+    assert Image.open(tmp_path / "fig1b_seeds.png").size[0] >= 1800
+    # the recorded JSON is the same as the rebuilt one (the committed figure is of these runs)
+    recorded = json.loads((ROOT / "simulations" / "rates" / "figure1" / "fig1b_seeds.json").read_text())
+    assert recorded["runs"].keys() == {str(p.relative_to(ROOT)) for p in RUNS}
+    assert [r["voronoi"]["slope"] for r in recorded["runs"].values()] == [r["voronoi"]["slope"] for r in rec["runs"].values()]
+
+
+def test_fig1b_refuses_an_unfinished_run(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        _script().main(["--out", str(out), "--fig1b", str(tmp_path)])
+    assert e.value.code == 2 and not out.exists()
