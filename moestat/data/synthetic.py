@@ -24,6 +24,7 @@ import numpy.typing as npt
 import torch
 
 from moestat.estimators import ESTIMATORS
+from moestat.estimators.layout import n_params
 from moestat.estimators.starts import near_truth_init, random_init
 from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
 from moestat.losses.voronoi_spec import voronoi_loss_from_spec
@@ -297,8 +298,8 @@ class Scenario(ScenarioBase):
 
     def n_free_params(self) -> int:
         """Free parameters of the fitted model: the reference atom's router is fixed (A.3)."""
-        d, k = self.d, int(self.k_fit)
-        return (k - 1) * (1 + d) + k * (d + 1)
+        d = self.d
+        return n_params(int(self.k_fit), d, d + 1, True)  # linear experts: q = d + 1
 
     def with_router(self, router: str, tau: float | None = None) -> "Scenario":
         """The same truth, experts and data law under another router (same data seeds)."""

@@ -10,10 +10,9 @@ chunk (``[R, c, P]`` float64) stays under :data:`~moestat.estimators.lse_kernel.
 memory is bounded for any ``n``.  Forward mode fits the shape of the problem: ``P`` (tens of
 parameters) is much smaller than ``c`` (thousands of samples).
 
-Free parameters ``theta [R, P]``: ``beta0`` then ``beta1`` (row-major) of the free atoms, then
-``eta`` of every atom.  With a reference atom (softmax gates) the last atom's router is fixed at
-zero and omitted -- the same layout as the analytic kernel --; without one (sigmoid gates) every
-atom's router is free.
+Free parameters ``theta [R, P]`` in the one least-squares layout of
+:mod:`moestat.estimators.layout` (``beta0`` and ``beta1`` of the free atoms, then ``eta`` of every
+atom), the same as the analytic kernel's.
 """
 
 from __future__ import annotations
@@ -23,53 +22,12 @@ from dataclasses import dataclass
 import torch
 from torch.func import jacfwd, vmap
 
+from moestat.estimators.layout import block_indices, bounds, n_params, pack, unpack  # noqa: F401 (the layout's home)
 from moestat.estimators.lse_kernel import CHUNK_BYTES
 from moestat.model.mixing import MixingMeasure, ParameterBox
 
 __all__ = ["AutogradDesign", "AutogradKernel", "block_indices", "bounds", "free_parameters", "n_params", "pack", "protocol_starts",
            "unpack"]
-
-
-def n_params(k: int, d: int, q: int, reference: bool) -> int:
-    """``P``: free router parameters of ``k - 1`` (reference) or ``k`` atoms, plus ``k q`` expert parameters."""
-    kr = k - 1 if reference else k
-    return kr * (d + 1) + k * q
-
-
-def unpack(theta: torch.Tensor, k: int, d: int, q: int, reference: bool):
-    """``theta [..., P]`` to ``(beta0 [..., k], beta1 [..., k, d], eta [..., k, q])``."""
-    kr = k - 1 if reference else k
-    lead = theta.shape[:-1]
-    i0, i1 = kr, kr * (d + 1)
-    beta0, beta1 = theta[..., :i0], theta[..., i0:i1].reshape(*lead, kr, d)
-    if reference:
-        beta0 = torch.cat([beta0, theta.new_zeros(*lead, 1)], dim=-1)
-        beta1 = torch.cat([beta1, theta.new_zeros(*lead, 1, d)], dim=-2)
-    return beta0, beta1, theta[..., i1:].reshape(*lead, k, q)
-
-
-def pack(G: MixingMeasure, reference: bool) -> torch.Tensor:
-    """Free parameters ``[R, P]`` of a batched torch measure (inverse of :func:`unpack`)."""
-    R = G.beta0.shape[0]
-    if reference:
-        return torch.cat([G.beta0[:, :-1], G.beta1[:, :-1].reshape(R, -1), G.eta.reshape(R, -1)], dim=1)
-    return torch.cat([G.beta0, G.beta1.reshape(R, -1), G.eta.reshape(R, -1)], dim=1)
-
-
-def block_indices(k: int, d: int, q: int, reference: bool) -> list[tuple[str, list[int]]]:
-    """``(name, indices)`` of every parameter block of the layout, atom by atom: ``atom i beta0``
-    and ``atom i beta1`` of the free atoms (not the reference atom), ``atom i eta`` of every atom."""
-    kr = k - 1 if reference else k
-    out = []
-    for i in range(kr):
-        out.append((f"atom {i} beta0", [i]))
-    for i in range(kr):
-        out.append((f"atom {i} beta1", list(range(kr + i * d, kr + (i + 1) * d))))
-    base = kr * (d + 1)
-    for i in range(k):
-        out.append((f"atom {i} eta", list(range(base + i * q, base + (i + 1) * q))))
-    order = {f"atom {i}": i for i in range(k)}
-    return sorted(out, key=lambda b: (order[" ".join(b[0].split()[:2])], ["beta0", "beta1", "eta"].index(b[0].split()[2])))
 
 
 def free_parameters(G: MixingMeasure, reference: bool):
@@ -98,15 +56,6 @@ def free_parameters(G: MixingMeasure, reference: bool):
         return MixingMeasure(*unpack(theta, k, d, q, reference))
 
     return pack(G.expand(1).torch(), reference)[0], measure, blocks
-
-
-def bounds(box: ParameterBox, k: int, d: int, q: int, reference: bool, like: torch.Tensor):
-    """Lower/upper bounds ``[P]`` of the free parameters inside ``box``."""
-    kr = k - 1 if reference else k
-    ub = torch.cat(
-        [like.new_full((kr,), box.beta0), like.new_full((kr * d,), box.beta1), like.new_full((k * q,), box.eta)]
-    )
-    return -ub, ub
 
 
 @dataclass

@@ -55,12 +55,11 @@ import torch
 from moestat.model.gates import safe_norm
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
-from moestat.estimators.jacobians import bounds, pack
+from moestat.estimators.layout import bounds, pack
 from moestat.estimators.lse_kernel import Design, evaluate as kernel_evaluate, forward as kernel_forward, gauss_newton, residual_and_jacobian, score_taus
 
 __all__ = [
     "levenberg_marquardt",
-    "pack_params",
     "box_bounds",
     "radial_invariant",
     "predict_and_jacobian",
@@ -70,18 +69,9 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 # parameter packing
 # ----------------------------------------------------------------------------------------------
-def pack_params(G: MixingMeasure) -> torch.Tensor:
-    """Free-parameter vectors ``[R, P]`` of a batched torch measure ``G`` ``[R]``.
-
-    The reference atom's router (last ``beta0``/``beta1``) is not included: the one least-squares
-    layout, :func:`moestat.estimators.jacobians.pack` with ``reference=True``.
-    """
-    return pack(G, reference=True)
-
-
 def box_bounds(box: ParameterBox, k: int, d: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Lower/upper bound vectors ``[P]`` of the free parameters inside ``box`` (``k`` atoms, dimension
-    ``d``, linear-expert ``eta`` of size ``d + 1``): :func:`moestat.estimators.jacobians.bounds`."""
+    ``d``, linear-expert ``eta`` of size ``d + 1``): :func:`moestat.estimators.layout.bounds`."""
     return bounds(box, k, d, d + 1, True, torch.empty(0, dtype=dtype, device=device))
 
 
@@ -112,7 +102,7 @@ def predict_and_jacobian(
     X : Tensor, shape ``[R, n, d]``
         Inputs.
     theta : Tensor, shape ``[R, P]``
-        Free parameters (see :func:`pack_params`).
+        Free parameters (:func:`moestat.estimators.layout.pack`).
     n_components : int
         Number of atoms ``k``.
     jacobian : bool
@@ -449,7 +439,7 @@ def objective_and_grad(model: MoEModel, X: torch.Tensor, Y: torch.Tensor, G: Mix
     objective : Tensor, shape ``[R]``
     grad_norm : Tensor, shape ``[R]``
     """
-    theta = pack_params(G.torch(device=X.device))
+    theta = pack(G.torch(device=X.device), True)
     data = Design.build(model, X, Y, n_components=n_components)
     F, _, g = kernel_evaluate(model, data, theta, n_components, True)
     n = X.shape[1]

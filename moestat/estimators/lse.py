@@ -20,8 +20,9 @@ from moestat.model.gates import safe_norm
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
 from moestat.estimators.base import MoEEstimator
-from moestat.estimators.levenberg_marquardt import box_bounds, levenberg_marquardt, pack_params
-from moestat.estimators.lse_kernel import Design, unpack_params
+from moestat.estimators.layout import bounds, pack, unpack
+from moestat.estimators.levenberg_marquardt import levenberg_marquardt
+from moestat.estimators.lse_kernel import Design
 from moestat.estimators.starts import random_starts
 from moestat.estimators.validation import (
     check_model,
@@ -56,7 +57,7 @@ def on_box(theta: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor, rtol: 
     theta : Tensor, shape ``[R, P]``
         Free parameters per replicate.
     lower, upper : Tensor, shape ``[P]`` (or ``[R, P]``)
-        The box's bounds on the free parameters (:func:`~moestat.estimators.levenberg_marquardt.box_bounds`).
+        The box's bounds on the free parameters (:func:`~moestat.estimators.layout.bounds`).
     rtol : float
         Tolerance relative to the bound's magnitude.
 
@@ -321,13 +322,12 @@ class LeastSquaresMoE(MoEEstimator):
         ftol = self.tol if self.ftol is None else self.ftol
         xtol = self.tol if self.xtol is None else self.xtol
         gtol = 1e-10 if self.gtol is None else self.gtol
+        # the built-in kernel's linear experts: q = d + 1 with a reference atom (A.3)
+        q, reference = (d + 1, True) if kernel is None else (kernel.q, kernel.reference)
+        lower, upper = bounds(self.box, k, d, q, reference, Xt)
         if kernel is None:
-            lower, upper = box_bounds(self.box, k, d, dev, torch.float64)
-            packer = pack_params
             data = Design.build(self.model, Xt, Yt, n_components=k)  # features once per fit
         else:
-            lower, upper = jac.bounds(self.box, k, d, kernel.q, kernel.reference, Xt)
-            packer = lambda G: jac.pack(G, kernel.reference)  # noqa: E731
             data = kernel.build(self.model, Xt, Yt, n_components=k)
         temps = self._temperatures()
         best = None
@@ -339,17 +339,14 @@ class LeastSquaresMoE(MoEEstimator):
         paths = [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
-            cur = self._fit_path(Xt, Yt, packer(G0.torch(device=dev)), path, (lower, upper), (ftol, xtol, gtol),
+            cur = self._fit_path(Xt, Yt, pack(G0.torch(device=dev), reference), path, (lower, upper), (ftol, xtol, gtol),
                                  data, kernel)
             if best is None:
                 best = cur
                 best["init"] = [G0[r] for r in range(R)]
                 continue
             _keep_better(best, cur, G0)
-        if kernel is None:
-            beta0, beta1, eta = unpack_params(best["theta"], k, d)
-        else:
-            beta0, beta1, eta = jac.unpack(best["theta"], k, d, kernel.q, kernel.reference)
+        beta0, beta1, eta = unpack(best["theta"], k, d, q, reference)
         self._set_fit(
             MixingMeasure(beta0.numpy(), beta1.numpy(), eta.numpy()),
             best["objective"], best["converged"], best["n_iter"], best["status"], d,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from moestat.estimators.layout import n_params, unpack
 from moestat.model.regression import MoEModel
 
 __all__ = [
@@ -45,10 +46,8 @@ __all__ = [
     "gauss_newton",
     "evaluate",
     "jacobian_t",
-    "n_free_params",
     "residual_and_jacobian",
     "router_coefficients",
-    "unpack_params",
 ]
 
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
@@ -56,11 +55,6 @@ CHUNK_BYTES = 1 << 25
 # Keep the forward coefficients of all chunks only below this size (else recompute them).
 # n = 128000, R = 20, k = 3 needs 250 MB.
 CACHE_BYTES = 1 << 30
-
-
-def n_free_params(n_components: int, d: int) -> int:
-    """Number ``P = (k-1)(d+1) + k(d+1)`` of free parameters per replicate."""
-    return (n_components - 1) * (d + 1) + n_components * (d + 1)
 
 
 def score_taus(model: MoEModel) -> tuple[float, float] | None:
@@ -127,7 +121,7 @@ class Design:
         """Features of ``X [R, n, d]`` and ``Y [R, n]`` for ``model``'s gate."""
         R, n, d = X.shape
         if chunk is None:
-            chunk = chunk_size(R, n, n_free_params(n_components, d))
+            chunk = chunk_size(R, n, n_params(n_components, d, d + 1, True))
         taus = score_taus(model)
         if taus is None:
             Xs = X
@@ -165,20 +159,6 @@ class ForwardCache:
     def select(self, idx: torch.Tensor) -> "ForwardCache":
         pick = lambda lst: [a[idx] for a in lst]  # noqa: E731
         return ForwardCache(pick(self.u_b), pick(self.u_s), pick(self.v), pick(self.s), pick(self.r))
-
-
-def unpack_params(theta: torch.Tensor, n_components: int, d: int):
-    """Free-parameter vectors ``[R, P]`` to ``(beta0 [R,k], beta1 [R,k,d], eta [R,k,d+1])``.
-
-    The reference atom's router is filled with zeros (A.3); the inverse is
-    :func:`moestat.estimators.levenberg_marquardt.pack_params`.
-    """
-    R, k = theta.shape[0], n_components
-    i0, i1 = k - 1, (k - 1) * (d + 1)
-    beta0 = torch.cat([theta[:, :i0], theta.new_zeros(R, 1)], dim=1)
-    beta1 = torch.cat([theta[:, i0:i1].reshape(R, k - 1, d), theta.new_zeros(R, 1, d)], dim=1)
-    eta = theta[:, i1:].reshape(R, k, d + 1)
-    return beta0, beta1, eta
 
 
 def _router_factors(model: MoEModel, beta1: torch.Tensor):
@@ -234,7 +214,8 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
 
 def _forward_setup(model, data: Design, theta, k: int, temperature):
     """Parameters, score scale, ``K`` and the effective temperature of a forward pass."""
-    beta0, beta1, eta = unpack_params(theta, k, data.xs[0].shape[1])
+    d = data.xs[0].shape[1]
+    beta0, beta1, eta = unpack(theta, k, d, d + 1, True)  # linear experts: q = d + 1
     sig, _ = _router_factors(model, beta1)
     K = model.gate.k_active
     T = temperature if (temperature is not None and K is not None and K < k) else None
@@ -308,7 +289,7 @@ def jacobian_t(xs, xe, u_b, a, us, v, cb, k: int, out: torch.Tensor | None = Non
     """
     R, d, n_c = xs.shape
     i0, i1 = k - 1, (k - 1) * (d + 1)
-    Jt = xs.new_empty(R, n_free_params(k, d), n_c) if out is None else out
+    Jt = xs.new_empty(R, n_params(k, d, d + 1, True), n_c) if out is None else out
     Jt[:, :i0] = u_b[:, :i0]
     J1 = Jt[:, i0:i1].view(R, k - 1, d, n_c)
     torch.mul(a.unsqueeze(2), xs.unsqueeze(1), out=J1)
@@ -340,9 +321,9 @@ def gauss_newton(
         cache = forward(model, data, theta, k, temperature, keep=True)[1]
         if cache is None:  # too large to keep as a whole: one chunk at a time
             return _gauss_newton_chunked(model, data, theta, k, temperature)
-    _, beta1, _ = unpack_params(theta, k, d)
+    _, beta1, _ = unpack(theta, k, d, d + 1, True)
     sig, cb = score_derivative_factors(model, beta1, k)
-    P = n_free_params(k, d)
+    P = n_params(k, d, d + 1, True)
     i0, i1 = k - 1, (k - 1) * (d + 1)
     A = theta.new_zeros(R, P, P)
     g = theta.new_zeros(R, P)
@@ -387,7 +368,8 @@ def residual_and_jacobian(model, data: Design, theta, n_components: int, tempera
         return _residuals(model, data, theta, k, temperature), None
     _, cache = forward(model, data, theta, k, temperature, keep=True, budget=None)
     r = cache.r[0]
-    _, beta1, _ = unpack_params(theta, k, data.xs[0].shape[1])
+    d = data.xs[0].shape[1]
+    _, beta1, _ = unpack(theta, k, d, d + 1, True)
     sig, cb = score_derivative_factors(model, beta1, k)
     a, us = router_coefficients(cache.u_s[0], cache.s[0], sig, cb, k)
     Jt = jacobian_t(data.xs[0], data.xe[0], cache.u_b[0], a, us, cache.v[0], cb, k)

@@ -12,7 +12,8 @@ import torch
 
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
-from moestat.estimators.levenberg_marquardt import box_bounds, pack_params
+from moestat.estimators.layout import pack
+from moestat.estimators.levenberg_marquardt import box_bounds
 from moestat.estimators.lse import STAGE_FTOL, STAGE_MAX_ITER
 from moestat.estimators.lse_kernel import Design, residual_and_jacobian
 from moestat.estimators.validation import prepare_data, prepare_init
@@ -79,7 +80,7 @@ def scipy_reference_fit(
     R, n, d = Xt.shape
     k = n_components
     G0 = prepare_init(init, R, k, d)
-    th0 = pack_params(G0.torch()).numpy()
+    th0 = pack(G0.torch(), True).numpy()
     lo, up = box_bounds(box, k, d, None, torch.float64)
     bounds = (lo.numpy(), up.numpy()) if method == "trf" else (-np.inf, np.inf)
     out = {"objective": np.empty(R), "theta": np.empty_like(th0), "nfev": np.zeros(R, int), "status": np.zeros(R, int)}

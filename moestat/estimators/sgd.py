@@ -24,8 +24,8 @@ from moestat.model.gates import gate_weights
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
 from moestat.estimators.base import MoEEstimator
-from moestat.estimators.levenberg_marquardt import box_bounds, levenberg_marquardt, objective_and_grad, pack_params
-from moestat.estimators.lse_kernel import unpack_params
+from moestat.estimators.layout import pack, unpack
+from moestat.estimators.levenberg_marquardt import box_bounds, levenberg_marquardt, objective_and_grad
 from moestat.estimators.starts import random_starts
 from moestat.estimators.validation import (
     check_model,
@@ -187,7 +187,7 @@ class SGDMoE(MoEEstimator):
         G0 = random_starts(R, k, d, rng) if init is None else prepare_init(init, R, k, d)
         gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(0, 2**63 - 1)))
         lower, upper = box_bounds(self.box, k, d, dev, torch.float64)
-        theta = pack_params(G0.torch(device=dev)).clone().requires_grad_(True)
+        theta = pack(G0.torch(device=dev), True).clone().requires_grad_(True)
         B = min(self.batch_size, n)
         steps_per_epoch = math.ceil(n / B)
         total = steps_per_epoch * self.epochs
@@ -199,7 +199,7 @@ class SGDMoE(MoEEstimator):
             for s in range(0, n, B):
                 idx = perm[:, s : s + B]
                 xb, yb = Xt[ridx, idx], Yt[ridx, idx]
-                beta0, beta1, eta = unpack_params(theta, k, d)
+                beta0, beta1, eta = unpack(theta, k, d, d + 1, True)
                 f = _predict(self.model, xb, beta0, beta1, eta)
                 # sum over replicates of each replicate's minibatch mean: separable gradients
                 loss = ((f - yb) ** 2).mean(-1).sum()
@@ -214,7 +214,7 @@ class SGDMoE(MoEEstimator):
             # A replicate whose loss is not finite stays out of the polish: L-BFGS minimises the
             # sum over replicates with one line search, which one NaN would spoil for all.
             with torch.no_grad():
-                f = _predict(self.model, Xt, *unpack_params(theta, k, d))
+                f = _predict(self.model, Xt, *unpack(theta, k, d, d + 1, True))
                 ok = torch.isfinite(((f - Yt) ** 2).mean(-1)) & torch.isfinite(theta).all(-1)
             sel = None if bool(ok.all()) else torch.nonzero(ok).flatten()
             if sel is None or sel.numel():
@@ -231,7 +231,7 @@ class SGDMoE(MoEEstimator):
                     theta = theta.clone()
                     theta[sel] = tp
                     n_iter[sel.cpu().numpy()] += it
-        beta0, beta1, eta = unpack_params(theta, k, d)
+        beta0, beta1, eta = unpack(theta, k, d, d + 1, True)
         G = MixingMeasure(beta0.cpu().numpy(), beta1.cpu().numpy(), eta.cpu().numpy())
         obj, gn = objective_and_grad(self.model, Xt, Yt, G, k)
         obj, gn = obj.cpu().numpy(), gn.cpu().numpy()
@@ -253,7 +253,7 @@ class SGDMoE(MoEEstimator):
 
         def closure():
             opt.zero_grad()
-            beta0, beta1, eta = unpack_params(th, k, d)
+            beta0, beta1, eta = unpack(th, k, d, d + 1, True)
             f = _predict(self.model, Xt, beta0, beta1, eta)
             loss = ((f - Yt) ** 2).mean(-1).sum()
             loss.backward()

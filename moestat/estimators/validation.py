@@ -14,7 +14,7 @@ import torch
 
 from moestat.model.mixing import MixingMeasure
 from moestat.model.regression import MoEModel
-from moestat.estimators.lse_kernel import n_free_params
+from moestat.estimators.layout import n_params
 
 __all__ = [
     "check_model",
@@ -120,7 +120,7 @@ def prepare_data(
     if R < 1 or d < 1:
         raise ValueError(f"X must have at least one replicate and one feature, got shape {tuple(Xt.shape)}")
     if min_samples is None:
-        P = n_free_params(n_components, d)
+        P = n_params(n_components, d, d + 1, True)
         if n < P:
             raise ValueError(
                 f"X has n = {n} samples per replicate, fewer than the {P} free parameters of a "

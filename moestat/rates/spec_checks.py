@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from moestat.estimators.lse_kernel import n_free_params
+from moestat.estimators.layout import n_params
 from moestat.model.gates import canonical_name
 from moestat.resources import check_memory
 
@@ -114,7 +114,7 @@ def check_enough_samples(n_min: int, k_fit: int, d: int) -> None:
     refuses it too (:func:`moestat.estimators.validation`), but only inside the first work unit,
     after the folder was written."""
 
-    P = n_free_params(int(k_fit), int(d))
+    P = n_params(int(k_fit), int(d), int(d) + 1, True)
     if n_min < P:
         raise ValueError(f"--n-min {n_min}: fewer samples than the {P} free parameters of a {k_fit}-atom fit in "
                          f"dimension {d}; use --n-min {P} or more")

@@ -6,7 +6,7 @@ import torch
 
 from moestat import Expert, Gate, MixingMeasure, MoEModel, ParameterBox
 from moestat.estimators import ESTIMATORS, LeastSquaresMoE, NullEstimator, near_truth_init, random_init
-from moestat.estimators.lse_kernel import n_free_params
+from moestat.estimators.layout import n_params
 from moestat.estimators.reference import scipy_reference_fit
 from moestat.data.synthetic import make_scenario
 
@@ -305,8 +305,8 @@ def test_near_truth_checks():
         near_truth_init(sc.truth, 3, 0.1, 0)
 
 
-def test_n_free_params():
-    assert n_free_params(4, 8) == 3 * 9 + 4 * 9
+def test_n_params_of_the_builtin_kernel():
+    assert n_params(4, 8, 9, True) == 3 * 9 + 4 * 9
 
 
 @pytest.mark.parametrize("router, setting", [("perturbed", "exact"), ("cosine", "over")])

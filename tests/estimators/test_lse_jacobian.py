@@ -6,8 +6,8 @@ import torch
 
 from moestat import Expert, Gate, MixingMeasure, MoEModel
 from moestat.estimators import random_init
-from moestat.estimators.levenberg_marquardt import pack_params, predict_and_jacobian
-from moestat.estimators.lse_kernel import n_free_params, unpack_params
+from moestat.estimators.layout import n_params, pack, unpack
+from moestat.estimators.levenberg_marquardt import predict_and_jacobian
 from moestat.model.gates import gate_scores
 
 
@@ -36,7 +36,7 @@ def _setup(kind, k_active, activation, k=4, d=3, R=2, n=9, seed=0):
     rng = np.random.default_rng(seed)
     model = MoEModel(Gate(kind, tau=(0.7, 0.4), k_active=k_active), Expert(activation))
     G = MixingMeasure.stack([random_init(k, d, rng, scale_router=1.0, scale_expert=1.0) for _ in range(R)])
-    theta = pack_params(G.torch())
+    theta = pack(G.torch(), True)
     X = torch.as_tensor(rng.uniform(-1, 1, (R, n, d)))
     return model, theta, X, k, d
 
@@ -47,10 +47,10 @@ def _setup(kind, k_active, activation, k=4, d=3, R=2, n=9, seed=0):
 def test_hard_jacobian_matches_autograd(kind, k_active, activation):
     model, theta, X, k, d = _setup(kind, k_active, activation)
     f, J = predict_and_jacobian(model, X, theta, k)
-    assert J.shape == (2, 9, n_free_params(k, d))
+    assert J.shape == (2, 9, n_params(k, d, d + 1, True))
 
     def fun(t):
-        b0, b1, eta = unpack_params(t, k, d)
+        b0, b1, eta = unpack(t, k, d, d + 1, True)
         return model.predict(X, MixingMeasure(b0, b1, eta))
 
     torch.testing.assert_close(f, fun(theta), rtol=1e-12, atol=1e-12)
@@ -64,7 +64,7 @@ def test_smoothed_topk_jacobian_matches_autograd(kind):
     _, J = predict_and_jacobian(model, X, theta, k, temperature=T)
 
     def fun(t):
-        b0, b1, eta = unpack_params(t, k, d)
+        b0, b1, eta = unpack(t, k, d, d + 1, True)
         return _smoothed_topk_predict(model, X, b0, b1, eta, T)
 
     torch.testing.assert_close(J, _autograd_jacobian(fun, theta), rtol=1e-9, atol=1e-11)
@@ -83,7 +83,7 @@ def test_cosine_radial_direction_is_flat(k_active):
     for kind, flat in (("cosine", True), ("perturbed", False)):
         model, theta, X, k, d = _setup(kind, k_active, "gelu", seed=7)
         _, J = predict_and_jacobian(model, X, theta, k)
-        b0, b1, _ = unpack_params(theta, k, d)
+        b0, b1, _ = unpack(theta, k, d, d + 1, True)
         i0 = k - 1
         Jb = J[..., i0 : i0 + (k - 1) * d].reshape(*J.shape[:2], k - 1, d)
         radial = (Jb * b1[:, None, : k - 1, :]).sum(-1)  # [R, n, k-1]
