@@ -12,8 +12,13 @@ gives one column per block, each measured as ``param_multi`` is
 (:func:`moestat.losses.voronoi.weighted_multi_error`: the mass-weighted root mean square over a
 cell, the largest over the cells of several atoms), on the cells and the softmax normalisation of
 :func:`moestat.data.gaussian_scenarios.gaussian_voronoi`; so the four columns' squares add up to
-``param_multi``'s square where a fit has one shared cell.  A sweep records them once the Gaussian
-MoE's losses call this function (not wired: see issue 33's report).
+``param_multi``'s square where a fit has one shared cell.
+
+A sweep records them in ``extras.csv`` through three functions of one scenario: :func:`block_columns`
+(the columns, empty unless the scenario is an over-fitted softmax-gated Gaussian MoE),
+:func:`block_extras` (their values for one batch of fits, called where the sweep computes a fit's
+extras) and :func:`block_predicted` (their exponents, merged into the experiment's predictions: a
+cell of two atoms for ``K = k* + 1``; none stated for larger ``K``, whose cell sizes are the fit's).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from moestat.losses.voronoi import weighted_multi_error
 from moestat.losses.voronoi_spec import cell_terms_from_spec
 from moestat.model.mixing import MixingMeasure
 
-__all__ = ["BLOCKS", "block_errors", "block_predictions"]
+__all__ = ["BLOCKS", "block_columns", "block_errors", "block_extras", "block_predicted", "block_predictions"]
 
 #: column name -> (parameter block, "rbar" or "rbar/2": the exponent of the block in D2)
 BLOCKS = {"multi_beta1": ("beta1", "rbar"), "multi_b": ("b", "rbar"), "multi_a": ("a", "rbar/2"),
@@ -86,3 +91,53 @@ def block_errors(fitted: MixingMeasure, truth: MixingMeasure) -> dict[str, np.nd
     for col, (block, _) in BLOCKS.items():
         out[col][ok] = weighted_multi_error(np.linalg.norm(diffs[block], axis=-1), w, cells, sizes)
     return out
+
+
+def _over_fitted_gmoe(scenario) -> bool:
+    # the softmax-gated Gaussian MoE of moestat.data.gaussian_scenarios (the scenario protocol's flag),
+    # fitted with more atoms than the truth's: the only model whose cells block_errors measures
+    return bool(scenario.gaussian_moe) and scenario.k_fit > scenario.truth.n_atoms
+
+
+def block_columns(scenario) -> tuple[str, ...]:
+    """The ``extras.csv`` columns of :func:`block_extras` for ``scenario``: the keys of :data:`BLOCKS`
+    for an over-fitted softmax-gated Gaussian MoE, else ``()`` (no column, nothing computed)."""
+
+    return tuple(BLOCKS) if _over_fitted_gmoe(scenario) else ()
+
+
+def block_extras(scenario, fitted: MixingMeasure) -> dict[str, np.ndarray]:
+    """The per-block errors of one batch of fits, one array ``[R]`` per :func:`block_columns` entry.
+
+    Parameters
+    ----------
+    scenario : scenario
+        The sweep's scenario (:class:`moestat.data.synthetic.ScenarioBase` protocol); ``{}`` unless it
+        is an over-fitted softmax-gated Gaussian MoE.
+    fitted : MixingMeasure
+        The batch of fits ``[R]`` (the fits of ``results.csv``, after the truth check's answer).
+
+    Returns
+    -------
+    dict of ndarray
+        :func:`block_errors` of the fits against the scenario's truth, or ``{}``.
+    """
+
+    return block_errors(fitted, scenario.truth) if _over_fitted_gmoe(scenario) else {}
+
+
+def block_predicted(scenario) -> dict[str, float | None]:
+    """The predicted exponents of :func:`block_columns`, column -> exponent or ``None``.
+
+    ``K = k* + 1`` fitted atoms: the one over-fitted cell has two atoms, so :func:`block_predictions`
+    of 2 (Theorem 2 of Nguyen, Nguyen & Ho 2023, ``rbar(2) = 4``).  A larger ``K`` can split the atoms
+    into cells of several sizes (model 1, ``K = 4``: 2 + 2 or 3 + 1), and the slowest cell is the fit's,
+    not the design's: ``None`` (no exponent stated).  ``{}`` where :func:`block_columns` is empty.
+    """
+
+    cols = block_columns(scenario)
+    if not cols:
+        return {}
+    if scenario.k_fit == scenario.truth.n_atoms + 1:
+        return block_predictions(2)
+    return {c: None for c in cols}

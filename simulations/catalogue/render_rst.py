@@ -180,10 +180,54 @@ def quick_table() -> str:
                                                       "load average (1 min) at start/end", "categories"], rows, "18 8 10 12 18 34")
 
 
+def truth_counts(results: Path) -> dict | None:
+    """The truth check of one recorded run's ``results.csv`` (:mod:`moestat.rates.truth_check`), or
+    None for a run written before its columns: ``fits``, ``first_below`` (first fit worse than the
+    truth), ``answered`` (then lifted to the truth or above by the answer), ``below`` (still worse:
+    status ``below_truth``, not counted as converged), ``unchecked`` (``n/a``, ``nonfinite``) and the
+    smallest ``truth_gap`` after the answer."""
+    import pandas as pd
+
+    df = pd.read_csv(results)
+    if "truth_check" not in df or (df["truth_check"] == "unknown").all():
+        return None
+    tc = df["truth_check"].astype(str)
+    below = int((tc == "below_truth").sum())
+    if below != int((df["status"] == "below_truth").sum()) or (df.loc[tc == "below_truth", "converged"].astype(bool)).any():
+        raise ValueError(f"{results}: a fit below the truth is counted as converged or its status is not below_truth")
+    return {"fits": len(df), "first_below": int(tc.isin(["answered", "below_truth"]).sum()),
+            "answered": int((tc == "answered").sum()), "below": below,
+            "unchecked": int(tc.isin(["n/a", "nonfinite"]).sum()),
+            "min_gap": float(df["truth_gap"].min()) if df["truth_gap"].notna().any() else None}
+
+
+def truth_table() -> str:
+    """Every recorded full run's fits against the truth's objective on their own data (issue 33, Scope 1)."""
+    from moestat.rates.catalogue import ENTRIES
+
+    rows = []
+    for key in ENTRIES:
+        if _recorded(key) is None:
+            continue
+        for run in ENTRIES[key].runs:
+            d = run_folder(key, run.label)
+            c = truth_counts(d / "results.csv") if d is not None else None
+            if c is None:
+                rows.append([f"``{key}``", run.label, "-", "-", "-", "-", "the run predates the check"])
+                continue
+            rows.append([f"``{key}``", run.label, str(c["fits"]), str(c["first_below"]), str(c["answered"]), str(c["below"]),
+                         f"{_num(c['min_gap'], '+.2f')}" + (f"; {c['unchecked']} not comparable" if c["unchecked"] else "")])
+    return _table("Recorded full runs: fits against the truth's objective on the same data (log-likelihood in nats, or "
+                  "the sum of squares)", ["entry", "run", "fits", "first fit below the truth", "answered (now at or above)",
+                                          "still below (not converged)", "smallest margin over the truth after the answer (truth_gap)"],
+                  rows, "16 12 8 14 14 14 22")
+
+
 def render_blocks() -> dict[str, str]:
     """Block name -> its rendered text (the bodies between the page's markers)."""
     reps = reports()
-    return {"full-runs": full_table(reps), "verdicts": verdicts(reps), "quick-runs": quick_table()}
+    return {"full-runs": full_table(reps), "verdicts": verdicts(reps), "truth-checks": truth_table(),
+            "quick-runs": quick_table()}
 
 
 def page_blocks(text: str) -> dict[str, str]:

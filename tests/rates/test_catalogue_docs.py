@@ -32,7 +32,7 @@ def test_catalogue_rst_is_the_rendering_of_the_recorded_runs(rendered):
     """Every rendered block of the page equals its rendering from the recorded rows under today's rules."""
     mod, blocks = rendered
     page = mod.page_blocks((ROOT / "docs/guide/catalogue.rst").read_text(encoding="utf-8"))
-    assert set(page) == {"full-runs", "verdicts", "quick-runs"}
+    assert set(page) == {"full-runs", "verdicts", "truth-checks", "quick-runs"}
     for name, body in blocks.items():
         assert page[name].strip() == body.strip(), (
             f"block {name!r} of catalogue.rst differs from the rendering: run python simulations/catalogue/render_rst.py --write")
@@ -81,6 +81,27 @@ def test_the_narrative_names_no_category_the_rendering_does_not_give_its_entry(r
         now = [t for t in re.split(r"(?<=\.)\s+", " ".join(b.split())) if not re.search(r"former|[Bb]efore|was called", t)]
         said = set(re.findall(r"\*(" + "|".join(CATEGORIES) + r")\*", " ".join(now)))
         assert said <= allowed[key], (key, said - allowed[key])
+
+
+def test_the_truth_table_counts_the_rows_of_each_recorded_run(rendered, tmp_path):
+    """The truth-check counts are those of the rows; a run without the columns is said to predate the
+    check, and a fit below the truth written as converged is refused, not rendered."""
+    mod, blocks = rendered
+    rows = ["scenario,router,n,replicate,converged,status,truth_gap,first_gap,truth_check",
+            "s,r,100,0,1,tol,2.5,2.5,above", "s,r,100,1,1,tol,0.5,-3.0,answered",
+            "s,r,200,0,0,below_truth,-1.25,-4.0,below_truth", "s,r,200,1,0,max_iter,,,nonfinite"]
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    c = mod.truth_counts(tmp_path / "results.csv")
+    assert c == {"fits": 4, "first_below": 2, "answered": 1, "below": 1, "unchecked": 1, "min_gap": -1.25}
+    (tmp_path / "results.csv").write_text("\n".join(rows).replace("0,below_truth,-1.25", "1,below_truth,-1.25") + "\n",
+                                          encoding="utf-8")
+    with pytest.raises(ValueError, match="counted as converged"):
+        mod.truth_counts(tmp_path / "results.csv")
+    (tmp_path / "old.csv").write_text("scenario,router,n,replicate,converged,status\ns,r,100,0,1,tol\n", encoding="utf-8")
+    assert mod.truth_counts(tmp_path / "old.csv") is None
+    table = blocks["truth-checks"]
+    for key in mod.reports():
+        assert f"``{key}``" in table, key
 
 
 def test_list_is_generated_from_the_replaced_truths_files(capsys):
