@@ -43,6 +43,7 @@ from moestat.io import atomic_write_json
 from moestat.rates.config import RatesConfig
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
+from moestat.rates.gmoe_blocks import BLOCKS, block_predictions
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 from moestat.rates.verdicts import paired_arrays, paired_contrast
@@ -264,7 +265,12 @@ for _k in (3, 4):
          # the slowest block of a cell of two (K = 3, k* = 2: the only over-fitted cell has 2 atoms): gate slope and
          # expert intercept at n^{-1/(2 rbar(2))}, rbar(2) = 4; for K = 4 the cell sizes (2 + 2 or 3 + 1) are the
          # fit's, not the design's, so no single exponent is stated
-         *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}"),) if _k == 3 else ())),
+         *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}"),) if _k == 3 else ()),
+         # every block of the cell of two (K = 3): gate slope and b at n^{-1/(2 rbar)}, a and the variance at
+         # n^{-1/rbar}, rbar(2) = 4 (Theorem 2; Han et al. 2024, FuseMoE, Table 2) -- moestat.rates.gmoe_blocks
+         *((Prediction("gaussian-moe", col, x, f"Theorem 2, rbar(2) = 4: the {BLOCKS[col][0]} block at "
+                       f"n^{{-1/{'(2 rbar)' if BLOCKS[col][1] == 'rbar' else 'rbar'}}} (Han et al. 2024, FuseMoE, Table 2)")
+            for col, x in block_predictions(2).items()) if _k == 3 else ())),
         recorded=f"simulations/gaussian_moe/gmoe_over{_k}",
     ))
 _add(Entry(

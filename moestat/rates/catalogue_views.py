@@ -7,6 +7,7 @@ current rules (what docs/guide/catalogue.rst may say of it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         experiment = Experiment.of(cfg)
         df = read_results(d / "results.csv", experiment)
         df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
+        # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:
+        # its prediction reads "loss not in the run's fits"
+        experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
         fits = fit_experiment(df, experiment)
         runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
     return _report(e, False, runs, Path(folder))  # the folder: a contrast's paired interval reads its rows

@@ -51,11 +51,13 @@ CERTIFICATE_COLUMNS = ("best_objective", "best_start", "n_starts", "n_starts_con
 CELL_COLUMNS = ("weighted_single", "weighted_multi", "beta1_radial", "beta1_direction")
 
 
-def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = (), alt_start: bool = False) -> tuple[str, ...]:
+def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] = (), alt_start: bool = False,
+                  blocks: Sequence[str] = ()) -> tuple[str, ...]:
     """The columns of ``extras.csv`` for a configuration (empty: no file).
 
     ``declared``: the losses a scenario file declares (:func:`moestat.rates.resolve.declared_losses`);
-    ``alt_start``: the start-sensitivity fit's ``alt_converged`` and ``alt_<loss>`` for every loss.
+    ``alt_start``: the start-sensitivity fit's ``alt_converged`` and ``alt_<loss>`` for every loss;
+    ``blocks``: the over-fitted Gaussian MoE's per-block errors (:func:`moestat.rates.gmoe_blocks.block_columns`).
     """
     cols: list[str] = list(declared)
     if alt_start:
@@ -64,6 +66,7 @@ def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] 
         cols += [*CERTIFICATE_COLUMNS, *(f"best_{c}" for c in LOSS_NAMES)]
     if cell_errors:
         cols += list(CELL_COLUMNS)
+    cols += list(blocks)
     return (*KEY, *cols) if cols else ()
 
 

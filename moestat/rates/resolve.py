@@ -10,7 +10,7 @@ unit carries to a worker process, which rebuilds the scenario from it once
 (:func:`build_scenario`, cached per process).
 
 It imports nothing of :mod:`moestat.rates` but the modules below the configuration (labels,
-extras, spec checks), so ``config`` (validation), ``store`` (the resume audit) and ``sweep``
+extras, spec checks, gmoe_blocks), so ``config`` (validation), ``store`` (the resume audit) and ``sweep``
 (the work) all read downwards into it instead of into each other.
 """
 
@@ -28,6 +28,7 @@ from moestat.data.scenario_files import load_scenario, scenario_digest
 from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
+from moestat.rates.gmoe_blocks import block_columns, block_predicted
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory
 
@@ -160,12 +161,14 @@ class Experiment:
         first = scenarios[config.router[0]]
         builtin = not spec.scenario_file and spec.family == "regression"
         declared = tuple(s.name for s in declared_losses(first)) if spec.scenario_file else ()
-        ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0)
+        ex_cols = extra_columns(config.extra_starts, config.cell_errors, declared, config.alt_init_scale > 0,
+                                block_columns(first))
         losses = (*LOSS_NAMES, *(c for c in ex_cols if c not in KEY and c not in CERTIFICATE_COLUMNS
                                  and not c.startswith(ALT_PREFIX)))
         # what a file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
         # for their routers, not the user's model -- except the regression error's parametric -1/2
-        predicted = None if builtin else {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(first.predicted)}
+        predicted = None if builtin else {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(first.predicted),
+                                    **block_predicted(first)}
         sources = dict(first.prediction_sources or {}) if spec.scenario_file else {}
         fields = config.result_fields(digest)
         return cls(config=config, keys=keys, scenarios=scenarios, digest=digest,

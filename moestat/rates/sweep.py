@@ -31,6 +31,7 @@ from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.extras import ExtrasStore
+from moestat.rates.gmoe_blocks import block_extras
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
     build_estimator,
@@ -202,6 +203,9 @@ def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[di
         ce = {**weighted_cell_errors(fitted, scenario.truth), **beta1_split(fitted, scenario.truth)}
         for i, e in enumerate(extras):
             e |= {k: float(v[i]) for k, v in ce.items()}
+    for k, v in block_extras(scenario, fitted).items():  # an over-fitted Gaussian MoE's per-block errors (issue 33)
+        for i, e in enumerate(extras):
+            e[k] = float(v[i])
     return extras
 
 

@@ -92,3 +92,22 @@ def test_an_exact_fit_or_another_model_gets_no_block_column():
     # the default regression scenario over-specified: no Gaussian MoE, no column
     reg = next(iter(Experiment.of(RatesConfig.from_dict({"setting": "over"})).scenarios.values()))
     assert reg.setting == "over" and block_columns(reg) == () and block_predicted(reg) == {}
+
+
+def test_a_sweep_of_an_over_fitted_model_1_records_the_blocks_with_their_predictions(tmp_path):
+    """The sweep writes the four columns to extras.csv, they are the fits' own (their squares add up to
+    results.csv's param_multi, K = 3: one shared cell) and they are fitted with Theorem 2's exponents."""
+    import pandas as pd
+
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.experiment import run_rates
+
+    cfg = RatesConfig.from_dict({"family": "gaussian-moe", "setting": "over", "k_fit": 3, "estimator": "mle",
+                                 "n_min": 300, "n_max": 600, "n_points": 3, "reps": 2, "max_iter": 100, "quiet": True})
+    summary = run_rates(cfg, tmp_path, figure_formats=())
+    res, ex = pd.read_csv(tmp_path / "results.csv"), pd.read_csv(tmp_path / "extras.csv")
+    assert list(ex.columns) == ["router", "n", "replicate", *BLOCKS] and len(ex) == len(res) == 6
+    both = res.merge(ex, on=["router", "n", "replicate"])
+    np.testing.assert_allclose(np.sqrt(sum(both[c] ** 2 for c in BLOCKS)), both["param_multi"], rtol=1e-9)
+    fits = {f["loss"]: f for f in summary["fits"]}
+    assert {c: fits[c]["predicted"] for c in BLOCKS} == block_predictions(2)
