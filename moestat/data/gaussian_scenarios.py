@@ -117,8 +117,12 @@ class GaussianMoEScenario(ScenarioBase):
     variance_last = True
 
     def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
-        """The sweep's loss columns (:meth:`losses`)."""
-        return self.losses(fitted, X_holdout)
+        """The sweep's loss columns (:meth:`losses`); an over-fitted model also gets the per-block
+        errors of its shared cells (:func:`block_errors`, recorded in ``extras.csv``)."""
+        out = self.losses(fitted, X_holdout)
+        if self.k_fit > self.truth.n_atoms:
+            out |= block_errors(fitted, self.truth)
+        return out
 
     def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
         """The log-likelihood ``[R]`` of model 1 (:func:`moestat.model.gaussian_moe.log_likelihood`)."""
@@ -284,3 +288,65 @@ def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law:
         # a cell of 2 atoms: rbar = 4, gate slope and intercept at n^{-1/(2 rbar)}; of 3: rbar = 6
         predicted["param_multi"] = -1.0 / (2 * RBAR[min(k - 1, len(RBAR)) - 1]) if k == 3 else None
     return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted, n_starts)
+
+
+# ---- per-block errors of the over-fitted cells (issue 33; moestat.rates.gmoe_blocks) ----------------------
+#: column name -> (parameter block, "rbar" or "rbar/2": the exponent of the block in D2)
+BLOCKS = {"multi_beta1": ("beta1", "rbar"), "multi_b": ("b", "rbar"), "multi_a": ("a", "rbar/2"),
+          "multi_variance": ("variance", "rbar/2")}
+
+
+def block_predictions(cell_size: int) -> dict[str, float]:
+    """The exponent of ``n`` of every column of :data:`BLOCKS` for over-fitted cells of ``cell_size`` atoms.
+
+    ``beta1`` and ``b``: ``-1/(2 rbar(M))``; ``a`` and ``variance``: ``-1/rbar(M)`` (Theorem 2 of
+    Nguyen, Nguyen & Ho 2023; Han et al. 2024, Table 2).  ``cell_size`` must be 2 or 3, the sizes whose
+    ``rbar`` the paper gives (4 and 6).
+    """
+
+    if cell_size not in (2, 3):
+        raise ValueError(f"rbar(M) is stated for cells of 2 or 3 atoms, got M = {cell_size!r}")
+    r = RBAR[cell_size - 1]
+    return {col: (-1.0 / (2 * r) if how == "rbar" else -1.0 / r) for col, (_, how) in BLOCKS.items()}
+
+
+def block_errors(fitted: MixingMeasure, truth: MixingMeasure) -> dict[str, np.ndarray]:
+    """One column per block of the over-fitted cells: ``multi_beta1``, ``multi_b``, ``multi_a``, ``multi_variance``.
+
+    Parameters
+    ----------
+    fitted : MixingMeasure
+        ``beta0 [R, k]``, ``beta1 [R, k, d]``, ``eta [R, k, d + 2]`` (``eta = (a, b, variance)``), or unbatched.
+    truth : MixingMeasure
+        Unbatched, ``k*`` atoms, the last the softmax reference.
+
+    Returns
+    -------
+    dict of ndarray, each ``[R]``
+        The largest mass-weighted root mean square error of the block over the cells of two or more
+        fitted atoms; NaN for a non-finite fit or one without such a cell (an exact fit).
+    """
+
+    G, T = fitted.numpy(), truth.numpy()
+    if not G.batch_shape:
+        G = MixingMeasure(G.beta0[None], G.beta1[None], G.eta[None])
+    out = {col: np.full(G.beta0.shape[0], np.nan) for col in BLOCKS}
+    ok = G.finite()
+    if not ok.any():
+        return out
+    G = MixingMeasure(G.beta0[ok], G.beta1[ok], G.eta[ok])
+    d, ref = T.dim, T.n_atoms - 1
+    spec = gaussian_loss_spec("D2", d)
+    cells = cell_terms_from_spec(spec, G, T)["cells"]  # the expert blocks decide the cells, as in gaussian_voronoi
+    b0, b1 = G.beta0.copy(), G.beta1.copy()
+    for r in range(b0.shape[0]):  # softmax's common shift fixed on the reference cell, as gaussian_voronoi does
+        if np.any(cells[r] == ref):
+            b0[r], b1[r] = _normalised(b0[r], b1[r], cells[r] == ref)
+    sizes = (cells[..., :, None] == np.arange(T.n_atoms)).sum(-2)  # [R', k*]
+    own = lambda x, xs: x - xs[cells]  # noqa: E731 - each fitted atom against its own true atom
+    diffs = {"beta1": own(b1, T.beta1), "a": own(G.eta[..., :d], T.eta[:, :d]),
+             "b": own(G.eta[..., d:d + 1], T.eta[:, d:d + 1]), "variance": own(G.eta[..., d + 1:d + 2], T.eta[:, d + 1:d + 2])}
+    w = np.exp(b0)
+    for col, (block, _) in BLOCKS.items():
+        out[col][ok] = weighted_multi_error(np.linalg.norm(diffs[block], axis=-1), w, cells, sizes)
+    return out

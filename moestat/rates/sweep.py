@@ -31,7 +31,7 @@ from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.extras import ExtrasStore
-from moestat.rates.gmoe_blocks import block_extras
+from moestat.rates.gmoe_blocks import BLOCKS
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
     build_estimator,
@@ -194,18 +194,17 @@ def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[di
     :func:`moestat.rates.truth_check.more_starts`) and the cell errors, as the unit asks."""
     fitted = state["params"]
     extras = [{} for _ in unit.replicates]
-    for spec in scenario.loss_specs:
+    # the declared losses, and an over-fitted Gaussian MoE's per-block errors (issue 33): loss
+    # columns of the scenario that results.csv does not hold
+    for name in [spec.name for spec in scenario.loss_specs] + [b for b in BLOCKS if b in losses]:
         for i, e in enumerate(extras):
-            e[spec.name] = float(losses[spec.name][i])
+            e[name] = float(losses[name][i])
     for e, c in zip(extras, checks):
         e |= c
     if unit.cell_errors:
         ce = {**weighted_cell_errors(fitted, scenario.truth), **beta1_split(fitted, scenario.truth)}
         for i, e in enumerate(extras):
             e |= {k: float(v[i]) for k, v in ce.items()}
-    for k, v in block_extras(scenario, fitted).items():  # an over-fitted Gaussian MoE's per-block errors (issue 33)
-        for i, e in enumerate(extras):
-            e[k] = float(v[i])
     return extras
 
 

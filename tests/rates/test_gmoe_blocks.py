@@ -68,14 +68,14 @@ def test_predicted_exponents_are_theorem_2s():
 # ---- the sweep's wiring: columns, values and predictions of one scenario ---------------------------------
 def test_an_over_fitted_model_1_has_the_block_columns_with_a_cell_of_two_predicted_for_k3():
     from moestat.data.gaussian_scenarios import model1_scenario
-    from moestat.rates.gmoe_blocks import block_columns, block_extras, block_predicted
+    from moestat.rates.gmoe_blocks import block_columns, block_predicted
 
     sc3, sc4 = model1_scenario("over", 3), model1_scenario("over", 4)
     assert block_columns(sc3) == block_columns(sc4) == tuple(BLOCKS)
     assert block_predicted(sc3) == block_predictions(2)
     assert block_predicted(sc4) == {c: None for c in BLOCKS}  # 2 + 2 or 3 + 1: the fit's cells, not the design's
     G = _split(4, 0.05, seed=1)
-    got = block_extras(sc3, G)
+    got = sc3.loss_columns(G, np.zeros((5, T.dim)))  # the scenario's own columns, beside param_multi
     for c, v in block_errors(G, T).items():
         np.testing.assert_array_equal(got[c], v)
 
@@ -83,12 +83,13 @@ def test_an_over_fitted_model_1_has_the_block_columns_with_a_cell_of_two_predict
 def test_an_exact_fit_or_another_model_gets_no_block_column():
     from moestat.data.gaussian_scenarios import model1_scenario
     from moestat.rates.config import RatesConfig
-    from moestat.rates.gmoe_blocks import block_columns, block_extras, block_predicted
+    from moestat.rates.gmoe_blocks import block_columns, block_predicted
     from moestat.rates.resolve import Experiment
 
     exact = model1_scenario("exact")
     G = MixingMeasure(T.beta0, T.beta1, T.eta)
-    assert block_columns(exact) == () and block_predicted(exact) == {} and block_extras(exact, G) == {}
+    assert block_columns(exact) == () and block_predicted(exact) == {}
+    assert not set(BLOCKS) & set(exact.loss_columns(G, np.zeros((5, T.dim))))
     # the default regression scenario over-specified: no Gaussian MoE, no column
     reg = next(iter(Experiment.of(RatesConfig.from_dict({"setting": "over"})).scenarios.values()))
     assert reg.setting == "over" and block_columns(reg) == () and block_predicted(reg) == {}
