@@ -18,7 +18,8 @@ from moestat.rates.store import (CHECK_COLUMN, FILE_COLUMNS, LEGACY_COLUMNS, TRU
 from moestat.rates.sweep import _against_truth, build_estimator, build_scenario, make_units, replicate_streams, run_unit
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDED = ROOT / "simulations" / "catalogue" / "topk-gmoe" / "topk-exact"  # written before the truth columns
+# written before the truth columns
+RECORDED = ROOT / "simulations" / "catalogue" / "multinomial-moe" / "nonvanishing"
 
 GMOE = {"family": "gaussian-moe", "estimator": "mle", "n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 2,
         "init_scale": 0.1, "max_iter": 300, "holdout": 256, "n_boot": 50, "quiet": True}
