@@ -222,3 +222,27 @@ def test_cell_mechanism_refits_the_recorded_vanilla_fits(tmp_path):
     for f in fits:
         assert np.isfinite(f["recorded_direction_all"])
         assert np.isclose(f["direction_all"], f["recorded_direction_all"], rtol=1e-6, atol=0)
+
+
+def test_quick_over_run_starts_where_the_asymptotics_begin(tmp_path):
+    """Quick mode's over-specified run starts at OVER_QUICK_N_MIN (issue 34: the recorded local slope
+    is -1.33 below n = 8000, -0.64 above); the exact run, full mode and an --n-max override keep
+    the plain grid."""
+    from moestat.experiments.theory import grids
+    from moestat.experiments.theory.framework import Context
+
+    seen = {}
+
+    def capture(ctx):
+        ctx.rates = lambda key, **cfg: seen.setdefault((ctx.mode, ctx.n_max, key), cfg)
+        return ctx
+
+    q = capture(Context("quick", tmp_path))
+    grids.over_run(q), grids.exact_run(q)
+    assert seen[("quick", None, "over")]["n_min"] == grids.OVER_QUICK_N_MIN == 8000
+    assert seen[("quick", None, "over")]["n_max"] == 32000
+    assert seen[("quick", None, "exact")]["n_min"] == 2000
+    grids.over_run(capture(Context("full", tmp_path)))
+    assert seen[("full", None, "over")]["n_min"] == 2000
+    grids.over_run(capture(Context("quick", tmp_path, n_max=8000)))
+    assert seen[("quick", 8000, "over")]["n_min"] == 1000
