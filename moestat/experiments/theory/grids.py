@@ -25,7 +25,7 @@ GRIDS = {
 
 #: Where quick mode's over-specified run starts (issue 34; a design fix of the quick grid, not of a
 #: rule).  Measured before this change, on recorded runs: the quick run on n = 2000..32000 (seed 0,
-#: 8 replicates; simulations/rates/theory_reports/quick) has the perturbed single-atom error's local
+#: 8 replicates; simulations/rates/theory_reports/quick_before_cells) has the perturbed single-atom error's local
 #: slope -1.33 over n <= 8000 (at n = 2000 a heavy tail, 0.48 to 8.2 over the replicates) and -0.64
 #: over n >= 8000 (mass-weighted: -1.23 and -0.71), and simulations/rates/over_1e6_reps10 (n = 15 625
 #: .. 1e6) has local slopes -0.27 .. -0.91 around its fitted -0.50.  The regime Theorem 5 speaks of
