@@ -121,6 +121,10 @@ class _Parts:
     names: list[str]
     expert_kind: str = "custom"  # identity | gelu | ... | poly | multinomial | a user expert's name
     setting: str = "exact"  # exact | over (k fitted > k*)
+    # the fitted temperature of moestat.model.temperature_gate (its reference row's beta1[-1, 0]), None
+    # for every other gate; raw_score is the score before the division by it
+    tau: float | None = None
+    raw_score: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def _parts(scenario, n: int, seed: int) -> _Parts:
@@ -174,8 +178,18 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
             score = lambda b: gate.score(X, b.unsqueeze(0))[:, 0] / temp  # noqa: E731
             skind = "linear" if gate.score is linear_score else (gate.name if gate.name in ("linear", "cosine", "perturbed") else "custom")
     b0 = torch.as_tensor(t.beta0, dtype=torch.float64)
+    tau, raw = None, None
+    if gate is not None and getattr(gate, "normalisation", None) == "temperature":
+        # moestat.model.temperature_gate: the reference (last) row is not a router, it carries the
+        # fitted temperature, tau = beta1[-1, 0], and the logits are (s_i + beta0_i) / (tau * temperature)
+        # for i < k, 0 for the reference.  Read as a router row it would be a slope tau * x_0.
+        tau = float(b1[-1, 0])
+        raw, temp_score = score, float(tau)
+        score = lambda b: raw(b) / temp_score  # noqa: E731
+        b1 = b1.clone()
+        b1[-1] = 0.0  # the reference atom's router: none (its logit is 0)
     return _Parts(score, lambda e: hx(X, e).reshape(-1), hx, b1, b0, eta, X, classes, skind, norm, kact, likelihood, names,
-                  str(kind), str(scenario.setting))
+                  str(kind), str(scenario.setting), tau, raw)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,6 +383,8 @@ def _gate_identifiable(P: _Parts) -> dict:
     logit.  A vanilla cosine gate fails along each ``beta1_i`` (PDE (4)).
     """
     k, d = P.beta1.shape
+    if P.tau is not None:
+        return _temperature_identifiable(P)
     ref_b1 = P.normalisation == "softmax" and not bool(P.beta1[-1].abs().sum() > 0)
     free_b0 = list(range(k - 1)) if P.normalisation == "softmax" or GATES[P.normalisation].pins_bias else list(range(k))
     free_b1 = [i for i in range(k) if not (ref_b1 and i == k - 1)]
@@ -392,6 +408,39 @@ def _gate_identifiable(P: _Parts) -> dict:
                  ok, sv, tol, "" if ok else "a direction of the gate parameters leaves the weights unchanged")
 
 
+def _temperature_identifiable(P: _Parts) -> dict:
+    """:func:`_gate_identifiable` for the gate with a fitted temperature (:mod:`moestat.model.temperature_gate`).
+
+    Free parameters: ``(beta1_i, beta0_i)`` for ``i < k`` and ``tau`` (the reference row's
+    ``beta1[-1, 0]``); logits ``(s_i + beta0_i) / tau`` for ``i < k`` and 0 for the reference, centred.
+    With a linear score the ray ``c (beta1, beta0, tau)`` leaves every logit unchanged, so the
+    Jacobian is singular along the parameter vector itself; the detail says so when that is the
+    direction found.
+    """
+    k, d = P.beta1.shape
+    raw = P.raw_score
+
+    def logits(theta: torch.Tensor) -> torch.Tensor:
+        b1 = theta[: (k - 1) * d].reshape(k - 1, d)
+        b0 = theta[(k - 1) * d: (k - 1) * (d + 1)]
+        tau = theta[-1]
+        L = torch.stack([(raw(b1[i]) + b0[i]) / tau for i in range(k - 1)] + [torch.zeros_like(P.x[:, 0])], 1)
+        return (L - L.mean(1, keepdim=True)).reshape(-1)
+
+    theta0 = torch.cat([P.beta1[:-1].reshape(-1), P.beta0[:-1], torch.tensor([P.tau], dtype=torch.float64)])
+    Jac = jacfwd(logits)(theta0)
+    ok, sv, tol = independence(Jac)
+    detail = ""
+    if not ok:
+        # the ray: d/dc logits(c theta0) at c = 1 is Jac @ theta0
+        ray = float(torch.linalg.vector_norm(Jac @ theta0) / (torch.linalg.vector_norm(Jac) * torch.linalg.vector_norm(theta0)))
+        detail = ("the ray c (beta1, beta0, tau) leaves the weights unchanged (relative residual "
+                  f"{ray:.2g}): the temperature-parameter PDE" if ray <= tol else
+                  "a direction of the gate parameters leaves the weights unchanged")
+    return _cond("gate_identifiable", "gate parameters identifiable to first order (centred logits' Jacobian full rank; "
+                 f"the temperature tau = {P.tau:.6g} a parameter)", ok, sv, tol, detail)
+
+
 def _named_pairs(J, G, P: _Parts, tol: float) -> list[str]:
     """Exact pairs ``ds/dbeta1_u dh/deta_m = c dh/deta_m'`` at one atom, named (``x_u * dh/db = dh/da_u``)."""
     found = []
@@ -413,7 +462,8 @@ def _named_pairs(J, G, P: _Parts, tol: float) -> list[str]:
                         continue
                     c = float(a @ bcol) / na2
                     if np.linalg.norm(bcol - c * a) <= tol * nb:
-                        gate = f"x_{u}" if P.score_kind == "linear" else f"ds/dbeta1_{u}"
+                        # under a fitted temperature ds/dbeta1_u = x_u / tau, not x_u
+                        gate = f"x_{u}" if P.score_kind == "linear" and P.tau is None else f"ds/dbeta1_{u}"
                         coef = "" if abs(c - 1.0) <= 1e-12 else f"{c:.6g} * "
                         s = f"{gate} * dh/d{P.names[m]} = {coef}dh/d{P.names[m2]}"
                         if s not in found:

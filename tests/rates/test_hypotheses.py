@@ -204,3 +204,27 @@ def test_check_on_a_joint_gllim_file_says_not_checked_instead_of_crashing(tmp_pa
     assert out.returncode == 0, out.stderr
     assert "hypotheses of the truth: not checked: the joint GLLiM" in out.stdout
     assert "internal error" not in out.stderr
+
+
+def test_temperature_gate_reference_row_is_read_as_tau_not_as_a_slope():
+    """moestat.model.temperature_gate keeps tau in the reference row (beta1[-1, 0]): the check must
+    divide the routers' scores by it, give the reference no router, and find the ray invariance
+    c (beta1, beta0, tau) as the gate's non-identifiability.  Before the fix the row was read as a
+    slope tau * x_0: two router rows, scores not divided by tau."""
+    from moestat.data.scenario_files import load_scenario
+    from moestat.rates.catalogue import catalogue_file
+    from moestat.rates.hypotheses import _parts
+
+    sc = load_scenario(str(catalogue_file("temperature_gmoe.toml")))
+    tau = float(sc.truth.numpy().beta1[-1, 0])
+    assert tau == 0.5
+    P = _parts(sc, 200, 0)
+    assert P.tau == tau and float(P.beta1[-1].abs().sum()) == 0.0  # no router on the reference atom
+    b = P.beta1[0]
+    assert torch.allclose(P.score(b), (P.x @ b) / tau, rtol=1e-12, atol=0)  # the router's logit is divided by tau
+    c = conditions(sc, n=N)
+    assert c["gate_input_dependent"]["value"] == 1.0  # one router row, not two
+    gi = c["gate_identifiable"]
+    assert gi["holds"] is False and "ray c (beta1, beta0, tau)" in gi["detail"]
+    # the named pair is ds/dbeta1 * dh/db = (1 / tau) dh/da: the score derivative is x / tau, not x
+    assert "ds/dbeta1_0 * dh/db = 2 * dh/da_0" in c["gate_expert_pde"]["detail"]

@@ -151,3 +151,98 @@ def test_thm5_notes_carry_the_measured_curvature(tmp_path):
     note = over_strong._note(diag)
     assert "-1.50 over n <= 8000" in note and "-0.50 over n >= 8000" in note and "5/10" in note
     assert over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "no_such_loss") == {}
+
+
+def test_cell_aggregates_keep_shared_cells_out_of_the_single_cell_errors():
+    """Part (c') of thm3: an atom of a shared Voronoi cell never enters the single-cell maxima (the
+    first rule's largest-over-all-atoms error did, issue 34), and the shared-cell sum is mass-weighted."""
+    import numpy as np
+
+    from moestat.experiments.theory.vanilla_slow import cell_aggregates
+
+    # atoms 0, 1 share a cell (the light atom 1 far off in direction); atoms 2, 3 are alone
+    a = cell_aggregates(radial=[0.3, 0.9, 0.2, 0.1], direction=[0.1, 0.8, 0.05, 0.02], cell_size=[2, 2, 1, 1],
+                        mass=[0.6, 0.1, 0.5, 0.4])
+    assert a["radial_single"] == 0.2 and a["direction_single"] == 0.05
+    assert a["direction_shared"] == 0.8 and a["direction_all"] == 0.8
+    assert np.isclose(a["weighted_direction_shared"], 0.6 * 0.1**2 + 0.1 * 0.8**2)
+    none = cell_aggregates([0.1, 0.2], [0.1, 0.2], [2, 2], [0.5, 0.5])
+    assert np.isnan(none["direction_single"]) and np.isnan(none["radial_single"])
+
+
+def test_cell_rule_judges_single_cells_and_requires_the_refit_to_match(tmp_path):
+    """(c') passes when the single-cell direction error falls and the radius does not move, whatever the
+    shared cells do; it fails when the single-cell direction is flat, when the radius is corrected, and
+    when the refit does not reproduce the recorded fits."""
+    import numpy as np
+
+    from moestat.experiments.theory.framework import Context
+    from moestat.experiments.theory.vanilla_slow import cell_rule
+
+    rng = np.random.default_rng(3)
+    ns = [2000, 4000, 8000, 16000, 32000]
+
+    def fits(dir_exp, rad_exp, recorded_shift=0.0):
+        out = []
+        for n in ns:
+            for r in range(6):
+                e = np.exp(0.05 * rng.standard_normal(3))
+                d_single, rad = 5 * n ** dir_exp * e[0], 0.3 * n ** rad_exp * e[1]
+                d_shared = 0.5 * e[2]  # a shared-cell atom that does not converge (not judged)
+                out.append({"n": n, "replicate": r, "radial_single": rad, "direction_single": d_single,
+                            "direction_shared": d_shared, "weighted_direction_shared": 0.1 * d_shared**2,
+                            "direction_all": max(d_single, d_shared),
+                            "recorded_direction_all": max(d_single, d_shared) * (1 + recorded_shift)})
+        return out
+
+    ctx = Context("quick", tmp_path)
+    ok, det = cell_rule(ctx, fits(-0.5, 0.0), 200)
+    assert ok and det["refit_matches_recorded"] == "30/30"
+    assert np.isclose(det["direction_single"]["slope"], -0.5, atol=0.1)
+    assert abs(det["shared_not_judged"]["direction_all"]["slope"]) < 0.1  # the first rule's quantity: flat
+    assert not cell_rule(ctx, fits(0.0, 0.0), 200)[0]  # single-cell direction flat
+    assert not cell_rule(ctx, fits(-0.5, -0.5), 200)[0]  # the radius is corrected
+    bad_ok, bad = cell_rule(ctx, fits(-0.5, 0.0, recorded_shift=1e-3), 200)
+    assert not bad_ok and bad["refit_matches_recorded"] == "0/30"
+
+
+def test_cell_mechanism_refits_the_recorded_vanilla_fits(tmp_path):
+    """The refit of (c') runs the sweep's own data, start and estimator streams: on a tiny
+    over-specified run its largest direction error equals the recorded ``beta1_direction``."""
+    import numpy as np
+
+    from moestat.experiments.theory.framework import Context
+    from moestat.experiments.theory.vanilla_slow import cell_mechanism
+
+    ctx = Context("quick", tmp_path)
+    s = ctx.rates("over", router=["cosine"], setting="over", estimator="lse", max_iter=30, cell_errors=True,
+                  n_min=200, n_max=800, n_points=3, reps=2, n_boot=20)
+    fits = cell_mechanism(ctx, "quick-over", s)
+    assert len(fits) == 6
+    for f in fits:
+        assert np.isfinite(f["recorded_direction_all"])
+        assert np.isclose(f["direction_all"], f["recorded_direction_all"], rtol=1e-6, atol=0)
+
+
+def test_quick_over_run_starts_where_the_asymptotics_begin(tmp_path):
+    """Quick mode's over-specified run starts at OVER_QUICK_N_MIN (issue 34: the recorded local slope
+    is -1.33 below n = 8000, -0.64 above); the exact run, full mode and an --n-max override keep
+    the plain grid."""
+    from moestat.experiments.theory import grids
+    from moestat.experiments.theory.framework import Context
+
+    seen = {}
+
+    def capture(ctx):
+        ctx.rates = lambda key, **cfg: seen.setdefault((ctx.mode, ctx.n_max, key), cfg)
+        return ctx
+
+    q = capture(Context("quick", tmp_path))
+    grids.over_run(q), grids.exact_run(q)
+    assert seen[("quick", None, "over")]["n_min"] == grids.OVER_QUICK_N_MIN == 8000
+    assert seen[("quick", None, "over")]["n_max"] == 32000
+    assert seen[("quick", None, "exact")]["n_min"] == 2000
+    grids.over_run(capture(Context("full", tmp_path)))
+    assert seen[("full", None, "over")]["n_min"] == 2000
+    grids.over_run(capture(Context("quick", tmp_path, n_max=8000)))
+    assert seen[("quick", 8000, "over")]["n_min"] == 1000
