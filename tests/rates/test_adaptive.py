@@ -6,12 +6,7 @@ import pytest
 from moestat.rates import RatesConfig, run_rates
 
 
-@pytest.fixture(autouse=True)
-def _no_figures(monkeypatch):
-    # the figures are not under test here and cost most of a tiny run's time
-    import moestat.rates.figures as figures
-
-    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 BASE = {"n_min": 100, "n_max": 400, "n_points": 3, "reps": 2, "max_iter": 10, "holdout": 256, "n_boot": 50,
         "chunk": 2, "quiet": True}

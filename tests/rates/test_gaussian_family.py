@@ -20,11 +20,7 @@ ARGS = ["rates", "--family", "gaussian-moe", "--estimator", "mle", "--n-min", "3
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@pytest.fixture(autouse=True)
-def _no_figures(monkeypatch):
-    import moestat.rates.figures as figures
-
-    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 
 def test_exact_model1_runs_with_the_theorem_predictions(tmp_path):

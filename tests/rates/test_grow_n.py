@@ -18,11 +18,7 @@ ARGS = ["rates", "--estimator", "null", "--n-min", "100", "--n-max", "400", "--n
         "--n-boot", "50", "--quiet", "--grow-n", "2000"]
 
 
-@pytest.fixture(autouse=True)
-def _no_figures(monkeypatch):
-    import moestat.rates.figures as figures
-
-    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 
 def _force_plan(monkeypatch, asking: bool):

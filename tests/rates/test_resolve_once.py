@@ -25,11 +25,7 @@ TINY = {"n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 30, "h
         "quiet": True}
 
 
-@pytest.fixture(autouse=True)
-def _no_figures(monkeypatch):
-    import moestat.rates.figures as figures
-
-    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 
 def _count_digests(monkeypatch) -> list:

@@ -15,11 +15,7 @@ TINY = {"n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 30, "h
         "quiet": True}
 
 
-@pytest.fixture(autouse=True)
-def _no_figures(monkeypatch):
-    import moestat.rates.figures as figures
-
-    monkeypatch.setattr(figures, "plot_convergence", lambda *a, **k: None)
+pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 
 def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predictions(tmp_path):
