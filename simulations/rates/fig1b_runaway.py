@@ -42,14 +42,27 @@ from pathlib import Path
 import numpy as np
 
 
+def _sweep_unit(args, n: int):
+    """The rate run's unit at ``n`` (the Figure 1(b) configuration of the module docstring) with its
+    scenario and the sweep's own data and starts: ``(unit, scenario, X, Y, starts)``."""
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.resolve import build_scenario
+    from moestat.rates.sweep import _draw, make_units
+
+    cfg = RatesConfig.from_dict({"router": ["perturbed"], "setting": "over", "n_min": n, "n_max": n, "n_points": 1,
+                                 "reps": args.reps, "estimator": "lse", "max_iter": 1000, "init": "near",
+                                 "init_scale": 0.05, "seed": args.seed})
+    (unit,) = make_units(cfg)
+    sc = build_scenario(unit.scenario_key)
+    return (unit, sc, *_draw(unit, sc))
+
+
 def main(argv=None) -> int:
     import torch
 
     from moestat.estimators.starts import near_truth_init, random_init
     from moestat.model.mixing import MixingMeasure, ParameterBox
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import build_scenario
-    from moestat.rates.sweep import _draw, _estimator, make_units
+    from moestat.rates.sweep import _estimator
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,12 +78,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows = []
     for n in args.ns:
-        cfg = RatesConfig.from_dict({"router": ["perturbed"], "setting": "over", "n_min": n, "n_max": n, "n_points": 1,
-                                     "reps": args.reps, "estimator": "lse", "max_iter": 1000, "init": "near",
-                                     "init_scale": 0.05, "seed": args.seed})
-        (unit,) = make_units(cfg)
-        sc = build_scenario(unit.scenario_key)
-        X, Y, starts = _draw(unit, sc)
+        unit, sc, X, Y, starts = _sweep_unit(args, n)
         R = len(unit.replicates)
         Xt, Yt = torch.as_tensor(X), torch.as_tensor(Y)
 
@@ -148,19 +156,12 @@ def noise_free(args, argv) -> int:
     pull the run-off atom back?"""
     import torch
 
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import build_scenario
-    from moestat.rates.sweep import _draw, _estimator, make_units
+    from moestat.rates.sweep import _estimator
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     n = args.ns[0]
-    cfg = RatesConfig.from_dict({"router": ["perturbed"], "setting": "over", "n_min": n, "n_max": n, "n_points": 1,
-                                 "reps": args.reps, "estimator": "lse", "max_iter": 1000, "init": "near",
-                                 "init_scale": 0.05, "seed": args.seed})
-    (unit,) = make_units(cfg)
-    sc = build_scenario(unit.scenario_key)
-    X, Y, starts = _draw(unit, sc)
+    unit, sc, X, Y, starts = _sweep_unit(args, n)
     est = _estimator(unit, sc, 2)
     est.fit(X, Y, init=starts)
     Xp = sc.sample_x(20_000, np.random.default_rng(np.random.SeedSequence(args.seed, spawn_key=(n, 97))))
