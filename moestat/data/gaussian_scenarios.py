@@ -116,11 +116,16 @@ class GaussianMoEScenario(ScenarioBase):
     mixture_data = True
     variance_last = True
 
+    @property
+    def extra_loss_columns(self) -> tuple[str, ...]:
+        """The per-block error columns (:data:`BLOCKS`) of an over-fitted model, else none."""
+        return tuple(BLOCKS) if self.k_fit > self.truth.n_atoms else ()
+
     def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
         """The sweep's loss columns (:meth:`losses`); an over-fitted model also gets the per-block
         errors of its shared cells (:func:`block_errors`, recorded in ``extras.csv``)."""
         out = self.losses(fitted, X_holdout)
-        if self.k_fit > self.truth.n_atoms:
+        if self.extra_loss_columns:
             out |= block_errors(fitted, self.truth)
         return out
 

@@ -106,6 +106,9 @@ class ScenarioBase(TruthDescriptors):
     gaussian_moe = False
     #: The joint GLLiM (``x`` modelled too).
     gllim = False
+    #: Columns :meth:`loss_columns` returns beside ``results.csv``'s losses and the declared ones,
+    #: recorded in ``extras.csv`` (an over-fitted Gaussian MoE's per-block errors).
+    extra_loss_columns: tuple[str, ...] = ()
     #: Loss name -> the theorem of a default prediction the scenario did not state (a scenario
     #: file's; see :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
     prediction_sources: Mapping[str, str] = MappingProxyType({})

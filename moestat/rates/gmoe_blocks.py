@@ -32,17 +32,12 @@ from moestat.data.gaussian_scenarios import BLOCKS, block_errors, block_predicti
 
 __all__ = ["BLOCKS", "block_columns", "block_errors", "block_predicted", "block_predictions"]
 
-def _over_fitted_gmoe(scenario) -> bool:
-    # the softmax-gated Gaussian MoE of moestat.data.gaussian_scenarios (the scenario protocol's flag),
-    # fitted with more atoms than the truth's: the only model whose cells block_errors measures
-    return bool(scenario.gaussian_moe) and scenario.k_fit > scenario.truth.n_atoms
-
-
 def block_columns(scenario) -> tuple[str, ...]:
-    """The ``extras.csv`` columns of :func:`block_extras` for ``scenario``: the keys of :data:`BLOCKS`
-    for an over-fitted softmax-gated Gaussian MoE, else ``()`` (no column, nothing computed)."""
+    """The per-block ``extras.csv`` columns of ``scenario``: the keys of :data:`BLOCKS` for an
+    over-fitted softmax-gated Gaussian MoE, else ``()`` (no column, nothing computed) -- the
+    scenario's own :attr:`~moestat.data.synthetic.ScenarioBase.extra_loss_columns`."""
 
-    return tuple(BLOCKS) if _over_fitted_gmoe(scenario) else ()
+    return tuple(scenario.extra_loss_columns)
 
 
 def block_predicted(scenario) -> dict[str, float | None]:

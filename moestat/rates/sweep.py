@@ -31,7 +31,6 @@ from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.extras import ExtrasStore
-from moestat.rates.gmoe_blocks import BLOCKS
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
     build_estimator,
@@ -191,12 +190,13 @@ def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasu
 def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[dict]) -> list[dict]:
     """The ``extras.csv`` columns of each replicate (:mod:`moestat.rates.extras`): the declared
     losses, the optimum certificate and the start sensitivity (``checks``,
-    :func:`moestat.rates.truth_check.more_starts`) and the cell errors, as the unit asks."""
+    :func:`moestat.rates.truth_check.more_starts`), the cell errors, as the unit asks, and the
+    scenario's ``extra_loss_columns``."""
     fitted = state["params"]
     extras = [{} for _ in unit.replicates]
     # the declared losses, and an over-fitted Gaussian MoE's per-block errors (issue 33): loss
     # columns of the scenario that results.csv does not hold
-    for name in [spec.name for spec in scenario.loss_specs] + [b for b in BLOCKS if b in losses]:
+    for name in [spec.name for spec in scenario.loss_specs] + list(scenario.extra_loss_columns):
         for i, e in enumerate(extras):
             e[name] = float(losses[name][i])
     for e, c in zip(extras, checks):
