@@ -19,14 +19,14 @@ from typing import Sequence
 
 from moestat.io import atomic_write_json, atomic_write_text
 
-from moestat.experiments.theory import (exact_weak, lecam, null_control, over_strong, pde, prop1, regression_rate, softmoe_witness,
-                                        vanilla_slow)
+from moestat.experiments.theory import (exact_weak, expert_split, lecam, null_control, over_strong, pde, prop1, regression_rate,
+                                        softmoe_witness, vanilla_slow)
 from moestat.experiments.theory.framework import CheckResult, Context, run_guarded
 
 __all__ = ["MODULES", "CHECK_NAMES", "run_checks", "write_report", "exit_code"]
 
 #: Check modules in run order (cheap, engine-free checks first).
-MODULES = [pde, lecam, prop1, softmoe_witness, regression_rate, exact_weak, vanilla_slow, over_strong, null_control]
+MODULES = [pde, lecam, expert_split, prop1, softmoe_witness, regression_rate, exact_weak, vanilla_slow, over_strong, null_control]
 CHECK_NAMES = [n for m in MODULES for n in m.NAMES]
 REPORT_SCHEMA = "moestat.theory_report/1"
 
