@@ -91,7 +91,7 @@ __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "en
 LINEAR_FILE, FFN_FILE = "lse_linear_over.toml", "lse_sigmoid_over.toml"
 #: Sample sizes of the bound (five decades, as the cosine router's instrument).
 NS = np.logspace(2, 7, 11)
-#: Largest half-distance of the split: the halves stay inside the box (|eta| <= 10) with room to spare.
+#: Largest half-distance of the split: the halves stay inside the box (``|eta| <= 10``) with room to spare.
 T_MAX = 1.0
 #: A flat bound may lose at most this factor between the smallest and the largest n (the rule of
 #: ``lecam_vanilla_flat`` and of the temperature entry).
