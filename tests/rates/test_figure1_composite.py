@@ -120,3 +120,29 @@ def test_bad_root_is_one_line_and_exit_2(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "records missing" in err[-1] and not (tmp_path / "out").exists()
+
+
+def test_cells_record_guard_flags_a_refit_that_differs(tmp_path):
+    """figure1_cells.py writes nothing unless every refit repeats the recorded largest errors."""
+    spec = importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py")
+    cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cells)
+    (tmp_path / "extras.csv").write_text("router,n,replicate,beta1_radial,beta1_direction\ncosine,100,0,0.5,0.25\n")
+    same = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.5], "direction": [0.25, 0.2]}]
+    assert cells.check_against_record(same, tmp_path / "extras.csv") == []
+    off = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.5 * (1 + 1e-4)], "direction": [0.25, 0.2]}]
+    bad = cells.check_against_record(off, tmp_path / "extras.csv")
+    assert len(bad) == 1 and "beta1_radial" in bad[0]
+
+
+def test_the_recorded_cells_are_the_fig1b_seed0_fits():
+    """The committed per-cell record covers every fit of the run it names and says the refit matched."""
+    rec = json.loads((ROOT / mod.SOURCES["over_cells"]).read_text())
+    assert rec["run"] == "simulations/rates/figure1/fig1b/seed0"
+    import pandas as pd
+
+    res = pd.read_csv(ROOT / rec["run"] / "results.csv")
+    assert {(r["router"], r["n"], r["replicate"]) for r in rec["rows"]} == set(zip(res.router, res.n, res.replicate))
+    assert rec["refit_matches_recorded"] == f"{len(rec['rows'])}/{len(rec['rows'])}"
+    for r in rec["rows"]:  # k = k* + 1 atoms, every atom in some cell
+        assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
