@@ -1,0 +1,148 @@
+"""simulations/rates/figure1_composite.py: the loaders, intervals, slopes and per-cell split on toy inputs."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("figure1_composite", ROOT / "simulations" / "rates" / "figure1_composite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+mod = _script()
+
+
+def _write_run(folder: Path, rows: list[tuple], extras: list[tuple] | None = None) -> None:
+    """A toy rate-run folder: results.csv with (router, n, replicate, voronoi, converged) rows and an
+    optional extras.csv with (router, n, replicate, beta1_radial)."""
+    folder.mkdir(parents=True)
+    lines = ["router,n,replicate,voronoi,converged"] + [",".join(map(str, r)) for r in rows]
+    (folder / "results.csv").write_text("\n".join(lines) + "\n")
+    if extras is not None:
+        lines = ["router,n,replicate,beta1_radial"] + [",".join(map(str, r)) for r in extras]
+        (folder / "extras.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_replicate_values_pools_runs_per_router_and_n(tmp_path):
+    _write_run(tmp_path / "s0", [("cosine", 100, 0, 1.0, True), ("cosine", 100, 1, 2.0, True),
+                                 ("perturbed", 100, 0, 9.0, True), ("cosine", 400, 0, 0.5, False)],
+               extras=[("cosine", 100, 0, 0.1), ("cosine", 100, 1, 0.2), ("perturbed", 100, 0, 0.9), ("cosine", 400, 0, 0.05)])
+    _write_run(tmp_path / "s1", [("cosine", 100, 0, 3.0, True), ("cosine", 400, 0, 0.25, True)],
+               extras=[("cosine", 100, 0, 0.3), ("cosine", 400, 0, 0.025)])
+    got = mod.replicate_values([tmp_path / "s0", tmp_path / "s1"], "cosine", "voronoi")
+    assert list(got) == [100, 400]
+    np.testing.assert_array_equal(got[100], [1.0, 2.0, 3.0])  # both runs, this router only
+    np.testing.assert_array_equal(got[400], [0.5, 0.25])  # unconverged kept, as the engine's slopes do
+    ex = mod.replicate_values([tmp_path / "s0", tmp_path / "s1"], "cosine", "beta1_radial")  # joined from extras.csv
+    np.testing.assert_array_equal(ex[100], [0.1, 0.2, 0.3])
+    with pytest.raises(KeyError):
+        mod.replicate_values([tmp_path / "s1"], "cosine", "no_such_column")
+
+
+def test_interval_of_mean_brackets_the_mean_and_shrinks_with_replicates():
+    rng = np.random.default_rng(0)
+    small = rng.lognormal(size=10)
+    large = rng.lognormal(size=1000)
+    m, lo, hi = mod.interval_of_mean(small, np.random.default_rng(1))
+    assert m == pytest.approx(small.mean()) and lo < m < hi
+    m2, lo2, hi2 = mod.interval_of_mean(large, np.random.default_rng(1))
+    assert lo2 < m2 < hi2 and (hi2 - lo2) < (hi - lo)
+    # a constant sample has a zero-width interval at its value
+    assert mod.interval_of_mean(np.full(7, 2.5), np.random.default_rng(1)) == (2.5, 2.5, 2.5)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # R^2 of the flat series: 0/0
+def test_series_recovers_a_power_law_exponent():
+    """Replicates c * n^-0.5 * (multiplicative noise with the same law at every n): the log-of-mean
+    slope estimates -0.5; exactly when the noise factors are the same at every n."""
+    ns = [1000, 2000, 4000, 8000, 16000]
+    eps = np.random.default_rng(3).lognormal(sigma=0.3, size=8)
+    exact = {n: 2.0 * n**-0.5 * eps for n in ns}
+    rec = mod.series(exact, np.random.default_rng(0), n_boot=200)
+    assert rec["slope"]["slope"] == pytest.approx(-0.5, abs=1e-12)
+    assert rec["slope"]["intercept"] == pytest.approx(np.log(2.0 * eps.mean()), abs=1e-10)
+    assert rec["n"] == ns and rec["count"] == [8] * 5
+    assert all(lo <= m <= hi for lo, m, hi in zip(rec["ci_low"], rec["mean"], rec["ci_high"]))
+    assert all(a <= b <= c for a, b, c in zip(rec["q25"], rec["median"], rec["q75"]))
+    flat = mod.series({n: np.full(5, 0.7) for n in ns}, np.random.default_rng(0), n_boot=200)
+    assert flat["slope"]["slope"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_cell_parts_splits_singleton_from_shared_cells():
+    # atoms 0 and 3 share a cell (size 2), atoms 1 and 2 are alone
+    got = mod.cell_parts([0.1, 0.2, 0.05, 9.0], [0.3, 0.01, 0.02, 0.5], [2, 1, 1, 2])
+    assert got == {"radial_single": 0.2, "direction_single": 0.02, "radial_shared": 9.0, "direction_shared": 0.5}
+    exact = mod.cell_parts([0.1, 0.2], [0.3, 0.4], [1, 1])  # no shared cell: NaN, not 0
+    assert exact["radial_single"] == 0.2 and np.isnan(exact["radial_shared"]) and np.isnan(exact["direction_shared"])
+
+
+def test_cells_by_n_groups_fits_and_skips_missing_kinds():
+    rows = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.3, 5.0], "direction": [0.2, 0.1, 0.4],
+             "cell_size": [1, 2, 2], "mass": [1, 1, 1]},
+            {"router": "cosine", "n": 100, "replicate": 1, "radial": [0.2, 0.4], "direction": [0.1, 0.1],
+             "cell_size": [1, 1], "mass": [1, 1]},
+            {"router": "perturbed", "n": 100, "replicate": 0, "radial": [7.0], "direction": [0.1], "cell_size": [1],
+             "mass": [1]}]
+    np.testing.assert_array_equal(mod.cells_by_n(rows, "cosine", "radial_single")[100], [0.1, 0.4])
+    np.testing.assert_array_equal(mod.cells_by_n(rows, "cosine", "radial_shared")[100], [5.0])  # replicate 1 has none
+    np.testing.assert_array_equal(mod.cells_by_n(rows, "perturbed", "radial_single")[100], [7.0])
+
+
+def test_mechanism_by_n_reads_the_paired_record():
+    mech = {"ns": [1000, 10000], "routers": {"cosine": {"per_replicate": {"fit_radial": [[0.1, 0.2], [0.3, 0.4]]}}}}
+    got = mod.mechanism_by_n(mech, "cosine", "fit_radial")
+    assert list(got) == [1000, 10000]
+    np.testing.assert_array_equal(got[10000], [0.3, 0.4])
+
+
+def test_recorded_exact_slopes_are_the_engines():
+    """The loader reads the recorded catalogue run as the engine did: the log-of-mean slope of the
+    paper's loss equals the one in that run's summary.json (the OLS is deterministic)."""
+    folder = ROOT / mod.SOURCES["exact_fits"]
+    summ = json.loads((folder / "summary.json").read_text())
+    for router in mod.ROUTERS:
+        rec = mod.series(mod.replicate_values([folder], router, "voronoi"), np.random.default_rng(0), n_boot=50)
+        f = next(f for f in summ["fits"] if f["router"] == router and f["loss"] == "voronoi")
+        assert rec["slope"]["slope"] == pytest.approx(f["slope"], rel=1e-9)
+
+
+def test_bad_root_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--root", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "records missing" in err[-1] and not (tmp_path / "out").exists()
+
+
+def test_cells_record_guard_flags_a_refit_that_differs(tmp_path):
+    """figure1_cells.py writes nothing unless every refit repeats the recorded largest errors."""
+    spec = importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py")
+    cells = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cells)
+    (tmp_path / "extras.csv").write_text("router,n,replicate,beta1_radial,beta1_direction\ncosine,100,0,0.5,0.25\n")
+    same = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.5], "direction": [0.25, 0.2]}]
+    assert cells.check_against_record(same, tmp_path / "extras.csv") == []
+    off = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.5 * (1 + 1e-4)], "direction": [0.25, 0.2]}]
+    bad = cells.check_against_record(off, tmp_path / "extras.csv")
+    assert len(bad) == 1 and "beta1_radial" in bad[0]
+
+
+def test_the_recorded_cells_are_the_fig1b_seed0_fits():
+    """The committed per-cell record covers every fit of the run it names and says the refit matched."""
+    rec = json.loads((ROOT / mod.SOURCES["over_cells"]).read_text())
+    assert rec["run"] == "simulations/rates/figure1/fig1b/seed0"
+    import pandas as pd
+
+    res = pd.read_csv(ROOT / rec["run"] / "results.csv")
+    assert {(r["router"], r["n"], r["replicate"]) for r in rec["rows"]} == set(zip(res.router, res.n, res.replicate))
+    assert rec["refit_matches_recorded"] == f"{len(rec['rows'])}/{len(rec['rows'])}"
+    for r in rec["rows"]:  # k = k* + 1 atoms, every atom in some cell
+        assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
