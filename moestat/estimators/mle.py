@@ -109,7 +109,9 @@ class MLEGaussianMoE(MoEEstimator):
     n_init : int
         Starts per replicate.  Without ``init``: random-partition starts; with an ``init [R]``:
         the given start plus ``n_init - 1`` jittered copies (``init_jitter``).  An ``init`` of batch
-        shape ``[R, S]`` gives the ``S`` starts explicitly and ``n_init`` is ignored.
+        shape ``[R, S]`` gives the ``S`` starts explicitly and ``n_init`` is ignored.  The generic EM
+        adds, for a Top-K gate, a start for each start with a tied (split) atom, the atom re-seated
+        as an idle one (:func:`~moestat.estimators.generic_starts.idle_atom_starts`); the best is kept.
     init_jitter : float
         Standard deviation of the noise of the jittered copies (on ``beta0``, ``beta1``, ``a``,
         ``b`` and ``log sigma^2``).
