@@ -109,7 +109,9 @@ class MLEGaussianMoE(MoEEstimator):
     n_init : int
         Starts per replicate.  Without ``init``: random-partition starts; with an ``init [R]``:
         the given start plus ``n_init - 1`` jittered copies (``init_jitter``).  An ``init`` of batch
-        shape ``[R, S]`` gives the ``S`` starts explicitly and ``n_init`` is ignored.
+        shape ``[R, S]`` gives the ``S`` starts explicitly and ``n_init`` is ignored.  The generic EM
+        adds, for a Top-K gate, a start for each start with a tied (split) atom, the atom re-seated
+        as an idle one (:func:`~moestat.estimators.generic_starts.idle_atom_starts`); the best is kept.
     init_jitter : float
         Standard deviation of the noise of the jittered copies (on ``beta0``, ``beta1``, ``a``,
         ``b`` and ``log sigma^2``).
@@ -334,15 +336,18 @@ class MLEGaussianMoE(MoEEstimator):
         self.variances_ = s2
         return self._finish(MixingMeasure(V[..., -1], V[..., :-1], eta), res, pick, Xn, Yn, None)
 
-    def _best_starts(self, res: dict, R: int, S: int) -> np.ndarray:
+    def _best_starts(self, res: dict, R: int, S: int, owner: np.ndarray | None = None) -> np.ndarray:
         """Flat indices ``[R]`` of each replicate's best start (largest finite log-likelihood) in a
-        fit of ``R S`` entries (replicate-major); sets the per-replicate fit attributes of the class
-        docstring that come straight from ``res``."""
-        ll = res["loglik"].reshape(R, S)
-        best = np.argmax(np.where(np.isfinite(ll), ll, -np.inf), axis=1)
-        pick = np.arange(R) * S + best
+        fit of ``R S`` entries (replicate-major), or of entries owned by ``owner [E]`` (their
+        replicate; the generic EM's added Top-K starts, :func:`~moestat.estimators.generic_starts.idle_atom_starts`);
+        sets the per-replicate fit attributes of the class docstring that come straight from ``res``."""
+        ll = np.where(np.isfinite(res["loglik"]), res["loglik"], -np.inf)
+        if owner is None:
+            pick = np.arange(R) * S + np.argmax(ll.reshape(R, S), axis=1)
+        else:  # the first best entry of each replicate: the given starts come first, so a tie keeps one of them
+            pick = np.array([np.flatnonzero(owner == r)[np.argmax(ll[owner == r])] for r in range(R)])
         self.kernel_ = res["kernel"]
-        self.loglik_ = ll[np.arange(R), best]
+        self.loglik_ = res["loglik"][pick]
         self.loglik_path_ = [res["paths"][i] for i in pick]
         self.n_starts_ = S
         self.n_newton_ = res["n_newton"][pick]
@@ -381,12 +386,20 @@ class MLEGaussianMoE(MoEEstimator):
                                  lambda G: gauss, f" (expert parameters{', then the variance' if gauss else ''})")
         S = G.beta0.shape[1]
         flat = MixingMeasure(*(a.reshape((R * S,) + a.shape[2:]) for a in (G.beta0, G.beta1, G.eta)))
+        owner = np.arange(R).repeat(S)
+        # a Top-K start with a split (tied) atom gets a second start, the atom re-seated as an idle one
+        # (generic_starts.idle_atom_starts: the split start is not the truth under a Top-K gate)
+        extra_of, extra = gs.idle_atom_starts(model, flat)
+        if extra is not None:
+            flat = MixingMeasure(*(np.concatenate([a, b]) for a, b in zip((flat.beta0, flat.beta1, flat.eta),
+                                                                            (extra.beta0, extra.beta1, extra.eta))))
+            owner = np.concatenate([owner, owner[extra_of]])
         fv, eta, ls2 = gs.to_free(em, flat)
-        rep = torch.arange(R).repeat_interleave(S)
+        rep = torch.as_tensor(owner)
         res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
                              var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
                              compile=self.compile)
-        pick = self._best_starts(res, R, S)
+        pick = self._best_starts(res, R, S, owner if extra is not None else None)
         params = gs.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         if not self.eta_variance and gauss:
