@@ -4,7 +4,7 @@
 (seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
 resumable ``results.csv``, ``provenance.json``),
 :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
-:mod:`moestat.rates.figures` (``convergence.pdf``/``.png``).  From Python::
+:mod:`moestat.rates.figures` (``convergence.png``, other formats on request).  From Python::
 
     from moestat.rates import RatesConfig, run_rates
     summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")
@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
-from moestat.rates.figures import check_figure_formats, plot_run
+from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
@@ -110,7 +110,7 @@ def _file_predictions(config: RatesConfig) -> dict | None:
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
-              figure_formats: Sequence[str] | str = ("pdf", "png")) -> dict[str, Any]:
+              figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     Parameters
@@ -120,15 +120,17 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         anything is written).
     out_dir : path-like
         Output folder: ``results.csv``, ``provenance.json``, ``summary.json``,
-        ``convergence.pdf``/``.png`` (the Voronoi loss) and ``convergence_all.pdf``/``.png``
-        (every loss).
+        ``convergence.png`` (the Voronoi loss) and ``convergence_all.png`` (every loss), in the
+        ``figure_formats`` asked for.
     resume : bool
         Continue a sweep in ``out_dir`` written by the same configuration, skipping finished
         fits.  Without it, a folder that already holds results is refused.
     cluster : moestat.rates.backends.ClusterOptions, optional
         Timeouts and the worker-environment check of a dask sweep.
     figure_formats : sequence of {"pdf", "png", "svg"}, or a comma list
-        The files of each convergence figure (each figure is drawn once and saved per format);
+        The files of each convergence figure (each figure is drawn once and saved per format;
+        default :data:`~moestat.rates.figures.DEFAULT_FIGURE_FORMATS`, png only: a pdf costs
+        more to write than the png, issue 36);
         ``()`` or ``"none"``: no figure (``moestat plot OUT`` draws them later from the results).
         Never part of the configuration: it changes no number.
 
@@ -168,7 +170,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
 
 
 def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
-                formats: tuple[str, ...] = ("pdf", "png")) -> dict[str, Any]:
+                formats: tuple[str, ...] = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
     scenario file, the sweep and its fits in rounds, ``summary.json`` and the figures."""
     check_resumable(out, experiment, resume)
