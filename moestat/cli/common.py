@@ -54,7 +54,6 @@ __all__ = [
     "seed_int",
     "MAX_SEED",
     "n_jobs_int",
-    "n_jobs_or_auto",
     "threads_int",
     "learning_rate",
     "positive_finite",
@@ -257,12 +256,6 @@ def n_jobs_int(text: str) -> int:
     if v > limit:
         raise argparse.ArgumentTypeError(f"{v} worker processes exceed this machine's limit of {limit} ({why})")
     return v
-
-
-def n_jobs_or_auto(text: str) -> int | str:
-    """argparse type of ``moestat rates --n-jobs``: ``auto`` (:func:`moestat.rates.sweep.auto_n_jobs`)
-    or what :func:`n_jobs_int` accepts."""
-    return "auto" if text.strip().lower() == "auto" else n_jobs_int(text)
 
 
 def threads_int(text: str) -> int:
