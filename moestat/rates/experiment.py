@@ -12,9 +12,11 @@ resumable ``results.csv``, ``provenance.json``),
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -169,6 +171,41 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         unlock_out(out)
 
 
+#: Imported while the sweep runs (:func:`_warm_imports`): what the rate fits need (the OLS of
+#: :func:`moestat.rates.fit.ols_fit`, scipy's t and Theil-Sen) and, when figures are asked for,
+#: matplotlib (``matplotlib.use("Agg")`` first, as :func:`moestat.rates.figures.draw_convergence` does).
+WARM_MODULES = ("scipy.stats", "statsmodels.regression.linear_model")
+WARM_FIGURE_MODULES = ("matplotlib.pyplot",)
+
+
+def _warm_imports(formats: Sequence[str]) -> threading.Thread:
+    """Import :data:`WARM_MODULES` (and :data:`WARM_FIGURE_MODULES` if ``formats``) in a
+    background thread, started before the sweep.
+
+    Why (issue 36): on two cores the sweep's processes keep both busy until its last units, but
+    the rate fits and the figures after it run in this process alone, and about 2.5 CPU-s of
+    them (of a main job of about 25) was importing these modules.  Imported while the sweep
+    computes -- torch releases the GIL in its kernels -- they are ready when the fits start.
+    A failed import is left to the step that needs the module (it imports it again and reports
+    the error where it belongs); nothing else is done here.
+    """
+
+    def run() -> None:
+        for name in WARM_MODULES + (WARM_FIGURE_MODULES if formats else ()):
+            try:
+                if name.startswith("matplotlib"):
+                    import matplotlib
+
+                    matplotlib.use("Agg")  # no display backend in a sweep (draw_convergence does the same)
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported by the step that imports it for use
+                return
+
+    thread = threading.Thread(target=run, name="moestat-warm-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
                 formats: tuple[str, ...] = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
@@ -185,6 +222,7 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+    _warm_imports(formats)
     experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
     config = experiment.config
     setting = experiment.setting
