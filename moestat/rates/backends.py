@@ -320,7 +320,11 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
         unit = take(worker=True)
         if unit is None:
             return
-        fut = executor.submit(_run_tagged, work, unit, os.getpid())
+        try:
+            fut = executor.submit(_run_tagged, work, unit, os.getpid())
+        except BaseException as exc:  # noqa: BLE001 - a broken pool: raised in this thread by deliver()
+            finished.put(exc)  # in loky's thread it would only be logged, and this thread would wait forever
+            return
         futures.append(fut)
         fut.add_done_callback(_on_done)
 
@@ -332,11 +336,16 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     def deliver(block: bool) -> None:
         while True:
             try:
-                fut = finished.get(block=block)
+                # with a timeout: a blocking wait of a lock is not interrupted by Ctrl-C everywhere
+                fut = finished.get(timeout=0.5) if block else finished.get(block=False)
             except queue.Empty:
+                if block:
+                    continue
                 return
             with lock:
                 state["inflight"] -= 1
+            if isinstance(fut, BaseException):
+                raise fut
             if not fut.cancelled():
                 u, rows = fut.result()  # a worker's exception is raised here, in this thread
                 on_result(u, rows)
