@@ -297,15 +297,16 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     """
     import queue
 
-    from joblib.externals.loky import get_reusable_executor
+    from joblib.executor import get_memmapping_executor
 
     todo = list(units)
     lock = threading.Lock()
     finished: queue.SimpleQueue = queue.SimpleQueue()  # futures of the workers, in completion order
     state = {"inflight": 0, "stop": False}
     futures: list = []
-    # loky's default idle timeout of joblib (300 s): a second sweep in this process reuses the workers
-    executor = get_reusable_executor(max_workers=n_jobs - 1, timeout=300)
+    # joblib's own loky pool (the one Parallel uses: loky's bare get_reusable_executor would replace
+    # it by an executor that a later Parallel call cannot use), with its idle timeout of 300 s
+    executor = get_memmapping_executor(n_jobs - 1, timeout=300)
 
     def take(worker: bool = False):
         with lock:

@@ -242,3 +242,16 @@ def test_a_bug_in_a_workers_unit_stops_a_shared_sweep_with_that_error():
     units = [(i, os.getpid()) for i in range(4)]
     with pytest.raises(ZeroDivisionError, match="a bug in a worker's unit"):
         execute(_fails_in_a_worker, units, lambda unit, rows: None, n_jobs=2, progress=False, total_fits=4, share=True)
+
+
+def test_joblib_still_runs_after_a_shared_sweep_in_the_same_process():
+    # the shared sweep uses joblib's own loky pool: loky's bare reusable executor replaced it, and
+    # the next joblib Parallel call failed ('_ReusablePoolExecutor' has no '_temp_folder_manager')
+    from moestat.rates.backends import execute
+
+    units = [(i,) for i in range(4)]
+    for share in (True, False, True):
+        got = []
+        execute(_pid_rows, units, lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=4,
+                share=share)
+        assert sorted(u for u, _ in got) == units
