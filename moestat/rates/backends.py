@@ -216,7 +216,8 @@ def execute(
     on_result : callable
         Called in the calling process, one unit at a time (so one writer appends to the store).
     n_jobs : int
-        joblib workers (``backend="loky"``); 1 runs in-process.
+        Processes (``backend="loky"``): ``n_jobs`` joblib workers, or this process and ``n_jobs - 1``
+        workers with ``share``; 1 runs in-process.
     backend : {"loky", "dask"}
         ``dask``: submit to the ``dask.distributed`` scheduler at ``scheduler``.
     progress : bool or None
