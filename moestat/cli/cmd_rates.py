@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from moestat.cli.common import (
     ArgumentParser,
     add_device,
-    add_n_jobs,
+    n_jobs_int,
     add_out,
     add_quiet,
     add_resume,
@@ -33,7 +33,7 @@ from moestat.cli.common import (
 )
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import format_table, run_rates
-from moestat.rates.figures import check_figure_formats
+from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
 from moestat.rates.store import check_resumable
@@ -145,7 +145,10 @@ def _add_sweep_options(g) -> None:
 
 def _add_execution_options(g) -> None:
     """Where and how it runs: workers, backend and cluster, device, output, presets."""
-    add_n_jobs(g, None)
+    # the same type as every door's --n-jobs (tests/cli/test_main.py); without the flag: "auto"
+    g.add_argument("--n-jobs", type=n_jobs_int, help="processes that fit work units; results do not depend on it; "
+                   "default auto: one per usable core, at most one per work unit and per 1e6 samples x replicates x "
+                   "starts (a smaller sweep runs in this process alone)")
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
     g.add_argument("--scheduler-file", metavar="FILE", help="read the scheduler address from a dask scheduler file (dask scheduler "
@@ -165,7 +168,8 @@ def _add_execution_options(g) -> None:
     add_quiet(g)
     g.add_argument("--figure-formats", type=argtype(check_figure_formats),
                    help="files of each convergence figure, a comma list of pdf, png, svg, or none "
-                        "(moestat plot OUT draws them later); changes no number; default pdf,png")
+                        "(moestat plot OUT draws them later); changes no number; default png (pdf,png for a paper's vector "
+                        "figure: each file is a second or two of rendering)")
 
 
 def _add_rate_fit_options(g) -> None:
@@ -202,7 +206,8 @@ def cluster_from_args(ns: argparse.Namespace) -> ClusterOptions:
 
 def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     """Defaults < ``--preset`` < ``--config`` < explicit flags."""
-    data: dict[str, Any] = {}
+    # the command's default (a preset, a file or the flag may set another); RatesConfig keeps 1
+    data: dict[str, Any] = {"n_jobs": "auto"}
     if hasattr(ns, "preset"):
         data.update(preset_dict(ns.preset))
     if hasattr(ns, "config"):
@@ -246,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepare_out(out, resume)
         if out.is_dir():
             check_resumable(out, config, resume)  # again, now that no other run can be writing it
-    formats = getattr(ns, "figure_formats", ("pdf", "png"))
+    formats = getattr(ns, "figure_formats", DEFAULT_FIGURE_FORMATS)
     summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats)
     if not config.quiet:
         print(format_table(summary))

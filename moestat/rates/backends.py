@@ -202,6 +202,7 @@ def execute(
     total_fits: int | None = None,
     cluster: ClusterOptions | None = None,
     on_workers: Callable[[dict], None] | None = None,
+    share: bool = False,
 ) -> None:
     """Run ``work(unit)`` for every unit and hand its rows to ``on_result`` as soon as it finishes.
 
@@ -215,7 +216,8 @@ def execute(
     on_result : callable
         Called in the calling process, one unit at a time (so one writer appends to the store).
     n_jobs : int
-        joblib workers (``backend="loky"``); 1 runs in-process.
+        Processes (``backend="loky"``): ``n_jobs`` joblib workers, or this process and ``n_jobs - 1``
+        workers with ``share``; 1 runs in-process.
     backend : {"loky", "dask"}
         ``dask``: submit to the ``dask.distributed`` scheduler at ``scheduler``.
     progress : bool or None
@@ -227,6 +229,12 @@ def execute(
     on_workers : callable, optional
         Called once before any unit runs with the environments of the workers
         (``{"client": env, "workers": ..., "mismatch": [...]}``), e.g. to record them.
+    share : bool
+        With ``n_jobs > 1`` on loky: this process runs units too, beside ``n_jobs - 1`` loky
+        workers (:func:`_execute_shared`), so ``n_jobs`` processes compute on ``n_jobs`` cores and
+        one worker's start-up (a fresh interpreter importing torch and the package, about 3 CPU-s)
+        is saved and the others' overlap this process's first unit.  ``False``: ``n_jobs`` loky
+        workers run every unit (this process only waits).
 
     Raises
     ------
@@ -243,13 +251,16 @@ def execute(
             return
         if on_workers is not None:
             on_workers({"client": environment(), "workers": "local processes of the client's interpreter" if n_jobs > 1
-                        else "the client process", "mismatch": []})
+                        else "the client process", "processes": n_jobs if len(units) > 1 else 1, "mismatch": []})
         if n_jobs == 1 or len(units) <= 1:
             keep_freed_memory()  # the units run in this process (moestat.threads.keep_freed_memory)
             for u in units:
                 rows = work(u)
                 on_result(u, rows)
                 bar.update(len(rows))
+        elif share:
+            keep_freed_memory()
+            _execute_shared(work, units, on_result, n_jobs, bar)
         else:
             from joblib import Parallel, delayed
 
@@ -265,6 +276,108 @@ def execute(
                 raise
     finally:
         bar.close()
+
+
+def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_jobs: int, bar: Progress) -> None:
+    """Run ``units`` in this process and in ``n_jobs - 1`` loky workers, each taking the next unit
+    in the given order (largest first: the slowest start first balances the processes) as soon
+    as it is free.
+
+    Why (issue 36): a loky worker is a fresh interpreter that imports torch and the package
+    before its first unit (about 3 CPU-s on the project's 2-core machine, 12% of the main job);
+    this process has them already.  With ``n_jobs - 1`` workers it computes from the start
+    while they start up, and ``n_jobs`` processes never exceed ``n_jobs`` cores.  Where a unit
+    runs changes none of its numbers (:func:`moestat.rates.sweep.run_unit` fixes its threads).
+
+    ``on_result`` is called in this thread only (one writer), between this process's own
+    units and while waiting for the last workers.  A worker is handed its next unit by a
+    callback thread as soon as it returns one, so it never waits for this process to finish
+    a unit.  An exception (a unit's bug, Ctrl-C, a fault in ``on_result``) stops handing out
+    units, cancels what has not started and is re-raised; the workers stay in loky's reusable
+    pool (an interrupted unit ends with them, :func:`_die_with_parent`).
+    """
+    import queue
+
+    from joblib.executor import get_memmapping_executor
+
+    todo = list(units)
+    lock = threading.Lock()
+    finished: queue.SimpleQueue = queue.SimpleQueue()  # futures of the workers, in completion order
+    state = {"inflight": 0, "stop": False}
+    futures: list = []
+    # joblib's own loky pool (the one Parallel uses: loky's bare get_reusable_executor would replace
+    # it by an executor that a later Parallel call cannot use), with its idle timeout of 300 s
+    executor = get_memmapping_executor(n_jobs - 1, timeout=300)
+
+    def take(worker: bool = False):
+        with lock:
+            if state["stop"] or not todo:
+                return None
+            if worker:  # counted with the pop, so that this thread never sees "none left, none running" in between
+                state["inflight"] += 1
+            return todo.pop(0)
+
+    def hand_out() -> None:
+        # called here and in loky's result thread (a finished future's callback): one unit per free worker
+        unit = take(worker=True)
+        if unit is None:
+            return
+        try:
+            fut = executor.submit(_run_tagged, work, unit, os.getpid())
+        except BaseException as exc:  # noqa: BLE001 - a broken pool: raised in this thread by deliver()
+            finished.put(exc)  # in loky's thread it would only be logged, and this thread would wait forever
+            return
+        futures.append(fut)
+        fut.add_done_callback(_on_done)
+
+    def _on_done(fut) -> None:
+        finished.put(fut)
+        if not fut.cancelled() and fut.exception() is None:
+            hand_out()
+
+    def deliver(block: bool) -> None:
+        while True:
+            try:
+                # with a timeout: a blocking wait of a lock is not interrupted by Ctrl-C everywhere
+                fut = finished.get(timeout=0.5) if block else finished.get(block=False)
+            except queue.Empty:
+                if block:
+                    continue
+                return
+            with lock:
+                state["inflight"] -= 1
+            if isinstance(fut, BaseException):
+                raise fut
+            if not fut.cancelled():
+                u, rows = fut.result()  # a worker's exception is raised here, in this thread
+                on_result(u, rows)
+                bar.update(len(rows))
+            if block:
+                return
+
+    try:
+        for _ in range(n_jobs - 1):
+            hand_out()
+        while (unit := take()) is not None:
+            rows = work(unit)
+            on_result(unit, rows)
+            bar.update(len(rows))
+            deliver(block=False)
+        while True:
+            with lock:
+                left = state["inflight"]
+            if not left:
+                break
+            deliver(block=True)
+    except BaseException:
+        with lock:
+            state["stop"] = True
+        for fut in futures:
+            fut.cancel()
+        # a running unit would go on for minutes after Ctrl-C or a fault: end its worker (as joblib
+        # does when its generator of results is closed)
+        executor.shutdown(wait=False, kill_workers=True)
+        raise
 
 
 def _execute_dask(work, units, on_result, scheduler: str, options: ClusterOptions, bar: Progress, on_workers) -> None:

@@ -364,8 +364,11 @@ class ExecutionSpec:
 
     Parameters
     ----------
-    n_jobs : int
-        Parallel work units.
+    n_jobs : int or "auto"
+        Processes that fit work units (this one and ``n_jobs - 1`` loky workers).  ``"auto"``
+        (the default of ``moestat rates``; this class keeps 1): one per usable core, at most one
+        per work unit, and fewer when the sweep is too small for a worker's start-up to pay
+        (:func:`moestat.rates.sweep.auto_n_jobs`).
     backend : {"loky", "dask"}
     scheduler : str or None
         ``dask.distributed`` scheduler address (``backend="dask"`` only).
@@ -373,14 +376,18 @@ class ExecutionSpec:
         No progress bar and no printed table.
     """
 
-    n_jobs: int = 1
+    n_jobs: int | str = 1
     backend: str = "loky"
     scheduler: str | None = None
     quiet: bool = False
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
-        _positive_ints(self, ("n_jobs",))
+        if self.n_jobs != "auto":
+            try:
+                _positive_ints(self, ("n_jobs",))
+            except ValueError:
+                raise ValueError(f"n_jobs must be a positive integer or 'auto', got {self.n_jobs!r}") from None
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
         if self.backend == "dask" and not self.scheduler:

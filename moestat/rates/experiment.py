@@ -4,7 +4,7 @@
 (seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
 resumable ``results.csv``, ``provenance.json``),
 :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
-:mod:`moestat.rates.figures` (``convergence.pdf``/``.png``).  From Python::
+:mod:`moestat.rates.figures` (``convergence.png``, other formats on request).  From Python::
 
     from moestat.rates import RatesConfig, run_rates
     summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")
@@ -12,9 +12,11 @@ resumable ``results.csv``, ``provenance.json``),
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,7 +25,7 @@ from typing import Any, Sequence
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
-from moestat.rates.figures import check_figure_formats, plot_run
+from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
@@ -110,7 +112,7 @@ def _file_predictions(config: RatesConfig) -> dict | None:
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
-              figure_formats: Sequence[str] | str = ("pdf", "png")) -> dict[str, Any]:
+              figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     Parameters
@@ -120,15 +122,17 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         anything is written).
     out_dir : path-like
         Output folder: ``results.csv``, ``provenance.json``, ``summary.json``,
-        ``convergence.pdf``/``.png`` (the Voronoi loss) and ``convergence_all.pdf``/``.png``
-        (every loss).
+        ``convergence.png`` (the Voronoi loss) and ``convergence_all.png`` (every loss), in the
+        ``figure_formats`` asked for.
     resume : bool
         Continue a sweep in ``out_dir`` written by the same configuration, skipping finished
         fits.  Without it, a folder that already holds results is refused.
     cluster : moestat.rates.backends.ClusterOptions, optional
         Timeouts and the worker-environment check of a dask sweep.
     figure_formats : sequence of {"pdf", "png", "svg"}, or a comma list
-        The files of each convergence figure (each figure is drawn once and saved per format);
+        The files of each convergence figure (each figure is drawn once and saved per format;
+        default :data:`~moestat.rates.figures.DEFAULT_FIGURE_FORMATS`, png only: a pdf costs
+        more to write than the png, issue 36);
         ``()`` or ``"none"``: no figure (``moestat plot OUT`` draws them later from the results).
         Never part of the configuration: it changes no number.
 
@@ -167,8 +171,43 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         unlock_out(out)
 
 
+#: Imported while the sweep runs (:func:`_warm_imports`): what the rate fits need (the OLS of
+#: :func:`moestat.rates.fit.ols_fit`, scipy's t and Theil-Sen) and, when figures are asked for,
+#: matplotlib (``matplotlib.use("Agg")`` first, as :func:`moestat.rates.figures.draw_convergence` does).
+WARM_MODULES = ("scipy.stats", "statsmodels.regression.linear_model")
+WARM_FIGURE_MODULES = ("matplotlib.pyplot",)
+
+
+def _warm_imports(formats: Sequence[str]) -> threading.Thread:
+    """Import :data:`WARM_MODULES` (and :data:`WARM_FIGURE_MODULES` if ``formats``) in a
+    background thread, started before the sweep.
+
+    Why (issue 36): on two cores the sweep's processes keep both busy until its last units, but
+    the rate fits and the figures after it run in this process alone, and about 2.5 CPU-s of
+    them (of a main job of about 25) was importing these modules.  Imported while the sweep
+    computes -- torch releases the GIL in its kernels -- they are ready when the fits start.
+    A failed import is left to the step that needs the module (it imports it again and reports
+    the error where it belongs); nothing else is done here.
+    """
+
+    def run() -> None:
+        for name in WARM_MODULES + (WARM_FIGURE_MODULES if formats else ()):
+            try:
+                if name.startswith("matplotlib"):
+                    import matplotlib
+
+                    matplotlib.use("Agg")  # no display backend in a sweep (draw_convergence does the same)
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - reported by the step that imports it for use
+                return
+
+    thread = threading.Thread(target=run, name="moestat-warm-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
-                formats: tuple[str, ...] = ("pdf", "png")) -> dict[str, Any]:
+                formats: tuple[str, ...] = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
     scenario file, the sweep and its fits in rounds, ``summary.json`` and the figures."""
     check_resumable(out, experiment, resume)
@@ -183,6 +222,7 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+    _warm_imports(formats)
     experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
     config = experiment.config
     setting = experiment.setting

@@ -201,6 +201,11 @@ def _note(reps: int | str, drew_fit: bool, drew_theorem: bool) -> str:
 
 #: The convergence figures' default files: a PDF (vector, for papers) and a 200-dpi PNG.
 FIGURE_FORMATS = ("pdf", "png")
+#: The files of a rates run's figures (``moestat rates --figure-formats``, :func:`moestat.rates.run_rates`):
+#: the PNG only.  Issue 36: the four files of the main job (both formats of both figures) were a
+#: fifth of its time, the PDFs (font subsetting) the larger part; ``--figure-formats pdf,png``
+#: writes the vector figure a paper needs, and ``moestat plot`` draws both formats later.
+DEFAULT_FIGURE_FORMATS = ("png",)
 #: Every format ``--figure-formats`` accepts.
 KNOWN_FIGURE_FORMATS = ("pdf", "png", "svg")
 

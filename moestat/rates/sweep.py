@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from moestat.devices import resolve_device
 from moestat.estimators.em_driver import sweep_compile
 from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
@@ -41,6 +42,7 @@ from moestat.rates.store import LOSS_NAMES, ResultStore, RunRows, read_run, utc_
 from moestat.rates import truth_check as tc
 from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
 from moestat.rates.truth_check import unit_estimator as _estimator  # noqa: F401 - its name before it moved
+from moestat.threads import available_cores
 
 __all__ = [
     "WorkUnit",
@@ -50,6 +52,7 @@ __all__ = [
     "build_scenario",
     "estimator_registry",
     "compute_losses",
+    "auto_n_jobs",
     "run_unit",
     "run_sweep",
 ]
@@ -126,6 +129,25 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
                     )
                 )
     return units
+
+
+#: ``n_jobs="auto"`` gives each process at least this many samples x replicates x starts to fit.
+#: A loky worker's start-up (a fresh interpreter importing torch and the package) costs about
+#: 3 CPU-s on the project's 2-core machine, and the main job fits 5.1e6 of them in about 14 CPU-s
+#: (issue 36, ``docs/guide/performance.rst``): below 1e6 a worker costs about as much as it saves.
+AUTO_SAMPLES_PER_PROCESS = 1_000_000
+
+
+def auto_n_jobs(units: list[WorkUnit], config) -> int:
+    """The processes of ``n_jobs="auto"``: one per usable core
+    (:func:`moestat.threads.available_cores`), at most one per work unit, and at most one per
+    :data:`AUTO_SAMPLES_PER_PROCESS` samples x replicates x starts of ``units``; 1 on an
+    accelerator (one device, which the processes would share).  Never changes a number: units
+    have a fixed composition and run on one thread wherever they run."""
+    if resolve_device(config.device).type != "cpu":
+        return 1
+    work = sum(u.n * len(u.replicates) for u in units) * int(config.starts or 1)
+    return max(1, min(available_cores(), len(units), work // AUTO_SAMPLES_PER_PROCESS))
 
 
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
@@ -306,8 +328,9 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
 
     if extras is not None:
         extras.create()
-    execute(run_unit, todo, on_result, n_jobs=config.n_jobs, backend=config.backend, scheduler=config.scheduler,
-            progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers)
+    n_jobs = auto_n_jobs(todo, config) if config.n_jobs == "auto" else config.n_jobs
+    execute(run_unit, todo, on_result, n_jobs=n_jobs, backend=config.backend, scheduler=config.scheduler,
+            progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers, share=True)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
     return read_run(out_dir, experiment)

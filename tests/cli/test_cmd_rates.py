@@ -97,8 +97,10 @@ def test_summary_schema_resume_guard_and_redraw(tmp_path, capsys):
     rc, err = _run(TINY + ["--router", "perturbed,cosine", "--out", str(out)], capsys)
     assert rc == 0, err
     summary = json.loads((out / "summary.json").read_text())
-    for name in ("results.csv", "provenance.json", "convergence.pdf", "convergence.png", "convergence_all.png"):
+    for name in ("results.csv", "provenance.json", "convergence.png", "convergence_all.png"):
         assert (out / name).stat().st_size > 0
+    # issue 36: the figures in the default format only (png); the pdfs cost more than the pngs to write
+    assert not list(out.glob("*.pdf"))
     assert summary["counts"]["fits"] == summary["counts"]["expected"] == 2 * 3 * 3
     assert {"converged", "failed", "nonfinite", "by_router"} <= set(summary["counts"])
     keys = {"router", "setting", "loss", "slope", "ci_low", "ci_high", "predicted", "consistent"}
@@ -227,3 +229,17 @@ def test_a_mixture_noise_file_is_fitted_by_mle_unless_told_otherwise():
     assert config_from_args(p.parse_args(["--scenario", mix])).fitting.estimator == "mle"
     assert config_from_args(p.parse_args(["--scenario", mix, "--estimator", "em"])).fitting.estimator == "em"
     assert config_from_args(p.parse_args(["--scenario", additive])).fitting.estimator == "lse"
+
+
+def test_n_jobs_is_auto_unless_given_and_bad_values_are_one_line(tmp_path, capsys):
+    # issue 36: the command's default is auto (one process per usable core, capped by the work)
+    from moestat.cli.cmd_rates import build_parser, config_from_args
+
+    assert config_from_args(build_parser().parse_args(["--out", str(tmp_path / "o")])).n_jobs == "auto"
+    assert config_from_args(build_parser().parse_args(["--n-jobs", "1", "--out", str(tmp_path / "o")])).n_jobs == 1
+    assert "default auto" in " ".join(build_parser().format_help().split())
+    for bad in ("many", "0", "-2", "auto"):  # auto is the default, not a value of the shared --n-jobs type
+        out = tmp_path / f"bad{bad}"
+        rc, err = _run(TINY + ["--n-jobs", bad, "--out", str(out)], capsys)
+        assert rc == 2 and err.count("\n") == 1 and "--n-jobs" in err, err
+        assert not out.exists()

@@ -210,3 +210,48 @@ def test_loky_workers_keep_freed_memory_in_the_heap():
     execute(_malloc_kept, [(1, 2), (3, 4), (5, 6)], lambda unit, rows: got.extend(rows), n_jobs=2, progress=False,
             total_fits=6)
     assert got == [True] * 6
+
+
+def _pid_rows(unit):
+    """Rows naming the process that ran the unit."""
+    return [(unit, os.getpid())]
+
+
+def _fails_in_a_worker(unit):
+    if unit[1] != os.getpid():  # not the sweep's own process
+        raise ZeroDivisionError("a bug in a worker's unit")
+    return [unit]
+
+
+def test_a_shared_sweep_runs_units_in_this_process_and_in_a_worker_each_once():
+    # issue 36: the sweep's own process fits units beside n_jobs - 1 loky workers, so that the
+    # second core is used while the worker starts up, and no unit is lost or run twice
+    from moestat.rates.backends import execute
+
+    units = [(i,) for i in range(12)]
+    got = []
+    execute(_pid_rows, units, lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=12, share=True)
+    assert sorted(u for u, _ in got) == units
+    pids = {pid for _, pid in got}
+    assert os.getpid() in pids and len(pids) == 2  # the first unit here, the second in the worker
+
+
+def test_a_bug_in_a_workers_unit_stops_a_shared_sweep_with_that_error():
+    from moestat.rates.backends import execute
+
+    units = [(i, os.getpid()) for i in range(4)]
+    with pytest.raises(ZeroDivisionError, match="a bug in a worker's unit"):
+        execute(_fails_in_a_worker, units, lambda unit, rows: None, n_jobs=2, progress=False, total_fits=4, share=True)
+
+
+def test_joblib_still_runs_after_a_shared_sweep_in_the_same_process():
+    # the shared sweep uses joblib's own loky pool: loky's bare reusable executor replaced it, and
+    # the next joblib Parallel call failed ('_ReusablePoolExecutor' has no '_temp_folder_manager')
+    from moestat.rates.backends import execute
+
+    units = [(i,) for i in range(4)]
+    for share in (True, False, True):
+        got = []
+        execute(_pid_rows, units, lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=4,
+                share=share)
+        assert sorted(u for u, _ in got) == units

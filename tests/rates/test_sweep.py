@@ -1,0 +1,63 @@
+"""``n_jobs="auto"`` of a rates sweep (issue 36): how many processes, and the same rows as one."""
+
+import pytest
+
+from moestat.rates import sweep
+from moestat.rates.config import RatesConfig
+from moestat.rates.store import RESULT_COLUMNS
+from moestat.rates.sweep import auto_n_jobs, make_units, run_sweep
+
+TINY = dict(d=2, n_min=40, n_max=90, n_points=3, reps=3, max_iter=5, holdout=256, n_boot=100, quiet=True)
+
+
+def tiny(**kw):
+    return RatesConfig.from_dict({**TINY, **kw}).validate()
+
+
+def test_auto_uses_every_core_for_the_main_job_and_one_process_for_a_tiny_sweep(monkeypatch):
+    main_job = RatesConfig.from_dict({"router": "perturbed"})  # 7 units, 5.1e6 samples x replicates
+    units = make_units(main_job)
+    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    assert auto_n_jobs(units, main_job) == 2
+    monkeypatch.setattr(sweep, "available_cores", lambda: 64)
+    assert auto_n_jobs(units, main_job) == 5  # at most one process per 1e6 samples x replicates
+    assert auto_n_jobs(units[:2], main_job) == 2  # at most one process per unit (3.8e6 in 2 units)
+    small = tiny()  # 3 units of a few hundred samples: a worker's start-up would cost more than it saves
+    assert auto_n_jobs(make_units(small), small) == 1
+    # starts count as work: 5 starts make the same units 5 times the work
+    assert auto_n_jobs(units[-2:], main_job) == 1  # n = 4000 and 2000, 20 replicates: 1.2e5
+    assert auto_n_jobs(units[-2:], main_job.replace(starts=10)) == 1
+    assert auto_n_jobs(units[-3:], main_job.replace(starts=10)) == 2  # 14000 x 20 x 10 = 2.8e6
+
+
+def test_auto_is_one_process_on_an_accelerator(monkeypatch):
+    cfg = RatesConfig.from_dict({"router": "perturbed"})
+    monkeypatch.setattr(sweep, "available_cores", lambda: 16)
+    monkeypatch.setattr(sweep, "resolve_device", lambda device: __import__("torch").device("cuda"))
+    assert auto_n_jobs(make_units(cfg), cfg) == 1
+
+
+def test_auto_with_two_processes_gives_the_rows_of_one(tmp_path, monkeypatch):
+    # the sweep's own process and one loky worker share the units (moestat.rates.backends._execute_shared)
+    monkeypatch.setattr(sweep, "AUTO_SAMPLES_PER_PROCESS", 1)
+    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    cfg = tiny(router=["perturbed", "cosine"], chunk=2)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = run_sweep(cfg, tmp_path / "a", progress=False)
+    b = run_sweep(cfg.replace(n_jobs="auto"), tmp_path / "b", progress=False)
+    cols = [c for c in RESULT_COLUMNS if c != "time"]
+    key = ["router", "n", "replicate"]
+    assert len(a) == 2 * 3 * 3
+    assert a[cols].sort_values(key).reset_index(drop=True).equals(b[cols].sort_values(key).reset_index(drop=True))
+    import json
+
+    workers = json.loads((tmp_path / "b" / "provenance.json").read_text())["runs"][-1]["workers"]
+    assert workers["processes"] == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "many", None])
+def test_n_jobs_is_a_positive_integer_or_auto(value):
+    with pytest.raises(ValueError, match="n_jobs must be a positive integer or 'auto'"):
+        tiny(n_jobs=value)
+    assert tiny(n_jobs="auto").n_jobs == "auto"
