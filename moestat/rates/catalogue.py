@@ -291,6 +291,9 @@ _add(Entry(
      Prediction("ffn-sigmoid", "regression_l2", _HALF, "regression rate"),
      Prediction("linear", "regression_l2", _HALF, "regression rate")),
     contrast=("linear", "ffn-sigmoid", "D2_ls"),
+    # the slow arm's statement is about every estimator: judged by Le Cam's two points along the split of an
+    # expert (moestat.rates.expert_two_point, docs/guide/two_point.rst), the contrast reported beside it
+    judge="moestat.rates.expert_two_point:judge",
     notes="the truth is moestat's (the paper's parameters were not recovered); the FFN arm's expert replaced "
           "sigmoid(a^T x + b), which meets x_u dh/db = dh/da_u (the PDE of the slow class), by eta2 * sigmoid(eta1^T x), "
           "committed before its run (simulations/catalogue/HYPOTHESES.md)",
@@ -676,7 +679,8 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         instrument = getattr(importlib.import_module(mod), fn)(quick)
         for row in rows:
             j = instrument.get(row["run"])
-            if j is not None:
+            # an instrument speaks of one loss of its run (e.g. D2_ls), not of the run's other rows
+            if j is not None and j.get("loss", row["loss"]) == row["loss"]:
                 row["fixed_truth"] = {"category": row["category"], "reason": row["reason"]}
                 row.update(category=j["category"], reason="two-point: " + j["reason"])
     return {
