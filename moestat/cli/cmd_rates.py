@@ -147,8 +147,8 @@ def _add_execution_options(g) -> None:
     """Where and how it runs: workers, backend and cluster, device, output, presets."""
     # the same type as every door's --n-jobs (tests/cli/test_main.py); without the flag: "auto"
     g.add_argument("--n-jobs", type=n_jobs_int, help="processes that fit work units; results do not depend on it; "
-                   "default auto: one per usable core, at most one per work unit and per 1e6 samples x replicates x "
-                   "starts (a smaller sweep runs in this process alone)")
+                   "a positive integer; default (flag left out): one per usable core, at most one per work unit and per "
+                   "1e6 samples x replicates x starts (a smaller sweep runs in this process alone)")
     g.add_argument("--backend", help="loky (default) or dask")
     g.add_argument("--scheduler", metavar="ADDRESS", help="dask.distributed scheduler address (with --backend dask; no default: a cluster is never started for you)")
     g.add_argument("--scheduler-file", metavar="FILE", help="read the scheduler address from a dask scheduler file (dask scheduler "
