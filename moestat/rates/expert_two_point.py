@@ -81,7 +81,7 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
-from moestat.rates.two_point import TwoPointCurve, affinity_lower_bound, kl_rate, loglog_slope
+from moestat.rates.two_point import TwoPointCurve, kl_rate, loglog_slope, maximise_bound
 
 __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "entry_scenario", "arm_curves", "judge",
            "slope_interval", "flat_verdict", "rate_verdict", "NS", "T_MAX", "FLAT_RATIO", "SLOPE", "T_SLOPE", "BAND",
@@ -200,13 +200,9 @@ def expert_split_curve(scenario, direction: Sequence[float], ns: Sequence[float]
     X = scenario.sample_x(int(n_mc), rng)
     kappa, se = kl_rate(scenario.model, G, alt, X, scenario.noise_var, chunk=chunk)
 
-    def lb(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        v = 0.5 * sep[None, :] * affinity_lower_bound(ns[:, None] * k[None, :])  # [N, T]
-        return v.max(axis=1), v.argmax(axis=1)
-
-    point, idx = lb(kappa)
-    low, _ = lb(kappa + 2.0 * se)
-    high, _ = lb(np.maximum(kappa - 2.0 * se, 0.0))
+    point, idx = maximise_bound(sep, kappa, ns)
+    low, _ = maximise_bound(sep, kappa + 2.0 * se, ns)
+    high, _ = maximise_bound(sep, np.maximum(kappa - 2.0 * se, 0.0), ns)
     u = np.asarray(direction, np.float64) / np.linalg.norm(direction)
     return TwoPointCurve(
         ns=ns, ts=ts, atoms=[int(atom)], separation=sep[None], kappa=kappa[None], kappa_se=se[None], lower_bound=point,

@@ -43,7 +43,7 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
-from moestat.rates.two_point import affinity_lower_bound, alternative_chunks, loglog_slope
+from moestat.rates.two_point import alternative_chunks, loglog_slope, maximise_bound
 
 __all__ = ["scale_witness", "kl_rate_likelihood", "scale_two_point", "judge", "FLAT_RATIO", "FALL_RATIO"]
 
@@ -133,12 +133,8 @@ def scale_two_point(scenario, ns: Sequence[float] = NS, ts: Sequence[float] | No
     X, Y = scenario.sample(int(n_mc), rng)
     kappa, se = kl_rate_likelihood(scenario.model, G, alt, X, Y)
 
-    def lb(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        v = 0.5 * sep[None, :] * affinity_lower_bound(ns[:, None] * k[None, :])  # [N, T]
-        return v.max(axis=1), v.argmax(axis=1)
-
-    low, _ = lb(kappa + 2.0 * se)
-    point, idx = lb(kappa)
+    low, _ = maximise_bound(sep, kappa + 2.0 * se, ns)
+    point, idx = maximise_bound(sep, kappa, ns)
     return {"n": ns.tolist(), "lower_bound": point.tolist(), "lower_bound_conservative": low.tolist(),
             "t_star": ts[idx].tolist(), "interior": ((ts[idx] > ts.min()) & (ts[idx] < ts.max())).tolist(), "kappa_max": float(np.max(np.abs(kappa))), "kappa_se_max": float(se.max()),
             "loss": spec.name, "n_mc": int(n_mc), "seed": int(seed), "witness": "scale (1 + t) of every gate row"}

@@ -79,6 +79,7 @@ __all__ = [
     "split_witness",
     "kl_rate",
     "affinity_lower_bound",
+    "maximise_bound",
     "TwoPointCurve",
     "two_point_curve",
     "loglog_slope",
@@ -311,8 +312,9 @@ class TwoPointCurve:
         return out
 
 
-def _maximise(sep: np.ndarray, kappa: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``max`` over the flattened witness grid of ``sep / 2 * A(n kappa)``: values and argmax, ``[N]``."""
+def maximise_bound(sep: np.ndarray, kappa: np.ndarray, ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Le Cam's bound at each ``n``: the ``max`` over the flattened witness grid of ``sep / 2 * A(n kappa)``
+    (``sep``, ``kappa`` of one shape, e.g. ``[T]`` or ``[A, T]``; ``ns [N]``): values and argmax, ``[N]``."""
     s, k = sep.reshape(-1), kappa.reshape(-1)
     lb = 0.5 * s[None, :] * affinity_lower_bound(ns[:, None] * k[None, :])  # [N, A*T]
     idx = lb.argmax(axis=1)
@@ -398,9 +400,9 @@ def two_point_curve(scenario, ns: Sequence[int], ts: Sequence[float] | None = No
         kap.append(k_)
         kse.append(s_)
     sep, kappa, kappa_se = np.stack(seps), np.stack(kap), np.stack(kse)
-    lb, idx = _maximise(sep, kappa, ns)
-    lb_low, _ = _maximise(sep, kappa + 2.0 * kappa_se, ns)
-    lb_high, _ = _maximise(sep, np.maximum(kappa - 2.0 * kappa_se, 0.0), ns)
+    lb, idx = maximise_bound(sep, kappa, ns)
+    lb_low, _ = maximise_bound(sep, kappa + 2.0 * kappa_se, ns)
+    lb_high, _ = maximise_bound(sep, np.maximum(kappa - 2.0 * kappa_se, 0.0), ns)
     t_star = np.tile(ts, len(atoms))[idx]
     return TwoPointCurve(
         ns=ns, ts=ts, atoms=atoms, separation=sep, kappa=kappa, kappa_se=kappa_se, lower_bound=lb,
