@@ -19,7 +19,7 @@ __all__ = ["main"]
 EXAMPLES = """\
 examples:
   moestat plot runs/fig1a                  # writes runs/fig1a/convergence_replot.pdf/.png
-  moestat plot runs/fig1a --overwrite      # replaces the sweep's own convergence.pdf/.png
+  moestat plot runs/fig1a --overwrite      # writes convergence.pdf/.png over the sweep's own figures
   moestat plot runs/fig1b --losses voronoi,param_single,param_multi --name fig1b_params
   moestat plot runs/exact --routers perturbed
 """

@@ -199,7 +199,7 @@ def _note(reps: int | str, drew_fit: bool, drew_theorem: bool) -> str:
     return "; ".join(parts)
 
 
-#: The convergence figures' default files: a PDF (vector, for papers) and a 200-dpi PNG.
+#: The drawing functions' default files (``moestat plot OUT`` redrawing a run): a PDF (vector, for papers) and a 200-dpi PNG.
 FIGURE_FORMATS = ("pdf", "png")
 #: The files of a rates run's figures (``moestat rates --figure-formats``, :func:`moestat.rates.run_rates`):
 #: the PNG only.  Issue 36: the four files of the main job (both formats of both figures) were a
