@@ -38,6 +38,7 @@ the median ``beta1_radial``, and the check's loss averaged over the run-off fits
 
 from __future__ import annotations
 
+from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import CheckResult, Context, find_fit, per_n_means, slope_verdict
 from moestat.experiments.theory.grids import TOLERANCE, over_run
 from moestat.rates.extras import merge_extras
@@ -90,8 +91,6 @@ def _runoff(ctx: Context, key: str, losses: list[str]) -> dict:
 
     import numpy as np
     import pandas as pd
-
-    from moestat.data.synthetic import make_scenario
 
     path = Path(ctx.out_dir) / "rates" / key / "results.csv"
     if not path.exists():
