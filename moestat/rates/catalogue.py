@@ -729,6 +729,9 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{r['category'] or '-'}")
     for r in report["predictions"]:
         lines.append(f"  {r['run']} {r['loss']}: {r['reason'] or '-'}")
+        if r.get("fixed_truth"):  # an instrument decided the row: the slope's own verdict is still shown
+            ft = r["fixed_truth"]
+            lines.append(f"  {r['run']} {r['loss']} (fixed-truth rule, reported): {ft['category'] or '-'} -- {ft['reason'] or '-'}")
     if report.get("contrast"):
         c = report["contrast"]
         what = "fixed-truth contrast (reported; the two-point instrument decides)" if report.get("instrument") else "contrast"

@@ -72,8 +72,12 @@ def test_the_rate_rule_refuses_a_slope_outside_its_band_and_a_wrong_split_rate()
 
 def _recorded_runs(key: str) -> list[dict]:
     rec = ROOT / "simulations" / "catalogue" / key
-    return [{"label": r.label, "wall_s": 0.0, "counts": {}, "sample_sizes": [], "reps": 0,
-             "summary": json.loads((rec / r.label / "summary.json").read_text())} for r in cat.entry(key).runs]
+    out = []
+    for r in cat.entry(key).runs:
+        summary = json.loads((rec / r.label / "summary.json").read_text())
+        out.append({"label": r.label, "wall_s": 0.0, "counts": summary["counts"], "sample_sizes": [], "reps": 0,
+                    "summary": summary})
+    return out
 
 
 def test_the_instrument_replaces_only_the_row_of_its_run_and_loss(monkeypatch):
@@ -90,6 +94,10 @@ def test_the_instrument_replaces_only_the_row_of_its_run_and_loss(monkeypatch):
     assert rows["cosine voronoi"]["fixed_truth"] == {k: plain["cosine voronoi"][k] for k in ("category", "reason")}
     for loss in ("perturbed voronoi", "perturbed regression_l2", "cosine regression_l2"):
         assert rows[loss] == plain[loss]
+    table = cat.format_report(cat._report(e, True, runs))  # what `moestat reproduce` prints: both verdicts
+    assert "routers cosine voronoi: two-point: probe" in table
+    assert f"routers cosine voronoi (fixed-truth rule, reported): {plain['cosine voronoi']['category']}" in table
+    assert "routers perturbed voronoi (fixed-truth rule" not in table
     monkeypatch.setattr(ctp, "judge_exact", lambda quick: {"routers": {"category": "inconclusive", "reason": "probe"}})
     with pytest.raises(ValueError, match="without its loss"):
         cat._report(e, True, runs)
