@@ -174,5 +174,7 @@ def judge(quick: bool = True) -> dict[str, dict[str, Any]]:
     cat_a = "consistent" if r_a <= FALL_RATIO else ("inconsistent" if r_a >= FLAT_RATIO else "inconclusive")
     reason_a = (f"{what}: LB({n1}) / LB({n0}) = {r_a:.3g} (falls if <= {FALL_RATIO:g}), log-log slope "
                 f"{s_a:.3f} (interior maximisers): a falling lower bound is necessary for a polynomial rate, not sufficient")
-    return {"temperature": {"category": cat_t, "reason": reason_t, "ratio": r_t, "curve": tem},
-            "activation": {"category": cat_a, "reason": reason_a, "ratio": r_a, "slope": s_a, "curve": act}}
+    # the instrument names its row (run, loss): the catalogue applies it to that prediction only
+    return {"temperature": {"category": cat_t, "reason": reason_t, "loss": tem["loss"], "ratio": r_t, "curve": tem},
+            "activation": {"category": cat_a, "reason": reason_a, "loss": act["loss"], "ratio": r_a, "slope": s_a,
+                           "curve": act}}

@@ -130,10 +130,14 @@ def _table(title: str, header: list[str], rows: list[list[str]], widths: str) ->
 
 def _category(cur: dict, rec: dict | None) -> str:
     c = cur["category"] or "-"
+    notes = []
+    if cur.get("fixed_truth"):  # judged by the entry's instrument; the fixed-truth rule's verdict stays beside it
+        notes.append(f"two-point bound; the fixed-truth rule: {cur['fixed_truth']['category'] or '-'}")
     if rec is None:  # a prediction added after the run: judged on the recorded rows
-        return f"{c} (a prediction added since the run)"
-    was = rec.get("category")
-    return c if was == cur["category"] else f"{c} (recorded as {was or '-'} when it ran)"
+        notes.append("a prediction added since the run")
+    elif rec.get("category") != cur["category"]:
+        notes.append(f"recorded as {rec.get('category') or '-'} when it ran")
+    return c + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def full_table(reps: dict) -> str:
@@ -162,8 +166,13 @@ def verdicts(reps: dict) -> str:
         lines = [head, ""]
         for r in cur["predictions"]:
             ci = f" [{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
-            lines.append(f"  - {r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope {_num(r['slope'])}{ci}, "
-                         f"*{r['category'] or 'not judged'}* -- {r['reason'] or '-'}.")
+            line = (f"  - {r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope {_num(r['slope'])}{ci}, "
+                    f"*{r['category'] or 'not judged'}* -- {r['reason'] or '-'}.")
+            ft = r.get("fixed_truth")
+            if ft:  # the slope's own verdict, replaced by the instrument's but not hidden
+                line += (f" The fixed-truth rule on the same rows (reported, not the verdict): {ft['category'] or '-'} -- "
+                         f"{(ft['reason'] or '-').rstrip('.')}.")
+            lines.append(line)
         c = cur.get("contrast")
         if c:
             lines.append(f"  - Contrast {c['slow']} vs {c['fast']} (``{c['loss']}``): *{c['category']}* -- {c['reason']}.")

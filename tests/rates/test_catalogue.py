@@ -220,19 +220,22 @@ def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
 
 
 def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_rows():
-    """Issue 33: catalogue.rst said "Figure 1(a) reproduced" while the current rules judge the
-    recorded vanilla-router rows inconsistent; the sentence must follow the rows, whichever way."""
+    """Issue 33: catalogue.rst said "Figure 1(a) reproduced" while the current rules judged the recorded
+    vanilla-router rows inconsistent.  The row is now judged by the two-point instrument (issue 34) and the
+    fixed-truth rule reported beside it: the bullet must state both verdicts and the instrument's measured
+    slope, and may say "reproduced" of the fixed-truth curve only when that rule agrees."""
     rep = rejudge_recorded("cosine-exact", ROOT / "simulations" / "catalogue" / "cosine-exact")
-    cats = {r["loss"]: r["category"] for r in rep["predictions"]}
+    rows = {r["loss"]: r for r in rep["predictions"]}
+    van, ft = rows["cosine voronoi"], rows["cosine voronoi"]["fixed_truth"]
     doc = (ROOT / "docs" / "guide" / "catalogue.rst").read_text()
     bullet = doc[doc.index("- ``cosine-exact``: Figure 1(a)"):]
-    bullet = bullet[: bullet.index("\n- ``")]
-    if all(c == "consistent" for c in cats.values()):
-        assert "Figure 1(a) reproduced." in bullet
-    else:
+    bullet = " ".join(bullet[: bullet.index("\n- ``")].split())
+    assert van["reason"].startswith("two-point:") and f"*{van['category']}*" in bullet and "two-point" in bullet
+    assert f"{rep['instrument']['routers']['perturbed']['slope']:.3f}" in bullet  # the number the instrument measured
+    assert f"judges those rows {ft['category']}" in bullet
+    if ft["category"] != "consistent":
         assert "Figure 1(a) reproduced." not in bullet and "only in part" in bullet
-        assert f"now judges the same recorded rows *{cats['cosine voronoi']}*" in " ".join(bullet.split())
-    assert cats["perturbed voronoi"] == "consistent" and "D3 is at -0.56 (consistent)" in " ".join(bullet.split())
+    assert rows["perturbed voronoi"]["category"] == "consistent" and "D3 is at -0.56 (consistent)" in bullet
 
 
 # ---- the entries of issue 33, Scope 6 ---------------------------------------------------------

@@ -42,13 +42,22 @@ def test_the_rendering_judges_under_the_current_rules_not_the_printed_report(ren
     """A category the current rules give differently from the report printed at run time is the rendered one."""
     mod, blocks = rendered
     reps = mod.reports()
-    cur, rec, _ = reps["cosine-exact"]
-    now = {r["loss"]: r["category"] for r in cur["predictions"]}
-    then = {r["loss"]: r["category"] for r in rec["predictions"]}
-    changed = [loss for loss in now if loss in then and now[loss] != then[loss]]
-    assert changed, "the recorded cosine-exact report and today's rules agree: this test needs another witness"
-    for loss in changed:
-        assert f"{now[loss]} (recorded as {then[loss]} when it ran)" in blocks["full-runs"]
+    changed = []
+    for key, (cur, rec, _) in reps.items():
+        then = {(r["run"], r["loss"]): r["category"] for r in rec["predictions"]}
+        changed += [(key, r, then[(r["run"], r["loss"])]) for r in cur["predictions"]
+                    if (r["run"], r["loss"]) in then and r["category"] != then[(r["run"], r["loss"])]]
+    assert changed, "every recorded report agrees with today's rules: this test needs another witness"
+    for key, r, was in changed:
+        assert mod._category(r, {"category": was}).startswith(r["category"] + " (")
+        assert f"recorded as {was} when it ran)" in mod._category(r, {"category": was})
+        assert mod._category(r, {"category": was}) in blocks["full-runs"], (key, r["loss"])
+    # a row judged by an instrument shows the fixed-truth rule's category beside the instrument's
+    judged = [r for c, _, _ in reps.values() for r in c["predictions"] if r.get("fixed_truth")]
+    assert {r["loss"] for r in judged} >= {"cosine voronoi", "D2_ls"}
+    for r in judged:
+        assert f"the fixed-truth rule: {r['fixed_truth']['category']}" in blocks["full-runs"]
+        assert f"The fixed-truth rule on the same rows (reported, not the verdict): {r['fixed_truth']['category']}" in blocks["verdicts"]
     for key, (c, _, _) in reps.items():  # every prediction of every recorded entry has its sentence
         for r in c["predictions"]:
             assert f"{r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope" in blocks["verdicts"], (key, r["loss"])

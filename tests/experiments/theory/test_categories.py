@@ -153,6 +153,66 @@ def test_thm5_notes_carry_the_measured_curvature(tmp_path):
     assert over_strong._diagnostics(Context("quick", tmp_path), "quick-over", "no_such_loss") == {}
 
 
+def test_thm5_checks_report_the_run_off_measured_on_their_own_fits(tmp_path, monkeypatch):
+    """Issue 34, Scope 5: every thm5 check reports, from its own fits' beta1_radial, how many perturbed fits
+    have an atom at a radius reaching the box's bound (per n), and the check's loss over those fits and the
+    others; the sentence names the run-off as the cause only for a loss the run-off fits carry.  The verdict
+    is not touched (the same slope and status with and without the measurement)."""
+    import numpy as np
+
+    from moestat.experiments.theory import over_strong
+    from moestat.experiments.theory.framework import Context
+    from moestat.data.synthetic import make_scenario
+
+    sc = make_scenario("perturbed", "over")
+    bound = sc.box.beta1
+    r_min = min(r for r in np.linalg.norm(sc.truth.numpy().beta1, axis=-1) if r > 0)
+    d = tmp_path / "rates" / "quick-over"
+    d.mkdir(parents=True)
+    ns = [8000, 16000, 32000]
+    rows = ["router,n,replicate,voronoi,param_single,param_multi"]
+    extras = ["router,n,replicate,weighted_single,weighted_multi,beta1_radial,beta1_direction"]
+    runoff = {8000: 2, 16000: 1, 32000: 0}  # fits per n (of 3) with an atom beyond the bound
+    for n in ns:
+        for r in range(3):
+            off = r < runoff[n]
+            # just above / just below the threshold radial + r_min = bound
+            radial = bound - r_min + (0.01 if off else -0.01)
+            rows.append(f"perturbed,{n},{r},{50.0 if off else 1.0},0.3,1.0")
+            extras.append(f"perturbed,{n},{r},0.4,{40.0 if off else 2.0},{radial},0.1")
+            rows.append(f"cosine,{n},{r},9.0,9.0,9.0")  # the other router's rows are not counted
+            extras.append(f"cosine,{n},{r},0.4,2.0,{bound + 5},0.1")
+    (d / "results.csv").write_text("\n".join(rows) + "\n")
+    (d / "extras.csv").write_text("\n".join(extras) + "\n")
+    ctx = Context("quick", tmp_path)
+    r = over_strong._runoff(ctx, "quick-over", ["voronoi", "param_single"])
+    assert r["run_off"] == 3 and r["fits"] == 9 and r["box_beta1"] == bound
+    assert {n: v["run_off"] for n, v in r["by_n"].items()} == runoff
+    assert r["loss_means"]["voronoi"] == {"run_off": 50.0, "others": 1.0}
+    carried = over_strong._runoff_sentence(r, "voronoi")
+    assert "3/9 perturbed fits" in carried and "per n 2/3, 1/3, 0/3" in carried and "measured cause" in carried
+    flat = over_strong._runoff_sentence(r, "param_single")
+    assert "measured cause" not in flat and "not what moves this loss" in flat
+
+    fit = {"router": "perturbed", "slope": -0.6, "ci_low": -2.0, "ci_high": 0.8, "predicted": -0.5, "category": "inconclusive",
+           "reason": "wide"}
+    summary = {"fits": [dict(fit, loss=loss) for loss in ("voronoi", "param_single", "param_multi", "weighted_single",
+                                                          "weighted_multi")]}
+    monkeypatch.setattr(over_strong, "over_run", lambda c: ("quick-over", summary))
+    res = {x.name: x for x in over_strong.run(ctx)}
+    d2 = res["thm5_over_D2"]
+    assert d2.status == "inconclusive" and d2.measured == -0.6 and d2.category == "inconclusive"
+    assert d2.details["runoff"]["run_off"] == 3 and d2.details["runoff"]["loss_means"] == {"run_off": 50.0, "others": 1.0}
+    assert d2.reason.startswith("wide; run-off measured on these fits") and "measured cause" in d2.reason
+    assert "measured cause" in res["thm5_weighted_multi"].reason  # 40 against 2
+    assert "measured cause" not in res["thm5_param_single"].reason
+    (d / "extras.csv").unlink()  # no beta1_radial: nothing is claimed
+    assert over_strong._runoff(ctx, "quick-over", ["voronoi"]) == {}
+    bare = {x.name: x for x in over_strong.run(ctx)}
+    assert "runoff" not in bare["thm5_over_D2"].details and bare["thm5_over_D2"].reason == "wide"
+    assert bare["thm5_over_D2"].status == d2.status and bare["thm5_over_D2"].measured == d2.measured
+
+
 def test_cell_aggregates_keep_shared_cells_out_of_the_single_cell_errors():
     """Part (c') of thm3: an atom of a shared Voronoi cell never enters the single-cell maxima (the
     first rule's largest-over-all-atoms error did, issue 34), and the shared-cell sum is mass-weighted."""

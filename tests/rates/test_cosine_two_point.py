@@ -1,0 +1,111 @@
+"""The two-point judges of the catalogue's cosine entries (moestat.rates.cosine_two_point) and the (run, loss) keying
+of an entry's instrument (moestat.rates.catalogue._report)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moestat.rates import catalogue as cat
+from moestat.rates import cosine_two_point as ctp
+from moestat.rates.two_point import RATE_BAND, RATE_SLOPE, SPLIT_T_SLOPE, TwoPointCurve, rate_verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+JUDGES = {"cosine-exact": ctp.judge_exact, "cosine-over": ctp.judge_over}
+
+
+@pytest.mark.parametrize("key", JUDGES)
+def test_the_vanilla_bound_is_flat_and_the_perturbed_one_falls(key):
+    """PDE (4) makes the pair indistinguishable under the vanilla router (KL = 0, bound flat); under the
+    perturbed router the same pair is told apart at n^-1/2 (Theorems 6 and 5), with the split at n^-1/4."""
+    v = JUDGES[key](quick=True)
+    assert set(v) == {"routers"}
+    j = v["routers"]
+    assert j["loss"] == "cosine voronoi" and j["category"] == "consistent"
+    assert j["two_point_loss"] == ("D3" if key == "cosine-exact" else "D2")
+    assert j["ratio"] == pytest.approx(1.0, abs=1e-6)  # exactly 1 up to the round-off of KL = 0
+    assert j["curves"]["cosine"]["kappa_max"] < 1e-20 and j["curves"]["perturbed"]["kappa_max"] > 1e-4
+    assert abs(j["perturbed"]["slope"] - RATE_SLOPE) < RATE_BAND and j["perturbed"]["tail_points"] >= 3
+    if key == "cosine-over":
+        assert abs(j["perturbed"]["t_star_slope"] - SPLIT_T_SLOPE) < RATE_BAND
+        assert j["curves"]["cosine"]["n_t"] == 61 and j["curves"]["cosine"]["witness"] == "split"
+    assert "minimax lower bound" in j["reason"] and "not the rate of the fixed-truth fit" in j["reason"]
+
+
+@pytest.mark.parametrize("key", JUDGES)
+def test_a_falling_vanilla_bound_is_inconsistent(key, monkeypatch):
+    """The judge can fail: give the 'vanilla' row a router that sees the radius (the perturbed one)."""
+    sc = ctp.entry_scenarios(key)
+    monkeypatch.setattr(ctp, "entry_scenarios", lambda k: {"cosine": sc["perturbed"], "perturbed": sc["perturbed"]})
+    j = JUDGES[key](quick=True)["routers"]
+    assert j["category"] == "inconsistent" and not j["flat"] and j["ratio"] < 0.05
+
+
+@pytest.mark.parametrize("key", JUDGES)
+def test_a_perturbed_bound_that_does_not_fall_leaves_it_inconclusive(key, monkeypatch):
+    """A flat vanilla bound is not enough: if the instrument sees no rate for the fast router either, it cannot decide."""
+    sc = ctp.entry_scenarios(key)
+    monkeypatch.setattr(ctp, "entry_scenarios", lambda k: {"cosine": sc["cosine"], "perturbed": sc["cosine"]})
+    j = JUDGES[key](quick=True)["routers"]
+    assert j["flat"] and not j["perturbed_falls"] and j["category"] == "inconclusive"
+
+
+def _curve(slope: float, t_slope: float) -> TwoPointCurve:
+    ns = np.logspace(2, 7, 11)
+    lb = 0.3 * ns ** slope
+    ts = np.logspace(-6, 0, 61)
+    return TwoPointCurve(ns=ns, ts=ts, atoms=[0], separation=np.zeros((1, 61)), kappa=np.zeros((1, 61)),
+                         kappa_se=np.zeros((1, 61)), lower_bound=lb, lower_bound_low=lb, lower_bound_high=lb,
+                         t_star=0.5 * ns ** t_slope, kl_at_star=np.ones(11))
+
+
+def test_the_rate_rule_refuses_a_slope_outside_its_band_and_a_wrong_split_rate():
+    assert rate_verdict(_curve(-0.5, -0.25))[0] and rate_verdict(_curve(-0.5, -0.25), SPLIT_T_SLOPE)[0]
+    assert not rate_verdict(_curve(-0.3, -0.25))[0]  # falls, but not at n^-1/2
+    assert not rate_verdict(_curve(-0.5, -0.5), SPLIT_T_SLOPE)[0]  # the split does not shrink at n^-1/4
+    assert not rate_verdict(_curve(0.0, -0.25))[0]
+
+
+def _recorded_runs(key: str) -> list[dict]:
+    rec = ROOT / "simulations" / "catalogue" / key
+    out = []
+    for r in cat.entry(key).runs:
+        summary = json.loads((rec / r.label / "summary.json").read_text())
+        out.append({"label": r.label, "wall_s": 0.0, "counts": summary["counts"], "sample_sizes": [], "reps": 0,
+                    "summary": summary})
+    return out
+
+
+def test_the_instrument_replaces_only_the_row_of_its_run_and_loss(monkeypatch):
+    """Both routers' rows live in run 'routers': the verdict names its loss and replaces that row only; the
+    fixed-truth verdict stays beside it.  A verdict that does not name its loss is refused (it used to
+    replace every row of its run)."""
+    e = cat.entry("cosine-exact")
+    runs = _recorded_runs("cosine-exact")
+    plain = {r["loss"]: r for r in cat._report(dataclasses.replace(e, judge=""), True, runs)["predictions"]}
+    monkeypatch.setattr(ctp, "judge_exact", lambda quick: {"routers": {"category": "inconclusive", "reason": "probe",
+                                                                          "loss": "cosine voronoi"}})
+    rows = {r["loss"]: r for r in cat._report(e, True, runs)["predictions"]}
+    assert rows["cosine voronoi"]["category"] == "inconclusive" and rows["cosine voronoi"]["reason"] == "two-point: probe"
+    assert rows["cosine voronoi"]["fixed_truth"] == {k: plain["cosine voronoi"][k] for k in ("category", "reason")}
+    for loss in ("perturbed voronoi", "perturbed regression_l2", "cosine regression_l2"):
+        assert rows[loss] == plain[loss]
+    table = cat.format_report(cat._report(e, True, runs))  # what `moestat reproduce` prints: both verdicts
+    assert "routers cosine voronoi: two-point: probe" in table
+    assert f"routers cosine voronoi (fixed-truth rule, reported): {plain['cosine voronoi']['category']}" in table
+    assert "routers perturbed voronoi (fixed-truth rule" not in table
+    monkeypatch.setattr(ctp, "judge_exact", lambda quick: {"routers": {"category": "inconclusive", "reason": "probe"}})
+    with pytest.raises(ValueError, match="without its loss"):
+        cat._report(e, True, runs)
+
+
+def test_the_recorded_over_specified_rows_are_judged_by_the_split_witness():
+    rows = {r["loss"]: r for r in cat._report(cat.entry("cosine-over"), True, _recorded_runs("cosine-over"))["predictions"]}
+    v = rows["cosine voronoi"]
+    assert v["category"] == "consistent" and "App. B.3" in v["reason"] and v["slope"] is not None
+    assert v["fixed_truth"]["category"] == "inconsistent"  # the slope's own rule, reported beside
+    assert "fixed_truth" not in rows["perturbed voronoi"] and rows["perturbed param_multi"]["category"] == "floor"
