@@ -58,6 +58,13 @@ __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_
            "topk_search", "polish"]
 
 _LAM0 = 1e-6
+#: The exact M-step of multinomial-logistic experts and of their affine softmax gate (issue 33): Newton
+#: steps until the Newton decrement of each concave ``Q`` is at most ``MSTEP_TOL * n`` -- a hundredth of
+#: the change ``tol * n`` (``tol = 1e-10``) at which EM stops, so the M-step's own error never decides
+#: EM's stopping -- and at most ``MSTEP_MAX_STEPS`` (a class separated within an atom's weights has its
+#: maximiser at infinity, which no number of steps reaches).
+MSTEP_TOL = 1e-12
+MSTEP_MAX_STEPS = 25
 #: up to this many features ``p = d + 1``, affine maps and sums over the samples are written as
 #: products of ``[B, n]`` feature rows (one fused loop under torch.compile); above, as matmuls
 _ROWWISE_MAX_P = 5
@@ -412,6 +419,30 @@ def _gate_step(em: GenericEM, fv, lam, X, post):
     return ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
 
 
+def _exact_gate_step(em: GenericEM, fv, X, post):
+    """The maximiser of ``Q_g`` over the free parameters of a dense softmax gate with a linear score
+    (``em.affine_gate``, no Top-K): a weighted multinomial-logistic regression of the responsibilities
+    on ``(x, 1)``, concave, so Newton-IRLS with a line search (:func:`~moestat.estimators.newton.maximise_concave`)
+    reaches it.  The first step uses the E-step's sums (:func:`gate_fisher`); the next ones recompute
+    ``pi`` and the same sums at the new gate (one pass over the samples each)."""
+    if fv.shape[-1] == 0:
+        return fv
+    r, rA = post.r, post.rA
+    xs = _features(X)
+
+    def terms(t):
+        if t is fv:  # the E-step's own sums at the current gate
+            return gate_fisher(em, t, X, post)
+        pi, _ = em.softmax_lse(em.log_u(t, X))
+        dr, w = em.gate_weights(r, pi)
+        return gate_fisher(em, t, X, post._replace(gV=_firsts(dr, X, xs), Wm=_moments(w, X, xs)))
+
+    F = lambda t: em.q_gate_affine(t, X, rA)  # noqa: E731
+    n = X.shape[1]
+    out, _, _ = newton.maximise_concave(F, fv, terms, tol=MSTEP_TOL * n, max_steps=MSTEP_MAX_STEPS, f0=post.f0)
+    return out
+
+
 def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     """The gate's M-step of a Top-K gate, in two blocks; returns ``fv [B, mg]`` and both dampings ``[B]``.
 
@@ -495,12 +526,12 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
         eta = eta + delta
     else:
         F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
-        if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
-            g, C = multinomial_expert_fisher(em, eta, X, Y, r)
+        if em.multinomial:  # logits affine in eta: Q_i concave, maximised by Newton-IRLS (exact M-step)
+            eta, _, _ = newton.maximise_concave(F, eta, lambda e: multinomial_expert_fisher(em, e, X, Y, r),
+                                                tol=MSTEP_TOL * n, max_steps=MSTEP_MAX_STEPS)
         else:
             g, H = grad_hess(F, eta)
-            C = -H
-        eta, lam_e = ascent(F, eta, st.lam_e, g, C)
+            eta, lam_e = ascent(F, eta, st.lam_e, g, -H)
     if em.gaussian:
         mass = post.M[..., -1, -1] if em.linear else r.sum(-1)
         if wss is None:
@@ -510,6 +541,8 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
     if em.topk:
         fv, lam_g, lam_s = _topk_gate_step(em, st.fv, st.lam_g, st.lam_s, X, Y, post, eta, ls2)
         return _State(fv, eta, ls2, lam_g, lam_e, lam_s)
+    if em.multinomial and em.affine_gate:  # Q_g concave too: maximised, not one step (_exact_gate_step)
+        return _State(_exact_gate_step(em, st.fv, X, post), eta, ls2, st.lam_g, lam_e, st.lam_s)
     fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, post)
     return _State(fv, eta, ls2, lam_g, lam_e, st.lam_s)
 
