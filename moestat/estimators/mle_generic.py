@@ -11,12 +11,14 @@ One EM iteration (Dempster, Laird & Rubin 1977; the M-step generalised):
 
 * **E-step** in log space: ``r_ni = exp(log w_i + log f_i - logsumexp_j(...))``.
 * **Experts**: linear experts with Gaussian noise by weighted least squares (the closed form,
-  exact maximiser); any other expert by one Levenberg--Marquardt-damped Newton step on its
-  ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (gradient and Hessian by :mod:`torch.func`),
-  kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
+  exact maximiser); multinomial-logistic experts by Newton-IRLS with a line search to the maximiser
+  of their concave ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (:data:`MSTEP_TOL`, issue 33);
+  any other expert by one Levenberg--Marquardt-damped Newton step on its ``Q_i`` (gradient and
+  Hessian by :mod:`torch.func`), kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
   (exact), floored at ``var_floor * var(y)`` (the likelihood is unbounded without a floor).
 * **Gate**: one damped Newton step on ``Q_g = sum_ni r_ni log w_i(x_n)`` over the free gate
-  parameters, kept only where ``Q_g`` increases.  A Top-K gate in two blocks (:func:`_topk_gate_step`):
+  parameters, kept only where ``Q_g`` increases (with multinomial-logistic experts, the dense
+  linear-score softmax gate's concave ``Q_g`` maximised like the experts').  A Top-K gate in two blocks (:func:`_topk_gate_step`):
   the biases on ``Q_g``, the scores kept where the observed log-likelihood increases (ECME).
 
 Each accepted update increases the expected complete-data log-likelihood, so the observed
