@@ -11,12 +11,14 @@ One EM iteration (Dempster, Laird & Rubin 1977; the M-step generalised):
 
 * **E-step** in log space: ``r_ni = exp(log w_i + log f_i - logsumexp_j(...))``.
 * **Experts**: linear experts with Gaussian noise by weighted least squares (the closed form,
-  exact maximiser); any other expert by one Levenberg--Marquardt-damped Newton step on its
-  ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (gradient and Hessian by :mod:`torch.func`),
-  kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
+  exact maximiser); multinomial-logistic experts by Newton-IRLS with a line search to the maximiser
+  of their concave ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (:data:`MSTEP_TOL`, issue 33);
+  any other expert by one Levenberg--Marquardt-damped Newton step on its ``Q_i`` (gradient and
+  Hessian by :mod:`torch.func`), kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
   (exact), floored at ``var_floor * var(y)`` (the likelihood is unbounded without a floor).
 * **Gate**: one damped Newton step on ``Q_g = sum_ni r_ni log w_i(x_n)`` over the free gate
-  parameters, kept only where ``Q_g`` increases.  A Top-K gate in two blocks (:func:`_topk_gate_step`):
+  parameters, kept only where ``Q_g`` increases (with multinomial-logistic experts, the dense
+  linear-score softmax gate's concave ``Q_g`` maximised like the experts').  A Top-K gate in two blocks (:func:`_topk_gate_step`):
   the biases on ``Q_g``, the scores kept where the observed log-likelihood increases (ECME).
 
 Each accepted update increases the expected complete-data log-likelihood, so the observed
@@ -58,6 +60,13 @@ __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_
            "topk_search", "polish"]
 
 _LAM0 = 1e-6
+#: The exact M-step of multinomial-logistic experts and of their affine softmax gate (issue 33): Newton
+#: steps until the Newton decrement of each concave ``Q`` is at most ``MSTEP_TOL * n`` -- a hundredth of
+#: the change ``tol * n`` (``tol = 1e-10``) at which EM stops, so the M-step's own error never decides
+#: EM's stopping -- and at most ``MSTEP_MAX_STEPS`` (a class separated within an atom's weights has its
+#: maximiser at infinity, which no number of steps reaches).
+MSTEP_TOL = 1e-12
+MSTEP_MAX_STEPS = 25
 #: up to this many features ``p = d + 1``, affine maps and sums over the samples are written as
 #: products of ``[B, n]`` feature rows (one fused loop under torch.compile); above, as matmuls
 _ROWWISE_MAX_P = 5
@@ -412,6 +421,30 @@ def _gate_step(em: GenericEM, fv, lam, X, post):
     return ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
 
 
+def _exact_gate_step(em: GenericEM, fv, X, post):
+    """The maximiser of ``Q_g`` over the free parameters of a dense softmax gate with a linear score
+    (``em.affine_gate``, no Top-K): a weighted multinomial-logistic regression of the responsibilities
+    on ``(x, 1)``, concave, so Newton-IRLS with a line search (:func:`~moestat.estimators.newton.maximise_concave`)
+    reaches it.  The first step uses the E-step's sums (:func:`gate_fisher`); the next ones recompute
+    ``pi`` and the same sums at the new gate (one pass over the samples each)."""
+    if fv.shape[-1] == 0:
+        return fv
+    r, rA = post.r, post.rA
+    xs = _features(X)
+
+    def terms(t):
+        if t is fv:  # the E-step's own sums at the current gate
+            return gate_fisher(em, t, X, post)
+        pi, _ = em.softmax_lse(em.log_u(t, X))
+        dr, w = em.gate_weights(r, pi)
+        return gate_fisher(em, t, X, post._replace(gV=_firsts(dr, X, xs), Wm=_moments(w, X, xs)))
+
+    F = lambda t: em.q_gate_affine(t, X, rA)  # noqa: E731
+    n = X.shape[1]
+    out, _, _ = newton.maximise_concave(F, fv, terms, tol=MSTEP_TOL * n, max_steps=MSTEP_MAX_STEPS, f0=post.f0)
+    return out
+
+
 def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     """The gate's M-step of a Top-K gate, in two blocks; returns ``fv [B, mg]`` and both dampings ``[B]``.
 
@@ -495,12 +528,12 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
         eta = eta + delta
     else:
         F = lambda e: em.q_expert(e, ls2, X, Y, r)  # noqa: E731  [B, k], one objective per atom
-        if em.multinomial:  # logits affine in eta: the IRLS gradient and (exact) Hessian from the data
-            g, C = multinomial_expert_fisher(em, eta, X, Y, r)
+        if em.multinomial:  # logits affine in eta: Q_i concave, maximised by Newton-IRLS (exact M-step)
+            eta, _, _ = newton.maximise_concave(F, eta, lambda e: multinomial_expert_fisher(em, e, X, Y, r),
+                                                tol=MSTEP_TOL * n, max_steps=MSTEP_MAX_STEPS)
         else:
             g, H = grad_hess(F, eta)
-            C = -H
-        eta, lam_e = ascent(F, eta, st.lam_e, g, C)
+            eta, lam_e = ascent(F, eta, st.lam_e, g, -H)
     if em.gaussian:
         mass = post.M[..., -1, -1] if em.linear else r.sum(-1)
         if wss is None:
@@ -510,6 +543,8 @@ def _m_step(em: GenericEM, st: _State, X, Y, post: Posterior, floor):
     if em.topk:
         fv, lam_g, lam_s = _topk_gate_step(em, st.fv, st.lam_g, st.lam_s, X, Y, post, eta, ls2)
         return _State(fv, eta, ls2, lam_g, lam_e, lam_s)
+    if em.multinomial and em.affine_gate:  # Q_g concave too: maximised, not one step (_exact_gate_step)
+        return _State(_exact_gate_step(em, st.fv, X, post), eta, ls2, st.lam_g, lam_e, st.lam_s)
     fv, lam_g = _gate_step(em, st.fv, st.lam_g, X, post)
     return _State(fv, eta, ls2, lam_g, lam_e, st.lam_s)
 

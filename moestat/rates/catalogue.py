@@ -393,21 +393,27 @@ _add(Entry(
 _add(Entry(
     "multinomial-moe", MULTINOMIAL, "vanishing expert parameters: slower than polynomial; otherwise parametric",
     "simulation study", "softmax-gated multinomial logistic MoE (classification, C = 3 classes), d = 2, k* = 2, exact fit; "
-    "every expert parameter nonzero vs the first expert's slopes vanishing", "maximum likelihood (generic EM)",
-    "not recovered from the stored excerpts (abstract read); moestat's design: 6 log-spaced n, 1 000 to 32 000, 12 replicates",
+    "every expert parameter nonzero vs the first expert's slopes vanishing", "maximum likelihood (generic EM, exact "
+    "Newton-IRLS M-step)",
+    "not recovered from the stored excerpts (abstract read); moestat's design: 5 log-spaced n, 5 000 to 80 000 (above the "
+    "pre-flight n_ok 3 751 / 2 704), 40 replicates",
+    # issue 33, Scope 4: the truth was replaced by the pre-flight alone (criteria in the toml files) and the
+    # grid moved above its n_ok (first size >= 1.25 n_ok, factor 16, 40 replicates for the contrast), both
+    # fixed before the first fit of the new truth; the quick grid starts above n_ok too
     (Run("nonvanishing", {"catalogue_file": "multinomial_nonvanishing.toml", "estimator": "mle", "max_iter": 1000},
-         dict(_OWN_FULL),
-         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
+         {"n_min": 5000, "n_max": 80000, "n_points": 5, "reps": 40},
+         {"n_min": 5000, "n_max": 20000, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
      Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
-         dict(_OWN_FULL),
-         {"n_min": 300, "n_max": 1200, "n_points": 3, "reps": 4},
+         {"n_min": 5000, "n_max": 80000, "n_points": 5, "reps": 40},
+         {"n_min": 5000, "n_max": 20000, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)")),
     (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
      Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
                 by_contrast=True)),
     contrast=("vanishing", "nonvanishing", "D1"),
-    notes="the truth is moestat's (the paper's parameters were not recovered)",
+    notes="the truth is moestat's (the paper's parameters were not recovered), chosen by the pre-flight alone "
+          "(issue 33): gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000",
 ))
 _add(Entry(
     "gaussian-gated-moe", GAUSSIAN_GATE, "Type I setting (every gate mean nonzero), over-specified: D-bar at n^{-1/2}",
