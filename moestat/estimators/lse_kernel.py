@@ -52,6 +52,9 @@ __all__ = [
 
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
 CHUNK_BYTES = 1 << 25
+# Samples per slice of the router block of J^T in :func:`jacobian_t`: about this many bytes, so
+# that a slice and its temporary stay in the L2 cache.
+SLICE_BYTES = 1 << 19
 # Keep the forward coefficients of all chunks only below this size (else recompute them).
 # n = 128000, R = 20, k = 3 needs 250 MB.
 CACHE_BYTES = 1 << 30
@@ -173,9 +176,12 @@ def _router_factors(model: MoEModel, beta1: torch.Tensor):
 
 
 def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, want_parts):
+    # In-place arithmetic wherever an intermediate is not needed afterwards: each in-place op is
+    # the same elementwise kernel on the same operands as its out-of-place form (identical
+    # results), and the chunk's [R, k, c] temporaries stay few and warm in cache.
     s = beta1 @ xs  # [R, k, c]
     if sig is not None:
-        s = s * sig.unsqueeze(-1)
+        s.mul_(sig.unsqueeze(-1))
     logits = s + beta0.unsqueeze(-1)
     z = eta @ xe  # [R, k, c]
     h, dh = model.expert.phi_and_dphi(z)
@@ -203,12 +209,13 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
             idx = torch.topk(s, K, dim=1).indices
             keep = torch.zeros_like(s, dtype=torch.bool).scatter_(1, idx, True)
             logits = logits.masked_fill(~keep, float("-inf"))
-        e = torch.exp(logits - logits.amax(1, keepdim=True))
-        w = e / e.sum(1, keepdim=True)
+        w = logits.sub_(logits.amax(1, keepdim=True)).exp_()  # logits is this pass's own array
+        w.div_(w.sum(1, keepdim=True))
         f = (w * h).sum(1)
         if not want_parts:
             return f, None
-        u_b = u_s = w * (h - f.unsqueeze(1))
+        u_b = u_s = h.sub_(f.unsqueeze(1)).mul_(w)  # w (h - g); h is not needed afterwards
+        return f, (u_b, u_s, dh.mul_(w), s)
     return f, (u_b, u_s, w * dh, s)
 
 
@@ -292,9 +299,22 @@ def jacobian_t(xs, xe, u_b, a, us, v, cb, k: int, out: torch.Tensor | None = Non
     Jt = xs.new_empty(R, n_params(k, d, d + 1, True), n_c) if out is None else out
     Jt[:, :i0] = u_b[:, :i0]
     J1 = Jt[:, i0:i1].view(R, k - 1, d, n_c)
-    torch.mul(a.unsqueeze(2), xs.unsqueeze(1), out=J1)
-    if cb is not None:
-        J1.sub_(us.unsqueeze(2) * cb.unsqueeze(-1))
+    if cb is None:
+        torch.mul(a.unsqueeze(2), xs.unsqueeze(1), out=J1)
+    else:
+        # a xs - us cb, a slice of samples at a time: the slice of J1 and its product us cb stay
+        # in cache between the three elementwise passes (J^T is larger than the L3 cache at the
+        # default chunk, so the unsliced form went to memory three times); elementwise, hence
+        # the same numbers as the unsliced form
+        w = max(1, SLICE_BYTES // max(1, R * (k - 1) * d * 8))
+        tmp = xs.new_empty(R, k - 1, d, min(w, n_c))
+        a2, xs1, us2, cb1 = a.unsqueeze(2), xs.unsqueeze(1), us.unsqueeze(2), cb.unsqueeze(-1)
+        for s0 in range(0, n_c, w):
+            sl = slice(s0, min(s0 + w, n_c))
+            t = tmp[..., : sl.stop - s0]
+            torch.mul(a2[..., sl], xs1[..., sl], out=J1[..., sl])
+            torch.mul(us2[..., sl], cb1, out=t)
+            J1[..., sl].sub_(t)
     J2 = Jt[:, i1:].view(R, k, d + 1, n_c)
     torch.mul(v.unsqueeze(2), xe.unsqueeze(1), out=J2)
     return Jt
