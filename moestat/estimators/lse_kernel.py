@@ -52,9 +52,6 @@ __all__ = [
 
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
 CHUNK_BYTES = 1 << 25
-# Samples per slice of the router block of J^T in :func:`jacobian_t`: about this many bytes, so
-# that a slice and its temporary stay in the L2 cache.
-SLICE_BYTES = 1 << 19
 # Keep the forward coefficients of all chunks only below this size (else recompute them).
 # n = 128000, R = 20, k = 3 needs 250 MB.
 CACHE_BYTES = 1 << 30
@@ -299,22 +296,9 @@ def jacobian_t(xs, xe, u_b, a, us, v, cb, k: int, out: torch.Tensor | None = Non
     Jt = xs.new_empty(R, n_params(k, d, d + 1, True), n_c) if out is None else out
     Jt[:, :i0] = u_b[:, :i0]
     J1 = Jt[:, i0:i1].view(R, k - 1, d, n_c)
-    if cb is None:
-        torch.mul(a.unsqueeze(2), xs.unsqueeze(1), out=J1)
-    else:
-        # a xs - us cb, a slice of samples at a time: the slice of J1 and its product us cb stay
-        # in cache between the three elementwise passes (J^T is larger than the L3 cache at the
-        # default chunk, so the unsliced form went to memory three times); elementwise, hence
-        # the same numbers as the unsliced form
-        w = max(1, SLICE_BYTES // max(1, R * (k - 1) * d * 8))
-        tmp = xs.new_empty(R, k - 1, d, min(w, n_c))
-        a2, xs1, us2, cb1 = a.unsqueeze(2), xs.unsqueeze(1), us.unsqueeze(2), cb.unsqueeze(-1)
-        for s0 in range(0, n_c, w):
-            sl = slice(s0, min(s0 + w, n_c))
-            t = tmp[..., : sl.stop - s0]
-            torch.mul(a2[..., sl], xs1[..., sl], out=J1[..., sl])
-            torch.mul(us2[..., sl], cb1, out=t)
-            J1[..., sl].sub_(t)
+    torch.mul(a.unsqueeze(2), xs.unsqueeze(1), out=J1)
+    if cb is not None:
+        J1.sub_(us.unsqueeze(2) * cb.unsqueeze(-1))
     J2 = Jt[:, i1:].view(R, k, d + 1, n_c)
     torch.mul(v.unsqueeze(2), xe.unsqueeze(1), out=J2)
     return Jt
