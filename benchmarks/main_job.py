@@ -6,8 +6,9 @@ user runs it, from a copy of a baseline commit's ``moestat/`` (``git archive``) 
 checkout, alternating (``before, after, before, after, ...``) so that both see the same load.
 Each run is measured from outside: wall seconds, user and system CPU-seconds of the whole process
 tree (``RUSAGE_CHILDREN`` before and after, as ``/usr/bin/time`` counts), the seconds at which the
-last work unit was written (the sweep's end: the line ``moestat rates: 140/140 fits, ...``), and
-the load average before and after.  Every run's ``results.csv`` is compared with the first
+last work unit was written (the sweep's end: the line ``moestat rates: 140/140 fits, ...``) and
+when each unit was (``units_done``, ``[seconds, n]``: how the processes shared the units), and the
+load average before and after.  Every run's ``results.csv`` is compared with the first
 baseline run's (every column but ``time``: the largest relative difference, 0.0 when identical),
 and its PNG figures byte by byte.  Reported: medians per version, the after/before ratios of the
 medians, the machine, its cores and the thread settings.
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -58,15 +60,17 @@ def run_once(source: Path, out: Path, extra: list[str]) -> dict:
     u0, s0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=str(source), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    sweep_end, tail = None, []
+    sweep_end, units, tail = None, [], []
     for line in proc.stderr:  # off a terminal: one line per finished unit, then the summary
         if line.startswith(UNIT_LINE) and " fits, " in line:
             sweep_end = time.perf_counter() - t0
+            m = re.search(r" n=(\d+) ", line)
+            units.append([round(sweep_end, 2), int(m.group(1)) if m else None])
         tail = (tail + [line])[-5:]
     proc.wait()
     wall = time.perf_counter() - t0
     u1, s1 = _children_cpu()
-    return {"wall_s": wall, "sweep_end_s": sweep_end, "user_s": u1 - u0, "sys_s": s1 - s0,
+    return {"wall_s": wall, "sweep_end_s": sweep_end, "units_done": units, "user_s": u1 - u0, "sys_s": s1 - s0,
             "cpu_s": (u1 - u0) + (s1 - s0), "load_before": load0, "load_after": os.getloadavg()[0],
             "returncode": proc.returncode, "stderr_tail": "".join(tail)[-400:]}
 
