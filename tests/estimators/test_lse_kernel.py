@@ -79,21 +79,21 @@ def test_gelu_phi_and_dphi_equal_phi_and_dphi_separately():
     assert torch.equal(z, torch.linspace(-8, 8, 4001, dtype=torch.float64))  # the input is left alone
 
 
-@pytest.mark.parametrize("kind", ["perturbed", "cosine", "linear"])
-def test_jacobian_t_from_the_in_place_forward(kind):
-    """J^T built from the in-place forward's coefficients is the block formula of the
-    levenberg_marquardt module docstring, exactly."""
-    model, data, theta = _setup(kind, "gelu", R=2, n=517)
-    k, d = 3, 4
-    _, cache = K.forward(model, data, theta, k)
-    _, beta1, _ = unpack(theta, k, d, d + 1, True)
-    sig, cb = K.score_derivative_factors(model, beta1, k)
-    a, us = K.router_coefficients(cache.u_s[0], cache.s[0], sig, cb, k)
-    Jt = K.jacobian_t(data.xs[0], data.xe[0], cache.u_b[0], a, us, cache.v[0], cb, k)
-    xs, xe = data.xs[0], data.xe[0]
-    J1 = a.unsqueeze(2) * xs.unsqueeze(1)
-    if cb is not None:
-        J1 = J1 - us.unsqueeze(2) * cb.unsqueeze(-1)
-    R, n_c = xs.shape[0], xs.shape[-1]
-    ref = torch.cat([cache.u_b[0][:, : k - 1], J1.reshape(R, -1, n_c), (cache.v[0].unsqueeze(2) * xe.unsqueeze(1)).reshape(R, -1, n_c)], 1)
-    assert torch.equal(Jt, ref)
+@pytest.mark.parametrize("activation", ["gelu", "identity"])
+@pytest.mark.parametrize("kind,k_active", [("perturbed", None), ("cosine", None), ("linear", None), ("perturbed", 2)])
+def test_in_place_passes_leave_their_inputs_alone(kind, k_active, activation):
+    """The in-place steps write only the pass's own arrays: the design (features, responses,
+    in three chunks), the parameters and a first pass's cache are unchanged by later passes, and
+    a second evaluation at the same point gives the same objective, J^T J and J^T r."""
+    model, data, theta = _setup(kind, activation, k_active=k_active, n=700)
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(3, 700, 4, generator=g, dtype=torch.float64)
+    data = K.Design.build(model, X, torch.randn(3, 700, generator=g, dtype=torch.float64), chunk=300, n_components=3)
+    before = [t.clone() for t in (*data.xs, *data.xe, *data.y, theta)]
+    F1, A1, g1 = K.evaluate(model, data, theta, 3)
+    F0, cache = K.forward(model, data, theta, 3)
+    kept = [t.clone() for lst in (cache.u_b, cache.v, cache.s, cache.r) for t in lst]
+    F2, A2, g2 = K.evaluate(model, data, theta, 3)
+    assert all(torch.equal(a, b) for a, b in zip(before, (*data.xs, *data.xe, *data.y, theta)))
+    assert all(torch.equal(a, b) for a, b in zip(kept, [t for lst in (cache.u_b, cache.v, cache.s, cache.r) for t in lst]))
+    assert torch.equal(F0, F1) and torch.equal(F1, F2) and torch.equal(A1, A2) and torch.equal(g1, g2)
