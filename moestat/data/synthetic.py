@@ -342,7 +342,16 @@ class Scenario(ScenarioBase):
         X = np.asarray(X, dtype=np.float64)
         if X.shape[-1] != self.d:
             raise ValueError(f"X must have d={self.d} columns, got {X.shape[-1]}")
-        return self.model.predict(torch.as_tensor(X), self.truth).numpy()
+        if X.ndim <= 2:
+            return self.model.predict(torch.as_tensor(X), self.truth).numpy()
+        # a batch [..., n, d] one data set at a time: the same numbers (each sample's value involves
+        # only its own row), and the [n, k] temporaries of one data set stay in cache, where those of
+        # the whole batch (20 x 128 000 x k in the main job) went to memory (issue 36)
+        flat = X.reshape(-1, *X.shape[-2:])
+        out = np.empty(flat.shape[:-1])
+        for i, x in enumerate(flat):
+            out[i] = self.model.predict(torch.as_tensor(x), self.truth).numpy()
+        return out.reshape(X.shape[:-1])
 
     def sample(self, n: int, rng: np.random.Generator | np.random.SeedSequence | int) -> tuple[np.ndarray, np.ndarray]:
         """Draw ``(X [n, d], Y [n])`` from eq. (1) with the given random stream.

@@ -173,9 +173,12 @@ def _router_factors(model: MoEModel, beta1: torch.Tensor):
 
 
 def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, want_parts):
+    # In-place arithmetic wherever an intermediate is not needed afterwards: each in-place op is
+    # the same elementwise kernel on the same operands as its out-of-place form (identical
+    # results), and the chunk's [R, k, c] temporaries stay few and warm in cache.
     s = beta1 @ xs  # [R, k, c]
     if sig is not None:
-        s = s * sig.unsqueeze(-1)
+        s.mul_(sig.unsqueeze(-1))
     logits = s + beta0.unsqueeze(-1)
     z = eta @ xe  # [R, k, c]
     h, dh = model.expert.phi_and_dphi(z)
@@ -203,12 +206,13 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
             idx = torch.topk(s, K, dim=1).indices
             keep = torch.zeros_like(s, dtype=torch.bool).scatter_(1, idx, True)
             logits = logits.masked_fill(~keep, float("-inf"))
-        e = torch.exp(logits - logits.amax(1, keepdim=True))
-        w = e / e.sum(1, keepdim=True)
+        w = logits.sub_(logits.amax(1, keepdim=True)).exp_()  # logits is this pass's own array
+        w.div_(w.sum(1, keepdim=True))
         f = (w * h).sum(1)
         if not want_parts:
             return f, None
-        u_b = u_s = w * (h - f.unsqueeze(1))
+        u_b = u_s = h.sub_(f.unsqueeze(1)).mul_(w)  # w (h - g); h is not needed afterwards
+        return f, (u_b, u_s, dh.mul_(w), s)
     return f, (u_b, u_s, w * dh, s)
 
 

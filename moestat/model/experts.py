@@ -123,9 +123,12 @@ class Expert:
         a = self.activation
         if a == "gelu":
             # phi = z Phi(z), phi' = Phi(z) + z N(z): one erf and one exp for both
-            cdf = torch.erf(z * 0.7071067811865476).add_(1.0).mul_(0.5)
+            # each step in place on this call's own temporaries (the same elementwise kernels on
+            # the same operands as the out-of-place form: identical results, fewer arrays)
+            cdf = torch.mul(z, 0.7071067811865476).erf_().add_(1.0).mul_(0.5)
             h = z * cdf
-            return h, cdf.add_(z * torch.exp(-0.5 * z * z).mul_(0.3989422804014327))
+            dens = torch.mul(z, -0.5).mul_(z).exp_().mul_(0.3989422804014327).mul_(z)  # z N(z)
+            return h, cdf.add_(dens)
         if a == "tanh":
             t = torch.tanh(z)
             return t, 1.0 - t * t

@@ -193,6 +193,8 @@ def gate_scores(
         return torch.where(pos, dots / torch.where(pos, denom, torch.ones_like(denom)), torch.zeros_like(dots))
     t1, t2 = _normalise_tau(tau)
     denom = (nb + t1) * (nx + t2)
+    if t1 > 0 and t2 > 0:  # every denominator is positive: the quotient itself, no convention to apply
+        return dots / denom
     pos = denom > 0  # only 0 when tau = 0 and a norm vanishes: the cosine convention
     return torch.where(pos, dots / torch.where(pos, denom, torch.ones_like(denom)), torch.zeros_like(dots))
 

@@ -131,3 +131,24 @@ def test_expert_rejects_bad_input():
         Expert("poly", degree=0)
     with pytest.raises(ValueError, match="d \\+ 1"):
         Expert("gelu")(np.zeros((2, 3)), np.zeros((1, 3)))
+
+
+def test_perturbed_scores_without_the_zero_convention_are_the_quotient():
+    """With tau1, tau2 > 0 every denominator is positive, and the score is returned as the plain
+    quotient (issue 36: no masking passes); zero inputs and a zero router row included."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(257, 4, generator=g, dtype=torch.float64)
+    x[0] = 0.0
+    beta1 = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    beta1[-1] = 0.0  # the reference atom (A.3)
+    for tau in (0.5, (1e-3, 2.0)):
+        s = gate_scores(x, beta1, "perturbed", tau)
+        t1, t2 = (tau, tau) if isinstance(tau, float) else tau
+        nb = torch.linalg.norm(beta1, dim=-1)
+        nx = torch.linalg.norm(x, dim=-1, keepdim=True)
+        ref = (x @ beta1.T) / ((nb + t1) * (nx + t2))
+        assert torch.allclose(s, ref, rtol=1e-15, atol=0.0)
+        assert torch.all(s[0] == 0) and torch.all(s[:, -1] == 0)
+    # one tau at zero still applies the cosine convention (0 where a norm vanishes)
+    s0 = gate_scores(x, beta1, "perturbed", (0.0, 1.0))
+    assert torch.all(s0[:, -1] == 0) and torch.isfinite(s0).all()
