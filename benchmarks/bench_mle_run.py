@@ -8,7 +8,7 @@ the full design).  Each round runs both checkouts, whole runs (start-up, data, f
 losses, store, rate fits, figures), in alternating order (A B, B A, ...), each in its own process
 started from the checkout's root (``python -m moestat rates ...``: that checkout's package is
 imported).  Wall time, and user and system CPU time of the run and the worker processes it waited
-for (``os.wait4``), per run; medians per side and ratios (``other / base``) printed as one JSON
+for (``os.wait4``), per run; medians per side, their ratios (``other / base``) and the median of the per-round ratios printed as one JSON
 object, with the load average before and after and the agreement of the two last runs'
 ``results.csv`` (every numeric column but ``time``: largest relative difference, and whether the
 statuses are identical; the log-likelihoods are ``fit_objective`` and ``truth_objective``).
@@ -84,6 +84,12 @@ def agreement(base_dir: Path, other_dir: Path) -> dict:
     return out
 
 
+def _paired(runs: list[dict], key: str) -> list[float]:
+    """``other / base`` of ``key`` in every round."""
+    by = {(r["round"], r["side"]): r[key] for r in runs}
+    return [by[(i, "other")] / by[(i, "base")] for i in sorted({r["round"] for r in runs}) if by[(i, "base")] > 0]
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -135,6 +141,9 @@ def main(argv: list[str] | None = None) -> dict:
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "runs": runs, "median": med,
         "ratio_other_over_base": {key: round(med["other"][key] / med["base"][key], 3) for key in med["base"] if med["base"][key] > 0},
+        # the ratio within each round (both sides a few minutes apart), median over rounds: less
+        # sensitive to a load that drifts over the whole benchmark than the ratio of medians
+        "paired_ratio_median": {key: round(statistics.median(_paired(runs, key)), 3) for key in ("wall_s", "cpu_s")},
         "sys_share": {name: round(m["sys_s"] / m["cpu_s"], 3) if m["cpu_s"] else None for name, m in med.items()},
         "agreement": agree,
     }
