@@ -79,9 +79,41 @@ def feature_moments(w: torch.Tensor, xs: list) -> torch.Tensor:
 # responsibilities against x~, of the residuals under the current experts, and of the gate
 # probabilities), so the M-step itself is a few [B, k, p, p] solves.  The pass at the candidate
 # parameters is at once the acceptance test of the step and the statistics of the next iteration.
-# Under ``torch.compile`` the pass is one fused loop over the samples (no [B, k, n] temporaries
-# written back to memory): about 5x faster than the same code in eager mode on the CPU
-# (docs/guide/gaussian_moe.rst, "Speed").
+# Under ``torch.compile`` the pass is one fused loop over the samples: about 5x faster than the
+# same code in eager mode on the CPU (docs/guide/gaussian_moe.rst, "Speed").
+#
+# Why the atoms are separate [B, n] rows (issue 36): written over [B, k, n] tensors, the maxima and
+# sums over the atoms are reductions along a dimension that is not the samples', and Inductor
+# splits the pass into about a dozen loops that write [B, k, n] intermediates to memory and read
+# them back -- 80 MB each at B = 50, n = 1e5, so the pass was memory-bound (about 60 ns per sample
+# x start in the gmoe_exact sweep).  Over one row per atom (``k`` is a Python int, fixed at
+# tracing) every operation is elementwise on [B, n] or a sum over n, and with
+# :data:`_FUSE_OPTIONS` every sum is one more accumulator of a single loop over the samples.  The
+# arithmetic per element is the same, in the same order, as the [B, k, n] form's.
+def _row_affine(P: torch.Tensor, xs: list) -> torch.Tensor:
+    """``P_b . xt_n`` ``[B, n]`` for one atom's rows ``P [B, p]`` (last entry the intercept);
+    the operations of :func:`feature_affine`, in its order."""
+    d = len(xs) - 1
+    out = P[:, d : d + 1]
+    for j in range(d):
+        out = out + P[:, j : j + 1] * xs[j]
+    return out
+
+
+def _row_max(rows: list) -> torch.Tensor:
+    out = rows[0]
+    for t in rows[1:]:
+        out = torch.maximum(out, t)
+    return out
+
+
+def _row_sum(rows: list) -> torch.Tensor:
+    out = rows[0]
+    for t in rows[1:]:
+        out = out + t
+    return out
+
+
 def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor):
     """Log-likelihood and the M-step's sufficient statistics at ``(V, E, s2)``.
 
@@ -105,28 +137,34 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
     xs = feature_rows(Xd)
     # softmax and the responsibilities written out (k exponentials and one log each) rather than
     # logsumexp + exp, which costs twice the exponentials in the fused loop
-    L = feature_affine(V, xs)  # [B, k, n]
-    L = L - L.amax(1, keepdim=True)
-    z = torch.exp(L)
-    sz = z.sum(1, keepdim=True)
-    pi = z / sz
-    e = y.unsqueeze(1) - feature_affine(E, xs)
-    lj = L - 0.5 * torch.log(s2).unsqueeze(-1) - 0.5 * e * e / s2.unsqueeze(-1)  # log pi + log N + log sz + log(2 pi)/2
-    m = lj.amax(1, keepdim=True)
-    w = torch.exp(lj - m)
-    sw = w.sum(1, keepdim=True)
-    r = w / sw
+    L = [_row_affine(V[:, i], xs) for i in range(k)]  # k rows [B, n]
+    top = _row_max(L)
+    L = [l - top for l in L]
+    z = [torch.exp(l) for l in L]
+    sz = _row_sum(z)
+    pi = [zi / sz for zi in z]
+    e = [y - _row_affine(E[:, i], xs) for i in range(k)]
+    hl = 0.5 * torch.log(s2)  # [B, k]
+    # log pi + log N + log sz + log(2 pi)/2
+    lj = [L[i] - hl[:, i : i + 1] - 0.5 * e[i] * e[i] / s2[:, i : i + 1] for i in range(k)]
+    m = _row_max(lj)
+    w = [torch.exp(l - m) for l in lj]
+    sw = _row_sum(w)
+    r = [wi / sw for wi in w]
     lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
-    re = r * e
-    M = feature_moments(r, xs)
-    g = feature_firsts(re, xs)
-    q = (re * e).sum(-1)
-    gg = feature_firsts(r[:, :-1] - pi[:, :-1], xs)
-    P = pi[:, :-1]
-    eye = torch.eye(k - 1, dtype=P.dtype, device=P.device)
-    W = P.unsqueeze(2) * (eye.unsqueeze(-1) - P.unsqueeze(1))  # [B, k-1, k-1, n]
-    H = feature_moments(W, xs)
-    return lln.sum((1, 2)), M, g, q, gg, H
+    re = [r[i] * e[i] for i in range(k)]
+    M = torch.stack([feature_moments(r[i], xs) for i in range(k)], 1)
+    g = torch.stack([feature_firsts(re[i], xs) for i in range(k)], 1)
+    q = torch.stack([(re[i] * e[i]).sum(-1) for i in range(k)], 1)
+    if k == 1:  # no free gate row
+        B, p = y.shape[0], len(xs)
+        gg, H = y.new_zeros((B, 0, p)), y.new_zeros((B, 0, 0, p, p))
+    else:
+        gg = torch.stack([feature_firsts(r[i] - pi[i], xs) for i in range(k - 1)], 1)
+        # W_ij = pi_i (delta_ij - pi_j): the [B, k-1, k-1, n] weight of the [B, k, n] form, row by row
+        H = torch.stack([torch.stack([feature_moments(pi[i] * ((1.0 if i == j else 0.0) - pi[j]), xs) for j in range(k - 1)], 1)
+                         for i in range(k - 1)], 1)
+    return lln.sum(-1), M, g, q, gg, H
 
 
 _COMPILED: dict = {}
@@ -135,6 +173,29 @@ _COMPILED: dict = {}
 #: samples x starts does not win back unless it runs thousands of iterations.
 COMPILE_MIN_SAMPLES = 50_000
 
+#: Inductor settings under which the compiled :func:`_em_pass` is one loop over the samples (the
+#: comment above :func:`_row_affine`).  By default Inductor writes a value read by more than 4
+#: others (``realize_reads_threshold``), or one of more than 50 operations / 12 accumulating reads
+#: (the CPU thresholds), to memory, and fuses at most 16 reductions side by side
+#: (``cpp.max_horizontal_fusion_size``); the pass has about 18 sums per pair of atoms, each reading
+#: the responsibilities.  Measured (torch 2.13, one thread, B = 50 x n = 1e5, the project's shared
+#: 2-core machine): 12 loops and 24 stores of [B, n] rows with the defaults, 126 ns per sample x
+#: start; one loop over the samples with these, 46 ns.  Only the keys this torch knows are passed.
+_FUSE_OPTIONS = {
+    "realize_reads_threshold": 1000,
+    "realize_cpu_opcount_threshold": 10000,
+    "realize_cpu_acc_reads_threshold": 1000,
+    "cpp.max_horizontal_fusion_size": 64,
+}
+
+
+def _fuse_options() -> dict:
+    """:data:`_FUSE_OPTIONS` restricted to the settings of this torch's Inductor (an older one lacks some)."""
+    from torch._inductor import config as inductor_config  # loaded by torch.compile in any case
+
+    known = inductor_config.get_config_copy()
+    return {key: value for key, value in _FUSE_OPTIONS.items() if key in known}
+
 
 def _pass_function(compile: bool | str, size: int, device: torch.device):
     """The pass to use: ``torch.compile``-d (fused loops) or eager; ``(function, "compiled" | "eager")``."""
@@ -142,7 +203,8 @@ def _pass_function(compile: bool | str, size: int, device: torch.device):
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
-        _COMPILED["fn"] = compile_batched(_em_pass, fullgraph=True)
+        options = _fuse_options() if device.type == "cpu" else {}
+        _COMPILED["fn"] = compile_batched(_em_pass, fullgraph=True, **({"options": options} if options else {}))
     return _COMPILED["fn"], "compiled"
 
 

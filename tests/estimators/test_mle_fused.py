@@ -1,0 +1,80 @@
+"""The fused EM pass written over one ``[B, n]`` row per atom (issue 36) against its definitions.
+
+The pass (:func:`moestat.estimators.mle_fused._em_pass`) returns the observed log-likelihood and
+the sufficient statistics of the next M-step.  Here each is computed directly from its definition
+over ``[B, k, n]`` tensors (softmax gate, Gaussian experts, posterior responsibilities, einsum
+moments), independently of the pass's own rows and accumulators, for one, two and three atoms.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from moestat.estimators import mle_fused
+from moestat.model.gaussian_moe import log_likelihood
+from moestat.model.mixing import MixingMeasure
+
+
+def _args(B: int, k: int, d: int, n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    Xd = torch.rand(B, d, n, dtype=torch.float64, generator=g)
+    y = torch.randn(B, n, dtype=torch.float64, generator=g)
+    V = torch.randn(B, k, d + 1, dtype=torch.float64, generator=g)
+    V[:, -1] = 0.0  # the reference atom
+    E = torch.randn(B, k, d + 1, dtype=torch.float64, generator=g)
+    s2 = torch.rand(B, k, dtype=torch.float64, generator=g) + 0.1
+    return Xd, y, V, E, s2
+
+
+def _by_definition(Xd, y, V, E, s2):
+    """The pass's outputs from their definitions (docstring of ``_em_pass``) over [B, k, n]."""
+    B, d, n = Xd.shape
+    xt = torch.cat([Xd, torch.ones(B, 1, n, dtype=Xd.dtype)], 1)  # [B, p, n], x~ = (x, 1)
+    pi = torch.softmax(torch.einsum("bkp,bpn->bkn", V, xt), dim=1)
+    e = y[:, None] - torch.einsum("bkp,bpn->bkn", E, xt)
+    logjoint = torch.log(pi) - 0.5 * torch.log(2 * math.pi * s2)[..., None] - 0.5 * e**2 / s2[..., None]
+    ll = torch.logsumexp(logjoint, dim=1).sum(-1)
+    r = torch.softmax(logjoint, dim=1)
+    M = torch.einsum("bkn,bpn,bqn->bkpq", r, xt, xt)
+    g = torch.einsum("bkn,bpn->bkp", r * e, xt)
+    q = (r * e * e).sum(-1)
+    gg = torch.einsum("bkn,bpn->bkp", (r - pi)[:, :-1], xt)
+    P = pi[:, :-1]
+    eye = torch.eye(P.shape[1], dtype=P.dtype)
+    W = P[:, :, None] * (eye[None, :, :, None] - P[:, None])  # [B, k-1, k-1, n]
+    H = torch.einsum("bijn,bpn,bqn->bijpq", W, xt, xt)
+    return ll, M, g, q, gg, H
+
+
+@pytest.mark.parametrize("k, d", [(1, 1), (2, 1), (3, 2)])
+def test_pass_equals_its_definitions(k, d):
+    args = _args(B=4, k=k, d=d, n=700, seed=10 * k + d)
+    got = mle_fused._em_pass(*args)
+    want = _by_definition(*args)
+    names = ("ll", "M", "g", "q", "gg", "H")
+    for name, a, b in zip(names, got, want):
+        assert a.shape == b.shape, name
+        # the same sums in another order: agreement to a few units of rounding over n = 700 terms
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-10, msg=name)
+
+
+def test_pass_loglik_is_the_models_loglik():
+    # the pass's log-likelihood is model 1's (moestat.model.gaussian_moe), whose eta is (a, b, sigma^2)
+    Xd, y, V, E, s2 = _args(B=3, k=2, d=1, n=500, seed=3)
+    ll = mle_fused._em_pass(Xd, y, V, E, s2)[0].numpy()
+    G = MixingMeasure(V[..., -1].numpy(), V[..., :-1].numpy(), torch.cat([E, s2[..., None]], -1).numpy())
+    ref = log_likelihood(Xd.transpose(1, 2).numpy(), y.numpy(), G)
+    np.testing.assert_allclose(ll, ref, rtol=1e-12)
+
+
+def test_fuse_options_only_pass_settings_this_torch_knows(monkeypatch):
+    from torch._inductor import config as inductor_config
+
+    known = inductor_config.get_config_copy()
+    assert set(mle_fused._fuse_options()) <= set(known)
+    monkeypatch.setitem(mle_fused._FUSE_OPTIONS, "a_setting_no_torch_has", 1)
+    opts = mle_fused._fuse_options()
+    assert "a_setting_no_torch_has" not in opts
+    assert {key for key in mle_fused._FUSE_OPTIONS if key in known} == set(opts)
