@@ -281,7 +281,7 @@ def execute(
 def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_jobs: int, bar: Progress) -> None:
     """Run ``units`` in this process and in ``n_jobs - 1`` loky workers, each taking the next unit
     in the given order (largest first: the slowest start first balances the processes) as soon
-    as it is free.
+    as it is free; this process, ready first, takes the first unit.
 
     Why (issue 36): a loky worker is a fresh interpreter that imports torch and the package
     before its first unit (about 3 CPU-s on the project's 2-core machine, 12% of the main job);
@@ -356,13 +356,19 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
                 return
 
     try:
+        # this process computes at once, a worker only after its start-up: this process takes the
+        # first (largest) unit itself and the workers the next ones, so the longest unit goes to the
+        # first free process (measured on the main job: both processes end within 0.1 s of each other,
+        # against 1.7-2.5 s of idle here when a starting worker got the largest unit)
+        unit = take()
         for _ in range(n_jobs - 1):
             hand_out()
-        while (unit := take()) is not None:
+        while unit is not None:
             rows = work(unit)
             on_result(unit, rows)
             bar.update(len(rows))
             deliver(block=False)
+            unit = take()
         while True:
             with lock:
                 left = state["inflight"]

@@ -236,6 +236,17 @@ def test_a_shared_sweep_runs_units_in_this_process_and_in_a_worker_each_once():
     assert os.getpid() in pids and len(pids) == 2  # the first unit here, the second in the worker
 
 
+def test_a_shared_sweep_runs_its_first_unit_in_this_process():
+    # the units come largest first and this process is ready before any worker has started:
+    # handing the first unit to a starting worker left this process idle at the end
+    from moestat.rates.backends import execute
+
+    units = [(i,) for i in range(4)]
+    got = []
+    execute(_pid_rows, units, lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=4, share=True)
+    assert dict(got)[(0,)] == os.getpid()
+
+
 def test_a_bug_in_a_workers_unit_stops_a_shared_sweep_with_that_error():
     from moestat.rates.backends import execute
 
