@@ -1,6 +1,6 @@
 """``python -m moestat <subcommand>``: the same as the installed ``moestat`` command."""
 
-from moestat.cli.main import main
+from moestat.cli.main import exit_process, main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main())
