@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from moestat.rates.config import RatesConfig, sample_sizes
@@ -73,6 +74,29 @@ def test_store_roundtrip_is_exact_and_skips_torn_lines(tmp_path):
         assert df.loc[0, name] == v  # bit-exact round trip
     assert df.loc[0, "objective"] == 0.1 + 0.2 and bool(df.loc[0, "converged"])
     assert store.done() == {("perturbed", 10, 2)}
+
+
+def test_done_reads_no_dataframe_and_refuses_what_read_refuses(tmp_path):
+    # issue 36: done() runs before the sweep's first unit; a pandas import there delayed it
+    import subprocess
+    import sys
+
+    store = ResultStore(tmp_path / "results.csv")
+    store.create()
+    row = {c: 0 for c in RESULT_COLUMNS}
+    row.update(scenario="s", router="cosine", setting="exact", estimator="lse", status="ftol", converged=True,
+               n=20, replicate=4)
+    store.append([row])
+    code = ("import sys; from moestat.rates.store import ResultStore; "
+            f"d = ResultStore({str(store.path)!r}).done(); "
+            "assert d == {('cosine', 20, 4)}, d; assert 'pandas' not in sys.modules, 'pandas imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with open(store.path, "a") as fh:  # a duplicate (router, n, replicate): read() refuses it, so must done()
+        fh.write(store.path.read_text().splitlines()[1] + "\n")
+    with pytest.raises(ValueError):
+        store.read()
+    with pytest.raises(ValueError):
+        store.done()
 
 
 def test_n_jobs_1_and_2_give_identical_results(tmp_path):
