@@ -19,7 +19,7 @@ from moestat.rates.sweep import _against_truth, build_estimator, build_scenario,
 
 ROOT = Path(__file__).resolve().parents[2]
 # written before the truth columns
-RECORDED = ROOT / "simulations" / "catalogue" / "multinomial-moe" / "nonvanishing"
+RECORDED = ROOT / "simulations" / "catalogue" / "multinomial-moe" / "old_truth" / "nonvanishing"
 
 GMOE = {"family": "gaussian-moe", "estimator": "mle", "n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 2,
         "init_scale": 0.1, "max_iter": 300, "holdout": 256, "n_boot": 50, "quiet": True}
