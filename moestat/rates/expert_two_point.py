@@ -81,6 +81,7 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
+from moestat.rates import two_point
 from moestat.rates.two_point import TwoPointCurve, kl_rate, loglog_slope, maximise_bound
 
 __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "entry_scenario", "arm_curves", "judge",
@@ -93,14 +94,12 @@ LINEAR_FILE, FFN_FILE = "lse_linear_over.toml", "lse_sigmoid_over.toml"
 NS = np.logspace(2, 7, 11)
 #: Largest half-distance of the split: the halves stay inside the box (``|eta| <= 10``) with room to spare.
 T_MAX = 1.0
-#: A flat bound may lose at most this factor between the smallest and the largest n (the rule of
-#: ``lecam_vanilla_flat`` and of the temperature entry).
-FLAT_RATIO = 0.5
-#: Predicted slopes of a falling bound and of its maximising split (the split witness of a strongly
-#: identifiable direction: kappa ~ t^4, Delta ~ t^2), and the half-width of the accepted band.
-SLOPE, T_SLOPE, BAND = -0.5, -0.25, 0.1
-#: The tail used for slopes: the maximiser is inside the witness grid there.
-TAIL_N = 1e5
+#: The rules of :mod:`moestat.rates.two_point` (the cosine routers' instrument): a flat bound may lose
+#: at most ``FLAT_RATIO`` between the smallest and the largest n; a falling bound's slope ``SLOPE`` and
+#: its maximising split's ``T_SLOPE`` (the split witness of a strongly identifiable direction:
+#: kappa ~ t^4, Delta ~ t^2), each within ``BAND``, over the tail ``n >= TAIL_N``.
+FLAT_RATIO, SLOPE, T_SLOPE, BAND, TAIL_N = (two_point.FLAT_RATIO, two_point.RATE_SLOPE, two_point.SPLIT_T_SLOPE,
+                                           two_point.RATE_BAND, two_point.TAIL_N)
 
 
 def expert_split_witness(truth: MixingMeasure, atom: int, ts: Sequence[float], direction: Sequence[float]) -> MixingMeasure:
@@ -244,37 +243,32 @@ def arm_curves(quick: bool = True, seed: int = 0, seeds: dict[str, int] | None =
 
 
 def slope_interval(curve: TwoPointCurve, values: str = "bound") -> tuple[np.ndarray, float, float, float]:
-    """Tail log-log slope (``n >= TAIL_N``, interior maximiser) with its Monte Carlo interval.
+    """Tail log-log slope (``n >= TAIL_N``, interior maximiser) with its Monte Carlo interval
+    (:func:`moestat.rates.two_point.tail_slope_interval`).
 
-    Returns ``(tail mask [N], slope of the conservative bound, interval low, interval high)``; the
-    interval spans the slopes of the bounds with ``kappa -+ 2 SE`` (NaN with fewer than 2 points).
+    Returns ``(tail mask [N], slope of the conservative bound, interval low, interval high)``;
     ``values="t_star"`` gives the slope of the maximising ``t`` instead (its interval collapses to it).
     """
-    tail = curve.interior() & (curve.ns >= TAIL_N)
     if values == "t_star":
+        tail = curve.interior() & (curve.ns >= TAIL_N)
         s = loglog_slope(curve.ns, curve.t_star, tail)
         return tail, s, s, s
-    s_lo = loglog_slope(curve.ns, curve.lower_bound_low, tail)
-    s_hi = loglog_slope(curve.ns, curve.lower_bound_high, tail)
-    return tail, s_lo, min(s_lo, s_hi), max(s_lo, s_hi)
+    return two_point.tail_slope_interval(curve)
 
 
 def flat_verdict(curve: TwoPointCurve) -> tuple[bool, float]:
     """Rule (stated before any run): flat when the conservative bound at the largest ``n`` is at least
     :data:`FLAT_RATIO` times the bound at the smallest.  Returns ``(flat, ratio)``."""
-    ratio = float(curve.lower_bound_low[-1] / curve.lower_bound[0])
+    ratio = two_point.flat_ratio(curve)
     return bool(ratio >= FLAT_RATIO), ratio
 
 
 def rate_verdict(curve: TwoPointCurve) -> tuple[bool, dict[str, Any]]:
     """Rule (stated before any run): the bound falls at the polynomial rate when, over ``n >= TAIL_N``
     with an interior maximiser (at least 3 points), the whole Monte Carlo interval of the bound's
-    slope lies in ``SLOPE +- BAND`` and the slope of ``t*`` in ``T_SLOPE +- BAND``."""
-    tail, s, lo, hi = slope_interval(curve)
-    _, st, _, _ = slope_interval(curve, "t_star")
-    ok = bool(tail.sum() >= 3 and np.isfinite(lo) and np.isfinite(hi) and np.isfinite(st)
-              and SLOPE - BAND <= lo and hi <= SLOPE + BAND and abs(st - T_SLOPE) <= BAND)
-    return ok, {"slope": s, "ci_low": lo, "ci_high": hi, "t_star_slope": st, "tail_points": int(tail.sum())}
+    slope lies in ``SLOPE +- BAND`` and the slope of ``t*`` in ``T_SLOPE +- BAND``
+    (:func:`moestat.rates.two_point.rate_verdict` with the split's ``T_SLOPE``)."""
+    return two_point.rate_verdict(curve, T_SLOPE)
 
 
 def judge(quick: bool = True) -> dict[str, dict[str, Any]]:

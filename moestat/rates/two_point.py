@@ -91,6 +91,7 @@ __all__ = [
     "SPLIT_T_SLOPE",
     "SPLIT_T_MAX",
     "flat_ratio",
+    "tail_slope_interval",
     "rate_verdict",
     "router_pair_verdict",
 ]
@@ -532,6 +533,18 @@ def flat_ratio(curve: TwoPointCurve) -> float:
     return float(curve.lower_bound_low[-1] / curve.lower_bound[0])
 
 
+def tail_slope_interval(curve: TwoPointCurve) -> tuple[np.ndarray, float, float, float]:
+    """Tail log-log slope of the bound (``n >= TAIL_N``, interior maximiser) with its Monte Carlo interval.
+
+    Returns ``(tail mask [N], slope of the conservative bound, interval low, interval high)``; the
+    interval spans the slopes of the bounds with ``kappa -+ 2 SE`` (NaN with fewer than 2 points).
+    """
+    tail = curve.interior() & (curve.ns >= TAIL_N)
+    s_lo = loglog_slope(curve.ns, curve.lower_bound_low, tail)
+    s_hi = loglog_slope(curve.ns, curve.lower_bound_high, tail)
+    return tail, s_lo, min(s_lo, s_hi), max(s_lo, s_hi)
+
+
 def rate_verdict(curve: TwoPointCurve, t_slope: float | None = None) -> tuple[bool, dict[str, Any]]:
     """Whether the bound falls at the polynomial rate :data:`RATE_SLOPE` (rule stated before any run).
 
@@ -547,10 +560,7 @@ def rate_verdict(curve: TwoPointCurve, t_slope: float | None = None) -> tuple[bo
         ``slope`` (conservative bound), ``ci_low``, ``ci_high``, ``t_star_slope`` (NaN unless
         asked), ``tail_points``.
     """
-    tail = curve.interior() & (curve.ns >= TAIL_N)
-    s_lo = loglog_slope(curve.ns, curve.lower_bound_low, tail)
-    s_hi = loglog_slope(curve.ns, curve.lower_bound_high, tail)
-    lo, hi = min(s_lo, s_hi), max(s_lo, s_hi)
+    tail, s_lo, lo, hi = tail_slope_interval(curve)
     s_t = loglog_slope(curve.ns, curve.t_star, tail) if t_slope is not None else float("nan")
     ok = bool(tail.sum() >= 3 and np.isfinite(lo) and np.isfinite(hi)
               and RATE_SLOPE - RATE_BAND <= lo and hi <= RATE_SLOPE + RATE_BAND
