@@ -50,20 +50,25 @@ RUNOFF_FACTOR = 2.0
 NAMES = ["thm5_over_D2", "thm5_param_single", "thm5_param_multi", "thm5_weighted_single", "thm5_weighted_multi"]
 
 
-def _diagnostics(ctx: Context, key: str, loss: str) -> dict:
-    """Local slopes (lower / upper half of n), the median's slope and the fit-vs-truth certificate."""
+def _perturbed_rows(ctx: Context, key: str):
+    """The perturbed router's rows of run ``key`` with their cell errors (``extras.csv`` merged), or ``None``."""
     from pathlib import Path
 
-    import numpy as np
     import pandas as pd
-
 
     path = Path(ctx.out_dir) / "rates" / key / "results.csv"
     if not path.exists():
-        return {}
+        return None
     df = merge_extras(pd.read_csv(path), path.parent / "extras.csv")
-    sub = df[df["router"] == "perturbed"]
-    if loss not in sub or sub[loss].isna().all():
+    return df[df["router"] == "perturbed"]
+
+
+def _diagnostics(ctx: Context, key: str, loss: str) -> dict:
+    """Local slopes (lower / upper half of n), the median's slope and the fit-vs-truth certificate."""
+    import numpy as np
+
+    sub = _perturbed_rows(ctx, key)
+    if sub is None or loss not in sub or sub[loss].isna().all():
         return {}
     g = sub.groupby("n")[loss]
     ns, mean, med = np.array(g.mean().index, float), g.mean().to_numpy(), g.median().to_numpy()
@@ -87,17 +92,10 @@ def _runoff(ctx: Context, key: str, losses: list[str]) -> dict:
     """The run-off of the perturbed fits of run ``key`` (module docstring): per ``n`` and in all,
     with the mean of each of ``losses`` over the run-off fits and over the others.  Empty when the
     run has no ``beta1_radial`` (no ``extras.csv``)."""
-    from pathlib import Path
-
     import numpy as np
-    import pandas as pd
 
-    path = Path(ctx.out_dir) / "rates" / key / "results.csv"
-    if not path.exists():
-        return {}
-    df = merge_extras(pd.read_csv(path), path.parent / "extras.csv")
-    sub = df[df["router"] == "perturbed"]
-    if "beta1_radial" not in sub or sub["beta1_radial"].isna().all():
+    sub = _perturbed_rows(ctx, key)
+    if sub is None or "beta1_radial" not in sub or sub["beta1_radial"].isna().all():
         return {}
     sc = make_scenario("perturbed", "over")  # the over run's scenario (grids.over_run: the default truth)
     radii = np.linalg.norm(sc.truth.numpy().beta1, axis=-1)
