@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=HERE, help="the theory_reports folder (default: beside this script)")
     args = ap.parse_args(argv)
+    if not (args.root / "quick" / "theory_report.json").is_file():
+        ap.error(f"{args.root}: no quick/theory_report.json (the folder of the recorded theory reports)")
     results, commands, elapsed = gather(args.root)
     command = "assembled from " + str(len(commands)) + " module runs: " + " ; ".join(commands)
     (args.root / "full").mkdir(exist_ok=True)

@@ -56,3 +56,12 @@ def test_recorded_index_matches_the_module_reports():
     recorded = json.loads((ROOT / "simulations/rates/theory_reports/full/theory_report.json").read_text())
     assert [(c["name"], c["status"], c["measured"]) for c in recorded["checks"]] == \
         [(r.name, r.status, r.to_dict()["measured"]) for r in results]
+
+
+def test_a_folder_without_reports_is_one_line_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _load().main(["--root", str(tmp_path / "none")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) <= 2 and "no quick/theory_report.json" in err[-1]  # argparse: usage line + the error
+    assert not (tmp_path / "none").exists()
