@@ -18,7 +18,7 @@ import torch
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_newton import pack, polish_starts, unpack
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
+__all__ = ["fit_em", "pass_loglik", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 
@@ -349,6 +349,46 @@ def _start_variances(Xd, ya, V, E, shared: bool):
     return wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
 
 
+def _pass_layout(X: torch.Tensor, rep: torch.Tensor | None = None) -> torch.Tensor:
+    """``X [R, n, d]`` (its entries ``rep [B]``, default all) as the pass's ``Xd [B, d, n]``, with the
+    default strides also for d = 1 (a compiled pass is specialised on strides)."""
+    Xt = X.transpose(1, 2) if rep is None else X.transpose(1, 2)[rep]
+    return torch.empty(Xt.shape, dtype=X.dtype, device=X.device).copy_(Xt)
+
+
+def pass_loglik(X: torch.Tensor, Y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor,
+                kernel: str) -> np.ndarray:
+    """The observed-data log-likelihood ``[B]`` of given parameters by the EM pass of ``kernel``.
+
+    What a fit of this module records as ``loglik`` for its final parameters is this pass's
+    value; evaluating another measure (the truth of a simulation, :mod:`moestat.rates.truth_check`)
+    by the same pass compares the two with the same arithmetic.  Why not the eager
+    :func:`moestat.model.gaussian_moe.log_likelihood` (issue 36): on ``[B, n, k]`` tensors with
+    ``k = 2`` its softmax and log-sum-exp reduce along a dimension of two, about 290 ns per sample
+    on the project's 2-core machine; the compiled pass is one loop over the samples.
+
+    Parameters
+    ----------
+    X : Tensor, shape ``[B, n, d]``
+    Y : Tensor, shape ``[B, n]``
+    V, E : Tensor, shape ``[B, k, d + 1]``
+        Gate rows ``(beta1, beta0)`` (last row 0) and experts ``(a, b)``.
+    s2 : Tensor, shape ``[B, k]``
+    kernel : {"compiled", "eager"}
+        The pass of a fit (``MLEGaussianMoE.kernel_``): ``"compiled"`` calls this process's
+        compiled pass (compiled on first use), ``"eager"`` :func:`_em_pass` itself.
+
+    Returns
+    -------
+    ndarray, shape ``[B]`` (float64)
+    """
+    if kernel not in ("compiled", "eager"):
+        raise ValueError(f"kernel must be 'compiled' or 'eager', got {kernel!r}")
+    fn, _ = _pass_function(kernel == "compiled", 0, X.device)
+    ll = fn(_pass_layout(X), Y.contiguous(), V.contiguous(), E.contiguous(), s2.contiguous())[0]
+    return ll.cpu().numpy()
+
+
 def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
            accelerate: bool = False, polish_iter: int = 0) -> dict:
     """Batched EM from ``S`` starts per replicate, run by :func:`moestat.estimators.em_driver.run_em`.
@@ -391,8 +431,7 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     S, k, p = V.shape[1], V.shape[2], d + 1
     B = R * S
     rep = torch.arange(R, device=X.device).repeat_interleave(S)
-    # [B, d, n] with the default strides, also for d = 1 (a compiled pass is specialised on strides)
-    Xd = torch.empty((B, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2)[rep])
+    Xd = _pass_layout(X, rep)
     ya = Y[rep].contiguous()
     fa = (var_floor * Y.var(dim=1).clamp_min(1e-300))[rep]
     V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()
