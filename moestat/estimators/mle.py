@@ -122,7 +122,8 @@ class MLEGaussianMoE(MoEEstimator):
     device : str
         ``cpu`` (default), ``cuda[:N]`` or ``auto``.
     compile : bool or "auto"
-        Fuse the EM pass with ``torch.compile`` (:func:`fit_em`; for the generic EM, its E-step and
+        Fuse the EM pass (:func:`fit_em`: on the CPU an AOTInductor package of the pass, built once
+        per cache folder, elsewhere ``torch.compile``; for the generic EM, ``torch.compile`` of its E-step and
         gate objective: :func:`moestat.estimators.mle_generic.use_compiled`); ``"auto"`` (default)
         compiles on the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
     accelerate : bool

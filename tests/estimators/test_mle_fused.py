@@ -112,3 +112,22 @@ def test_pass_loglik_is_the_passs_first_output():
     np.testing.assert_array_equal(mle_fused.pass_loglik(X, y, V, E, s2, "eager"), want)
     with pytest.raises(ValueError, match="kernel"):
         mle_fused.pass_loglik(X, y, V, E, s2, "generic")
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_the_pass_layout_gathers_the_same_entries_with_the_default_strides(d):
+    # one gather into the [B, d, n] layout (issue 36) instead of indexing then copying: same values and strides
+    X = torch.rand(3, 50, d, dtype=torch.float64, generator=torch.Generator().manual_seed(d))
+    rep = torch.arange(3).repeat_interleave(4)
+    got = mle_fused._pass_layout(X, rep)
+    want = torch.empty((12, d, 50), dtype=X.dtype).copy_(X.transpose(1, 2)[rep])
+    assert torch.equal(got, want) and got.stride() == want.stride() == (d * 50, 50, 1)
+    whole = mle_fused._pass_layout(X)
+    assert torch.equal(whole, X.transpose(1, 2)) and whole.stride() == (d * 50, 50, 1)
+    # compaction keeps the rows it is given, as indexing would
+    steps = mle_fused._FusedSteps(mle_fused._em_pass, got, torch.rand(12, 50, dtype=torch.float64),
+                                  torch.rand(12, dtype=torch.float64), False, "eager")
+    keep = torch.tensor([0, 5, 11])
+    ya, fa = steps.ya[keep], steps.fa[keep]
+    steps.compact(keep)
+    assert torch.equal(steps.Xd, got[keep]) and torch.equal(steps.ya, ya) and torch.equal(steps.fa, fa)
