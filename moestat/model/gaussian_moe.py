@@ -72,7 +72,13 @@ def mean_function(X, G: MixingMeasure) -> np.ndarray:
     b0, b1, eta = _t(G.beta0), _t(G.beta1), _t(G.eta)
     a, b, _ = split_eta(eta)
     pi = torch.softmax(X @ b1.transpose(-1, -2) + b0.unsqueeze(-2), dim=-1)
-    return (pi * (X @ a.transpose(-1, -2) + b.unsqueeze(-2))).sum(-1).numpy()
+    mu = X @ a.transpose(-1, -2) + b.unsqueeze(-2)
+    if pi.shape[-1] == 2:
+        # two atoms (every exact fit of model 1): the sum of the two products written out -- the same
+        # number as the reduction along a dimension of two, which costs about a fifth of this
+        # function on the CPU (issue 36; IEEE addition is commutative, so any order gives it)
+        return (pi[..., 0] * mu[..., 0] + pi[..., 1] * mu[..., 1]).numpy()
+    return (pi * mu).sum(-1).numpy()
 
 
 def sample_y(X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.ndarray:

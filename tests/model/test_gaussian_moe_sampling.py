@@ -1,5 +1,6 @@
 """Drawing ``y`` from the Gaussian MoE (:func:`moestat.model.gaussian_moe.sample_y`), written column by
-column (issue 36), against the row-wise form it replaced: the same draws, bit for bit.
+column (issue 36), against the row-wise form it replaced: the same draws, bit for bit; and the mean
+function of two atoms against the reduction it replaced.
 
 Bit equality is what the mathematics of the rewrite guarantees on any machine: the maximum is exact,
 ``exp`` is applied to the same ``[n, k]`` array, and every sum, division and running sum adds the same
@@ -8,6 +9,7 @@ terms in the same order; the uniform and normal draws are taken in the same orde
 
 import numpy as np
 import pytest
+import torch
 
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.model.gaussian_moe import sample_y, split_eta
@@ -52,3 +54,18 @@ def test_model1_data_sets_are_unchanged():
         X = sc.sample_x(5000, np.random.default_rng(seed))
         np.testing.assert_array_equal(sample_y(X, sc.truth, np.random.default_rng(seed)),
                                       _row_wise(X, sc.truth, np.random.default_rng(seed)))
+
+
+def test_the_mean_function_of_two_atoms_is_the_former_reduction_bit_for_bit():
+    # mean_function writes out the sum over two atoms (issue 36); the reduction it replaced, here
+    from moestat.model.gaussian_moe import mean_function
+
+    rng = np.random.default_rng(7)
+    for R, n, d in ((1, 1, 1), (3, 1000, 1), (2, 777, 3)):
+        X = rng.uniform(size=(R, n, d))
+        G = MixingMeasure(5 * rng.normal(size=(R, 2)), 20 * rng.normal(size=(R, 2, d)), rng.normal(size=(R, 2, d + 2)))
+        Xt = torch.as_tensor(X)
+        a, b, _ = split_eta(torch.as_tensor(G.eta))
+        pi = torch.softmax(Xt @ torch.as_tensor(G.beta1).transpose(-1, -2) + torch.as_tensor(G.beta0).unsqueeze(-2), dim=-1)
+        want = (pi * (Xt @ a.transpose(-1, -2) + b.unsqueeze(-2))).sum(-1).numpy()
+        np.testing.assert_array_equal(mean_function(X, G), want)
