@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--full", action="store_true", help="the whole gmoe_exact preset instead of the reduced design")
     p.add_argument("--warm", action="store_true", help="one untimed run of each side first (compile caches)")
     p.add_argument("--json", type=Path, help="also write the JSON here")
+    p.add_argument("--keep", type=Path, help="copy the last round's run folders to KEEP/base and KEEP/other "
+                                             "(to compare them later, e.g. with another worker count)")
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
                 print(json.dumps(rec), file=sys.stderr, flush=True)
         last = a.repeats - 1
         agree = agreement(work / f"base_{last}", work / f"other_{last}")
+        if a.keep is not None:
+            for name in sides:
+                shutil.copytree(work / f"{name}_{last}", a.keep / name, dirs_exist_ok=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     med = {name: {key: round(statistics.median(r[key] for r in runs if r["side"] == name), 2)

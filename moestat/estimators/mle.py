@@ -43,7 +43,7 @@ import torch
 from moestat.devices import resolve_device
 from moestat.estimators import generic_starts as gs, mle_generic as mg
 from moestat.estimators.base import MoEEstimator
-from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em  # noqa: F401 (re-exported)
+from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em, pass_loglik  # noqa: F401 (re-exported)
 from moestat.estimators.starts import random_partition_init
 from moestat.estimators.validation import prepare_data
 from moestat.model.gaussian_moe import mean_function
@@ -122,7 +122,8 @@ class MLEGaussianMoE(MoEEstimator):
     device : str
         ``cpu`` (default), ``cuda[:N]`` or ``auto``.
     compile : bool or "auto"
-        Fuse the EM pass with ``torch.compile`` (:func:`fit_em`; for the generic EM, its E-step and
+        Fuse the EM pass (:func:`fit_em`: on the CPU an AOTInductor package of the pass, built once
+        per cache folder, elsewhere ``torch.compile``; for the generic EM, ``torch.compile`` of its E-step and
         gate objective: :func:`moestat.estimators.mle_generic.use_compiled`); ``"auto"`` (default)
         compiles on the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
     accelerate : bool
@@ -405,6 +406,31 @@ class MLEGaussianMoE(MoEEstimator):
         if not self.eta_variance and gauss:
             params = MixingMeasure(params.beta0, params.beta1, params.eta[..., :-1])
         return self._finish(params, res, pick, Xn, Yn, model)
+
+    def loglik_of(self, X, Y, G: MixingMeasure) -> np.ndarray | None:
+        """The observed-data log-likelihood ``[R]`` of the measure ``G`` on ``X [R, n, d]``, ``Y [R, n]``,
+        by the EM pass this fit ran (``kernel_``: the same arithmetic as ``loglik_``); ``None`` after
+        the generic EM (its log-likelihood is its model's, not computed here).
+
+        ``G``: batch shape ``()`` or ``(R,)``, ``eta [..., k, d + 2]`` = ``(a, b, sigma^2)`` per
+        atom, last atom the reference (e.g. a simulation's truth, :mod:`moestat.rates.truth_check`).
+        """
+        if getattr(self, "kernel_", None) not in ("compiled", "eager"):
+            return None
+        Xt, Yt = prepare_data(X, Y, G.n_atoms, torch.device("cpu"), min_samples=1)
+        R, n, d = Xt.shape
+        G = G.numpy()
+        if G.eta_dim != d + 2:
+            raise ValueError(f"G must have eta [..., k, {d + 2}] = (a, b, sigma^2), got {G.eta.shape}")
+        V = np.concatenate([G.beta1, G.beta0[..., None]], axis=-1)
+        V = V - V[..., -1:, :]  # the reference convention of fit(): a no-op for a measure that has it
+        dev = resolve_device(self.device)
+
+        def per_replicate(a: np.ndarray, tail: int) -> torch.Tensor:  # [R, *a.shape[-tail:]]
+            return torch.as_tensor(np.ascontiguousarray(np.broadcast_to(a, (R,) + a.shape[a.ndim - tail:])), device=dev)
+
+        return pass_loglik(Xt.to(dev), Yt.to(dev), per_replicate(V, 2), per_replicate(G.eta[..., : d + 1], 2),
+                           per_replicate(G.eta[..., d + 1], 1), self.kernel_)
 
     def predict(self, X) -> np.ndarray:
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""

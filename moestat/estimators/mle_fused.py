@@ -10,15 +10,22 @@ expert of the protocol.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
+import os
+import platform
+import warnings
 
 import numpy as np
 import torch
 
-from moestat.estimators.em_driver import compile_batched, run_em
+from moestat.devices import compile_cache_dirs, prepare_compile
+from moestat.estimators.em_driver import compile_batched, compile_lock, run_em
 from moestat.estimators.mle_newton import pack, polish_starts, unpack
 
-__all__ = ["fit_em", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts", "feature_moments"]
+__all__ = ["fit_em", "pass_loglik", "COMPILE_MIN_SAMPLES", "expert_wls", "feature_rows", "feature_affine", "feature_firsts",
+           "feature_moments"]
 
 _LOG2PI = math.log(2.0 * math.pi)
 
@@ -197,14 +204,126 @@ def _fuse_options() -> dict:
     return {key: value for key, value in _FUSE_OPTIONS.items() if key in known}
 
 
+# ---- the pass compiled ahead of time (AOTInductor) ---------------------------------------------
+# Why (issue 36): a process that calls the pass under ``torch.compile`` pays, even with Inductor's
+# caches warm, the import of Inductor, Dynamo's tracing of the pass and the load of the cached code:
+# 8.1 s wall in one process on the project's shared 2-core machine (load about 2; Dynamo's
+# compile_times: 2.5 s tracing, 2.8 s in the compiler, of which 1.2 s loading the cached module;
+# 2.8 s importing Inductor's config), i.e. in every worker of every sweep.  The same pass exported
+# once (``torch.export`` with a dynamic batch and sample size) and compiled by AOTInductor with
+# the same Inductor settings is a shared library that loads in 0.02 s and returns the same numbers
+# bit for bit (``tests/estimators/test_mle_fused.py``).  The package is built once per cache folder
+# (under :func:`~moestat.estimators.em_driver.compile_lock`), one per number of atoms, features and
+# threads (Inductor writes the thread count into its loops); where the build or the load fails the
+# pass is compiled by ``torch.compile`` as before, with one warning.
+_AOT: dict = {}
+#: the batch and sample size of the example the pass is exported at (both dynamic, at least 2)
+_AOT_EXAMPLE = (3, 37)
+
+
+class _PassModule(torch.nn.Module):
+    """:func:`_em_pass` as the module ``torch.export`` takes."""
+
+    def forward(self, Xd, y, V, E, s2):
+        return _em_pass(Xd, y, V, E, s2)
+
+
+def _pass_sources() -> tuple:
+    """Every function whose code the compiled pass holds: :func:`_em_pass` and what it calls.  A
+    change to any of them names a new package (:func:`_aot_path`); a function added to the pass
+    must be added here (the test of the package against the eager pass would catch a stale one)."""
+    return (_em_pass, feature_rows, _along, feature_firsts, feature_moments, _row_affine, _row_max, _row_sum, _PassModule)
+
+
+def _aot_path(k: int, p: int, threads: int) -> str:
+    """The package of the pass for ``k`` atoms and ``p`` features on ``threads`` threads, in
+    ``$TORCHINDUCTOR_CACHE_DIR/moestat-aoti``, named by a digest of everything its code depends on:
+    the source of the pass (:func:`_pass_sources`), torch's version, :data:`_FUSE_OPTIONS`, the machine and its vector unit."""
+    folder = compile_cache_dirs()["TORCHINDUCTOR_CACHE_DIR"]
+    digest = hashlib.sha256("".join(inspect.getsource(fn) for fn in _pass_sources()).encode())
+    cap = torch.backends.cpu.get_cpu_capability()
+    digest.update(repr((torch.__version__, sorted(_FUSE_OPTIONS.items()), k, p, threads, platform.machine(), cap)).encode())
+    return os.path.join(folder, "moestat-aoti", f"em_pass-k{k}-p{p}-t{threads}-{digest.hexdigest()[:20]}.pt2")
+
+
+def _aot_build(path: str, k: int, p: int) -> None:
+    """Export :func:`_em_pass` (dynamic ``B`` and ``n``) and compile it into the package ``path``."""
+    from torch._inductor import aoti_compile_and_package  # Inductor: imported only to build the package
+
+    prepare_compile()
+    B, n = _AOT_EXAMPLE
+    g = torch.Generator().manual_seed(0)  # not torch's global stream
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, dtype=torch.float64, generator=g)
+
+    example = (draw(B, p - 1, n), draw(B, n), draw(B, k, p), draw(B, k, p), draw(B, k) + 0.5)
+    Bd, nd = torch.export.Dim("B", min=2), torch.export.Dim("n", min=2)
+    dims = {"Xd": {0: Bd, 2: nd}, "y": {0: Bd, 1: nd}, "V": {0: Bd}, "E": {0: Bd}, "s2": {0: Bd}}
+    program = torch.export.export(_PassModule(), example, dynamic_shapes=dims, strict=False)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path[:-4]}.{os.getpid()}.tmp.pt2"  # written whole, then renamed: a reader never sees half a package
+    try:
+        aoti_compile_and_package(program, package_path=tmp, inductor_configs=_fuse_options())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _aot_runner(k: int, p: int):
+    """The loaded package of the pass (:func:`_aot_path`), built first if missing; ``None`` where
+    AOTInductor is unavailable (one warning; the caller compiles with ``torch.compile``)."""
+    key = (k, p, torch.get_num_threads())
+    if key not in _AOT:
+        runner = None
+        try:
+            path = _aot_path(*key)
+            if not os.path.exists(path):
+                with compile_lock():  # one build per cache folder; the processes that waited load it
+                    if not os.path.exists(path):
+                        _aot_build(path, k, p)
+            runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
+        except Exception as exc:  # noqa: BLE001 - any failure of an optional fast path: torch.compile instead
+            warnings.warn(f"the ahead-of-time compiled EM pass is unavailable ({type(exc).__name__}: {exc}); "
+                          "the pass is compiled by torch.compile", RuntimeWarning, stacklevel=2)
+        _AOT[key] = runner
+    return _AOT[key]
+
+
+def _compiled_pass(device: torch.device):
+    """The compiled pass: on the CPU the AOTInductor package (:func:`_aot_runner`), elsewhere -- or
+    where that is unavailable -- ``torch.compile`` (:func:`~moestat.estimators.em_driver.compile_batched`,
+    created on first need: creating it imports Inductor)."""
+    dynamo: list = []
+
+    def by_dynamo(*args):
+        if not dynamo:
+            options = _fuse_options() if device.type == "cpu" else {}
+            dynamo.append(compile_batched(_em_pass, fullgraph=True, **({"options": options} if options else {})))
+        return dynamo[0](*args)
+
+    def run(Xd, y, V, E, s2):
+        runner = _aot_runner(V.shape[1], V.shape[2]) if Xd.device.type == "cpu" else None
+        if runner is None:
+            return by_dynamo(Xd, y, V, E, s2)
+        if Xd.shape[2] < 2:  # exported for n >= 2 (a fit has at least 2 samples)
+            return by_dynamo(Xd, y, V, E, s2)
+        args = [t.contiguous() for t in (Xd, y, V, E, s2)]  # the package's layout (a no-op for the EM's tensors)
+        if Xd.shape[0] == 1:  # exported for B >= 2: a lone entry twice over, its first copy kept
+            return tuple(o[:1] for o in runner.run([torch.cat([t, t]) for t in args]))
+        return tuple(runner.run(args))
+
+    return run
+
+
 def _pass_function(compile: bool | str, size: int, device: torch.device):
-    """The pass to use: ``torch.compile``-d (fused loops) or eager; ``(function, "compiled" | "eager")``."""
+    """The pass to use: compiled (fused loops; :func:`_compiled_pass`) or eager; ``(function, "compiled" | "eager")``."""
     want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and device.type == "cpu")
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
-        options = _fuse_options() if device.type == "cpu" else {}
-        _COMPILED["fn"] = compile_batched(_em_pass, fullgraph=True, **({"options": options} if options else {}))
+        _COMPILED["fn"] = _compiled_pass(device)
     return _COMPILED["fn"], "compiled"
 
 
@@ -328,7 +447,8 @@ class _FusedSteps:
         return Vx, Ex, torch.maximum(s2x, self.fa.unsqueeze(-1))
 
     def compact(self, keep):
-        self.Xd, self.ya, self.fa = self.Xd[keep], self.ya[keep], self.fa[keep]
+        # index_select: the same rows as indexing, copied in one pass (measured 0.67x the time at B = 50, n = 1e5)
+        self.Xd, self.ya, self.fa = (torch.index_select(t, 0, keep) for t in (self.Xd, self.ya, self.fa))
 
     def eager(self) -> "_FusedSteps":
         _COMPILED["fn"] = _em_pass  # no second attempt in this process
@@ -347,6 +467,50 @@ def _start_variances(Xd, ya, V, E, shared: bool):
     if shared:
         return (wr2.sum((1, 2)) / n).unsqueeze(-1).expand(-1, k)
     return wr2.sum(-1) / pi.sum(-1).clamp_min(1e-300)
+
+
+def _pass_layout(X: torch.Tensor, rep: torch.Tensor | None = None) -> torch.Tensor:
+    """``X [R, n, d]`` (its entries ``rep [B]``, default all) as the pass's ``Xd [B, d, n]``, with the
+    default strides also for d = 1 (a compiled pass is specialised on strides)."""
+    R, n, d = X.shape
+    if rep is None:
+        return torch.empty((R, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2))
+    # gathered straight into the new layout: one copy (indexing, then copying, made two)
+    out = torch.empty((rep.shape[0], d, n), dtype=X.dtype, device=X.device)
+    return torch.index_select(X.transpose(1, 2), 0, rep, out=out)
+
+
+def pass_loglik(X: torch.Tensor, Y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor,
+                kernel: str) -> np.ndarray:
+    """The observed-data log-likelihood ``[B]`` of given parameters by the EM pass of ``kernel``.
+
+    What a fit of this module records as ``loglik`` for its final parameters is this pass's
+    value; evaluating another measure (the truth of a simulation, :mod:`moestat.rates.truth_check`)
+    by the same pass compares the two with the same arithmetic.  Why not the eager
+    :func:`moestat.model.gaussian_moe.log_likelihood` (issue 36): on ``[B, n, k]`` tensors with
+    ``k = 2`` its softmax and log-sum-exp reduce along a dimension of two, about 290 ns per sample
+    on the project's 2-core machine; the compiled pass is one loop over the samples.
+
+    Parameters
+    ----------
+    X : Tensor, shape ``[B, n, d]``
+    Y : Tensor, shape ``[B, n]``
+    V, E : Tensor, shape ``[B, k, d + 1]``
+        Gate rows ``(beta1, beta0)`` (last row 0) and experts ``(a, b)``.
+    s2 : Tensor, shape ``[B, k]``
+    kernel : {"compiled", "eager"}
+        The pass of a fit (``MLEGaussianMoE.kernel_``): ``"compiled"`` calls this process's
+        compiled pass (compiled on first use), ``"eager"`` :func:`_em_pass` itself.
+
+    Returns
+    -------
+    ndarray, shape ``[B]`` (float64)
+    """
+    if kernel not in ("compiled", "eager"):
+        raise ValueError(f"kernel must be 'compiled' or 'eager', got {kernel!r}")
+    fn, _ = _pass_function(kernel == "compiled", 0, X.device)
+    ll = fn(_pass_layout(X), Y.contiguous(), V.contiguous(), E.contiguous(), s2.contiguous())[0]
+    return ll.cpu().numpy()
 
 
 def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
@@ -369,7 +533,8 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         Starting variances; default (and always with ``shared``) the responsibility-weighted
         residual variances under the start.
     compile : bool or "auto"
-        Fuse the pass with ``torch.compile`` (``"auto"``: on the CPU for ``R S n >=``
+        Fuse the pass (:func:`_compiled_pass`: AOTInductor on the CPU, else ``torch.compile``;
+        ``"auto"``: on the CPU for ``R S n >=``
         :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
     accelerate : bool
@@ -391,8 +556,7 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     S, k, p = V.shape[1], V.shape[2], d + 1
     B = R * S
     rep = torch.arange(R, device=X.device).repeat_interleave(S)
-    # [B, d, n] with the default strides, also for d = 1 (a compiled pass is specialised on strides)
-    Xd = torch.empty((B, d, n), dtype=X.dtype, device=X.device).copy_(X.transpose(1, 2)[rep])
+    Xd = _pass_layout(X, rep)
     ya = Y[rep].contiguous()
     fa = (var_floor * Y.var(dim=1).clamp_min(1e-300))[rep]
     V, E = V.reshape(B, k, p).clone(), E.reshape(B, k, p).clone()

@@ -78,3 +78,56 @@ def test_fuse_options_only_pass_settings_this_torch_knows(monkeypatch):
     opts = mle_fused._fuse_options()
     assert "a_setting_no_torch_has" not in opts
     assert {key for key in mle_fused._FUSE_OPTIONS if key in known} == set(opts)
+
+
+def test_the_ahead_of_time_pass_equals_the_torch_compile_pass_bit_for_bit():
+    # issue 36: the pass compiled once by AOTInductor (loaded in milliseconds by every process)
+    # replaces torch.compile's per-process tracing; same Inductor settings, same loop, same numbers.
+    # The first run on a machine builds the package (about 25 CPU-s, once per cache folder).
+    from moestat.estimators.em_driver import compile_batched
+
+    threads = torch.get_num_threads()
+    runner = mle_fused._aot_runner(2, 2)
+    assert runner is not None, "AOTInductor could not build or load the pass (see the warning)"
+    aot = mle_fused._compiled_pass(torch.device("cpu"))
+    dynamo = compile_batched(mle_fused._em_pass, fullgraph=True, options=mle_fused._fuse_options())
+    for B, n, seed in ((4, 700, 1), (1, 333, 2), (7, 2, 3)):
+        args = _args(B=B, k=2, d=1, n=n, seed=seed)
+        got, want = aot(*args), dynamo(*args)
+        assert len(got) == len(want) == 6
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and torch.equal(a, b)
+        # and against the definitions, as the eager pass
+        for a, b in zip(got, _by_definition(*args)):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-10)
+    assert torch.get_num_threads() == threads
+    # the package is named by everything its code depends on: another thread count, another file
+    assert mle_fused._aot_path(2, 2, 1) != mle_fused._aot_path(2, 2, 2) != mle_fused._aot_path(3, 2, 2)
+
+
+def test_pass_loglik_is_the_passs_first_output():
+    Xd, y, V, E, s2 = _args(B=3, k=2, d=1, n=400, seed=4)
+    X = Xd.transpose(1, 2).contiguous()
+    want = mle_fused._em_pass(Xd, y, V, E, s2)[0].numpy()
+    np.testing.assert_array_equal(mle_fused.pass_loglik(X, y, V, E, s2, "eager"), want)
+    with pytest.raises(ValueError, match="kernel"):
+        mle_fused.pass_loglik(X, y, V, E, s2, "generic")
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_the_pass_layout_gathers_the_same_entries_with_the_default_strides(d):
+    # one gather into the [B, d, n] layout (issue 36) instead of indexing then copying: same values and strides
+    X = torch.rand(3, 50, d, dtype=torch.float64, generator=torch.Generator().manual_seed(d))
+    rep = torch.arange(3).repeat_interleave(4)
+    got = mle_fused._pass_layout(X, rep)
+    want = torch.empty((12, d, 50), dtype=X.dtype).copy_(X.transpose(1, 2)[rep])
+    assert torch.equal(got, want) and got.stride() == want.stride() == (d * 50, 50, 1)
+    whole = mle_fused._pass_layout(X)
+    assert torch.equal(whole, X.transpose(1, 2)) and whole.stride() == (d * 50, 50, 1)
+    # compaction keeps the rows it is given, as indexing would
+    steps = mle_fused._FusedSteps(mle_fused._em_pass, got, torch.rand(12, 50, dtype=torch.float64),
+                                  torch.rand(12, dtype=torch.float64), False, "eager")
+    keep = torch.tensor([0, 5, 11])
+    ya, fa = steps.ya[keep], steps.fa[keep]
+    steps.compact(keep)
+    assert torch.equal(steps.Xd, got[keep]) and torch.equal(steps.ya, ya) and torch.equal(steps.fa, fa)

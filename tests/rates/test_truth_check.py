@@ -68,6 +68,42 @@ def test_the_truth_criterion_is_the_log_likelihood_of_the_true_model_on_the_same
         assert truth[i] == pytest.approx(float(log_likelihood(X[i], Y[i], sc.truth)), rel=1e-12)
 
 
+def test_the_fits_own_pass_gives_the_same_criteria_as_the_eager_likelihood():
+    # issue 36: a Gaussian-MoE fit by the fused EM is judged by its own loglik_ and its pass at the
+    # truth, not by the eager log-likelihood twice; the values agree to rounding of n terms
+    unit = _unit(GMOE)
+    sc = build_scenario(unit.scenario_key)
+    X, Y = _data(unit, sc)
+    est = tc.fit_starts(unit, sc, X, Y, [sc.near_truth_start(0.1, np.random.default_rng(r), n=unit.n) for r in range(2)], 2)
+    assert est.kernel_ in ("compiled", "eager") and tc._by_the_fits_pass(sc, "loglik", est)
+    eager_truth = sc.loglik_at(X, Y, sc.truth, fitted=False)
+    eager_fit = sc.loglik_at(X, Y, est.params_, fitted=True)
+    np.testing.assert_allclose(tc.truth_criterion(sc, "loglik", X, Y, est), eager_truth, rtol=1e-12)
+    fit = tc.fit_criterion(sc, "loglik", est, X, Y)
+    np.testing.assert_array_equal(fit, est.loglik_)
+    np.testing.assert_allclose(fit, eager_fit, rtol=1e-12)
+    # another estimator (least squares' criterion, or no fused pass) keeps the scenario's likelihood
+    assert not tc._by_the_fits_pass(sc, "sse", est)
+    assert not tc._by_the_fits_pass(sc, "loglik", object())
+
+
+def test_a_unit_has_the_same_truth_columns_by_the_fits_pass_as_by_the_eager_likelihood(monkeypatch):
+    # the rows of a unit whose first fits are below the truth (one EM step from far starts) and get
+    # answered: the same statuses and checks either way, the criteria equal to rounding
+    unit = _unit(GMOE, max_iter=1, init_scale=1.0)
+    fast = run_unit(unit)
+    monkeypatch.setattr(tc, "_by_the_fits_pass", lambda *a: False)
+    slow = run_unit(unit)
+    assert [r["truth_check"] for r in fast] == [r["truth_check"] for r in slow]
+    assert any(r["truth_check"] != "above" for r in slow)  # the rule was exercised
+    for a, b in zip(fast, slow):
+        assert (a["status"], a["converged"], a["n_iter"]) == (b["status"], b["converged"], b["n_iter"])
+        for col in ("fit_objective", "truth_objective"):
+            assert a[col] == pytest.approx(b[col], rel=1e-12)
+        # the gap is a difference of two such values: rounding of their size, not of its own
+        assert a["truth_gap"] == pytest.approx(b["truth_gap"], abs=1e-12 * abs(b["truth_objective"]))
+
+
 # -------------------------------------------------------------------------------------------------
 # a fit worse than the truth: answered, or counted with its own status
 # -------------------------------------------------------------------------------------------------
