@@ -30,21 +30,23 @@ from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable
-from moestat.rates.sweep import run_sweep_rows
+from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
 SUMMARY_SCHEMA = "moestat.rates.summary/1"
 
 
-def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None):
+def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, fit every loss; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
-    ``results.csv`` joined with ``extras.csv``, its audit and tallies)."""
-    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster)
+    ``results.csv`` joined with ``extras.csv``, its audit and tallies).  ``workers``: the forked
+    processes of :func:`moestat.rates.sweep.fork_workers`, or ``None``."""
+    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster,
+                          forked=workers)
     return rows, fit_experiment(rows.df, experiment)
 
 
-def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None):
+def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, join ``extras.csv`` and fit every loss, in rounds while an
     adaptive plan asks for more: first replicates (``max_reps``), then sizes (``grow_n``).
 
@@ -64,7 +66,7 @@ def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None)
     growth = {"grow_n": c.grow_n, "ladder": c.grid.ladder, "rounds": []} if c.grow_n else None
     more_reps = adaptive is not None
     while True:
-        rows, fits = _sweep_and_fit(experiment, out, resume, cluster)
+        rows, fits = _sweep_and_fit(experiment, out, resume, cluster, workers)
         resume = True
         if more_reps:
             need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
@@ -222,8 +224,15 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
-    _warm_imports(formats)
-    experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
+    # the sweep's workers are forked first, while no other thread runs (moestat.rates.forked); the
+    # background imports start after them
+    workers = fork_workers(experiment)
+    try:
+        _warm_imports(formats)
+        experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster, workers)
+    finally:
+        if workers is not None:
+            workers.close()
     config = experiment.config
     setting = experiment.setting
     summary = {
