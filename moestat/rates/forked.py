@@ -33,7 +33,7 @@ import threading
 import traceback
 from typing import Any, Callable, Sequence
 
-from moestat.rates.backends import Progress, _die_with_parent, _worker_settings
+from moestat.rates.backends import _PARENT_WATCH, Progress, _die_with_parent, _worker_settings
 from moestat.threads import keep_freed_memory
 
 __all__ = ["FORK_ENV", "fork_refusal", "ForkedWorkers", "WorkerLost", "draw_in_fork"]
@@ -48,11 +48,13 @@ class WorkerLost(RuntimeError):
 
 def _other_threads() -> list[threading.Thread]:
     """Live Python threads other than this one, except tqdm's monitor (it only sleeps and, briefly,
-    takes tqdm's own lock, which no forked child uses)."""
+    takes tqdm's own lock, which no forked child uses) and a worker's watch of its parent
+    (:func:`moestat.rates.backends._die_with_parent`: it sleeps and signals, holding no lock)."""
     monitor = getattr(sys.modules.get("tqdm._monitor"), "TMonitor", None)
     me = threading.current_thread()
     return [t for t in threading.enumerate()
-            if t is not me and t.is_alive() and not (monitor is not None and isinstance(t, monitor))]
+            if t is not me and t.is_alive() and t not in _PARENT_WATCH
+            and not (monitor is not None and isinstance(t, monitor))]
 
 
 def fork_refusal() -> str | None:
@@ -76,8 +78,9 @@ def fork_refusal() -> str | None:
 
 
 def _serve(conn, parent_ends: list, parent: int) -> None:
-    """A forked worker's loop: receive ``(work, unit)``, send back ``("ok", rows)`` or
-    ``("err", exception, traceback text)``; end on ``None`` or when the parent's end is closed."""
+    """A forked worker's loop: receive ``(fn, args, reply)``, run ``fn(*args)`` and, if ``reply``,
+    send back ``("ok", result)`` or ``("err", exception, traceback text)``; end on ``None`` or when
+    the parent's end is closed."""
     for end in parent_ends:  # this child's copies of the parent's ends: only the parent may hold them
         end.close()
     _die_with_parent(parent)  # Ctrl-C is the parent's; exit when the parent is gone (kill -9 included)
@@ -89,16 +92,27 @@ def _serve(conn, parent_ends: list, parent: int) -> None:
             return
         if msg is None:
             return
-        work, unit = msg
+        fn, args, wanted = msg
         try:
-            reply: tuple = ("ok", work(unit))
+            reply: tuple = ("ok", fn(*args))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the parent, with this traceback
             reply = ("err", exc, traceback.format_exc())
+        if not wanted:
+            continue
         try:
             conn.send(reply)
         except Exception as exc:  # noqa: BLE001 - an exception (or rows) that cannot be pickled
             conn.send(("err", RuntimeError(f"sweep worker could not return its result: {exc!r}"),
                        traceback.format_exc()))
+
+
+def _with_note(reply: tuple, pid: int) -> BaseException:
+    """The exception of a worker's ``("err", exception, traceback text)`` reply, the worker's
+    traceback added as a note."""
+    exc, text = reply[1], reply[2]
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"in sweep worker {pid}:\n{text.rstrip()}")
+    return exc
 
 
 class ForkedWorkers:
@@ -116,8 +130,10 @@ class ForkedWorkers:
         self.broken = False
         for _ in range(int(count)):
             here, there = ctx.Pipe(duplex=True)
+            # not daemonic: a worker forks a child of its own to draw a figure (draw_in_fork); it is
+            # always ended by close() (run_rates calls it in a finally) or when this process dies
             proc = ctx.Process(target=_serve, args=(there, [*self.conns, here], self.parent), name="moestat-sweep-worker",
-                               daemon=True)
+                               daemon=False)
             proc.start()
             there.close()
             self.procs.append(proc)
@@ -182,7 +198,7 @@ class ForkedWorkers:
             try:
                 while (unit := take()) is not None:
                     try:
-                        conn.send((work, unit))
+                        conn.send((work, (unit,), True))
                         reply = conn.recv()
                     except (EOFError, OSError):
                         proc.join(timeout=1.0)
@@ -192,10 +208,7 @@ class ForkedWorkers:
                     if reply[0] == "ok":
                         results.put(("rows", unit, reply[1]))
                     else:
-                        exc, text = reply[1], reply[2]
-                        if hasattr(exc, "add_note"):
-                            exc.add_note(f"in sweep worker {proc.pid}:\n{text.rstrip()}")
-                        results.put(("err", exc))
+                        results.put(("err", _with_note(reply, proc.pid)))
                         return
             finally:
                 results.put(("end",))
@@ -242,6 +255,40 @@ class ForkedWorkers:
             raise
         finally:
             bar.close()
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Have the first worker run ``fn(*args)`` before what it is sent next, without waiting
+        for it and without its result (its errors are ignored: e.g. imports that the steps which
+        need them would redo and report, :func:`moestat.rates.experiment.import_quietly`)."""
+        self.conns[0].send((fn, args, False))
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` run by the first worker (after what was posted to it); its result, or its
+        exception raised here (the worker's traceback added as a note).  Used after the sweep for
+        the rate fits and the figures (:func:`moestat.rates.experiment.run_rates`): the worker
+        imported their modules while this process fitted units."""
+        if self.broken:
+            raise RuntimeError("the forked sweep workers were stopped by an earlier error")
+        proc = self.procs[0]
+        try:
+            self.conns[0].send((fn, args, True))  # an object that cannot be pickled raises here, nothing sent
+        except OSError:
+            self.broken = True
+            raise WorkerLost(f"sweep worker {proc.pid} is gone (exit code {proc.exitcode})") from None
+        try:
+            reply = self.conns[0].recv()
+        except (EOFError, OSError):
+            self.broken = True
+            proc.join(timeout=1.0)
+            raise WorkerLost(f"sweep worker {proc.pid} ended (exit code {proc.exitcode}) while running "
+                             f"{getattr(fn, '__qualname__', fn)}") from None
+        except BaseException:  # Ctrl-C while waiting: the worker would go on
+            self.broken = True
+            self._kill()
+            raise
+        if reply[0] != "ok":
+            raise _with_note(reply, proc.pid)
+        return reply[1]
 
     def _kill(self) -> None:
         for proc in self.procs:

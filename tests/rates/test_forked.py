@@ -3,6 +3,7 @@ process, refused where fork is not safe, errors reported in the sweep's process.
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -46,6 +47,14 @@ def _fail_unit(unit):
     if os.getpid() != int(os.environ["MOESTAT_TEST_PARENT"]):
         raise ZeroDivisionError(f"unit {unit} failed in a worker")
     return [{"replicates": len(unit.replicates)}]
+
+
+def _set_env(name, value):
+    os.environ[name] = value
+
+
+def _get_env(name):
+    return os.environ.get(name)
 
 
 def _die_unit(unit):
@@ -103,22 +112,65 @@ def test_forked_workers_give_the_rows_of_one_process(tmp_path, monkeypatch, fork
 
 
 @linux_only
-def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tmp_path, monkeypatch, no_figures,
-                                                                             forkable):
+def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tmp_path, monkeypatch, forkable):
     from moestat.rates.experiment import run_rates
 
     cfg = tiny(router=["perturbed"], chunk=1, n_jobs=2)
-    run_rates(cfg, tmp_path / "fork")
+    fork = run_rates(cfg, tmp_path / "fork")  # rate fits and figures in the forked worker
     monkeypatch.setenv(FORK_ENV, "0")
     assert fork_refusal() == f"{FORK_ENV}=0"
     assert fork_workers(cfg) is None
-    run_rates(cfg, tmp_path / "loky")
+    loky = run_rates(cfg, tmp_path / "loky")  # everything after the sweep in this process
     reusable = sys.modules["joblib.externals.loky.reusable_executor"]
     reusable._executor.shutdown(wait=True, kill_workers=True)  # its threads would refuse the next test's fork
     kinds = [json.loads((tmp_path / d / "provenance.json").read_text())["runs"][-1]["workers"]["workers"]
              for d in ("fork", "loky")]
     assert kinds == ["processes forked from the client", "local processes of the client's interpreter"]
     assert _rows(tmp_path / "fork" / "results.csv") == _rows(tmp_path / "loky" / "results.csv")
+    assert json.dumps(fork["fits"], sort_keys=True) == json.dumps(loky["fits"], sort_keys=True)
+    pngs = sorted(p.name for p in (tmp_path / "loky").glob("*.png"))
+    assert pngs == ["convergence.png", "convergence_all.png"]
+    for name in pngs:
+        assert (tmp_path / "fork" / name).read_bytes() == (tmp_path / "loky" / name).read_bytes()
+
+
+@linux_only
+def test_with_forked_workers_the_sweeps_process_imports_neither_statsmodels_nor_matplotlib(tmp_path):
+    # the worker imports them while this process fits units, and runs the rate fits and the figures
+    script = textwrap.dedent(f"""
+        import sys
+        from moestat.rates.config import RatesConfig
+        from moestat.rates.experiment import run_rates
+        cfg = RatesConfig.from_dict({TINY!r} | {{"router": ["perturbed"], "chunk": 1, "n_jobs": 2}}).validate()
+        s = run_rates(cfg, {str(tmp_path / "out")!r})
+        print(sorted(m for m in ("statsmodels", "matplotlib") if m in sys.modules), len(s["fits"]) > 0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+                         env={k: v for k, v in os.environ.items() if k != FORK_ENV})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]", "True"]
+    assert (tmp_path / "out" / "convergence.png").exists() and (tmp_path / "out" / "convergence_all.png").exists()
+
+
+@linux_only
+def test_call_runs_in_the_worker_after_what_was_posted_and_raises_its_errors_here(forkable):
+    pool = ForkedWorkers.start(1)
+    assert pool is not None
+    try:
+        pool.post(_set_env, "MOESTAT_TEST_POSTED", "yes")  # no reply
+        assert pool.call(_get_env, "MOESTAT_TEST_POSTED") == "yes"  # the worker's environment, not ours
+        assert "MOESTAT_TEST_POSTED" not in os.environ
+        assert pool.call(os.getpid) == pool.procs[0].pid
+        with pytest.raises(ValueError, match="invalid literal") as info:
+            pool.call(int, "not a number")
+        assert any("in sweep worker" in note for note in getattr(info.value, "__notes__", []))
+        assert pool.call(divmod, 7, 2) == (3, 1)  # an error in a call leaves the worker usable
+        with pytest.raises((AttributeError, TypeError, pickle.PicklingError)):
+            pool.call(lambda: 1)  # not picklable: refused here, nothing sent
+        assert pool.call(divmod, 9, 4) == (2, 1)
+    finally:
+        pool.close()
+    assert not pool.procs
 
 
 def test_fork_is_refused_off_linux_and_while_another_thread_runs(monkeypatch):
