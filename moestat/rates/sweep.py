@@ -202,10 +202,11 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     try:
         scenario = _scenario(unit.scenario_key)
         holdout = _holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0 = _draw(unit, scenario)
+        X, Y, G0, mean = _draw_with_mean(unit, scenario)
         t0 = time.perf_counter()
         est = tc.fit_starts(unit, scenario, X, Y, G0, 2)
-        state = tc.against_truth(unit, scenario, X, Y, est)
+        # the truth's criterion reuses g_{G*}(X) of the draw (Scenario.knowing_mean; same numbers)
+        state = tc.against_truth(unit, scenario if mean is None else scenario.knowing_mean(X, mean), X, Y, est)
         elapsed = time.perf_counter() - t0
         checks = tc.more_starts(unit, scenario, X, Y, state, holdout)
         losses = compute_losses(scenario, state["params"], holdout)
@@ -219,14 +220,27 @@ def run_unit(unit: WorkUnit) -> list[dict]:
 def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure]:
     """The unit's data ``X [R, n, d]``, ``Y [R, n]`` and starts ``[R]``, each replicate from its
     own streams (:func:`replicate_streams`)."""
-    Xs, Ys, starts = [], [], []
+    return _draw_with_mean(unit, scenario)[:3]
+
+
+def _draw_with_mean(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure, np.ndarray | None]:
+    """:func:`_draw`'s ``X``, ``Y`` and starts, and the truth's regression function at ``X``,
+    ``[R, n]``, where the scenario gives it with its draws (``Scenario.sample_with_mean``; else
+    ``None``)."""
+    with_mean = getattr(scenario, "sample_with_mean", None)
+    Xs, Ys, means, starts = [], [], [], []
     for r in unit.replicates:
         data_ss, init_ss = replicate_streams(unit.seed, unit.n, r)
-        X, Y = scenario.sample(unit.n, np.random.default_rng(data_ss))
+        rng = np.random.default_rng(data_ss)
+        if with_mean is not None:
+            X, Y, mean = with_mean(unit.n, rng)
+            means.append(mean)
+        else:
+            X, Y = scenario.sample(unit.n, rng)
         Xs.append(X)
         Ys.append(Y)
         starts.append(tc.unit_start(unit, scenario, unit.n, np.random.default_rng(init_ss), X, Y))
-    return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts)
+    return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts), (np.stack(means) if with_mean is not None else None)
 
 
 def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[dict]) -> list[dict]:
