@@ -241,7 +241,8 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
     # The sweep's workers are forked first, while no other thread runs (moestat.rates.forked).  With
     # them, the first worker imports what the rate fits and the figures need and runs both after the
-    # sweep: this process only fits units (a background import here held the GIL against its units).
+    # sweep: this process only fits units (a background import here competed with its units for the
+    # GIL and a core).
     # Without them, this process imports those modules in a background thread (_warm_imports).
     workers = fork_workers(experiment)
     try:

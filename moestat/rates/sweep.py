@@ -155,7 +155,7 @@ def auto_n_jobs(units: list[WorkUnit], config) -> int:
 
 def fork_workers(experiment: Experiment) -> ForkedWorkers | None:
     """The workers of ``experiment``'s sweep forked from this process now, or ``None`` (one
-    process, the dask backend, or fork refused: :func:`moestat.rates.forked.fork_refusal`).
+    process, the dask backend, an accelerator, or fork refused: :func:`moestat.rates.forked.fork_refusal`).
 
     Called by :func:`moestat.rates.experiment.run_rates` before it starts any thread, with the
     processes of the whole design (``n_jobs``, or :func:`auto_n_jobs` of every unit; a resumed
@@ -163,8 +163,8 @@ def fork_workers(experiment: Experiment) -> ForkedWorkers | None:
     """
     experiment = Experiment.of(experiment)
     config = experiment.config
-    if config.backend != "loky":
-        return None
+    if config.backend != "loky" or resolve_device(config.device).type != "cpu":
+        return None  # a dask cluster has its own workers; a CUDA context does not survive a fork
     units = make_units(experiment)
     n_jobs = auto_n_jobs(units, config) if config.n_jobs == "auto" else int(config.n_jobs)
     return ForkedWorkers.start(min(n_jobs, len(units)) - 1)
