@@ -276,3 +276,54 @@ def test_a_fork_after_a_multithreaded_torch_region_runs_units(tmp_path):
                          env=dict(os.environ, OMP_NUM_THREADS="2"))
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
     assert len(_rows(tmp_path / "results.csv")) == 1 + 3 * 3  # header and 3 sizes x 3 replicates
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.append(int(p))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@linux_only
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the workers")
+def test_forked_workers_end_when_the_main_process_is_killed(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1",
+            "--max-iter", "20", "--n-boot", "100", "--n-jobs", "2", "--quiet", "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != FORK_ENV} | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], env=env)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not ((out / "results.csv").exists()
+                                               and (out / "results.csv").read_text().count("\n") > 1):
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert workers, "no forked worker found"
+        with open(f"/proc/{workers[0]}/cmdline") as fh:
+            assert "loky" not in fh.read()  # a fork of the main process, not a loky interpreter
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.2)
+    assert not any(_alive(w) for w in workers), "forked workers outlived their parent"
