@@ -19,8 +19,12 @@ Fork is used only where it is safe and available (:func:`fork_refusal`): Linux (
 libraries are not fork-safe, Windows has no fork), no other live thread, and not disabled by
 ``MOESTAT_SWEEP_FORK=0``; everywhere else the sweep takes the loky path as before.
 
-:func:`draw_in_fork` uses the same rules for the figures after the sweep: the second figure is
-drawn by a forked child while this process draws the first.
+After the sweep the first worker also serves :func:`moestat.rates.experiment.run_rates`: it is told
+to import what the rate fits and the figures need before its first unit (:meth:`ForkedWorkers.post`)
+and runs both once the rows are written (:meth:`ForkedWorkers.call`), so that the sweep's own
+process, which fits the largest unit, does neither.  :func:`draw_in_fork` draws the second figure
+in a child forked for it while the first is drawn (same rules; the worker's watch of its parent is
+the one thread it tolerates).
 """
 
 from __future__ import annotations
