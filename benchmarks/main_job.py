@@ -21,6 +21,7 @@ Usage::
     python benchmarks/main_job.py --json /tmp/main_job.json
     python benchmarks/main_job.py --baseline-dir /path/to/other/checkout --repeat 5
     python benchmarks/main_job.py --variant patched=/tmp/patched-checkout   # a third version, same rounds
+    python benchmarks/main_job.py --variant-env nofork=MOESTAT_SWEEP_FORK=0  # this checkout on loky workers
     python benchmarks/main_job.py -- --n-jobs 1                             # arguments for moestat.rates
 """
 
@@ -51,10 +52,11 @@ def _children_cpu() -> tuple[float, float]:
     return r.ru_utime, r.ru_stime
 
 
-def run_once(source: Path, out: Path, extra: list[str]) -> dict:
+def run_once(source: Path, out: Path, extra: list[str], env_extra: dict[str, str] | None = None) -> dict:
     """The main job from the package in ``source`` into ``out``; its costs (``source`` is the
-    working directory and ``PYTHONPATH``, so ``python -m`` imports that package)."""
-    env = dict(os.environ, PYTHONPATH=str(source))
+    working directory and ``PYTHONPATH``, so ``python -m`` imports that package; ``env_extra``:
+    further environment variables of the run)."""
+    env = dict(os.environ, PYTHONPATH=str(source), **(env_extra or {}))
     cmd = [sys.executable, "-m", "moestat.rates", "--router", "perturbed", "--out", str(out), *extra]
     load0 = os.getloadavg()[0]
     u0, s0 = _children_cpu()
@@ -120,6 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="an existing checkout to time as the baseline instead of --baseline-ref")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR",
                     help="a further checkout timed in the same rounds (repeatable)")
+    ap.add_argument("--variant-env", action="append", default=[], metavar="NAME=VAR=VALUE",
+                    help="this checkout run with the environment variable VAR=VALUE, timed in the same rounds "
+                         "(repeatable), e.g. nofork=MOESTAT_SWEEP_FORK=0 for the loky workers")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each version (default 5)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -134,15 +139,20 @@ def main(argv: list[str] | None = None) -> dict:
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
     sources = {"before": base, "after": ROOT}
+    envs: dict[str, dict[str, str]] = {}
     for v in args.variant:
         name, _, path = v.partition("=")
         sources[name] = Path(path).resolve()
+    for v in args.variant_env:
+        name, _, assignment = v.partition("=")
+        var, _, value = assignment.partition("=")
+        sources[name], envs[name] = ROOT, {var: value}
     runs: dict[str, list[dict]] = {v: [] for v in sources}
     first = None
     for r in range(args.repeat):
         for version, source in sources.items():
             out = work / f"out-{version}-{r}"
-            res = run_once(source, out, extra)
+            res = run_once(source, out, extra, envs.get(version))
             csv = out / "results.csv"
             first = first or out
             res["max_rel_diff_vs_first"] = max_rel_diff(csv, first / "results.csv") if csv.exists() else None
@@ -160,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     report = {
         "command": "python -m moestat.rates --router perturbed " + " ".join(extra),
         "baseline": base_name,
+        "variant_env": envs,
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cores_affinity": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
                     "python": platform.python_version(), "torch": torch.__version__},

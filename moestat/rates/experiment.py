@@ -12,6 +12,7 @@ resumable ``results.csv``, ``provenance.json``),
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -30,21 +31,25 @@ from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable
-from moestat.rates.sweep import run_sweep_rows
+from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
 SUMMARY_SCHEMA = "moestat.rates.summary/1"
 
 
-def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None):
+def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, fit every loss; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
-    ``results.csv`` joined with ``extras.csv``, its audit and tallies)."""
-    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster)
+    ``results.csv`` joined with ``extras.csv``, its audit and tallies).  ``workers``: the forked
+    processes of :func:`moestat.rates.sweep.fork_workers`, or ``None``."""
+    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster,
+                          forked=workers)
+    if workers is not None:  # the worker that imported scipy.stats and statsmodels fits (same code, same rows)
+        return rows, workers.call(fit_experiment, rows.df, experiment)
     return rows, fit_experiment(rows.df, experiment)
 
 
-def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None):
+def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, join ``extras.csv`` and fit every loss, in rounds while an
     adaptive plan asks for more: first replicates (``max_reps``), then sizes (``grow_n``).
 
@@ -64,7 +69,7 @@ def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None)
     growth = {"grow_n": c.grow_n, "ladder": c.grid.ladder, "rounds": []} if c.grow_n else None
     more_reps = adaptive is not None
     while True:
-        rows, fits = _sweep_and_fit(experiment, out, resume, cluster)
+        rows, fits = _sweep_and_fit(experiment, out, resume, cluster, workers)
         resume = True
         if more_reps:
             need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
@@ -190,20 +195,32 @@ def _warm_imports(formats: Sequence[str]) -> threading.Thread:
     the error where it belongs); nothing else is done here.
     """
 
-    def run() -> None:
-        for name in WARM_MODULES + (WARM_FIGURE_MODULES if formats else ()):
-            try:
-                if name.startswith("matplotlib"):
-                    import matplotlib
-
-                    matplotlib.use("Agg")  # no display backend in a sweep (draw_convergence does the same)
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - reported by the step that imports it for use
-                return
-
-    thread = threading.Thread(target=run, name="moestat-warm-imports", daemon=True)
+    thread = threading.Thread(target=import_quietly, args=(warm_modules(formats),), name="moestat-warm-imports",
+                              daemon=True)
     thread.start()
     return thread
+
+
+def warm_modules(formats: Sequence[str]) -> tuple[str, ...]:
+    """What the steps after the sweep import: :data:`WARM_MODULES`, and :data:`WARM_FIGURE_MODULES`
+    when ``formats`` asks for figures."""
+    return WARM_MODULES + (WARM_FIGURE_MODULES if formats else ())
+
+
+def import_quietly(names: Sequence[str]) -> None:
+    """Import the modules ``names`` in order (``matplotlib.use("Agg")`` before matplotlib's, as
+    :func:`moestat.rates.figures.draw_convergence` does), stopping at the first that fails: a
+    failed import is left to the step that needs the module (it imports it again and reports the
+    error where it belongs)."""
+    for name in names:
+        try:
+            if name.startswith("matplotlib"):
+                import matplotlib
+
+                matplotlib.use("Agg")  # no display backend in a sweep (draw_convergence does the same)
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - reported by the step that imports it for use
+            return
 
 
 def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
@@ -222,8 +239,35 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
-    _warm_imports(formats)
-    experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster)
+    # The sweep's workers are forked first, while no other thread runs (moestat.rates.forked).  With
+    # them, the first worker imports what the rate fits and the figures need and runs both after the
+    # sweep: this process only fits units (a background import here competed with its units for the
+    # GIL and a core).
+    # Without them, this process imports those modules in a background thread (_warm_imports).
+    workers = fork_workers(experiment)
+    try:
+        if workers is not None:
+            workers.post(import_quietly, warm_modules(formats))
+        else:
+            _warm_imports(formats)
+        experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster, workers)
+        summary = _summary(experiment, rows, fits, adaptive, growth, pre, t0, out)
+        config = experiment.config
+        figures = (rows.df, summary["fits"], out)
+        options = dict(headline=experiment.headline, routers=config.router,
+                       title=f"{experiment.setting}-specified, {config.estimator}", formats=formats)
+        if workers is not None and formats:
+            workers.call(functools.partial(plot_run, **options), *figures)
+        else:
+            plot_run(*figures, **options)
+    finally:
+        if workers is not None:
+            workers.close()
+    return summary
+
+
+def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path) -> dict[str, Any]:
+    """Write ``summary.json`` of a finished sweep and return its content (as read back)."""
     config = experiment.config
     setting = experiment.setting
     summary = {
@@ -264,10 +308,7 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
     path = atomic_write_json(out / "summary.json", summary)
-    summary = json.loads(path.read_text(encoding="utf-8"))
-    plot_run(rows.df, summary["fits"], out, headline=experiment.headline, routers=config.router,
-             title=f"{setting}-specified, {config.estimator}", formats=formats)
-    return summary
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _fmt(v, spec=".3f") -> str:

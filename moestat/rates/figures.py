@@ -11,6 +11,7 @@ are.  Display names come from :mod:`moestat.rates.labels`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from moestat.io import atomic_savefig, check_output_file, ensure_writable_dir
 from moestat.model.gates import canonical_name
 from moestat.rates.config import ROUTERS, RatesConfig
 from moestat.rates.fit import fit_rates
+from moestat.rates.forked import draw_in_fork
 from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
 from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
 
@@ -287,11 +289,18 @@ def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headlin
     """The figures of a rates run (what :func:`moestat.rates.run_rates` draws), each by
     :func:`plot_convergence`: ``convergence`` (the ``headline`` losses) and ``convergence_all``
     (every loss of the first router that has a slope in ``fits``; not drawn when none has).
-    ``title``, ``formats`` as :func:`plot_convergence`."""
+    ``title``, ``formats`` as :func:`plot_convergence`.
+
+    The two figures are drawn at the same time, the second in a forked child
+    (:func:`moestat.rates.forked.draw_in_fork`; one after the other where fork is not used):
+    about 1 CPU-s each on the project's 2-core machine, after the sweep, when the second core
+    is otherwise idle (issue 36).  The files are the same either way."""
     every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
     drawn = [("convergence", list(headline))] + ([("convergence_all", every)] if every else [])
-    for stem, losses in drawn:
-        plot_convergence(df, fits, Path(out_dir) / stem, losses=losses, routers=routers, title=title, formats=formats)
+    if not check_figure_formats(formats):
+        return
+    draw_in_fork([functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
+                                    title=title, formats=formats) for stem, losses in drawn])
 
 
 def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),

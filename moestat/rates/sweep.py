@@ -32,6 +32,7 @@ from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.extras import ExtrasStore
+from moestat.rates.forked import ForkedWorkers
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
     build_estimator,
@@ -42,6 +43,7 @@ from moestat.rates.store import LOSS_NAMES, ResultStore, RunRows, read_run, utc_
 from moestat.rates import truth_check as tc
 from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
 from moestat.rates.truth_check import unit_estimator as _estimator  # noqa: F401 - its name before it moved
+from moestat.rates.worker_env import environment
 from moestat.threads import available_cores
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "estimator_registry",
     "compute_losses",
     "auto_n_jobs",
+    "fork_workers",
     "run_unit",
     "run_sweep",
 ]
@@ -150,6 +153,23 @@ def auto_n_jobs(units: list[WorkUnit], config) -> int:
     return max(1, min(available_cores(), len(units), work // AUTO_SAMPLES_PER_PROCESS))
 
 
+def fork_workers(experiment: Experiment) -> ForkedWorkers | None:
+    """The workers of ``experiment``'s sweep forked from this process now, or ``None`` (one
+    process, the dask backend, an accelerator, or fork refused: :func:`moestat.rates.forked.fork_refusal`).
+
+    Called by :func:`moestat.rates.experiment.run_rates` before it starts any thread, with the
+    processes of the whole design (``n_jobs``, or :func:`auto_n_jobs` of every unit; a resumed
+    sweep may then use fewer).  The caller closes them (:meth:`~moestat.rates.forked.ForkedWorkers.close`).
+    """
+    experiment = Experiment.of(experiment)
+    config = experiment.config
+    if config.backend != "loky" or resolve_device(config.device).type != "cpu":
+        return None  # a dask cluster has its own workers; a CUDA context does not survive a fork
+    units = make_units(experiment)
+    n_jobs = auto_n_jobs(units, config) if config.n_jobs == "auto" else int(config.n_jobs)
+    return ForkedWorkers.start(min(n_jobs, len(units)) - 1)
+
+
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
     """Every loss of one batch of fits, each an array ``[R]``: the scenario's own loss columns
     (:meth:`moestat.data.synthetic.ScenarioBase.loss_columns`; for a least-squares regression
@@ -182,10 +202,11 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     try:
         scenario = _scenario(unit.scenario_key)
         holdout = _holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0 = _draw(unit, scenario)
+        X, Y, G0, mean = _draw_with_mean(unit, scenario)
         t0 = time.perf_counter()
         est = tc.fit_starts(unit, scenario, X, Y, G0, 2)
-        state = tc.against_truth(unit, scenario, X, Y, est)
+        # the truth's criterion reuses g_{G*}(X) of the draw (Scenario.knowing_mean; same numbers)
+        state = tc.against_truth(unit, scenario if mean is None else scenario.knowing_mean(X, mean), X, Y, est)
         elapsed = time.perf_counter() - t0
         checks = tc.more_starts(unit, scenario, X, Y, state, holdout)
         losses = compute_losses(scenario, state["params"], holdout)
@@ -199,14 +220,27 @@ def run_unit(unit: WorkUnit) -> list[dict]:
 def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure]:
     """The unit's data ``X [R, n, d]``, ``Y [R, n]`` and starts ``[R]``, each replicate from its
     own streams (:func:`replicate_streams`)."""
-    Xs, Ys, starts = [], [], []
+    return _draw_with_mean(unit, scenario)[:3]
+
+
+def _draw_with_mean(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure, np.ndarray | None]:
+    """:func:`_draw`'s ``X``, ``Y`` and starts, and the truth's regression function at ``X``,
+    ``[R, n]``, where the scenario gives it with its draws (``Scenario.sample_with_mean``; else
+    ``None``)."""
+    with_mean = getattr(scenario, "sample_with_mean", None)
+    Xs, Ys, means, starts = [], [], [], []
     for r in unit.replicates:
         data_ss, init_ss = replicate_streams(unit.seed, unit.n, r)
-        X, Y = scenario.sample(unit.n, np.random.default_rng(data_ss))
+        rng = np.random.default_rng(data_ss)
+        if with_mean is not None:
+            X, Y, mean = with_mean(unit.n, rng)
+            means.append(mean)
+        else:
+            X, Y = scenario.sample(unit.n, rng)
         Xs.append(X)
         Ys.append(Y)
         starts.append(tc.unit_start(unit, scenario, unit.n, np.random.default_rng(init_ss), X, Y))
-    return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts)
+    return np.stack(Xs), np.stack(Ys), MixingMeasure.stack(starts), (np.stack(means) if with_mean is not None else None)
 
 
 def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[dict]) -> list[dict]:
@@ -266,7 +300,7 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
 
 
 def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
-                   cluster=None) -> RunRows:
+                   cluster=None, forked: ForkedWorkers | None = None) -> RunRows:
     """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the run's rows with
     their audit and tallies (:func:`moestat.rates.store.read_run`).
 
@@ -275,7 +309,9 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     (:func:`moestat.rates.store.check_resumable`).
     ``cluster`` (:class:`moestat.rates.backends.ClusterOptions`) sets the timeouts and the
     environment check of a dask sweep; the workers' environments are recorded in
-    ``provenance.json`` (``runs[-1]["workers"]``).
+    ``provenance.json`` (``runs[-1]["workers"]``).  ``forked``: processes forked from this one
+    (:class:`moestat.rates.forked.ForkedWorkers`, :func:`fork_workers`), used instead of loky
+    workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.
     """
     experiment = Experiment.of(experiment)
     config = experiment.config
@@ -329,8 +365,14 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     if extras is not None:
         extras.create()
     n_jobs = auto_n_jobs(todo, config) if config.n_jobs == "auto" else config.n_jobs
-    execute(run_unit, todo, on_result, n_jobs=n_jobs, backend=config.backend, scheduler=config.scheduler,
-            progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers, share=True)
+    if forked is not None and config.backend == "loky" and len(todo) > 1 and 2 <= n_jobs <= forked.size + 1:
+        # the processes forked after this one's imports (issue 36): no worker imports torch again
+        on_workers({"client": environment(), "workers": "processes forked from the client", "processes": n_jobs,
+                    "mismatch": []})
+        forked.run(run_unit, todo, on_result, n_jobs, progress=progress, total_fits=total)
+    else:
+        execute(run_unit, todo, on_result, n_jobs=n_jobs, backend=config.backend, scheduler=config.scheduler,
+                progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers, share=True)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
     return read_run(out_dir, experiment)

@@ -61,3 +61,30 @@ def test_n_jobs_is_a_positive_integer_or_auto(value):
     with pytest.raises(ValueError, match="n_jobs must be a positive integer or 'auto'"):
         tiny(n_jobs=value)
     assert tiny(n_jobs="auto").n_jobs == "auto"
+
+
+def test_a_unit_reuses_the_truths_regression_function_of_its_draw_with_the_same_rows(monkeypatch):
+    """run_unit hands the truth's criterion the g_{G*}(X) of the draw (Scenario.knowing_mean, issue
+    36) instead of computing it again: the rows are those of the computation."""
+    from moestat.data.synthetic import Scenario
+    from moestat.model.regression import MoEModel
+
+    unit = make_units(tiny(router=["perturbed"], extra_starts=1))[0]
+    calls = []
+    real = MoEModel.predict
+
+    def counted(self, x, G):
+        calls.append(1)
+        return real(self, x, G)
+
+    monkeypatch.setattr(MoEModel, "predict", counted)
+    reused = sweep.run_unit(unit)
+    reused_calls = len(calls)
+    monkeypatch.setattr(Scenario, "knowing_mean", lambda self, X, mean: self)  # the former path: computed again
+    calls.clear()
+    computed = sweep.run_unit(unit)
+    cols = [c for c in RESULT_COLUMNS if c != "time"]
+    # repr: the same float bits (and NaN equal to NaN, e.g. param_multi of an exact fit)
+    assert [{c: repr(r[c]) for c in cols} for r in reused] == [{c: repr(r[c]) for c in cols} for r in computed]
+    # what was saved: the truth's criterion evaluated g_{G*} once per data set of the unit
+    assert len(calls) == reused_calls + len(unit.replicates)
