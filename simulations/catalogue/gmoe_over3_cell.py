@@ -29,6 +29,11 @@ Usage (from the repository root; about 3 CPU-minutes for the default six sizes):
     OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over3_cell.py \\
         simulations/catalogue/gmoe-over3/ten_replicates/gaussian-moe \\
         --json simulations/catalogue/gmoe-over3/ten_replicates/cell.json
+
+and, without a refit, each block's slope on the lower and upper half of a run's sizes::
+
+    python simulations/catalogue/gmoe_over3_cell.py simulations/catalogue/gmoe-over3/gaussian-moe \\
+        --range-halves --json simulations/catalogue/gmoe-over3/range_halves.json
 """
 
 from __future__ import annotations
@@ -165,13 +170,46 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def range_halves(run: Path) -> dict:
+    """Each block's log-of-mean slope (95 % interval) on the lower and the upper half of ``run``'s sizes.
+
+    No refit: the recorded ``extras.csv`` columns.  Where the cell's mean part (parametric) gives way
+    to its spread as n grows (:func:`cell_anatomy`), the slope flattens from the lower half to the
+    upper one; the two halves share their middle size.
+    """
+    from moestat.rates.fit import slope_with_interval
+
+    rows = pd.read_csv(run / "results.csv").merge(pd.read_csv(run / "extras.csv"), on=["router", "n", "replicate"])
+    ns = sorted(int(n) for n in rows["n"].unique())
+    mid = len(ns) // 2
+    halves = {"lower": ns[:mid + 1], "upper": ns[mid:]}
+    rng = np.random.default_rng(np.random.SeedSequence(20261126))
+    out = {"run": str(run), "replicates": int(rows.groupby("n").size().min()), "halves": halves}
+    for col in ("param_multi", "multi_beta1", "multi_b", "multi_a", "multi_variance"):
+        out[col] = {}
+        for name, part in halves.items():
+            s = slope_with_interval(part, [rows.loc[rows.n == n, col].to_numpy() for n in part], rng)
+            out[col][name] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="the recorded gmoe-over3 run folder (results.csv, extras.csv, summary.json)")
     ap.add_argument("--sizes", type=int, nargs="+", default=None,
                     help="sample sizes to refit (default: every other recorded size, 200 .. 20 000: six of eleven)")
     ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument("--range-halves", action="store_true",
+                    help="no refit: each block's slope on the lower and upper half of the run's sizes (extras.csv)")
     a = ap.parse_args(argv)
+    if a.range_halves:
+        report = range_halves(a.run)
+        a.json.write_text(json.dumps(report, indent=1) + "\n")
+        for col, v in report.items():
+            if col != "halves" and isinstance(v, dict):
+                print(f"{col:15s} " + "  ".join(f"{h} {v[h]['slope']:+.3f} [{v[h]['ci'][0]:+.3f}, {v[h]['ci'][1]:+.3f}]"
+                                                   for h in ("lower", "upper")))
+        return 0
     recorded = sorted(pd.read_csv(a.run / "results.csv")["n"].unique())
     sizes = a.sizes or [int(n) for n in recorded[::2]]
     if any(n not in recorded for n in sizes):
