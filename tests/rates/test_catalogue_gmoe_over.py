@@ -1,0 +1,68 @@
+"""The over-fitted softmax-gated Gaussian MoE entries' designs (``gmoe-over3``, ``gmoe-over4``)."""
+
+from __future__ import annotations
+
+from moestat.rates import catalogue as cat
+
+
+def _full(key: str) -> dict:
+    (run,) = cat.entry(key).runs
+    return run.full
+
+
+def test_gmoe_over3_full_design_has_forty_replicates_on_the_recorded_grid():
+    # issue 33 scope 4: >= 40 replicates for over-specified designs; the grid, starts and estimator are the
+    # 10-replicate record's (simulations/catalogue/gmoe-over3/ten_replicates/), only the replicate count changed
+    full = _full("gmoe-over3")
+    assert full["reps"] == 40
+    assert (full["n_min"], full["n_max"], full["n_points"], full["starts"]) == (200, 20_000, 11, 2)
+    assert "40 replicates" in cat.entry("gmoe-over3").paper_design
+    (run,) = cat.entry("gmoe-over3").runs
+    assert run.base["estimator"] == "mle" and run.base["k_fit"] == 3
+
+
+def test_gmoe_over4_keeps_its_recorded_design():
+    full = _full("gmoe-over4")
+    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 10, 2)
+    assert "10 replicates" in cat.entry("gmoe-over4").paper_design
+
+
+def _cell_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe_over3_cell.py"
+    spec = importlib.util.spec_from_file_location("gmoe_over3_cell", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cell_anatomy_splits_the_recorded_block_error_into_mean_and_spread():
+    # a split of model 1's first atom into masses p, 1 - p of its weight, b shifted by d1, d2 and beta1 by e1, e2:
+    # the anatomy's rms is block_errors' column, rms^2 = mean^2 + spread^2, and a split with p d1 + (1 - p) d2 = 0
+    # has mean 0 and spread sqrt(p (1 - p)) |d1 - d2| (the identity the diagnostic's decomposition rests on)
+    import numpy as np
+
+    from moestat.data.gaussian_scenarios import block_errors, model1_truth
+    from moestat.model.mixing import MixingMeasure
+
+    mod = _cell_script()
+    T = model1_truth()
+    p, d1, e1, e2 = 0.2, 0.4, 1.5, 0.5
+    d2 = -p * d1 / (1 - p)
+    beta0 = np.array([-8 + np.log(p), -8 + np.log(1 - p), 0.0])
+    beta1 = np.array([[25 + e1], [25 + e2], [0.0]])
+    eta = np.array([[-20.0, 15 + d1, 0.09], [-20.0, 15 + d2, 0.09], [20.0, -5.0, 0.16]])
+    G = MixingMeasure(beta0[None], beta1[None], eta[None])
+    (cell,) = mod.cell_anatomy(G, T)
+    blocks = block_errors(G, T)
+    assert cell["cell"] == 0 and np.isclose(cell["p_min"], p) and np.isclose(cell["cell_mass"], np.exp(-8))
+    for name in mod.BLOCK_NAMES:
+        c = cell[name]
+        assert np.isclose(c["rms"], blocks[f"multi_{name}"][0], rtol=1e-12, atol=1e-15)
+        assert np.isclose(c["rms"] ** 2, c["mean"] ** 2 + c["spread"] ** 2, rtol=1e-12, atol=1e-15)
+    assert np.isclose(cell["b"]["mean"], 0.0, atol=1e-12)
+    assert np.isclose(cell["b"]["spread"], np.sqrt(p * (1 - p)) * abs(d1 - d2))
+    assert np.isclose(cell["beta1"]["mean"], p * e1 + (1 - p) * e2)
+    assert cell["a"]["rms"] == 0.0 and cell["variance"]["rms"] == 0.0
