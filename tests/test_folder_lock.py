@@ -236,9 +236,13 @@ def test_loky_workers_end_when_the_main_process_is_killed(tmp_path):
     out = tmp_path / "out"
     args = ["--d", "2", "--n-min", "40", "--n-max", "400", "--n-points", "5", "--reps", "6", "--chunk", "1",
             "--max-iter", "20", "--n-boot", "100", "--n-jobs", "2", "--quiet", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=ENV)
+    # the loky path on purpose (the forked workers have their own kill test, tests/rates/test_forked.py); the
+    # workers are found by their command line, which a loky worker names, not by the folder's name
+    env = {**ENV, "MOESTAT_SWEEP_FORK": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], cwd=ROOT, env=env)
     _wait_rows(out / "results.csv", 1)
-    workers = [k for k in _children(proc.pid) if "loky" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")
+    workers = [k for k in _children(proc.pid) if "popen_loky" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")
+               or "LokyProcess" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")
                or "joblib" in Path(f"/proc/{k}/cmdline").read_text(errors="replace")]
     assert workers, "no loky workers found"
     proc.send_signal(signal.SIGKILL)
