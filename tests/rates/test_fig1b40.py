@@ -117,18 +117,19 @@ def _figure1():
     return mod
 
 
-def test_fig1b40_seeds_record_is_the_runs_and_the_docs_table(tmp_path):
-    """figure1.py --preset fig1b40 --name fig1b40_seeds rebuilds the committed JSON from the three runs
+@pytest.mark.parametrize("name", ["fig1b40"])
+def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
+    """figure1.py --preset NAME --name NAME_seeds rebuilds the committed JSON from the three runs
     (slopes, categories, halves, certificate counts), and every cell of the docs table is the engine's."""
     import pandas as pd
 
     mod = _figure1()
-    runs = [SIM / "figure1" / "fig1b40" / f"seed{s}" for s in (0, 1, 2)]
-    assert mod.main(["--out", str(tmp_path), "--preset", "fig1b40", "--name", "fig1b40_seeds",
+    runs = [SIM / "figure1" / name / f"seed{s}" for s in (0, 1, 2)]
+    assert mod.main(["--out", str(tmp_path), "--preset", name, "--name", f"{name}_seeds",
                      "--fig1b", *map(str, runs)]) == 0
-    rec = json.loads((tmp_path / "fig1b40_seeds.json").read_text())
-    assert rec["preset"] == "fig1b40" and (tmp_path / "fig1b40_seeds.png").is_file()
-    recorded = json.loads((SIM / "figure1" / "fig1b40_seeds.json").read_text())
+    rec = json.loads((tmp_path / f"{name}_seeds.json").read_text())
+    assert rec["preset"] == name and (tmp_path / f"{name}_seeds.png").is_file()
+    recorded = json.loads((SIM / "figure1" / f"{name}_seeds.json").read_text())
     assert recorded["runs"].keys() == {str(p.relative_to(ROOT)) for p in runs}
     for run, r, rr in zip(runs, rec["runs"].values(), recorded["runs"].values()):
         summ = json.loads((run / "summary.json").read_text())
@@ -137,7 +138,8 @@ def test_fig1b40_seeds_record_is_the_runs_and_the_docs_table(tmp_path):
         # the certificate, counted here from the CSV files
         assert r["certificate"]["sse_below_truth"] == int((res["fit_objective"] < res["truth_objective"]).sum())
         assert r["certificate"]["possibly_on_box"] == int((ext["beta1_radial"] >= r["certificate"]["box_bound"]).sum())
-        assert sum(r["certificate"]["truth_check"].values()) == len(res) == r["fits"] == 40 * 4
+        p = PRESETS[name]
+        assert sum(r["certificate"]["truth_check"].values()) == len(res) == r["fits"] == p["reps"] * p["n_points"]
         for col, _, _ in mod.FIG1B_LOSSES:
             f = next(f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col)
             assert r[col]["slope"]["slope"] == f["slope"] == rr[col]["slope"]["slope"]
@@ -147,3 +149,13 @@ def test_fig1b40_seeds_record_is_the_runs_and_the_docs_table(tmp_path):
     for line in mod.fig1b_table_rows(rec):
         for cell in line.split(" | ")[2:]:
             assert f"- {cell}" in doc, cell
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden"])
+def test_figure1_refuses_a_name_with_a_folder(tmp_path, bad, capsys):
+    out = tmp_path / "out"
+    runs = [SIM / "figure1" / "fig1b40" / "seed0"]
+    with pytest.raises(SystemExit) as e:
+        _figure1().main(["--out", str(out), "--name", bad, "--fig1b", *map(str, runs)])
+    assert e.value.code == 2 and not out.exists()
+    assert "--name" in capsys.readouterr().err
