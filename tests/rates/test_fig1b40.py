@@ -117,7 +117,7 @@ def _figure1():
     return mod
 
 
-@pytest.mark.parametrize("name", ["fig1b40"])
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
 def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
     """figure1.py --preset NAME --name NAME_seeds rebuilds the committed JSON from the three runs
     (slopes, categories, halves, certificate counts), and every cell of the docs table is the engine's."""
