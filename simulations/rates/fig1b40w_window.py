@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the design here")
     a = p.parse_args(argv)
     rec = design()
-    print(f"measured time per fit: " + ", ".join(f"{n}: {t:.2f} s" for n, t in rec["measured_time_per_fit_s"].items())
+    print("measured time per fit: " + ", ".join(f"{n}: {t:.2f} s" for n, t in rec["measured_time_per_fit_s"].items())
           + f" (exponent {rec['time_exponent_fit']:.2f}, {rec['time_exponent_used']:.2f} used beyond)")
     print(f"sizes {rec['sizes']}: predicted {rec['predicted_cost_s'] / 60:.1f} CPU-min for {rec['seeds']} seeds x {rec['reps']} replicates")
     for loss, e in rec["expected_halfwidth"].items():
