@@ -10,6 +10,8 @@ name        what it reproduces
 default     the quick default run (also what no ``--preset`` gives)
 fig1a       Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
 fig1b       Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
+fig1b40     fig1b's successor: perturbed router, n = 4000 .. 11 314 (4 sizes), 40 replicates
+fig1b40w    fig1b40 with its top size priced on the current code: n = 4000 .. 65 000 (6 sizes)
 over        Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
 over_1e6    the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
 exact_1e6   the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
@@ -102,6 +104,43 @@ PRESETS: dict[str, dict[str, Any]] = {
         "reps": 12,
         "chunk": 4,
         "max_iter": 1000,
+    },
+    # Figure 1(b)'s successor (issue 34), designed before it was run: the perturbed router only (the
+    # vanilla router of panel (b) is judged by the two-point split witness), fig1b's truth, starts and
+    # max_iter, 40 replicates.  The window is simulations/rates/fig1b40_window.py's (recorded in
+    # fig1b40_window.json): it starts at the smallest fig1b size from which no recorded fit has an atom
+    # alone in its Voronoi cell farther than rho/2 from its true atom (rho: the smallest distance
+    # between true atoms; 9/36 and 10/36 fits at n = 1000, 2000, 0/36 from 4000 on -- the singleton
+    # run-off that made fig1b's single-atom slopes -0.7 to -0.94), on a sqrt(2) grid, up to the largest
+    # size whose predicted cost (fig1b's recorded time per fit) keeps the three seeds within about
+    # 45 CPU-minutes: 4000, 5657, 8000, 11314 (predicted 45.3 minutes; 16000 would make it 79).
+    "fig1b40": {
+        "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 4000,
+        "n_max": 11314,
+        "n_points": 4,
+        "reps": 40,
+        "chunk": 4,
+        "max_iter": 1000,
+        "cell_errors": True,
+    },
+    # fig1b40's second design (issue 34), committed before its run: fig1b40 took 2 minutes per seed
+    # instead of the 15 predicted from fig1b's recorded times (the least-squares kernel got about 8
+    # times faster since), so its top size had been lowered for a cost that does not exist.  Same
+    # lower end, replicates, budget, estimator, starts and truth; the upper end is
+    # simulations/rates/fig1b40w_window.py's: six log-spaced sizes to the largest n_max whose cost,
+    # priced with fig1b40's measured time per fit, keeps three seeds within about 45 minutes.
+    "fig1b40w": {
+        "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 4000,
+        "n_max": 65000,
+        "n_points": 6,
+        "reps": 40,
+        "chunk": 4,
+        "max_iter": 1000,
+        "cell_errors": True,
     },
     "over": {
         "router": ["perturbed", "cosine"],

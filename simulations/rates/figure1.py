@@ -32,6 +32,21 @@ redraws them from the JSON)::
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
         --fig1b simulations/rates/figure1/fig1b/seed0 simulations/rates/figure1/fig1b/seed1 \\
         simulations/rates/figure1/fig1b/seed2
+
+The same panel for fig1b's successor, the preset ``fig1b40`` (perturbed router, 40 replicates,
+n = 4000 .. 11314; ``--preset`` names it in the title and the JSON, ``--name`` is the output stem)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
+        --preset fig1b40 --name fig1b40_seeds --fig1b simulations/rates/figure1/fig1b40/seed0 \\
+        simulations/rates/figure1/fig1b40/seed1 simulations/rates/figure1/fig1b40/seed2
+
+Besides the slopes, each run's record holds the two halves' categories (even / odd replicates, the
+engine's ``halves``) and the fit-vs-truth certificate (:mod:`moestat.rates.truth_check`): the
+``truth_check`` counts, the fits whose sum of squares is below the truth's on the same data
+(``truth_gap > 0``) and the fits that may sit on the box ``|beta1_ij| <= 10``: ``extras.csv`` does
+not record ``on_box``, but a fit on the box has an atom of radius at least 10, hence a largest
+radial error at least ``10 - max_j ||beta1*_j||`` (:func:`box_bound`); a fit below that bound is
+certainly inside the box.
 """
 
 from __future__ import annotations
@@ -208,6 +223,19 @@ FIG1B_LOSSES = (("voronoi", "D_2 (eq. 13)", -0.5), ("param_single", "single-atom
                 ("param_multi", "shared cells", -0.25), ("beta1_radial", "largest beta1 radial error", None))
 
 
+def box_bound() -> float:
+    """The smallest largest-radial error of a fit with a ``beta1`` coordinate on its box.
+
+    ``|beta1_ij| = B`` gives ``||beta1_i|| >= B``, so ``| ||beta1_i|| - ||beta1*_j|| | >= B - max_j
+    ||beta1*_j||`` for the atom's true atom ``j`` (``B = 10``, the default
+    :class:`~moestat.model.mixing.ParameterBox`; the over-specified default scenario's truth).
+    """
+    from moestat.data.synthetic import make_scenario
+
+    sc = make_scenario("perturbed", "over")
+    return float(sc.box.beta1 - np.linalg.norm(sc.truth.numpy().beta1, axis=-1).max())
+
+
 def fig1b_records(dirs: list[Path]) -> dict:
     """Per fig1b run folder (one seed): the perturbed router's curves (mean +- 2 SE per n), the
     engine's slope, interval, category and reason for each of :data:`FIG1B_LOSSES`, and the fit counts."""
@@ -221,24 +249,56 @@ def fig1b_records(dirs: list[Path]) -> dict:
         df = merge_extras(pd.read_csv(folder / "results.csv"), folder / "extras.csv")
         sub = df[df["router"] == "perturbed"]
         r = {"seed": summ["config"]["seed"], "converged": int(sub["converged"].sum()), "fits": int(len(sub)),
+             "reps": int(summ["config"]["reps"]),
              "cpu_seconds_both_routers": float(df.drop_duplicates(["router", "n", "time"])["time"].sum())}
+        # the units' wall time over their replicates, summed per fit: the perturbed router's own cost
+        r["seconds_perturbed"] = float(sub["time"].sum())
+        bound = box_bound()
+        r["certificate"] = {"truth_check": {str(k): int(v) for k, v in sub["truth_check"].value_counts().items()},
+                            "sse_below_truth": int((sub["truth_gap"] > 0).sum()),
+                            "box_bound": bound, "possibly_on_box": int((sub["beta1_radial"] >= bound).sum())}
         for col, _, _ in FIG1B_LOSSES:
             g = sub.groupby("n")[col]
             f = next((f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col), None)
             r[col] = {"n": [int(v) for v in g.mean().index], "mean": g.mean().tolist(),
                       "two_se": (2 * g.std(ddof=1) / np.sqrt(g.count())).tolist(),
                       "slope": None if f is None else {k: f.get(k) for k in ("slope", "ci_low", "ci_high", "predicted",
-                                                                           "category", "reason")}}
+                                                                           "category", "reason")},
+                      "halves": None if f is None else [{k: h.get(k) for k in ("half", "category", "slope")}
+                                                        for h in f.get("halves") or []]}
         rec[str(folder)] = r
     return rec
 
 
+#: Short category names of the table in docs/guide/theory.rst.
+_SHORT = {"inconclusive": "inconcl.", "pre-asymptotic": "pre-asympt."}
+
+
+def fig1b_table_rows(rec: dict) -> list[str]:
+    """One line per loss of :data:`FIG1B_LOSSES`: ``slope [ci_low, ci_high] category`` per seed,
+    then the two halves' categories (A: even, B: odd replicates) -- the cells of the seeds table
+    in docs/guide/theory.rst, as the engine's summary.json gives them."""
+    out = []
+    for col, label, pred in FIG1B_LOSSES:
+        cells = []
+        for r in rec["runs"].values():
+            sl = r[col]["slope"]
+            cat = _SHORT.get(sl.get("category") or "", sl.get("category") or "none")
+            halves = "/".join(_SHORT.get(h["category"], h["category"]) for h in r[col].get("halves") or [])
+            cells.append(f"{sl['slope']:.2f} [{sl['ci_low']:.2f}, {sl['ci_high']:.2f}] {cat} ({halves})")
+        out.append(f"{label} | {'none' if pred is None else f'{pred:g}'} | " + " | ".join(cells))
+    return out
+
+
 def fig1b_figure(rec: dict, stem: Path) -> None:
-    """Four panels (D_2, single, shared, radial), one curve per seed."""
+    """Four panels (D_2, single, shared, radial), one curve per seed; ``rec["preset"]`` (default
+    ``fig1b``) names the preset in the title."""
+    preset = rec.get("preset", "fig1b")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     from moestat.plotting import PALETTE, curve_handle, legend, save_figure
 
@@ -261,10 +321,14 @@ def fig1b_figure(rec: dict, stem: Path) -> None:
             hs.append(curve_handle("0.35", marker=None, line=":"))
             ls.append(f"n^{pred:g} (Thm 5)")
         ax.set(xscale="log", yscale="log", xlabel="n", title=label)
+        n_all = [v for r in rec["runs"].values() for v in r[col]["n"]]
+        if max(n_all) > 10 * min(n_all):  # over a decade the minor tick labels collide
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         legend(ax, hs, ls, fontsize=7.2, loc="lower left")
-    axes[0].set_ylabel("perturbed router, mean ± 2 SE over 12 replicates")
+    reps = sorted({r.get("reps", 12) for r in rec["runs"].values()})
+    axes[0].set_ylabel(f"perturbed router, mean ± 2 SE over {'/'.join(map(str, reps))} replicates")
     conv = ", ".join(f"seed {r['seed']}: {r['converged']}/{r['fits']}" for r in rec["runs"].values())
-    fig.suptitle("Nguyen et al. (2024), Figure 1(b), preset fig1b: over-specified perturbed cosine router (d = 4, k* = 3, "
+    fig.suptitle(f"Nguyen et al. (2024), Figure 1(b), preset {preset}: over-specified perturbed cosine router (d = 4, k* = 3, "
                  f"k = 4, dense gate, GELU, nu = 0.01, tau = 0.5), least squares on the box |beta1_ij| <= 10 started near "
                  f"the truth.\nConverged: {conv}.  Slopes: log-of-mean fit with the engine's interval and category.  "
                  "The radial panel: one atom of the shared cell sits near the box (simulations/rates/fig1b_runaway.py).",
@@ -291,9 +355,13 @@ def main(argv=None) -> int:
     p.add_argument("--figure-only", action="store_true", help="redraw the figure from <out>/figure1.json")
     p.add_argument("--fig1b", type=Path, nargs="+", default=None, metavar="DIR",
                    help="draw the fig1b preset's seeds instead (one run folder per seed): fig1b_seeds.json/png/pdf")
+    p.add_argument("--preset", default="fig1b", help="with --fig1b: the preset the runs are of (title and JSON)")
+    p.add_argument("--name", default="fig1b_seeds", help="with --fig1b: the output stem (<name>.json/png/pdf)")
     args = p.parse_args(argv)
     if args.fig1b is not None:
-        path = args.out / "fig1b_seeds.json"
+        if not args.name or "/" in args.name or args.name.startswith("."):
+            p.error(f"--name {args.name!r}: a file stem without a folder")
+        path = args.out / f"{args.name}.json"
         if args.figure_only:
             if not path.is_file():
                 p.error(f"--figure-only needs {path}; run without it first")
@@ -302,10 +370,15 @@ def main(argv=None) -> int:
                 if not all((folder / f).is_file() for f in RATE_FILES):
                     p.error(f"--fig1b {folder}: not a finished rates run (needs {', '.join(RATE_FILES)})")
             args.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(path, {"command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
-                                     "runs": fig1b_records(args.fig1b)})
-        fig1b_figure(json.loads(path.read_text()), args.out / "fig1b_seeds")
-        print(f"wrote {path} and fig1b_seeds.png/.pdf")
+            body = {"command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+                    "runs": fig1b_records(args.fig1b)}
+            if args.preset != "fig1b":  # the fig1b record keeps its former keys
+                body = {"preset": args.preset, **body}
+            atomic_write_json(path, body)
+        rec = json.loads(path.read_text())
+        fig1b_figure(rec, args.out / args.name)
+        print("\n".join(fig1b_table_rows(rec)))
+        print(f"wrote {path} and {args.name}.png/.pdf")
         return 0
     path = args.out / "figure1.json"
     if args.figure_only and not path.is_file():

@@ -1,0 +1,161 @@
+"""Preset fig1b40 (Figure 1(b)'s successor, issue 34): its mirror TOML, and the window script that designed it."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moestat.rates import RatesConfig
+from moestat.rates.presets import PRESETS, load_toml
+from moestat.rates.spec_checks import sample_sizes
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM = ROOT / "simulations" / "rates"
+
+
+def _window():
+    spec = importlib.util.spec_from_file_location("fig1b40_window", SIM / "fig1b40_window.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
+def test_simulation_toml_mirrors_preset(name):
+    data = load_toml(SIM / f"{name}.toml")
+    assert data == PRESETS[name]
+    assert RatesConfig.from_preset(name) == RatesConfig.from_toml(SIM / f"{name}.toml")
+
+
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
+def test_successor_keeps_fig1b_estimator_and_truth(name):
+    """Only the design changes: router subset, sizes, replicates; the estimator, starts and truth are fig1b's."""
+    new, old = RatesConfig.from_preset(name), RatesConfig.from_preset("fig1b")
+    for key in ("setting", "max_iter", "init", "init_scale", "truth_seed", "estimator", "tau", "d", "k_true",
+                "noise_var", "expert", "extra_starts", "starts"):
+        assert getattr(new, key) == getattr(old, key), key
+    assert new.router == ("perturbed",) and new.reps == 40 and new.cell_errors
+
+
+def test_window_script_is_deterministic_and_is_the_preset():
+    """The design recomputed from the recorded fig1b runs equals the committed JSON, and the preset's
+    grid is the one it chose."""
+    mod = _window()
+    a, b = mod.design(), mod.design()
+    assert a == b
+    recorded = json.loads((SIM / "fig1b40_window.json").read_text())
+    assert json.loads(json.dumps(a)) == recorded
+    p = PRESETS["fig1b40"]
+    assert sample_sizes(p["n_min"], p["n_max"], p["n_points"]) == a["sizes"]
+    assert (p["n_min"], p["n_max"], p["reps"]) == (a["n_min"], a["n_max"], a["reps"])
+    # the criterion: the window starts where the run-off share is within the limit from there on
+    share = {int(n): s["pooled"] for n, s in a["runoff_share"].items()}
+    assert all(v <= mod.MAX_RUNOFF_SHARE for n, v in share.items() if n >= a["n_min"])
+    below = [n for n in share if n < a["n_min"]]
+    assert below and share[max(below)] > mod.MAX_RUNOFF_SHARE
+    assert a["predicted_cost_s"] <= mod.BUDGET_S
+
+
+def test_window_threshold_is_half_the_truth_separation():
+    """rho / 2 is the radius of a ball around each true atom that lies inside its Voronoi cell (eq. (5))."""
+    import numpy as np
+
+    from moestat.data.synthetic import make_scenario
+
+    mod = _window()
+    rho = mod.truth_separation()
+    t = make_scenario("perturbed", "over").truth.numpy()
+    om = np.concatenate([t.beta1, t.eta], axis=-1)
+    rng = np.random.default_rng(0)
+    # points within rho/2 of atom j are nearer atom j than any other atom
+    for j in range(len(om)):
+        u = rng.normal(size=(2000, om.shape[1]))
+        u *= (0.999 * rho / 2) * rng.random((2000, 1)) / np.linalg.norm(u, axis=1, keepdims=True)
+        d = np.linalg.norm((om[j] + u)[:, None, :] - om[None, :, :], axis=-1)
+        assert (d.argmin(axis=1) == j).all()
+    assert rho == pytest.approx(min(np.linalg.norm(om[i] - om[k]) for i in range(len(om)) for k in range(i + 1, len(om))))
+
+
+def _window_w():
+    spec = importlib.util.spec_from_file_location("fig1b40w_window", SIM / "fig1b40w_window.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_second_design_is_deterministic_and_is_the_preset():
+    """fig1b40w's design recomputed from fig1b40's recorded runs equals its committed JSON: the lower end,
+    replicates and budget are fig1b40's, the top the largest step within the budget."""
+    mod = _window_w()
+    a = mod.design()
+    assert a == mod.design()
+    assert json.loads(json.dumps(a)) == json.loads((SIM / "fig1b40w_window.json").read_text())
+    first = _window().design()
+    assert (a["n_min"], a["reps"], a["budget_s"]) == (first["n_min"], first["reps"], first["budget_s"])
+    p = PRESETS["fig1b40w"]
+    assert sample_sizes(p["n_min"], p["n_max"], p["n_points"]) == a["sizes"]
+    assert (p["n_min"], p["n_max"], p["n_points"], p["reps"]) == (a["n_min"], a["n_max"], mod.N_SIZES, a["reps"])
+    assert a["predicted_cost_s"] <= a["budget_s"]
+    # one step more would exceed the budget (the top is the largest that fits)
+    t = a["measured_time_per_fit_s"]
+    last = max(map(int, t))
+    more = sample_sizes(a["n_min"], a["n_max"] + mod.STEP, mod.N_SIZES)
+    cost = a["seeds"] * a["reps"] * sum(
+        t[str(n)] if str(n) in t else (float(np.exp(np.interp(np.log(n), np.log(sorted(map(int, t))),
+                                                             np.log([t[str(m)] for m in sorted(map(int, t))]))))
+                                       if n <= last else t[str(last)] * (n / last) ** a["time_exponent_used"])
+        for n in more)
+    assert cost > a["budget_s"]
+
+
+def _figure1():
+    spec = importlib.util.spec_from_file_location("figure1_script", SIM / "figure1.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
+def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
+    """figure1.py --preset NAME --name NAME_seeds rebuilds the committed JSON from the three runs
+    (slopes, categories, halves, certificate counts), and every cell of the docs table is the engine's."""
+    import pandas as pd
+
+    mod = _figure1()
+    runs = [SIM / "figure1" / name / f"seed{s}" for s in (0, 1, 2)]
+    assert mod.main(["--out", str(tmp_path), "--preset", name, "--name", f"{name}_seeds",
+                     "--fig1b", *map(str, runs)]) == 0
+    rec = json.loads((tmp_path / f"{name}_seeds.json").read_text())
+    assert rec["preset"] == name and (tmp_path / f"{name}_seeds.png").is_file()
+    recorded = json.loads((SIM / "figure1" / f"{name}_seeds.json").read_text())
+    assert recorded["runs"].keys() == {str(p.relative_to(ROOT)) for p in runs}
+    for run, r, rr in zip(runs, rec["runs"].values(), recorded["runs"].values()):
+        summ = json.loads((run / "summary.json").read_text())
+        res = pd.read_csv(run / "results.csv")
+        ext = pd.read_csv(run / "extras.csv")
+        # the certificate, counted here from the CSV files
+        assert r["certificate"]["sse_below_truth"] == int((res["fit_objective"] < res["truth_objective"]).sum())
+        assert r["certificate"]["possibly_on_box"] == int((ext["beta1_radial"] >= r["certificate"]["box_bound"]).sum())
+        p = PRESETS[name]
+        assert sum(r["certificate"]["truth_check"].values()) == len(res) == r["fits"] == p["reps"] * p["n_points"]
+        for col, _, _ in mod.FIG1B_LOSSES:
+            f = next(f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col)
+            assert r[col]["slope"]["slope"] == f["slope"] == rr[col]["slope"]["slope"]
+            assert [h["category"] for h in r[col]["halves"]] == [h["category"] for h in f["halves"]]
+        assert r["certificate"] == rr["certificate"]
+    doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
+    for line in mod.fig1b_table_rows(rec):
+        for cell in line.split(" | ")[2:]:
+            assert f"- {cell}" in doc, cell
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden"])
+def test_figure1_refuses_a_name_with_a_folder(tmp_path, bad, capsys):
+    out = tmp_path / "out"
+    runs = [SIM / "figure1" / "fig1b40" / "seed0"]
+    with pytest.raises(SystemExit) as e:
+        _figure1().main(["--out", str(out), "--name", bad, "--fig1b", *map(str, runs)])
+    assert e.value.code == 2 and not out.exists()
+    assert "--name" in capsys.readouterr().err
