@@ -35,7 +35,7 @@ from moestat.rates.backends import ClusterOptions, check_scheduler, require_clus
 from moestat.rates.experiment import format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
-from moestat.rates.presets import load_toml, preset_dict, scenario_file_defaults
+from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
 from moestat.rates.store import check_resumable
 
 __all__ = ["build_parser", "config_from_args", "main"]
@@ -162,8 +162,8 @@ def _add_execution_options(g) -> None:
     add_device(g, None)
     add_out(g, "rates")
     add_resume(g)
-    g.add_argument("--preset", help="named preset: default, fig1a, fig1b, over, over_1e6, exact_1e6, smoke, gmoe_exact, gmoe_over3, "
-                                       "gmoe_over4, gmoe_smoke; default none")
+    # the list is read from the presets themselves, so that a new preset cannot be missing from --help
+    g.add_argument("--preset", help=f"named preset: {', '.join(PRESETS)}; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
     add_quiet(g)
     g.add_argument("--figure-formats", type=argtype(check_figure_formats),
