@@ -21,10 +21,12 @@ def test_gmoe_over3_full_design_has_forty_replicates_on_the_recorded_grid():
     assert run.base["estimator"] == "mle" and run.base["k_fit"] == 3
 
 
-def test_gmoe_over4_keeps_its_recorded_design():
+def test_gmoe_over4_full_design_has_forty_replicates_on_the_recorded_grid():
+    # the same scope 4 as K = 3; only the replicate count changed from the 10-replicate record
+    # (simulations/catalogue/gmoe-over4/ten_replicates/)
     full = _full("gmoe-over4")
-    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 10, 2)
-    assert "10 replicates" in cat.entry("gmoe-over4").paper_design
+    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 40, 2)
+    assert "40 replicates" in cat.entry("gmoe-over4").paper_design
 
 
 def _cell_script():
