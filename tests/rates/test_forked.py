@@ -63,10 +63,18 @@ def _die_unit(unit):
     return []
 
 
+_FRESH = "MOESTAT_TEST_FORK_FRESH_PROCESS"
+
+
 @pytest.fixture
-def forkable():
+def forkable(request):
     """A process state in which the sweep may fork: what earlier tests left running is ended
-    (joblib's loky pool and its threads; the background imports of a rates run are waited for)."""
+    (joblib's loky pool and its threads; the background imports of a rates run are waited for).
+
+    Where a thread the tests cannot end is still running (dask's offload thread, started by an
+    earlier dask test of the same session, lives as long as the process), the test is run alone in
+    a fresh interpreter instead -- never skipped -- and the fixture returns True: the test body then
+    returns at once, its verdict being the fresh run's."""
     reusable = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(reusable, "_executor", None)
     if executor is not None:
@@ -75,8 +83,17 @@ def forkable():
         if t.name == "moestat-warm-imports":
             t.join(timeout=120)
     why = fork_refusal()
-    if why is not None:  # pragma: no cover - a thread of the test runner itself
-        pytest.skip(f"fork refused in this test process: {why}")
+    if why is None:
+        return False
+    if os.environ.get(_FRESH):  # a fresh interpreter that still may not fork: a real failure
+        pytest.fail(f"fork refused in a fresh test process: {why}")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           request.node.nodeid], cwd=root, env={**os.environ, _FRESH: "1"},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (f"{request.node.nodeid} failed in a fresh interpreter (this one holds: {why})\n"
+                                  + done.stdout[-4000:] + done.stderr[-2000:])
+    return True
 
 
 class _Unit:
@@ -87,6 +104,8 @@ class _Unit:
 
 @linux_only
 def test_forked_workers_give_the_rows_of_one_process(tmp_path, monkeypatch, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     cfg = tiny(router=["perturbed", "cosine"], chunk=2)
     (tmp_path / "one").mkdir()
     (tmp_path / "fork").mkdir()
@@ -113,6 +132,8 @@ def test_forked_workers_give_the_rows_of_one_process(tmp_path, monkeypatch, fork
 
 @linux_only
 def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tmp_path, monkeypatch, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     from moestat.rates.experiment import run_rates
 
     cfg = tiny(router=["perturbed"], chunk=1, n_jobs=2)
@@ -154,6 +175,8 @@ def test_with_forked_workers_the_sweeps_process_imports_neither_statsmodels_nor_
 
 @linux_only
 def test_call_runs_in_the_worker_after_what_was_posted_and_raises_its_errors_here(forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     pool = ForkedWorkers.start(1)
     assert pool is not None
     try:
@@ -197,6 +220,8 @@ def test_fork_is_refused_off_linux_and_while_another_thread_runs(monkeypatch):
 
 @linux_only
 def test_a_worker_error_is_raised_here_with_its_traceback_and_stops_the_pool(monkeypatch, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     monkeypatch.setenv("MOESTAT_TEST_PARENT", str(os.getpid()))
     pool = ForkedWorkers.start(1)
     assert pool is not None
@@ -216,6 +241,8 @@ def test_a_worker_error_is_raised_here_with_its_traceback_and_stops_the_pool(mon
 
 @linux_only
 def test_a_worker_that_dies_is_reported(monkeypatch, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     monkeypatch.setenv("MOESTAT_TEST_PARENT", str(os.getpid()))
     pool = ForkedWorkers.start(1)
     try:
@@ -227,6 +254,8 @@ def test_a_worker_that_dies_is_reported(monkeypatch, forkable):
 
 @linux_only
 def test_draw_in_fork_runs_the_jobs_in_two_processes_and_reruns_a_failed_one_here(tmp_path, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
     where = tmp_path / "where"
 
     def job(name):
