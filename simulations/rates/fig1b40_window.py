@@ -71,6 +71,24 @@ def _rows(run: Path) -> list[dict]:
         return [r for r in csv.DictReader(fh) if r["router"] == "perturbed"]
 
 
+def expected_halfwidths(rows: list[dict], ns: list[int], sizes: list[int], reps: int) -> dict:
+    """Expected 95% half-widths of the log-of-mean slope of each of :data:`LOSSES` on the grid
+    ``sizes`` with ``reps`` replicates: the per-n SE of the log of the mean by the delta method,
+    sd / (mean sqrt R), averaged over the recorded sizes ``ns`` of ``rows``."""
+    x = np.log(sizes)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    expected = {}
+    for loss in LOSSES:
+        cv = []
+        for n in ns:
+            v = np.array([float(r[loss]) for r in rows if int(r["n"]) == n])
+            cv.append(float(v.std(ddof=1) / v.mean()))
+        se_log = float(np.mean(cv)) / math.sqrt(reps)
+        expected[loss] = {"cv_recorded": dict(zip(map(str, ns), cv)), "se_log_mean": se_log,
+                          "halfwidth_95": 1.96 * se_log / math.sqrt(sxx)}
+    return expected
+
+
 def truth_separation() -> float:
     """``rho``: the smallest distance between two true atoms in ``omega = (beta1, eta)``."""
     from moestat.data.synthetic import make_scenario
@@ -112,20 +130,8 @@ def design(runs: list[Path] = RUNS) -> dict:
     if k < MIN_SIZES:
         raise SystemExit(f"no window of {MIN_SIZES} sizes from n = {n_lo} fits the budget of {BUDGET_S} s")
     chosen = grid[:k]
-    # Expected 95% half-widths on the chosen grid with REPS replicates: per-n SE of the log of the
-    # mean by the delta method, sd / (mean sqrt R), from the recorded sizes inside the window.
-    x = np.log(chosen)
-    sxx = float(((x - x.mean()) ** 2).sum())
     inside = [n for n in ns if chosen[0] <= n <= chosen[-1]]
-    expected = {}
-    for loss in LOSSES:
-        cv = []
-        for n in inside:
-            v = np.array([float(r[loss]) for _, r in rows if int(r["n"]) == n])
-            cv.append(float(v.std(ddof=1) / v.mean()))
-        se_log = float(np.mean(cv)) / math.sqrt(REPS)
-        expected[loss] = {"cv_recorded": dict(zip(map(str, inside), cv)), "se_log_mean": se_log,
-                          "halfwidth_95": 1.96 * se_log / math.sqrt(sxx)}
+    expected = expected_halfwidths([r for _, r in rows], inside, chosen, REPS)
     return {
         "criterion": {"rho": rho, "threshold": thr, "max_runoff_share": MAX_RUNOFF_SHARE,
                       "rule": "window starts at the smallest recorded n at and above which the pooled share of perturbed "

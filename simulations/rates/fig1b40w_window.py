@@ -28,7 +28,6 @@ recorded CSV files.  Run (recorded ``simulations/rates/fig1b40w_window.json``)::
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import json
 import math
@@ -53,11 +52,6 @@ def _base():
     return mod
 
 
-def _rows(run: Path) -> list[dict]:
-    with open(run / "results.csv", newline="") as fh:
-        return [r for r in csv.DictReader(fh) if r["router"] == "perturbed"]
-
-
 def design(runs: list[Path] = RUNS) -> dict:
     """The window, the cost and the expected half-widths (module docstring)."""
     from moestat.rates.spec_checks import sample_sizes
@@ -65,7 +59,7 @@ def design(runs: list[Path] = RUNS) -> dict:
     base = _base()
     lower = base.design()  # the lower end, the replicates and the budget of fig1b40
     n_lo, reps, seeds, budget = lower["n_min"], lower["reps"], lower["seeds"], lower["budget_s"]
-    rows = [r for run in runs for r in _rows(run)]
+    rows = [r for run in runs for r in base._rows(run)]
     ns = sorted({int(r["n"]) for r in rows})
     t_rec = {n: float(np.mean([float(r["time"]) for r in rows if int(r["n"]) == n])) for n in ns}
     ln, lt = np.log(ns), np.log([t_rec[n] for n in ns])
@@ -86,17 +80,7 @@ def design(runs: list[Path] = RUNS) -> dict:
     if cost(n_max) > budget:
         raise SystemExit(f"no window of {N_SIZES} sizes from n = {n_lo} fits the budget of {budget} s")
     sizes = sample_sizes(n_lo, n_max, N_SIZES)
-    x = np.log(sizes)
-    sxx = float(((x - x.mean()) ** 2).sum())
-    expected = {}
-    for loss in base.LOSSES:
-        cv = []
-        for n in ns:
-            v = np.array([float(r[loss]) for r in rows if int(r["n"]) == n])
-            cv.append(float(v.std(ddof=1) / v.mean()))
-        se_log = float(np.mean(cv)) / math.sqrt(reps)
-        expected[loss] = {"cv_recorded": dict(zip(map(str, ns), cv)), "se_log_mean": se_log,
-                          "halfwidth_95": 1.96 * se_log / math.sqrt(sxx)}
+    expected = base.expected_halfwidths(rows, ns, sizes, reps)
     return {
         "lower_end_from": "fig1b40_window.design()",
         "n_min": n_lo, "reps": reps, "seeds": seeds, "budget_s": budget,
