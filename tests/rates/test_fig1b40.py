@@ -15,11 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "simulations" / "rates"
 
 
-def _window():
-    spec = importlib.util.spec_from_file_location("fig1b40_window", SIM / "fig1b40_window.py")
+def _script(name: str):
+    """The module of ``simulations/rates/NAME.py``, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", SIM / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _window():
+    return _script("fig1b40_window")
 
 
 @pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
@@ -79,10 +84,7 @@ def test_window_threshold_is_half_the_truth_separation():
 
 
 def _window_w():
-    spec = importlib.util.spec_from_file_location("fig1b40w_window", SIM / "fig1b40w_window.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("fig1b40w_window")
 
 
 def test_second_design_is_deterministic_and_is_the_preset():
@@ -111,10 +113,7 @@ def test_second_design_is_deterministic_and_is_the_preset():
 
 
 def _figure1():
-    spec = importlib.util.spec_from_file_location("figure1_script", SIM / "figure1.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("figure1")
 
 
 @pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])

@@ -17,6 +17,7 @@ from moestat.rates.forked import FORK_ENV, ForkedWorkers, WorkerLost, draw_in_fo
 from moestat.rates.store import RESULT_COLUMNS
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 from moestat.rates.sweep import run_unit as _run_unit
+from tests.test_folder_lock import _alive, _children, _wait_rows  # the /proc helpers of the kill tests
 
 TINY = dict(d=2, n_min=40, n_max=90, n_points=3, reps=3, max_iter=5, holdout=256, n_boot=100, quiet=True)
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers are used on Linux only")
@@ -307,28 +308,6 @@ def test_a_fork_after_a_multithreaded_torch_region_runs_units(tmp_path):
     assert len(_rows(tmp_path / "results.csv")) == 1 + 3 * 3  # header and 3 sizes x 3 replicates
 
 
-def _children(pid: int) -> list[int]:
-    kids = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                kids.append(int(p))
-    return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @linux_only
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the workers")
 def test_forked_workers_end_when_the_main_process_is_killed(tmp_path):
@@ -341,10 +320,7 @@ def test_forked_workers_end_when_the_main_process_is_killed(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != FORK_ENV} | {"OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "moestat.rates", *args], env=env)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not ((out / "results.csv").exists()
-                                               and (out / "results.csv").read_text().count("\n") > 1):
-            time.sleep(0.05)
+        _wait_rows(out / "results.csv", 1)
         workers = _children(proc.pid)
         assert workers, "no forked worker found"
         with open(f"/proc/{workers[0]}/cmdline") as fh:
