@@ -115,3 +115,24 @@ def test_checks_carry_the_causes_in_details_and_in_the_reason_only_when_not_pass
     passed = {x.name: x for x in over_strong.run(Context("quick", tmp_path))}
     assert passed["thm5_over_D2"].status == "passed"
     assert "causes measured" not in passed["thm5_over_D2"].reason and passed["thm5_over_D2"].details["causes"] == c
+
+
+def test_recorded_quick_report_is_recomputed_from_its_recorded_fits(monkeypatch):
+    """simulations/rates/theory_reports/quick_thm5_causes: the five checks' causes and reasons, recomputed
+    now from the fits the report recorded beside it (rates/quick-over), equal the recorded report's:
+    nothing in it was typed, and the verdicts are the rule's."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "simulations" / "rates" / "theory_reports" / "quick_thm5_causes"
+    summary = json.loads((root / "rates" / "quick-over" / "summary.json").read_text())
+    monkeypatch.setattr(over_strong, "over_run", lambda c: ("quick-over", summary))
+    now = {x.name: json.loads(json.dumps(x.to_dict(), default=str)) for x in over_strong.run(Context("quick", root))}
+    recorded = {c["name"]: c for c in json.loads((root / "theory_report.json").read_text())["checks"]}
+    assert set(now) == set(recorded) == set(over_strong.NAMES)
+    for name, c in now.items():
+        r = recorded[name]
+        assert (c["status"], c["measured"], c["reason"]) == (r["status"], r["measured"], r["reason"]), name
+        assert c["details"]["causes"] == r["details"]["causes"], name
+        if r["status"] != "passed":
+            assert "causes measured on these fits" in r["reason"], name
