@@ -136,3 +136,23 @@ def test_recorded_quick_report_is_recomputed_from_its_recorded_fits(monkeypatch)
         assert c["details"]["causes"] == r["details"]["causes"], name
         if r["status"] != "passed":
             assert "causes measured on these fits" in r["reason"], name
+
+
+def test_docs_quote_the_recorded_causes():
+    """docs/guide/theory.rst's paragraph on the thm5 causes quotes the recorded report's numbers."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    checks = {c["name"]: c for c in json.loads((root / "simulations" / "rates" / "theory_reports" / "quick_thm5_causes"
+                                                / "theory_report.json").read_text())["checks"]}
+    doc = (root / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
+    c = checks["thm5_over_D2"]["details"]["causes"]
+    lo, hi = c["shared_share_range"]
+    assert f"0.974 to 0.989 of the" in doc and (round(lo, 3), round(hi, 3)) == (0.974, 0.989)
+    assert c["singleton_run_off"] == 0 and c["fits"] == 40 and "(0 of 40 fits;" in doc
+    for name, (with_, without) in {"thm5_over_D2": (-0.74, -0.58), "thm5_weighted_multi": (-0.74, -0.58),
+                                   "thm5_param_multi": (-0.39, -0.37), "thm5_param_single": (-0.79, -0.75),
+                                   "thm5_weighted_single": (-0.83, -0.72)}.items():
+        cc = checks[name]["details"]["causes"]
+        assert (round(cc["slope_mean"], 2), round(cc["slope_without_largest"], 2)) == (with_, without), name
