@@ -10,10 +10,15 @@ least squares started near the truth with noise 0.05).  Columns:
    interval (:func:`moestat.rates.fit.slope_with_interval`, the engine's) drawn as a line, and the
    theorem's exponent where the paper states one.  (a): ``D_3`` (eq. 16), which is ``D_{1,1}`` in the
    exact setting, recorded by ``moestat catalogue`` (``simulations/catalogue/cosine-exact``, 20
-   replicates, n = 2000 .. 128000); (b): ``D_2`` (eq. 13), the preset ``fig1b``'s three recorded
-   seeds pooled (``simulations/rates/figure1/fig1b/seed{0,1,2}``, 36 replicates, n = 1000 .. 32000),
-   and the perturbed router's recorded sweep to n = 1e6 (``simulations/rates/over_1e6_reps10``,
-   10 replicates).
+   replicates, n = 2000 .. 128000); (b): the perturbed router's ``D_2`` (eq. 13), single-atom and
+   shared-cell errors (Theorem 5 (i), ``param_single`` / ``param_multi``) of the preset ``fig1b40w``
+   (``simulations/rates/figure1/fig1b40w/seed{0,1,2}``: seed 0 the default, 1 and 2 the extra
+   seeds; 40 replicates each, n = 4000 .. 65000, 6 sizes), one curve per seed, with the slope,
+   interval and category each run's ``summary.json`` records (the engine's; nothing refitted or
+   recomputed); the vanilla router's ``D_2`` from the preset ``fig1b``'s three seeds pooled
+   (``simulations/rates/figure1/fig1b/seed{0,1,2}``, 36 replicates, n = 1000 .. 32000: ``fig1b40w``
+   runs the perturbed router only); and the perturbed router's recorded sweep to n = 1e6
+   (``simulations/rates/over_1e6_reps10``, 10 replicates).
 2. **mechanism**: the ``beta1`` error split into its radial part ``| ||b|| - ||b*|| |`` (not identified
    under the vanilla router, PDE (4)) and its directional part ``|| b/||b|| - b*/||b*|| ||``
    (:func:`moestat.losses.cell_errors.beta1_decomposition`), both routers.  (a): the paired start/fit
@@ -57,6 +62,8 @@ SOURCES = {
     "exact_mechanism_and_bounds": "simulations/rates/two_point/two_point.json",
     "over_fits": ["simulations/rates/figure1/fig1b/seed0", "simulations/rates/figure1/fig1b/seed1",
                   "simulations/rates/figure1/fig1b/seed2"],
+    "over_fits_fig1b40w": ["simulations/rates/figure1/fig1b40w/seed0", "simulations/rates/figure1/fig1b40w/seed1",
+                           "simulations/rates/figure1/fig1b40w/seed2"],
     "over_fits_1e6": "simulations/rates/over_1e6_reps10",
     "over_cells": "simulations/rates/figure1/cells_over_seed0.json",
     "over_bounds": "simulations/rates/figure1/figure1.json",
@@ -66,6 +73,10 @@ SOURCES = {
 #: The vanilla router has none: Theorems 2 and 3 say "slower than any polynomial rate".
 PAPER_EXPONENT = {"D3": (-0.5, "Thm 6"), "D2": (-0.5, "Thm 5"), "single": (-0.5, "Thm 5 (i)"),
                   "shared": (-0.25, "Thm 5 (i)"), "beta1_exact": (-0.5, "Thm 6")}
+
+#: Panel (b1)'s perturbed losses from fig1b40w: (column, short name, :data:`PAPER_EXPONENT` key, marker).
+OVER_LOSSES = (("voronoi", "$D_2$", "D2", "o"), ("param_single", "single-atom cells", "single", "s"),
+               ("param_multi", "shared cells", "shared", "^"))
 
 
 # ----------------------------------------------------------------------------------------- data
@@ -173,6 +184,32 @@ def mechanism_by_n(mech: dict, router: str, key: str) -> dict[int, np.ndarray]:
     return {int(n): np.asarray(v, float) for n, v in zip(mech["ns"], mech["routers"][router]["per_replicate"][key])}
 
 
+def recorded_slope(folder: Path, router: str, loss: str) -> dict:
+    """The engine's slope of ``loss`` for ``router`` as the run's ``summary.json`` records it:
+    ``slope``, ``ci_low``, ``ci_high``, ``intercept`` (of the log-of-mean OLS), ``predicted``,
+    ``category``, ``reason`` and the two halves' categories (even / odd replicates)."""
+    summ = json.loads((folder / "summary.json").read_text())
+    f = next((f for f in summ["fits"] if f["router"] == router and f["loss"] == loss), None)
+    if f is None:
+        raise KeyError(f"{folder}: no {router} fit of {loss!r} in summary.json")
+    return {"slope": float(f["slope"]), "ci_low": float(f["ci_low"]), "ci_high": float(f["ci_high"]),
+            "intercept": float(f["log_mean"]["intercept"]), "predicted": f.get("predicted"),
+            "category": f.get("category"), "reason": f.get("reason"),
+            "halves": [h.get("category") for h in f.get("halves") or []]}
+
+
+def seed_series(folder: Path, router: str, column: str, rng: np.random.Generator) -> dict:
+    """:func:`series` of one run folder (one seed), its slope replaced by the run's own record
+    (:func:`recorded_slope`): the curve's per-n intervals are computed here, the slope, its interval
+    and its category are the engine's.  ``slope["own_ols"]`` keeps the slope recomputed from the rows
+    (equal to the recorded one: the log-of-mean OLS is deterministic; a test checks it)."""
+    rec = series(replicate_values([folder], router, column), rng)
+    own = rec["slope"]["slope"]
+    rec["slope"] = {**recorded_slope(folder, router, column), "own_ols": own}
+    rec["seed"] = int(json.loads((folder / "summary.json").read_text())["config"]["seed"])
+    return rec
+
+
 def bound_curve(c: dict) -> dict:
     """A two-point curve as plotted: ``n``, the bound, its Monte Carlo band and the recorded slopes."""
     out = {"n": list(map(float, c["ns"])), "lower_bound": c["lower_bound"], "low": c["lower_bound_low"],
@@ -213,6 +250,13 @@ def collect(root: Path, seed: int = 0) -> dict:
     b = {"fixed": {}, "mechanism": {}, "bounds": {}}
     for r in ROUTERS:
         b["fixed"][r] = series(replicate_values(p["over_fits"], r, "voronoi"), _rng(seed, next(key)))
+    # fig1b40w, one curve per seed and loss; its own stream keys (10_000 + ...) leave the others' as they were
+    wkey = iter(range(10_000, 20_000))
+    b["fig1b40w"] = {col: [seed_series(f, "perturbed", col, _rng(seed, next(wkey))) for f in p["over_fits_fig1b40w"]]
+                     for col, _, _, _ in OVER_LOSSES}
+    from moestat.rates.config import GridSpec
+
+    b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b40w` runs without --seed
     b["fixed"]["perturbed_1e6"] = series(replicate_values([p["over_fits_1e6"]], "perturbed", "voronoi"),
                                          _rng(seed, next(key)))
     for r in ROUTERS:
@@ -231,11 +275,27 @@ def collect(root: Path, seed: int = 0) -> dict:
     a["converged"] = conv([p["exact_fits"]])
     b["converged"] = conv(p["over_fits"])
     b["converged_1e6"] = conv([p["over_fits_1e6"]])
+    b["converged_fig1b40w"] = [conv([f])["perturbed"] for f in p["over_fits_fig1b40w"]]
     a["mechanism_converged"] = {r: sum(row["converged"] for row in tp["mechanism"]["routers"][r]["rows"]) for r in ROUTERS}
     rec["exact"], rec["over"] = a, b
     rec["n_mc"] = {"exact": tp["two_point"]["cosine"]["info"]["n_mc"],
                    "over": json.loads(p["over_bounds"].read_text())["n_mc"]}
     return rec
+
+
+def fig1b40w_cells(rec: dict) -> dict[str, str]:
+    """Per loss of :data:`OVER_LOSSES`, the cell of the docs table (docs/guide/theory.rst, Figure 1):
+    ``seed S: slope [ci_low, ci_high] category`` for each fig1b40w seed, as the record holds them
+    (the runs' own summary.json; a test checks each cell against the docs)."""
+    b = rec["over"]
+    out = {}
+    for key, _, _, _ in OVER_LOSSES:
+        cells = []
+        for d in b["fig1b40w"][key]:
+            tag = " (default)" if d["seed"] == b["default_seed"] else ""
+            cells.append(f"seed {d['seed']}{tag}: {_fmt(d['slope'])} {d['slope']['category']}")
+        out[key] = "; ".join(cells)
+    return out
 
 
 # -------------------------------------------------------------------------------------- drawing
@@ -273,6 +333,69 @@ def _reference(ax, n0: float, n1: float, y0: float, exponent: float) -> None:
     ax.plot(x, y0 * (x / n0) ** exponent, ":", color="0.2", lw=1.4, zorder=1)
 
 
+#: fig1b40w's seeds in panel (b1): shades of the perturbed router's colour (seed 0, the default,
+#: in the router's own), and a small shift along n so that the three seeds' bars sit side by side.
+SEED_COLOURS = ("#0072B2", "#003A5C", "#56B4E9")
+SEED_SHIFT = (1.0, 0.955, 1.045)
+
+
+def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
+    """Panel (b1): fig1b40w's D_2, single-atom and shared-cell curves per seed (bootstrap 95% CI of
+    the mean per n, the engine's slope, interval and category in the legend), the vanilla router's
+    D_2 (fig1b pooled), the sweep to 1e6, and Theorem 5's exponents."""
+    from moestat.plotting import curve_handle, legend
+
+    hs, ls = [], []
+    d = R["fixed"]["cosine"]
+    _curve(ax, d, col["cosine"], "o", "none", 1.0)
+    from matplotlib.lines import Line2D
+
+    hs.append((Line2D([], [], color=col["cosine"], lw=3.5, alpha=0.18), *curve_handle(col["cosine"], bar=True, line=None)))
+    ls.append(f"vanilla, $D_2$ (fig1b, 3 seeds x 12 pooled; pale: OLS line): {_fmt(d['slope'])}")
+    d = R["fixed"]["perturbed_1e6"]
+    sweep = "0.45"  # grey: not one of fig1b40w's seeds
+    _curve(ax, d, sweep, "D", "none", 1.0, mfc="white", fit_line=False, lw=1.0)
+    hs.append(_open(curve_handle(sweep, marker="D", line=None, bar=True)))
+    ls.append(f"perturbed, $D_2$, sweep to $10^6$ (10 reps): {_fmt(d['slope'])}")
+    default = R.get("default_seed", 0)
+    for key, name, ekey, mk in OVER_LOSSES:
+        for j, d in enumerate(R["fig1b40w"][key]):
+            n = np.asarray(d["n"], float) * SEED_SHIFT[j]
+            m, lo, hi = (np.asarray(d[k], float) for k in ("mean", "ci_low", "ci_high"))
+            ax.errorbar(n, m, yerr=[m - lo, hi - m], fmt=mk, ls="-", color=SEED_COLOURS[j], ms=4.5, lw=0.9,
+                        capsize=2, zorder=3)
+            hs.append(curve_handle(SEED_COLOURS[j], marker=mk, line="-", bar=True))
+            sl = d["slope"]
+            tag = " (default)" if d["seed"] == default else ""
+            ls.append(f"{name}, seed {d['seed']}{tag}: {_fmt(sl)} {sl['category']}")
+    # each group named beside its first size (the markers alone left the reader to the legend)
+    for key, name, _, _ in OVER_LOSSES:
+        ds = R["fig1b40w"][key]
+        right = key != "voronoi"  # on their left these labels would meet the vanilla curve or the axis's start
+        i = -1 if right else 0
+        y = float(np.exp(np.mean([np.log(d["mean"][i]) for d in ds])))
+        x = ds[0]["n"][i] * (max(SEED_SHIFT) if right else min(SEED_SHIFT))
+        # the shared-cell label a little low: the sweep's bars to 1e6 end just above its level
+        ax.annotate(name, (x, y), xytext=(12 if right else -12, -7 if key == "param_multi" else 0), textcoords="offset points",
+                    ha="left" if right else "right", va="center", fontsize=10, color="0.15")
+    # Theorem 5's exponents, anchored below the seeds' geometric mean at the first n (compare slopes, not levels)
+    for key, name, ekey, _ in OVER_LOSSES:
+        e, thm = PAPER_EXPONENT[ekey]
+        ds = R["fig1b40w"][key]
+        y0 = float(np.exp(np.mean([np.log(d["mean"][0]) for d in ds]))) * 0.55
+        x = np.array([ds[0]["n"][0], ds[0]["n"][-1]], float)
+        ax.plot(x, y0 * (x / x[0]) ** e, ":" if e == -0.5 else "-.", color="0.2", lw=1.4, zorder=1)
+    hs.append(curve_handle("0.2", marker=None, line=":", lw=1.4))
+    ls.append(f"{_pow(-0.5)}: Thm 5, $D_2$ and single-atom cells (vanilla: no exponent, Thm 3)")
+    hs.append(curve_handle("0.2", marker=None, line="-.", lw=1.4))
+    ls.append(f"{_pow(-0.25)}: Thm 5 (i), shared cells")
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss of the least-squares fit (see legend)",
+           title="(b1) fixed truth: $D_2$, single-atom and shared-cell errors\n"
+                 "perturbed: fig1b40w, 3 seeds x 40 replicates; mean and 95% bootstrap CI")
+    legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit; fig1b40w: with the category, from its summary.json",
+           title_fontsize=9, **below)
+
+
 def figure(rec: dict, stem: Path) -> None:
     """Draw the 2 x 3 figure of :func:`collect`'s record to ``<stem>.png``/``.pdf``."""
     import matplotlib
@@ -296,29 +419,26 @@ def figure(rec: dict, stem: Path) -> None:
         lsym = "D_3" if setting == "exact" else "D_2"
         # ---- column 1: fixed truth
         ax = axes[i, 0]
-        hs, ls = [], []
-        for r in ROUTERS:
-            d = R["fixed"][r]
-            _curve(ax, d, col[r], "o", "none", shift[r])
-            hs.append(curve_handle(col[r], bar=True, line=None))
-            ls.append(f"{NAME[r]}: slope {_fmt(d['slope'])}")
         if setting == "over":
-            d = R["fixed"]["perturbed_1e6"]
-            _curve(ax, d, col["perturbed"], "D", "none", 1.0, mfc="white")
-            hs.append(_open(curve_handle(col["perturbed"], marker="D", line=None, bar=True)))
-            ls.append(f"perturbed, sweep to 1e6 (10 reps): slope {_fmt(d['slope'])}")
-        hs.append(fitl)
-        ls.append("log-of-mean OLS line (slope above)")
-        e, thm = PAPER_EXPONENT["D3" if setting == "exact" else "D2"]
-        d = R["fixed"]["perturbed"]
-        _reference(ax, d["n"][0], d["n"][-1], d["mean"][0] * 0.45, e)
-        hs.append(ref)
-        ls.append(f"{_pow(e)}: {thm}, perturbed (vanilla: no exponent, Thm {2 if setting == 'exact' else 3})")
-        reps = "20 replicates" if setting == "exact" else "3 seeds x 12 = 36 replicates"
-        ax.set(xscale="log", yscale="log", xlabel="n",
-               ylabel=f"paper's Voronoi loss ${lsym}(\\hat G_n, G_*)$",
-               title=f"({row}1) fixed truth: {loss} of the least-squares fit\nmean and 95% bootstrap CI, {reps}")
-        legend(ax, hs, ls, **below)
+            _over_fixed(ax, R, col, below)
+        else:
+            hs, ls = [], []
+            for r in ROUTERS:
+                d = R["fixed"][r]
+                _curve(ax, d, col[r], "o", "none", shift[r])
+                hs.append(curve_handle(col[r], bar=True, line=None))
+                ls.append(f"{NAME[r]}: slope {_fmt(d['slope'])}")
+            hs.append(fitl)
+            ls.append("log-of-mean OLS line (slope above)")
+            e, thm = PAPER_EXPONENT["D3"]
+            d = R["fixed"]["perturbed"]
+            _reference(ax, d["n"][0], d["n"][-1], d["mean"][0] * 0.45, e)
+            hs.append(ref)
+            ls.append(f"{_pow(e)}: {thm}, perturbed (vanilla: no exponent, Thm 2)")
+            ax.set(xscale="log", yscale="log", xlabel="n",
+                   ylabel=f"paper's Voronoi loss ${lsym}(\\hat G_n, G_*)$",
+                   title=f"({row}1) fixed truth: {loss} of the least-squares fit\nmean and 95% bootstrap CI, 20 replicates")
+            legend(ax, hs, ls, **below)
         # ---- column 2: mechanism
         ax = axes[i, 1]
         hs, ls = [], []
@@ -401,8 +521,8 @@ def figure(rec: dict, stem: Path) -> None:
         "k = k* + 1 (Theorems 3, 5).\nd = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5 (perturbed); least "
         "squares started near the truth (noise 0.05).\n"
         f"Converged fits: (a1) {a['converged']['cosine']} vanilla, {a['converged']['perturbed']} perturbed; "
-        f"(b1) {b['converged']['cosine']} vanilla, {b['converged']['perturbed']} perturbed, "
-        f"{b['converged_1e6']['perturbed']} to 1e6; (b2) refit = recorded in {b['cells_refit_matches_recorded']}.  "
+        f"(b1) {b['converged']['cosine']} vanilla (fig1b), {' / '.join(b['converged_fig1b40w'])} perturbed (fig1b40w seeds "
+        f"{' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}), {b['converged_1e6']['perturbed']} to 1e6; (b2) refit = recorded in {b['cells_refit_matches_recorded']}.  "
         "\nColumns 1-2: one fixed truth (a fixed-truth slope cannot test a minimax lower bound).  Column 3: lower bounds "
         f"on the minimax risk at each n, band kappa +- 2 SE (m = {rec['n_mc']['exact']:.0e} / {rec['n_mc']['over']:.0e} "
         "Monte Carlo inputs).", fontsize=10.5)
@@ -437,6 +557,8 @@ def main(argv=None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, rec)
     figure(rec, args.out / "figure1_composite")
+    for key, cell in fig1b40w_cells(rec).items():  # the docs table's (b1) fig1b40w cells
+        print(f"(b1) {key}: {cell}")
     print(f"wrote {'' if args.figure_only else f'{path} and '}{args.out / 'figure1_composite'}.png/.pdf")
     return 0
 

@@ -146,3 +146,46 @@ def test_the_recorded_cells_are_the_fig1b_seed0_fits():
     assert rec["refit_matches_recorded"] == f"{len(rec['rows'])}/{len(rec['rows'])}"
     for r in rec["rows"]:  # k = k* + 1 atoms, every atom in some cell
         assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
+
+
+def test_recorded_slope_reads_the_runs_summary(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"fits": [
+        {"router": "perturbed", "loss": "voronoi", "slope": -0.4, "ci_low": -0.6, "ci_high": -0.2, "predicted": -0.5,
+         "category": "consistent", "reason": "r", "log_mean": {"intercept": 3.0},
+         "halves": [{"half": "A", "category": "consistent"}, {"half": "B", "category": "inconclusive"}]}]}))
+    got = mod.recorded_slope(tmp_path, "perturbed", "voronoi")
+    assert got == {"slope": -0.4, "ci_low": -0.6, "ci_high": -0.2, "intercept": 3.0, "predicted": -0.5,
+                   "category": "consistent", "reason": "r", "halves": ["consistent", "inconclusive"]}
+    with pytest.raises(KeyError):
+        mod.recorded_slope(tmp_path, "cosine", "voronoi")
+
+
+def test_fig1b40w_panel_is_the_runs_own_record_and_the_docs_table():
+    """Panel (b1)'s fig1b40w curves: per seed and loss, the slope, interval and category are the run's
+    summary.json, the slope recomputed from its rows equals it (deterministic OLS), the per-n
+    intervals bracket the means of the recorded rows, and every docs cell is the record's."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    b = rec["over"]
+    folders = [ROOT / f for f in mod.SOURCES["over_fits_fig1b40w"]]
+    assert rec["sources"]["over_fits_fig1b40w"] == mod.SOURCES["over_fits_fig1b40w"]
+    from moestat.rates.config import GridSpec
+
+    assert b["default_seed"] == GridSpec().seed
+    for col, _, _, _ in mod.OVER_LOSSES:
+        assert [d["seed"] for d in b["fig1b40w"][col]] == [0, 1, 2]
+        for folder, d in zip(folders, b["fig1b40w"][col]):
+            assert d["slope"] == {**mod.recorded_slope(folder, "perturbed", col), "own_ols": d["slope"]["own_ols"]}
+            assert d["slope"]["own_ols"] == pytest.approx(d["slope"]["slope"], rel=1e-9)
+            vals = mod.replicate_values([folder], "perturbed", col)
+            assert d["n"] == list(vals) and d["count"] == [40] * 6
+            np.testing.assert_allclose(d["mean"], [v.mean() for v in vals.values()], rtol=1e-12)
+            assert all(lo <= m <= hi for lo, m, hi in zip(d["ci_low"], d["mean"], d["ci_high"]))
+    # the docs' reading of the seed-to-seed spread: the three 95% intervals share a part at every n and
+    # loss but one
+    apart = {(col, n) for col, ds in b["fig1b40w"].items() for i, n in enumerate(ds[0]["n"])
+             if max(d["ci_low"][i] for d in ds) > min(d["ci_high"][i] for d in ds)}
+    assert apart == {("param_single", 6986)}
+    doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
+    assert "except the single-atom cells at :math:`n = 6986`" in doc
+    for cell in mod.fig1b40w_cells(rec).values():
+        assert f"- {cell}" in doc, cell

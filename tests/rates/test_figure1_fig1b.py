@@ -45,3 +45,25 @@ def test_fig1b_refuses_an_unfinished_run(tmp_path):
     with pytest.raises(SystemExit) as e:
         _script().main(["--out", str(out), "--fig1b", str(tmp_path)])
     assert e.value.code == 2 and not out.exists()
+
+
+def test_seeds_figure_labels_the_designs_sample_sizes(monkeypatch):
+    """fig1b40w's six sizes span a factor 16: the log axis alone labelled only 10^4; the panels now
+    carry the design's n as their ticks, and the figure passes the project's reviewer checks."""
+    import moestat.plotting as plotting
+
+    mod = _script()
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "fig1b40w_seeds.json").read_text())
+    seen = {}
+
+    def keep(fig, stem, **kw):
+        fig.canvas.draw()
+        seen["ticks"] = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes]
+        seen["problems"] = plotting.figure_problems(fig)
+        seen["legends_below"] = all(ax.get_legend().get_window_extent().y1 < ax.get_window_extent().y0 for ax in fig.axes)
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    mod.fig1b_figure(rec, ROOT / "unused")
+    design = [str(n) for n in next(iter(rec["runs"].values()))["voronoi"]["n"]]
+    assert design == ["4000", "6986", "12201", "21309", "37217", "65000"]
+    assert seen["ticks"] == [design] * 4 and seen["problems"] == [] and seen["legends_below"]

@@ -34,6 +34,21 @@ lower bound reaches the box's coordinate bound -- necessary for a ``beta1`` coor
 (what the estimator's ``on_box_`` reports per fit; the sweep does not record it), since a
 coordinate at 10 gives a radius of at least 10.  Reported per ``n``: run-off fits out of all,
 the median ``beta1_radial``, and the check's loss averaged over the run-off fits and over the others.
+
+The causes measured on ``fig1b40w`` (issue 34; docs/guide/theory.rst, "Results of fig1b40w"),
+recomputed by each check on its own fits (``details["causes"]``, and a sentence in its ``reason``
+when it does not pass; reported, they decide nothing, :func:`thm5_causes`), per ``n``:
+
+* the share of the mean ``D2`` carried by the shared cells, ``sum weighted_multi / sum voronoi``
+  over the fits (``D2`` of eq. 13 is the mass term plus ``weighted_single`` plus
+  ``weighted_multi``): near 1 when a run-off atom's mass times its squared distance (about 10,
+  set by the box) is the loss;
+* the fits whose singleton atom left the ball of radius ``rho / 2`` around its true atom
+  (``param_single > rho / 2``, ``rho`` the smallest distance between two true atoms in
+  ``omega = (beta1, eta)``, :func:`truth_separation`; the criterion of
+  ``simulations/rates/fig1b40_window.py``), out of all fits;
+* the largest fit's weight in the mean of the check's loss: the mean with and without the one
+  largest fit, and the log-log slope of the means without it.
 """
 
 from __future__ import annotations
@@ -42,6 +57,9 @@ from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import CheckResult, Context, find_fit, per_n_means, slope_verdict
 from moestat.experiments.theory.grids import TOLERANCE, over_run
 from moestat.rates.extras import merge_extras
+
+#: The check's sentence lists at most this many sample sizes' numbers (the details hold all).
+_MAX_LISTED = 8
 
 #: The run-off is read as carrying a loss when the loss's mean over the run-off fits exceeds this
 #: factor times its mean over the others (a reading of the report, not a verdict rule).
@@ -142,6 +160,117 @@ def _runoff_sentence(r: dict, loss: str) -> str:
     return txt
 
 
+def truth_separation(truth=None) -> float:
+    """``rho``: the smallest Euclidean distance between two true atoms in ``omega = (beta1, eta)``.
+
+    The ball of radius ``rho / 2`` around a true atom lies inside its Voronoi cell (eq. 5) whatever
+    the other atoms, so a single-atom cell's fitted atom farther than ``rho / 2`` from its true atom
+    is outside the local neighbourhood of Theorem 5 (i) (the run-off criterion of
+    ``simulations/rates/fig1b40_window.py``).
+
+    Parameters
+    ----------
+    truth : MixingMeasure, optional
+        ``beta1 [k*, d]``, ``eta [k*, q]``; default the over run's truth (``make_scenario("perturbed", "over")``).
+    """
+    import numpy as np
+
+    t = (make_scenario("perturbed", "over").truth if truth is None else truth).numpy()
+    om = np.concatenate([t.beta1, t.eta], axis=-1)  # [k*, d + q]
+    d = np.linalg.norm(om[:, None, :] - om[None, :, :], axis=-1)
+    return float(d[np.triu_indices(len(om), 1)].min())
+
+
+def thm5_causes(sub, loss: str, rho: float) -> dict:
+    """The causes measured on fig1b40w, computed on the fits ``sub`` (module docstring).
+
+    Parameters
+    ----------
+    sub : pandas.DataFrame
+        One row per fit (one router): ``n`` and whichever of ``voronoi``, ``weighted_multi``,
+        ``param_single`` and ``loss`` it has (``results.csv`` merged with ``extras.csv``).  A missing
+        column leaves its quantity out; a NaN ``weighted_multi`` (no shared cell) is a zero term.
+    loss : str
+        The check's loss column.
+    rho : float
+        The smallest distance between two true atoms (:func:`truth_separation`).
+
+    Returns
+    -------
+    dict
+        ``rho``, ``threshold`` (``rho / 2``), ``by_n`` (per ``n``: ``fits``, ``shared_share_of_D2``,
+        ``singleton_run_off``, ``mean``, ``largest``, ``mean_without_largest``), ``singleton_run_off``
+        and ``fits`` (totals), ``shared_share_range`` ([min, max] over ``n``) and the log-log OLS
+        slopes of the per-n means with and without the largest fit (``slope_mean``,
+        ``slope_without_largest``); empty when ``sub`` has no rows.
+    """
+    import numpy as np
+
+    if sub is None or len(sub) == 0:
+        return {}
+    thr = rho / 2.0
+    ns = np.sort(sub["n"].unique())
+    by_n = {}
+    for n in ns:
+        g = sub[sub["n"] == n]
+        r: dict = {"fits": int(len(g))}
+        if "voronoi" in g and "weighted_multi" in g:
+            d2 = g["voronoi"].to_numpy(float)
+            wm = np.nan_to_num(g["weighted_multi"].to_numpy(float), nan=0.0)  # no shared cell: no such term
+            ok = np.isfinite(d2)
+            r["shared_share_of_D2"] = float(wm[ok].sum() / d2[ok].sum()) if d2[ok].sum() > 0 else None
+        if "param_single" in g:
+            r["singleton_run_off"] = int((g["param_single"].to_numpy(float) > thr).sum())  # NaN (no single cell): not counted
+        if loss in g:
+            v = np.sort(g[loss].to_numpy(float)[np.isfinite(g[loss].to_numpy(float))])
+            if v.size:
+                r["mean"], r["largest"] = float(v.mean()), float(v[-1])
+                r["mean_without_largest"] = float(v[:-1].mean()) if v.size >= 2 else None
+        by_n[int(n)] = r
+    out: dict = {"rho": float(rho), "threshold": float(thr), "by_n": by_n, "fits": int(sum(r["fits"] for r in by_n.values()))}
+    if all("singleton_run_off" in r for r in by_n.values()):
+        out["singleton_run_off"] = int(sum(r["singleton_run_off"] for r in by_n.values()))
+    shares = [r["shared_share_of_D2"] for r in by_n.values() if r.get("shared_share_of_D2") is not None]
+    if shares:
+        out["shared_share_range"] = [float(min(shares)), float(max(shares))]
+
+    def slope(key: str) -> float | None:
+        x = [(n, r[key]) for n, r in by_n.items() if r.get(key) is not None and r[key] > 0]
+        if len(x) < 2:
+            return None
+        a = np.log(np.array(x, float))
+        return float(np.polyfit(a[:, 0], a[:, 1], 1)[0])
+
+    out["slope_mean"], out["slope_without_largest"] = slope("mean"), slope("mean_without_largest")
+    return out
+
+
+def _causes_sentence(c: dict, loss: str) -> str:
+    """One sentence of :func:`thm5_causes`'s numbers for ``loss`` (empty without a measurement)."""
+    if not c:
+        return ""
+    rows = list(c["by_n"].items())[:_MAX_LISTED]
+    parts = []
+    if "shared_share_range" in c:
+        lo, hi = c["shared_share_range"]
+        per = ", ".join(f"{r['shared_share_of_D2']:.3f}" for _, r in rows if r.get("shared_share_of_D2") is not None)
+        parts.append(f"the shared cells' term (weighted_multi) carries {lo:.3f}-{hi:.3f} of the mean D2 per n ({per})")
+    if "singleton_run_off" in c:
+        per = ", ".join(f"{r['singleton_run_off']}/{r['fits']}" for _, r in rows)
+        parts.append(f"{c['singleton_run_off']}/{c['fits']} fits have a singleton atom outside the ball of radius "
+                     f"rho/2 = {c['threshold']:.3g} around its true atom (param_single > rho/2), per n {per}")
+    if any(r.get("mean_without_largest") is not None for _, r in rows):
+        per = ", ".join(f"{r['mean']:.3g} -> {r['mean_without_largest']:.3g}" for _, r in rows
+                        if r.get("mean_without_largest") is not None)
+        txt = f"mean {loss} per n with -> without its largest fit: {per}"
+        if c.get("slope_mean") is not None and c.get("slope_without_largest") is not None:
+            txt += f" (log-log slope of the means {c['slope_mean']:.2f} -> {c['slope_without_largest']:.2f})"
+        parts.append(txt)
+    if not parts:
+        return ""
+    return "causes measured on these fits (reported, not the verdict): " + "; ".join(parts)
+
+
 def _note(d: dict) -> str:
     if not d:
         return ""
@@ -163,6 +292,8 @@ def run(ctx: Context) -> list[CheckResult]:
         ("thm5_weighted_multi", "weighted_multi", -0.5, "multi-atom cells: sum exp(beta0_i) ||omega_i - omega*_j||^2 = O_P((log n / n)^1/2)"),
     )
     runoff = _runoff(ctx, key, [c[1] for c in checks])  # one measurement on the fits all five checks share
+    rows = _perturbed_rows(ctx, key)
+    rho = truth_separation()  # the over run's truth (grids.over_run: the default scenario)
     for name, loss, pred, what in checks:
         diag = _diagnostics(ctx, key, loss)
         res = slope_verdict(name, f"Theorem 5: {what}, perturbed router, over-specified, GELU experts",
@@ -176,5 +307,12 @@ def run(ctx: Context) -> list[CheckResult]:
             sentence = _runoff_sentence(runoff, loss)
             res.reason = (res.reason + "; " if res.reason else "") + sentence
             res.details["reason"] = res.reason
+        causes = thm5_causes(rows, loss, rho)
+        if causes:  # in the details whatever the verdict; in the reason line when the check does not pass
+            res.details["causes"] = causes
+            sentence = _causes_sentence(causes, loss)
+            if not res.passed and sentence:
+                res.reason = (res.reason + "; " if res.reason else "") + sentence
+                res.details["reason"] = res.reason
         out.append(res)
     return out
