@@ -32,8 +32,11 @@ the fitted parameters (nothing tuned, no estimator changed):
 Usage (from the repository root; the run folder is the over arm of
 ``python -m moestat reproduce laplace-gmoe --quick --n-jobs 1 --out DIR``)::
 
-    OMP_NUM_THREADS=1 python simulations/catalogue/laplace_over_outliers.py DIR/over --top 5 \\
+    OMP_NUM_THREADS=1 python simulations/catalogue/laplace_over_outliers.py \\
+        simulations/catalogue/laplace-gmoe/quick_over --top 5 \\
         --json simulations/catalogue/laplace-gmoe/over_outliers.json
+
+(``quick_over/`` is that over arm's run folder, recorded.)
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+#: Where the catalogue's scenario files live (a recorded run's absolute path may name another checkout).
+CATALOGUE_FILES = Path(__file__).resolve().parents[2] / "moestat" / "rates" / "catalogue_files"
 #: A refit reproduces the recorded fit when D2 and both log-likelihoods agree to this relative tolerance.
 SAME_RTOL = 1e-6
 #: Kernel score within this of its linear limit at every sample: the atom "is" a linear softmax score there.
@@ -191,7 +196,11 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
 
     summary = json.loads((run / "summary.json").read_text())
-    cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
+    config = {k: v for k, v in summary["config"].items() if k != "n_jobs"}
+    if config.get("scenario_file") and not Path(config["scenario_file"]).is_file():
+        # a recorded run names its file by the absolute path of the checkout that ran it: the catalogue's own file
+        config["scenario_file"] = str(CATALOGUE_FILES / Path(config["scenario_file"]).name)
+    cfg = RatesConfig.from_dict(config)
     unit = next(u for u in make_units(Experiment.of(cfg)) if u.n == n and replicate in u.replicates)
     pos = unit.replicates.index(replicate)
     key = (str(run), n, unit.replicates[0])
@@ -242,6 +251,10 @@ def report_fit(run: Path, row: pd.Series) -> dict:
     atoms, t = atom_report(X, Y, G, sc.losses[0], sc.truth, ll)
     terms = [(v, a["atom"], k) for a in atoms for k, v in a["terms"].items()] + [(g, j, "mass gap") for j, g in enumerate(t["mass_gaps"])]
     value, who, what = max(terms)
+    dominant = {"value": value, "share": value / t["total"], "block": what, ("cell" if what == "mass gap" else "atom"): int(who)}
+    if not np.isfinite(value):  # exp(beta0) overflowed: every term of that atom is infinite, none "dominates"
+        over = int(np.flatnonzero(~np.isfinite(t["weights"]))[0])
+        dominant = {"value": value, "share": None, "block": "exp(beta0) overflow", "atom": over}
     runoff = max(atoms, key=lambda a: a["centre_norm"])
     return {
         "n": n, "replicate": rep, "unit_replicates": list(r["unit"]), "D2_recorded": float(row["voronoi"]),
@@ -252,8 +265,9 @@ def report_fit(run: Path, row: pd.Series) -> dict:
         "starts_loglik_minus_truth": [s["loglik"] - ll_truth for s in r["starts"]],
         "starts_status": [s["status"] for s in r["starts"]],
         "D2": t["total"], "mass_gaps": t["mass_gaps"].tolist(),
-        "dominant": {"value": value, "share": value / t["total"], "block": what, ("cell" if what == "mass gap" else "atom"): int(who)},
-        "runoff_atom": runoff["atom"],
+        "dominant": dominant, "runoff_atom": runoff["atom"],
+        # the last atom's beta0 is pinned at 0: when its centre runs off, the others' beta0 go to -||c|| instead
+        "runoff_is_pinned_atom": runoff["atom"] == G.n_atoms - 1,
         "runoff_linear_within_tol": bool(runoff["max_gap_to_linear_score"] <= LINEAR_TOL),
         "ray": ray_profile(X, Y, G, runoff["atom"]), "atoms": atoms,
         "truth": {"beta0": sc.truth.beta0.tolist(), "beta1": sc.truth.beta1.tolist(), "eta": sc.truth.eta.tolist()},
@@ -268,7 +282,8 @@ def print_fit(f: dict) -> None:
           + ", ".join(f"{v:+.2f}" for v in f["starts_loglik_minus_truth"]))
     dom = f["dominant"]
     where = f"atom {dom['atom']}" if "atom" in dom else f"cell {dom['cell']}"
-    print(f"   dominant: {where} {dom['block']} {dom['value']:.4g} ({100 * dom['share']:.2f} % of D2); mass gaps "
+    share = "n/a" if dom["share"] is None else f"{100 * dom['share']:.2f} %"
+    print(f"   dominant: {where} {dom['block']} {dom['value']:.4g} ({share} of D2); mass gaps "
           + " ".join(f"{g:.3g}" for g in f["mass_gaps"]))
     for a in f["atoms"]:
         terms = " ".join(f"{k} {v:.3g}" for k, v in a["terms"].items())

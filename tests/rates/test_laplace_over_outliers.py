@@ -99,6 +99,12 @@ def test_recorded_outliers_are_the_runs_largest_d2_and_reproduce_its_rows():
         assert abs(f["loglik_numpy_minus_recorded"]) < 1e-6 * abs(row["fit_objective"])
         terms = sum(sum(a["terms"].values()) for a in f["atoms"]) + sum(f["mass_gaps"])
         assert np.isclose(terms, f["D2"], rtol=1e-9)
+        dom = f["dominant"]
+        if np.isfinite(f["D2"]):
+            largest = max(max(max(a["terms"].values()) for a in f["atoms"]), *f["mass_gaps"])
+            assert dom["value"] == largest and np.isclose(dom["share"], largest / f["D2"])
+        else:  # an overflowed exp(beta0): the atom named has an infinite weight and a beta0 beyond exp's range
+            assert dom["block"] == "exp(beta0) overflow" and f["atoms"][dom["atom"]]["beta0"] > np.log(np.finfo(float).max)
         runoff = f["atoms"][f["runoff_atom"]]
         assert runoff["centre_norm"] == max(a["centre_norm"] for a in f["atoms"])
         assert f["runoff_linear_within_tol"] == (runoff["max_gap_to_linear_score"] <= report["linear_tol"])
