@@ -1,0 +1,334 @@
+"""What the largest-D2 fits of the ``gmoe-over4`` run are: each refitted from its recorded streams.
+
+``gmoe-over4`` fits model 1 of Nguyen, Nguyen & Ho (2023) (d = 1, ``k* = 2``) with ``K = 4`` atoms.
+Its 40-replicate run (``simulations/catalogue/gmoe-over4/gaussian-moe``) has a log-of-mean D2
+slope ruled by a few fits whose D2 is 1e4 to 1e7 times their sample size's median
+(docs/guide/catalogue.rst).  This script measures what makes those D2 values large, on the recorded
+fits themselves (nothing tuned, no estimator changed):
+
+* the fits are chosen by a rule fixed before any parameter is looked at: the ``--top`` largest
+  ratios ``D2 / median D2 at the fit's n`` of ``results.csv``;
+* each is refitted exactly as the sweep fitted it (:func:`refit_unit`): its work unit's data and
+  near-truth starts from each replicate's own streams (:func:`moestat.rates.sweep._draw`, one
+  ``SeedSequence`` per (scenario, n, replicate)), the unit's estimator from its recorded seed
+  (:func:`moestat.rates.truth_check.unit_estimator`, the jittered second start of each replicate
+  drawn from it for the whole unit, hence the whole unit is refitted), the truth check of
+  :func:`moestat.rates.truth_check.against_truth`; the refit's D2, log-likelihood and the truth's
+  log-likelihood are checked against ``results.csv`` before anything is reported;
+* per fit (:func:`anatomy`): every start's log-likelihood minus the truth's and its own D2, the
+  start that won, and per fitted atom its weight ``exp(beta0)`` after D2's normalisation (the
+  reference cell's mass 1 and mass-weighted slope 0, :func:`moestat.data.gaussian_scenarios._normalised`),
+  its share of the gate on the sample, gate slope, expert ``a`` and ``b``, variance (and its ratio
+  to the EM's floor ``1e-6 var(y)``), its Voronoi cell, and its contribution to D2 split by block
+  (``w_i |Dbeta1|^rbar``, ``w_i |Da|^(rbar/2)``, ``w_i |Db|^rbar``, ``w_i |Dvar|^(rbar/2)``, with
+  ``rbar = 1, 4, 6`` for cells of 1, 2, 3 atoms, their Theorem 2) plus the cells' mass gaps; the
+  largest term is named; and how many samples have a posterior responsibility above 0.5 for the
+  atom (a spike on few points, or an atom that carries data).
+
+Usage (from the repository root; about 1-2 CPU-minutes for the default five fits)::
+
+    OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over4_outliers.py \\
+        simulations/catalogue/gmoe-over4/gaussian-moe --top 5 \\
+        --json simulations/catalogue/gmoe-over4/outliers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: The blocks of D2 for model 1 (d = 1): name -> (where in the measure, "rbar" or "rbar/2").
+BLOCKS = {"beta1": "rbar", "a": "rbar/2", "b": "rbar", "variance": "rbar/2"}
+#: A refit reproduces the recorded fit when D2 and both log-likelihoods agree to this relative tolerance.
+SAME_RTOL = 1e-6
+
+
+def pick_fits(results: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The ``top`` fits of largest ``voronoi / median(voronoi at the same n)``, largest first.
+
+    Parameters
+    ----------
+    results : DataFrame
+        ``results.csv`` of a run (columns ``n``, ``replicate``, ``voronoi``).
+    top : int
+
+    Returns
+    -------
+    DataFrame
+        The chosen rows, with ``median_at_n`` and ``ratio`` added.
+    """
+    med = results.groupby("n")["voronoi"].median()
+    r = results.assign(median_at_n=results["n"].map(med))
+    r = r.assign(ratio=r["voronoi"] / r["median_at_n"])
+    return r.sort_values("ratio", ascending=False).head(top)
+
+
+def tail_counts(results: pd.DataFrame, above: float = 1e3) -> dict:
+    """Per n of ``results.csv``: the median D2, how many fits have D2 above ``above``, and the largest D2."""
+    out = {}
+    for n, v in results.groupby("n")["voronoi"]:
+        out[str(int(n))] = {"fits": int(v.size), "median": float(v.median()), f"above_{above:g}": int((v > above).sum()),
+                            "max": float(v.max())}
+    return out
+
+
+def responsibilities(X: np.ndarray, Y: np.ndarray, G) -> tuple[np.ndarray, np.ndarray, float]:
+    """Gate, posterior responsibilities and log-likelihood of one fit of model 1 on one sample.
+
+    Parameters
+    ----------
+    X : ndarray, shape ``[n, d]``
+    Y : ndarray, shape ``[n]``
+    G : MixingMeasure
+        Unbatched, ``beta0 [k]``, ``beta1 [k, d]``, ``eta [k, d + 2]`` = ``(a, b, sigma^2)``.
+
+    Returns
+    -------
+    gate : ndarray ``[n, k]``
+        ``softmax_i(beta0_i + beta1_i^T x)``.
+    post : ndarray ``[n, k]``
+        ``P(atom i | x, y)``, proportional to ``gate_i(x) N(y | a_i^T x + b_i, sigma_i^2)``.
+    loglik : float
+        ``sum_n log sum_i gate_i(x_n) N(y_n | ...)`` (nats): checked against the recorded
+        ``fit_objective`` so that the responsibilities are those of the recorded fit.
+    """
+    d = X.shape[1]
+    score = G.beta0[None, :] + X @ G.beta1.T  # [n, k]
+    log_gate = score - np.logaddexp.reduce(score, axis=1, keepdims=True)
+    mean = X @ G.eta[:, :d].T + G.eta[:, d][None, :]
+    var = G.eta[:, d + 1][None, :]
+    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
+    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
+    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
+
+
+def d2_terms(fitted, truth) -> dict:
+    """D2 of one fit (Nguyen, Nguyen & Ho 2023, Theorem 2) split into its terms, per atom and block.
+
+    Same cells, exponents and softmax normalisation as :func:`moestat.data.gaussian_scenarios.gaussian_voronoi`
+    (so ``total`` equals the recorded ``voronoi`` column).
+
+    Parameters
+    ----------
+    fitted : MixingMeasure
+        Unbatched fit, ``k`` atoms.
+    truth : MixingMeasure
+        Unbatched, ``k*`` atoms, the last the reference.
+
+    Returns
+    -------
+    dict
+        ``total``; ``beta0``, ``beta1`` (the normalised gate); ``cells [k]``, ``sizes [k*]``;
+        ``weights [k]`` (``exp(beta0)`` normalised); ``mass_gaps [k*]``; ``errors``
+        (block -> ``[k]`` plain norms ``|Dblock|``); ``exponents`` (block -> ``[k]``); ``terms``
+        (block -> ``[k]``, ``w_i |Dblock_i|^e``).
+    """
+    from moestat.data.gaussian_scenarios import RBAR, _normalised, gaussian_loss_spec
+    from moestat.losses.voronoi_spec import cell_terms_from_spec
+    from moestat.model.mixing import MixingMeasure
+
+    spec = gaussian_loss_spec("D2", truth.dim)
+    cells = cell_terms_from_spec(spec, fitted, truth)["cells"]  # the expert blocks decide the cells
+    ref = truth.n_atoms - 1
+    b0, b1 = fitted.beta0.copy(), fitted.beta1.copy()
+    if np.any(cells == ref):
+        b0, b1 = _normalised(b0, b1, cells == ref)
+    c = cell_terms_from_spec(spec, MixingMeasure(b0, b1, fitted.eta), truth)
+    size_of_atom = c["sizes"][c["cells"]]
+    rbar = np.array([RBAR[min(m, len(RBAR)) - 1] for m in size_of_atom], dtype=float)
+    w = np.asarray(c["weights"], dtype=float)
+    errors, exponents, terms = {}, {}, {}
+    for name, kind in BLOCKS.items():
+        e = np.where(size_of_atom == 1, 1.0, rbar if kind == "rbar" else rbar / 2)
+        errors[name], exponents[name] = np.asarray(c["block_errors"][name], dtype=float), e
+        terms[name] = w * errors[name] ** e
+    return {"total": float(c["terms"].sum()), "beta0": b0, "beta1": b1, "cells": c["cells"], "sizes": c["sizes"],
+            "weights": w, "mass_gaps": np.asarray(c["mass_part"], dtype=float), "errors": errors,
+            "exponents": exponents, "terms": terms}
+
+
+def anatomy(X: np.ndarray, Y: np.ndarray, fitted, truth, var_floor: float) -> dict:
+    """Per atom of one fit: parameters, cell, D2 terms, gate share and responsibilities (see the module docstring).
+
+    Parameters
+    ----------
+    X : ndarray ``[n, d]``, Y : ndarray ``[n]``
+        The replicate's sample.
+    fitted, truth : MixingMeasure
+        Unbatched.
+    var_floor : float
+        The EM's variance floor relative to ``var(y)`` (:class:`moestat.estimators.mle.MLEGaussianMoE`).
+
+    Returns
+    -------
+    dict
+        ``D2``, ``loglik``, ``atoms`` (one dict per fitted atom), ``mass_gaps``, ``dominant``
+        (the largest single term: atom, block or ``mass gap``, its value and share of D2).
+    """
+    d = X.shape[1]
+    t = d2_terms(fitted, truth)
+    gate, post, ll = responsibilities(X, Y, fitted)
+    floor = var_floor * float(np.var(Y))
+    atoms = []
+    for i in range(fitted.n_atoms):
+        terms = {name: float(t["terms"][name][i]) for name in BLOCKS}
+        atoms.append({
+            "atom": i, "cell": int(t["cells"][i]), "cell_size": int(t["sizes"][t["cells"][i]]),
+            "weight": float(t["weights"][i]), "beta0": float(t["beta0"][i]), "beta1": t["beta1"][i].tolist(),
+            "a": fitted.eta[i, :d].tolist(), "b": float(fitted.eta[i, d]), "variance": float(fitted.eta[i, d + 1]),
+            "variance_over_floor": float(fitted.eta[i, d + 1] / floor),
+            "gate_share": float(gate[:, i].mean()), "responsibility_sum": float(post[:, i].sum()),
+            "n_responsible": int((post[:, i] > 0.5).sum()),
+            "errors": {name: float(t["errors"][name][i]) for name in BLOCKS},
+            "exponents": {name: float(t["exponents"][name][i]) for name in BLOCKS},
+            "terms": terms, "contribution": float(sum(terms.values())),
+        })
+    candidates = [(a["terms"][b], a["atom"], b) for a in atoms for b in BLOCKS]
+    candidates += [(float(g), j, "mass gap") for j, g in enumerate(t["mass_gaps"])]
+    value, who, what = max(candidates)
+    # "rest": D2 less its largest term, an accounting of the other terms (the fit left as it is)
+    dominant = {"value": value, "share": value / t["total"], "block": what, "rest": t["total"] - value,
+                ("cell" if what == "mass gap" else "atom"): int(who)}
+    return {"D2": t["total"], "loglik": ll, "atoms": atoms, "mass_gaps": t["mass_gaps"].tolist(), "dominant": dominant}
+
+
+def refit_unit(run: Path, n: int, replicate: int) -> dict:
+    """Refit the work unit of ``run`` that holds ``(n, replicate)`` as the sweep did; that replicate's fit.
+
+    Returns its data ``X``, ``Y``, the reported fit and every start's fit (the estimator's
+    per-start results, kept by a wrapper of its best-start pick; nothing of the fit changes), its
+    refitted losses and truth columns, and the unit's replicates.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates import truth_check as tc
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.resolve import Experiment
+    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
+
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
+    unit = next(u for u in make_units(Experiment.of(cfg)) if u.n == n and replicate in u.replicates)
+    pos = unit.replicates.index(replicate)
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1):
+        sc = _scenario(unit.scenario_key)
+        holdout = _holdout(unit.scenario_key, unit.holdout)
+        X, Y, G0 = _draw(unit, sc)
+        est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
+        kept = {}
+        pick_best = est._best_starts
+
+        def keep(res, R, S, owner=None):  # every start's result, then the estimator's own pick
+            kept.update(res=res, R=R, S=S)
+            return pick_best(res, R, S, owner)
+
+        est._best_starts = keep
+        est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
+        state = tc.against_truth(unit, sc, X, Y, est)
+        losses = compute_losses(sc, state["params"], holdout)
+    res, S = kept["res"], kept["S"]
+    starts = []
+    for s in range(S):
+        j = pos * S + s
+        V, E, s2 = res["V"][j], res["E"][j], res["s2"][j]
+        starts.append({"loglik": float(res["loglik"][j]), "status": str(res["status"][j]), "n_iter": int(res["n_iter"][j]),
+                       "params": MixingMeasure(V[:, -1], V[:, :-1], np.concatenate([E, s2[:, None]], axis=-1))})
+    P = state["params"]
+    return {"X": X[pos], "Y": Y[pos], "scenario": sc, "var_floor": float(est.var_floor), "unit": unit.replicates,
+            "fit": MixingMeasure(P.beta0[pos], P.beta1[pos], P.eta[pos]), "starts": starts,
+            "status": state["status"][pos], "truth": state["truth"][pos],
+            "losses": {k: float(v[pos]) for k, v in losses.items()}}
+
+
+def report_fit(run: Path, row: pd.Series) -> dict:
+    """Refit one chosen fit, check it against its recorded row, and describe it (:func:`anatomy`)."""
+    n, rep = int(row["n"]), int(row["replicate"])
+    t0 = time.process_time()
+    r = refit_unit(run, n, rep)
+    sc, truth = r["scenario"], r["scenario"].truth
+    ll_truth = float(r["truth"]["truth_objective"])
+    checks = {"voronoi": (r["losses"]["voronoi"], float(row["voronoi"])),
+              "fit_objective": (float(r["truth"]["fit_objective"]), float(row["fit_objective"])),
+              "truth_objective": (ll_truth, float(row["truth_objective"]))}
+    same = all(np.isclose(a, b, rtol=SAME_RTOL, atol=0.0) for a, b in checks.values())
+    fit = anatomy(r["X"], r["Y"], r["fit"], truth, r["var_floor"])
+    starts = []
+    for s, st in enumerate(r["starts"]):
+        one = anatomy(r["X"], r["Y"], st["params"], truth, r["var_floor"])
+        starts.append({"start": s, "loglik_minus_truth": st["loglik"] - ll_truth, "D2": one["D2"], "status": st["status"],
+                       "n_iter": st["n_iter"], "dominant": one["dominant"]})
+    won = int(np.argmax([s["loglik_minus_truth"] for s in starts]))
+    return {
+        "n": n, "replicate": rep, "unit_replicates": list(r["unit"]), "D2_recorded": float(row["voronoi"]),
+        "median_at_n": float(row["median_at_n"]), "ratio_to_median": float(row["ratio"]),
+        "refit_vs_recorded": {k: {"refit": a, "recorded": b} for k, (a, b) in checks.items()},
+        "same_as_recorded": bool(same),
+        "status": r["status"], "loglik_fit_minus_truth": float(r["truth"]["fit_objective"]) - ll_truth,
+        "loglik_responsibilities_minus_recorded": fit["loglik"] - float(row["fit_objective"]),
+        "starts": starts, "won": won, "var_floor_abs": r["var_floor"] * float(np.var(r["Y"])),
+        "D2": fit["D2"], "dominant": fit["dominant"], "mass_gaps": fit["mass_gaps"], "atoms": fit["atoms"],
+        "truth": {"beta0": truth.beta0.tolist(), "beta1": truth.beta1.tolist(), "eta": truth.eta.tolist()},
+        "cpu_s": round(time.process_time() - t0, 1),
+    }
+
+
+def print_fit(f: dict) -> None:
+    """One fit's summary on stdout."""
+    print(f"n={f['n']} rep {f['replicate']}: D2 {f['D2']:.4g} (recorded {f['D2_recorded']:.4g}, {f['ratio_to_median']:.3g} x the "
+          f"median {f['median_at_n']:.3g}; same as recorded: {f['same_as_recorded']}), loglik - truth "
+          f"{f['loglik_fit_minus_truth']:+.2f}, status {f['status']}; starts "
+          + ", ".join(f"{s['start']}: {s['loglik_minus_truth']:+.2f} nats D2 {s['D2']:.3g}" for s in f["starts"])
+          + f"; won {f['won']}")
+    dom = f["dominant"]
+    where = f"atom {dom['atom']}" if "atom" in dom else f"cell {dom['cell']}"
+    print(f"   dominant: {where} {dom['block']} {dom['value']:.4g} ({100 * dom['share']:.1f} % of D2; the rest {dom['rest']:.3g}); mass gaps "
+          + " ".join(f"{g:.3g}" for g in f["mass_gaps"]))
+    for a in f["atoms"]:
+        terms = " ".join(f"{k} {v:.3g}" for k, v in a["terms"].items())
+        print(f"   atom {a['atom']} cell {a['cell']} (size {a['cell_size']}): w {a['weight']:.4g} gate share {a['gate_share']:.3g} "
+              f"beta1 {a['beta1'][0]:+.4g} a {a['a'][0]:+.4g} b {a['b']:+.4g} var {a['variance']:.4g} "
+              f"({a['variance_over_floor']:.3g} x floor) resp>0.5 {a['n_responsible']} | {terms}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", type=Path, help="the recorded gmoe-over4 run folder (results.csv, summary.json)")
+    ap.add_argument("--top", type=int, default=5, help="how many of the largest D2 / median-at-n fits to refit")
+    ap.add_argument("--json", type=Path, required=True)
+    a = ap.parse_args(argv)
+    if a.top < 1:
+        print(f"--top must be at least 1, got {a.top}", file=sys.stderr)
+        return 2
+    if not (a.run / "results.csv").is_file() or not (a.run / "summary.json").is_file():
+        print(f"{a.run}: not a run folder (results.csv and summary.json needed)", file=sys.stderr)
+        return 2
+    t0, c0 = time.perf_counter(), time.process_time()
+    results = pd.read_csv(a.run / "results.csv")
+    chosen = pick_fits(results, a.top)
+    fits = []
+    for _, row in chosen.iterrows():
+        fits.append(report_fit(a.run, row))
+        print_fit(fits[-1])
+    report = {"run": str(a.run), "rule": f"the {a.top} largest D2 / median D2 at the fit's n of results.csv, chosen before "
+                                         "any parameter was looked at", "same_rtol": SAME_RTOL,
+              "D2_per_n": tail_counts(results),
+              "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1), "fits": fits}
+    a.json.write_text(json.dumps(report, indent=1) + "\n")
+    print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
+                                                                    for n, v in report["D2_per_n"].items()))
+    print(f"cpu {report['cpu_s']} s, wall {report['wall_s']} s; wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's moestat
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""simulations/catalogue/gmoe_over4_outliers.py: its D2 split and responsibilities, and its recorded JSON against the run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "gaussian-moe"
+JSON = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers.json"
+
+
+def _script():
+    path = ROOT / "simulations" / "catalogue" / "gmoe_over4_outliers.py"
+    spec = importlib.util.spec_from_file_location("gmoe_over4_outliers", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _four_atoms(slope_of_spike: float, weight_of_spike: float):
+    """Model 1's truth fitted with K = 4: its first atom split in two near copies plus a third atom of
+    that cell with gate slope ``slope_of_spike`` and weight ``weight_of_spike`` (the shape the recorded
+    outliers have)."""
+    from moestat.model.mixing import MixingMeasure
+
+    beta0 = np.array([-8 + np.log(0.6), -8 + np.log(0.4), np.log(weight_of_spike), 0.0])
+    beta1 = np.array([[25.5], [24.0], [slope_of_spike], [0.0]])
+    eta = np.array([[-20.1, 15.05, 0.09], [-19.8, 14.9, 0.085], [-18.0, 14.7, 0.005], [20.0, -5.0, 0.16]])
+    return MixingMeasure(beta0, beta1, eta)
+
+
+def test_d2_terms_add_up_to_the_sweeps_d2_and_name_the_gate_slope_of_a_flat_spike():
+    # the per-atom, per-block terms must add up (with the cells' mass gaps) to gaussian_voronoi's D2, which the
+    # sweep records; a third atom of the steep atom's cell with slope 2 (|Dbeta1| = 23) and weight 5e-3 gives
+    # w |Dbeta1|^6 = 5e-3 * 23^6 ~ 7.4e5 (rbar(3) = 6), the largest term
+    from moestat.data.gaussian_scenarios import gaussian_voronoi, model1_truth
+
+    mod = _script()
+    T = model1_truth()
+    for slope, w in ((2.0, 5e-3), (24.9, 1e-6)):
+        G = _four_atoms(slope, w)
+        t = mod.d2_terms(G, T)
+        rebuilt = sum(t["terms"][b].sum() for b in mod.BLOCKS) + t["mass_gaps"].sum()
+        recorded = gaussian_voronoi(G, T, "D2")["voronoi"][0]
+        assert np.isclose(t["total"], recorded, rtol=1e-12) and np.isclose(rebuilt, recorded, rtol=1e-12)
+        assert list(t["cells"]) == [0, 0, 0, 1] and list(t["sizes"]) == [3, 1]
+    t = mod.d2_terms(_four_atoms(2.0, 5e-3), T)
+    assert t["exponents"]["beta1"][2] == 6.0 and t["exponents"]["a"][2] == 3.0 and t["exponents"]["beta1"][3] == 1.0
+    assert np.isclose(t["terms"]["beta1"][2], t["weights"][2] * 23.0 ** 6, rtol=1e-3)  # w normalised: reference mass 1
+
+
+def test_responsibilities_give_the_models_log_likelihood_and_sum_to_one():
+    # the responsibilities come from the same joint as the model's log-likelihood: their normaliser's log-sum is it
+    from moestat.data.gaussian_scenarios import model1_scenario
+    from moestat.model.gaussian_moe import log_likelihood
+
+    mod = _script()
+    sc = model1_scenario("over", k_fit=4)
+    X, Y = sc.sample(300, np.random.default_rng(np.random.SeedSequence(33)))
+    G = _four_atoms(2.0, 5e-3)
+    gate, post, ll = mod.responsibilities(X, Y, G)
+    assert np.allclose(gate.sum(1), 1.0, rtol=1e-12) and np.allclose(post.sum(1), 1.0, rtol=1e-12)
+    assert np.isclose(ll, float(log_likelihood(X, Y, G)), rtol=1e-10)
+
+
+@pytest.mark.skipif(not JSON.is_file(), reason="no recorded outliers.json")
+def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows():
+    # the JSON must list exactly the fits its rule picks from results.csv, each refit equal to its recorded row,
+    # its D2 terms adding up to that D2, and the dominant term the largest one
+    mod = _script()
+    report = json.loads(JSON.read_text())
+    results = pd.read_csv(RUN / "results.csv")
+    chosen = mod.pick_fits(results, len(report["fits"]))
+    assert [(f["n"], f["replicate"]) for f in report["fits"]] == list(zip(chosen["n"], chosen["replicate"]))
+    for f in report["fits"]:
+        row = results[(results.n == f["n"]) & (results.replicate == f["replicate"])].iloc[0]
+        assert f["D2_recorded"] == row["voronoi"]
+        assert f["same_as_recorded"]
+        for col, v in f["refit_vs_recorded"].items():
+            assert v["recorded"] == row[col] and np.isclose(v["refit"], row[col], rtol=report["same_rtol"], atol=0.0)
+        assert np.isclose(f["loglik_fit_minus_truth"], row["truth_gap"], rtol=1e-6)
+        assert abs(f["loglik_responsibilities_minus_recorded"]) < 1e-6 * abs(row["fit_objective"])
+        total = sum(a["contribution"] for a in f["atoms"]) + sum(f["mass_gaps"])
+        assert np.isclose(total, f["D2"], rtol=1e-9)
+        largest = max(max(a["terms"].values()) for a in f["atoms"])
+        assert f["dominant"]["value"] == max(largest, *f["mass_gaps"])
+        assert f["won"] == int(np.argmax([s["loglik_minus_truth"] for s in f["starts"]]))
+    per_n = report["D2_per_n"]
+    assert sum(v["fits"] for v in per_n.values()) == len(results)
