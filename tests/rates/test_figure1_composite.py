@@ -205,7 +205,39 @@ def test_b2_is_each_routers_own_design_and_the_docs_table():
     doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
     for key, cell in mod.mechanism_cells(rec).items():
         assert f"- {cell}" in doc, (key, cell)
-    assert mod.design_label(des["perturbed"], GridSpec().seed) in doc
+    for r in mod.ROUTERS:  # the caption names each design as the panel's title does
+        label = mod.design_label(des[r], GridSpec().seed)
+        assert " ".join(label.replace(des[r]["preset"], f"``{des[r]['preset']}``", 1).split()) in " ".join(doc.split())
+
+
+def test_b2_runoff_record_and_the_docs_reading():
+    """The run-off atom's medians per n (mechanism_runoff) recomputed from the fig1b40w cells rows,
+    and the docs' per-cell paragraph quotes the record: the shared cell's slopes exclude -1/4 and
+    contain 0, the singleton ones contain -1/2, the run-off radius stays while its mass falls."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    rows = json.loads((ROOT / mod.SOURCES["over_cells_fig1b40w"]).read_text())["rows"]
+    ro = rec["over"]["mechanism_runoff"]
+    assert ro == mod.runoff_by_n(rows, "perturbed") and ro["fits"] == [40] * 6
+    m = rec["over"]["mechanism"]
+    for part in ("radial_shared", "direction_shared"):
+        s = m[f"perturbed:{part}"]["slope"]
+        assert s["ci_low"] <= 0 <= s["ci_high"] and s["ci_low"] > -0.25
+    for part in ("radial_single", "direction_single"):
+        s = m[f"perturbed:{part}"]["slope"]
+        assert s["ci_low"] <= -0.5 <= s["ci_high"]
+    assert ro["median_mass"][-1] < ro["median_mass"][0] / 2 and min(ro["median_radial"]) > 10
+    doc = " ".join((ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8").split())
+    assert (f"median radial error of {ro['median_radial'][0]:.3g} at :math:`n = {ro['n'][0]}` and "
+            f"{ro['median_radial'][-1]:.3g} at {ro['n'][-1]}, while its median mass falls from "
+            f"{ro['median_mass'][0]:.3g} to {ro['median_mass'][-1]:.3g}") in doc
+    d = m["perturbed:radial_single"]
+    assert f"its mean, {d['mean'][0]:.3g}, is twice its median, {d['median'][0]:.3g}" in doc
+    assert 1.9 < d["mean"][0] / d["median"][0] < 2.2
+    at_first = sorted(mod.cell_parts(r["radial"], r["direction"], r["cell_size"])["radial_single"]
+                      for r in rows if r["n"] == d["n"][0])
+    later = max(mod.cell_parts(r["radial"], r["direction"], r["cell_size"])["radial_single"]
+                for r in rows if r["n"] > d["n"][0])
+    assert f"{at_first[-2]:.3g} and {at_first[-1]:.3g}, none above {later:.3g} from" in doc
 
 
 def test_b2_labels_each_curve_with_its_design(monkeypatch):
