@@ -26,7 +26,7 @@ plotted number) and ``figure1.png``/``.pdf``; ``--figure-only`` redraws from the
 n = 1000 .. 32000), one run folder per seed (``moestat rates --config simulations/rates/fig1b.toml
 --cell-errors --seed S``): the perturbed router's ``D_2``, single-atom and shared-cell errors and
 the largest ``beta1`` radial error, mean +- 2 SE per seed, with the engine's slopes, intervals and
-categories; it writes ``fig1b_seeds.json`` and ``fig1b_seeds.png``/``.pdf`` (``--figure-only``
+categories ("no prediction" instead of a category for the radial error: see :func:`_verdict`); it writes ``fig1b_seeds.json`` and ``fig1b_seeds.png``/``.pdf`` (``--figure-only``
 redraws them from the JSON)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
