@@ -26,7 +26,7 @@ plotted number) and ``figure1.png``/``.pdf``; ``--figure-only`` redraws from the
 n = 1000 .. 32000), one run folder per seed (``moestat rates --config simulations/rates/fig1b.toml
 --cell-errors --seed S``): the perturbed router's ``D_2``, single-atom and shared-cell errors and
 the largest ``beta1`` radial error, mean +- 2 SE per seed, with the engine's slopes, intervals and
-categories; it writes ``fig1b_seeds.json`` and ``fig1b_seeds.png``/``.pdf`` (``--figure-only``
+categories ("no prediction" instead of a category for the radial error: see :func:`_verdict`); it writes ``fig1b_seeds.json`` and ``fig1b_seeds.png``/``.pdf`` (``--figure-only``
 redraws them from the JSON)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1.py --out simulations/rates/figure1 \\
@@ -273,6 +273,27 @@ def fig1b_records(dirs: list[Path]) -> dict:
     return rec
 
 
+#: What the legends and the docs tables say for a loss of :data:`FIG1B_LOSSES` without a prediction.
+NO_PREDICTION = "no prediction"
+
+
+def _verdict(sl: dict | None, pred: float | None) -> str:
+    """The legend's tail after the slope: ``", <category>"`` for a loss with a prediction,
+    ``", no prediction"`` for one without.
+
+    A category says how a slope compares with a predicted exponent, so it means nothing where the
+    figure states none.  The engine still records one for the largest radial error
+    (:func:`moestat.rates.fit.predicted_exponent` gives ``-1/4`` for the perturbed over-specified
+    ``beta1_radial``, the shared cells' rate), but Theorem 5 (i) bounds the shared cell's atoms only
+    weighted by their masses ``exp(beta0_i)`` (D2, eq. 13): an atom whose mass vanishes may sit
+    anywhere, and the run-off atom does (radius about 10), so the paper gives the largest error over
+    all atoms no rate.  The figure prints the slope and its interval, and says so.
+    """
+    if pred is None:
+        return f", {NO_PREDICTION}"
+    return f", {sl['category']}" if sl and sl.get("category") else ""
+
+
 #: Short category names of the table in docs/guide/theory.rst.
 _SHORT = {"inconclusive": "inconcl.", "pre-asymptotic": "pre-asympt."}
 
@@ -286,9 +307,13 @@ def fig1b_table_rows(rec: dict) -> list[str]:
         cells = []
         for r in rec["runs"].values():
             sl = r[col]["slope"]
+            head = f"{sl['slope']:.2f} [{sl['ci_low']:.2f}, {sl['ci_high']:.2f}]"
+            if pred is None:  # no category without a prediction (see _verdict)
+                cells.append(f"{head} {NO_PREDICTION}")
+                continue
             cat = _SHORT.get(sl.get("category") or "", sl.get("category") or "none")
             halves = "/".join(_SHORT.get(h["category"], h["category"]) for h in r[col].get("halves") or [])
-            cells.append(f"{sl['slope']:.2f} [{sl['ci_low']:.2f}, {sl['ci_high']:.2f}] {cat} ({halves})")
+            cells.append(f"{head} {cat} ({halves})")
         out.append(f"{label} | {'none' if pred is None else f'{pred:g}'} | " + " | ".join(cells))
     return out
 
@@ -316,10 +341,8 @@ def fig1b_figure(rec: dict, stem: Path) -> None:
             ax.errorbar(n * 1.04 ** i, m, yerr=[np.minimum(e, 0.9 * m), e], fmt="o-", color=PALETTE[i], ms=4, lw=1.2,
                         capsize=2)
             hs.append(curve_handle(PALETTE[i], bar=True))
-            sl = d["slope"]
-            cat = f", {sl['category']}" if sl and sl.get("category") else ""
             tag = " (default)" if r["seed"] == default_seed else ""
-            ls.append(f"seed {r['seed']}{tag}{_fmt_slope(sl)}{cat}")
+            ls.append(f"seed {r['seed']}{tag}{_fmt_slope(d['slope'])}{_verdict(d['slope'], pred)}")
         if pred is not None:
             first = list(rec["runs"].values())[0][col]
             n0 = np.array(first["n"], dtype=float)
@@ -341,8 +364,10 @@ def fig1b_figure(rec: dict, stem: Path) -> None:
     conv = ", ".join(f"seed {r['seed']}: {r['converged']}/{r['fits']}" for r in rec["runs"].values())
     fig.suptitle(f"Nguyen et al. (2024), Figure 1(b), preset {preset}: over-specified perturbed cosine router (d = 4, k* = 3, "
                  f"k = 4, dense gate, GELU, nu = 0.01, tau = 0.5), least squares on the box |beta1_ij| <= 10 started near "
-                 f"the truth.\nConverged: {conv}.  Slopes: log-of-mean fit with the engine's interval and category.  "
-                 "The radial panel: one atom of the shared cell sits near the box (simulations/rates/fig1b_runaway.py).",
+                 f"the truth.\nConverged: {conv}.  Slopes: log-of-mean fit with the engine's interval, and its category where Theorem 5 gives an "
+                 "exponent (dotted).\n"
+                 "The radial panel (no prediction: Theorem 5 (i) bounds a shared cell's atoms only weighted by their "
+                 "masses, D_2 eq. 13): one atom of the shared cell sits near the box (simulations/rates/fig1b_runaway.py).",
                  fontsize=9)
     for problem in figure_problems(fig):  # the project's reviewer checks (blank slots, mixed tick styles)
         print(f"figure1 --fig1b: {problem}", file=sys.stderr)

@@ -8,8 +8,8 @@ which run off radially under the perturbed router (``docs/guide/theory.rst``, "F
 atoms alone in their cell are the ones PDE (4) speaks about: their radius is not identified under
 the vanilla router, their direction is.
 
-This script refits every fit of a finished rate run (both routers), exactly as the sweep fitted
-it -- the sweep's own data streams, starts and estimator seeds, one thread
+This script refits every fit of a finished rate run (every router it ran, or ``--routers``),
+exactly as the sweep fitted it -- the sweep's own data streams, starts and estimator seeds, one thread
 (:func:`moestat.experiments.theory.vanilla_slow._refit_unit`, the code behind ``thm3``'s rule
 (c')) -- and writes one row per fit with the per-atom errors
 (:func:`moestat.losses.cell_errors.beta1_decomposition`), the size of each atom's own cell and its
@@ -17,10 +17,17 @@ mass ``exp(beta0_i)``.  It also compares the refit's largest radial and directio
 the run's recorded ``extras.csv``: the refit must repeat the recorded fit (relative 1e-6, the CSV's
 decimal round trip), otherwise the script says so and exits 1 without writing.
 
-Recorded (about 5 CPU-minutes; the preset ``fig1b``, seed 0, 12 replicates, n = 1000 .. 32000)::
+Recorded (about 5 CPU-minutes; the preset ``fig1b``, seed 0, both routers, 12 replicates,
+n = 1000 .. 32000; panel (b2)'s vanilla curves)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1_cells.py \\
         --run simulations/rates/figure1/fig1b/seed0 --json simulations/rates/figure1/cells_over_seed0.json
+
+and (the preset ``fig1b40w``, default seed 0, perturbed router only, 40 replicates, n = 4000 ..
+65000; panel (b2)'s perturbed curves; the run's seconds are in the JSON)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1_cells.py \\
+        --run simulations/rates/figure1/fig1b40w/seed0 --json simulations/rates/figure1/cells_fig1b40w_seed0.json
 """
 
 from __future__ import annotations

@@ -24,9 +24,13 @@ least squares started near the truth with noise 0.05).  Columns:
    (:func:`moestat.losses.cell_errors.beta1_decomposition`), both routers.  (a): the paired start/fit
    record of ``simulations/rates/two_point.py`` (``two_point.json``, ``mechanism``: 20 replicates,
    n = 1e3 .. 1e5; largest over the atoms with a direction), with the start's radial error;
-   (b): per Voronoi cell, from ``simulations/rates/figure1_cells.py`` (the fig1b seed-0 fits
-   refitted per atom, ``cells_over_seed0.json``): atoms alone in their cell, and the two atoms
-   sharing a cell.
+   (b): per Voronoi cell, from ``simulations/rates/figure1_cells.py`` (fits refitted per atom from
+   the sweep's own streams, the refit checked against the recorded ``extras.csv``): atoms alone in
+   their cell, and the two atoms sharing a cell.  Two designs, each curve labelled with its own:
+   the perturbed router from the preset ``fig1b40w``'s default seed 0
+   (``cells_fig1b40w_seed0.json``: 40 replicates, n = 4000 .. 65000, the design of (b1)), the
+   vanilla router from the preset ``fig1b``'s seed 0 (``cells_over_seed0.json``: 12 replicates,
+   n = 1000 .. 32000), because ``fig1b40w`` runs the perturbed router only.
 3. **two-point (Le Cam) lower bounds** on the minimax risk (:mod:`moestat.rates.two_point`):
    (a) the radial witness of App. B.2 (``two_point.json``, m = 1e5 Monte Carlo inputs), (b) the
    split witness of App. B.3 (``figure1.json``, m = 5e4); the band is ``kappa +- 2 SE`` of the
@@ -65,7 +69,9 @@ SOURCES = {
     "over_fits_fig1b40w": ["simulations/rates/figure1/fig1b40w/seed0", "simulations/rates/figure1/fig1b40w/seed1",
                            "simulations/rates/figure1/fig1b40w/seed2"],
     "over_fits_1e6": "simulations/rates/over_1e6_reps10",
+    # (b2): the vanilla router's cells from fig1b seed 0, the perturbed router's from fig1b40w seed 0
     "over_cells": "simulations/rates/figure1/cells_over_seed0.json",
+    "over_cells_fig1b40w": "simulations/rates/figure1/cells_fig1b40w_seed0.json",
     "over_bounds": "simulations/rates/figure1/figure1.json",
 }
 
@@ -73,6 +79,12 @@ SOURCES = {
 #: The vanilla router has none: Theorems 2 and 3 say "slower than any polynomial rate".
 PAPER_EXPONENT = {"D3": (-0.5, "Thm 6"), "D2": (-0.5, "Thm 5"), "single": (-0.5, "Thm 5 (i)"),
                   "shared": (-0.25, "Thm 5 (i)"), "beta1_exact": (-0.5, "Thm 6")}
+
+#: Panel (b2): which cells record each router's curves come from (:data:`SOURCES` keys).
+CELLS_SOURCE = {"cosine": "over_cells", "perturbed": "over_cells_fig1b40w"}
+
+#: Panel (b2)'s per-cell parts (:func:`cell_parts`), the first three in their original stream order.
+CELL_PARTS = ("radial_single", "direction_single", "radial_shared", "direction_shared")
 
 #: Panel (b1)'s perturbed losses from fig1b40w: (column, short name, :data:`PAPER_EXPONENT` key, marker).
 OVER_LOSSES = (("voronoi", "$D_2$", "D2", "o"), ("param_single", "single-atom cells", "single", "s"),
@@ -179,6 +191,35 @@ def cells_by_n(rows: list[dict], router: str, part: str) -> dict[int, np.ndarray
     return {n: np.asarray(out[n]) for n in sorted(out)}
 
 
+def runoff_by_n(rows: list[dict], router: str) -> dict:
+    """Per sample size, the shared cell's atom with the largest radial error in each fit of
+    ``router`` (``figure1_cells.py`` rows): the median of its radial error and of its mass
+    ``exp(beta0_i)`` over the fits that have a shared cell.
+
+    Theorem 5 (i) bounds a shared cell's atoms only weighted by their masses (D2, eq. 13), so the
+    radius of an atom whose mass falls is not bounded: this is the measured reason why (b2)'s
+    shared-cell radial error stays flat while (b1)'s mass-weighted shared-cell error falls.
+
+    Returns
+    -------
+    dict
+        ``n``, ``fits``, ``median_radial``, ``median_mass`` (lists, one per n).
+    """
+    by: dict[int, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r["router"] != router:
+            continue
+        radial, size, mass = np.asarray(r["radial"], float), np.asarray(r["cell_size"]), np.asarray(r["mass"], float)
+        if not (size > 1).any():
+            continue
+        i = int(np.argmax(np.where(size > 1, radial, -np.inf)))
+        by.setdefault(int(r["n"]), []).append((radial[i], mass[i]))
+    ns = sorted(by)
+    return {"n": ns, "fits": [len(by[n]) for n in ns],
+            "median_radial": [float(np.median([a for a, _ in by[n]])) for n in ns],
+            "median_mass": [float(np.median([m for _, m in by[n]])) for n in ns]}
+
+
 def mechanism_by_n(mech: dict, router: str, key: str) -> dict[int, np.ndarray]:
     """``two_point.json``'s ``mechanism`` per-replicate lists (``[S][R]``) as ``{n: values}``."""
     return {int(n): np.asarray(v, float) for n, v in zip(mech["ns"], mech["routers"][router]["per_replicate"][key])}
@@ -210,6 +251,26 @@ def seed_series(folder: Path, router: str, column: str, rng: np.random.Generator
     return rec
 
 
+def cells_design(cells: dict, root: Path, router: str) -> dict:
+    """Where a ``figure1_cells.py`` record's ``router`` rows come from, as (b2) labels them.
+
+    Returns ``preset`` (the run folder's parent, e.g. ``fig1b40w``), ``seed`` (the run's
+    ``summary.json``), ``run``, ``n`` (the sample sizes of the rows), ``replicates`` (fits per n, the
+    smallest and largest count) and ``refit_matches_recorded`` (the record's, over all its rows).
+    """
+    run = Path(cells["run"])
+    rows = [r for r in cells["rows"] if r["router"] == router]
+    if not rows:
+        raise KeyError(f"{cells['run']}: no {router} rows in the cells record")
+    per_n: dict[int, int] = {}
+    for r in rows:
+        per_n[int(r["n"])] = per_n.get(int(r["n"]), 0) + 1
+    seed = int(json.loads((root / run / "summary.json").read_text())["config"]["seed"])
+    return {"preset": run.parent.name, "seed": seed, "run": run.as_posix(), "n": sorted(per_n),
+            "replicates": [min(per_n.values()), max(per_n.values())],
+            "refit_matches_recorded": cells["refit_matches_recorded"]}
+
+
 def bound_curve(c: dict) -> dict:
     """A two-point curve as plotted: ``n``, the bound, its Monte Carlo band and the recorded slopes."""
     out = {"n": list(map(float, c["ns"])), "lower_bound": c["lower_bound"], "low": c["lower_bound_low"],
@@ -231,7 +292,7 @@ def collect(root: Path, seed: int = 0) -> dict:
     rec: dict = {"sources": SOURCES, "seed": seed}
     tp = json.loads(p["exact_mechanism_and_bounds"].read_text())
     over_bounds = json.loads(p["over_bounds"].read_text())["two_point"]["over"]
-    cells = json.loads(p["over_cells"].read_text())
+    cells = {r: json.loads(p[CELLS_SOURCE[r]].read_text()) for r in ROUTERS}
     key = iter(range(10_000))  # one bootstrap stream per series, in a fixed order
     # (a) exact
     a = {"fixed": {}, "mechanism": {}, "bounds": {}}
@@ -259,10 +320,15 @@ def collect(root: Path, seed: int = 0) -> dict:
     b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b40w` runs without --seed
     b["fixed"]["perturbed_1e6"] = series(replicate_values([p["over_fits_1e6"]], "perturbed", "voronoi"),
                                          _rng(seed, next(key)))
+    for r in ROUTERS:  # each router from its own design (CELLS_SOURCE); the streams in their former order
+        for part in CELL_PARTS[:3]:
+            b["mechanism"][f"{r}:{part}"] = series(cells_by_n(cells[r]["rows"], r, part), _rng(seed, next(key)))
+    ckey = iter(range(20_000, 30_000))  # the shared cells' direction, added later: its own stream keys
     for r in ROUTERS:
-        for part in ("radial_single", "direction_single", "radial_shared"):
-            b["mechanism"][f"{r}:{part}"] = series(cells_by_n(cells["rows"], r, part), _rng(seed, next(key)))
-    b["cells_refit_matches_recorded"] = cells["refit_matches_recorded"]
+        b["mechanism"][f"{r}:direction_shared"] = series(cells_by_n(cells[r]["rows"], r, "direction_shared"),
+                                                         _rng(seed, next(ckey)))
+    b["mechanism_design"] = {r: cells_design(cells[r], root, r) for r in ROUTERS}
+    b["mechanism_runoff"] = runoff_by_n(cells["perturbed"]["rows"], "perturbed")
     for r in ROUTERS:
         b["bounds"][r] = bound_curve(over_bounds[r])
     # fit counts: converged / all, per router (the figure's title says them)
@@ -295,6 +361,18 @@ def fig1b40w_cells(rec: dict) -> dict[str, str]:
             tag = " (default)" if d["seed"] == b["default_seed"] else ""
             cells.append(f"seed {d['seed']}{tag}: {_fmt(d['slope'])} {d['slope']['category']}")
         out[key] = "; ".join(cells)
+    return out
+
+
+def mechanism_cells(rec: dict) -> dict[str, str]:
+    """Per ``router:part`` of panel (b2), the cell of the docs table (docs/guide/theory.rst, Figure 1):
+    ``slope [ci_low, ci_high]; mean at the first n to mean at the last n``, as the record holds them
+    (a test checks each cell against the docs and the record against the cells records' rows)."""
+    out = {}
+    for r in ROUTERS:
+        for part in CELL_PARTS:
+            d = rec["over"]["mechanism"][f"{r}:{part}"]
+            out[f"{r}:{part}"] = f"{_fmt(d['slope'])}; {d['mean'][0]:.3g} to {d['mean'][-1]:.3g}"
     return out
 
 
@@ -396,6 +474,62 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
            title_fontsize=9, **below)
 
 
+#: Panel (b2)'s curves: (part, marker, line style, open marker, what the legend calls it).
+OVER_MECHANISM_PARTS = (("radial_single", "s", "-", True, "radial, alone in a cell"),
+                        ("direction_single", "^", "--", False, "direction, alone in a cell"),
+                        ("radial_shared", "x", ":", False, "radial, sharing a cell"),
+                        ("direction_shared", "d", (0, (5, 1.5, 1, 1.5, 1, 1.5)), True, "direction, sharing a cell"))
+
+
+def design_label(d: dict, default_seed: int | None = None) -> str:
+    """``fig1b40w seed 0 (default), 40 reps, n = 4000-65000`` for a :func:`cells_design` record."""
+    lo, hi = d["replicates"]
+    reps = f"{hi}" if lo == hi else f"{lo}-{hi}"
+    tag = " (default)" if default_seed is not None and d["seed"] == default_seed else ""
+    return f"{d['preset']} seed {d['seed']}{tag}, {reps} reps, n = {d['n'][0]}-{d['n'][-1]}"
+
+
+def _over_mechanism(ax, R: dict, col: dict, shift: dict, below: dict) -> None:
+    """Panel (b2): per Voronoi cell, the radial and directional ``beta1`` errors, each router from
+    its own design (:data:`CELLS_SOURCE`, named in the title and in every legend entry), with
+    Theorem 5 (i)'s exponents for the perturbed router."""
+    from moestat.plotting import curve_handle, legend
+
+    des = R["mechanism_design"]
+    default = R.get("default_seed")
+    hs, ls = [], []
+    for r in ROUTERS:
+        for key, mk, lsty, open_, what in OVER_MECHANISM_PARTS:
+            d = R["mechanism"][f"{r}:{key}"]
+            # no theorem for the vanilla shared cell (Theorem 3 is a lower bound): drawn paler
+            alpha = 0.5 if (r == "cosine" and "shared" in key) else 1.0
+            _curve(ax, d, col[r], mk, lsty, shift[r], fit_line=False, mfc="white" if open_ else None, lw=1.1,
+                   alpha=alpha)
+            h = curve_handle(col[r], marker=mk, line=lsty, bar=True)
+            for artist in h:
+                artist.set_alpha(alpha)
+            hs.append(_open(h) if open_ else h)
+            ls.append(f"{NAME[r]} [{des[r]['preset']}], {what}: {_fmt(d['slope'])}")
+    # Theorem 5 (i)'s exponents over the perturbed design's n: -1/2 well below every curve (higher, it
+    # crossed the vanilla ones), -1/4 between the shared cell's radial and direction errors
+    for key, ekey, line in (("direction_single", "single", ":"), ("radial_shared", "shared", "-.")):
+        d = R["mechanism"][f"perturbed:{key}"]
+        e, thm = PAPER_EXPONENT[ekey]
+        x = np.array([d["n"][0], d["n"][-1]], float)
+        ax.plot(x, d["mean"][0] * (0.1 if ekey == "single" else 0.6) * (x / x[0]) ** e, line, color="0.2", lw=1.4,
+                zorder=1)
+        hs.append(curve_handle("0.2", marker=None, line=line, lw=1.4))
+        where = "alone in a cell" if ekey == "single" else "sharing a cell (weighted by mass, eq. 13)"
+        ls.append(f"{_pow(e)}: {thm}, perturbed, atoms {where}")
+    ax.set(xscale="log", yscale="log", xlabel="n", ylabel="$\\beta_1$ error (radial, direction)",
+           title="(b2) mechanism per Voronoi cell: radial vs direction $\\beta_1$ error\n"
+                 f"perturbed: {design_label(des['perturbed'], default)}\n"
+                 f"vanilla: {design_label(des['cosine'], default)} (not in {des['perturbed']['preset']})")
+    legend(ax, hs, ls, title="mean and 95% bootstrap CI per n; [the design]; slope [95% CI] of the log-of-mean fit",
+           title_fontsize=9,
+           **below)
+
+
 def figure(rec: dict, stem: Path) -> None:
     """Draw the 2 x 3 figure of :func:`collect`'s record to ``<stem>.png``/``.pdf``."""
     import matplotlib
@@ -441,9 +575,10 @@ def figure(rec: dict, stem: Path) -> None:
             legend(ax, hs, ls, **below)
         # ---- column 2: mechanism
         ax = axes[i, 1]
-        hs, ls = [], []
-        if setting == "exact":
-            parts = (("fit_radial", "s", "-", "white", "radial"), ("fit_direction", "^", "--", None, "direction"))
+        if setting == "over":
+            _over_mechanism(ax, R, col, shift, below)
+        else:
+            hs, ls = [], []
             d = R["mechanism"]["start:start_radial"]
             n = np.asarray(d["n"], float)
             ax.fill_between(n, d["ci_low"], d["ci_high"], color="0.6", alpha=0.35, lw=0, zorder=1)
@@ -451,40 +586,23 @@ def figure(rec: dict, stem: Path) -> None:
             hs.append(curve_handle("0.45", marker=None, band=True))
             moved = max(R["mechanism_radius_moved_max"]["cosine"], 1e-300)
             ls.append(f"start (both routers), radial, 95% CI; the vanilla fit moves no radius (max {moved:.0e})")
-        else:
-            parts = (("radial_single", "s", "-", "white", "radial, atoms alone in a cell"),
-                     ("direction_single", "^", "--", None, "direction, atoms alone in a cell"),
-                     ("radial_shared", "x", ":", None, "radial, the two atoms sharing a cell"))
-        for r in ROUTERS:
-            for key, mk, lsty, mfc, what in parts:
-                d = R["mechanism"][f"{r}:{key}"]
-                _curve(ax, d, col[r], mk, lsty, shift[r], fit_line=False, mfc=mfc, lw=1.1,
-                       alpha=0.55 if key == "radial_shared" else 1.0)  # no theorem for the vanilla shared cell
-                h = curve_handle(col[r], marker=mk, line=lsty, bar=True)
-                hs.append(_open(h) if mfc == "white" else h)
-                ls.append(f"{NAME[r]}, {what}: {_fmt(d['slope'])}")
-        if setting == "exact":
+            for r in ROUTERS:
+                for key, mk, lsty, mfc, what in (("fit_radial", "s", "-", "white", "radial"),
+                                                 ("fit_direction", "^", "--", None, "direction")):
+                    d = R["mechanism"][f"{r}:{key}"]
+                    _curve(ax, d, col[r], mk, lsty, shift[r], fit_line=False, mfc=mfc, lw=1.1)
+                    h = curve_handle(col[r], marker=mk, line=lsty, bar=True)
+                    hs.append(_open(h) if mfc == "white" else h)
+                    ls.append(f"{NAME[r]}, {what}: {_fmt(d['slope'])}")
             d = R["mechanism"]["perturbed:fit_direction"]
             e, thm = PAPER_EXPONENT["beta1_exact"]
             _reference(ax, d["n"][0], d["n"][-1], d["mean"][0] * 0.5, e)
             hs.append(ref)
             ls.append(f"{_pow(e)}: {thm} (perturbed $\\beta_1$)")
-            ttl = f"({row}2) mechanism: $\\beta_1$ error of the fit split in radial and direction parts\nlargest over atoms, mean and 95% bootstrap CI, 20 replicates (paired starts)"
-        else:
-            d = R["mechanism"]["perturbed:direction_single"]
-            e, thm = PAPER_EXPONENT["single"]
-            _reference(ax, d["n"][0], d["n"][-1], d["mean"][0] * 0.4, e)
-            hs.append(ref)
-            ls.append(f"{_pow(e)}: {thm}, perturbed, atoms alone in a cell")
-            d = R["mechanism"]["perturbed:radial_shared"]
-            e, thm = PAPER_EXPONENT["shared"]
-            x = np.array([d["n"][0], d["n"][-1]], float)
-            ax.plot(x, d["mean"][0] * 0.6 * (x / x[0]) ** e, "-.", color="0.2", lw=1.4, zorder=1)
-            hs.append(curve_handle("0.2", marker=None, line="-.", lw=1.4))
-            ls.append(f"{_pow(e)}: {thm}, perturbed, atoms sharing a cell")
-            ttl = f"({row}2) mechanism per Voronoi cell: radial vs direction $\\beta_1$ error\nmean and 95% bootstrap CI, fig1b seed 0, 12 replicates"
-        ax.set(xscale="log", yscale="log", xlabel="n", ylabel="$\\beta_1$ error (radial, direction)", title=ttl)
-        legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit", title_fontsize=9, **below)
+            ax.set(xscale="log", yscale="log", xlabel="n", ylabel="$\\beta_1$ error (radial, direction)",
+                   title=f"({row}2) mechanism: $\\beta_1$ error of the fit split in radial and direction parts\n"
+                         "largest over atoms, mean and 95% bootstrap CI, 20 replicates (paired starts)")
+            legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit", title_fontsize=9, **below)
         # ---- column 3: two-point bounds
         ax = axes[i, 2]
         hs, ls = [], []
@@ -522,7 +640,9 @@ def figure(rec: dict, stem: Path) -> None:
         "squares started near the truth (noise 0.05).\n"
         f"Converged fits: (a1) {a['converged']['cosine']} vanilla, {a['converged']['perturbed']} perturbed; "
         f"(b1) {b['converged']['cosine']} vanilla (fig1b), {' / '.join(b['converged_fig1b40w'])} perturbed (fig1b40w seeds "
-        f"{' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}), {b['converged_1e6']['perturbed']} to 1e6; (b2) refit = recorded in {b['cells_refit_matches_recorded']}.  "
+        f"{' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}), {b['converged_1e6']['perturbed']} to 1e6; (b2) refit = recorded in "
+        + "; ".join(f"{d['refit_matches_recorded']} ({d['preset']} seed {d['seed']})" for d in b["mechanism_design"].values())
+        + ".  "
         "\nColumns 1-2: one fixed truth (a fixed-truth slope cannot test a minimax lower bound).  Column 3: lower bounds "
         f"on the minimax risk at each n, band kappa +- 2 SE (m = {rec['n_mc']['exact']:.0e} / {rec['n_mc']['over']:.0e} "
         "Monte Carlo inputs).", fontsize=10.5)
@@ -559,6 +679,11 @@ def main(argv=None) -> int:
     figure(rec, args.out / "figure1_composite")
     for key, cell in fig1b40w_cells(rec).items():  # the docs table's (b1) fig1b40w cells
         print(f"(b1) {key}: {cell}")
+    for key, cell in mechanism_cells(rec).items():  # the docs table's (b2) cells
+        print(f"(b2) {key}: {cell}")
+    ro = rec["over"]["mechanism_runoff"]
+    print("(b2) perturbed shared cell, the atom with the largest radial error, medians per n: radial "
+          + ", ".join(f"{v:.3g}" for v in ro["median_radial"]) + "; mass " + ", ".join(f"{v:.3g}" for v in ro["median_mass"]))
     print(f"wrote {'' if args.figure_only else f'{path} and '}{args.out / 'figure1_composite'}.png/.pdf")
     return 0
 

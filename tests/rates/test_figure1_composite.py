@@ -148,6 +148,123 @@ def test_the_recorded_cells_are_the_fig1b_seed0_fits():
         assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
 
 
+def test_the_fig1b40w_cells_record_is_every_seed0_fit():
+    """(b2)'s perturbed curves: the committed per-cell record of fig1b40w seed 0 (the default seed)
+    covers its 240 fits, each refit repeated the recorded extras.csv, and the largest per-atom
+    errors are the recorded ones (checked here again, from the CSV)."""
+    import pandas as pd
+
+    cells = importlib.util.module_from_spec(
+        spec := importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py"))
+    spec.loader.exec_module(cells)
+    rec = json.loads((ROOT / mod.SOURCES["over_cells_fig1b40w"]).read_text())
+    assert rec["run"] == "simulations/rates/figure1/fig1b40w/seed0"
+    res = pd.read_csv(ROOT / rec["run"] / "results.csv")
+    assert len(rec["rows"]) == len(res) == 240 and {r["router"] for r in rec["rows"]} == {"perturbed"}
+    assert {(r["router"], r["n"], r["replicate"]) for r in rec["rows"]} == set(zip(res.router, res.n, res.replicate))
+    assert rec["refit_matches_recorded"] == "240/240"
+    assert cells.check_against_record(rec["rows"], ROOT / rec["run"] / "extras.csv") == []
+    for r in rec["rows"]:
+        assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
+
+
+def test_b2_is_each_routers_own_design_and_the_docs_table():
+    """Panel (b2) in the committed figure1_composite.json: the perturbed curves are fig1b40w seed 0's
+    cells, the vanilla ones fig1b seed 0's; per n the count and mean are those of the cells records'
+    rows (recomputed here with cell_parts), the per-n intervals bracket the means, the slope is the
+    log-of-mean OLS of those means (numpy here, not the engine), the design labels are the records',
+    and every (b2) cell of the docs table is the record's."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    b = rec["over"]
+    assert rec["sources"]["over_cells_fig1b40w"] == mod.SOURCES["over_cells_fig1b40w"]
+    des = b["mechanism_design"]
+    assert (des["perturbed"]["preset"], des["perturbed"]["seed"], des["perturbed"]["replicates"]) == ("fig1b40w", 0, [40, 40])
+    assert des["perturbed"]["n"] == [4000, 6986, 12201, 21309, 37217, 65000]
+    assert (des["cosine"]["preset"], des["cosine"]["seed"], des["cosine"]["replicates"]) == ("fig1b", 0, [12, 12])
+    assert des["cosine"]["n"] == [1000, 2000, 4000, 8000, 16000, 32000]
+    from moestat.rates.config import GridSpec
+
+    assert des["perturbed"]["seed"] == GridSpec().seed  # the default seed
+    for r in mod.ROUTERS:
+        rows = json.loads((ROOT / mod.SOURCES[mod.CELLS_SOURCE[r]]).read_text())["rows"]
+        for part in mod.CELL_PARTS:
+            d = b["mechanism"][f"{r}:{part}"]
+            by_n = {}
+            for row in rows:
+                if row["router"] == r:
+                    v = mod.cell_parts(row["radial"], row["direction"], row["cell_size"])[part]
+                    if np.isfinite(v):
+                        by_n.setdefault(row["n"], []).append(v)
+            assert d["n"] == sorted(by_n) and d["count"] == [len(by_n[n]) for n in d["n"]]
+            means = [np.mean(by_n[n]) for n in d["n"]]
+            np.testing.assert_allclose(d["mean"], means, rtol=1e-12)
+            assert all(lo <= m <= hi for lo, m, hi in zip(d["ci_low"], d["mean"], d["ci_high"]))
+            slope = np.polyfit(np.log(d["n"]), np.log(means), 1)[0]
+            assert d["slope"]["slope"] == pytest.approx(slope, rel=1e-9, abs=1e-12)
+            assert d["slope"]["ci_low"] <= d["slope"]["slope"] <= d["slope"]["ci_high"]
+    doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
+    for key, cell in mod.mechanism_cells(rec).items():
+        assert f"- {cell}" in doc, (key, cell)
+    for r in mod.ROUTERS:  # the caption names each design as the panel's title does
+        label = mod.design_label(des[r], GridSpec().seed)
+        assert " ".join(label.replace(des[r]["preset"], f"``{des[r]['preset']}``", 1).split()) in " ".join(doc.split())
+
+
+def test_b2_runoff_record_and_the_docs_reading():
+    """The run-off atom's medians per n (mechanism_runoff) recomputed from the fig1b40w cells rows,
+    and the docs' per-cell paragraph quotes the record: the shared cell's slopes exclude -1/4 and
+    contain 0, the singleton ones contain -1/2, the run-off radius stays while its mass falls."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    rows = json.loads((ROOT / mod.SOURCES["over_cells_fig1b40w"]).read_text())["rows"]
+    ro = rec["over"]["mechanism_runoff"]
+    assert ro == mod.runoff_by_n(rows, "perturbed") and ro["fits"] == [40] * 6
+    m = rec["over"]["mechanism"]
+    for part in ("radial_shared", "direction_shared"):
+        s = m[f"perturbed:{part}"]["slope"]
+        assert s["ci_low"] <= 0 <= s["ci_high"] and s["ci_low"] > -0.25
+    for part in ("radial_single", "direction_single"):
+        s = m[f"perturbed:{part}"]["slope"]
+        assert s["ci_low"] <= -0.5 <= s["ci_high"]
+    assert ro["median_mass"][-1] < ro["median_mass"][0] / 2 and min(ro["median_radial"]) > 10
+    doc = " ".join((ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8").split())
+    assert (f"median radial error of {ro['median_radial'][0]:.3g} at :math:`n = {ro['n'][0]}` and "
+            f"{ro['median_radial'][-1]:.3g} at {ro['n'][-1]}, while its median mass falls from "
+            f"{ro['median_mass'][0]:.3g} to {ro['median_mass'][-1]:.3g}") in doc
+    d = m["perturbed:radial_single"]
+    assert f"its mean, {d['mean'][0]:.3g}, is twice its median, {d['median'][0]:.3g}" in doc
+    assert 1.9 < d["mean"][0] / d["median"][0] < 2.2
+    at_first = sorted(mod.cell_parts(r["radial"], r["direction"], r["cell_size"])["radial_single"]
+                      for r in rows if r["n"] == d["n"][0])
+    later = max(mod.cell_parts(r["radial"], r["direction"], r["cell_size"])["radial_single"]
+                for r in rows if r["n"] > d["n"][0])
+    assert f"{at_first[-2]:.3g} and {at_first[-1]:.3g}, none above {later:.3g} from" in doc
+
+
+def test_b2_labels_each_curve_with_its_design(monkeypatch):
+    """The drawn panel (b2) names both designs in its title and every legend entry, and the figure
+    passes the project's reviewer checks."""
+    import moestat.plotting as plotting
+
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    seen = {}
+
+    def keep(fig, stem, **kw):
+        fig.canvas.draw()
+        ax = fig.axes[4]  # row (b), column 2
+        seen["title"] = ax.get_title()
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        seen["problems"] = plotting.figure_problems(fig)
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    mod.figure(rec, ROOT / "unused")
+    assert seen["title"].startswith("(b2)") and "perturbed: fig1b40w seed 0 (default), 40 reps" in seen["title"]
+    assert "vanilla: fig1b seed 0 (default), 12 reps" in seen["title"]
+    curves = [t for t in seen["legend"] if not t.startswith("$n^")]
+    assert len(curves) == 2 * len(mod.CELL_PARTS)
+    assert all(t.startswith("perturbed [fig1b40w]") or t.startswith("vanilla [fig1b]") for t in curves)
+    assert seen["problems"] == []
+
+
 def test_recorded_slope_reads_the_runs_summary(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"fits": [
         {"router": "perturbed", "loss": "voronoi", "slope": -0.4, "ci_low": -0.6, "ci_high": -0.2, "predicted": -0.5,

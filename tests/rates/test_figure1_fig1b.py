@@ -67,3 +67,36 @@ def test_seeds_figure_labels_the_designs_sample_sizes(monkeypatch):
     design = [str(n) for n in next(iter(rec["runs"].values()))["voronoi"]["n"]]
     assert design == ["4000", "6986", "12201", "21309", "37217", "65000"]
     assert seen["ticks"] == [design] * 4 and seen["problems"] == [] and seen["legends_below"]
+
+
+@pytest.mark.parametrize("name", ["fig1b_seeds", "fig1b40_seeds", "fig1b40w_seeds"])
+def test_a_loss_without_prediction_shows_no_category(monkeypatch, name):
+    """The largest radial error has no prediction in these figures (no reference line): its legend
+    entries and docs-table cells give the slope, its interval and "no prediction", never the
+    category the engine computed against its own derived -1/4; the losses with a prediction keep
+    their category.  (Before the fix the radial legends read "..., inconclusive".)"""
+    import moestat.plotting as plotting
+
+    mod = _script()
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / f"{name}.json").read_text())
+    seen = {}
+
+    def keep(fig, stem, **kw):
+        seen["legends"] = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in fig.axes]
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    mod.fig1b_figure(rec, ROOT / "unused")
+    cats = ("consistent", "inconclusive", "inconsistent", "floor", "pre-asymptotic")
+    for (col, _, pred), texts, row in zip(mod.FIG1B_LOSSES, seen["legends"], mod.fig1b_table_rows(rec)):
+        runs = list(rec["runs"].values())
+        seed_texts = texts[:len(runs)]
+        cells = row.split(" | ")[2:]
+        for r, text, cell in zip(runs, seed_texts, cells):
+            sl = r[col]["slope"]
+            assert f"{sl['slope']:.2f} [{sl['ci_low']:.2f}, {sl['ci_high']:.2f}]" in text and cell.startswith(f"{sl['slope']:.2f}")
+            if pred is None:
+                assert text.endswith(", no prediction") and cell.endswith(" no prediction")
+                assert not any(c in text or c in cell for c in cats), (text, cell)
+            else:
+                assert text.endswith(f", {sl['category']}")
+    assert [pred for _, _, pred in mod.FIG1B_LOSSES].count(None) == 1  # the radial panel
