@@ -97,3 +97,26 @@ def test_in_place_passes_leave_their_inputs_alone(kind, k_active, activation):
     assert all(torch.equal(a, b) for a, b in zip(before, (*data.xs, *data.xe, *data.y, theta)))
     assert all(torch.equal(a, b) for a, b in zip(kept, [t for lst in (cache.u_b, cache.v, cache.s, cache.r) for t in lst]))
     assert torch.equal(F0, F1) and torch.equal(F1, F2) and torch.equal(A1, A2) and torch.equal(g1, g2)
+
+
+@pytest.mark.parametrize("temperature", [None, 0.3])
+@pytest.mark.parametrize("kind,k_active", [("perturbed", None), ("cosine", None), ("linear", None), ("perturbed", 2)])
+def test_gradient_and_diagonal_are_those_of_gauss_newton(kind, k_active, temperature):
+    # issue 36: a replicate's last Levenberg-Marquardt iterate needs J^T r and diag(J^T J) only.
+    # The gradient is formed by the same operations (equal); the diagonal is the same sums of
+    # squares summed in another order (close: float64 rounding of sums of ~1e3 positive terms).
+    model, data, theta = _setup(kind, "gelu", k_active=k_active)
+    two = K.Design.build(model, _x(data), data.y[0], chunk=300, n_components=3)  # three chunks: sums over chunks too
+    for design in (data, two):
+        _, cache = K.forward(model, design, theta, 3, temperature)
+        A, g = K.gauss_newton(model, design, theta, 3, cache, temperature)
+        D, g2 = K.gradient_and_diagonal(model, design, theta, 3, cache, temperature)
+        assert torch.equal(g2, g)
+        torch.testing.assert_close(D, torch.diagonal(A, dim1=-2, dim2=-1), rtol=1e-11, atol=0.0)
+        D3, g3 = K.gradient_and_diagonal(model, design, theta, 3, None, temperature)  # cache recomputed
+        assert torch.equal(g3, g) and torch.equal(D3, D)
+
+
+def _x(data):
+    """The inputs ``X [R, n, d]`` back from a one-chunk design's expert features ``[x; 1]``."""
+    return data.xe[0][:, :-1].transpose(1, 2)
