@@ -124,17 +124,19 @@ class Design:
         if chunk is None:
             chunk = chunk_size(R, n, n_params(n_components, d, d + 1, True))
         taus = score_taus(model)
-        if taus is None:
-            Xs = X
-        else:
-            # ||x|| + tau2 is fixed by the data: divide once per fit, not once per pass
-            Xs = X * _safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])
-        XsT = Xs.transpose(1, 2)
-        XeT = torch.cat([X, X.new_ones(R, n, 1)], dim=-1).transpose(1, 2)
+        # ||x|| + tau2 is fixed by the data: divide once per fit, not once per pass
+        scale = None if taus is None else _safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])
         xs, xe, y = [], [], []
+        # Chunk by chunk, into the chunk's own arrays: the same values as scaling the whole X and
+        # appending its column of ones first, without those two [R, n, d(+1)] temporaries (each
+        # as large as X: 82 MB in the main job's largest unit, issue 36).
         for s in range(0, n, chunk):
-            xs.append(XsT[..., s : s + chunk].contiguous())
-            xe.append(XeT[..., s : s + chunk].contiguous())
+            Xc = X[:, s : s + chunk]
+            xs.append((Xc if scale is None else Xc * scale[:, s : s + chunk]).transpose(1, 2).contiguous())
+            e = X.new_empty(R, d + 1, Xc.shape[1])
+            e[:, :d] = Xc.transpose(1, 2)
+            e[:, d] = 1.0
+            xe.append(e)
             y.append(Y[:, s : s + chunk].contiguous())
         return cls(xs, xe, y, n)
 

@@ -120,3 +120,24 @@ def test_gradient_and_diagonal_are_those_of_gauss_newton(kind, k_active, tempera
 def _x(data):
     """The inputs ``X [R, n, d]`` back from a one-chunk design's expert features ``[x; 1]``."""
     return data.xe[0][:, :-1].transpose(1, 2)
+
+
+@pytest.mark.parametrize("kind", ["perturbed", "cosine", "linear"])
+@pytest.mark.parametrize("chunk", [None, 256, 700])
+def test_design_chunks_equal_the_whole_array_features(kind, chunk):
+    # issue 36: the features are built chunk by chunk, without the scaled X and [X, 1] of the
+    # whole batch; each value is the same elementwise operation on the same operands as before
+    g = torch.Generator().manual_seed(1)
+    model = MoEModel(Gate(kind, tau=0.5), Expert("gelu"))
+    X = torch.rand(3, 700, 4, generator=g, dtype=torch.float64) * 2 - 1
+    X[0, 5] = 0.0  # a zero input: the cosine router's zero-norm convention
+    Y = torch.randn(3, 700, generator=g, dtype=torch.float64)
+    data = K.Design.build(model, X, Y, chunk=chunk, n_components=3)
+    taus = K.score_taus(model)
+    Xs = X if taus is None else X * K._safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])  # the formula as it was
+    Xe = torch.cat([X, X.new_ones(3, 700, 1)], dim=-1)
+    assert torch.equal(torch.cat(data.xs, -1), Xs.transpose(1, 2))
+    assert torch.equal(torch.cat(data.xe, -1), Xe.transpose(1, 2))
+    assert torch.equal(torch.cat(data.y, -1), Y)
+    assert all(a.is_contiguous() for a in data.xs + data.xe + data.y)
+    assert len(data.xs) == (1 if chunk in (None, 700) else 3)
