@@ -56,7 +56,15 @@ from moestat.model.gates import safe_norm
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.regression import MoEModel
 from moestat.estimators.layout import bounds, pack
-from moestat.estimators.lse_kernel import Design, evaluate as kernel_evaluate, forward as kernel_forward, gauss_newton, residual_and_jacobian, score_taus
+from moestat.estimators.lse_kernel import (
+    Design,
+    evaluate as kernel_evaluate,
+    forward as kernel_forward,
+    gauss_newton,
+    gradient_and_diagonal,
+    residual_and_jacobian,
+    score_taus,
+)
 
 __all__ = [
     "levenberg_marquardt",
@@ -249,13 +257,19 @@ def _nielsen_damping(lam, nu, rho, accept):
     return lam, nu
 
 
-def _take_accepted(k_gn, model, data, k: int, temperature, accept, current, proposed):
+def _take_accepted(k_gn, model, data, k: int, temperature, accept, current, proposed, ending=None, k_gd=None):
     """The next iterate: the trial point where its step is accepted, the current one elsewhere.
 
     ``current = (theta [R, P], F [R], A [R, P, P], g [R, P])``, ``proposed = (trial [R, P],
     Ft [R], cache)`` (the kernel's forward cache).  ``J^T J`` and ``J^T r`` are formed only where
     the step is taken; a non-finite one undoes the acceptance (``accept [R]`` is cleared in place,
     so the damping update sees it).  Returns ``(theta, F, A, g)`` of the next iterate.
+
+    ``ending [R]`` (with ``k_gd``, the kernel's :func:`~moestat.estimators.lse_kernel.gradient_and_diagonal`):
+    the replicates that stop at this iterate whatever its ``J^T J`` (their ``ftol`` or ``xtol``
+    test holds).  Where such a step is accepted only ``J^T r`` and ``diag(J^T J)`` are formed (the
+    stopping tests read no more; ``A`` gets that diagonal): ``J^T J`` of a replicate's last
+    iterate was about a sixth of the main job's ``J^T J`` work and is never used (issue 36).
     """
     theta, F, A, g = current
     trial, Ft, cache = proposed
@@ -263,20 +277,32 @@ def _take_accepted(k_gn, model, data, k: int, temperature, accept, current, prop
     m = acc.numel()
     if not m:
         return theta, F, A, g
-    allacc = m == theta.shape[0]
-    At, gt = k_gn(
-        model, data if allacc else data.select(acc), trial if allacc else trial[acc], k,
-        None if cache is None else (cache if allacc else cache.select(acc)), temperature,
-    )
-    fin = torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
-    if not bool(fin.all()):
-        accept[acc[~fin]] = False
-        At, gt, acc = At[fin], gt[fin], acc[fin]
-        allacc = False
-    if allacc:
-        return trial, Ft, At, gt
+    R = theta.shape[0]
+    light = ending[acc] if (ending is not None and k_gd is not None) else None
+    if light is not None and not bool(light.any()):
+        light = None
+    groups = [(acc, k_gn)] if light is None else [(acc[~light], k_gn), (acc[light], k_gd)]
+    taken = []  # (replicates, A rows, g rows) of the finite ones
+    for sub, fn in groups:
+        if not sub.numel():
+            continue
+        every = sub.numel() == R
+        At, gt = fn(
+            model, data if every else data.select(sub), trial if every else trial[sub], k,
+            None if cache is None else (cache if every else cache.select(sub)), temperature,
+        )
+        if fn is k_gd:
+            At = torch.diag_embed(At)  # the diagonal is all the stopping tests read
+        fin = torch.isfinite(At).flatten(1).all(1) & torch.isfinite(gt).all(1)
+        if not bool(fin.all()):
+            accept[sub[~fin]] = False
+            At, gt, sub = At[fin], gt[fin], sub[fin]
+        taken.append((sub, At, gt))
+    if len(taken) == 1 and taken[0][0].numel() == R:
+        return trial, Ft, taken[0][1], taken[0][2]
     theta_new, F_new, A_new, g_new = theta.clone(), F.clone(), A.clone(), g.clone()
-    theta_new[acc], F_new[acc], A_new[acc], g_new[acc] = trial[acc], Ft[acc], At, gt
+    for sub, At, gt in taken:
+        theta_new[sub], F_new[sub], A_new[sub], g_new[sub] = trial[sub], Ft[sub], At, gt
     return theta_new, F_new, A_new, g_new
 
 
@@ -346,9 +372,10 @@ def levenberg_marquardt(
     R, n, d = X.shape
     k = n_components
     P = theta0.shape[1]
-    build, k_eval, k_fwd, k_gn = Design.build, kernel_evaluate, kernel_forward, gauss_newton
+    build, k_eval, k_fwd, k_gn, k_gd = Design.build, kernel_evaluate, kernel_forward, gauss_newton, gradient_and_diagonal
     if kernel is not None:  # a model outside the analytic kernel (issue 14)
         build, k_eval, k_fwd, k_gn = kernel.build, kernel.evaluate, kernel.forward, kernel.gauss_newton
+        k_gd = getattr(kernel, "gradient_and_diagonal", None)  # without it: J^T J at every accepted step
     if data is None:
         data = build(model, X, Y, chunk, n_components=k)
     # radial flat direction (PDE (4)) whenever the score is degree-0 homogeneous in beta1:
@@ -386,12 +413,15 @@ def levenberg_marquardt(
         Ft, cache = k_fwd(model, data, trial, k, temperature)
         actual, pred, rho = _gain_ratio(A, g, delta, F, Ft)
         accept = okc & torch.isfinite(Ft) & (actual > 0) & (pred > 0)
-        theta_new, F_new, A_new, g_new = _take_accepted(k_gn, model, data, k, temperature, accept,
-                                                        (theta, F, A, g), (trial, Ft, cache))
-        lam, nu = _nielsen_damping(lam, nu, rho, accept)
-        # stopping rules, per replicate (xtol on the proposed step, as scipy and MINPACK do)
+        # stopping rules, per replicate (xtol on the proposed step, as scipy and MINPACK do); a
+        # replicate whose ftol or xtol test holds stops here, so its new J^T J is not formed
         step_small = okc & (safe_norm(delta) <= xtol * (xtol + safe_norm(theta)))
-        f_small = accept & (actual <= ftol * F) & (rho > 0.25)
+        decrease_small = (actual <= ftol * F) & (rho > 0.25)
+        theta_new, F_new, A_new, g_new = _take_accepted(k_gn, model, data, k, temperature, accept,
+                                                        (theta, F, A, g), (trial, Ft, cache),
+                                                        step_small | (accept & decrease_small), k_gd)
+        lam, nu = _nielsen_damping(lam, nu, rho, accept)
+        f_small = accept & decrease_small  # accept as _take_accepted left it (a non-finite J^T J undoes it)
         theta, F, A, g = theta_new, F_new, A_new, g_new
         g_small = _scaled_gradient(A, g * _free_mask(theta, g, lower, upper), F) <= gtol
         stalled = (lam >= 1e30) & ~accept

@@ -44,6 +44,7 @@ __all__ = [
     "ForwardCache",
     "forward",
     "gauss_newton",
+    "gradient_and_diagonal",
     "evaluate",
     "jacobian_t",
     "residual_and_jacobian",
@@ -123,17 +124,19 @@ class Design:
         if chunk is None:
             chunk = chunk_size(R, n, n_params(n_components, d, d + 1, True))
         taus = score_taus(model)
-        if taus is None:
-            Xs = X
-        else:
-            # ||x|| + tau2 is fixed by the data: divide once per fit, not once per pass
-            Xs = X * _safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])
-        XsT = Xs.transpose(1, 2)
-        XeT = torch.cat([X, X.new_ones(R, n, 1)], dim=-1).transpose(1, 2)
+        # ||x|| + tau2 is fixed by the data: divide once per fit, not once per pass
+        scale = None if taus is None else _safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])
         xs, xe, y = [], [], []
+        # Chunk by chunk, into the chunk's own arrays: the same values as scaling the whole X and
+        # appending its column of ones first, without those two [R, n, d(+1)] temporaries (each
+        # as large as X: 82 MB in the main job's largest unit, issue 36).
         for s in range(0, n, chunk):
-            xs.append(XsT[..., s : s + chunk].contiguous())
-            xe.append(XeT[..., s : s + chunk].contiguous())
+            Xc = X[:, s : s + chunk]
+            xs.append((Xc if scale is None else Xc * scale[:, s : s + chunk]).transpose(1, 2).contiguous())
+            e = X.new_empty(R, d + 1, Xc.shape[1])
+            e[:, :d] = Xc.transpose(1, 2)
+            e[:, d] = 1.0
+            xe.append(e)
             y.append(Y[:, s : s + chunk].contiguous())
         return cls(xs, xe, y, n)
 
@@ -346,6 +349,63 @@ def gauss_newton(
         g[:, i0:i1] += g1.reshape(R, -1)
         g[:, i1:] += ((v * rr) @ xe.transpose(1, 2)).reshape(R, -1)
     return A, g
+
+
+def gradient_and_diagonal(
+    model: MoEModel,
+    data: Design,
+    theta: torch.Tensor,
+    n_components: int,
+    cache: ForwardCache | None = None,
+    temperature: float | None = None,
+):
+    """``diag(J^T J) [R, P]`` and ``grad = J^T r [R, P]`` at ``theta``, without ``J^T J`` itself.
+
+    What a Levenberg--Marquardt iterate needs where its replicate stops there
+    (:func:`moestat.estimators.levenberg_marquardt.levenberg_marquardt`): the gradient it reports
+    and MINPACK's scaled gradient, whose column norms are ``sqrt(diag(J^T J))``.  The gradient is
+    computed by the very operations of :func:`gauss_newton` (the same numbers); the diagonal
+    from the Jacobian's blocks -- ``sum u_b^2``, ``sum (a xs - us cb)^2`` (expanded: ``(a^2)
+    (xs^2)^T - 2 cb (a us) xs^T + cb^2 sum us^2``) and ``(v^2) (xe^2)^T`` -- not from the ``[R, P,
+    P]`` product: the same sums of squares to rounding (relative 1e-13 on the main job's units,
+    ``tests/estimators/test_lse_kernel.py``), at about 0.4 of the cost of :func:`gauss_newton`.
+    """
+    k = n_components
+    d = data.xs[0].shape[1]
+    R = theta.shape[0]
+    if cache is None:
+        cache = forward(model, data, theta, k, temperature, keep=True)[1]
+        if cache is None:  # too large to keep as a whole: the chunked product, its diagonal
+            A, g = _gauss_newton_chunked(model, data, theta, k, temperature)
+            return torch.diagonal(A, dim1=-2, dim2=-1).clone(), g
+    _, beta1, _ = unpack(theta, k, d, d + 1, True)
+    sig, cb = score_derivative_factors(model, beta1, k)
+    P = n_params(k, d, d + 1, True)
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    D = theta.new_zeros(R, P)
+    g = theta.new_zeros(R, P)
+    for c in range(len(data.xs)):
+        xs, xe = data.xs[c], data.xe[c]
+        u_b, v, r = cache.u_b[c], cache.v[c], cache.r[c]
+        a, us = router_coefficients(cache.u_s[c], cache.s[c], sig, cb, k)
+        rr = r.unsqueeze(1)
+        # J^T r exactly as gauss_newton forms it
+        g[:, :i0] += (u_b[:, :i0] * rr).sum(-1)
+        g1 = (a * rr) @ xs.transpose(1, 2)  # [R, k-1, d]
+        if cb is not None:
+            g1 = g1 - (us * rr).sum(-1).unsqueeze(-1) * cb
+        g[:, i0:i1] += g1.reshape(R, -1)
+        g[:, i1:] += ((v * rr) @ xe.transpose(1, 2)).reshape(R, -1)
+        # diag(J^T J), block by block (the rows of jacobian_t) as products of the [R, k, c]
+        # coefficients with the squared features: sum (a xs_j - us cb_j)^2 expanded, so that no
+        # [R, k-1, d, c] array is formed (that alone cost more than J^T J)
+        D[:, :i0] += (u_b[:, :i0] * u_b[:, :i0]).sum(-1)
+        d1 = (a * a) @ (xs * xs).transpose(1, 2)  # [R, k-1, d]
+        if cb is not None:
+            d1 = d1 - 2.0 * ((a * us) @ xs.transpose(1, 2)) * cb + (us * us).sum(-1).unsqueeze(-1) * (cb * cb)
+        D[:, i0:i1] += d1.clamp_(min=0.0).reshape(R, -1)  # a sum of squares: rounding never below 0
+        D[:, i1:] += ((v * v) @ (xe * xe).transpose(1, 2)).reshape(R, -1)
+    return D, g
 
 
 def _gauss_newton_chunked(model, data, theta, k, temperature):

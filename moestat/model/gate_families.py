@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.special import logsumexp
 
 __all__ = ["GateFamily", "SoftmaxGate", "SigmoidGate", "GaussianGate", "SOFTMAX", "SIGMOID", "GAUSSIAN",
            "safe_norm", "top_k_mask"]
@@ -243,6 +242,10 @@ class GaussianGate(GateFamily):
         return -0.5 * ((x.unsqueeze(-2) - beta1.unsqueeze(-3)) ** 2).sum(-1) / gate.variance
 
     def canonical_bias(self, beta0: np.ndarray) -> np.ndarray:
+        # imported here: scipy.special costs about 0.5 CPU-s, on every command's start-up when at
+        # module level (before the main job's first unit, issue 36), and only this gate uses it
+        from scipy.special import logsumexp
+
         return beta0 - logsumexp(beta0, axis=-1, keepdims=True)
 
     def truth_error(self, beta0: np.ndarray, beta1: np.ndarray, reference: bool) -> str | None:

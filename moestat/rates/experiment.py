@@ -12,6 +12,7 @@ resumable ``results.csv``, ``provenance.json``),
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import json
@@ -30,7 +31,7 @@ from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, 
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
-from moestat.rates.store import check_resumable
+from moestat.rates.store import check_resumable, read_run
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
@@ -41,12 +42,39 @@ SUMMARY_SCHEMA = "moestat.rates.summary/1"
 def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, fit every loss; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
     ``results.csv`` joined with ``extras.csv``, its audit and tallies).  ``workers``: the forked
-    processes of :func:`moestat.rates.sweep.fork_workers`, or ``None``."""
+    processes of :func:`moestat.rates.sweep.fork_workers`, or ``None``; with them the rows are read
+    and fitted in the first worker, which keeps their table for the figures (:func:`read_and_fit`),
+    and ``rows.df`` is ``None`` here."""
     rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster,
-                          forked=workers)
-    if workers is not None:  # the worker that imported scipy.stats and statsmodels fits (same code, same rows)
-        return rows, workers.call(fit_experiment, rows.df, experiment)
+                          forked=workers, read=workers is None)
+    if workers is not None:  # the worker that imported pandas, scipy.stats and statsmodels (same code, same rows)
+        return workers.call(read_and_fit, out, experiment)
     return rows, fit_experiment(rows.df, experiment)
+
+
+#: The rows table of the last :func:`read_and_fit` in this process (a forked worker), by output folder.
+_KEPT: dict[str, Any] = {}
+
+
+def read_and_fit(out: Path, experiment: Experiment):
+    """:func:`moestat.rates.store.read_run` of ``out`` and :func:`moestat.rates.fit.fit_experiment`
+    of its rows; ``(rows without their table, fits)``, the table kept here for :func:`plot_kept`.
+
+    Why (issue 36): run by the first forked worker after the sweep.  Reading the rows needs pandas
+    (about 0.4 CPU-s to import on the project's 2-core machine), which the worker has imported
+    with statsmodels while the sweep's process fitted units; read in the sweep's process, that
+    import sat between the last unit and the rate fits, with the other core idle.  The same
+    functions on the same file give the same rows, tallies and fits.
+    """
+    rows = read_run(out, experiment)
+    _KEPT.clear()  # one run at a time: the table of an earlier round is not needed again
+    _KEPT[str(out)] = rows.df
+    return dataclasses.replace(rows, df=None), fit_experiment(rows.df, experiment)
+
+
+def plot_kept(fits: Sequence[dict], out: Path, **options: Any) -> None:
+    """:func:`moestat.rates.figures.plot_run` of the rows that :func:`read_and_fit` kept for ``out``."""
+    plot_run(_KEPT[str(out)], fits, out, **options)
 
 
 def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
@@ -253,13 +281,13 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster, workers)
         summary = _summary(experiment, rows, fits, adaptive, growth, pre, t0, out)
         config = experiment.config
-        figures = (rows.df, summary["fits"], out)
         options = dict(headline=experiment.headline, routers=config.router,
                        title=f"{experiment.setting}-specified, {config.estimator}", formats=formats)
-        if workers is not None and formats:
-            workers.call(functools.partial(plot_run, **options), *figures)
+        if workers is not None:
+            if formats:  # drawn by the worker that holds the rows' table (read_and_fit)
+                workers.call(functools.partial(plot_kept, **options), summary["fits"], out)
         else:
-            plot_run(*figures, **options)
+            plot_run(rows.df, summary["fits"], out, **options)
     finally:
         if workers is not None:
             workers.close()

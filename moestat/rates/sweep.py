@@ -300,7 +300,7 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
 
 
 def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
-                   cluster=None, forked: ForkedWorkers | None = None) -> RunRows:
+                   cluster=None, forked: ForkedWorkers | None = None, read: bool = True) -> RunRows | None:
     """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the run's rows with
     their audit and tallies (:func:`moestat.rates.store.read_run`).
 
@@ -311,7 +311,9 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     environment check of a dask sweep; the workers' environments are recorded in
     ``provenance.json`` (``runs[-1]["workers"]``).  ``forked``: processes forked from this one
     (:class:`moestat.rates.forked.ForkedWorkers`, :func:`fork_workers`), used instead of loky
-    workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.
+    workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.  ``read=False``: the
+    rows are written and sorted but not read back (``None`` is returned; the caller reads them
+    elsewhere, :func:`moestat.rates.experiment.read_and_fit`).
     """
     experiment = Experiment.of(experiment)
     config = experiment.config
@@ -375,4 +377,4 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
                 progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers, share=True)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
-    return read_run(out_dir, experiment)
+    return read_run(out_dir, experiment) if read else None

@@ -211,6 +211,51 @@ def test_exit_process_exits_with_the_status(monkeypatch):
 
     called = []
     monkeypatch.setattr(cli_main, "release_for_exit", lambda: called.append(True))
+    monkeypatch.setattr(cli_main, "may_end_now", lambda: False)  # else it would end this test process
     with pytest.raises(SystemExit) as exc:
         cli_main.exit_process(3)
     assert exc.value.code == 3 and called == [True]
+
+
+def _exit_script(body: str) -> list[str]:
+    """A Python process that ends through :func:`moestat.cli.main.exit_process` after ``body``."""
+    import textwrap
+
+    return [sys.executable, "-c", "import atexit, sys, threading, time\n"
+            "from moestat.cli.main import exit_process\n" + textwrap.dedent(body)]
+
+
+def test_exit_process_runs_the_atexit_handlers_flushes_the_streams_and_keeps_the_status(tmp_path):
+    # issue 36: the door's exit skips the interpreter's teardown (os._exit) but not what an exit
+    # must do: atexit handlers, buffered output (no newline, so no line-buffered flush), the status
+    import subprocess
+
+    mark = tmp_path / "atexit.txt"
+    done = subprocess.run(_exit_script(f"""
+        atexit.register(lambda: open({str(mark)!r}, "w").write("ran"))
+        sys.stdout.write("x" * 100000)
+        sys.stderr.write("tail without a newline")
+        exit_process(3)
+    """), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout == "x" * 100000 and done.stderr == "tail without a newline"
+    assert mark.read_text() == "ran"
+
+
+def test_exit_process_waits_for_a_working_non_daemon_thread(tmp_path):
+    # a non-daemon thread still working: the fast end is not taken, the interpreter joins the thread
+    import subprocess
+
+    from moestat.cli.main import may_end_now
+
+    assert may_end_now()  # this test process: only daemon threads besides the main one, if any
+    mark = tmp_path / "thread.txt"
+    done = subprocess.run(_exit_script(f"""
+        from moestat.cli.main import may_end_now
+        t = threading.Thread(target=lambda: (time.sleep(1.0), open({str(mark)!r}, "w").write("done")))
+        t.start()
+        print(may_end_now())
+        exit_process(0)
+    """), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["False"]
+    assert mark.read_text() == "done"

@@ -325,3 +325,27 @@ def test_device_path_without_host_reads_gives_the_same_fit(monkeypatch, router, 
     np.testing.assert_array_equal(masked.objective_, host.objective_)
     for name in ("beta0", "beta1", "eta"):
         np.testing.assert_array_equal(getattr(masked.params_, name), getattr(host.params_, name))
+
+
+@pytest.mark.parametrize("router, setting", [("perturbed", "exact"), ("cosine", "over"), ("linear", "exact")])
+def test_last_iterate_without_jtj_gives_the_same_fit(monkeypatch, router, setting):
+    """Issue 36: where a replicate's ftol or xtol test holds at an accepted step, the
+    Levenberg-Marquardt loop forms only J^T r and diag(J^T J) there (the stopping tests read no
+    more).  The fits -- parameters, objectives, gradients, iterations, statuses -- must equal those
+    of the loop that forms J^T J at every accepted step, and the shortcut must have been taken."""
+    from moestat.estimators import levenberg_marquardt as lm
+
+    sc, model, X, Y, init = _data(router, setting, R=6)
+    used = []
+    real = lm.gradient_and_diagonal
+    monkeypatch.setattr(lm, "gradient_and_diagonal", lambda *a: used.append(a[2].shape[0]) or real(*a))
+    short = LeastSquaresMoE(model, sc.k_fit, box=sc.box).fit(X, Y, init=init)
+    assert sum(used) >= 6  # every replicate ends by ftol or xtol here, each once per LM stage at least
+    monkeypatch.setattr(lm, "gradient_and_diagonal", None)  # J^T J at every accepted step, as before
+    full = LeastSquaresMoE(model, sc.k_fit, box=sc.box).fit(X, Y, init=init)
+    assert short.status_ == full.status_ and np.array_equal(short.n_iter_, full.n_iter_)
+    assert short.converged_.all()
+    np.testing.assert_array_equal(short.objective_, full.objective_)
+    np.testing.assert_array_equal(short.grad_norm_, full.grad_norm_)
+    for name in ("beta0", "beta1", "eta"):
+        np.testing.assert_array_equal(getattr(short.params_, name), getattr(full.params_, name))

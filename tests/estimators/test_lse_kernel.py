@@ -97,3 +97,47 @@ def test_in_place_passes_leave_their_inputs_alone(kind, k_active, activation):
     assert all(torch.equal(a, b) for a, b in zip(before, (*data.xs, *data.xe, *data.y, theta)))
     assert all(torch.equal(a, b) for a, b in zip(kept, [t for lst in (cache.u_b, cache.v, cache.s, cache.r) for t in lst]))
     assert torch.equal(F0, F1) and torch.equal(F1, F2) and torch.equal(A1, A2) and torch.equal(g1, g2)
+
+
+@pytest.mark.parametrize("temperature", [None, 0.3])
+@pytest.mark.parametrize("kind,k_active", [("perturbed", None), ("cosine", None), ("linear", None), ("perturbed", 2)])
+def test_gradient_and_diagonal_are_those_of_gauss_newton(kind, k_active, temperature):
+    # issue 36: a replicate's last Levenberg-Marquardt iterate needs J^T r and diag(J^T J) only.
+    # The gradient is formed by the same operations (equal); the diagonal is the same sums of
+    # squares summed in another order (close: float64 rounding of sums of ~1e3 positive terms).
+    model, data, theta = _setup(kind, "gelu", k_active=k_active)
+    two = K.Design.build(model, _x(data), data.y[0], chunk=300, n_components=3)  # three chunks: sums over chunks too
+    for design in (data, two):
+        _, cache = K.forward(model, design, theta, 3, temperature)
+        A, g = K.gauss_newton(model, design, theta, 3, cache, temperature)
+        D, g2 = K.gradient_and_diagonal(model, design, theta, 3, cache, temperature)
+        assert torch.equal(g2, g)
+        torch.testing.assert_close(D, torch.diagonal(A, dim1=-2, dim2=-1), rtol=1e-11, atol=0.0)
+        D3, g3 = K.gradient_and_diagonal(model, design, theta, 3, None, temperature)  # cache recomputed
+        assert torch.equal(g3, g) and torch.equal(D3, D)
+
+
+def _x(data):
+    """The inputs ``X [R, n, d]`` back from a one-chunk design's expert features ``[x; 1]``."""
+    return data.xe[0][:, :-1].transpose(1, 2)
+
+
+@pytest.mark.parametrize("kind", ["perturbed", "cosine", "linear"])
+@pytest.mark.parametrize("chunk", [None, 256, 700])
+def test_design_chunks_equal_the_whole_array_features(kind, chunk):
+    # issue 36: the features are built chunk by chunk, without the scaled X and [X, 1] of the
+    # whole batch; each value is the same elementwise operation on the same operands as before
+    g = torch.Generator().manual_seed(1)
+    model = MoEModel(Gate(kind, tau=0.5), Expert("gelu"))
+    X = torch.rand(3, 700, 4, generator=g, dtype=torch.float64) * 2 - 1
+    X[0, 5] = 0.0  # a zero input: the cosine router's zero-norm convention
+    Y = torch.randn(3, 700, generator=g, dtype=torch.float64)
+    data = K.Design.build(model, X, Y, chunk=chunk, n_components=3)
+    taus = K.score_taus(model)
+    Xs = X if taus is None else X * K._safe_recip(X.norm(dim=-1, keepdim=True) + taus[1])  # the formula as it was
+    Xe = torch.cat([X, X.new_ones(3, 700, 1)], dim=-1)
+    assert torch.equal(torch.cat(data.xs, -1), Xs.transpose(1, 2))
+    assert torch.equal(torch.cat(data.xe, -1), Xe.transpose(1, 2))
+    assert torch.equal(torch.cat(data.y, -1), Y)
+    assert all(a.is_contiguous() for a in data.xs + data.xe + data.y)
+    assert len(data.xs) == (1 if chunk in (None, 700) else 3)

@@ -158,19 +158,21 @@ def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tm
 
 @linux_only
 def test_with_forked_workers_the_sweeps_process_imports_neither_statsmodels_nor_matplotlib(tmp_path):
-    # the worker imports them while this process fits units, and runs the rate fits and the figures
+    # the worker imports them while this process fits units, and reads the rows (pandas), runs the
+    # rate fits and draws the figures; scipy is not on the start-up path of a least-squares sweep
     script = textwrap.dedent(f"""
         import sys
         from moestat.rates.config import RatesConfig
         from moestat.rates.experiment import run_rates
         cfg = RatesConfig.from_dict({TINY!r} | {{"router": ["perturbed"], "chunk": 1, "n_jobs": 2}}).validate()
         s = run_rates(cfg, {str(tmp_path / "out")!r})
-        print(sorted(m for m in ("statsmodels", "matplotlib") if m in sys.modules), len(s["fits"]) > 0)
+        print(sorted(m for m in ("statsmodels", "matplotlib", "pandas", "scipy") if m in sys.modules), len(s["fits"]) > 0,
+              s["counts"]["fits"] == 3 * 3)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
                          env={k: v for k, v in os.environ.items() if k != FORK_ENV})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["[]", "True"]
+    assert out.stdout.split() == ["[]", "True", "True"]
     assert (tmp_path / "out" / "convergence.png").exists() and (tmp_path / "out" / "convergence_all.png").exists()
 
 
