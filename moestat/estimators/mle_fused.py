@@ -121,6 +121,39 @@ def _row_sum(rows: list) -> torch.Tensor:
     return out
 
 
+# Two atoms (every exact fit of model 1, the gmoe_exact design): of the rows ``exp(l_i - max_j l_j)``
+# one is ``exp(l_top - l_top) = exp(0) = 1`` and the other ``exp(l_other - l_top)``, so one
+# exponential per sample gives both, bit for bit the numbers of the k-row form: the same
+# differences are formed and a select picks which (issue 36: the pass takes two such shifted
+# exponentials, the gate's and the responsibilities'; 4 exponentials and 2 logarithms per sample
+# become 2 and 2).  A NaN row still makes the log-likelihood and every statistic of its entry NaN
+# (through the sum of the rows).
+def _max_and_shifted_exp(rows: list) -> tuple:
+    """``(m, [exp(l_i - m)])`` with ``m = max_i l_i`` for rows ``l_i [B, n]``."""
+    if len(rows) == 2:
+        d10 = rows[1] - rows[0]
+        first = rows[0] >= rows[1]  # row 0 is the maximum (where they tie either: both give 0 and 1)
+        u = torch.exp(torch.where(first, d10, rows[0] - rows[1]))
+        one = torch.ones_like(u)
+        return torch.where(first, rows[0], rows[1]), [torch.where(first, one, u), torch.where(first, u, one)]
+    top = _row_max(rows)
+    return top, [torch.exp(t - top) for t in rows]
+
+
+def _shifted_exp(rows: list) -> tuple:
+    """``([l_i - m], [exp(l_i - m)])`` with ``m = max_i l_i`` for rows ``l_i [B, n]`` (see above)."""
+    if len(rows) == 2:
+        first = rows[0] >= rows[1]
+        nd = torch.where(first, rows[1] - rows[0], rows[0] - rows[1])  # the row that is not the maximum, shifted
+        u = torch.exp(nd)
+        zero, one = torch.zeros_like(u), torch.ones_like(u)
+        return [torch.where(first, zero, nd), torch.where(first, nd, zero)], [torch.where(first, one, u),
+                                                                               torch.where(first, u, one)]
+    top = _row_max(rows)
+    shifted = [t - top for t in rows]
+    return shifted, [torch.exp(t) for t in shifted]
+
+
 def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor):
     """Log-likelihood and the M-step's sufficient statistics at ``(V, E, s2)``.
 
@@ -145,17 +178,14 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
     # softmax and the responsibilities written out (k exponentials and one log each) rather than
     # logsumexp + exp, which costs twice the exponentials in the fused loop
     L = [_row_affine(V[:, i], xs) for i in range(k)]  # k rows [B, n]
-    top = _row_max(L)
-    L = [l - top for l in L]
-    z = [torch.exp(l) for l in L]
+    L, z = _shifted_exp(L)
     sz = _row_sum(z)
     pi = [zi / sz for zi in z]
     e = [y - _row_affine(E[:, i], xs) for i in range(k)]
     hl = 0.5 * torch.log(s2)  # [B, k]
     # log pi + log N + log sz + log(2 pi)/2
     lj = [L[i] - hl[:, i : i + 1] - 0.5 * e[i] * e[i] / s2[:, i : i + 1] for i in range(k)]
-    m = _row_max(lj)
-    w = [torch.exp(l - m) for l in lj]
+    m, w = _max_and_shifted_exp(lj)
     sw = _row_sum(w)
     r = [wi / sw for wi in w]
     lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
@@ -232,7 +262,8 @@ def _pass_sources() -> tuple:
     """Every function whose code the compiled pass holds: :func:`_em_pass` and what it calls.  A
     change to any of them names a new package (:func:`_aot_path`); a function added to the pass
     must be added here (the test of the package against the eager pass would catch a stale one)."""
-    return (_em_pass, feature_rows, _along, feature_firsts, feature_moments, _row_affine, _row_max, _row_sum, _PassModule)
+    return (_em_pass, feature_rows, _along, feature_firsts, feature_moments, _row_affine, _row_max, _row_sum,
+            _max_and_shifted_exp, _shifted_exp, _PassModule)
 
 
 def _aot_path(k: int, p: int, threads: int) -> str:

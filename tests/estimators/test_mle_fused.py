@@ -131,3 +131,47 @@ def test_the_pass_layout_gathers_the_same_entries_with_the_default_strides(d):
     ya, fa = steps.ya[keep], steps.fa[keep]
     steps.compact(keep)
     assert torch.equal(steps.Xd, got[keep]) and torch.equal(steps.ya, ya) and torch.equal(steps.fa, fa)
+
+
+def _rows_with_ties_and_extremes(seed: int):
+    """Two ``[B, n]`` rows: random, tied, one far above the other (exp underflows to 0), exact zeros."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(3, 500, dtype=torch.float64, generator=g) * 5
+    b = torch.randn(3, 500, dtype=torch.float64, generator=g) * 5
+    b[0, :50] = a[0, :50]  # ties
+    a[1, :50] += 800.0  # exp(b - a) underflows
+    b[1, 50:100] += 800.0
+    a[2, :20], b[2, :20] = 0.0, -0.0
+    return [a, b]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_two_atom_shifted_exponentials_are_the_k_row_form_bit_for_bit(seed):
+    # issue 36: for two atoms one exponential per sample gives exp(l_i - max l) of both rows (the
+    # maximum's is exp(0) = 1); the k-row form (max, differences, k exponentials) is the reference
+    rows = _rows_with_ties_and_extremes(seed)
+    top = torch.maximum(rows[0], rows[1])
+    shifted = [r - top for r in rows]
+    want = [torch.exp(t) for t in shifted]
+    got_shifted, got = mle_fused._shifted_exp(rows)
+    for a, b in zip(got_shifted + got, shifted + want):
+        assert torch.equal(a, b)
+    m, w = mle_fused._max_and_shifted_exp(rows)
+    assert torch.equal(m, top) and all(torch.equal(a, b) for a, b in zip(w, want))
+    # three rows take the general form
+    three = rows + [rows[0] * 0.5]
+    top3 = torch.maximum(torch.maximum(three[0], three[1]), three[2])
+    m3, w3 = mle_fused._max_and_shifted_exp(three)
+    assert torch.equal(m3, top3) and all(torch.equal(a, torch.exp(r - top3)) for a, r in zip(w3, three))
+
+
+def test_a_nan_in_a_two_atom_entry_makes_its_pass_nan():
+    # the two-atom rows select instead of taking a maximum (which propagates NaN): an entry with a
+    # NaN parameter must still get a NaN log-likelihood (EM's "nonfinite" status), and the others not
+    Xd, y, V, E, s2 = _args(B=3, k=2, d=1, n=50, seed=9)
+    V[1, 0, 0] = float("nan")
+    ll = mle_fused._em_pass(Xd, y, V, E, s2)[0]
+    assert torch.isnan(ll[1]) and torch.isfinite(ll[[0, 2]]).all()
+    E[2, 1, 1] = float("nan")
+    ll = mle_fused._em_pass(Xd, y, V, E, s2)[0]
+    assert torch.isnan(ll[2]) and torch.isfinite(ll[0])
