@@ -302,9 +302,38 @@ def _aot_build(path: str, k: int, p: int) -> None:
             os.remove(tmp)
 
 
+def _private_loader():
+    """torch's private ``AOTIModelPackageLoader`` class, or ``None`` where this torch has none."""
+    return getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+
+
+def _load_package(path: str):
+    """The package at ``path`` as a function of the list of the pass's tensors, returning its outputs.
+
+    Why the private loader first (issue 36): the public ``torch._inductor.aoti_load_package``
+    loads the same package through the same class, but importing ``torch._inductor`` costs about
+    1.7 CPU-s and 970 modules per process (measured with torch 2.13 on the project's 2-core
+    machine: 1.57-1.70 CPU-s import and 0.21-0.24 CPU-s load, against under 0.01 s for the class
+    itself), in every worker of a sweep.  The public function is the fallback where a torch
+    lacks the class or changed its signature; where both fail, :func:`_aot_runner` falls back to
+    ``torch.compile``.
+    """
+    loader = _private_loader()
+    if loader is not None:
+        try:
+            return loader(path, "model", False, 1, -1).run
+        except TypeError:  # another signature: the public loader knows it
+            pass
+    from torch._inductor import aoti_load_package  # imports Inductor: only here (see above)
+
+    model = aoti_load_package(path)
+    return lambda args: model(*args)
+
+
 def _aot_runner(k: int, p: int):
-    """The loaded package of the pass (:func:`_aot_path`), built first if missing; ``None`` where
-    AOTInductor is unavailable (one warning; the caller compiles with ``torch.compile``)."""
+    """The loaded package of the pass (:func:`_aot_path`), built first if missing, as a function of
+    the list of the pass's tensors (:func:`_load_package`); ``None`` where AOTInductor is
+    unavailable (one warning; the caller compiles with ``torch.compile``)."""
     key = (k, p, torch.get_num_threads())
     if key not in _AOT:
         runner = None
@@ -314,7 +343,7 @@ def _aot_runner(k: int, p: int):
                 with compile_lock():  # one build per cache folder; the processes that waited load it
                     if not os.path.exists(path):
                         _aot_build(path, k, p)
-            runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
+            runner = _load_package(path)
         except Exception as exc:  # noqa: BLE001 - any failure of an optional fast path: torch.compile instead
             warnings.warn(f"the ahead-of-time compiled EM pass is unavailable ({type(exc).__name__}: {exc}); "
                           "the pass is compiled by torch.compile", RuntimeWarning, stacklevel=2)
@@ -342,8 +371,8 @@ def _compiled_pass(device: torch.device):
             return by_dynamo(Xd, y, V, E, s2)
         args = [t.contiguous() for t in (Xd, y, V, E, s2)]  # the package's layout (a no-op for the EM's tensors)
         if Xd.shape[0] == 1:  # exported for B >= 2: a lone entry twice over, its first copy kept
-            return tuple(o[:1] for o in runner.run([torch.cat([t, t]) for t in args]))
-        return tuple(runner.run(args))
+            return tuple(o[:1] for o in runner([torch.cat([t, t]) for t in args]))
+        return tuple(runner(args))
 
     return run
 

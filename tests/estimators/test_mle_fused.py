@@ -175,3 +175,51 @@ def test_a_nan_in_a_two_atom_entry_makes_its_pass_nan():
     E[2, 1, 1] = float("nan")
     ll = mle_fused._em_pass(Xd, y, V, E, s2)[0]
     assert torch.isnan(ll[2]) and torch.isfinite(ll[0])
+
+
+def _built_package() -> str:
+    """The path of this machine's package of the two-atom pass (built on first use, ~25 CPU-s once)."""
+    assert mle_fused._aot_runner(2, 2) is not None, "AOTInductor could not build or load the pass (see the warning)"
+    return mle_fused._aot_path(2, 2, torch.get_num_threads())
+
+
+def test_the_public_loader_runs_the_same_package_where_the_private_class_is_missing(monkeypatch):
+    # issue 36: torch._C._aoti.AOTIModelPackageLoader is private; where a torch lacks it (or changed
+    # its signature) the package is loaded by the public torch._inductor.aoti_load_package instead
+    path = _built_package()
+    args = [t.contiguous() for t in _args(B=5, k=2, d=1, n=300, seed=21)]
+    want = mle_fused._load_package(path)(args)
+
+    import torch._inductor as inductor
+
+    calls = []
+    public = inductor.aoti_load_package
+    monkeypatch.setattr(inductor, "aoti_load_package", lambda where: (calls.append(where), public(where))[1])
+    monkeypatch.setattr(mle_fused, "_private_loader", lambda: None)  # a torch without the class
+    got = mle_fused._load_package(path)(args)
+    assert calls == [path]  # the public loader loaded it
+    assert len(got) == len(want) == 6 and all(torch.equal(a, b) for a, b in zip(got, want))
+
+    def changed(*args):  # the class with another constructor
+        raise TypeError("incompatible constructor arguments")
+
+    monkeypatch.setattr(mle_fused, "_private_loader", lambda: changed)
+    got = mle_fused._load_package(path)(args)
+    assert calls == [path, path] and all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_a_broken_package_falls_back_with_one_warning(monkeypatch, tmp_path):
+    # both loaders failing (here: a package file that is not a package) leave the pass to
+    # torch.compile with exactly one warning per process and shape, and the fit itself unchanged
+    import warnings
+
+    monkeypatch.setattr(mle_fused, "_AOT", {})
+    bad = tmp_path / "broken.pt2"
+    bad.write_bytes(b"not a zip archive")
+    monkeypatch.setattr(mle_fused, "_aot_path", lambda k, p, threads: str(bad))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert mle_fused._aot_runner(2, 2) is None
+        assert mle_fused._aot_runner(2, 2) is None  # remembered: no second attempt, no second warning
+    ours = [w for w in caught if "ahead-of-time compiled EM pass is unavailable" in str(w.message)]
+    assert len(ours) == 1 and issubclass(ours[0].category, RuntimeWarning)
