@@ -378,8 +378,12 @@ def _compiled_pass(device: torch.device):
 
 
 def _pass_function(compile: bool | str, size: int, device: torch.device):
-    """The pass to use: compiled (fused loops; :func:`_compiled_pass`) or eager; ``(function, "compiled" | "eager")``."""
-    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and device.type == "cpu")
+    """The pass to use: compiled (fused loops; :func:`_compiled_pass`) or eager; ``(function, "compiled" | "eager")``.
+
+    ``compile``: ``True`` (always), ``"auto"`` (on the CPU from ``size = B n >=``
+    :data:`COMPILE_MIN_SAMPLES`), ``"all"`` (on the CPU, any size: a large sweep's fits,
+    :func:`~moestat.estimators.em_driver.sweep_compile`) or ``False``."""
+    want = compile is True or (device.type == "cpu" and (compile == "all" or (compile == "auto" and size >= COMPILE_MIN_SAMPLES)))
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
@@ -592,10 +596,10 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     s2 : Tensor, shape ``[R, S, k]``, optional
         Starting variances; default (and always with ``shared``) the responsibility-weighted
         residual variances under the start.
-    compile : bool or "auto"
+    compile : bool, "auto" or "all"
         Fuse the pass (:func:`_compiled_pass`: AOTInductor on the CPU, else ``torch.compile``;
         ``"auto"``: on the CPU for ``R S n >=``
-        :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
+        :data:`COMPILE_MIN_SAMPLES`; ``"all"``: on the CPU, any size).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
     accelerate : bool
         SQUAREM (Varadhan & Roland 2008) between pairs of EM steps (:mod:`moestat.estimators.em_driver`).

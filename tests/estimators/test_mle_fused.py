@@ -223,3 +223,32 @@ def test_a_broken_package_falls_back_with_one_warning(monkeypatch, tmp_path):
         assert mle_fused._aot_runner(2, 2) is None  # remembered: no second attempt, no second warning
     ours = [w for w in caught if "ahead-of-time compiled EM pass is unavailable" in str(w.message)]
     assert len(ours) == 1 and issubclass(ours[0].category, RuntimeWarning)
+
+
+def test_all_compiles_every_fused_fit_on_the_cpu_and_auto_only_large_ones():
+    # issue 36: a large sweep asks "all" (em_driver.sweep_compile), so its small units run the
+    # compiled pass too, instead of the eager one below COMPILE_MIN_SAMPLES
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    small, large = 10 * 5 * 100, mle_fused.COMPILE_MIN_SAMPLES
+    assert mle_fused._pass_function("all", small, cpu)[1] == "compiled"
+    assert mle_fused._pass_function("auto", small, cpu)[1] == "eager"
+    assert mle_fused._pass_function("auto", large, cpu)[1] == "compiled"
+    assert mle_fused._pass_function("all", large, cuda)[1] == "eager"  # as "auto": the CPU only
+    assert mle_fused._pass_function(False, large, cpu)[1] == "eager"
+    assert mle_fused._pass_function(True, small, cpu)[1] == "compiled"
+
+
+def test_a_small_fit_compiled_by_all_matches_the_eager_fit():
+    # the compiled and the eager pass sum in another order: the same EM to rounding
+    from moestat.data.gaussian_scenarios import model1_scenario
+    from moestat.estimators.mle import MLEGaussianMoE
+
+    _built_package()
+    sc = model1_scenario("exact")
+    rng = np.random.default_rng(3)
+    data = [sc.sample(300, rng) for _ in range(4)]
+    X, Y = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+    fits = [MLEGaussianMoE(2, compile=c, n_init=3, random_state=1).fit(X, Y) for c in ("all", "auto")]
+    assert fits[0].kernel_ == "compiled" and fits[1].kernel_ == "eager"
+    np.testing.assert_allclose(fits[0].loglik_, fits[1].loglik_, rtol=1e-10)
+    assert fits[0].status_ == fits[1].status_
