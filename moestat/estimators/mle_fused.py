@@ -277,6 +277,24 @@ def _aot_path(k: int, p: int, threads: int) -> str:
     return os.path.join(folder, "moestat-aoti", f"em_pass-k{k}-p{p}-t{threads}-{digest.hexdigest()[:20]}.pt2")
 
 
+#: AOTInductor settings of the build that change how fast it is built, not what it computes (so they
+#: are not part of the package's name, :func:`_aot_path`).  Precompiled headers (AOTInductor's
+#: default) pay off across many builds; the pass is built once per cache folder, where they cost a
+#: third of a cold build (issue 36, the project's 2-core machine, load about 3, a fresh cache folder:
+#: 79 s wall and 21.4 + 45.2 CPU-s in this process and the compiler with them, 63 s and 23.6 + 21.8
+#: CPU-s without; the two packages return the same numbers bit for bit).  A cold cache is what a
+#: fresh machine meets first: every sweep worker waits for this build (:func:`_aot_runner`).
+_BUILD_OPTIONS = {"aot_inductor.precompile_headers": False}
+
+
+def _build_options() -> dict:
+    """:data:`_BUILD_OPTIONS` restricted to the settings of this torch's Inductor."""
+    from torch._inductor import config as inductor_config  # the build imports Inductor in any case
+
+    known = inductor_config.get_config_copy()
+    return {key: value for key, value in _BUILD_OPTIONS.items() if key in known}
+
+
 def _aot_build(path: str, k: int, p: int) -> None:
     """Export :func:`_em_pass` (dynamic ``B`` and ``n``) and compile it into the package ``path``."""
     from torch._inductor import aoti_compile_and_package  # Inductor: imported only to build the package
@@ -295,7 +313,7 @@ def _aot_build(path: str, k: int, p: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path[:-4]}.{os.getpid()}.tmp.pt2"  # written whole, then renamed: a reader never sees half a package
     try:
-        aoti_compile_and_package(program, package_path=tmp, inductor_configs=_fuse_options())
+        aoti_compile_and_package(program, package_path=tmp, inductor_configs={**_fuse_options(), **_build_options()})
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -252,3 +252,17 @@ def test_a_small_fit_compiled_by_all_matches_the_eager_fit():
     assert fits[0].kernel_ == "compiled" and fits[1].kernel_ == "eager"
     np.testing.assert_allclose(fits[0].loglik_, fits[1].loglik_, rtol=1e-10)
     assert fits[0].status_ == fits[1].status_
+
+
+def test_the_build_options_are_known_settings_that_do_not_name_the_package(monkeypatch):
+    # issue 36: precompiled headers off (a third of a cold build); they change the build's speed, not
+    # its code, so the package keeps its name (a warm cache stays warm)
+    from torch._inductor import config as inductor_config
+
+    known = inductor_config.get_config_copy()
+    opts = mle_fused._build_options()
+    assert opts == {key: v for key, v in mle_fused._BUILD_OPTIONS.items() if key in known}
+    assert "aot_inductor.precompile_headers" not in known or opts["aot_inductor.precompile_headers"] is False
+    before = mle_fused._aot_path(2, 2, 1)
+    monkeypatch.setitem(mle_fused._BUILD_OPTIONS, "aot_inductor.precompile_headers", True)
+    assert mle_fused._aot_path(2, 2, 1) == before
