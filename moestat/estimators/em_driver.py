@@ -251,9 +251,14 @@ SWEEP_COMPILE_MIN_SAMPLES = 40_000_000
 def sweep_compile(total_samples: int, device: str = "cpu") -> bool | str:
     """The ``compile`` argument for every EM fit of a sweep: one decision for all its units.
 
-    ``"auto"`` (compile the fits of at least
-    :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES`) when the whole sweep is large enough
-    to win a cold compilation back (:data:`SWEEP_COMPILE_MIN_SAMPLES`), else ``False`` (eager).
+    ``"all"`` when the whole sweep is large enough to win a cold compilation back
+    (:data:`SWEEP_COMPILE_MIN_SAMPLES`), else ``False`` (eager).  ``"all"`` compiles every fit of
+    the fused EM whatever its size, with the eager fallback of ``"auto"`` (the generic EM reads it
+    as ``"auto"``).  Why every fit (issue 36): the pass is compiled ahead of time and loads in
+    about 0.02 s, so the per-fit threshold of ``"auto"``
+    (:data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES`) only left the units below
+    ``n = 1 000`` of the ``gmoe_exact`` design (a third of them) to the eager pass, about 5 ms per
+    pass of Python dispatch where the compiled one takes under 1 ms.
     The decision depends on the design only -- never on ``n_jobs``, the backend or the order in
     which units run -- so the rows stay the same whatever runs them.  Per fit, ``"auto"`` alone
     compiled every unit of 10 replicates x 5 starts from n = 1 000 on, in every worker, although
@@ -266,7 +271,7 @@ def sweep_compile(total_samples: int, device: str = "cpu") -> bool | str:
     device : str
         The sweep's device; only the CPU compiles (as ``"auto"`` does per fit).
     """
-    return "auto" if str(device).startswith("cpu") and int(total_samples) >= SWEEP_COMPILE_MIN_SAMPLES else False
+    return "all" if str(device).startswith("cpu") and int(total_samples) >= SWEEP_COMPILE_MIN_SAMPLES else False
 
 
 def first_estep(steps: EMSteps, state, compile) -> tuple[EMSteps, torch.Tensor, Any]:
@@ -321,7 +326,7 @@ def run_em(steps: EMSteps, state, *, n: int, max_iter: int, tol: float, accelera
     tol : float
     accelerate : bool
         SQUAREM between pairs of EM steps.
-    compile : bool or "auto"
+    compile : bool, "auto" or "all"
         What the caller asked for (only ``True`` forbids the eager fallback).
 
     Returns

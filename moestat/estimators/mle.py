@@ -121,11 +121,14 @@ class MLEGaussianMoE(MoEEstimator):
         Seeds the random starts and jitters.
     device : str
         ``cpu`` (default), ``cuda[:N]`` or ``auto``.
-    compile : bool or "auto"
+    compile : bool, "auto" or "all"
         Fuse the EM pass (:func:`fit_em`: on the CPU an AOTInductor package of the pass, built once
         per cache folder, elsewhere ``torch.compile``; for the generic EM, ``torch.compile`` of its E-step and
         gate objective: :func:`moestat.estimators.mle_generic.use_compiled`); ``"auto"`` (default)
-        compiles on the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts.
+        compiles on the CPU for problems of at least :data:`COMPILE_MIN_SAMPLES` samples x starts;
+        ``"all"`` compiles the fused EM's pass on the CPU whatever the size (what a large sweep
+        asks, :func:`moestat.estimators.em_driver.sweep_compile`; the generic EM reads it as
+        ``"auto"``).  Without a working compiler ``"auto"`` and ``"all"`` run eagerly (one warning).
     accelerate : bool
         SQUAREM extrapolation (Varadhan & Roland 2008) between pairs of EM steps, kept only where
         it does not lower the log-likelihood; for over-fitted models, where EM is sublinear.
@@ -251,8 +254,8 @@ class MLEGaussianMoE(MoEEstimator):
             raise ValueError(f"generic must be True or False, got {self.generic!r}")
         if not isinstance(self.accelerate, (bool, np.bool_)):
             raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
-        if self.compile not in (True, False, "auto"):
-            raise ValueError(f"compile must be True, False or 'auto', got {self.compile!r}")
+        if self.compile not in (True, False, "auto", "all"):
+            raise ValueError(f"compile must be True, False, 'auto' or 'all', got {self.compile!r}")
         resolve_device(self.device)
         self._rng()
 

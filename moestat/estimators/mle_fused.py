@@ -121,6 +121,39 @@ def _row_sum(rows: list) -> torch.Tensor:
     return out
 
 
+# Two atoms (every exact fit of model 1, the gmoe_exact design): of the rows ``exp(l_i - max_j l_j)``
+# one is ``exp(l_top - l_top) = exp(0) = 1`` and the other ``exp(l_other - l_top)``, so one
+# exponential per sample gives both, bit for bit the numbers of the k-row form: the same
+# differences are formed and a select picks which (issue 36: the pass takes two such shifted
+# exponentials, the gate's and the responsibilities'; 4 exponentials and 2 logarithms per sample
+# become 2 and 2).  A NaN row still makes the log-likelihood and every statistic of its entry NaN
+# (through the sum of the rows).
+def _max_and_shifted_exp(rows: list) -> tuple:
+    """``(m, [exp(l_i - m)])`` with ``m = max_i l_i`` for rows ``l_i [B, n]``."""
+    if len(rows) == 2:
+        d10 = rows[1] - rows[0]
+        first = rows[0] >= rows[1]  # row 0 is the maximum (where they tie either: both give 0 and 1)
+        u = torch.exp(torch.where(first, d10, rows[0] - rows[1]))
+        one = torch.ones_like(u)
+        return torch.where(first, rows[0], rows[1]), [torch.where(first, one, u), torch.where(first, u, one)]
+    top = _row_max(rows)
+    return top, [torch.exp(t - top) for t in rows]
+
+
+def _shifted_exp(rows: list) -> tuple:
+    """``([l_i - m], [exp(l_i - m)])`` with ``m = max_i l_i`` for rows ``l_i [B, n]`` (see above)."""
+    if len(rows) == 2:
+        first = rows[0] >= rows[1]
+        nd = torch.where(first, rows[1] - rows[0], rows[0] - rows[1])  # the row that is not the maximum, shifted
+        u = torch.exp(nd)
+        zero, one = torch.zeros_like(u), torch.ones_like(u)
+        return [torch.where(first, zero, nd), torch.where(first, nd, zero)], [torch.where(first, one, u),
+                                                                               torch.where(first, u, one)]
+    top = _row_max(rows)
+    shifted = [t - top for t in rows]
+    return shifted, [torch.exp(t) for t in shifted]
+
+
 def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor, s2: torch.Tensor):
     """Log-likelihood and the M-step's sufficient statistics at ``(V, E, s2)``.
 
@@ -145,17 +178,14 @@ def _em_pass(Xd: torch.Tensor, y: torch.Tensor, V: torch.Tensor, E: torch.Tensor
     # softmax and the responsibilities written out (k exponentials and one log each) rather than
     # logsumexp + exp, which costs twice the exponentials in the fused loop
     L = [_row_affine(V[:, i], xs) for i in range(k)]  # k rows [B, n]
-    top = _row_max(L)
-    L = [l - top for l in L]
-    z = [torch.exp(l) for l in L]
+    L, z = _shifted_exp(L)
     sz = _row_sum(z)
     pi = [zi / sz for zi in z]
     e = [y - _row_affine(E[:, i], xs) for i in range(k)]
     hl = 0.5 * torch.log(s2)  # [B, k]
     # log pi + log N + log sz + log(2 pi)/2
     lj = [L[i] - hl[:, i : i + 1] - 0.5 * e[i] * e[i] / s2[:, i : i + 1] for i in range(k)]
-    m = _row_max(lj)
-    w = [torch.exp(l - m) for l in lj]
+    m, w = _max_and_shifted_exp(lj)
     sw = _row_sum(w)
     r = [wi / sw for wi in w]
     lln = m + torch.log(sw) - torch.log(sz) - 0.5 * _LOG2PI
@@ -232,7 +262,8 @@ def _pass_sources() -> tuple:
     """Every function whose code the compiled pass holds: :func:`_em_pass` and what it calls.  A
     change to any of them names a new package (:func:`_aot_path`); a function added to the pass
     must be added here (the test of the package against the eager pass would catch a stale one)."""
-    return (_em_pass, feature_rows, _along, feature_firsts, feature_moments, _row_affine, _row_max, _row_sum, _PassModule)
+    return (_em_pass, feature_rows, _along, feature_firsts, feature_moments, _row_affine, _row_max, _row_sum,
+            _max_and_shifted_exp, _shifted_exp, _PassModule)
 
 
 def _aot_path(k: int, p: int, threads: int) -> str:
@@ -244,6 +275,24 @@ def _aot_path(k: int, p: int, threads: int) -> str:
     cap = torch.backends.cpu.get_cpu_capability()
     digest.update(repr((torch.__version__, sorted(_FUSE_OPTIONS.items()), k, p, threads, platform.machine(), cap)).encode())
     return os.path.join(folder, "moestat-aoti", f"em_pass-k{k}-p{p}-t{threads}-{digest.hexdigest()[:20]}.pt2")
+
+
+#: AOTInductor settings of the build that change how fast it is built, not what it computes (so they
+#: are not part of the package's name, :func:`_aot_path`).  Precompiled headers (AOTInductor's
+#: default) pay off across many builds; the pass is built once per cache folder, where they cost a
+#: third of a cold build (issue 36, the project's 2-core machine, load about 3, a fresh cache folder:
+#: 79 s wall and 21.4 + 45.2 CPU-s in this process and the compiler with them, 63 s and 23.6 + 21.8
+#: CPU-s without; the two packages return the same numbers bit for bit).  A cold cache is what a
+#: fresh machine meets first: every sweep worker waits for this build (:func:`_aot_runner`).
+_BUILD_OPTIONS = {"aot_inductor.precompile_headers": False}
+
+
+def _build_options() -> dict:
+    """:data:`_BUILD_OPTIONS` restricted to the settings of this torch's Inductor."""
+    from torch._inductor import config as inductor_config  # the build imports Inductor in any case
+
+    known = inductor_config.get_config_copy()
+    return {key: value for key, value in _BUILD_OPTIONS.items() if key in known}
 
 
 def _aot_build(path: str, k: int, p: int) -> None:
@@ -264,16 +313,45 @@ def _aot_build(path: str, k: int, p: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path[:-4]}.{os.getpid()}.tmp.pt2"  # written whole, then renamed: a reader never sees half a package
     try:
-        aoti_compile_and_package(program, package_path=tmp, inductor_configs=_fuse_options())
+        aoti_compile_and_package(program, package_path=tmp, inductor_configs={**_fuse_options(), **_build_options()})
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
+def _private_loader():
+    """torch's private ``AOTIModelPackageLoader`` class, or ``None`` where this torch has none."""
+    return getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+
+
+def _load_package(path: str):
+    """The package at ``path`` as a function of the list of the pass's tensors, returning its outputs.
+
+    Why the private loader first (issue 36): the public ``torch._inductor.aoti_load_package``
+    loads the same package through the same class, but importing ``torch._inductor`` costs about
+    1.7 CPU-s and 970 modules per process (measured with torch 2.13 on the project's 2-core
+    machine: 1.57-1.70 CPU-s import and 0.21-0.24 CPU-s load, against under 0.01 s for the class
+    itself), in every worker of a sweep.  The public function is the fallback where a torch
+    lacks the class or changed its signature; where both fail, :func:`_aot_runner` falls back to
+    ``torch.compile``.
+    """
+    loader = _private_loader()
+    if loader is not None:
+        try:
+            return loader(path, "model", False, 1, -1).run
+        except TypeError:  # another signature: the public loader knows it
+            pass
+    from torch._inductor import aoti_load_package  # imports Inductor: only here (see above)
+
+    model = aoti_load_package(path)
+    return lambda args: model(*args)
+
+
 def _aot_runner(k: int, p: int):
-    """The loaded package of the pass (:func:`_aot_path`), built first if missing; ``None`` where
-    AOTInductor is unavailable (one warning; the caller compiles with ``torch.compile``)."""
+    """The loaded package of the pass (:func:`_aot_path`), built first if missing, as a function of
+    the list of the pass's tensors (:func:`_load_package`); ``None`` where AOTInductor is
+    unavailable (one warning; the caller compiles with ``torch.compile``)."""
     key = (k, p, torch.get_num_threads())
     if key not in _AOT:
         runner = None
@@ -283,7 +361,7 @@ def _aot_runner(k: int, p: int):
                 with compile_lock():  # one build per cache folder; the processes that waited load it
                     if not os.path.exists(path):
                         _aot_build(path, k, p)
-            runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
+            runner = _load_package(path)
         except Exception as exc:  # noqa: BLE001 - any failure of an optional fast path: torch.compile instead
             warnings.warn(f"the ahead-of-time compiled EM pass is unavailable ({type(exc).__name__}: {exc}); "
                           "the pass is compiled by torch.compile", RuntimeWarning, stacklevel=2)
@@ -311,15 +389,19 @@ def _compiled_pass(device: torch.device):
             return by_dynamo(Xd, y, V, E, s2)
         args = [t.contiguous() for t in (Xd, y, V, E, s2)]  # the package's layout (a no-op for the EM's tensors)
         if Xd.shape[0] == 1:  # exported for B >= 2: a lone entry twice over, its first copy kept
-            return tuple(o[:1] for o in runner.run([torch.cat([t, t]) for t in args]))
-        return tuple(runner.run(args))
+            return tuple(o[:1] for o in runner([torch.cat([t, t]) for t in args]))
+        return tuple(runner(args))
 
     return run
 
 
 def _pass_function(compile: bool | str, size: int, device: torch.device):
-    """The pass to use: compiled (fused loops; :func:`_compiled_pass`) or eager; ``(function, "compiled" | "eager")``."""
-    want = compile is True or (compile == "auto" and size >= COMPILE_MIN_SAMPLES and device.type == "cpu")
+    """The pass to use: compiled (fused loops; :func:`_compiled_pass`) or eager; ``(function, "compiled" | "eager")``.
+
+    ``compile``: ``True`` (always), ``"auto"`` (on the CPU from ``size = B n >=``
+    :data:`COMPILE_MIN_SAMPLES`), ``"all"`` (on the CPU, any size: a large sweep's fits,
+    :func:`~moestat.estimators.em_driver.sweep_compile`) or ``False``."""
+    want = compile is True or (device.type == "cpu" and (compile == "all" or (compile == "auto" and size >= COMPILE_MIN_SAMPLES)))
     if not want:
         return _em_pass, "eager"
     if "fn" not in _COMPILED:
@@ -532,10 +614,10 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     s2 : Tensor, shape ``[R, S, k]``, optional
         Starting variances; default (and always with ``shared``) the responsibility-weighted
         residual variances under the start.
-    compile : bool or "auto"
+    compile : bool, "auto" or "all"
         Fuse the pass (:func:`_compiled_pass`: AOTInductor on the CPU, else ``torch.compile``;
         ``"auto"``: on the CPU for ``R S n >=``
-        :data:`COMPILE_MIN_SAMPLES`).  Without a working compiler the eager pass is used and
+        :data:`COMPILE_MIN_SAMPLES`; ``"all"``: on the CPU, any size).  Without a working compiler the eager pass is used and
         ``"eager"`` is reported.
     accelerate : bool
         SQUAREM (Varadhan & Roland 2008) between pairs of EM steps (:mod:`moestat.estimators.em_driver`).

@@ -332,10 +332,11 @@ def _compiled(name: str, fn):
 def use_compiled(em: "GenericEM", compile, size: int, device) -> bool:
     """Run ``em``'s E-step and gate objective -- the passes over ``[B, k, n]`` of every EM step --
     under ``torch.compile`` (fused loops instead of a dozen eager temporaries) when ``compile`` is
-    ``True``, or ``"auto"`` and ``size = B n`` reaches
-    :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES` on the CPU (the fused EM's rule).
+    ``True``, or ``"auto"`` (or a sweep's ``"all"``, which the fused EM alone reads as "any size")
+    and ``size = B n`` reaches :data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES` on the CPU
+    (the fused EM's rule).
     Returns whether it does; the methods are replaced on this instance only."""
-    want = compile is True or (compile == "auto" and size >= mle_fused.COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu"
+    want = compile is True or (compile in ("auto", "all") and size >= mle_fused.COMPILE_MIN_SAMPLES and torch.device(device).type == "cpu"
                                and not _COMPILED.get("unavailable"))
     if want:
         est, qg, qa = _compiled("estep", _estep_fn), _compiled("q_gate", _q_gate_fn), _compiled("q_gate_affine", _q_gate_affine_fn)

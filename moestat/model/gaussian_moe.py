@@ -71,14 +71,18 @@ def mean_function(X, G: MixingMeasure) -> np.ndarray:
     X = _t(X)
     b0, b1, eta = _t(G.beta0), _t(G.beta1), _t(G.eta)
     a, b, _ = split_eta(eta)
-    pi = torch.softmax(X @ b1.transpose(-1, -2) + b0.unsqueeze(-2), dim=-1)
+    logits = X @ b1.transpose(-1, -2) + b0.unsqueeze(-2)
     mu = X @ a.transpose(-1, -2) + b.unsqueeze(-2)
-    if pi.shape[-1] == 2:
-        # two atoms (every exact fit of model 1): the sum of the two products written out -- the same
-        # number as the reduction along a dimension of two, which costs about a fifth of this
-        # function on the CPU (issue 36; IEEE addition is commutative, so any order gives it)
-        return (pi[..., 0] * mu[..., 0] + pi[..., 1] * mu[..., 1]).numpy()
-    return (pi * mu).sum(-1).numpy()
+    if logits.shape[-1] == 2:
+        # two atoms (every exact fit of model 1): softmax over two is the logistic function of the
+        # difference, pi_0 = sigmoid(l_0 - l_1), pi_1 = sigmoid(l_1 - l_0), and the sum of the two
+        # products is written out.  Why (issue 36): ``torch.softmax`` and a reduction along a last
+        # dimension of two cost about 210 ns per sample on the project's 2-core machine (predict()
+        # after every fit of the gmoe_exact sweep, a tenth of a unit's time), the rows about 40.  Both
+        # are the softmax to the last bit or two of rounding (a relative 2e-16).
+        dl = logits[..., 0] - logits[..., 1]
+        return (torch.sigmoid(dl) * mu[..., 0] + torch.sigmoid(-dl) * mu[..., 1]).numpy()
+    return (torch.softmax(logits, dim=-1) * mu).sum(-1).numpy()
 
 
 def sample_y(X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.ndarray:
@@ -100,6 +104,8 @@ def sample_y(X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.nd
     X = np.asarray(X, dtype=np.float64)
     a, b, s2 = split_eta(G.eta)
     k = G.n_atoms
+    if k == 2:
+        return _sample_y_two(X, G, a, b, s2, rng)
     logits = X @ G.beta1.T + G.beta0  # [n, k]
     # The expert is the number of cumulative gate probabilities c_j = pi_0 + ... + pi_j (j < k - 1)
     # that the uniform u exceeds.  Written column by column (issue 36): NumPy's reductions along a
@@ -124,3 +130,32 @@ def sample_y(X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.nd
         z += u > c
     mu = np.einsum("nd,nd->n", X, a[z]) + b[z]
     return mu + np.sqrt(s2[z]) * rng.standard_normal(X.shape[0])
+
+
+def _sample_y_two(X: np.ndarray, G: MixingMeasure, a: np.ndarray, b: np.ndarray, s2: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """:func:`sample_y` for two atoms, drawing the same numbers with half the exponentials.
+
+    Why (issue 36): drawing the data is about a tenth of a unit of the ``gmoe_exact`` sweep, and
+    most of it was the ``[n, 2]`` logits (a matrix product with an inner dimension of one) and
+    their exponentials.  Here the two logits are columns (for ``d = 1`` the product of one term,
+    the number the matrix product gives), and of ``exp(l_j - max(l_0, l_1))`` the row's maximum
+    gives ``exp(0) = 1``, so one exponential of the other difference gives both -- the same
+    differences as the general form, so the same gate probabilities, comparisons and draws bit for
+    bit (``tests/model/test_gaussian_moe_sampling.py``).  The noise's scale is taken per atom,
+    ``sqrt(s2)[z]`` (the same correctly rounded square roots as ``sqrt(s2[z])``).
+    """
+    if X.shape[1] == 1:
+        l0 = X[:, 0] * G.beta1[0, 0] + G.beta0[0]
+        l1 = X[:, 0] * G.beta1[1, 0] + G.beta0[1]
+    else:
+        logits = X @ G.beta1.T + G.beta0
+        l0, l1 = logits[:, 0], logits[:, 1]
+    first = l0 >= l1  # atom 0 has the larger logit (where they tie, either: both give exp(0) = 1)
+    other = np.exp(np.where(first, l1 - l0, l0 - l1))
+    pi0 = np.where(first, 1.0, other)
+    total = pi0 + np.where(first, other, 1.0)
+    u = rng.random(X.shape[0])
+    z = (u > pi0 / total).astype(np.intp)
+    mu = np.einsum("nd,nd->n", X, a[z]) + b[z]
+    return mu + np.sqrt(s2)[z] * rng.standard_normal(X.shape[0])

@@ -268,6 +268,6 @@ def test_sweep_compile_is_one_decision_from_the_design_alone():
     assert sweep_compile(scaled) is False
     # the whole gmoe_exact design (40 replicates x 5 starts, 150 sizes from 100 to 100 000): compiled
     full = 40 * 5 * int(np.round(np.geomspace(100, 100_000, 150)).sum())
-    assert sweep_compile(full) == "auto"
-    assert sweep_compile(SWEEP_COMPILE_MIN_SAMPLES) == "auto" and sweep_compile(SWEEP_COMPILE_MIN_SAMPLES - 1) is False
+    assert sweep_compile(full) == "all"
+    assert sweep_compile(SWEEP_COMPILE_MIN_SAMPLES) == "all" and sweep_compile(SWEEP_COMPILE_MIN_SAMPLES - 1) is False
     assert sweep_compile(full, "cuda") is False and sweep_compile(full, "cuda:0") is False  # as "auto" per fit

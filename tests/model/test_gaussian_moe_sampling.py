@@ -1,10 +1,11 @@
 """Drawing ``y`` from the Gaussian MoE (:func:`moestat.model.gaussian_moe.sample_y`), written column by
 column (issue 36), against the row-wise form it replaced: the same draws, bit for bit; and the mean
-function of two atoms against the reduction it replaced.
+function of two atoms against the softmax reduction it replaced (to rounding).
 
 Bit equality is what the mathematics of the rewrite guarantees on any machine: the maximum is exact,
-``exp`` is applied to the same ``[n, k]`` array, and every sum, division and running sum adds the same
-terms in the same order; the uniform and normal draws are taken in the same order from the generator.
+``exp`` is applied to the same differences (for two atoms only to the one that is not ``0``:
+``exp(0) = 1`` exactly), and every sum, division and running sum adds the same terms in the same
+order; the uniform and normal draws are taken in the same order from the generator.
 """
 
 import numpy as np
@@ -56,16 +57,45 @@ def test_model1_data_sets_are_unchanged():
                                       _row_wise(X, sc.truth, np.random.default_rng(seed)))
 
 
-def test_the_mean_function_of_two_atoms_is_the_former_reduction_bit_for_bit():
-    # mean_function writes out the sum over two atoms (issue 36); the reduction it replaced, here
+def test_the_mean_function_of_two_atoms_is_the_softmax_reduction_to_rounding():
+    # mean_function takes the gate of two atoms as the logistic function of the logits' difference
+    # (issue 36): pi_0 = sigmoid(l_0 - l_1) is softmax's pi_0 in exact arithmetic, so the two forms
+    # differ by rounding only -- a few units of the last place of the terms pi_i mu_i, here bounded
+    # by 1e-14 of their absolute sum (the sum itself may cancel), saturated gates included
     from moestat.model.gaussian_moe import mean_function
 
     rng = np.random.default_rng(7)
-    for R, n, d in ((1, 1, 1), (3, 1000, 1), (2, 777, 3)):
+    for R, n, d, scale in ((1, 1, 1, 5.0), (3, 1000, 1, 5.0), (2, 777, 3, 5.0), (2, 500, 1, 400.0)):
         X = rng.uniform(size=(R, n, d))
-        G = MixingMeasure(5 * rng.normal(size=(R, 2)), 20 * rng.normal(size=(R, 2, d)), rng.normal(size=(R, 2, d + 2)))
+        G = MixingMeasure(scale * rng.normal(size=(R, 2)), 4 * scale * rng.normal(size=(R, 2, d)),
+                          rng.normal(size=(R, 2, d + 2)))
         Xt = torch.as_tensor(X)
         a, b, _ = split_eta(torch.as_tensor(G.eta))
         pi = torch.softmax(Xt @ torch.as_tensor(G.beta1).transpose(-1, -2) + torch.as_tensor(G.beta0).unsqueeze(-2), dim=-1)
-        want = (pi * (Xt @ a.transpose(-1, -2) + b.unsqueeze(-2))).sum(-1).numpy()
-        np.testing.assert_array_equal(mean_function(X, G), want)
+        terms = (pi * (Xt @ a.transpose(-1, -2) + b.unsqueeze(-2))).numpy()
+        got = mean_function(X, G)
+        assert got.shape == (R, n)
+        assert np.all(np.abs(got - terms.sum(-1)) <= 1e-14 * np.abs(terms).sum(-1) + 1e-300)
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_two_atom_draws_take_one_exponential_per_sample(d, monkeypatch):
+    # the two-atom path (issue 36) computes exp of one difference per sample, not of the [n, 2] logits
+    # (the draws themselves are checked against the row-wise form above, saturated gates included)
+    import moestat.model.gaussian_moe as gm
+
+    sizes = []
+    real = np.exp
+
+    def counting_exp(x, *args, **kwargs):
+        sizes.append(np.size(x))
+        return real(x, *args, **kwargs)
+
+    rng = np.random.default_rng(d)
+    G, X = _measure(2, d, rng, 5.0), rng.uniform(size=(300, d))
+    want = _row_wise(X, G, np.random.default_rng(0))
+    monkeypatch.setattr(gm.np, "exp", counting_exp)
+    got = sample_y(X, G, np.random.default_rng(0))
+    monkeypatch.undo()
+    np.testing.assert_array_equal(got, want)
+    assert sizes == [300]
