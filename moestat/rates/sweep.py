@@ -31,6 +31,7 @@ from moestat.estimators.em_driver import sweep_compile
 from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
+from moestat.rates.config import RatesConfig
 from moestat.rates.extras import ExtrasStore
 from moestat.rates.forked import ForkedWorkers
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
@@ -132,6 +133,28 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
                     )
                 )
     return units
+
+
+def recorded_unit(run: str | os.PathLike, n: int, replicate: int,
+                  scenario_dir: str | os.PathLike | None = None) -> tuple[WorkUnit, int]:
+    """The work unit of a recorded run that holds ``(n, replicate)``, and the replicate's position in it.
+
+    A refit of a recorded fit from its own streams (the diagnostics ``simulations/catalogue/*_outliers.py``)
+    starts here: the unit is rebuilt from the configuration in the run's ``summary.json``, so its
+    data, starts and estimator seeds are the sweep's.  A run records its scenario file by the absolute
+    path of the checkout that ran it; where that path does not exist, the file of the same name in
+    ``scenario_dir`` is used (e.g. ``moestat/rates/catalogue_files``).
+    """
+    summary = json.loads((Path(run) / "summary.json").read_text())
+    config = {k: v for k, v in summary["config"].items() if k != "n_jobs"}
+    recorded = config.get("scenario_file")
+    if recorded and scenario_dir is not None and not Path(recorded).is_file():
+        config["scenario_file"] = str(Path(scenario_dir) / Path(recorded).name)
+    units = make_units(Experiment.of(RatesConfig.from_dict(config)))
+    unit = next((u for u in units if u.n == n and replicate in u.replicates), None)
+    if unit is None:
+        raise ValueError(f"{run}: no work unit holds n = {n}, replicate {replicate}")
+    return unit, unit.replicates.index(replicate)
 
 
 #: ``n_jobs="auto"`` gives each process at least this many samples x replicates x starts to fit.

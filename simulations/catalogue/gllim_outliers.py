@@ -12,7 +12,7 @@ tuned: the fits are the recorded ones.
 Usage (from the repository root)::
 
     python simulations/catalogue/gllim_outliers.py simulations/catalogue/gaussian-gated-moe/gllim \\
-        --top 5 --json simulations/catalogue/gaussian-gated-moe/outliers.json
+        --top 4 --json simulations/catalogue/gaussian-gated-moe/outliers.json
 """
 
 from __future__ import annotations
@@ -50,14 +50,10 @@ def refit(run: Path, n: int, replicate: int) -> dict:
     from moestat.estimators.gllim import random_gllim_start
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import Experiment
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
+    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
 
-    summary = json.loads((run / "summary.json").read_text())
-    cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
-    unit = next(u for u in make_units(Experiment.of(cfg)) if u.n == n and replicate in u.replicates)
-    pos = unit.replicates.index(replicate)
+    # the run recorded its scenario file by the path of the checkout that ran it: the catalogue's own file
+    unit, pos = recorded_unit(run, n, replicate, scenario_dir=Path(__file__).resolve().parents[2] / "moestat" / "rates" / "catalogue_files")
     one = dataclasses.replace(unit, replicates=(replicate,))  # its data and near-truth start streams
     torch.set_num_threads(1)
     with threadpool_limits(limits=1):

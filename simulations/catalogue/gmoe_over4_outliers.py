@@ -210,14 +210,9 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
 
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import Experiment
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
+    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
 
-    summary = json.loads((run / "summary.json").read_text())
-    cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
-    unit = next(u for u in make_units(Experiment.of(cfg)) if u.n == n and replicate in u.replicates)
-    pos = unit.replicates.index(replicate)
+    unit, pos = recorded_unit(run, n, replicate)
     torch.set_num_threads(1)
     with threadpool_limits(limits=1):
         sc = _scenario(unit.scenario_key)

@@ -191,18 +191,9 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
 
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import Experiment
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
+    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
 
-    summary = json.loads((run / "summary.json").read_text())
-    config = {k: v for k, v in summary["config"].items() if k != "n_jobs"}
-    if config.get("scenario_file") and not Path(config["scenario_file"]).is_file():
-        # a recorded run names its file by the absolute path of the checkout that ran it: the catalogue's own file
-        config["scenario_file"] = str(CATALOGUE_FILES / Path(config["scenario_file"]).name)
-    cfg = RatesConfig.from_dict(config)
-    unit = next(u for u in make_units(Experiment.of(cfg)) if u.n == n and replicate in u.replicates)
-    pos = unit.replicates.index(replicate)
+    unit, pos = recorded_unit(run, n, replicate, scenario_dir=CATALOGUE_FILES)  # the catalogue's own file
     key = (str(run), n, unit.replicates[0])
     if key not in _UNITS:
         torch.set_num_threads(1)
