@@ -331,7 +331,6 @@ def gauss_newton(
     _, beta1, _ = unpack(theta, k, d, d + 1, True)
     sig, cb = score_derivative_factors(model, beta1, k)
     P = n_params(k, d, d + 1, True)
-    i0, i1 = k - 1, (k - 1) * (d + 1)
     A = theta.new_zeros(R, P, P)
     g = theta.new_zeros(R, P)
     for c in range(len(data.xs)):
@@ -340,15 +339,23 @@ def gauss_newton(
         a, us = router_coefficients(cache.u_s[c], cache.s[c], sig, cb, k)
         Jt = jacobian_t(xs, xe, u_b, a, us, v, cb, k, data.buffer(R, P, r.shape[-1], r))
         A.baddbmm_(Jt, Jt.transpose(1, 2))
-        # J^T r from the [R, k, c] coefficients (cheaper than a pass over J)
-        rr = r.unsqueeze(1)
-        g[:, :i0] += (u_b[:, :i0] * rr).sum(-1)
-        g1 = (a * rr) @ xs.transpose(1, 2)  # [R, k-1, d]
-        if cb is not None:
-            g1 = g1 - (us * rr).sum(-1).unsqueeze(-1) * cb
-        g[:, i0:i1] += g1.reshape(R, -1)
-        g[:, i1:] += ((v * rr) @ xe.transpose(1, 2)).reshape(R, -1)
+        _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)
     return A, g
+
+
+def _add_gradient(g: torch.Tensor, xs, xe, u_b, a, us, v, cb, r, k: int) -> None:
+    """Add one chunk's ``J^T r`` to ``g [R, P]``, from the ``[R, k, c]`` coefficients of
+    :func:`jacobian_t` (cheaper than a pass over ``J``); :func:`gauss_newton` and
+    :func:`gradient_and_diagonal` share it, so both report the same numbers."""
+    R, d = xs.shape[0], xs.shape[1]
+    i0, i1 = k - 1, (k - 1) * (d + 1)
+    rr = r.unsqueeze(1)
+    g[:, :i0] += (u_b[:, :i0] * rr).sum(-1)
+    g1 = (a * rr) @ xs.transpose(1, 2)  # [R, k-1, d]
+    if cb is not None:
+        g1 = g1 - (us * rr).sum(-1).unsqueeze(-1) * cb
+    g[:, i0:i1] += g1.reshape(R, -1)
+    g[:, i1:] += ((v * rr) @ xe.transpose(1, 2)).reshape(R, -1)
 
 
 def gradient_and_diagonal(
@@ -388,14 +395,7 @@ def gradient_and_diagonal(
         xs, xe = data.xs[c], data.xe[c]
         u_b, v, r = cache.u_b[c], cache.v[c], cache.r[c]
         a, us = router_coefficients(cache.u_s[c], cache.s[c], sig, cb, k)
-        rr = r.unsqueeze(1)
-        # J^T r exactly as gauss_newton forms it
-        g[:, :i0] += (u_b[:, :i0] * rr).sum(-1)
-        g1 = (a * rr) @ xs.transpose(1, 2)  # [R, k-1, d]
-        if cb is not None:
-            g1 = g1 - (us * rr).sum(-1).unsqueeze(-1) * cb
-        g[:, i0:i1] += g1.reshape(R, -1)
-        g[:, i1:] += ((v * rr) @ xe.transpose(1, 2)).reshape(R, -1)
+        _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)  # J^T r exactly as gauss_newton forms it
         # diag(J^T J), block by block (the rows of jacobian_t) as products of the [R, k, c]
         # coefficients with the squared features: sum (a xs_j - us cb_j)^2 expanded, so that no
         # [R, k-1, d, c] array is formed (that alone cost more than J^T J)
