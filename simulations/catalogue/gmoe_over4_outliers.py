@@ -35,6 +35,7 @@ Usage (from the repository root; about 1-2 CPU-minutes for the default five fits
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -198,6 +199,14 @@ def anatomy(X: np.ndarray, Y: np.ndarray, fitted, truth, var_floor: float) -> di
     return {"D2": t["total"], "loglik": ll, "atoms": atoms, "mass_gaps": t["mass_gaps"].tolist(), "dominant": dominant}
 
 
+def _sibling(name: str):
+    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """Refit the work unit of ``run`` that holds ``(n, replicate)`` as the sweep did; that replicate's fit.
 
@@ -205,32 +214,13 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     per-start results, kept by a wrapper of its best-start pick; nothing of the fit changes), its
     refitted losses and truth columns, and the unit's replicates.
     """
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.model.mixing import MixingMeasure
-    from moestat.rates import truth_check as tc
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
+    from moestat.rates.sweep import recorded_unit
 
     unit, pos = recorded_unit(run, n, replicate)
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
-        sc = _scenario(unit.scenario_key)
-        holdout = _holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0 = _draw(unit, sc)
-        est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
-        kept = {}
-        pick_best = est._best_starts
-
-        def keep(res, R, S, owner=None):  # every start's result, then the estimator's own pick
-            kept.update(res=res, R=R, S=S)
-            return pick_best(res, R, S, owner)
-
-        est._best_starts = keep
-        est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
-        state = tc.against_truth(unit, sc, X, Y, est)
-        losses = compute_losses(sc, state["params"], holdout)
-    res, S = kept["res"], kept["S"]
+    r = _sibling("recorded_refit").refit_keeping_starts(unit)
+    sc, X, Y, est, state, losses = r["scenario"], r["X"], r["Y"], r["est"], r["state"], r["losses"]
+    res, S = r["kept"]["res"], r["kept"]["S"]
     starts = []
     for s in range(S):
         j = pos * S + s

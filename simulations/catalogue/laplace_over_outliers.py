@@ -42,6 +42,7 @@ Usage (from the repository root; the run folder is the over arm of
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -178,6 +179,14 @@ def ray_profile(X: np.ndarray, Y: np.ndarray, fitted, atom: int) -> list[dict]:
     return out
 
 
+def _sibling(name: str):
+    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 _UNITS: dict = {}  # (run, n, first replicate) -> the refitted unit: two chosen fits of one unit cost one refit
 
 
@@ -186,36 +195,16 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
 
     The sweep's config comes from the run's ``summary.json``.  A unit is refitted once per process.
     """
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.model.mixing import MixingMeasure
-    from moestat.rates import truth_check as tc
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
+    from moestat.rates.sweep import recorded_unit
 
     unit, pos = recorded_unit(run, n, replicate, scenario_dir=CATALOGUE_FILES)  # the catalogue's own file
     key = (str(run), n, unit.replicates[0])
     if key not in _UNITS:
-        torch.set_num_threads(1)
-        with threadpool_limits(limits=1):
-            sc = _scenario(unit.scenario_key)
-            holdout = _holdout(unit.scenario_key, unit.holdout)
-            X, Y, G0 = _draw(unit, sc)
-            est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
-            kept = {}
-            pick_best = est._best_starts
-
-            def keep(res, R, S, owner=None):  # every start's result, then the estimator's own pick
-                kept.update(res=res, R=R, S=S, owner=owner)
-                return pick_best(res, R, S, owner)
-
-            est._best_starts = keep
-            est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
-            first_ll = np.array(est.loglik_, dtype=float)
-            state = tc.against_truth(unit, sc, X, Y, est)
-            losses = compute_losses(sc, state["params"], holdout)
-        _UNITS[key] = (sc, X, Y, kept, first_ll, state, losses)
-    sc, X, Y, kept, first_ll, state, losses = _UNITS[key]
+        _UNITS[key] = _sibling("recorded_refit").refit_keeping_starts(unit)
+    r = _UNITS[key]
+    sc, X, Y, kept, first_ll, state = r["scenario"], r["X"], r["Y"], r["kept"], r["first_loglik"], r["state"]
+    losses = r["losses"]
     res, S, owner = kept["res"], kept["S"], kept["owner"]
     rows = np.flatnonzero(owner == pos) if owner is not None else pos * S + np.arange(S)
     P = state["params"]
