@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "gaussian-moe"
 JSON = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers.json"
+#: Every fit of the run with D2 > 1e3 (``--above 1e3``), refitted
+ABOVE = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers_above_1e3.json"
 
 
 def _script():
@@ -69,14 +71,20 @@ def test_responsibilities_give_the_models_log_likelihood_and_sum_to_one():
     assert np.isclose(ll, float(log_likelihood(X, Y, G)), rtol=1e-10)
 
 
-@pytest.mark.skipif(not JSON.is_file(), reason="no recorded outliers.json")
-def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows():
+@pytest.mark.parametrize("path", [JSON, ABOVE], ids=["top5", "above_1e3"])
+def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows(path):
     # the JSON must list exactly the fits its rule picks from results.csv, each refit equal to its recorded row,
     # its D2 terms adding up to that D2, and the dominant term the largest one
+    if not path.is_file():
+        pytest.skip(f"no recorded {path.name}")
     mod = _script()
-    report = json.loads(JSON.read_text())
+    report = json.loads(path.read_text())
     results = pd.read_csv(RUN / "results.csv")
-    chosen = mod.pick_fits(results, len(report["fits"]))
+    if "above" in report:  # every fit above the threshold, none left out
+        chosen = mod.pick_above(results, report["above"])
+        assert len(report["fits"]) == int((results["voronoi"] > report["above"]).sum())
+    else:
+        chosen = mod.pick_fits(results, len(report["fits"]))
     assert [(f["n"], f["replicate"]) for f in report["fits"]] == list(zip(chosen["n"], chosen["replicate"]))
     for f in report["fits"]:
         row = results[(results.n == f["n"]) & (results.replicate == f["replicate"])].iloc[0]
