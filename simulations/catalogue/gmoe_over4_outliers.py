@@ -289,6 +289,52 @@ def print_fit(f: dict) -> None:
               f"({a['variance_over_floor']:.3g} x floor) resp>0.5 {a['n_responsible']} | {terms}")
 
 
+#: The anatomy of the five largest-ratio fits (docs/guide/catalogue.rst), as a rule fixed before the other
+#: fits above 1e3 were refitted: the steep true atom (the truth's largest |beta1|) carried by a cell of three;
+#: the largest term of D2 is the gate-slope (beta1) term of one atom of that cell, more than SPIKE_SHARE of D2;
+#: that atom's gate is flat (|beta1| below FLAT_FRACTION of the true slope) and it is a spike (the larger
+#: responsibility of at most SPIKE_SAMPLES of the samples, a variance below the true atom's); the fit is
+#: above the truth's log-likelihood.
+SPIKE_SHARE = 0.99
+FLAT_FRACTION = 0.5
+SPIKE_SAMPLES = 0.05
+
+
+def classify(fit: dict) -> dict:
+    """Which parts of the five fits' anatomy one refitted fit (:func:`report_fit`'s dict) has.
+
+    Returns
+    -------
+    dict
+        ``cell_of_three``, ``gate_slope_term_dominates``, ``flat_gate``, ``spike``, ``above_truth``
+        (bools; the three about the dominant atom are False when no atom of the cell dominates),
+        ``same_anatomy`` (all of them), and ``steep_cell_size``, ``dominant_atom`` for the others.
+    """
+    truth = fit["truth"]
+    slopes = [float(np.linalg.norm(b)) for b in truth["beta1"]]
+    steep = int(np.argmax(slopes))
+    atoms = fit["atoms"]
+    in_cell = [a for a in atoms if a["cell"] == steep]
+    dom = fit["dominant"]
+    atom = atoms[dom["atom"]] if "atom" in dom else None
+    dominates = bool(atom is not None and atom["cell"] == steep and dom["block"] == "beta1" and dom["share"] > SPIKE_SHARE)
+    flat = bool(dominates and float(np.linalg.norm(atom["beta1"])) < FLAT_FRACTION * slopes[steep])
+    spike = bool(dominates and atom["n_responsible"] <= SPIKE_SAMPLES * fit["n"] and atom["variance"] < truth["eta"][steep][-1])
+    out = {"cell_of_three": len(in_cell) == 3, "gate_slope_term_dominates": dominates, "flat_gate": flat, "spike": spike,
+           "above_truth": bool(fit["loglik_fit_minus_truth"] > 0)}
+    out["same_anatomy"] = all(out.values())
+    return out | {"steep_cell_size": len(in_cell), "dominant_atom": None if atom is None else int(dom["atom"])}
+
+
+def _anatomy(fits: list[dict], a) -> dict:
+    """The ``--above`` report's last fields: :func:`classify` of every fit and how many have the five fits' anatomy."""
+    if a.above is None:
+        return {}
+    each = [classify(f) | {"n": f["n"], "replicate": f["replicate"]} for f in fits]
+    return {"anatomy_rule": {"spike_share": SPIKE_SHARE, "flat_fraction": FLAT_FRACTION, "spike_samples": SPIKE_SAMPLES},
+            "anatomy": {"same": sum(c["same_anatomy"] for c in each), "of": len(each), "fits": each}}
+
+
 def _threshold(text: str) -> float:
     """``--above``'s value: a finite number > 0 (argparse reports anything else as bad input, exit 2)."""
     try:
@@ -330,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         run_help="the recorded gmoe-over4 run folder (results.csv, summary.json)",
         top_help="how many of the largest D2 / median-at-n fits to refit", table="results.csv",
         needs=("results.csv", "summary.json"), choose=_choose, refit=report_fit, show=print_fit, header=_header,
-        summary=_summary, more_arguments=_above)
+        summary=_summary, footer=_anatomy, more_arguments=_above)
 
 
 if __name__ == "__main__":

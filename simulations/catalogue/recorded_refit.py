@@ -124,6 +124,7 @@ def refit_main(argv: list[str] | None, *, description: str, run_help: str, top_h
                refit: Callable[[Path, pd.Series], dict], show: Callable[[dict], None],
                header: Callable[[pd.DataFrame, argparse.Namespace], dict] | None = None, timed: bool = True,
                summary: Callable[[dict], None] | None = None,
+               footer: Callable[[list[dict], argparse.Namespace], dict] | None = None,
                more_arguments: Callable[[Any], list[str]] | None = None) -> int:
     """The ``main()`` of a refit diagnostic: choose recorded fits by a fixed rule, refit each, write a JSON report.
 
@@ -150,6 +151,8 @@ def refit_main(argv: list[str] | None, *, description: str, run_help: str, top_h
         Whether the report gets ``cpu_s`` and ``wall_s`` (of the whole run) before ``fits``.
     summary : callable, optional
         Prints the report's summary after it is written.
+    footer : callable, optional
+        ``(fits, args) -> dict``: fields computed from the refitted fits, written after ``fits``.
     more_arguments : callable, optional
         Adds script-specific selection options to the argparse group that holds ``--top`` (one of
         them at most is given; ``--top 5`` when none is) and returns their ``dest`` names.
@@ -185,6 +188,8 @@ def refit_main(argv: list[str] | None, *, description: str, run_help: str, top_h
     if timed:
         report |= {"cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1)}
     report["fits"] = fits
+    if footer is not None:
+        report |= footer(fits, a)
     write_json(a.json, report)
     if summary is not None:
         summary(report)
