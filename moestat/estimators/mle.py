@@ -36,6 +36,7 @@ problems.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -51,12 +52,50 @@ from moestat.model.likelihood import LikelihoodModel, linear_expert
 from moestat.model.mixing import MixingMeasure
 from moestat.model.protocol import ProtocolGate
 
-__all__ = ["MLEGaussianMoE", "VARIANCES"]
+__all__ = ["MLEGaussianMoE", "StartResults", "VARIANCES"]
 
 VARIANCES = ("per_expert", "shared")
 _LOG2PI = math.log(2.0 * math.pi)
 #: Newton iterations after EM for an over-fitted Gaussian-MoE scenario (the rates pipeline's rule)
 OVER_POLISH_ITER = 100
+
+
+@dataclass(frozen=True)
+class StartResults:
+    """Every start's result of one :meth:`MLEGaussianMoE.fit` (``keep_starts=True``: ``starts_``).
+
+    The ``E`` entries are the fit's batch: replicate-major, ``S`` starts per replicate (``E = R S``),
+    then, for a Top-K gate of the generic EM, the starts it added
+    (:func:`~moestat.estimators.generic_starts.idle_atom_starts`), each owned by one replicate.
+
+    Attributes
+    ----------
+    replicate : ndarray of int, shape ``[E]``
+        The replicate each entry fits.
+    loglik : ndarray, shape ``[E]``
+        Its final observed-data log-likelihood (sum over samples; NaN or -inf where it failed).
+    status : list of str, length ``E``
+        Its stopping status as the EM (or the Newton polish) left it: ``"tol"``, ``"newton"``,
+        ``"max_iter"`` or ``"nonfinite"``.
+    n_iter : ndarray of int, shape ``[E]``
+        Its iterations (EM, then accepted Newton steps).
+    params : MixingMeasure
+        Its parameters in ``params_``'s layout: ``beta0 [E, k]``, ``beta1 [E, k, d]``, ``eta [E, k,
+        d + 2]`` (or ``d + 1`` with ``eta_variance=False``).
+    variances : ndarray, shape ``[E, k]``
+        Its variances (NaN for experts without one).
+    chosen : ndarray of int, shape ``[R]``
+        The entry reported for each replicate (``params_``, ``loglik_``, ``status_``, ``n_iter_``):
+        its best finite log-likelihood, the first one on a tie.
+    """
+
+    replicate: np.ndarray
+    loglik: np.ndarray
+    status: list
+    n_iter: np.ndarray
+    params: MixingMeasure
+    variances: np.ndarray
+    chosen: np.ndarray
 
 
 def _needs_generic_em(model) -> bool:
@@ -140,6 +179,10 @@ class MLEGaussianMoE(MoEEstimator):
     generic : bool
         Fit with the generic EM even where the fused EM applies (its check against the fused EM
         and its benchmark); default ``False``.
+    keep_starts : bool
+        Keep every start's result in ``starts_`` (a :class:`StartResults`): the log-likelihood,
+        status, iterations and parameters of each, e.g. to see which local maxima the starts reach.
+        The fit reported is the same either way; default ``False`` (nothing more is stored).
 
     Attributes
     ----------
@@ -164,6 +207,9 @@ class MLEGaussianMoE(MoEEstimator):
     kernel_ : str
         ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"`` or ``"generic-compiled"``:
         the generic EM, eager or with its E-step and gate objective compiled.
+    starts_ : StartResults
+        Only with ``keep_starts=True``: every start's result, ``E`` entries (``[R S]`` plus any
+        added Top-K starts), and which of them is reported per replicate.
 
     Examples
     --------
@@ -194,6 +240,7 @@ class MLEGaussianMoE(MoEEstimator):
         accelerate: bool = False,
         polish_iter: int = 0,
         generic: bool = False,
+        keep_starts: bool = False,
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -210,6 +257,7 @@ class MLEGaussianMoE(MoEEstimator):
         self.accelerate = accelerate
         self.polish_iter = polish_iter
         self.generic = generic
+        self.keep_starts = keep_starts
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
@@ -254,6 +302,8 @@ class MLEGaussianMoE(MoEEstimator):
             raise ValueError(f"generic must be True or False, got {self.generic!r}")
         if not isinstance(self.accelerate, (bool, np.bool_)):
             raise ValueError(f"accelerate must be True or False, got {self.accelerate!r}")
+        if not isinstance(self.keep_starts, (bool, np.bool_)):
+            raise ValueError(f"keep_starts must be True or False, got {self.keep_starts!r}")
         if self.compile not in (True, False, "auto", "all"):
             raise ValueError(f"compile must be True, False, 'auto' or 'all', got {self.compile!r}")
         resolve_device(self.device)
@@ -334,10 +384,15 @@ class MLEGaussianMoE(MoEEstimator):
             var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
             polish_iter=int(self.polish_iter),
         )
-        pick = self._best_starts(res, R, V0.shape[1])
+        S = V0.shape[1]
+        pick = self._best_starts(res, R, S)
         V, E, s2 = res["V"][pick], res["E"][pick], res["s2"][pick]
         eta = np.concatenate([E, s2[..., None]], axis=-1) if self.eta_variance else E
         self.variances_ = s2
+        if self.keep_starts:  # every entry in the same layout as the chosen ones
+            Va, Ea, s2a = res["V"], res["E"], res["s2"]
+            eta_all = np.concatenate([Ea, s2a[..., None]], axis=-1) if self.eta_variance else Ea
+            self._keep(res, pick, np.arange(R).repeat(S), MixingMeasure(Va[..., -1], Va[..., :-1], eta_all), s2a)
         return self._finish(MixingMeasure(V[..., -1], V[..., :-1], eta), res, pick, Xn, Yn, None)
 
     def _best_starts(self, res: dict, R: int, S: int, owner: np.ndarray | None = None) -> np.ndarray:
@@ -350,12 +405,22 @@ class MLEGaussianMoE(MoEEstimator):
             pick = np.arange(R) * S + np.argmax(ll.reshape(R, S), axis=1)
         else:  # the first best entry of each replicate: the given starts come first, so a tie keeps one of them
             pick = np.array([np.flatnonzero(owner == r)[np.argmax(ll[owner == r])] for r in range(R)])
+        self.__dict__.pop("starts_", None)  # a refit without keep_starts leaves no stale starts
         self.kernel_ = res["kernel"]
         self.loglik_ = res["loglik"][pick]
         self.loglik_path_ = [res["paths"][i] for i in pick]
         self.n_starts_ = S
         self.n_newton_ = res["n_newton"][pick]
         return pick
+
+    def _keep(self, res: dict, pick: np.ndarray, owner: np.ndarray, params: MixingMeasure, variances: np.ndarray) -> None:
+        """Store ``starts_``: every entry of ``res`` (``owner [E]`` its replicate, ``params [E]`` in
+        ``params_``'s layout, ``variances [E, k]``) and the entries ``pick [R]`` reported."""
+        self.starts_ = StartResults(
+            replicate=np.asarray(owner, dtype=np.int64).copy(), loglik=np.array(res["loglik"], dtype=float),
+            status=[str(s) for s in res["status"]], n_iter=np.asarray(res["n_iter"]).astype(np.int64),
+            params=MixingMeasure(*(np.array(a, dtype=float) for a in (params.beta0, params.beta1, params.eta))),
+            variances=np.array(variances, dtype=float), chosen=np.asarray(pick, dtype=np.int64).copy())
 
     def _finish(self, params: MixingMeasure, res: dict, pick: np.ndarray, Xn: np.ndarray, Yn: np.ndarray,
                 model: LikelihoodModel | None) -> "MLEGaussianMoE":
@@ -408,6 +473,11 @@ class MLEGaussianMoE(MoEEstimator):
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         if not self.eta_variance and gauss:
             params = MixingMeasure(params.beta0, params.beta1, params.eta[..., :-1])
+        if self.keep_starts:  # every entry through the same conversion as the chosen ones
+            every = gs.from_free(em, res["fv"], res["eta"], res["ls2"])
+            if not self.eta_variance and gauss:
+                every = MixingMeasure(every.beta0, every.beta1, every.eta[..., :-1])
+            self._keep(res, pick, owner, every, np.exp(res["ls2"]) if gauss else np.full((owner.size, k), np.nan))
         return self._finish(params, res, pick, Xn, Yn, model)
 
     def loglik_of(self, X, Y, G: MixingMeasure) -> np.ndarray | None:

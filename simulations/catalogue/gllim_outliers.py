@@ -13,13 +13,14 @@ Usage (from the repository root)::
 
     python simulations/catalogue/gllim_outliers.py simulations/catalogue/gaussian-gated-moe/gllim \\
         --top 4 --json simulations/catalogue/gaussian-gated-moe/outliers.json
+
+The command line, the refit loop and the (standard) JSON are :func:`recorded_refit.refit_main`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -78,27 +79,43 @@ def refit(run: Path, n: int, replicate: int) -> dict:
             "fitted": _atoms(one_fit, d), "truth": _atoms(sc.truth, d)}
 
 
+def _sibling(name: str):
+    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def pick_fits(extras: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The ``top`` largest D-bar of ``extras.csv``, largest first, with ``median_at_n`` (D-bar's median at the row's n)."""
+    med = extras.groupby("n")["Dbar"].median()
+    return extras.sort_values("Dbar", ascending=False).head(top).assign(median_at_n=lambda t: t["n"].map(med))
+
+
+def report_fit(run: Path, r: pd.Series) -> dict:
+    """Refit one chosen row (:func:`refit`) and compare it with its recorded D-bar."""
+    row = refit(run, int(r["n"]), int(r["replicate"]))
+    return row | {"Dbar_recorded": float(r["Dbar"]), "same_as_recorded": bool(np.isclose(row["Dbar"], r["Dbar"], rtol=1e-6)),
+                  "median_at_n": float(r["median_at_n"])}
+
+
+def print_fit(row: dict) -> None:
+    """One fit's summary on stdout."""
+    print(f"n={row['n']} rep {row['replicate']}: Dbar {row['Dbar']:.4g} (recorded {row['Dbar_recorded']:.4g}, "
+          f"{row['Dbar'] / row['median_at_n']:.0f} x the median), loglik - truth {row['loglik_fit'] - row['loglik_truth']:+.2f} "
+          f"(start {row['best_start']}; starts {', '.join(f'{v:+.1f}' for v in row['loglik_starts_minus_truth'])})")
+    for f in sorted(row["fitted"], key=lambda t: t["c"][0]):
+        print("   fit  pi {pi:.3f} c {c[0]:+.3f} Gamma {Gamma[0]:.4g} a {a[0]:+.3f} b {b:+.3f} nu {nu:.4g}".format(**f))
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="a joint-GLLiM run folder (results.csv, extras.csv, summary.json)")
-    ap.add_argument("--top", type=int, default=5, help="how many of the largest D-bar fits to refit")
-    ap.add_argument("--json", type=Path, required=True)
-    a = ap.parse_args(argv)
-    ex = pd.read_csv(a.run / "extras.csv")
-    med = ex.groupby("n")["Dbar"].median()
-    rows = []
-    for _, r in ex.sort_values("Dbar", ascending=False).head(a.top).iterrows():
-        row = refit(a.run, int(r["n"]), int(r["replicate"]))
-        row |= {"Dbar_recorded": float(r["Dbar"]), "same_as_recorded": bool(np.isclose(row["Dbar"], r["Dbar"], rtol=1e-6)),
-                "median_at_n": float(med[int(r["n"])])}
-        rows.append(row)
-        print(f"n={row['n']} rep {row['replicate']}: Dbar {row['Dbar']:.4g} (recorded {row['Dbar_recorded']:.4g}, "
-              f"{row['Dbar'] / row['median_at_n']:.0f} x the median), loglik - truth {row['loglik_fit'] - row['loglik_truth']:+.2f} "
-              f"(start {row['best_start']}; starts {', '.join(f'{v:+.1f}' for v in row['loglik_starts_minus_truth'])})")
-        for f in sorted(row["fitted"], key=lambda t: t["c"][0]):
-            print("   fit  pi {pi:.3f} c {c[0]:+.3f} Gamma {Gamma[0]:.4g} a {a[0]:+.3f} b {b:+.3f} nu {nu:.4g}".format(**f))
-    a.json.write_text(json.dumps({"run": str(a.run), "fits": rows}, indent=1) + "\n")
-    return 0
+    return _sibling("recorded_refit").refit_main(
+        argv, description=__doc__.splitlines()[0],
+        run_help="a joint-GLLiM run folder (results.csv, extras.csv, summary.json)",
+        top_help="how many of the largest D-bar fits to refit", table="extras.csv",
+        needs=("results.csv", "extras.csv", "summary.json"), choose=lambda extras, a: pick_fits(extras, a.top),
+        refit=report_fit, show=print_fit, timed=False)
 
 
 if __name__ == "__main__":

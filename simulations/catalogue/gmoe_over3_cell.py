@@ -39,6 +39,7 @@ and, without a refit, each block's slope on the lower and upper half of a run's 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -193,6 +194,14 @@ def range_halves(run: Path) -> dict:
     return out
 
 
+def _sibling(name: str):
+    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="the recorded gmoe-over3 run folder (results.csv, extras.csv, summary.json)")
@@ -204,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.range_halves:
         report = range_halves(a.run)
-        a.json.write_text(json.dumps(report, indent=1) + "\n")
+        _sibling("recorded_refit").write_json(a.json, report)
         for col, v in report.items():
             if col != "halves" and isinstance(v, dict):
                 print(f"{col:15s} " + "  ".join(f"{h} {v[h]['slope']:+.3f} [{v[h]['ci'][0]:+.3f}, {v[h]['ci'][1]:+.3f}]"
@@ -226,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1),
         "fits_detail": rows,
     }
-    a.json.write_text(json.dumps(report, indent=1) + "\n")
+    _sibling("recorded_refit").write_json(a.json, report)
     s = report["summary"]
     print(f"refit vs recorded: max relative difference {rel.max():.2e} over {len(checks)} values")
     print(f"{'quantity':26s} {'slope':>7s}  95% CI            medians per n")

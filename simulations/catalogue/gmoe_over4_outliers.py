@@ -7,12 +7,14 @@ slope ruled by a few fits whose D2 is 1e4 to 1e7 times their sample size's media
 fits themselves (nothing tuned, no estimator changed):
 
 * the fits are chosen by a rule fixed before any parameter is looked at: the ``--top`` largest
-  ratios ``D2 / median D2 at the fit's n`` of ``results.csv``;
+  ratios ``D2 / median D2 at the fit's n`` of ``results.csv``, or (``--above T``) every fit with
+  ``D2 > T``, in the same order;
 * each is refitted exactly as the sweep fitted it (:func:`refit_unit`): its work unit's data and
   near-truth starts from each replicate's own streams (:func:`moestat.rates.sweep._draw`, one
   ``SeedSequence`` per (scenario, n, replicate)), the unit's estimator from its recorded seed
   (:func:`moestat.rates.truth_check.unit_estimator`, the jittered second start of each replicate
-  drawn from it for the whole unit, hence the whole unit is refitted), the truth check of
+  drawn from it for the whole unit, hence the whole unit is refitted; every start's result kept by
+  its ``keep_starts`` option), the truth check of
   :func:`moestat.rates.truth_check.against_truth`; the refit's D2, log-likelihood and the truth's
   log-likelihood are checked against ``results.csv`` before anything is reported;
 * per fit (:func:`anatomy`): every start's log-likelihood minus the truth's and its own D2, the
@@ -30,13 +32,22 @@ Usage (from the repository root; about 1-2 CPU-minutes for the default five fits
     OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over4_outliers.py \\
         simulations/catalogue/gmoe-over4/gaussian-moe --top 5 \\
         --json simulations/catalogue/gmoe-over4/outliers.json
+
+and every fit of the run with ``D2 > 1e3`` (21 of 440; about 14 CPU-seconds each)::
+
+    OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over4_outliers.py \\
+        simulations/catalogue/gmoe-over4/gaussian-moe --above 1e3 \\
+        --json simulations/catalogue/gmoe-over4/outliers_above_1e3.json
+
+The command line, the refit loop and the JSON (standard: no ``NaN``/``Infinity``) are
+:func:`recorded_refit.refit_main`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -70,13 +81,10 @@ def pick_fits(results: pd.DataFrame, top: int) -> pd.DataFrame:
     return r.sort_values("ratio", ascending=False).head(top)
 
 
-def tail_counts(results: pd.DataFrame, above: float = 1e3) -> dict:
-    """Per n of ``results.csv``: the median D2, how many fits have D2 above ``above``, and the largest D2."""
-    out = {}
-    for n, v in results.groupby("n")["voronoi"]:
-        out[str(int(n))] = {"fits": int(v.size), "median": float(v.median()), f"above_{above:g}": int((v > above).sum()),
-                            "max": float(v.max())}
-    return out
+def pick_above(results: pd.DataFrame, above: float) -> pd.DataFrame:
+    """Every fit with ``voronoi > above``, in :func:`pick_fits`' order (largest ratio to its n's median first)."""
+    chosen = pick_fits(results, len(results))
+    return chosen[chosen["voronoi"] > above]
 
 
 def responsibilities(X: np.ndarray, Y: np.ndarray, G) -> tuple[np.ndarray, np.ndarray, float]:
@@ -211,7 +219,7 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """Refit the work unit of ``run`` that holds ``(n, replicate)`` as the sweep did; that replicate's fit.
 
     Returns its data ``X``, ``Y``, the reported fit and every start's fit (the estimator's
-    per-start results, kept by a wrapper of its best-start pick; nothing of the fit changes), its
+    per-start results, :class:`moestat.estimators.mle.StartResults`; nothing of the fit changes), its
     refitted losses and truth columns, and the unit's replicates.
     """
     from moestat.model.mixing import MixingMeasure
@@ -220,13 +228,10 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     unit, pos = recorded_unit(run, n, replicate)
     r = _sibling("recorded_refit").refit_keeping_starts(unit)
     sc, X, Y, est, state, losses = r["scenario"], r["X"], r["Y"], r["est"], r["state"], r["losses"]
-    res, S = r["kept"]["res"], r["kept"]["S"]
-    starts = []
-    for s in range(S):
-        j = pos * S + s
-        V, E, s2 = res["V"][j], res["E"][j], res["s2"][j]
-        starts.append({"loglik": float(res["loglik"][j]), "status": str(res["status"][j]), "n_iter": int(res["n_iter"][j]),
-                       "params": MixingMeasure(V[:, -1], V[:, :-1], np.concatenate([E, s2[:, None]], axis=-1))})
+    kept = r["starts"]
+    starts = [{"loglik": float(kept.loglik[j]), "status": kept.status[j], "n_iter": int(kept.n_iter[j]),
+               "params": MixingMeasure(kept.params.beta0[j], kept.params.beta1[j], kept.params.eta[j])}
+              for j in np.flatnonzero(kept.replicate == pos)]
     P = state["params"]
     return {"X": X[pos], "Y": Y[pos], "scenario": sc, "var_floor": float(est.var_floor), "unit": unit.replicates,
             "fit": MixingMeasure(P.beta0[pos], P.beta1[pos], P.eta[pos]), "starts": starts,
@@ -284,34 +289,94 @@ def print_fit(f: dict) -> None:
               f"({a['variance_over_floor']:.3g} x floor) resp>0.5 {a['n_responsible']} | {terms}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="the recorded gmoe-over4 run folder (results.csv, summary.json)")
-    ap.add_argument("--top", type=int, default=5, help="how many of the largest D2 / median-at-n fits to refit")
-    ap.add_argument("--json", type=Path, required=True)
-    a = ap.parse_args(argv)
-    if a.top < 1:
-        print(f"--top must be at least 1, got {a.top}", file=sys.stderr)
-        return 2
-    if not (a.run / "results.csv").is_file() or not (a.run / "summary.json").is_file():
-        print(f"{a.run}: not a run folder (results.csv and summary.json needed)", file=sys.stderr)
-        return 2
-    t0, c0 = time.perf_counter(), time.process_time()
-    results = pd.read_csv(a.run / "results.csv")
-    chosen = pick_fits(results, a.top)
-    fits = []
-    for _, row in chosen.iterrows():
-        fits.append(report_fit(a.run, row))
-        print_fit(fits[-1])
-    report = {"run": str(a.run), "rule": f"the {a.top} largest D2 / median D2 at the fit's n of results.csv, chosen before "
-                                         "any parameter was looked at", "same_rtol": SAME_RTOL,
-              "D2_per_n": tail_counts(results),
-              "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1), "fits": fits}
-    a.json.write_text(json.dumps(report, indent=1) + "\n")
+#: The anatomy of the five largest-ratio fits (docs/guide/catalogue.rst), as a rule fixed before the other
+#: fits above 1e3 were refitted: the steep true atom (the truth's largest |beta1|) carried by a cell of three;
+#: the largest term of D2 is the gate-slope (beta1) term of one atom of that cell, more than SPIKE_SHARE of D2;
+#: that atom's gate is flat (|beta1| below FLAT_FRACTION of the true slope) and it is a spike (the larger
+#: responsibility of at most SPIKE_SAMPLES of the samples, a variance below the true atom's); the fit is
+#: above the truth's log-likelihood.
+SPIKE_SHARE = 0.99
+FLAT_FRACTION = 0.5
+SPIKE_SAMPLES = 0.05
+
+
+def classify(fit: dict) -> dict:
+    """Which parts of the five fits' anatomy one refitted fit (:func:`report_fit`'s dict) has.
+
+    Returns
+    -------
+    dict
+        ``cell_of_three``, ``gate_slope_term_dominates``, ``flat_gate``, ``spike``, ``above_truth``
+        (bools; the three about the dominant atom are False when no atom of the cell dominates),
+        ``same_anatomy`` (all of them), and ``steep_cell_size``, ``dominant_atom`` for the others.
+    """
+    truth = fit["truth"]
+    slopes = [float(np.linalg.norm(b)) for b in truth["beta1"]]
+    steep = int(np.argmax(slopes))
+    atoms = fit["atoms"]
+    in_cell = [a for a in atoms if a["cell"] == steep]
+    dom = fit["dominant"]
+    atom = atoms[dom["atom"]] if "atom" in dom else None
+    dominates = bool(atom is not None and atom["cell"] == steep and dom["block"] == "beta1" and dom["share"] > SPIKE_SHARE)
+    flat = bool(dominates and float(np.linalg.norm(atom["beta1"])) < FLAT_FRACTION * slopes[steep])
+    spike = bool(dominates and atom["n_responsible"] <= SPIKE_SAMPLES * fit["n"] and atom["variance"] < truth["eta"][steep][-1])
+    out = {"cell_of_three": len(in_cell) == 3, "gate_slope_term_dominates": dominates, "flat_gate": flat, "spike": spike,
+           "above_truth": bool(fit["loglik_fit_minus_truth"] > 0)}
+    out["same_anatomy"] = all(out.values())
+    return out | {"steep_cell_size": len(in_cell), "dominant_atom": None if atom is None else int(dom["atom"])}
+
+
+def _anatomy(fits: list[dict], a) -> dict:
+    """The ``--above`` report's last fields: :func:`classify` of every fit and how many have the five fits' anatomy."""
+    if a.above is None:
+        return {}
+    each = [classify(f) | {"n": f["n"], "replicate": f["replicate"]} for f in fits]
+    return {"anatomy_rule": {"spike_share": SPIKE_SHARE, "flat_fraction": FLAT_FRACTION, "spike_samples": SPIKE_SAMPLES},
+            "anatomy": {"same": sum(c["same_anatomy"] for c in each), "of": len(each), "fits": each}}
+
+
+def _threshold(text: str) -> float:
+    """``--above``'s value: a finite number > 0 (argparse reports anything else as bad input, exit 2)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return v
+
+
+def _above(group) -> list[str]:
+    """The ``--above`` selection (exclusive with ``--top``)."""
+    group.add_argument("--above", type=_threshold, default=None,
+                       help="refit every fit with D2 above this (ordered as --top's), instead of the --top largest ratios")
+    return ["above"]
+
+
+def _choose(results: pd.DataFrame, a) -> pd.DataFrame:
+    return pick_fits(results, a.top) if a.above is None else pick_above(results, a.above)
+
+
+def _header(results: pd.DataFrame, a) -> dict:
+    rule = (f"the {a.top} largest D2 / median D2 at the fit's n of results.csv" if a.above is None else
+            f"every fit with D2 > {a.above:g} of results.csv ({int((results['voronoi'] > a.above).sum())} of {len(results)}), "
+            "largest D2 / median D2 at the fit's n first")
+    chosen_by = {"rule": f"{rule}, chosen before any parameter was looked at"} | ({} if a.above is None else {"above": a.above})
+    return chosen_by | {"same_rtol": SAME_RTOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
+
+
+def _summary(report: dict) -> None:
     print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
                                                                     for n, v in report["D2_per_n"].items()))
-    print(f"cpu {report['cpu_s']} s, wall {report['wall_s']} s; wrote {a.json}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _sibling("recorded_refit").refit_main(
+        argv, description=__doc__.splitlines()[0],
+        run_help="the recorded gmoe-over4 run folder (results.csv, summary.json)",
+        top_help="how many of the largest D2 / median-at-n fits to refit", table="results.csv",
+        needs=("results.csv", "summary.json"), choose=_choose, refit=report_fit, show=print_fit, header=_header,
+        summary=_summary, footer=_anatomy, more_arguments=_above)
 
 
 if __name__ == "__main__":

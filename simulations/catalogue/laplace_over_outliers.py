@@ -36,14 +36,15 @@ Usage (from the repository root; the run folder is the over arm of
         simulations/catalogue/laplace-gmoe/quick_over --top 5 \\
         --json simulations/catalogue/laplace-gmoe/over_outliers.json
 
-(``quick_over/`` is that over arm's run folder, recorded.)
+(``quick_over/`` is that over arm's run folder, recorded.)  The command line, the refit loop and the
+JSON are :func:`recorded_refit.refit_main`'s; the JSON is standard, a non-finite number (an
+overflowed ``exp(beta0)``, the ray's limit ``t = inf``) written as the string ``"inf"``, ``"-inf"``
+or ``"nan"`` (:func:`recorded_refit.write_json`; :func:`recorded_refit.decode` reads them back).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -203,14 +204,12 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     if key not in _UNITS:
         _UNITS[key] = _sibling("recorded_refit").refit_keeping_starts(unit)
     r = _UNITS[key]
-    sc, X, Y, kept, first_ll, state = r["scenario"], r["X"], r["Y"], r["kept"], r["first_loglik"], r["state"]
+    sc, X, Y, kept, first_ll, state = r["scenario"], r["X"], r["Y"], r["starts"], r["first_loglik"], r["state"]
     losses = r["losses"]
-    res, S, owner = kept["res"], kept["S"], kept["owner"]
-    rows = np.flatnonzero(owner == pos) if owner is not None else pos * S + np.arange(S)
     P = state["params"]
     return {"X": X[pos], "Y": Y[pos], "scenario": sc, "unit": unit.replicates,
             "fit": MixingMeasure(P.beta0[pos], P.beta1[pos], P.eta[pos]),
-            "starts": [{"loglik": float(res["loglik"][j]), "status": str(res["status"][j])} for j in rows],
+            "starts": [{"loglik": float(kept.loglik[j]), "status": kept.status[j]} for j in np.flatnonzero(kept.replicate == pos)],
             "first_loglik": float(first_ll[pos]), "status": state["status"][pos], "truth": state["truth"][pos],
             "losses": {k: float(v[pos]) for k, v in losses.items()}}
 
@@ -274,35 +273,23 @@ def print_fit(f: dict) -> None:
     print("   ray (t: loglik - fit): " + ", ".join(f"{p['t']:.4g}: {p['loglik_minus_fit']:+.3g}" for p in f["ray"]))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path, help="the over-specified run folder of laplace-gmoe (results.csv, summary.json)")
-    ap.add_argument("--top", type=int, default=5, help="how many of the largest-D2 fits to refit")
-    ap.add_argument("--json", type=Path, required=True)
-    a = ap.parse_args(argv)
-    if a.top < 1:
-        print(f"--top must be at least 1, got {a.top}", file=sys.stderr)
-        return 2
-    if not (a.run / "results.csv").is_file() or not (a.run / "summary.json").is_file():
-        print(f"{a.run}: not a run folder (results.csv and summary.json needed)", file=sys.stderr)
-        return 2
-    t0, c0 = time.perf_counter(), time.process_time()
-    results = pd.read_csv(a.run / "results.csv")
-    chosen = results.sort_values("voronoi", ascending=False).head(a.top)
-    fits = []
-    for _, row in chosen.iterrows():
-        fits.append(report_fit(a.run, row))
-        print_fit(fits[-1])
-    per_n = {str(int(n)): {"fits": int(v.size), "median": float(v.median()), "above_1000": int((v > 1e3).sum()), "max": float(v.max())}
-             for n, v in results.groupby("n")["voronoi"]}
-    report = {"run": str(a.run), "rule": f"the {a.top} largest D2 (voronoi) of results.csv, chosen before any parameter was looked at",
-              "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": per_n,
-              "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1), "fits": fits}
-    a.json.write_text(json.dumps(report, indent=1) + "\n")
+def _header(results: pd.DataFrame, a) -> dict:
+    return {"rule": f"the {a.top} largest D2 (voronoi) of results.csv, chosen before any parameter was looked at",
+            "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
+
+
+def _summary(report: dict) -> None:
     print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
-                                                                    for n, v in per_n.items()))
-    print(f"cpu {report['cpu_s']} s, wall {report['wall_s']} s; wrote {a.json}")
-    return 0
+                                                                    for n, v in report["D2_per_n"].items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _sibling("recorded_refit").refit_main(
+        argv, description=__doc__.splitlines()[0],
+        run_help="the over-specified run folder of laplace-gmoe (results.csv, summary.json)",
+        top_help="how many of the largest-D2 fits to refit", table="results.csv", needs=("results.csv", "summary.json"),
+        choose=lambda results, a: results.sort_values("voronoi", ascending=False).head(a.top), refit=report_fit,
+        show=print_fit, header=_header, summary=_summary)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "gaussian-moe"
 JSON = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers.json"
+#: Every fit of the run with D2 > 1e3 (``--above 1e3``), refitted
+ABOVE = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers_above_1e3.json"
 
 
 def _script():
@@ -69,14 +71,46 @@ def test_responsibilities_give_the_models_log_likelihood_and_sum_to_one():
     assert np.isclose(ll, float(log_likelihood(X, Y, G)), rtol=1e-10)
 
 
-@pytest.mark.skipif(not JSON.is_file(), reason="no recorded outliers.json")
-def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows():
+def test_classify_names_each_part_of_the_five_fits_anatomy():
+    # a flat-gated (slope 2 against 25), light, narrow third atom of the steep atom's cell: its w |Dbeta1|^6 is
+    # > 99.99 % of D2 and it carries no sample, so the anatomy holds for a fit above the truth; each part fails alone
+    from moestat.data.gaussian_scenarios import model1_scenario
+
+    mod = _script()
+    sc = model1_scenario("over", k_fit=4)
+    T = sc.truth
+    X, Y = sc.sample(300, np.random.default_rng(np.random.SeedSequence(33)))
+    truth = {"beta0": T.beta0.tolist(), "beta1": T.beta1.tolist(), "eta": T.eta.tolist()}
+
+    def fit(G, gap=1.0):
+        return mod.anatomy(X, Y, G, T, 1e-6) | {"n": 300, "loglik_fit_minus_truth": gap, "truth": truth}
+
+    spike = mod.classify(fit(_four_atoms(2.0, 5e-3)))
+    assert spike["same_anatomy"] and spike["steep_cell_size"] == 3 and spike["dominant_atom"] == 2
+    below = mod.classify(fit(_four_atoms(2.0, 5e-3), gap=-1.0))
+    assert not below["above_truth"] and not below["same_anatomy"] and below["spike"]
+    wide = _four_atoms(2.0, 5e-3)
+    wide.eta[2, -1] = 0.2  # wider than the true atom's 0.09: not a spike, though its gate term still rules D2
+    c = mod.classify(fit(wide))
+    assert c["gate_slope_term_dominates"] and c["flat_gate"] and not c["spike"] and not c["same_anatomy"]
+    steep = mod.classify(fit(_four_atoms(24.9, 1e-6)))  # a third copy of the steep atom: no term near 99 % of D2
+    assert not steep["gate_slope_term_dominates"] and not steep["flat_gate"] and not steep["same_anatomy"]
+
+
+@pytest.mark.parametrize("path", [JSON, ABOVE], ids=["top5", "above_1e3"])
+def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows(path):
     # the JSON must list exactly the fits its rule picks from results.csv, each refit equal to its recorded row,
     # its D2 terms adding up to that D2, and the dominant term the largest one
+    if not path.is_file():
+        pytest.skip(f"no recorded {path.name}")
     mod = _script()
-    report = json.loads(JSON.read_text())
+    report = json.loads(path.read_text())
     results = pd.read_csv(RUN / "results.csv")
-    chosen = mod.pick_fits(results, len(report["fits"]))
+    if "above" in report:  # every fit above the threshold, none left out
+        chosen = mod.pick_above(results, report["above"])
+        assert len(report["fits"]) == int((results["voronoi"] > report["above"]).sum())
+    else:
+        chosen = mod.pick_fits(results, len(report["fits"]))
     assert [(f["n"], f["replicate"]) for f in report["fits"]] == list(zip(chosen["n"], chosen["replicate"]))
     for f in report["fits"]:
         row = results[(results.n == f["n"]) & (results.replicate == f["replicate"])].iloc[0]
@@ -93,3 +127,7 @@ def test_recorded_outliers_are_the_runs_worst_fits_and_reproduce_its_rows():
         assert f["won"] == int(np.argmax([s["loglik_minus_truth"] for s in f["starts"]]))
     per_n = report["D2_per_n"]
     assert sum(v["fits"] for v in per_n.values()) == len(results)
+    if "anatomy" in report:  # the classification written is the script's rule applied to the fits written
+        each = [mod.classify(f) | {"n": f["n"], "replicate": f["replicate"]} for f in report["fits"]]
+        assert report["anatomy"]["fits"] == each and report["anatomy"]["of"] == len(each)
+        assert report["anatomy"]["same"] == sum(c["same_anatomy"] for c in each)
