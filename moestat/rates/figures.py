@@ -327,7 +327,10 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
     lo_reps, reps = (int(sizes.min()), int(sizes.max())) if sizes is not None else (0, 0)
     reps = f"{lo_reps} to {reps}" if lo_reps != reps else reps  # an incomplete run: say so, not the most
     panel_h, legend_h = 2.3, 0.11 * (len(routers) + 1) + 0.15
-    with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42}):
+    # the layout is this function's (tight_layout below) whatever a matplotlibrc says: no layout
+    # engine is attached to the figure, so that the last line can leave it without one
+    with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42,
+                         "figure.autolayout": False, "figure.constrained_layout.use": False}):
         from moestat.plotting import legend, panel_grid
 
         fig = plt.figure(figsize=(width, (panel_h + legend_h) * nrows + 0.4))
@@ -352,6 +355,13 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
         note_lines = textwrap.wrap(note, 90 if ncols == 1 else 170)
         fig.text(0.5, 0.004, "\n".join(note_lines), ha="center", va="bottom", fontsize=5, color="0.3")
         fig.tight_layout(rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))
+        # Laid out: no engine left on the figure.  tight_layout leaves a placeholder engine, and
+        # savefig, finding an engine, first draws the whole figure once more with rendering off
+        # (every tick and text laid out again) before it renders -- for the same pixels: the
+        # placeholder changes nothing.  Issue 36: that pass was about 15% of convergence_all.png,
+        # the last step of the main job; the PNG bytes are the same without it
+        # (tests/rates/test_figures.py).
+        fig.set_layout_engine(None)
     return fig
 
 

@@ -154,3 +154,31 @@ def test_plot_run_draws_the_headline_and_every_loss_with_a_slope(monkeypatch, tm
     calls.clear()
     figures.plot_run(df, [dict(f, slope=None) for f in fits], tmp_path, headline=("voronoi",), routers=("perturbed",))
     assert calls == [("convergence", ["voronoi"])]
+
+
+def _png(f) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    f.savefig(buf, format="png", dpi=200)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("rc", [{}, {"figure.autolayout": True}, {"figure.constrained_layout.use": True}])
+def test_the_figure_leaves_without_a_layout_engine_and_saves_the_same_pixels(rc):
+    """Issue 36: ``tight_layout`` left a placeholder layout engine on the figure, and ``savefig``,
+    finding an engine, laid the whole figure out once more before rendering it (about 15% of the
+    main job's ``convergence_all.png``).  The figure now leaves :func:`draw_convergence` without
+    one -- whatever a matplotlibrc asks for -- and its PNG has the same bytes as with the placeholder."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    df = _df()
+    with matplotlib.rc_context(rc):
+        f = draw_convergence(df, _fits(df), losses=["voronoi", "regression_l2"], title="over-specified, lse")
+        assert f.get_layout_engine() is None
+        fast = _png(f)
+        f.set_layout_engine(PlaceHolderLayoutEngine(True, True))  # what tight_layout leaves behind
+        assert fast == _png(f)
+    plt.close(f)
