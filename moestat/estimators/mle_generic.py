@@ -85,6 +85,11 @@ def _features(X: torch.Tensor) -> list | None:
     return feature_rows(X.transpose(-1, -2)) if X.shape[-1] + 1 <= _ROWWISE_MAX_P else None
 
 
+def _coordinate_rows(X: torch.Tensor) -> list:
+    """The ``d`` input coordinates of ``X [B, n, d]`` as rows ``[B, n]``."""
+    return [X[..., c] for c in range(X.shape[-1])]
+
+
 def _affine(P: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """``P_i . xt_n`` ``[B, k, n]`` for rows ``P [B, k, p]`` (last entry the intercept) and ``X [B, n, d]``:
     by feature rows (:func:`feature_affine`, one fused loop under torch.compile), or a matmul for many features."""
@@ -136,6 +141,9 @@ class GenericEM:
         # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form
         self.affine_gate = g.normalisation == "softmax" and g.score is linear_score
         self.topk = g.k_active is not None and g.k_active < k
+        #: atom i's score a function of beta1_i alone, written atom-major with its derivative by the gate's
+        #: family (GateFamily.score_rows: the Laplace and Gaussian gates): the gate step's Jacobian in closed form
+        self.row_gate = not self.affine_gate and bool(getattr(g.family, "separable_score", False))
         #: whether a step needs the per-sample responsibilities; not when every step has a closed
         #: form from sums over the samples (linear experts, a dense affine gate)
         self.need_r = not (self.linear and self.affine_gate and not self.topk)
@@ -171,6 +179,9 @@ class GenericEM:
         if self.affine_gate:  # the linear score beta1^T x (no intercept), atom-major
             s = _affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), X)
             # the gate's own formula on that score (bias, temperature, Top-K; the logits, not normalised)
+            return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
+        if self.row_gate:  # the family's own atom-major score (GateFamily.score_rows): no [B, n, k, d] temporary
+            s, _ = g.family.score_rows(g, _coordinate_rows(X), V[..., : self.d])
             return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
         return g.log_weights(X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
 
@@ -396,12 +407,52 @@ def gate_fisher(em: GenericEM, fv, X, post: Posterior):
         E = em.embed_rows.to(fv)  # [mg, f p]
         return gV @ E.T, E @ CV @ E.T
     r, u, pi = post.r, post.u, post.pi
+    if em.row_gate:
+        return _row_gate_fisher(em, fv, X, r, u, pi)
     J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, k, n, mg]
     J = torch.where(torch.isfinite(u).unsqueeze(-1), J, torch.zeros_like(J))
     g = torch.einsum("bina,bin->ba", J, r - pi)
     Jp = torch.einsum("bina,bin->bna", J, pi)
     C = torch.einsum("bina,bin,binc->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
     return g, C
+
+
+def _row_gate_fisher(em: GenericEM, fv, X, r, u, pi):
+    """:func:`gate_fisher` of a gate whose score is separable (``em.row_gate``): gradient ``[B, mg]`` and
+    Fisher curvature ``[B, mg, mg]`` of ``Q_g`` from the family's atom-major score derivative.
+
+    Atom ``i``'s logit ``u_i = (s_i(x; beta1_i) + beta0_i) / tau`` depends on its own row ``V_i =
+    (beta1_i, beta0_i)`` alone, with ``du_i / dV_i = z_i(x) / tau``, ``z_i = (ds_i / dbeta1_i, 1)``
+    ``[p]``.  The Jacobian that :func:`torch.func.jacfwd` would build over every free parameter,
+    ``[B, k, n, mg]``, is thus block-diagonal, and the sums of the generic branch become, per pair of
+    rows: gradient ``sum_n (r_i - pi_i) z_i / tau``, curvature ``sum_n pi_i (delta_ij z_i z_i^T -
+    pi_j z_i z_j^T) / tau^2`` -- the same quantities (the tests compare them with the
+    :func:`~torch.func.jacfwd` branch), from ``d`` derivative rows instead of ``mg`` forward passes.
+    """
+    g = em.model.gate
+    B, k, n = pi.shape
+    p = em.p
+    _, ds = g.family.score_rows(g, _coordinate_rows(X), em.gate_V(fv)[..., : em.d], grad=True)
+    Z = torch.stack(ds + [torch.ones_like(ds[0])], 2)  # [B, k, p, n]
+    if em.topk:  # an atom switched off: u = -inf, its derivative taken as 0 (the generic branch's rule)
+        Z = torch.where(torch.isfinite(u).unsqueeze(2), Z, torch.zeros_like(Z))
+    tau = g.temperature
+    Pz = pi.unsqueeze(2) * Z  # pi_i z_i [B, k, p, n]
+    gV = ((r - pi).unsqueeze(2) * Z).sum(-1)  # [B, k, p]
+    diag = Pz @ Z.transpose(-1, -2)  # sum_n pi_i z_i z_i^T [B, k, p, p]
+    Pf = Pz.reshape(B, k * p, n)
+    CV = -(Pf @ Pf.transpose(-1, -2))  # - sum_n (pi_i z_i)(pi_j z_j)^T [B, k p, k p]
+    CV = CV.reshape(B, k, p, k, p)
+    idx = torch.arange(k)
+    CV[:, idx, :, idx, :] += diag.transpose(0, 1)  # advanced indices first: [k, B, p, p]
+    rows = em.free_rows
+    gV, CV = gV[:, rows], CV[:, rows][:, :, :, rows]
+    f = len(rows)
+    gV, CV = gV.reshape(B, f * p), CV.reshape(B, f * p, f * p)
+    if tau != 1.0:
+        gV, CV = gV / tau, CV / tau**2
+    E = em.embed_rows.to(fv)  # [mg, f p]
+    return gV @ E.T, E @ CV @ E.T
 
 
 def _gate_step(em: GenericEM, fv, lam, X, post):

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 __all__ = ["GateFamily", "SoftmaxGate", "SigmoidGate", "GaussianGate", "SOFTMAX", "SIGMOID", "GAUSSIAN",
-           "safe_norm", "top_k_mask"]
+           "safe_norm", "top_k_mask", "centre_offsets", "squared_distance"]
 
 
 def safe_norm(v: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
@@ -49,6 +49,19 @@ def safe_norm(v: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Te
     sq = (v * v).sum(dim=dim, keepdim=keepdim)
     pos = sq > 0
     return torch.where(pos, torch.sqrt(torch.where(pos, sq, torch.ones_like(sq))), torch.zeros_like(sq))
+
+
+def centre_offsets(xs: list, beta1: torch.Tensor) -> list:
+    """``x_c - beta1_ic`` ``[B, k, n]`` for each coordinate ``c``: rows ``xs[c] [B, n]``, centres ``beta1 [B, k, d]``."""
+    return [x.unsqueeze(-2) - beta1[..., c : c + 1] for c, x in enumerate(xs)]
+
+
+def squared_distance(diffs: list) -> torch.Tensor:
+    """``sum_c diffs[c]^2`` (the squared distance to each centre, atom-major)."""
+    sq = diffs[0] * diffs[0]
+    for D in diffs[1:]:
+        sq = sq + D * D
+    return sq
 
 
 def top_k_mask(scores: torch.Tensor, k_active: int | None, dim: int = -1) -> torch.Tensor:
@@ -102,10 +115,42 @@ class GateFamily:
     def __repr__(self) -> str:
         return f"<gate {self.name}>"
 
+    #: whether :meth:`score_rows` is implemented: atom ``i``'s score depends on ``beta1_i`` alone and the
+    #: family writes it, and its derivative in ``beta1_i``, atom-major (the generic EM's gate step, issue 33)
+    separable_score = False
+
     # ---- the weight formula ----------------------------------------------------------------
     def score(self, gate: Any, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
         """Scores without the bias, ``[..., n, k]`` for ``x [..., n, d]``, ``beta1 [..., k, d]``."""
         return gate.score(x, beta1)
+
+    def score_rows(self, gate: Any, xs: list, beta1: torch.Tensor,
+                   grad: bool = False) -> tuple[torch.Tensor, list | None]:
+        """The scores atom-major and, with ``grad``, their derivatives in each atom's own ``beta1_i``.
+
+        Only for a family with :attr:`separable_score` (atom ``i``'s score a function of ``beta1_i``
+        and ``x`` alone): then ``du_i / dbeta1_j = 0`` for ``j != i`` and the whole Jacobian of the
+        logits is ``d`` rows ``[B, k, n]``, which the generic EM's gate step contracts in closed
+        form instead of a :func:`torch.func.jacfwd` over every free parameter
+        (:func:`moestat.estimators.mle_generic.gate_fisher`).
+
+        Parameters
+        ----------
+        gate : ProtocolGate
+        xs : list of Tensor
+            The ``d`` input coordinates as rows ``[B, n]``.
+        beta1 : Tensor, shape ``[B, k, d]``
+        grad : bool
+            Also return ``ds_i / dbeta1_ic``.
+
+        Returns
+        -------
+        s : Tensor, shape ``[B, k, n]``
+            The scores :meth:`score` gives, transposed (equal up to round-off).
+        ds : list of ``d`` Tensor ``[B, k, n]``, or None
+            ``ds[c][b, i, n] = ds_i(x_n) / dbeta1_ic`` (``None`` without ``grad``).
+        """
+        raise NotImplementedError(f"the {self.name} gate has no atom-major score (separable_score is False)")
 
     def logits(self, gate: Any, s: torch.Tensor, beta0: torch.Tensor, atom_axis: int = -1) -> torch.Tensor:
         """``(s + beta0) / temperature`` for scores ``s`` whose atoms lie along ``atom_axis``
@@ -237,9 +282,17 @@ class GaussianGate(GateFamily):
     default_reference = False
     pins_bias = True
 
+    separable_score = True
+
     def score(self, gate: Any, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
         # log N(x; mu_i, v I) up to a term common to all i
         return -0.5 * ((x.unsqueeze(-2) - beta1.unsqueeze(-3)) ** 2).sum(-1) / gate.variance
+
+    def score_rows(self, gate: Any, xs: list, beta1: torch.Tensor, grad: bool = False):
+        diffs = centre_offsets(xs, beta1)
+        s = -0.5 * squared_distance(diffs) / gate.variance
+        # d/dmu_ic of -||x - mu_i||^2 / (2 v) = (x_c - mu_ic) / v
+        return s, ([D / gate.variance for D in diffs] if grad else None)
 
     def canonical_bias(self, beta0: np.ndarray) -> np.ndarray:
         # imported here: scipy.special costs about 0.5 CPU-s, on every command's start-up when at

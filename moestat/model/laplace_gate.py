@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from moestat.model.gate_families import GateFamily, safe_norm
+from moestat.model.gate_families import GateFamily, centre_offsets, squared_distance, safe_norm
 
 __all__ = ["LaplaceGate", "LAPLACE"]
 
@@ -40,9 +40,21 @@ class LaplaceGate(GateFamily):
     default_reference = False
     pins_bias = True
 
+    separable_score = True
+
     def score(self, gate: Any, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
         # safe_norm: a zero gradient where x sits on a centre (torch.linalg.norm's would be NaN)
         return -safe_norm(x.unsqueeze(-2) - beta1.unsqueeze(-3))
+
+    def score_rows(self, gate: Any, xs: list, beta1: torch.Tensor, grad: bool = False):
+        diffs = centre_offsets(xs, beta1)
+        dist = torch.sqrt(squared_distance(diffs))  # safe_norm's value (sqrt(0) = 0)
+        if not grad:
+            return -dist, None
+        # d/dbeta1_ic of -||x - beta1_i|| = (x_c - beta1_ic) / ||x - beta1_i||, and 0 where x sits on
+        # the centre (safe_norm's derivative there)
+        inv = torch.where(dist > 0, 1.0 / torch.where(dist > 0, dist, torch.ones_like(dist)), torch.zeros_like(dist))
+        return -dist, [D * inv for D in diffs]
 
     def random_router(self, X: np.ndarray, k: int, rng: np.random.Generator, beta0: np.ndarray,
                       beta1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
