@@ -53,6 +53,7 @@ from moestat.estimators import mle_fused, newton
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
+from moestat.model.gate_families import top_k_mask
 from moestat.model.likelihood import LikelihoodModel
 from moestat.model.protocol import linear_score
 
@@ -208,10 +209,28 @@ class GenericEM:
         idx = Y.long()[..., None, None].expand(lp.shape[:-1] + (1,))
         return lp.gather(-1, idx).squeeze(-1).transpose(-1, -2)
 
-    def loglik(self, fv, eta, ls2, X, Y):
-        """Observed log-likelihood ``[B]``."""
+    def loglik(self, fv, eta, ls2, X, Y, lf=None):
+        """Observed log-likelihood ``[B]``; ``lf``: :meth:`log_f` at ``(eta, ls2)`` when the caller has it
+        (a search over the gate alone evaluates the experts' densities once, not per trial)."""
         u = self.log_u(fv, X)
-        return (torch.logsumexp(u + self.log_f(eta, ls2, X, Y), -2) - torch.logsumexp(u, -2)).sum(-1)
+        if lf is None:
+            lf = self.log_f(eta, ls2, X, Y)
+        return (torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1)
+
+    def affine_scores(self, fv, X):
+        """The linear scores ``beta1_i^T x`` ``[B, k, n]`` of an affine gate at ``fv`` and their Top-K mask
+        (``None`` for a dense gate): what :meth:`log_u` computes before the bias."""
+        V = self.gate_V(fv)
+        s = _affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), X)
+        g = self.model.gate
+        return s, (top_k_mask(s, g.k_active, dim=-2) if self.topk else None)
+
+    def log_u_biases(self, s, mask, fv):
+        """:meth:`log_u` of an affine gate at ``fv`` from its scores and mask (:meth:`affine_scores`) at a
+        gate with the same ``beta1``: only the biases of ``fv`` are read (the same arithmetic)."""
+        g = self.model.gate
+        return g.family.log_weights_from_scores(g, s, self.gate_V(fv)[..., self.d], normalise=False, atom_axis=-2,
+                                                mask=mask)
 
     def q_gate(self, fv, X, r):
         """``Q_g [B]`` (``0 log 0 = 0`` where a Top-K gate switches an expert off)."""
@@ -522,22 +541,26 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     bias, score = em.bias_coords, em.score_coords
     if len(bias):
         ix = torch.as_tensor(bias)
+        # the scores and their Top-K mask do not move with the biases: computed once, not per trial
+        s0, mask0 = em.affine_scores(fv, X)
 
         def q_b(t):
             full = fv.clone()
             full[:, ix] = t
-            return em.q_gate(full, X, post.r)
+            u = em.log_u_biases(s0, mask0, full)
+            return em.q_gate_u(u, _lse_atoms(u), post.r)
 
         tb, lam = ascent(q_b, fv[:, ix], lam, g[:, ix], C[:, ix][:, :, ix], f0=post.f0)
         fv = fv.clone()
         fv[:, ix] = tb
     if len(score):
         ix = torch.as_tensor(score)
+        lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed in this block: their densities once
 
         def l_s(t):
             full = fv.clone()
             full[:, ix] = t
-            return em.loglik(full, eta, ls2, X, Y)
+            return em.loglik(full, eta, ls2, X, Y, lf)
 
         ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix])
         fv = fv.clone()
@@ -707,13 +730,14 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
     idx = torch.nonzero(em.free).flatten()
     coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
     fv, best = fv.clone(), ll.clone()
+    lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed during the search: their densities once
     for j in coords:
         scale = fv[:, j].abs() + 0.1
         col, top = fv[:, j].clone(), best.clone()
         for t in _SEARCH_STEPS:
             cand = fv.clone()
             cand[:, j] = fv[:, j] + float(t) * scale
-            v = em.loglik(cand, eta, ls2, X, Y)
+            v = em.loglik(cand, eta, ls2, X, Y, lf)
             better = torch.isfinite(v) & (v > top)
             top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
         fv[:, j], best = col, top

@@ -75,9 +75,37 @@ def top_k_mask(scores: torch.Tensor, k_active: int | None, dim: int = -1) -> tor
         return torch.ones_like(scores, dtype=torch.bool)
     if not (1 <= k_active <= k):
         raise ValueError(f"k_active must be between 1 and the number of experts {k}, got {k_active}")
+    if k <= _RANK_MASK_MAX_K and dim % scores.dim() != scores.dim() - 1:
+        mask = _rank_mask(scores, k_active, dim)
+        if mask is not None:
+            return mask
     idx = torch.topk(scores, k_active, dim=dim).indices
     mask = torch.zeros_like(scores, dtype=torch.bool)
     return mask.scatter(dim, idx, True)
+
+
+#: up to this many atoms, an atom-major mask (the atom axis not the last) is counted by pairwise
+#: comparisons of contiguous rows (:func:`_rank_mask`): 3x faster than ``torch.topk`` along a
+#: middle axis (k = 4, n = 8 000; the generic EM's Top-K gate evaluates it on every trial step)
+_RANK_MASK_MAX_K = 8
+
+
+def _rank_mask(scores: torch.Tensor, K: int, dim: int) -> torch.Tensor | None:
+    """:func:`top_k_mask` by counting, for each atom, the atoms whose score is larger (selected:
+    fewer than ``K``), or ``None`` where two scores along ``dim`` are equal or one is NaN: there the
+    set depends on ``torch.topk``'s tie-breaking (not lowest index first), which this leaves to it,
+    so that the mask is always ``torch.topk``'s (a split start has tied atoms)."""
+    rows = scores.unbind(dim)
+    k = len(rows)
+    above = [torch.zeros_like(rows[0], dtype=torch.uint8) for _ in range(k)]
+    for i in range(k):
+        for j in range(i + 1, k):
+            gt, lt = rows[j] > rows[i], rows[j] < rows[i]
+            if not bool((gt | lt).all()):  # a tie (or NaN): torch.topk decides
+                return None
+            above[i] += gt
+            above[j] += lt
+    return torch.stack([a < K for a in above], dim)
 
 
 class GateFamily:
@@ -161,14 +189,17 @@ class GateFamily:
         return logits
 
     def log_weights_from_scores(self, gate: Any, s: torch.Tensor, beta0: torch.Tensor, normalise: bool = True,
-                                atom_axis: int = -1) -> torch.Tensor:
-        """Log-weights from the scores ``s`` (see :meth:`log_weights`)."""
+                                atom_axis: int = -1, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Log-weights from the scores ``s`` (see :meth:`log_weights`); ``mask``: the Top-K mask of ``s``
+        when the caller has it (:func:`top_k_mask` of the same scores: it depends on ``s`` alone)."""
         u = self.logits(gate, s, beta0, atom_axis)
         if not self.normalised:
             u = torch.nn.functional.logsigmoid(u)
         K = gate.k_active
         if K is not None and K < s.shape[atom_axis]:  # Top-K on the score, before the bias (eq. (2))
-            u = u.masked_fill(~top_k_mask(s.detach(), K, dim=atom_axis), float("-inf"))
+            if mask is None:
+                mask = top_k_mask(s.detach(), K, dim=atom_axis)
+            u = u.masked_fill(~mask, float("-inf"))
         return torch.log_softmax(u, atom_axis) if normalise else u
 
     def log_weights(self, gate: Any, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor,

@@ -48,12 +48,16 @@ class LaplaceGate(GateFamily):
 
     def score_rows(self, gate: Any, xs: list, beta1: torch.Tensor, grad: bool = False):
         diffs = centre_offsets(xs, beta1)
-        dist = torch.sqrt(squared_distance(diffs))  # safe_norm's value (sqrt(0) = 0)
+        sq = squared_distance(diffs)
+        pos = sq > 0
+        # safe_norm's form: the Newton polish differentiates this score by autograd, and sqrt's
+        # derivative at 0 (a sample on a centre) is infinite
+        dist = torch.where(pos, torch.sqrt(torch.where(pos, sq, torch.ones_like(sq))), torch.zeros_like(sq))
         if not grad:
             return -dist, None
         # d/dbeta1_ic of -||x - beta1_i|| = (x_c - beta1_ic) / ||x - beta1_i||, and 0 where x sits on
         # the centre (safe_norm's derivative there)
-        inv = torch.where(dist > 0, 1.0 / torch.where(dist > 0, dist, torch.ones_like(dist)), torch.zeros_like(dist))
+        inv = torch.where(pos, 1.0 / torch.where(pos, dist, torch.ones_like(dist)), torch.zeros_like(dist))
         return -dist, [D * inv for D in diffs]
 
     def random_router(self, X: np.ndarray, k: int, rng: np.random.Generator, beta0: np.ndarray,

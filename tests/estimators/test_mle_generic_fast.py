@@ -53,3 +53,86 @@ def test_separable_gate_step_equals_the_jacfwd_one(case):
     assert float(g1.abs().max()) > 1.0 and float(C1.abs().max()) > 1.0  # not a comparison of zeros
     if case == "laplace_topk":
         assert bool(torch.isinf(u).any())
+
+
+def _file(name):
+    from moestat.data.scenario_files import load_scenario
+    from moestat.rates.catalogue import catalogue_file
+
+    return load_scenario(str(catalogue_file(name)))
+
+
+def _fit(sc, X, Y, G0, **kw):
+    from moestat.estimators.mle import MLEGaussianMoE
+
+    est = MLEGaussianMoE.for_scenario(sc, max_iter=kw.pop("max_iter", 200), random_state=0)
+    for k, v in kw.items():
+        setattr(est, k, v)
+    return est.fit(X, Y, init=G0)
+
+
+def test_laplace_over_fit_equals_the_jacfwd_reference(monkeypatch):
+    """The over-specified Laplace fit of the catalogue (k = 3 on k* = 2: SQUAREM, then the Newton polish)
+    by the closed-form gate step reaches the fits of the reference path (the gate's Jacobian by
+    torch.func.jacfwd, the algorithm before issue 33's speed-up): same statuses, log-likelihoods within
+    1e-8 relative, and the reference is what it claims (its GenericEM has no row gate)."""
+    from moestat.estimators.mle_generic import GenericEM
+    from moestat.model.laplace_gate import LAPLACE
+
+    sc = _file("laplace_gmoe_over.toml")
+    rng = np.random.default_rng(5)
+    data = [sc.sample(300, rng) for _ in range(2)]
+    X, Y = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+    G0 = [sc.near_truth_start(0.05, np.random.default_rng(10 + r), n=300) for r in range(2)]
+    from moestat.model.mixing import MixingMeasure
+
+    G0 = MixingMeasure.stack(G0)
+    fast = _fit(sc, X, Y, G0, max_iter=60)
+    monkeypatch.setattr(LAPLACE, "separable_score", False)
+    assert not GenericEM(sc.fit_model, 3, 2).row_gate
+    ref = _fit(sc, X, Y, G0, max_iter=60)
+    assert list(fast.status_) == list(ref.status_)
+    np.testing.assert_allclose(fast.loglik_, ref.loglik_, rtol=1e-8)
+    assert fast.accelerate and fast.polish_iter > 0  # the design's path: SQUAREM and the polish
+
+
+def test_rank_mask_equals_torch_topk():
+    """The atom-major Top-K mask by pairwise counts equals torch.topk's, ties (left to torch.topk) included."""
+    from moestat.model import gate_families as gf
+
+    def ref(s, K, dim):
+        idx = torch.topk(s, K, dim=dim).indices
+        return torch.zeros_like(s, dtype=torch.bool).scatter(dim, idx, True)
+
+    gen = torch.Generator().manual_seed(0)
+    for k in (3, 4, 6):
+        for K in range(1, k):
+            s = torch.randn(3, k, 50, generator=gen, dtype=torch.float64)
+            assert gf._rank_mask(s, K, -2) is not None  # no ties: the counted path runs
+            assert torch.equal(gf.top_k_mask(s, K, dim=-2), ref(s, K, -2))
+            tied = torch.randint(0, 3, (3, k, 50), generator=gen).double()  # ties in most columns
+            assert gf._rank_mask(tied, K, -2) is None
+            assert torch.equal(gf.top_k_mask(tied, K, dim=-2), ref(tied, K, -2))
+            nan = s.clone()
+            nan[0, 0, 0] = float("nan")
+            assert gf._rank_mask(nan, K, -2) is None
+
+
+def test_topk_over_fit_equals_the_topk_reference(monkeypatch):
+    """topk-over's fit (Top-3 of 4: the two-block gate step, the score search, the polish) with the
+    counted mask and the experts' densities computed once per gate search equals the reference path's
+    (torch.topk for every mask): the same arithmetic, so the same statuses and log-likelihoods."""
+    from moestat.model import gate_families as gf
+    from moestat.model.mixing import MixingMeasure
+
+    sc = _file("topk_gmoe_over.toml")
+    rng = np.random.default_rng(3)
+    data = [sc.sample(300, rng) for _ in range(2)]
+    X, Y = np.stack([d[0] for d in data]), np.stack([d[1] for d in data])
+    G0 = MixingMeasure.stack([sc.near_truth_start(0.05, np.random.default_rng(20 + r), n=300) for r in range(2)])
+    fast = _fit(sc, X, Y, G0, max_iter=40)
+    monkeypatch.setattr(gf, "_RANK_MASK_MAX_K", 0)
+    ref = _fit(sc, X, Y, G0, max_iter=40)
+    assert list(fast.status_) == list(ref.status_)
+    np.testing.assert_allclose(fast.loglik_, ref.loglik_, rtol=1e-10)
+    np.testing.assert_array_equal(fast.n_iter_, ref.n_iter_)
