@@ -38,6 +38,12 @@ rows (:func:`~moestat.estimators.mle_fused.feature_moments`), so that the M-step
 matrix algebra.  The E-step and the gate objective run under ``torch.compile`` for large problems
 (:func:`use_compiled`): one fused loop.  On model 1 the generic EM takes 1.2-1.6x the fused EM's
 time, with the same fits (``benchmarks/mle_generic_vs_fused.py``, docs/guide/own_gmoe.rst).
+A gate whose atom ``i`` scores with its own ``beta1_i`` alone (the Laplace and Gaussian gates:
+``GateFamily.separable_score``) gives its scores atom-major with their derivatives
+(``GateFamily.score_rows``), and its Fisher-scoring step is then formed from ``d`` derivative rows
+(:func:`_row_gate_fisher`) instead of a :func:`torch.func.jacfwd` over every free gate parameter; a
+Top-K gate's mask is counted atom-major, and a search over the gate alone evaluates the experts'
+densities once (issue 33: ``benchmarks/bench_generic_em.py``).
 """
 
 from __future__ import annotations
@@ -771,6 +777,12 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
             status[b] = sub["status"][j]
 
 
+#: the Newton polish forms the gradient and Hessian of at most this many samples x entries at once
+#: (:func:`polish`): with m = 20 parameters (the Laplace over fit) the forward-over-reverse pass of
+#: 40 entries at n = 16 000 would hold 20 x 1.9e6 values per intermediate (307 MB each)
+POLISH_CHUNK_SAMPLES = 200_000
+
+
 def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> tuple[_State, np.ndarray]:
     """Damped Newton on the observed log-likelihood for every finite start, with the certificate
     (:func:`moestat.estimators.newton.polish`, steps by :func:`~moestat.estimators.newton.ascent`).
@@ -792,7 +804,12 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
     lam = torch.full((B,), 1e-8, dtype=X.dtype)
 
     def terms(act, th):
-        return grad_hess(lambda t: f(t, X[act], Y[act]), th)
+        # entries are independent: the Hessian's forward-over-reverse pass holds m tangents of every
+        # [b, k, n] intermediate, so it runs over chunks of entries (the same numbers, bounded memory)
+        step = max(1, POLISH_CHUNK_SAMPLES // n)
+        parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
+                 for i in range(0, len(act), step)]
+        return torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
 
     def ascend(act, th, g, C):
         x, y = X[act], Y[act]
