@@ -777,6 +777,73 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
             status[b] = sub["status"][j]
 
 
+def row_linear_newton_terms(em: GenericEM, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor):
+    """Gradient ``[B, m]`` and Hessian ``[B, m, m]`` of the observed log-likelihood in the polish's
+    coordinates ``theta = (fv, vec(eta), ls2)`` for a separable gate (``em.row_gate``, dense) with
+    linear Gaussian experts, in closed form: what :func:`~moestat.estimators.newton.grad_hess` gives
+    by a forward-over-reverse pass (the tests compare them), without its ``m`` tangents of every
+    intermediate.
+
+    Per sample, ``l = lse_i(A_i) - lse_i(u_i)`` with ``A_i = u_i + log f_i``, so (Louis 1982, the
+    mixture's observed information from the complete-data terms) ``grad l = sum_i (r_i - pi_i)
+    grad u_i + r_i grad log f_i`` and ``hess l = sum_i [(r_i - pi_i) hess u_i + r_i hess log f_i
+    + r_i grad A_i grad A_i^T - pi_i grad u_i grad u_i^T] - gbar gbar^T + ubar ubar^T`` with
+    ``gbar = sum_i r_i grad A_i`` and ``ubar = sum_i pi_i grad u_i``.  Each ``A_i`` depends on atom
+    ``i``'s own coordinates only -- its gate row ``V_i = (beta1_i, beta0_i)`` (``grad u_i = z_i =
+    (ds_i / dbeta1_i, 1) / tau``, :meth:`~moestat.model.gate_families.GateFamily.score_rows_hessian`)
+    and its expert ``(eta_i, ls2_i)`` (``log f_i = -(log 2 pi + ls2_i + e_i^2 exp(-ls2_i)) / 2``,
+    ``e_i = y - eta_i . xt``) -- so the sums are ``k`` blocks of ``l = 2 p + 1`` local coordinates,
+    then mapped onto ``theta`` (the free gate coordinates, the pinned ones dropped).
+    """
+    mg, k, p, d = em.mg, em.k, em.p, em.d
+    B, n, _ = X.shape
+    q, l = p, 2 * p + 1
+    fv, eta, ls2 = theta[:, :mg], theta[:, mg : mg + k * q].reshape(B, k, q), theta[:, mg + k * q :]
+    g = em.model.gate
+    tau = g.temperature
+    V = em.gate_V(fv)
+    xs = _coordinate_rows(X)
+    s, ds, dds = g.family.score_rows_hessian(g, xs, V[..., :d])
+    u = g.family.log_weights_from_scores(g, s, V[..., d], normalise=False, atom_axis=-2)
+    pi, _ = em.softmax_lse(u)
+    e = Y.unsqueeze(-2) - _affine(eta, X)
+    r, _ = em.softmax_lse(u + _gaussian_log_f(e, ls2))
+    om = torch.exp(-ls2).unsqueeze(-1)  # 1 / sigma^2 [B, k, 1]
+    ones = torch.ones_like(e)
+    xt = [x.unsqueeze(-2).expand_as(e) for x in xs] + [ones]
+    Z = torch.stack([D / tau for D in ds] + [ones / tau], 2)  # grad u_i in V_i [B, k, p, n]
+    eo = e * om
+    # grad A_i in atom i's local coordinates (V_i, eta_i, ls2_i) [B, k, l, n]
+    L = torch.cat([Z, torch.stack([eo * x for x in xt] + [0.5 * e * eo - 0.5], 2)], 2)
+    grad = torch.cat([((r - pi).unsqueeze(2) * Z).sum(-1), (r.unsqueeze(2) * L[:, :, p:]).sum(-1)], 2)  # [B, k, l]
+    RL = r.unsqueeze(2) * L
+    PZ = pi.unsqueeze(2) * Z
+    H = -(RL.reshape(B, k * l, n) @ RL.reshape(B, k * l, n).transpose(-1, -2)).reshape(B, k, l, k, l)  # - gbar gbar^T
+    H[:, :, :p, :, :p] += (PZ.reshape(B, k * p, n) @ PZ.reshape(B, k * p, n).transpose(-1, -2)).reshape(B, k, p, k, p)
+    blk = RL @ L.transpose(-1, -2)  # sum_n r_i grad A_i grad A_i^T [B, k, l, l]
+    blk[:, :, :p, :p] -= PZ @ Z.transpose(-1, -2)  # - sum_n pi_i z_i z_i^T
+    w = (r - pi) / tau  # (r_i - pi_i) hess u_i: the score's curvature in beta1_i
+    for c in range(d):
+        for c2 in range(d):
+            blk[:, :, c, c2] += (w * dds[c][c2]).sum(-1)
+    # r_i hess log f_i: eta-eta -om xt xt^T, eta-ls2 -om e xt, ls2-ls2 -om e^2 / 2
+    re = r * eo
+    Mr = torch.stack([torch.stack([(r * xa * xb).sum(-1) for xb in xt], -1) for xa in xt], -2)  # [B, k, q, q]
+    blk[:, :, p : p + q, p : p + q] -= om.unsqueeze(-1) * Mr
+    cross = -torch.stack([(re * x).sum(-1) for x in xt], -1)  # [B, k, q]
+    blk[:, :, p : p + q, p + q] += cross
+    blk[:, :, p + q, p : p + q] += cross
+    blk[:, :, p + q, p + q] -= 0.5 * (re * e).sum(-1)
+    idx = torch.arange(k)
+    H[:, idx, :, idx, :] += blk.transpose(0, 1)  # advanced indices first: [k, B, l, l]
+    # onto theta = (fv, vec(eta), ls2): free gate coordinates (i, c) -> i l + c
+    pos = torch.nonzero(em.free).flatten()
+    sel = torch.cat([(pos // p) * l + pos % p,
+                     (torch.arange(k)[:, None] * l + p + torch.arange(q)[None, :]).flatten(), torch.arange(k) * l + p + q])
+    H = H.reshape(B, k * l, k * l)
+    return grad.reshape(B, k * l)[:, sel], H[:, sel][:, :, sel]
+
+
 #: the Newton polish forms the gradient and Hessian of at most this many samples x entries at once
 #: (:func:`polish`): with m = 20 parameters (the Laplace over fit) the forward-over-reverse pass of
 #: 40 entries at n = 16 000 would hold 20 x 1.9e6 values per intermediate (307 MB each)
@@ -802,13 +869,19 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
 
     theta = st.vector(ls2=gauss)  # the multinomial family has no variance
     lam = torch.full((B,), 1e-8, dtype=X.dtype)
+    # a separable dense gate with linear Gaussian experts: the closed-form terms (row_linear_newton_terms)
+    analytic = em.row_gate and em.linear and not em.topk
 
     def terms(act, th):
         # entries are independent: the Hessian's forward-over-reverse pass holds m tangents of every
         # [b, k, n] intermediate, so it runs over chunks of entries (the same numbers, bounded memory)
         step = max(1, POLISH_CHUNK_SAMPLES // n)
-        parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
-                 for i in range(0, len(act), step)]
+        if analytic:
+            parts = [row_linear_newton_terms(em, th[i : i + step], X[act[i : i + step]], Y[act[i : i + step]])
+                     for i in range(0, len(act), step)]
+        else:
+            parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
+                     for i in range(0, len(act), step)]
         return torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
 
     def ascend(act, th, g, C):

@@ -180,6 +180,11 @@ class GateFamily:
         """
         raise NotImplementedError(f"the {self.name} gate has no atom-major score (separable_score is False)")
 
+    def score_rows_hessian(self, gate: Any, xs: list, beta1: torch.Tensor) -> tuple[torch.Tensor, list, list]:
+        """:meth:`score_rows` with ``grad``, and the second derivatives ``dds[c][e] [B, k, n] =
+        d^2 s_i / dbeta1_ic dbeta1_ie`` (the generic EM's analytic Newton polish)."""
+        raise NotImplementedError(f"the {self.name} gate has no atom-major score (separable_score is False)")
+
     def logits(self, gate: Any, s: torch.Tensor, beta0: torch.Tensor, atom_axis: int = -1) -> torch.Tensor:
         """``(s + beta0) / temperature`` for scores ``s`` whose atoms lie along ``atom_axis``
         (``-1``: ``[..., n, k]``; ``-2``: the EM's atom-major ``[..., k, n]``)."""
@@ -324,6 +329,11 @@ class GaussianGate(GateFamily):
         s = -0.5 * squared_distance(diffs) / gate.variance
         # d/dmu_ic of -||x - mu_i||^2 / (2 v) = (x_c - mu_ic) / v
         return s, ([D / gate.variance for D in diffs] if grad else None)
+
+    def score_rows_hessian(self, gate: Any, xs: list, beta1: torch.Tensor):
+        s, ds = self.score_rows(gate, xs, beta1, grad=True)
+        zero, diag = torch.zeros_like(s), torch.full_like(s, -1.0 / gate.variance)  # -I / v
+        return s, ds, [[diag if c == e else zero for e in range(len(xs))] for c in range(len(xs))]
 
     def canonical_bias(self, beta0: np.ndarray) -> np.ndarray:
         # imported here: scipy.special costs about 0.5 CPU-s, on every command's start-up when at

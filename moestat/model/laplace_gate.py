@@ -60,6 +60,15 @@ class LaplaceGate(GateFamily):
         inv = torch.where(pos, 1.0 / torch.where(pos, dist, torch.ones_like(dist)), torch.zeros_like(dist))
         return -dist, [D * inv for D in diffs]
 
+    def score_rows_hessian(self, gate: Any, xs: list, beta1: torch.Tensor):
+        s, ds = self.score_rows(gate, xs, beta1, grad=True)
+        # d^2/dbeta1_ic dbeta1_ie of -||x - beta1_i|| = -(delta_ce - v_c v_e) / ||x - beta1_i||, v the unit
+        # vector ds; 0 on the centre (the derivative of safe_norm's zero branch)
+        inv = torch.where(s < 0, -1.0 / torch.where(s < 0, s, -torch.ones_like(s)), torch.zeros_like(s))
+        d = len(xs)
+        dds = [[(ds[c] * ds[e] - (1.0 if c == e else 0.0)) * inv for e in range(d)] for c in range(d)]
+        return s, ds, dds
+
     def random_router(self, X: np.ndarray, k: int, rng: np.random.Generator, beta0: np.ndarray,
                       beta1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Centres on ``k`` random inputs, ``beta0 = 0``."""
