@@ -100,11 +100,15 @@ def _rank_mask(scores: torch.Tensor, K: int, dim: int) -> torch.Tensor | None:
     above = [torch.zeros_like(rows[0], dtype=torch.uint8) for _ in range(k)]
     for i in range(k):
         for j in range(i + 1, k):
-            gt, lt = rows[j] > rows[i], rows[j] < rows[i]
-            if not bool((gt | lt).all()):  # a tie (or NaN): torch.topk decides
-                return None
-            above[i] += gt
-            above[j] += lt
+            above[i] += rows[j] > rows[i]
+            above[j] += rows[j] < rows[i]
+    # each pair adds 1 to one count, or 0 where its scores are equal (or one is NaN): without a tie
+    # anywhere the counts of every sample sum to k (k - 1) / 2
+    total = above[0].clone()
+    for a in above[1:]:
+        total += a
+    if not bool((total == k * (k - 1) // 2).all()):  # a tie (or NaN): torch.topk decides
+        return None
     return torch.stack([a < K for a in above], dim)
 
 
