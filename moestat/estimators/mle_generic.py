@@ -38,6 +38,12 @@ rows (:func:`~moestat.estimators.mle_fused.feature_moments`), so that the M-step
 matrix algebra.  The E-step and the gate objective run under ``torch.compile`` for large problems
 (:func:`use_compiled`): one fused loop.  On model 1 the generic EM takes 1.2-1.6x the fused EM's
 time, with the same fits (``benchmarks/mle_generic_vs_fused.py``, docs/guide/own_gmoe.rst).
+A gate whose atom ``i`` scores with its own ``beta1_i`` alone (the Laplace and Gaussian gates:
+``GateFamily.separable_score``) gives its scores atom-major with their derivatives
+(``GateFamily.score_rows``), and its Fisher-scoring step is then formed from ``d`` derivative rows
+(:func:`_row_gate_fisher`) instead of a :func:`torch.func.jacfwd` over every free gate parameter; a
+Top-K gate's mask is counted atom-major, and a search over the gate alone evaluates the experts'
+densities once (issue 33: ``benchmarks/bench_generic_em.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from moestat.estimators import mle_fused, newton
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
+from moestat.model.gate_families import top_k_mask
 from moestat.model.likelihood import LikelihoodModel
 from moestat.model.protocol import linear_score
 
@@ -83,6 +90,11 @@ def _features(X: torch.Tensor) -> list | None:
     """Feature rows of ``X [B, n, d]`` for :func:`feature_affine` and the sums below, or ``None``
     (matmuls) for many features."""
     return feature_rows(X.transpose(-1, -2)) if X.shape[-1] + 1 <= _ROWWISE_MAX_P else None
+
+
+def _coordinate_rows(X: torch.Tensor) -> list:
+    """The ``d`` input coordinates of ``X [B, n, d]`` as rows ``[B, n]``."""
+    return [X[..., c] for c in range(X.shape[-1])]
 
 
 def _affine(P: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -136,6 +148,9 @@ class GenericEM:
         # parameters, so du/dtheta is the data and the gate's Fisher scoring step has a closed form
         self.affine_gate = g.normalisation == "softmax" and g.score is linear_score
         self.topk = g.k_active is not None and g.k_active < k
+        #: atom i's score a function of beta1_i alone, written atom-major with its derivative by the gate's
+        #: family (GateFamily.score_rows: the Laplace and Gaussian gates): the gate step's Jacobian in closed form
+        self.row_gate = not self.affine_gate and bool(getattr(g.family, "separable_score", False))
         #: whether a step needs the per-sample responsibilities; not when every step has a closed
         #: form from sums over the samples (linear experts, a dense affine gate)
         self.need_r = not (self.linear and self.affine_gate and not self.topk)
@@ -172,6 +187,9 @@ class GenericEM:
             s = _affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), X)
             # the gate's own formula on that score (bias, temperature, Top-K; the logits, not normalised)
             return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
+        if self.row_gate:  # the family's own atom-major score (GateFamily.score_rows): no [B, n, k, d] temporary
+            s, _ = g.family.score_rows(g, _coordinate_rows(X), V[..., : self.d])
+            return g.family.log_weights_from_scores(g, s, V[..., self.d], normalise=False, atom_axis=-2)
         return g.log_weights(X, V[..., self.d], V[..., : self.d], normalise=False).transpose(-1, -2)
 
     @staticmethod
@@ -197,10 +215,28 @@ class GenericEM:
         idx = Y.long()[..., None, None].expand(lp.shape[:-1] + (1,))
         return lp.gather(-1, idx).squeeze(-1).transpose(-1, -2)
 
-    def loglik(self, fv, eta, ls2, X, Y):
-        """Observed log-likelihood ``[B]``."""
+    def loglik(self, fv, eta, ls2, X, Y, lf=None):
+        """Observed log-likelihood ``[B]``; ``lf``: :meth:`log_f` at ``(eta, ls2)`` when the caller has it
+        (a search over the gate alone evaluates the experts' densities once, not per trial)."""
         u = self.log_u(fv, X)
-        return (torch.logsumexp(u + self.log_f(eta, ls2, X, Y), -2) - torch.logsumexp(u, -2)).sum(-1)
+        if lf is None:
+            lf = self.log_f(eta, ls2, X, Y)
+        return (torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1)
+
+    def affine_scores(self, fv, X):
+        """The linear scores ``beta1_i^T x`` ``[B, k, n]`` of an affine gate at ``fv`` and their Top-K mask
+        (``None`` for a dense gate): what :meth:`log_u` computes before the bias."""
+        V = self.gate_V(fv)
+        s = _affine(torch.cat([V[..., : self.d], torch.zeros_like(V[..., :1])], -1), X)
+        g = self.model.gate
+        return s, (top_k_mask(s, g.k_active, dim=-2) if self.topk else None)
+
+    def log_u_biases(self, s, mask, fv):
+        """:meth:`log_u` of an affine gate at ``fv`` from its scores and mask (:meth:`affine_scores`) at a
+        gate with the same ``beta1``: only the biases of ``fv`` are read (the same arithmetic)."""
+        g = self.model.gate
+        return g.family.log_weights_from_scores(g, s, self.gate_V(fv)[..., self.d], normalise=False, atom_axis=-2,
+                                                mask=mask)
 
     def q_gate(self, fv, X, r):
         """``Q_g [B]`` (``0 log 0 = 0`` where a Top-K gate switches an expert off)."""
@@ -396,12 +432,52 @@ def gate_fisher(em: GenericEM, fv, X, post: Posterior):
         E = em.embed_rows.to(fv)  # [mg, f p]
         return gV @ E.T, E @ CV @ E.T
     r, u, pi = post.r, post.u, post.pi
+    if em.row_gate:
+        return _row_gate_fisher(em, fv, X, r, u, pi)
     J = jacfwd(lambda dl: em.log_u(fv + dl, X))(fv.new_zeros(fv.shape[-1]))  # [B, k, n, mg]
     J = torch.where(torch.isfinite(u).unsqueeze(-1), J, torch.zeros_like(J))
     g = torch.einsum("bina,bin->ba", J, r - pi)
     Jp = torch.einsum("bina,bin->bna", J, pi)
     C = torch.einsum("bina,bin,binc->bac", J, pi, J) - torch.einsum("bna,bnc->bac", Jp, Jp)
     return g, C
+
+
+def _row_gate_fisher(em: GenericEM, fv, X, r, u, pi):
+    """:func:`gate_fisher` of a gate whose score is separable (``em.row_gate``): gradient ``[B, mg]`` and
+    Fisher curvature ``[B, mg, mg]`` of ``Q_g`` from the family's atom-major score derivative.
+
+    Atom ``i``'s logit ``u_i = (s_i(x; beta1_i) + beta0_i) / tau`` depends on its own row ``V_i =
+    (beta1_i, beta0_i)`` alone, with ``du_i / dV_i = z_i(x) / tau``, ``z_i = (ds_i / dbeta1_i, 1)``
+    ``[p]``.  The Jacobian that :func:`torch.func.jacfwd` would build over every free parameter,
+    ``[B, k, n, mg]``, is thus block-diagonal, and the sums of the generic branch become, per pair of
+    rows: gradient ``sum_n (r_i - pi_i) z_i / tau``, curvature ``sum_n pi_i (delta_ij z_i z_i^T -
+    pi_j z_i z_j^T) / tau^2`` -- the same quantities (the tests compare them with the
+    :func:`~torch.func.jacfwd` branch), from ``d`` derivative rows instead of ``mg`` forward passes.
+    """
+    g = em.model.gate
+    B, k, n = pi.shape
+    p = em.p
+    _, ds = g.family.score_rows(g, _coordinate_rows(X), em.gate_V(fv)[..., : em.d], grad=True)
+    Z = torch.stack(ds + [torch.ones_like(ds[0])], 2)  # [B, k, p, n]
+    if em.topk:  # an atom switched off: u = -inf, its derivative taken as 0 (the generic branch's rule)
+        Z = torch.where(torch.isfinite(u).unsqueeze(2), Z, torch.zeros_like(Z))
+    tau = g.temperature
+    Pz = pi.unsqueeze(2) * Z  # pi_i z_i [B, k, p, n]
+    gV = ((r - pi).unsqueeze(2) * Z).sum(-1)  # [B, k, p]
+    diag = Pz @ Z.transpose(-1, -2)  # sum_n pi_i z_i z_i^T [B, k, p, p]
+    Pf = Pz.reshape(B, k * p, n)
+    CV = -(Pf @ Pf.transpose(-1, -2))  # - sum_n (pi_i z_i)(pi_j z_j)^T [B, k p, k p]
+    CV = CV.reshape(B, k, p, k, p)
+    idx = torch.arange(k)
+    CV[:, idx, :, idx, :] += diag.transpose(0, 1)  # advanced indices first: [k, B, p, p]
+    rows = em.free_rows
+    gV, CV = gV[:, rows], CV[:, rows][:, :, :, rows]
+    f = len(rows)
+    gV, CV = gV.reshape(B, f * p), CV.reshape(B, f * p, f * p)
+    if tau != 1.0:
+        gV, CV = gV / tau, CV / tau**2
+    E = em.embed_rows.to(fv)  # [mg, f p]
+    return gV @ E.T, E @ CV @ E.T
 
 
 def _gate_step(em: GenericEM, fv, lam, X, post):
@@ -471,22 +547,26 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     bias, score = em.bias_coords, em.score_coords
     if len(bias):
         ix = torch.as_tensor(bias)
+        # the scores and their Top-K mask do not move with the biases: computed once, not per trial
+        s0, mask0 = em.affine_scores(fv, X)
 
         def q_b(t):
             full = fv.clone()
             full[:, ix] = t
-            return em.q_gate(full, X, post.r)
+            u = em.log_u_biases(s0, mask0, full)
+            return em.q_gate_u(u, _lse_atoms(u), post.r)
 
         tb, lam = ascent(q_b, fv[:, ix], lam, g[:, ix], C[:, ix][:, :, ix], f0=post.f0)
         fv = fv.clone()
         fv[:, ix] = tb
     if len(score):
         ix = torch.as_tensor(score)
+        lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed in this block: their densities once
 
         def l_s(t):
             full = fv.clone()
             full[:, ix] = t
-            return em.loglik(full, eta, ls2, X, Y)
+            return em.loglik(full, eta, ls2, X, Y, lf)
 
         ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix])
         fv = fv.clone()
@@ -656,13 +736,14 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
     idx = torch.nonzero(em.free).flatten()
     coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
     fv, best = fv.clone(), ll.clone()
+    lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed during the search: their densities once
     for j in coords:
         scale = fv[:, j].abs() + 0.1
         col, top = fv[:, j].clone(), best.clone()
         for t in _SEARCH_STEPS:
             cand = fv.clone()
             cand[:, j] = fv[:, j] + float(t) * scale
-            v = em.loglik(cand, eta, ls2, X, Y)
+            v = em.loglik(cand, eta, ls2, X, Y, lf)
             better = torch.isfinite(v) & (v > top)
             top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
         fv[:, j], best = col, top
@@ -696,6 +777,79 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
             status[b] = sub["status"][j]
 
 
+def row_linear_newton_terms(em: GenericEM, theta: torch.Tensor, X: torch.Tensor, Y: torch.Tensor):
+    """Gradient ``[B, m]`` and Hessian ``[B, m, m]`` of the observed log-likelihood in the polish's
+    coordinates ``theta = (fv, vec(eta), ls2)`` for a separable gate (``em.row_gate``, dense) with
+    linear Gaussian experts, in closed form: what :func:`~moestat.estimators.newton.grad_hess` gives
+    by a forward-over-reverse pass (the tests compare them), without its ``m`` tangents of every
+    intermediate.
+
+    Per sample, ``l = lse_i(A_i) - lse_i(u_i)`` with ``A_i = u_i + log f_i``, so (Louis 1982, the
+    mixture's observed information from the complete-data terms) ``grad l = sum_i (r_i - pi_i)
+    grad u_i + r_i grad log f_i`` and ``hess l = sum_i [(r_i - pi_i) hess u_i + r_i hess log f_i
+    + r_i grad A_i grad A_i^T - pi_i grad u_i grad u_i^T] - gbar gbar^T + ubar ubar^T`` with
+    ``gbar = sum_i r_i grad A_i`` and ``ubar = sum_i pi_i grad u_i``.  Each ``A_i`` depends on atom
+    ``i``'s own coordinates only -- its gate row ``V_i = (beta1_i, beta0_i)`` (``grad u_i = z_i =
+    (ds_i / dbeta1_i, 1) / tau``, :meth:`~moestat.model.gate_families.GateFamily.score_rows_hessian`)
+    and its expert ``(eta_i, ls2_i)`` (``log f_i = -(log 2 pi + ls2_i + e_i^2 exp(-ls2_i)) / 2``,
+    ``e_i = y - eta_i . xt``) -- so the sums are ``k`` blocks of ``l = 2 p + 1`` local coordinates,
+    then mapped onto ``theta`` (the free gate coordinates, the pinned ones dropped).
+    """
+    mg, k, p, d = em.mg, em.k, em.p, em.d
+    B, n, _ = X.shape
+    q, l = p, 2 * p + 1
+    fv, eta, ls2 = theta[:, :mg], theta[:, mg : mg + k * q].reshape(B, k, q), theta[:, mg + k * q :]
+    g = em.model.gate
+    tau = g.temperature
+    V = em.gate_V(fv)
+    xs = _coordinate_rows(X)
+    s, ds, dds = g.family.score_rows_hessian(g, xs, V[..., :d])
+    u = g.family.log_weights_from_scores(g, s, V[..., d], normalise=False, atom_axis=-2)
+    pi, _ = em.softmax_lse(u)
+    e = Y.unsqueeze(-2) - _affine(eta, X)
+    r, _ = em.softmax_lse(u + _gaussian_log_f(e, ls2))
+    om = torch.exp(-ls2).unsqueeze(-1)  # 1 / sigma^2 [B, k, 1]
+    ones = torch.ones_like(e)
+    xt = [x.unsqueeze(-2).expand_as(e) for x in xs] + [ones]
+    Z = torch.stack([D / tau for D in ds] + [ones / tau], 2)  # grad u_i in V_i [B, k, p, n]
+    eo = e * om
+    # grad A_i in atom i's local coordinates (V_i, eta_i, ls2_i) [B, k, l, n]
+    L = torch.cat([Z, torch.stack([eo * x for x in xt] + [0.5 * e * eo - 0.5], 2)], 2)
+    grad = torch.cat([((r - pi).unsqueeze(2) * Z).sum(-1), (r.unsqueeze(2) * L[:, :, p:]).sum(-1)], 2)  # [B, k, l]
+    RL = r.unsqueeze(2) * L
+    PZ = pi.unsqueeze(2) * Z
+    H = -(RL.reshape(B, k * l, n) @ RL.reshape(B, k * l, n).transpose(-1, -2)).reshape(B, k, l, k, l)  # - gbar gbar^T
+    H[:, :, :p, :, :p] += (PZ.reshape(B, k * p, n) @ PZ.reshape(B, k * p, n).transpose(-1, -2)).reshape(B, k, p, k, p)
+    blk = RL @ L.transpose(-1, -2)  # sum_n r_i grad A_i grad A_i^T [B, k, l, l]
+    blk[:, :, :p, :p] -= PZ @ Z.transpose(-1, -2)  # - sum_n pi_i z_i z_i^T
+    w = (r - pi) / tau  # (r_i - pi_i) hess u_i: the score's curvature in beta1_i
+    for c in range(d):
+        for c2 in range(d):
+            blk[:, :, c, c2] += (w * dds[c][c2]).sum(-1)
+    # r_i hess log f_i: eta-eta -om xt xt^T, eta-ls2 -om e xt, ls2-ls2 -om e^2 / 2
+    re = r * eo
+    Mr = torch.stack([torch.stack([(r * xa * xb).sum(-1) for xb in xt], -1) for xa in xt], -2)  # [B, k, q, q]
+    blk[:, :, p : p + q, p : p + q] -= om.unsqueeze(-1) * Mr
+    cross = -torch.stack([(re * x).sum(-1) for x in xt], -1)  # [B, k, q]
+    blk[:, :, p : p + q, p + q] += cross
+    blk[:, :, p + q, p : p + q] += cross
+    blk[:, :, p + q, p + q] -= 0.5 * (re * e).sum(-1)
+    idx = torch.arange(k)
+    H[:, idx, :, idx, :] += blk.transpose(0, 1)  # advanced indices first: [k, B, l, l]
+    # onto theta = (fv, vec(eta), ls2): free gate coordinates (i, c) -> i l + c
+    pos = torch.nonzero(em.free).flatten()
+    sel = torch.cat([(pos // p) * l + pos % p,
+                     (torch.arange(k)[:, None] * l + p + torch.arange(q)[None, :]).flatten(), torch.arange(k) * l + p + q])
+    H = H.reshape(B, k * l, k * l)
+    return grad.reshape(B, k * l)[:, sel], H[:, sel][:, :, sel]
+
+
+#: the Newton polish forms the gradient and Hessian of at most this many samples x entries at once
+#: (:func:`polish`): with m = 20 parameters (the Laplace over fit) the forward-over-reverse pass of
+#: 40 entries at n = 16 000 would hold 20 x 1.9e6 values per intermediate (307 MB each)
+POLISH_CHUNK_SAMPLES = 200_000
+
+
 def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_iter) -> tuple[_State, np.ndarray]:
     """Damped Newton on the observed log-likelihood for every finite start, with the certificate
     (:func:`moestat.estimators.newton.polish`, steps by :func:`~moestat.estimators.newton.ascent`).
@@ -715,9 +869,20 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
 
     theta = st.vector(ls2=gauss)  # the multinomial family has no variance
     lam = torch.full((B,), 1e-8, dtype=X.dtype)
+    # a separable dense gate with linear Gaussian experts: the closed-form terms (row_linear_newton_terms)
+    analytic = em.row_gate and em.linear and not em.topk
 
     def terms(act, th):
-        return grad_hess(lambda t: f(t, X[act], Y[act]), th)
+        # entries are independent: the Hessian's forward-over-reverse pass holds m tangents of every
+        # [b, k, n] intermediate, so it runs over chunks of entries (the same numbers, bounded memory)
+        step = max(1, POLISH_CHUNK_SAMPLES // n)
+        if analytic:
+            parts = [row_linear_newton_terms(em, th[i : i + step], X[act[i : i + step]], Y[act[i : i + step]])
+                     for i in range(0, len(act), step)]
+        else:
+            parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
+                     for i in range(0, len(act), step)]
+        return torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
 
     def ascend(act, th, g, C):
         x, y = X[act], Y[act]

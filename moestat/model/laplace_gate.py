@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from moestat.model.gate_families import GateFamily, safe_norm
+from moestat.model.gate_families import GateFamily, centre_offsets, squared_distance, safe_norm
 
 __all__ = ["LaplaceGate", "LAPLACE"]
 
@@ -40,9 +40,34 @@ class LaplaceGate(GateFamily):
     default_reference = False
     pins_bias = True
 
+    separable_score = True
+
     def score(self, gate: Any, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
         # safe_norm: a zero gradient where x sits on a centre (torch.linalg.norm's would be NaN)
         return -safe_norm(x.unsqueeze(-2) - beta1.unsqueeze(-3))
+
+    def score_rows(self, gate: Any, xs: list, beta1: torch.Tensor, grad: bool = False):
+        diffs = centre_offsets(xs, beta1)
+        sq = squared_distance(diffs)
+        pos = sq > 0
+        # safe_norm's form: the Newton polish differentiates this score by autograd, and sqrt's
+        # derivative at 0 (a sample on a centre) is infinite
+        dist = torch.where(pos, torch.sqrt(torch.where(pos, sq, torch.ones_like(sq))), torch.zeros_like(sq))
+        if not grad:
+            return -dist, None
+        # d/dbeta1_ic of -||x - beta1_i|| = (x_c - beta1_ic) / ||x - beta1_i||, and 0 where x sits on
+        # the centre (safe_norm's derivative there)
+        inv = torch.where(pos, 1.0 / torch.where(pos, dist, torch.ones_like(dist)), torch.zeros_like(dist))
+        return -dist, [D * inv for D in diffs]
+
+    def score_rows_hessian(self, gate: Any, xs: list, beta1: torch.Tensor):
+        s, ds = self.score_rows(gate, xs, beta1, grad=True)
+        # d^2/dbeta1_ic dbeta1_ie of -||x - beta1_i|| = -(delta_ce - v_c v_e) / ||x - beta1_i||, v the unit
+        # vector ds; 0 on the centre (the derivative of safe_norm's zero branch)
+        inv = torch.where(s < 0, -1.0 / torch.where(s < 0, s, -torch.ones_like(s)), torch.zeros_like(s))
+        d = len(xs)
+        dds = [[(ds[c] * ds[e] - (1.0 if c == e else 0.0)) * inv for e in range(d)] for c in range(d)]
+        return s, ds, dds
 
     def random_router(self, X: np.ndarray, k: int, rng: np.random.Generator, beta0: np.ndarray,
                       beta1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
