@@ -32,7 +32,20 @@ Per fit: the fitted atoms, each atom's mean gate weight on its own sample (the g
 Voronoi cell, its distance to the cell's true atom per block (``beta1``, ``eta``) and together, the
 carrier, the fit's and the truth's sum of squares, and the multi-atom error with the mean gate
 weight in place of ``exp(beta0)`` (``weighted_multi_gate``), whose slope over the refitted n is
-reported (median per n, log-log; two n give the slope of the medians).
+reported (median per n, log-log; two n give the slope of the medians).  The summary also counts
+the fits with a parameter on the estimator's box (:data:`BOX`) and gives the truth's own mean gate
+weights on the run's held-out inputs, for scale.  ``--resummarise`` recomputes the summary from the
+fits already stored (it refits nothing).
+
+Added after the sigmoid arm's n = 1 000 fits had been read (so not part of the rule above; the
+n = 32 000 fits were not yet fitted): the expert ``eta2 * GELU(eta1^T x)`` is linear in ``eta2``,
+so a true atom split into two atoms with its ``beta1`` and ``eta1`` and ``eta2`` values that combine
+to ``eta2*`` reproduces the truth's regression function exactly, for *both* gates (:func:`flat_set`,
+checked numerically by :func:`flat_set_losses`).  Under the softmax gate the split can put both
+atoms on the true atom (mass split, ``param_multi = 0``); under the sigmoid gate each atom must keep
+the whole true gate and ``eta2_a + eta2_b = eta2*``, so ``param_multi >= |eta2*| / 2 = 0.75`` on that
+set unless an atom's ``exp(beta0)`` vanishes.  :func:`pair_metrics` measures each fit's shared cell
+against that set.
 
 Usage (from the repository root; about 15 CPU-minutes per arm at load, the n = 32 000 units dominate)::
 
@@ -64,6 +77,10 @@ REPLICATES = tuple(range(12))
 OFF_WEIGHT = 0.05
 #: Smallest / largest mean gate weight of a shared cell at or above this is "comparable" (H2).
 COMPARABLE = 0.2
+#: The estimator's parameter box of both arms (``ParameterBox(10, 10, 10)``: every |coordinate| <= 10).
+BOX = 10.0
+#: The shared cell's distances to the set of exact representations (:func:`pair_metrics`).
+PAIR_KEYS = ("beta1_err", "eta1_err", "beta0_err", "eta2_err", "cell_gate_sum")
 #: The columns compared with the recorded row.
 COMPARED = ("objective", "voronoi", "param_single", "param_multi", "mass", "regression_l2", "fit_objective",
             "truth_objective")
@@ -138,6 +155,90 @@ def anatomy(scenario, X: np.ndarray, G) -> dict:
             "weighted_multi_gate": float(weighted_multi_error(own, gw, cells, sizes))}
 
 
+def truth_atoms(arm: str) -> list[dict]:
+    """The arm's true atoms as plain numbers (``beta0``, ``beta1``, ``eta``)."""
+    sc = _arm_scenario(arm)[1]
+    T = sc.truth
+    return [{"beta0": float(T.beta0[j]), "beta1": T.beta1[j].tolist(), "eta": T.eta[j].tolist()} for j in range(T.n_atoms)]
+
+
+def _arm_scenario(arm: str):
+    from moestat.rates.sweep import _scenario, recorded_unit
+
+    unit, _ = recorded_unit(RUNS / arm, NS[0], 0, scenario_dir=SCENARIO_DIR)
+    return unit, _scenario(unit.scenario_key)
+
+
+def pair_metrics(fit: dict, truth: list[dict], arm: str) -> dict:
+    """How far the shared cell of ``fit`` is from the set of exact representations of the true atom.
+
+    The expert ``eta2 * GELU(eta1^T x)`` is linear in ``eta2``, so the true regression function is
+    reproduced exactly by two atoms with the true atom's ``beta1`` and ``eta1`` whose ``eta2`` combine
+    to ``eta2*`` (:func:`flat_set`): with a sigmoid gate each keeps the *whole* true gate (same
+    ``beta0`` too) and ``eta2_a + eta2_b = eta2*``; with a softmax gate their masses add up,
+    ``exp(beta0_a) + exp(beta0_b) = exp(beta0*)``, and the mass-weighted mean of ``eta2`` is ``eta2*``.
+    Returned (``None`` where the fit has no shared cell): ``beta1_err`` and ``eta1_err`` (largest over
+    the cell's atoms), ``beta0_err`` (sigmoid: largest ``|beta0_i - beta0*|``; softmax: the mass gap
+    ``|sum exp(beta0_i) - exp(beta0*)|``), ``eta2_err`` (sigmoid: ``sum eta2_i - eta2*``; softmax:
+    mass-weighted mean minus ``eta2*``) and the cell's summed mean gate weight ``cell_gate_sum``.
+    """
+    j = fit["shared_cell"]
+    if j is None:
+        return None
+    t = truth[j]
+    cell = [a for a in fit["atoms"] if a["cell"] == j]
+    b1 = max(float(np.linalg.norm(np.subtract(a["beta1"], t["beta1"]))) for a in cell)
+    e1 = max(float(np.linalg.norm(np.subtract(a["eta"][:-1], t["eta"][:-1]))) for a in cell)
+    m = np.array([a["exp_beta0"] for a in cell])
+    e2 = np.array([a["eta"][-1] for a in cell])
+    if arm == "sigmoid":
+        b0 = max(abs(a["beta0"] - t["beta0"]) for a in cell)
+        eta2 = float(e2.sum() - t["eta"][-1])
+    else:
+        b0 = float(abs(m.sum() - np.exp(t["beta0"])))
+        eta2 = float((m * e2).sum() / m.sum() - t["eta"][-1])
+    return {"beta1_err": b1, "eta1_err": e1, "beta0_err": float(b0), "eta2_err": eta2,
+            "cell_gate_sum": float(sum(a["mean_gate_weight"] for a in cell))}
+
+
+def flat_set(arm: str, t: float):
+    """A three-atom measure with the truth's regression function whose first true atom is split in two.
+
+    Sigmoid: two copies of atom 0 with ``eta2 = t`` and ``eta2* - t`` (each with the whole true gate)
+    and atom 1.  Softmax: two copies of atom 0 with masses ``p = 1/2`` of ``exp(beta0*)`` each and
+    ``eta2 = t``, ``2 eta2* - t`` (mean ``eta2*``), and the reference last.  ``t = eta2*`` (softmax)
+    puts both copies on the true atom; no ``t`` does for the sigmoid gate.
+    """
+    from moestat.model.mixing import MixingMeasure
+
+    T = _arm_scenario(arm)[1].truth
+    e = T.eta[0].copy()
+    a, b = e.copy(), e.copy()
+    if arm == "sigmoid":
+        a[-1], b[-1] = t, e[-1] - t
+        return MixingMeasure(np.r_[T.beta0[0], T.beta0[0], T.beta0[1]], np.vstack([T.beta1[0], T.beta1[0], T.beta1[1]]),
+                             np.vstack([a, b, T.eta[1]]))
+    a[-1], b[-1] = t, 2 * e[-1] - t
+    half = T.beta0[0] + np.log(0.5)
+    return MixingMeasure(np.r_[half, half, T.beta0[1]], np.vstack([T.beta1[0], T.beta1[0], T.beta1[1]]),
+                         np.vstack([a, b, T.eta[1]]))
+
+
+def flat_set_losses(arm: str, ts=(-2.0, 0.0, 0.75, 1.5, 3.0)) -> list[dict]:
+    """The run's loss columns of :func:`flat_set` for each ``t``, on the run's held-out inputs."""
+    from moestat.model.mixing import MixingMeasure
+    from moestat.rates.sweep import _holdout
+
+    unit, sc = _arm_scenario(arm)
+    H = _holdout(unit.scenario_key, unit.holdout)
+    out = []
+    for t in ts:
+        G = flat_set(arm, t)
+        lc = sc.loss_columns(MixingMeasure.stack([G]), H)
+        out.append({"t": float(t), **{k: float(lc[k][0]) for k in ("regression_l2", "param_multi", "D2_gate")}})
+    return out
+
+
 def hypothesis(fit: dict) -> str:
     """H1, H2 or H3 for one fit record (the rules of the module docstring)."""
     if fit["carrier"] is None:
@@ -149,6 +250,11 @@ def hypothesis(fit: dict) -> str:
     if min(w) >= OFF_WEIGHT and min(w) / max(w) >= COMPARABLE:
         return "H2"
     return "H3"
+
+
+def at_box(fit: dict, bound: float = BOX) -> bool:
+    """Whether any fitted parameter of ``fit`` lies on the estimator's box ``|value| <= bound`` (to 1e-6)."""
+    return any(abs(v) >= bound - 1e-6 for a in fit["atoms"] for v in [a["beta0"], *a["beta1"], *a["eta"]])
 
 
 def log_slope(ns, values) -> float:
@@ -165,7 +271,10 @@ def summarise(fits: list[dict]) -> dict:
                         "cw": np.nan if f["carrier"] is None else f["atoms"][f["carrier"]]["mean_gate_weight"],
                         "cd": np.nan if f["carrier"] is None else f["atoms"][f["carrier"]]["dist"],
                         "ce": np.nan if f["carrier"] is None else f["atoms"][f["carrier"]]["exp_beta0"],
-                        "minw": min(a["mean_gate_weight"] for a in f["atoms"])} for f in fits])
+                        "minw": min(a["mean_gate_weight"] for a in f["atoms"]),
+                        "near": min((a["dist"] for a in f["atoms"] if a["cell"] == f["shared_cell"]), default=np.nan),
+                        "box": at_box(f),
+                        **{k: (np.nan if not f.get("pair") else f["pair"][k]) for k in PAIR_KEYS}} for f in fits])
     per_n = {}
     for n, g in df.groupby("n"):
         per_n[str(int(n))] = {
@@ -173,6 +282,9 @@ def summarise(fits: list[dict]) -> dict:
             "median_param_multi": float(g.pm.median()), "median_weighted_multi_gate": float(g.wg.median()),
             "median_carrier_gate_weight": float(g.cw.median()), "median_carrier_exp_beta0": float(g.ce.median()),
             "median_carrier_dist": float(g.cd.median()), "median_smallest_gate_weight": float(g.minw.median()),
+            "median_nearest_shared_dist": float(g.near.median()),
+            "fits_with_an_atom_at_the_box": int(g.box.sum()),
+            **{f"median_abs_{k}": float(g[k].abs().median()) for k in PAIR_KEYS if g[k].notna().any()},
         }
     ns = sorted(int(n) for n in per_n)
     slopes = {}
@@ -182,8 +294,13 @@ def summarise(fits: list[dict]) -> dict:
     return {"per_n": per_n, "slopes_of_medians": slopes}
 
 
-def diagnose(arm: str, ns=NS) -> list[dict]:
-    """Refit every unit of ``arm`` holding the rule's replicates at ``ns``; one record per fit."""
+def diagnose(arm: str, ns=NS, replicates=REPLICATES) -> list[dict]:
+    """Refit every unit of ``arm`` holding ``replicates`` at ``ns``; one record per fit of those units.
+
+    A unit is refitted whole (its replicates share one batched fit), so a smaller ``replicates``
+    (the test's) still gives every replicate of the units that hold them.
+    """
+    from moestat.model.mixing import MixingMeasure
     from moestat.rates.sweep import recorded_unit
 
     run = RUNS / arm
@@ -191,7 +308,7 @@ def diagnose(arm: str, ns=NS) -> list[dict]:
     fits = []
     for n in ns:
         done = set()
-        for r in REPLICATES:
+        for r in replicates:
             if r in done:
                 continue
             unit, _ = recorded_unit(run, n, r, scenario_dir=SCENARIO_DIR)
@@ -202,8 +319,6 @@ def diagnose(arm: str, ns=NS) -> list[dict]:
             sc, state, losses = out["scenario"], out["state"], out["losses"]
             P = state["params"]
             for i, rr in enumerate(unit.replicates):
-                from moestat.model.mixing import MixingMeasure
-
                 G = MixingMeasure(P.beta0[i], P.beta1[i], P.eta[i])
                 refit = {c: float(losses[c][i]) for c in COMPARED if c in losses}
                 refit["objective"] = float(state["objective"][i])
@@ -219,6 +334,15 @@ def diagnose(arm: str, ns=NS) -> list[dict]:
     return fits
 
 
+def truth_gate_weights(arm: str) -> list[float]:
+    """The true atoms' mean gate weights on the run's held-out inputs (4 096 draws of the input law)."""
+    from moestat.rates.sweep import _holdout, _scenario, recorded_unit
+
+    unit, _ = recorded_unit(RUNS / arm, NS[0], 0, scenario_dir=SCENARIO_DIR)
+    sc = _scenario(unit.scenario_key)
+    return [float(v) for v in mean_gate_weights(sc, _holdout(unit.scenario_key, unit.holdout), sc.truth)]
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -231,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("arm", choices=("sigmoid", "softmax"), help="the run folder of sigmoid-vs-softmax to refit")
     p.add_argument("--json", required=True, type=Path, help="where to write the findings (standard JSON)")
+    p.add_argument("--resummarise", action="store_true",
+                   help="refit nothing: recompute the summary of the fits already in --json (a pure function of them)")
     p.add_argument("--ns", default=",".join(str(n) for n in NS), help="comma list of n (default: the rule's)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))  # this checkout's moestat
@@ -242,8 +368,26 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json.parent.is_dir():
         print(f"gate_contrast_diag: no folder {args.json.parent}", file=sys.stderr)
         return 2
+    if args.resummarise:
+        if not args.json.is_file():
+            print(f"gate_contrast_diag: no {args.json} to resummarise", file=sys.stderr)
+            return 2
+        out = json.loads(args.json.read_text())
+        out["truth"] = truth_atoms(args.arm)
+        for f in out["fits"]:
+            f["pair"] = pair_metrics(f, out["truth"], args.arm)
+        out["summary"] = summarise(out["fits"])
+        out["truth_mean_gate_weight"] = truth_gate_weights(args.arm)
+        out["flat_set"] = flat_set_losses(args.arm)
+        out["summary_by"] = {"command": "python simulations/catalogue/gate_contrast_diag.py " + " ".join(
+            sys.argv[1:] if argv is None else argv), "code_commit": _commit(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        args.json.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
+        return 0
     t0, cpu0 = time.time(), time.process_time()
     fits = diagnose(args.arm, ns)
+    for f in fits:
+        f["pair"] = pair_metrics(f, truth_atoms(args.arm), args.arm)
     out = {
         "command": "OMP_NUM_THREADS=1 nice -n 10 python simulations/catalogue/gate_contrast_diag.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
@@ -253,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         "rule": "all 12 replicates at n = 1 000 and at n = 32 000 (fixed before any fitted parameter was read)",
         "off_weight": OFF_WEIGHT, "comparable": COMPARABLE,
         "max_rel_diff": max(f["max_rel_diff"] for f in fits),
-        "summary": summarise(fits), "fits": fits,
+        "truth_mean_gate_weight": truth_gate_weights(args.arm), "truth": truth_atoms(args.arm),
+        "flat_set": flat_set_losses(args.arm), "summary": summarise(fits), "fits": fits,
     }
     args.json.write_text(json.dumps(out, indent=1, allow_nan=False) + "\n")
     return 0
