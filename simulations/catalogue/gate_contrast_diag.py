@@ -80,7 +80,11 @@ COMPARABLE = 0.2
 #: The estimator's parameter box of both arms (``ParameterBox(10, 10, 10)``: every |coordinate| <= 10).
 BOX = 10.0
 #: The shared cell's distances to the set of exact representations (:func:`pair_metrics`).
-PAIR_KEYS = ("beta1_err", "eta1_err", "beta0_err", "eta2_err", "cell_gate_sum")
+PAIR_KEYS = ("beta1_err", "eta1_err", "beta0_err", "eta2_err", "cell_gate_sum", "far_gate_weight", "far_abs_eta2",
+             "far_exp_beta0", "far_dist")
+#: Post hoc (chosen after the n = 32 000 fits were read): the far atom's expert is "off" when its gate is on
+#: (mean weight >= OFF_WEIGHT) and ``|eta2| < EXPERT_OFF * |eta2*|`` (a quarter of the true atom's scale).
+EXPERT_OFF = 0.25
 #: The columns compared with the recorded row.
 COMPARED = ("objective", "voronoi", "param_single", "param_multi", "mass", "regression_l2", "fit_objective",
             "truth_objective")
@@ -197,8 +201,11 @@ def pair_metrics(fit: dict, truth: list[dict], arm: str) -> dict:
     else:
         b0 = float(abs(m.sum() - np.exp(t["beta0"])))
         eta2 = float((m * e2).sum() / m.sum() - t["eta"][-1])
+    far = max(cell, key=lambda a: a["dist"])  # the cell's atom farthest from the true atom
     return {"beta1_err": b1, "eta1_err": e1, "beta0_err": float(b0), "eta2_err": eta2,
-            "cell_gate_sum": float(sum(a["mean_gate_weight"] for a in cell))}
+            "cell_gate_sum": float(sum(a["mean_gate_weight"] for a in cell)),
+            "far_gate_weight": far["mean_gate_weight"], "far_abs_eta2": abs(far["eta"][-1]),
+            "far_exp_beta0": far["exp_beta0"], "far_dist": far["dist"], "eta2_star": t["eta"][-1]}
 
 
 def flat_set(arm: str, t: float):
@@ -273,7 +280,7 @@ def summarise(fits: list[dict]) -> dict:
                         "ce": np.nan if f["carrier"] is None else f["atoms"][f["carrier"]]["exp_beta0"],
                         "minw": min(a["mean_gate_weight"] for a in f["atoms"]),
                         "near": min((a["dist"] for a in f["atoms"] if a["cell"] == f["shared_cell"]), default=np.nan),
-                        "box": at_box(f),
+                        "box": at_box(f), "e2star": abs(f["pair"]["eta2_star"]) if f.get("pair") else np.nan,
                         **{k: (np.nan if not f.get("pair") else f["pair"][k]) for k in PAIR_KEYS}} for f in fits])
     per_n = {}
     for n, g in df.groupby("n"):
@@ -284,6 +291,7 @@ def summarise(fits: list[dict]) -> dict:
             "median_carrier_dist": float(g.cd.median()), "median_smallest_gate_weight": float(g.minw.median()),
             "median_nearest_shared_dist": float(g.near.median()),
             "fits_with_an_atom_at_the_box": int(g.box.sum()),
+            "gate_on_expert_off": int(((g.far_gate_weight >= OFF_WEIGHT) & (g.far_abs_eta2 < EXPERT_OFF * g.e2star)).sum()),
             **{f"median_abs_{k}": float(g[k].abs().median()) for k in PAIR_KEYS if g[k].notna().any()},
         }
     ns = sorted(int(n) for n in per_n)
