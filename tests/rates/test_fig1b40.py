@@ -158,3 +158,18 @@ def test_figure1_refuses_a_name_with_a_folder(tmp_path, bad, capsys):
         _figure1().main(["--out", str(out), "--name", bad, "--fig1b", *map(str, runs)])
     assert e.value.code == 2 and not out.exists()
     assert "--name" in capsys.readouterr().err
+
+
+def test_vanilla_preset_is_fig1b40w_with_the_vanilla_router():
+    """fig1b40wv (Figure 1(b)'s vanilla curves, issue 34) is fig1b40w's design with only the router
+    changed, and its TOML mirror agrees: one design in panel (b)."""
+    assert load_toml(SIM / "fig1b40wv.toml") == PRESETS["fig1b40wv"]
+    v, p = RatesConfig.from_preset("fig1b40wv"), RatesConfig.from_preset("fig1b40w")
+    assert RatesConfig.from_toml(SIM / "fig1b40wv.toml") == v
+    assert v.router == ("cosine",) and p.router == ("perturbed",)
+    assert {k: x for k, x in PRESETS["fig1b40wv"].items() if k != "router"} == \
+        {k: x for k, x in PRESETS["fig1b40w"].items() if k != "router"}
+    import dataclasses
+    for f in dataclasses.fields(RatesConfig):
+        if f.name != "router":
+            assert getattr(v, f.name) == getattr(p, f.name), f.name
