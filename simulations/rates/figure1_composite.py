@@ -479,7 +479,8 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
         ax.annotate(name, (x, y), xytext=(12 if right else -12, -7 if key == "param_multi" else 0), textcoords="offset points",
                     ha="left" if right else "right", va="center", fontsize=10, color=col["perturbed"])
     # room on the left for the D_2 label, clear of the axis (the sizes start at n = 4000)
-    ax.set_xlim(left=R["fig1b40w"]["voronoi"][0]["n"][0] * 0.6)
+    # (and on the right for the sweep's last point, which a fixed left limit would otherwise cut)
+    ax.set_xlim(R["fig1b40w"]["voronoi"][0]["n"][0] * 0.6, R["fixed"]["perturbed_1e6"]["n"][-1] * 1.5)
     # Theorem 5's exponents, anchored below the seeds' geometric mean at the first n (compare slopes, not levels)
     for key, name, ekey, _ in OVER_LOSSES:
         e, thm = PAPER_EXPONENT[ekey]
