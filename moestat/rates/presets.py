@@ -12,6 +12,7 @@ fig1a       Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs van
 fig1b       Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
 fig1b40     fig1b's successor: perturbed router, n = 4000 .. 11 314 (4 sizes), 40 replicates
 fig1b40w    fig1b40 with its top size priced on the current code: n = 4000 .. 65 000 (6 sizes)
+fig1b40wv   the vanilla cosine router at fig1b40w's design (Figure 1(b)'s vanilla curves, one design)
 over        Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
 over_1e6    the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
 exact_1e6   the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
@@ -133,6 +134,24 @@ PRESETS: dict[str, dict[str, Any]] = {
     # priced with fig1b40's measured time per fit, keeps three seeds within about 45 minutes.
     "fig1b40w": {
         "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 4000,
+        "n_max": 65000,
+        "n_points": 6,
+        "reps": 40,
+        "chunk": 4,
+        "max_iter": 1000,
+        "cell_errors": True,
+    },
+    # The vanilla cosine router at exactly fig1b40w's design (issue 34), committed before its run:
+    # Figure 1(b) (simulations/rates/figure1_composite.py) drew the perturbed router's curves from
+    # fig1b40w (40 replicates, n = 4000 .. 65 000) but the vanilla router's from fig1b (12 replicates,
+    # n = 1000 .. 32 000), two designs in one panel.  Same truth (truth_seed, tau, d, k_true, noise),
+    # starts (init "near", init_scale), sizes, replicates, max_iter and cell errors as fig1b40w; only
+    # the router differs.  The router is not part of a replicate's stream key (rates.sweep.
+    # replicate_streams), so seed s draws the same (X, Y) and starts as fig1b40w seed s: paired fits.
+    "fig1b40wv": {
+        "router": ["cosine"],
         "setting": "over",
         "n_min": 4000,
         "n_max": 65000,

@@ -18,7 +18,7 @@ the run's recorded ``extras.csv``: the refit must repeat the recorded fit (relat
 decimal round trip), otherwise the script says so and exits 1 without writing.
 
 Recorded (about 5 CPU-minutes; the preset ``fig1b``, seed 0, both routers, 12 replicates,
-n = 1000 .. 32000; panel (b2)'s vanilla curves)::
+n = 1000 .. 32000; panel (b2)'s vanilla curves until ``fig1b40wv`` replaced them)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1_cells.py \\
         --run simulations/rates/figure1/fig1b/seed0 --json simulations/rates/figure1/cells_over_seed0.json
@@ -28,6 +28,12 @@ and (the preset ``fig1b40w``, default seed 0, perturbed router only, 40 replicat
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1_cells.py \\
         --run simulations/rates/figure1/fig1b40w/seed0 --json simulations/rates/figure1/cells_fig1b40w_seed0.json
+
+and (the preset ``fig1b40wv``: the vanilla router at ``fig1b40w``'s design, default seed 0; panel
+(b2)'s vanilla curves)::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python simulations/rates/figure1_cells.py \\
+        --run simulations/rates/figure1/fig1b40wv/seed0 --json simulations/rates/figure1/cells_fig1b40wv_seed0.json
 """
 
 from __future__ import annotations

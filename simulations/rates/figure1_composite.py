@@ -15,10 +15,11 @@ least squares started near the truth with noise 0.05).  Columns:
    (``simulations/rates/figure1/fig1b40w/seed{0,1,2}``: seed 0 the default, 1 and 2 the extra
    seeds; 40 replicates each, n = 4000 .. 65000, 6 sizes), one curve per seed, with the slope,
    interval and category each run's ``summary.json`` records (the engine's; nothing refitted or
-   recomputed); the vanilla router's ``D_2`` from the preset ``fig1b``'s three seeds pooled
-   (``simulations/rates/figure1/fig1b/seed{0,1,2}``, 36 replicates, n = 1000 .. 32000: ``fig1b40w``
-   runs the perturbed router only); and the perturbed router's recorded sweep to n = 1e6
-   (``simulations/rates/over_1e6_reps10``, 10 replicates).
+   recomputed); the vanilla router's ``D_2`` the same way from the preset ``fig1b40wv``
+   (``simulations/rates/figure1/fig1b40wv/seed{0,1,2}``: fig1b40w's design with the vanilla router,
+   seed s drawing the same data and starts as fig1b40w's seed s), so that both routers of panel (b)
+   share one design; and, in grey, the perturbed router's recorded sweep to n = 1e6
+   (``simulations/rates/over_1e6_reps10``, 10 replicates), the one curve of another design.
 2. **mechanism**: the ``beta1`` error split into its radial part ``| ||b|| - ||b*|| |`` (not identified
    under the vanilla router, PDE (4)) and its directional part ``|| b/||b|| - b*/||b*|| ||``
    (:func:`moestat.losses.cell_errors.beta1_decomposition`), both routers.  (a): the paired start/fit
@@ -26,11 +27,10 @@ least squares started near the truth with noise 0.05).  Columns:
    n = 1e3 .. 1e5; largest over the atoms with a direction), with the start's radial error;
    (b): per Voronoi cell, from ``simulations/rates/figure1_cells.py`` (fits refitted per atom from
    the sweep's own streams, the refit checked against the recorded ``extras.csv``): atoms alone in
-   their cell, and the two atoms sharing a cell.  Two designs, each curve labelled with its own:
-   the perturbed router from the preset ``fig1b40w``'s default seed 0
-   (``cells_fig1b40w_seed0.json``: 40 replicates, n = 4000 .. 65000, the design of (b1)), the
-   vanilla router from the preset ``fig1b``'s seed 0 (``cells_over_seed0.json``: 12 replicates,
-   n = 1000 .. 32000), because ``fig1b40w`` runs the perturbed router only.
+   their cell, and the two atoms sharing a cell.  Both routers from the default seed 0 of (b1)'s
+   design (40 replicates, n = 4000 .. 65000): the perturbed router from ``fig1b40w``
+   (``cells_fig1b40w_seed0.json``), the vanilla router from ``fig1b40wv``
+   (``cells_fig1b40wv_seed0.json``), paired fit by fit (same data and starts).
 3. **two-point (Le Cam) lower bounds** on the minimax risk (:mod:`moestat.rates.two_point`):
    (a) the radial witness of App. B.2 (``two_point.json``, m = 1e5 Monte Carlo inputs), (b) the
    split witness of App. B.3 (``figure1.json``, m = 5e4); the band is ``kappa +- 2 SE`` of the
@@ -64,13 +64,14 @@ NAME = {"cosine": "vanilla", "perturbed": "perturbed"}
 SOURCES = {
     "exact_fits": "simulations/catalogue/cosine-exact/routers",
     "exact_mechanism_and_bounds": "simulations/rates/two_point/two_point.json",
-    "over_fits": ["simulations/rates/figure1/fig1b/seed0", "simulations/rates/figure1/fig1b/seed1",
-                  "simulations/rates/figure1/fig1b/seed2"],
+    # panel (b): one design (fig1b40w's), the perturbed router from fig1b40w, the vanilla from fig1b40wv
     "over_fits_fig1b40w": ["simulations/rates/figure1/fig1b40w/seed0", "simulations/rates/figure1/fig1b40w/seed1",
                            "simulations/rates/figure1/fig1b40w/seed2"],
+    "over_fits_fig1b40wv": ["simulations/rates/figure1/fig1b40wv/seed0", "simulations/rates/figure1/fig1b40wv/seed1",
+                            "simulations/rates/figure1/fig1b40wv/seed2"],
     "over_fits_1e6": "simulations/rates/over_1e6_reps10",
-    # (b2): the vanilla router's cells from fig1b seed 0, the perturbed router's from fig1b40w seed 0
-    "over_cells": "simulations/rates/figure1/cells_over_seed0.json",
+    # (b2): each router's cells from its seed-0 run of that design
+    "over_cells_fig1b40wv": "simulations/rates/figure1/cells_fig1b40wv_seed0.json",
     "over_cells_fig1b40w": "simulations/rates/figure1/cells_fig1b40w_seed0.json",
     "over_bounds": "simulations/rates/figure1/figure1.json",
 }
@@ -81,7 +82,7 @@ PAPER_EXPONENT = {"D3": (-0.5, "Thm 6"), "D2": (-0.5, "Thm 5"), "single": (-0.5,
                   "shared": (-0.25, "Thm 5 (i)"), "beta1_exact": (-0.5, "Thm 6")}
 
 #: Panel (b2): which cells record each router's curves come from (:data:`SOURCES` keys).
-CELLS_SOURCE = {"cosine": "over_cells", "perturbed": "over_cells_fig1b40w"}
+CELLS_SOURCE = {"cosine": "over_cells_fig1b40wv", "perturbed": "over_cells_fig1b40w"}
 
 #: Panel (b2)'s per-cell parts (:func:`cell_parts`), the first three in their original stream order.
 CELL_PARTS = ("radial_single", "direction_single", "radial_shared", "direction_shared")
@@ -309,12 +310,15 @@ def collect(root: Path, seed: int = 0) -> dict:
         a["bounds"][r] = bound_curve(tp["two_point"][r])
     # (b) over
     b = {"fixed": {}, "mechanism": {}, "bounds": {}}
-    for r in ROUTERS:
-        b["fixed"][r] = series(replicate_values(p["over_fits"], r, "voronoi"), _rng(seed, next(key)))
+    for _ in ROUTERS:  # the streams of fig1b's pooled D_2 curves, no longer drawn: skipped, so that every
+        next(key)      # later curve keeps the bootstrap stream (and intervals) it had
     # fig1b40w, one curve per seed and loss; its own stream keys (10_000 + ...) leave the others' as they were
     wkey = iter(range(10_000, 20_000))
     b["fig1b40w"] = {col: [seed_series(f, "perturbed", col, _rng(seed, next(wkey))) for f in p["over_fits_fig1b40w"]]
                      for col, _, _, _ in OVER_LOSSES}
+    vkey = iter(range(30_000, 40_000))  # fig1b40wv (the vanilla router at fig1b40w's design): its own keys
+    b["fig1b40wv"] = {"voronoi": [seed_series(f, "cosine", "voronoi", _rng(seed, next(vkey)))
+                                  for f in p["over_fits_fig1b40wv"]]}
     from moestat.rates.config import GridSpec
 
     b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b40w` runs without --seed
@@ -339,9 +343,9 @@ def collect(root: Path, seed: int = 0) -> dict:
         return {r: f"{int(df[df.router == r].converged.sum())}/{int((df.router == r).sum())}" for r in df.router.unique()}
 
     a["converged"] = conv([p["exact_fits"]])
-    b["converged"] = conv(p["over_fits"])
     b["converged_1e6"] = conv([p["over_fits_1e6"]])
     b["converged_fig1b40w"] = [conv([f])["perturbed"] for f in p["over_fits_fig1b40w"]]
+    b["converged_fig1b40wv"] = [conv([f])["cosine"] for f in p["over_fits_fig1b40wv"]]
     a["mechanism_converged"] = {r: sum(row["converged"] for row in tp["mechanism"]["routers"][r]["rows"]) for r in ROUTERS}
     rec["exact"], rec["over"] = a, b
     rec["n_mc"] = {"exact": tp["two_point"]["cosine"]["info"]["n_mc"],
@@ -362,6 +366,15 @@ def fig1b40w_cells(rec: dict) -> dict[str, str]:
             cells.append(f"seed {d['seed']}{tag}: {_fmt(d['slope'])} {d['slope']['category']}")
         out[key] = "; ".join(cells)
     return out
+
+
+def fig1b40wv_cells(rec: dict) -> dict[str, str]:
+    """:func:`fig1b40w_cells` for the vanilla router's ``D_2`` (``fig1b40wv``, panel (b1)): the cell of
+    the docs table, ``seed S: slope [ci_low, ci_high] category`` per seed, from each run's summary.json."""
+    b = rec["over"]
+    return {"voronoi": "; ".join(
+        f"seed {d['seed']}{' (default)' if d['seed'] == b['default_seed'] else ''}: {_fmt(d['slope'])} "
+        f"{d['slope']['category']}" for d in b["fig1b40wv"]["voronoi"])}
 
 
 def mechanism_cells(rec: dict) -> dict[str, str]:
@@ -415,27 +428,35 @@ def _reference(ax, n0: float, n1: float, y0: float, exponent: float) -> None:
 #: in the router's own), and a small shift along n so that the three seeds' bars sit side by side.
 SEED_COLOURS = ("#0072B2", "#003A5C", "#56B4E9")
 SEED_SHIFT = (1.0, 0.955, 1.045)
+#: fig1b40wv's seeds (the vanilla router): shades of the vanilla router's orange, in the same order.
+VANILLA_SEED_COLOURS = ("#D55E00", "#7A3600", "#F2A25C")
 
 
 def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
-    """Panel (b1): fig1b40w's D_2, single-atom and shared-cell curves per seed (bootstrap 95% CI of
-    the mean per n, the engine's slope, interval and category in the legend), the vanilla router's
-    D_2 (fig1b pooled), the sweep to 1e6, and Theorem 5's exponents."""
+    """Panel (b1): fig1b40w's D_2, single-atom and shared-cell curves per seed and fig1b40wv's (the
+    vanilla router at the same design) D_2 per seed (bootstrap 95% CI of the mean per n, the engine's
+    slope, interval and category in the legend), the sweep to 1e6, and Theorem 5's exponents."""
     from moestat.plotting import curve_handle, legend
 
     hs, ls = [], []
-    d = R["fixed"]["cosine"]
-    _curve(ax, d, col["cosine"], "o", "none", 1.0)
-    from matplotlib.lines import Line2D
-
-    hs.append((Line2D([], [], color=col["cosine"], lw=3.5, alpha=0.18), *curve_handle(col["cosine"], bar=True, line=None)))
-    ls.append(f"vanilla, $D_2$ (fig1b, 3 seeds x 12 pooled; pale: OLS line): {_fmt(d['slope'])}")
+    default = R.get("default_seed", 0)
+    for j, d in enumerate(R["fig1b40wv"]["voronoi"]):
+        n = np.asarray(d["n"], float) * SEED_SHIFT[j]
+        m, lo, hi = (np.asarray(d[k], float) for k in ("mean", "ci_low", "ci_high"))
+        ax.errorbar(n, m, yerr=[m - lo, hi - m], fmt="o", ls="--", color=VANILLA_SEED_COLOURS[j], ms=4.5, lw=0.9,
+                    capsize=2, zorder=3)
+        hs.append(curve_handle(VANILLA_SEED_COLOURS[j], marker="o", line="--", bar=True))
+        sl = d["slope"]
+        tag = " (default)" if d["seed"] == default else ""
+        ls.append(f"vanilla $D_2$, seed {d['seed']}{tag}: {_fmt(sl)} {sl['category']}")
+    ds = R["fig1b40wv"]["voronoi"]  # named beside its last size, as the perturbed groups below
+    ax.annotate("vanilla $D_2$", (ds[0]["n"][-1] * max(SEED_SHIFT), float(np.exp(np.mean([np.log(d["mean"][-1]) for d in ds])))),
+                xytext=(12, 0), textcoords="offset points", ha="left", va="center", fontsize=10, color=col["cosine"])
     d = R["fixed"]["perturbed_1e6"]
     sweep = "0.45"  # grey: not one of fig1b40w's seeds
     _curve(ax, d, sweep, "D", "none", 1.0, mfc="white", fit_line=False, lw=1.0)
     hs.append(_open(curve_handle(sweep, marker="D", line=None, bar=True)))
-    ls.append(f"perturbed, $D_2$, sweep to $10^6$ (10 reps): {_fmt(d['slope'])}")
-    default = R.get("default_seed", 0)
+    ls.append(f"perturbed, $D_2$, sweep to $10^6$ (10 reps; another design): {_fmt(d['slope'])}")
     for key, name, ekey, mk in OVER_LOSSES:
         for j, d in enumerate(R["fig1b40w"][key]):
             n = np.asarray(d["n"], float) * SEED_SHIFT[j]
@@ -446,7 +467,8 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
             sl = d["slope"]
             tag = " (default)" if d["seed"] == default else ""
             ls.append(f"{name}, seed {d['seed']}{tag}: {_fmt(sl)} {sl['category']}")
-    # each group named beside its first size (the markers alone left the reader to the legend)
+    # each perturbed group named beside its first size, in the router's colour (the markers alone left
+    # the reader to the legend)
     for key, name, _, _ in OVER_LOSSES:
         ds = R["fig1b40w"][key]
         right = key != "voronoi"  # on their left these labels would meet the vanilla curve or the axis's start
@@ -455,7 +477,10 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
         x = ds[0]["n"][i] * (max(SEED_SHIFT) if right else min(SEED_SHIFT))
         # the shared-cell label a little low: the sweep's bars to 1e6 end just above its level
         ax.annotate(name, (x, y), xytext=(12 if right else -12, -7 if key == "param_multi" else 0), textcoords="offset points",
-                    ha="left" if right else "right", va="center", fontsize=10, color="0.15")
+                    ha="left" if right else "right", va="center", fontsize=10, color=col["perturbed"])
+    # room on the left for the D_2 label, clear of the axis (the sizes start at n = 4000)
+    # (and on the right for the sweep's last point, which a fixed left limit would otherwise cut)
+    ax.set_xlim(R["fig1b40w"]["voronoi"][0]["n"][0] * 0.6, R["fixed"]["perturbed_1e6"]["n"][-1] * 1.5)
     # Theorem 5's exponents, anchored below the seeds' geometric mean at the first n (compare slopes, not levels)
     for key, name, ekey, _ in OVER_LOSSES:
         e, thm = PAPER_EXPONENT[ekey]
@@ -469,8 +494,9 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
     ls.append(f"{_pow(-0.25)}: Thm 5 (i), shared cells")
     ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss of the least-squares fit (see legend)",
            title="(b1) fixed truth: $D_2$, single-atom and shared-cell errors\n"
-                 "perturbed: fig1b40w, 3 seeds x 40 replicates; mean and 95% bootstrap CI")
-    legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit; fig1b40w: with the category, from its summary.json",
+                 "3 seeds x 40 replicates, n = 4000-65000 (one design)\n"
+                 "perturbed: fig1b40w, vanilla: fig1b40wv; mean and 95% bootstrap CI")
+    legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit and the category, from each run's summary.json",
            title_fontsize=9, **below)
 
 
@@ -487,6 +513,15 @@ def design_label(d: dict, default_seed: int | None = None) -> str:
     reps = f"{hi}" if lo == hi else f"{lo}-{hi}"
     tag = " (default)" if default_seed is not None and d["seed"] == default_seed else ""
     return f"{d['preset']} seed {d['seed']}{tag}, {reps} reps, n = {d['n'][0]}-{d['n'][-1]}"
+
+
+def _vanilla_design(des: dict, default_seed: int | None) -> str:
+    """(b2)'s title line of the vanilla design: ``fig1b40wv, the same seed, sizes, data and starts``
+    when it is the perturbed design at the same seed (same sizes and replicates: the router is not part
+    of a replicate's stream key), else its own :func:`design_label`."""
+    if all(des["cosine"][k] == des["perturbed"][k] for k in ("seed", "n", "replicates")):
+        return f"{des['cosine']['preset']}, the same seed, sizes, data and starts"
+    return design_label(des["cosine"], default_seed)
 
 
 def _over_mechanism(ax, R: dict, col: dict, shift: dict, below: dict) -> None:
@@ -524,7 +559,7 @@ def _over_mechanism(ax, R: dict, col: dict, shift: dict, below: dict) -> None:
     ax.set(xscale="log", yscale="log", xlabel="n", ylabel="$\\beta_1$ error (radial, direction)",
            title="(b2) mechanism per Voronoi cell: radial vs direction $\\beta_1$ error\n"
                  f"perturbed: {design_label(des['perturbed'], default)}\n"
-                 f"vanilla: {design_label(des['cosine'], default)} (not in {des['perturbed']['preset']})")
+                 f"vanilla: {_vanilla_design(des, default)}")
     legend(ax, hs, ls, title="mean and 95% bootstrap CI per n; [the design]; slope [95% CI] of the log-of-mean fit",
            title_fontsize=9,
            **below)
@@ -639,8 +674,9 @@ def figure(rec: dict, stem: Path) -> None:
         "k = k* + 1 (Theorems 3, 5).\nd = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5 (perturbed); least "
         "squares started near the truth (noise 0.05).\n"
         f"Converged fits: (a1) {a['converged']['cosine']} vanilla, {a['converged']['perturbed']} perturbed; "
-        f"(b1) {b['converged']['cosine']} vanilla (fig1b), {' / '.join(b['converged_fig1b40w'])} perturbed (fig1b40w seeds "
-        f"{' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}), {b['converged_1e6']['perturbed']} to 1e6; (b2) refit = recorded in "
+        f"(b1) {' / '.join(b['converged_fig1b40wv'])} vanilla (fig1b40wv), {' / '.join(b['converged_fig1b40w'])} perturbed "
+        f"(fig1b40w), seeds {' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}; {b['converged_1e6']['perturbed']} to 1e6; "
+        "(b2) refit = recorded in "
         + "; ".join(f"{d['refit_matches_recorded']} ({d['preset']} seed {d['seed']})" for d in b["mechanism_design"].values())
         + ".  "
         "\nColumns 1-2: one fixed truth (a fixed-truth slope cannot test a minimax lower bound).  Column 3: lower bounds "
@@ -679,6 +715,7 @@ def main(argv=None) -> int:
     figure(rec, args.out / "figure1_composite")
     for key, cell in fig1b40w_cells(rec).items():  # the docs table's (b1) fig1b40w cells
         print(f"(b1) {key}: {cell}")
+    print(f"(b1) vanilla voronoi: {fig1b40wv_cells(rec)['voronoi']}")
     for key, cell in mechanism_cells(rec).items():  # the docs table's (b2) cells
         print(f"(b2) {key}: {cell}")
     ro = rec["over"]["mechanism_runoff"]

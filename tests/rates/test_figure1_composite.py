@@ -136,8 +136,9 @@ def test_cells_record_guard_flags_a_refit_that_differs(tmp_path):
 
 
 def test_the_recorded_cells_are_the_fig1b_seed0_fits():
-    """The committed per-cell record covers every fit of the run it names and says the refit matched."""
-    rec = json.loads((ROOT / mod.SOURCES["over_cells"]).read_text())
+    """The committed per-cell record of fig1b seed 0 ((b2)'s vanilla curves before fig1b40wv) covers every
+    fit of the run it names and says the refit matched."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "cells_over_seed0.json").read_text())
     assert rec["run"] == "simulations/rates/figure1/fig1b/seed0"
     import pandas as pd
 
@@ -148,19 +149,22 @@ def test_the_recorded_cells_are_the_fig1b_seed0_fits():
         assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
 
 
-def test_the_fig1b40w_cells_record_is_every_seed0_fit():
-    """(b2)'s perturbed curves: the committed per-cell record of fig1b40w seed 0 (the default seed)
-    covers its 240 fits, each refit repeated the recorded extras.csv, and the largest per-atom
-    errors are the recorded ones (checked here again, from the CSV)."""
+@pytest.mark.parametrize("router", ["perturbed", "cosine"])
+def test_the_seed0_cells_record_is_every_seed0_fit(router):
+    """(b2)'s curves: the committed per-cell record of fig1b40w seed 0 (perturbed) and of fig1b40wv
+    seed 0 (vanilla; the default seed) covers the run's 240 fits, each refit repeated the recorded
+    extras.csv, and the largest per-atom errors are the recorded ones (checked here again, from the CSV)."""
     import pandas as pd
 
     cells = importlib.util.module_from_spec(
         spec := importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py"))
     spec.loader.exec_module(cells)
-    rec = json.loads((ROOT / mod.SOURCES["over_cells_fig1b40w"]).read_text())
-    assert rec["run"] == "simulations/rates/figure1/fig1b40w/seed0"
+    preset = {"perturbed": "fig1b40w", "cosine": "fig1b40wv"}[router]
+    assert mod.CELLS_SOURCE[router] == f"over_cells_{preset}"
+    rec = json.loads((ROOT / mod.SOURCES[mod.CELLS_SOURCE[router]]).read_text())
+    assert rec["run"] == f"simulations/rates/figure1/{preset}/seed0"
     res = pd.read_csv(ROOT / rec["run"] / "results.csv")
-    assert len(rec["rows"]) == len(res) == 240 and {r["router"] for r in rec["rows"]} == {"perturbed"}
+    assert len(rec["rows"]) == len(res) == 240 and {r["router"] for r in rec["rows"]} == {router}
     assert {(r["router"], r["n"], r["replicate"]) for r in rec["rows"]} == set(zip(res.router, res.n, res.replicate))
     assert rec["refit_matches_recorded"] == "240/240"
     assert cells.check_against_record(rec["rows"], ROOT / rec["run"] / "extras.csv") == []
@@ -168,20 +172,21 @@ def test_the_fig1b40w_cells_record_is_every_seed0_fit():
         assert len(r["radial"]) == len(r["direction"]) == len(r["cell_size"]) == 4 and min(r["cell_size"]) >= 1
 
 
-def test_b2_is_each_routers_own_design_and_the_docs_table():
+def test_b2_is_one_design_and_the_docs_table():
     """Panel (b2) in the committed figure1_composite.json: the perturbed curves are fig1b40w seed 0's
-    cells, the vanilla ones fig1b seed 0's; per n the count and mean are those of the cells records'
-    rows (recomputed here with cell_parts), the per-n intervals bracket the means, the slope is the
-    log-of-mean OLS of those means (numpy here, not the engine), the design labels are the records',
-    and every (b2) cell of the docs table is the record's."""
+    cells, the vanilla ones fig1b40wv seed 0's (one design: same sizes, replicates and seed); per n
+    the count and mean are those of the cells records' rows (recomputed here with cell_parts), the
+    per-n intervals bracket the means, the slope is the log-of-mean OLS of those means (numpy here,
+    not the engine), the design labels are the records', and every (b2) cell of the docs table is
+    the record's."""
     rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
     b = rec["over"]
     assert rec["sources"]["over_cells_fig1b40w"] == mod.SOURCES["over_cells_fig1b40w"]
     des = b["mechanism_design"]
     assert (des["perturbed"]["preset"], des["perturbed"]["seed"], des["perturbed"]["replicates"]) == ("fig1b40w", 0, [40, 40])
     assert des["perturbed"]["n"] == [4000, 6986, 12201, 21309, 37217, 65000]
-    assert (des["cosine"]["preset"], des["cosine"]["seed"], des["cosine"]["replicates"]) == ("fig1b", 0, [12, 12])
-    assert des["cosine"]["n"] == [1000, 2000, 4000, 8000, 16000, 32000]
+    assert (des["cosine"]["preset"], des["cosine"]["seed"], des["cosine"]["replicates"]) == ("fig1b40wv", 0, [40, 40])
+    assert des["cosine"]["n"] == des["perturbed"]["n"]
     from moestat.rates.config import GridSpec
 
     assert des["perturbed"]["seed"] == GridSpec().seed  # the default seed
@@ -258,10 +263,10 @@ def test_b2_labels_each_curve_with_its_design(monkeypatch):
     monkeypatch.setattr(plotting, "save_figure", keep)
     mod.figure(rec, ROOT / "unused")
     assert seen["title"].startswith("(b2)") and "perturbed: fig1b40w seed 0 (default), 40 reps" in seen["title"]
-    assert "vanilla: fig1b seed 0 (default), 12 reps" in seen["title"]
+    assert "vanilla: fig1b40wv, the same seed, sizes, data and starts" in seen["title"]
     curves = [t for t in seen["legend"] if not t.startswith("$n^")]
     assert len(curves) == 2 * len(mod.CELL_PARTS)
-    assert all(t.startswith("perturbed [fig1b40w]") or t.startswith("vanilla [fig1b]") for t in curves)
+    assert all(t.startswith("perturbed [fig1b40w]") or t.startswith("vanilla [fig1b40wv]") for t in curves)
     assert seen["problems"] == []
 
 
@@ -306,3 +311,77 @@ def test_fig1b40w_panel_is_the_runs_own_record_and_the_docs_table():
     assert "except the single-atom cells at :math:`n = 6986`" in doc
     for cell in mod.fig1b40w_cells(rec).values():
         assert f"- {cell}" in doc, cell
+
+
+def test_panel_b_is_one_design():
+    """Panel (b)'s curves of both routers come from one design (issue 34): every fig1b40wv run is its
+    fig1b40w seed's configuration with only the router changed, and in the committed record every (b1)
+    curve of either router and every (b2) curve has the same six sizes and 40 replicates per size
+    (the grey sweep to 1e6 aside, labelled as another design).  Fails on the former figure, whose
+    vanilla curves were fig1b's (12 replicates per seed, n = 1000 .. 32000)."""
+    for fv, fw in zip(mod.SOURCES["over_fits_fig1b40wv"], mod.SOURCES["over_fits_fig1b40w"]):
+        cv, cw = (json.loads((ROOT / f / "summary.json").read_text())["config"] for f in (fv, fw))
+        assert (cv.pop("router"), cw.pop("router")) == (["cosine"], ["perturbed"])
+        cv.pop("quiet"), cw.pop("quiet")  # progress output only (fig1b40w's runs were started with --quiet)
+        assert cv == cw
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    b = rec["over"]
+    sizes = [4000, 6986, 12201, 21309, 37217, 65000]
+    curves = [d for ds in (*b["fig1b40w"].values(), *b["fig1b40wv"].values()) for d in ds]
+    assert len(curves) == 3 * len(mod.OVER_LOSSES) + len(mod.SOURCES["over_fits_fig1b40wv"])
+    for d in curves:
+        assert d["n"] == sizes and d["count"] == [40] * 6
+    for key, d in b["mechanism"].items():  # per cell: fits without an atom of that kind are left out
+        assert d["n"] == sizes and max(d["count"]) <= 40, key
+    assert set(b["fixed"]) == {"perturbed_1e6"}
+
+
+def test_fig1b40wv_panel_is_the_runs_own_record_and_the_docs_table():
+    """Panel (b1)'s vanilla curves: per seed, the D_2 slope, interval and category are the fig1b40wv
+    run's summary.json, the slope recomputed from its rows equals it, the per-n intervals bracket the
+    means of the recorded rows, and the docs table's vanilla D_2 cell is the record's."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    b = rec["over"]
+    assert rec["sources"]["over_fits_fig1b40wv"] == mod.SOURCES["over_fits_fig1b40wv"]
+    assert [d["seed"] for d in b["fig1b40wv"]["voronoi"]] == [int(f[-1]) for f in mod.SOURCES["over_fits_fig1b40wv"]]
+    assert mod.SOURCES["over_fits_fig1b40wv"][0].endswith("seed0")  # the default seed first
+    for folder, d in zip(mod.SOURCES["over_fits_fig1b40wv"], b["fig1b40wv"]["voronoi"]):
+        folder = ROOT / folder
+        assert d["slope"] == {**mod.recorded_slope(folder, "cosine", "voronoi"), "own_ols": d["slope"]["own_ols"]}
+        assert d["slope"]["own_ols"] == pytest.approx(d["slope"]["slope"], rel=1e-9)
+        vals = mod.replicate_values([folder], "cosine", "voronoi")
+        np.testing.assert_allclose(d["mean"], [v.mean() for v in vals.values()], rtol=1e-12)
+        assert all(lo <= m <= hi for lo, m, hi in zip(d["ci_low"], d["mean"], d["ci_high"]))
+    import pandas as pd
+
+    assert b["converged_fig1b40wv"] == [f"{int(pd.read_csv(ROOT / f / 'results.csv').converged.sum())}/240"
+                                        for f in mod.SOURCES["over_fits_fig1b40wv"]]
+    doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
+    assert f"- {mod.fig1b40wv_cells(rec)['voronoi']}" in doc
+
+
+def test_b1_draws_three_vanilla_seeds_beside_the_perturbed_ones(monkeypatch):
+    """The drawn panel (b1): one vanilla D_2 entry per fig1b40wv seed and one perturbed entry per
+    fig1b40w seed and loss, the vanilla labelled by seed with its category, no fig1b curve left, and
+    the figure passes the project's reviewer checks."""
+    import moestat.plotting as plotting
+
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    seen = {}
+
+    def keep(fig, stem, **kw):
+        fig.canvas.draw()
+        ax = fig.axes[3]  # row (b), column 1
+        seen["title"] = ax.get_title()
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+        seen["problems"] = plotting.figure_problems(fig)
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    mod.figure(rec, ROOT / "unused")
+    assert seen["title"].startswith("(b1)") and "perturbed: fig1b40w, vanilla: fig1b40wv" in seen["title"]
+    vanilla = [t for t in seen["legend"] if t.startswith("vanilla")]
+    assert vanilla == [f"vanilla $D_2$, seed {d['seed']}{' (default)' if d['seed'] == 0 else ''}: "
+                       f"{mod._fmt(d['slope'])} {d['slope']['category']}" for d in rec["over"]["fig1b40wv"]["voronoi"]]
+    assert not any("fig1b," in t or "(fig1b " in t for t in seen["legend"])
+    assert sum(t.startswith(("$D_2$", "single-atom", "shared cells")) for t in seen["legend"]) == 9
+    assert seen["problems"] == []
