@@ -365,18 +365,14 @@ def _header(results: pd.DataFrame, a) -> dict:
     return chosen_by | {"same_rtol": SAME_RTOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
 
 
-def _summary(report: dict) -> None:
-    print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
-                                                                    for n, v in report["D2_per_n"].items()))
-
-
 def main(argv: list[str] | None = None) -> int:
-    return _sibling("recorded_refit").refit_main(
+    rr = _sibling("recorded_refit")
+    return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="the recorded gmoe-over4 run folder (results.csv, summary.json)",
         top_help="how many of the largest D2 / median-at-n fits to refit", table="results.csv",
         needs=("results.csv", "summary.json"), choose=_choose, refit=report_fit, show=print_fit, header=_header,
-        summary=_summary, footer=_anatomy, more_arguments=_above)
+        summary=rr.print_per_n_tail, footer=_anatomy, more_arguments=_above)
 
 
 if __name__ == "__main__":

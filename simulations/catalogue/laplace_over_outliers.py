@@ -278,18 +278,14 @@ def _header(results: pd.DataFrame, a) -> dict:
             "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
 
 
-def _summary(report: dict) -> None:
-    print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
-                                                                    for n, v in report["D2_per_n"].items()))
-
-
 def main(argv: list[str] | None = None) -> int:
-    return _sibling("recorded_refit").refit_main(
+    rr = _sibling("recorded_refit")
+    return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="the over-specified run folder of laplace-gmoe (results.csv, summary.json)",
         top_help="how many of the largest-D2 fits to refit", table="results.csv", needs=("results.csv", "summary.json"),
         choose=lambda results, a: results.sort_values("voronoi", ascending=False).head(a.top), refit=report_fit,
-        show=print_fit, header=_header, summary=_summary)
+        show=print_fit, header=_header, summary=rr.print_per_n_tail)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,12 @@ def per_n_tail(results: pd.DataFrame, column: str = "voronoi", above: float = 1e
     return out
 
 
+def print_per_n_tail(report: dict) -> None:
+    """Print the ``D2_per_n`` entry of a refit report (:func:`per_n_tail`'s table) on one line."""
+    print("D2 per n (median, fits above 1e3, largest): " + "; ".join(f"{n}: {v['median']:.3g}, {v['above_1000']}, {v['max']:.3g}"
+                                                                    for n, v in report["D2_per_n"].items()))
+
+
 def _encode(obj: Any) -> tuple[Any, bool]:
     """``obj`` with every non-finite float replaced by its :data:`NON_FINITE` string; whether any was."""
     if isinstance(obj, dict):
