@@ -28,6 +28,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from moestat.cli.common import ArgumentParser
+
 #: The strings that stand for non-finite numbers in the JSON this module writes.
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 #: The report's last field when it holds one of them.
@@ -168,7 +170,7 @@ def refit_main(argv: list[str] | None, *, description: str, run_help: str, top_h
     int
         0, or 2 for bad input.
     """
-    ap = argparse.ArgumentParser(description=description)
+    ap = ArgumentParser(description=description)  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("run", type=Path, help=run_help)
     rule = ap.add_mutually_exclusive_group()
     rule.add_argument("--top", type=int, default=None, help=f"{top_help} (default 5)")

@@ -107,15 +107,19 @@ def test_refit_main_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, c
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
-def test_gmoe_over4_above_rule_takes_every_fit_above_the_threshold_in_ratio_order():
+def test_gmoe_over4_above_rule_takes_every_fit_above_the_threshold_in_ratio_order(capsys):
     mod = _script("gmoe_over4_outliers")
     results = pd.DataFrame({"n": [100] * 4 + [200] * 4, "replicate": list(range(4)) * 2,
                             "voronoi": [1.0, 2.0, 2e3, 5e3, 10.0, 20.0, 1.5e3, 30.0]})
     above = mod.pick_above(results, 1e3)
     # medians 1001 (n = 100) and 25 (n = 200): ratios 1.5e3/25 = 60, 5e3/1001 = 5.0, 2e3/1001 = 2.0; 30 and 2 stay out
     assert list(zip(above["n"], above["replicate"])) == [(200, 2), (100, 3), (100, 2)]
+    capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         mod.main(["run", "--above", "inf", "--json", "x.json"])
-    assert e.value.code == 2
-    with pytest.raises(SystemExit):
+    err = capsys.readouterr().err  # an option argparse refuses is one line too (the doors' parser), no usage block
+    assert e.value.code == 2 and "--above" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as e:
         mod.main(["run", "--above", "1e3", "--top", "3", "--json", "x.json"])  # one rule at a time
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not allowed with" in err and len(err.strip().splitlines()) == 1
