@@ -21,6 +21,7 @@ import os
 import socket
 import stat
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -170,7 +171,7 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as exc:
                     if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise _busy(out, holder(out)) from None
+                        raise _busy(out, _holder_once_written(out)) from None
                     _pid_fallback(out)  # no flock on this file system: trust a live pid on this host
             else:  # pragma: no cover
                 _pid_fallback(out)
@@ -186,8 +187,10 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
             record = {"host": socket.gethostname(), "pid": os.getpid(), "door": door, "started": _now(),
                       "command": " ".join(sys.argv)[:300]}
             data = (json.dumps(record) + "\n").encode()
-            os.ftruncate(fd, 0)
+            # write first, then cut to length: the file is never empty while held, so a refused run
+            # that reads it names this process
             os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -195,6 +198,17 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
         _HELD[key] = [fd, 1]
         return stale
     raise _busy(out, holder(out))  # pragma: no cover - twenty races in a row
+
+
+def _holder_once_written(out: Path, wait_s: float = 2.0) -> dict | None:
+    """The holder's record, waiting briefly for it: a holder that has just taken the ``flock``
+    writes its record microseconds later (two runs started at once meet in that window)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        h = holder(out)
+        if h is not None or time.monotonic() >= deadline:
+            return h
+        time.sleep(0.01)
 
 
 def _pid_fallback(out: Path) -> None:

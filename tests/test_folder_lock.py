@@ -116,6 +116,26 @@ def test_the_lock_is_reentrant_in_one_process_and_exclusive_between_processes(tm
             proc.wait()
 
 
+def test_a_refusal_in_the_holders_first_instant_still_names_it(tmp_path):
+    # the window CI met: the holder has the flock but has not yet written its record
+    from moestat.folder_lock import FolderBusy, lock_out
+
+    out = tmp_path / "out"
+    out.mkdir()
+    code = ("import fcntl, json, os, sys, time; p = os.path.join(sys.argv[1], %r); "
+            "fd = os.open(p, os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); print('flocked', flush=True); "
+            "time.sleep(0.3); os.pwrite(fd, (json.dumps({'host': 'h', 'pid': os.getpid(), 'door': 'rates', "
+            "'started': 'now'}) + chr(10)).encode(), 0); time.sleep(60)") % LOCK_NAME
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "flocked"
+        with pytest.raises(FolderBusy, match=f"in use by moestat rates \\(pid {proc.pid} on h"):
+            lock_out(out, "rates")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow
 def test_two_resumes_started_at_once_compute_each_fit_once(tmp_path):
     # the reproduction: job scripts that always pass --resume, started together
