@@ -44,7 +44,6 @@ or ``"nan"`` (:func:`recorded_refit.write_json`; :func:`recorded_refit.decode` r
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -180,14 +179,6 @@ def ray_profile(X: np.ndarray, Y: np.ndarray, fitted, atom: int) -> list[dict]:
     return out
 
 
-def _sibling(name: str):
-    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 _UNITS: dict = {}  # (run, n, first replicate) -> the refitted unit: two chosen fits of one unit cost one refit
 
 
@@ -198,11 +189,12 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates.sweep import recorded_unit
+    from simulations.catalogue import recorded_refit as rr
 
     unit, pos = recorded_unit(run, n, replicate, scenario_dir=CATALOGUE_FILES)  # the catalogue's own file
     key = (str(run), n, unit.replicates[0])
     if key not in _UNITS:
-        _UNITS[key] = _sibling("recorded_refit").refit_keeping_starts(unit)
+        _UNITS[key] = rr.refit_keeping_starts(unit)
     r = _UNITS[key]
     sc, X, Y, kept, first_ll, state = r["scenario"], r["X"], r["Y"], r["starts"], r["first_loglik"], r["state"]
     losses = r["losses"]
@@ -274,12 +266,15 @@ def print_fit(f: dict) -> None:
 
 
 def _header(results: pd.DataFrame, a) -> dict:
+    from simulations.catalogue import recorded_refit as rr
+
     return {"rule": f"the {a.top} largest D2 (voronoi) of results.csv, chosen before any parameter was looked at",
-            "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
+            "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": rr.per_n_tail(results)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    rr = _sibling("recorded_refit")
+    from simulations.catalogue import recorded_refit as rr
+
     return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="the over-specified run folder of laplace-gmoe (results.csv, summary.json)",

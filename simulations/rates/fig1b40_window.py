@@ -39,7 +39,6 @@ Run (under a second; recorded ``simulations/rates/fig1b40_window.json``)::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -47,6 +46,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from moestat.cli.common import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The recorded runs of preset fig1b (both routers; only the perturbed rows are read).
@@ -151,9 +152,11 @@ def design(runs: list[Path] = RUNS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--json", type=Path, default=None, help="write the design here")
     a = p.parse_args(argv)
+    if a.json is not None and not a.json.parent.is_dir():
+        p.error(f"--json {a.json}: no folder {a.json.parent}")
     rec = design()
     for n, s in rec["runoff_share"].items():
         print(f"n = {n:>6}: run-off single-atom fits {s['run_off']:2d}/{s['fits']} ({s['pooled']:.0%})")

@@ -27,7 +27,6 @@ recorded CSV files.  Run (recorded ``simulations/rates/fig1b40w_window.json``)::
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import math
@@ -35,6 +34,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from moestat.cli.common import ArgumentParser
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -95,9 +96,11 @@ def design(runs: list[Path] = RUNS) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--json", type=Path, default=None, help="write the design here")
     a = p.parse_args(argv)
+    if a.json is not None and not a.json.parent.is_dir():
+        p.error(f"--json {a.json}: no folder {a.json.parent}")
     rec = design()
     print("measured time per fit: " + ", ".join(f"{n}: {t:.2f} s" for n, t in rec["measured_time_per_fit_s"].items())
           + f" (exponent {rec['time_exponent_fit']:.2f}, {rec['time_exponent_used']:.2f} used beyond)")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.cli.common import ArgumentParser
 from moestat.data.synthetic import make_scenario
 from moestat.io import atomic_write_json
 from moestat.rates.fit import slope_with_interval
@@ -206,7 +207,7 @@ def _positive(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--out", type=Path, default=Path("simulations/rates/two_point"))
     p.add_argument("--n-mc", type=_positive, default=100_000, help="Monte Carlo inputs for the KL rate")
     p.add_argument("--n-t", type=_positive, default=121, help="points of the witness grid t in [1e-6, 1]")

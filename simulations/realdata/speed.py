@@ -11,7 +11,6 @@ figure that does not depend on what else runs on the machine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from moestat.cli.common import ArgumentParser, positive_int
 from moestat.data.images import load_dataset
 from moestat.io import atomic_write_json
 from moestat.nn.classifier import count_parameters, fit_classifier
@@ -30,12 +30,14 @@ ARCHS = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
+def main(argv: list[str] | None = None) -> None:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
+    ap.add_argument("--threads", type=positive_int, default=2)
     ap.add_argument("--gates", default="dense,noisy_topk_load,perturbed,softmoe")
     ap.add_argument("--out", default=str(Path(__file__).with_name("speed.json")))
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if not Path(a.out).parent.is_dir():  # refused before the epochs, not after them
+        ap.error(f"--out {a.out}: no folder {Path(a.out).parent}")
     torch.set_num_threads(a.threads)
     ds = load_dataset("fashion-mnist", val_fraction=0.0)  # all 60,000 training images
     t = ds.tensors()
