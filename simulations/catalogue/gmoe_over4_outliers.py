@@ -106,14 +106,11 @@ def responsibilities(X: np.ndarray, Y: np.ndarray, G) -> tuple[np.ndarray, np.nd
         ``sum_n log sum_i gate_i(x_n) N(y_n | ...)`` (nats): checked against the recorded
         ``fit_objective`` so that the responsibilities are those of the recorded fit.
     """
-    d = X.shape[1]
+    from simulations.catalogue import recorded_refit as rr
+
     score = G.beta0[None, :] + X @ G.beta1.T  # [n, k]
     log_gate = score - np.logaddexp.reduce(score, axis=1, keepdims=True)
-    mean = X @ G.eta[:, :d].T + G.eta[:, d][None, :]
-    var = G.eta[:, d + 1][None, :]
-    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
-    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
-    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
+    return rr.gaussian_expert_posterior(log_gate, X, Y, G.eta)
 
 
 def d2_terms(fitted, truth) -> dict:

@@ -82,18 +82,15 @@ def laplace_parts(X: np.ndarray, Y: np.ndarray, G, linear: int | None = None) ->
     loglik : float
         ``sum_n log sum_i gate_i(x_n) N(y_n | a_i^T x_n + b_i, sigma_i^2)`` in nats.
     """
-    d = X.shape[1]
+    from simulations.catalogue import recorded_refit as rr
+
     c = G.beta1
     score = G.beta0[None, :] - np.linalg.norm(X[:, None, :] - c[None, :, :], axis=-1)  # [n, k]
     if linear is not None:
         r = np.linalg.norm(c[linear])
         score[:, linear] = G.beta0[linear] - r + X @ (c[linear] / r)
     log_gate = score - np.logaddexp.reduce(score, axis=1, keepdims=True)
-    mean = X @ G.eta[:, :d].T + G.eta[:, d][None, :]
-    var = G.eta[:, d + 1][None, :]
-    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
-    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
-    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
+    return rr.gaussian_expert_posterior(log_gate, X, Y, G.eta)
 
 
 def d2_terms(spec, fitted, truth) -> dict:

@@ -11,6 +11,9 @@
   JSON report.
 * :func:`one_thread`: one torch and one BLAS thread for a block (the sweep's reported fit's arithmetic,
   so a refit repeats its numbers); every refit of the catalogue's diagnostics runs inside it.
+* :func:`gaussian_expert_posterior`: gate weights, posteriors and log-likelihood of Gaussian linear
+  experts under a fit's log gate weights (the softmax gate of ``gmoe_over4_outliers.py``, the Laplace
+  gate of ``laplace_over_outliers.py``).
 * :func:`write_json`: standard JSON (RFC 8259 has no NaN or infinity; Python's ``json`` writes
   ``NaN``/``Infinity`` by default, which strict parsers reject).  A non-finite number is written as
   the string ``"inf"``, ``"-inf"`` or ``"nan"`` (what ``float()`` reads back; :func:`decode` does it
@@ -83,6 +86,36 @@ def refit_keeping_starts(unit) -> dict:
         losses = compute_losses(sc, state["params"], holdout)
     return {"scenario": sc, "X": X, "Y": Y, "est": est, "starts": est.starts_, "first_loglik": first_ll,
             "state": state, "losses": losses}
+
+
+def gaussian_expert_posterior(log_gate: np.ndarray, X: np.ndarray, Y: np.ndarray,
+                              eta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Gate weights, responsibilities and log-likelihood of Gaussian linear experts on one sample.
+
+    Parameters
+    ----------
+    log_gate : ndarray ``[n, k]``
+        ``log gate_i(x_n)`` of the fit (each row's exponentials sum to 1).
+    X : ndarray ``[n, d]``
+    Y : ndarray ``[n]``
+    eta : ndarray ``[k, d + 2]``
+        Each expert's ``(a_i, b_i, sigma_i^2)``: the mean ``a_i^T x + b_i`` and the variance.
+
+    Returns
+    -------
+    gate : ndarray ``[n, k]``
+        ``gate_i(x_n)``.
+    post : ndarray ``[n, k]``
+        ``P(atom i | x, y)``, proportional to ``gate_i(x) N(y | a_i^T x + b_i, sigma_i^2)``.
+    loglik : float
+        ``sum_n log sum_i gate_i(x_n) N(y_n | a_i^T x_n + b_i, sigma_i^2)`` (nats).
+    """
+    d = X.shape[1]
+    mean = X @ eta[:, :d].T + eta[:, d][None, :]
+    var = eta[:, d + 1][None, :]
+    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
+    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
+    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
 
 
 def per_n_tail(results: pd.DataFrame, column: str = "voronoi", above: float = 1e3) -> dict:
