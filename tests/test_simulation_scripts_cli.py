@@ -57,6 +57,7 @@ CASES = [
     ("rates/split_triangle_probe.py", ["--bogus"], "--bogus"),
     ("rates/two_point_expert_triangle_probe.py", ["--bogus"], "--bogus"),
     ("realdata/speed.py", ["--threads", "two", "--out", "{tmp}/s.json"], "--threads"),
+    ("realdata/speed.py", ["--gates", "dense,bogus", "--out", "{tmp}/s.json"], "bogus"),
     ("softmoe/run_all.py", ["--out", "{tmp}/o", "--only", "bogus"], "bogus"),
     ("selection/mixture_example/run.py", ["--out", "{tmp}/o", "--ns", "100,abc"], "--ns"),
     ("selection/peer_exp6/peer_counts.py", ["--bogus"], "--bogus"),
