@@ -21,10 +21,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,13 +45,16 @@ def _ols(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from moestat.cli.common import ArgumentParser
     from moestat.rates.fit import fit_rates
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("repo", type=Path, help="CRPE-GMoE checkout (work tree or bare git directory)")
     ap.add_argument("--json", type=Path, required=True)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.repo.is_dir():
+        ap.error(f"{args.repo}: no such folder (a CRPE-GMoE work tree or bare git directory)")
     commit = subprocess.run(["git", f"--git-dir={args.repo}" if (args.repo / "HEAD").is_file() else f"--git-dir={args.repo / '.git'}",
                              "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
@@ -83,7 +86,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -57,7 +57,6 @@ Usage (from the repository root; about 15 CPU-minutes per arm at load, the n = 3
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -96,25 +95,18 @@ def refit_unit(unit) -> dict:
     Returns ``X [R, n, d]``, the scenario, ``state`` (:func:`moestat.rates.truth_check.against_truth`:
     the reported fits ``params`` ``[R]`` and their truth columns) and ``losses`` (each ``[R]``).
     """
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.rates import truth_check as tc
     from moestat.rates.sweep import _draw_with_mean, _holdout, _scenario, compute_losses
+    from simulations.catalogue.recorded_refit import one_thread
 
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            sc = _scenario(unit.scenario_key)
-            holdout = _holdout(unit.scenario_key, unit.holdout)
-            X, Y, G0, mean = _draw_with_mean(unit, sc)
-            est = tc.fit_starts(unit, sc, X, Y, G0, 2)
-            state = tc.against_truth(unit, sc if mean is None else sc.knowing_mean(X, mean), X, Y, est)
-            tc.more_starts(unit, sc, X, Y, state, holdout)  # nothing for this run (no extra starts); kept as the sweep
-            losses = compute_losses(sc, state["params"], holdout)
-    finally:
-        torch.set_num_threads(old)
+    with one_thread():  # the sweep's single-thread arithmetic, hence its numbers
+        sc = _scenario(unit.scenario_key)
+        holdout = _holdout(unit.scenario_key, unit.holdout)
+        X, Y, G0, mean = _draw_with_mean(unit, sc)
+        est = tc.fit_starts(unit, sc, X, Y, G0, 2)
+        state = tc.against_truth(unit, sc if mean is None else sc.knowing_mean(X, mean), X, Y, est)
+        tc.more_starts(unit, sc, X, Y, state, holdout)  # nothing for this run (no extra starts); kept as the sweep
+        losses = compute_losses(sc, state["params"], holdout)
     return {"X": X, "scenario": sc, "state": state, "losses": losses}
 
 
@@ -360,14 +352,16 @@ def _commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(ROOT))  # this checkout's moestat
+    from moestat.cli.common import ArgumentParser
+
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("arm", choices=("sigmoid", "softmax"), help="the run folder of sigmoid-vs-softmax to refit")
     p.add_argument("--json", required=True, type=Path, help="where to write the findings (standard JSON)")
     p.add_argument("--resummarise", action="store_true",
                    help="refit nothing: recompute the summary of the fits already in --json (a pure function of them)")
     p.add_argument("--ns", default=",".join(str(n) for n in NS), help="comma list of n (default: the rule's)")
     args = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT))  # this checkout's moestat
     try:
         ns = tuple(int(v) for v in args.ns.split(","))
     except ValueError:

@@ -15,8 +15,8 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,17 +45,21 @@ def _fit_unit(unit) -> list[dict]:
             for i, r in enumerate(unit.replicates)]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     from joblib import Parallel, delayed
 
+    from moestat.cli.common import ArgumentParser, positive_int
     from moestat.rates.config import RatesConfig
     from moestat.rates.sweep import make_units
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("run", type=Path, help="a run folder (results.csv, extras.csv, summary.json)")
     ap.add_argument("--json", type=Path, required=True)
-    ap.add_argument("--n-jobs", type=int, default=1, help="work units refitted in parallel (results do not depend on it)")
-    args = ap.parse_args()
+    ap.add_argument("--n-jobs", type=positive_int, default=1, help="work units refitted in parallel (results do not depend on it)")
+    args = ap.parse_args(argv)
+    missing = [f for f in ("summary.json", "extras.csv") if not (args.run / f).is_file()]
+    if missing:
+        ap.error(f"{args.run}: not a run folder (missing {', '.join(missing)})")
     summary = json.loads((args.run / "summary.json").read_text())
     cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k not in ("n_jobs",)})
     extras = pd.read_csv(args.run / "extras.csv").set_index(["n", "replicate"])
@@ -75,7 +79,8 @@ def main() -> None:
     print(f"{out['above_truth']}/{out['fits']} fits at or above the truth's log-likelihood (smallest difference "
           f"{out['min_diff']:+.3f}); {out['converged']} converged; a floor bound in {out['floor_bound']}; refits equal "
           f"the record: {out['all_same_as_recorded']}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,7 +20,6 @@ The command line, the refit loop and the (standard) JSON are :func:`recorded_ref
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -45,19 +44,16 @@ def refit(run: Path, n: int, replicate: int) -> dict:
     (:meth:`moestat.estimators.gllim.GLLiMEM._starts` spawns them replicate after replicate), so the
     refit fits the same ``S`` starts as the recorded batch without refitting the other replicates.
     """
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.estimators.gllim import random_gllim_start
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
     from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, recorded_unit
+    from simulations.catalogue.recorded_refit import one_thread
 
     # the run recorded its scenario file by the path of the checkout that ran it: the catalogue's own file
     unit, pos = recorded_unit(run, n, replicate, scenario_dir=Path(__file__).resolve().parents[2] / "moestat" / "rates" / "catalogue_files")
     one = dataclasses.replace(unit, replicates=(replicate,))  # its data and near-truth start streams
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
+    with one_thread():  # the sweep's single-thread arithmetic, hence its numbers
         sc = _scenario(unit.scenario_key)
         holdout = _holdout(unit.scenario_key, unit.holdout)
         X, Y, G0 = _draw(one, sc)
@@ -77,14 +73,6 @@ def refit(run: Path, n: int, replicate: int) -> dict:
             "loglik_starts_minus_truth": [float(v - ll_true) for v in est.loglik_starts_[0]],
             "n_floored": int(est.n_floored_[0]), "loglik_fit": ll_fit, "loglik_truth": ll_true,
             "fitted": _atoms(one_fit, d), "truth": _atoms(sc.truth, d)}
-
-
-def _sibling(name: str):
-    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def pick_fits(extras: pd.DataFrame, top: int) -> pd.DataFrame:
@@ -110,7 +98,9 @@ def print_fit(row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return _sibling("recorded_refit").refit_main(
+    from simulations.catalogue import recorded_refit as rr
+
+    return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="a joint-GLLiM run folder (results.csv, extras.csv, summary.json)",
         top_help="how many of the largest D-bar fits to refit", table="extras.csv",

@@ -38,8 +38,6 @@ and, without a refit, each block's slope on the lower and upper half of a run's 
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -108,21 +106,18 @@ def cell_anatomy(fitted, truth) -> list[dict]:
 
 def refit_units(run: Path, sizes: list[int]) -> tuple[list[dict], pd.DataFrame]:
     """Refit every unit of ``run`` at ``sizes`` as the sweep did; per fit, its recorded losses and cell anatomy."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.rates import truth_check as tc
     from moestat.rates.config import RatesConfig
     from moestat.rates.resolve import Experiment
     from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses, make_units
+    from simulations.catalogue.recorded_refit import one_thread
 
     summary = json.loads((run / "summary.json").read_text())
     cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
     res = pd.read_csv(run / "results.csv").merge(pd.read_csv(run / "extras.csv"), on=["router", "n", "replicate"])
     units = [u for u in make_units(Experiment.of(cfg)) if u.n in sizes]
     rows, checks = [], []
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
+    with one_thread():  # the sweep's single-thread arithmetic, hence its numbers
         for unit in units:
             sc = _scenario(unit.scenario_key)
             holdout = _holdout(unit.scenario_key, unit.holdout)
@@ -194,16 +189,11 @@ def range_halves(run: Path) -> dict:
     return out
 
 
-def _sibling(name: str):
-    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from moestat.cli.common import ArgumentParser
+    from simulations.catalogue import recorded_refit as rr
+
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("run", type=Path, help="the recorded gmoe-over3 run folder (results.csv, extras.csv, summary.json)")
     ap.add_argument("--sizes", type=int, nargs="+", default=None,
                     help="sample sizes to refit (default: every other recorded size, 200 .. 20 000: six of eleven)")
@@ -211,9 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--range-halves", action="store_true",
                     help="no refit: each block's slope on the lower and upper half of the run's sizes (extras.csv)")
     a = ap.parse_args(argv)
+    needs = ("results.csv", "extras.csv") + (() if a.range_halves else ("summary.json",))
+    missing = [f for f in needs if not (a.run / f).is_file()]
+    if missing:
+        ap.error(f"{a.run}: not a run folder ({', '.join(needs)} needed; missing {', '.join(missing)})")
+    if not a.json.parent.is_dir():
+        ap.error(f"--json {a.json}: no folder {a.json.parent}")
     if a.range_halves:
         report = range_halves(a.run)
-        _sibling("recorded_refit").write_json(a.json, report)
+        rr.write_json(a.json, report)
         for col, v in report.items():
             if col != "halves" and isinstance(v, dict):
                 print(f"{col:15s} " + "  ".join(f"{h} {v[h]['slope']:+.3f} [{v[h]['ci'][0]:+.3f}, {v[h]['ci'][1]:+.3f}]"
@@ -235,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_s": round(time.process_time() - c0, 1), "wall_s": round(time.perf_counter() - t0, 1),
         "fits_detail": rows,
     }
-    _sibling("recorded_refit").write_json(a.json, report)
+    rr.write_json(a.json, report)
     s = report["summary"]
     print(f"refit vs recorded: max relative difference {rel.max():.2e} over {len(checks)} values")
     print(f"{'quantity':26s} {'slope':>7s}  95% CI            medians per n")

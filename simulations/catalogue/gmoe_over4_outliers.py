@@ -46,7 +46,6 @@ The command line, the refit loop and the JSON (standard: no ``NaN``/``Infinity``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import sys
 import time
@@ -107,14 +106,11 @@ def responsibilities(X: np.ndarray, Y: np.ndarray, G) -> tuple[np.ndarray, np.nd
         ``sum_n log sum_i gate_i(x_n) N(y_n | ...)`` (nats): checked against the recorded
         ``fit_objective`` so that the responsibilities are those of the recorded fit.
     """
-    d = X.shape[1]
+    from simulations.catalogue import recorded_refit as rr
+
     score = G.beta0[None, :] + X @ G.beta1.T  # [n, k]
     log_gate = score - np.logaddexp.reduce(score, axis=1, keepdims=True)
-    mean = X @ G.eta[:, :d].T + G.eta[:, d][None, :]
-    var = G.eta[:, d + 1][None, :]
-    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
-    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
-    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
+    return rr.gaussian_expert_posterior(log_gate, X, Y, G.eta)
 
 
 def d2_terms(fitted, truth) -> dict:
@@ -207,14 +203,6 @@ def anatomy(X: np.ndarray, Y: np.ndarray, fitted, truth, var_floor: float) -> di
     return {"D2": t["total"], "loglik": ll, "atoms": atoms, "mass_gaps": t["mass_gaps"].tolist(), "dominant": dominant}
 
 
-def _sibling(name: str):
-    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """Refit the work unit of ``run`` that holds ``(n, replicate)`` as the sweep did; that replicate's fit.
 
@@ -224,9 +212,10 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates.sweep import recorded_unit
+    from simulations.catalogue import recorded_refit as rr
 
     unit, pos = recorded_unit(run, n, replicate)
-    r = _sibling("recorded_refit").refit_keeping_starts(unit)
+    r = rr.refit_keeping_starts(unit)
     sc, X, Y, est, state, losses = r["scenario"], r["X"], r["Y"], r["est"], r["state"], r["losses"]
     kept = r["starts"]
     starts = [{"loglik": float(kept.loglik[j]), "status": kept.status[j], "n_iter": int(kept.n_iter[j]),
@@ -358,15 +347,18 @@ def _choose(results: pd.DataFrame, a) -> pd.DataFrame:
 
 
 def _header(results: pd.DataFrame, a) -> dict:
+    from simulations.catalogue import recorded_refit as rr
+
     rule = (f"the {a.top} largest D2 / median D2 at the fit's n of results.csv" if a.above is None else
             f"every fit with D2 > {a.above:g} of results.csv ({int((results['voronoi'] > a.above).sum())} of {len(results)}), "
             "largest D2 / median D2 at the fit's n first")
     chosen_by = {"rule": f"{rule}, chosen before any parameter was looked at"} | ({} if a.above is None else {"above": a.above})
-    return chosen_by | {"same_rtol": SAME_RTOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
+    return chosen_by | {"same_rtol": SAME_RTOL, "D2_per_n": rr.per_n_tail(results)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    rr = _sibling("recorded_refit")
+    from simulations.catalogue import recorded_refit as rr
+
     return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="the recorded gmoe-over4 run folder (results.csv, summary.json)",

@@ -44,7 +44,6 @@ or ``"nan"`` (:func:`recorded_refit.write_json`; :func:`recorded_refit.decode` r
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -83,18 +82,15 @@ def laplace_parts(X: np.ndarray, Y: np.ndarray, G, linear: int | None = None) ->
     loglik : float
         ``sum_n log sum_i gate_i(x_n) N(y_n | a_i^T x_n + b_i, sigma_i^2)`` in nats.
     """
-    d = X.shape[1]
+    from simulations.catalogue import recorded_refit as rr
+
     c = G.beta1
     score = G.beta0[None, :] - np.linalg.norm(X[:, None, :] - c[None, :, :], axis=-1)  # [n, k]
     if linear is not None:
         r = np.linalg.norm(c[linear])
         score[:, linear] = G.beta0[linear] - r + X @ (c[linear] / r)
     log_gate = score - np.logaddexp.reduce(score, axis=1, keepdims=True)
-    mean = X @ G.eta[:, :d].T + G.eta[:, d][None, :]
-    var = G.eta[:, d + 1][None, :]
-    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
-    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
-    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
+    return rr.gaussian_expert_posterior(log_gate, X, Y, G.eta)
 
 
 def d2_terms(spec, fitted, truth) -> dict:
@@ -180,14 +176,6 @@ def ray_profile(X: np.ndarray, Y: np.ndarray, fitted, atom: int) -> list[dict]:
     return out
 
 
-def _sibling(name: str):
-    """The module of ``simulations/catalogue/NAME.py`` beside this script, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 _UNITS: dict = {}  # (run, n, first replicate) -> the refitted unit: two chosen fits of one unit cost one refit
 
 
@@ -198,11 +186,12 @@ def refit_unit(run: Path, n: int, replicate: int) -> dict:
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates.sweep import recorded_unit
+    from simulations.catalogue import recorded_refit as rr
 
     unit, pos = recorded_unit(run, n, replicate, scenario_dir=CATALOGUE_FILES)  # the catalogue's own file
     key = (str(run), n, unit.replicates[0])
     if key not in _UNITS:
-        _UNITS[key] = _sibling("recorded_refit").refit_keeping_starts(unit)
+        _UNITS[key] = rr.refit_keeping_starts(unit)
     r = _UNITS[key]
     sc, X, Y, kept, first_ll, state = r["scenario"], r["X"], r["Y"], r["starts"], r["first_loglik"], r["state"]
     losses = r["losses"]
@@ -274,12 +263,15 @@ def print_fit(f: dict) -> None:
 
 
 def _header(results: pd.DataFrame, a) -> dict:
+    from simulations.catalogue import recorded_refit as rr
+
     return {"rule": f"the {a.top} largest D2 (voronoi) of results.csv, chosen before any parameter was looked at",
-            "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": _sibling("recorded_refit").per_n_tail(results)}
+            "same_rtol": SAME_RTOL, "linear_tol": LINEAR_TOL, "D2_per_n": rr.per_n_tail(results)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    rr = _sibling("recorded_refit")
+    from simulations.catalogue import recorded_refit as rr
+
     return rr.refit_main(
         argv, description=__doc__.splitlines()[0],
         run_help="the over-specified run folder of laplace-gmoe (results.csv, summary.json)",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 from moestat.rates.extras import merge_extras
 from moestat.rates.store import read_results
@@ -42,7 +43,9 @@ def _rows(entry: str, run: str):
     return merge_extras(read_results(HERE / entry / run / "results.csv"), HERE / entry / run / "extras.csv")
 
 
-def main() -> list[dict]:
+def main(argv: list[str] | None = None) -> list[dict]:
+    # no options: anything given is refused (one line, exit 2) before the recorded JSON is rewritten
+    ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     out = []
     for entry, slow, fast, loss, r_slow, r_fast in CONTRASTS:
         ws, wf = _window(entry, slow, loss, r_slow), _window(entry, fast, loss, r_fast)

@@ -9,6 +9,11 @@
 * :func:`refit_main`: the ``main()`` of the three outlier scripts (``gllim_outliers.py`` too): the
   run folder, the selection rule fixed before any parameter is looked at, the refit loop and the
   JSON report.
+* :func:`one_thread`: one torch and one BLAS thread for a block (the sweep's reported fit's arithmetic,
+  so a refit repeats its numbers); every refit of the catalogue's diagnostics runs inside it.
+* :func:`gaussian_expert_posterior`: gate weights, posteriors and log-likelihood of Gaussian linear
+  experts under a fit's log gate weights (the softmax gate of ``gmoe_over4_outliers.py``, the Laplace
+  gate of ``laplace_over_outliers.py``).
 * :func:`write_json`: standard JSON (RFC 8259 has no NaN or infinity; Python's ``json`` writes
   ``NaN``/``Infinity`` by default, which strict parsers reject).  A non-finite number is written as
   the string ``"inf"``, ``"-inf"`` or ``"nan"`` (what ``float()`` reads back; :func:`decode` does it
@@ -22,8 +27,9 @@ import json
 import math
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -36,6 +42,25 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 NON_FINITE_NOTE = 'non-finite numbers are written as the strings "inf", "-inf" and "nan" (standard JSON has none)'
 
 
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch thread and one BLAS thread (threadpoolctl) inside the block; torch's count restored after.
+
+    :func:`moestat.rates.sweep.run_unit` fits every unit so (one worker, one core), and a refit
+    repeats the recorded numbers only with the same single-thread arithmetic.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(old_threads)
+
+
 def refit_keeping_starts(unit) -> dict:
     """Refit ``unit`` (a :class:`moestat.rates.sweep.WorkUnit`) as the sweep's reported fit.
 
@@ -45,30 +70,52 @@ def refit_keeping_starts(unit) -> dict:
     (the estimator's log-likelihoods before the truth check answers anything), ``state``
     (:func:`moestat.rates.truth_check.against_truth`) and ``losses`` (per loss, ``[B]``).
     """
-    import torch
-    from threadpoolctl import threadpool_limits
-
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
     from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses
 
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            sc = _scenario(unit.scenario_key)
-            holdout = _holdout(unit.scenario_key, unit.holdout)
-            X, Y, G0 = _draw(unit, sc)
-            est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
-            est.set_params(keep_starts=True)  # the same fit, every start's result kept
-            est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
-            first_ll = np.array(est.loglik_, dtype=float)
-            state = tc.against_truth(unit, sc, X, Y, est)
-            losses = compute_losses(sc, state["params"], holdout)
-    finally:
-        torch.set_num_threads(old_threads)
+    with one_thread():
+        sc = _scenario(unit.scenario_key)
+        holdout = _holdout(unit.scenario_key, unit.holdout)
+        X, Y, G0 = _draw(unit, sc)
+        est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
+        est.set_params(keep_starts=True)  # the same fit, every start's result kept
+        est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
+        first_ll = np.array(est.loglik_, dtype=float)
+        state = tc.against_truth(unit, sc, X, Y, est)
+        losses = compute_losses(sc, state["params"], holdout)
     return {"scenario": sc, "X": X, "Y": Y, "est": est, "starts": est.starts_, "first_loglik": first_ll,
             "state": state, "losses": losses}
+
+
+def gaussian_expert_posterior(log_gate: np.ndarray, X: np.ndarray, Y: np.ndarray,
+                              eta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Gate weights, responsibilities and log-likelihood of Gaussian linear experts on one sample.
+
+    Parameters
+    ----------
+    log_gate : ndarray ``[n, k]``
+        ``log gate_i(x_n)`` of the fit (each row's exponentials sum to 1).
+    X : ndarray ``[n, d]``
+    Y : ndarray ``[n]``
+    eta : ndarray ``[k, d + 2]``
+        Each expert's ``(a_i, b_i, sigma_i^2)``: the mean ``a_i^T x + b_i`` and the variance.
+
+    Returns
+    -------
+    gate : ndarray ``[n, k]``
+        ``gate_i(x_n)``.
+    post : ndarray ``[n, k]``
+        ``P(atom i | x, y)``, proportional to ``gate_i(x) N(y | a_i^T x + b_i, sigma_i^2)``.
+    loglik : float
+        ``sum_n log sum_i gate_i(x_n) N(y_n | a_i^T x_n + b_i, sigma_i^2)`` (nats).
+    """
+    d = X.shape[1]
+    mean = X @ eta[:, :d].T + eta[:, d][None, :]
+    var = eta[:, d + 1][None, :]
+    log_joint = log_gate - 0.5 * (np.log(2 * np.pi * var) + (Y[:, None] - mean) ** 2 / var)
+    log_norm = np.logaddexp.reduce(log_joint, axis=1, keepdims=True)
+    return np.exp(log_gate), np.exp(log_joint - log_norm), float(log_norm.sum())
 
 
 def per_n_tail(results: pd.DataFrame, column: str = "voronoi", above: float = 1e3) -> dict:
@@ -185,6 +232,9 @@ def refit_main(argv: list[str] | None, *, description: str, run_help: str, top_h
     missing = [f for f in needs if not (a.run / f).is_file()]
     if missing:
         print(f"{a.run}: not a run folder ({', '.join(needs)} needed; missing {', '.join(missing)})", file=sys.stderr)
+        return 2
+    if not a.json.parent.is_dir():  # refused before the refits, not after them
+        print(f"--json {a.json}: no folder {a.json.parent}", file=sys.stderr)
         return 2
     t0, c0 = time.perf_counter(), time.process_time()
     rows = pd.read_csv(a.run / table)

@@ -39,14 +39,16 @@ Run (under a second; recorded ``simulations/rates/fig1b40_window.json``)::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+
+from moestat.cli.common import ArgumentParser
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The recorded runs of preset fig1b (both routers; only the perturbed rows are read).
@@ -150,20 +152,35 @@ def design(runs: list[Path] = RUNS) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def window_main(argv: list[str] | None, doc: str, design: Callable[[], dict], show: Callable[[dict], None]) -> int:
+    """The ``main()`` of a window script (this one, ``fig1b40w_window.py``): ``--json``, the design, its summary.
+
+    ``design()`` is the script's design (a dict with ``expected_halfwidth``), ``show(rec)`` prints its
+    own lines before the expected half-widths; the design is written to ``--json`` when given.
+    """
+    p = ArgumentParser(description=doc.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--json", type=Path, default=None, help="write the design here")
     a = p.parse_args(argv)
+    if a.json is not None and not a.json.parent.is_dir():
+        p.error(f"--json {a.json}: no folder {a.json.parent}")
     rec = design()
-    for n, s in rec["runoff_share"].items():
-        print(f"n = {n:>6}: run-off single-atom fits {s['run_off']:2d}/{s['fits']} ({s['pooled']:.0%})")
-    print(f"rho = {rec['criterion']['rho']:.3f}, threshold {rec['criterion']['threshold']:.3f}; window from n = {rec['n_min']}")
-    print(f"sizes {rec['sizes']}: predicted {rec['predicted_cost_s'] / 60:.1f} CPU-min for {SEEDS} seeds x {REPS} replicates")
+    show(rec)
     for loss, e in rec["expected_halfwidth"].items():
         print(f"expected 95% half-width, {loss}: {e['halfwidth_95']:.2f}")
     if a.json is not None:
         a.json.write_text(json.dumps(rec, indent=1) + "\n")
     return 0
+
+
+def _show(rec: dict) -> None:
+    for n, s in rec["runoff_share"].items():
+        print(f"n = {n:>6}: run-off single-atom fits {s['run_off']:2d}/{s['fits']} ({s['pooled']:.0%})")
+    print(f"rho = {rec['criterion']['rho']:.3f}, threshold {rec['criterion']['threshold']:.3f}; window from n = {rec['n_min']}")
+    print(f"sizes {rec['sizes']}: predicted {rec['predicted_cost_s'] / 60:.1f} CPU-min for {SEEDS} seeds x {REPS} replicates")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return window_main(argv, __doc__, design, _show)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,7 @@ recorded CSV files.  Run (recorded ``simulations/rates/fig1b40w_window.json``)::
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import math
 import sys
 from pathlib import Path
@@ -94,19 +92,14 @@ def design(runs: list[Path] = RUNS) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None, help="write the design here")
-    a = p.parse_args(argv)
-    rec = design()
+def _show(rec: dict) -> None:
     print("measured time per fit: " + ", ".join(f"{n}: {t:.2f} s" for n, t in rec["measured_time_per_fit_s"].items())
           + f" (exponent {rec['time_exponent_fit']:.2f}, {rec['time_exponent_used']:.2f} used beyond)")
     print(f"sizes {rec['sizes']}: predicted {rec['predicted_cost_s'] / 60:.1f} CPU-min for {rec['seeds']} seeds x {rec['reps']} replicates")
-    for loss, e in rec["expected_halfwidth"].items():
-        print(f"expected 95% half-width, {loss}: {e['halfwidth_95']:.2f}")
-    if a.json is not None:
-        a.json.write_text(json.dumps(rec, indent=1) + "\n")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _base().window_main(argv, __doc__, design, _show)  # fig1b40_window's command line and report
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ and one line per replicate::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -40,6 +39,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from moestat.cli.common import ArgumentParser, positive_int
 
 
 def _sweep_unit(args, n: int):
@@ -65,14 +66,16 @@ def main(argv=None) -> int:
     from moestat.rates.sweep import _estimator
 
     torch.set_num_threads(1)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ns", type=int, nargs="+", default=[2000, 8000])
-    ap.add_argument("--reps", type=int, default=4)
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
+    ap.add_argument("--ns", type=positive_int, nargs="+", default=[2000, 8000])
+    ap.add_argument("--reps", type=positive_int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--starts", type=int, default=8, help="near-truth and random starts each, per replicate")
+    ap.add_argument("--starts", type=positive_int, default=8, help="near-truth and random starts each, per replicate")
     ap.add_argument("--json", type=Path, required=True)
     ap.add_argument("--noise-free", action="store_true", help="the noise-free refit of the sweep's fits only")
     args = ap.parse_args(argv)
+    if not args.json.parent.is_dir():  # refused before the fits, not after them
+        ap.error(f"--json {args.json}: no folder {args.json.parent}")
     if args.noise_free:
         return noise_free(args, argv)
     t0 = time.perf_counter()

@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 
 ROUTERS = ("cosine", "perturbed")
@@ -383,7 +384,7 @@ def _positive(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--out", type=Path, default=Path("simulations/rates/figure1"))
     p.add_argument("--rates-from", type=Path, default=None, help="a `moestat theory --quick --out DIR` folder to copy the fits from")
     p.add_argument("--n-mc", type=_positive, default=50_000, help="Monte Carlo inputs for the KL rate")

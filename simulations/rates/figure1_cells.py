@@ -38,7 +38,6 @@ and (the preset ``fig1b40wv``: the vanilla router at ``fig1b40w``'s design, defa
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 
 #: Relative agreement required between the refit and the recorded ``extras.csv`` (decimal round trip).
@@ -92,7 +92,7 @@ def check_against_record(rows: list[dict], extras_csv: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--run", type=Path, required=True, help="a finished rates run folder with --cell-errors extras")
     p.add_argument("--json", type=Path, required=True, help="where to write the per-atom records")
     p.add_argument("--routers", nargs="+", default=["cosine", "perturbed"], choices=["cosine", "perturbed"])
@@ -101,6 +101,8 @@ def main(argv=None) -> int:
     for f in ("summary.json", "extras.csv"):
         if not (args.run / f).is_file():
             p.error(f"--run {args.run}: {f} is missing (a rates run with --cell-errors is needed)")
+    if not args.json.parent.is_dir():  # refused before the refits, not after them
+        p.error(f"--json {args.json}: no folder {args.json.parent}")
     t0 = time.perf_counter()
     rows = refit_rows(args.run, tuple(args.routers), args.ns)
     if not rows:

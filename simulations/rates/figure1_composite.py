@@ -45,7 +45,6 @@ Nothing is refitted here: the script reads the records, computes intervals and s
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -54,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -689,7 +689,7 @@ def figure(rec: dict, stem: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--root", type=Path, default=ROOT, help="the repository root the records are read from")
     p.add_argument("--out", type=Path, default=ROOT / "simulations" / "rates" / "figure1")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")

@@ -7,14 +7,23 @@ direction error ``||u - u*||`` and mass ``exp(beta0)``.  Usage (about a minute o
 
     PYTHONPATH=. python simulations/rates/over_direction_cells.py cosine 4000 4
 """
-import numpy as np, sys
-from moestat.data.synthetic import make_scenario
-from moestat.estimators.starts import near_truth_init
-from moestat.losses.cell_errors import beta1_decomposition
-from moestat.model.mixing import MixingMeasure
-from moestat.rates.resolve import build_estimator
-from moestat.rates.sweep import replicate_streams
-router = sys.argv[1]; n = int(sys.argv[2]); reps = int(sys.argv[3])
+from moestat.cli.common import ArgumentParser, positive_int
+
+# parsed before the heavy imports: a bad option is one line, exit 2 (the doors' parser), at once
+ap = ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("router", choices=("perturbed", "cosine", "linear"))  # moestat.model.gates.GATE_KINDS
+ap.add_argument("n", type=positive_int)
+ap.add_argument("reps", type=positive_int)
+args = ap.parse_args()
+router, n, reps = args.router, args.n, args.reps
+
+import numpy as np  # noqa: E402
+from moestat.data.synthetic import make_scenario  # noqa: E402
+from moestat.estimators.starts import near_truth_init  # noqa: E402
+from moestat.losses.cell_errors import beta1_decomposition  # noqa: E402
+from moestat.model.mixing import MixingMeasure  # noqa: E402
+from moestat.rates.resolve import build_estimator  # noqa: E402
+from moestat.rates.sweep import replicate_streams  # noqa: E402
 sc = make_scenario(router, "over")
 T = sc.truth.numpy(); print("true norms", np.linalg.norm(T.beta1, axis=1))
 Xs, Ys, st = [], [], []

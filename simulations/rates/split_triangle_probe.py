@@ -9,11 +9,16 @@ A spot check, not a proof: other estimates are not tried.  Seconds on one core::
 
     PYTHONPATH=. python simulations/rates/split_triangle_probe.py
 """
-import numpy as np
-from moestat.data.synthetic import make_scenario
-from moestat.model.mixing import MixingMeasure
-from moestat.losses.voronoi import voronoi_loss
-from moestat.rates.two_point import split_witness
+from moestat.cli.common import ArgumentParser
+
+# no options: anything given is refused (one line, exit 2, the doors' parser) before the heavy imports
+ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+
+import numpy as np  # noqa: E402
+from moestat.data.synthetic import make_scenario  # noqa: E402
+from moestat.model.mixing import MixingMeasure  # noqa: E402
+from moestat.losses.voronoi import voronoi_loss  # noqa: E402
+from moestat.rates.two_point import split_witness  # noqa: E402
 sc = make_scenario("perturbed", "over"); G = sc.truth.numpy(); j = 1
 rng = np.random.default_rng(0)
 for t in (0.3, 0.1, 0.03, 0.01, 0.003, 0.001):

@@ -12,11 +12,11 @@ full record or when two records hold the same check, so the index cannot silentl
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from moestat.cli.common import ArgumentParser
 from moestat.experiments.theory.framework import CheckResult
 from moestat.experiments.theory.runner import write_report
 
@@ -49,7 +49,7 @@ def gather(root: Path) -> tuple[list[CheckResult], list[str], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("--root", type=Path, default=HERE, help="the theory_reports folder (default: beside this script)")
     args = ap.parse_args(argv)
     if not (args.root / "quick" / "theory_report.json").is_file():

@@ -18,7 +18,6 @@ Writes ``two_point.json`` and ``two_point.png`` (and ``.pdf``) into ``--out``::
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from moestat.cli.common import ArgumentParser, positive_int
 from moestat.data.synthetic import make_scenario
 from moestat.io import atomic_write_json
 from moestat.rates.fit import slope_with_interval
@@ -198,26 +198,19 @@ def figure(rec: dict, stem: Path) -> None:
     plt.close(fig)
 
 
-def _positive(text: str) -> int:
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return v
-
-
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--out", type=Path, default=Path("simulations/rates/two_point"))
-    p.add_argument("--n-mc", type=_positive, default=100_000, help="Monte Carlo inputs for the KL rate")
-    p.add_argument("--n-t", type=_positive, default=121, help="points of the witness grid t in [1e-6, 1]")
-    p.add_argument("--n-max", type=_positive, default=100_000)
-    p.add_argument("--n-points", type=_positive, default=5)
-    p.add_argument("--reps", type=_positive, default=20)
+    p.add_argument("--n-mc", type=positive_int, default=100_000, help="Monte Carlo inputs for the KL rate")
+    p.add_argument("--n-t", type=positive_int, default=121, help="points of the witness grid t in [1e-6, 1]")
+    p.add_argument("--n-max", type=positive_int, default=100_000)
+    p.add_argument("--n-points", type=positive_int, default=5)
+    p.add_argument("--reps", type=positive_int, default=20)
     p.add_argument("--init-scale", type=float, default=0.05)
-    p.add_argument("--max-iter", type=_positive, default=200)
+    p.add_argument("--max-iter", type=positive_int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sgd-n", type=_positive, default=10_000, help="sample size of the SGD cross-check of the vanilla radius")
-    p.add_argument("--sgd-reps", type=_positive, default=5)
+    p.add_argument("--sgd-n", type=positive_int, default=10_000, help="sample size of the SGD cross-check of the vanilla radius")
+    p.add_argument("--sgd-reps", type=positive_int, default=5)
     p.add_argument("--figure-only", action="store_true", help="redraw the figure from <out>/two_point.json")
     args = p.parse_args(argv)
     if args.reps < 2 or args.sgd_reps < 2 or args.n_t < 2 or args.n_max < 1000:

@@ -11,11 +11,16 @@ A spot check, not a proof: other estimates are not tried.  Seconds on one core::
 
     PYTHONPATH=. python simulations/rates/two_point_expert_triangle_probe.py
 """
-import numpy as np
+from moestat.cli.common import ArgumentParser
 
-from moestat.losses.voronoi_spec import voronoi_loss_from_spec
-from moestat.model.mixing import MixingMeasure
-from moestat.rates.expert_two_point import LINEAR_FILE, entry_scenario, expert_split_witness
+# no options: anything given is refused (one line, exit 2, the doors' parser) before the heavy imports
+ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+
+import numpy as np  # noqa: E402
+
+from moestat.losses.voronoi_spec import voronoi_loss_from_spec  # noqa: E402
+from moestat.model.mixing import MixingMeasure  # noqa: E402
+from moestat.rates.expert_two_point import LINEAR_FILE, entry_scenario, expert_split_witness  # noqa: E402
 
 
 def rep(G, M):

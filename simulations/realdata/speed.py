@@ -11,7 +11,6 @@ figure that does not depend on what else runs on the machine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import time
@@ -19,10 +18,11 @@ from pathlib import Path
 
 import torch
 
+from moestat.cli.common import ArgumentParser, name_choice, positive_int
 from moestat.data.images import load_dataset
 from moestat.io import atomic_write_json
 from moestat.nn.classifier import count_parameters, fit_classifier
-from moestat.experiments.realdata import build_model
+from moestat.experiments.realdata import GATE_SPECS, build_model
 
 ARCHS = {
     "experts-64": dict(expert_hidden=64),
@@ -30,19 +30,22 @@ ARCHS = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--gates", default="dense,noisy_topk_load,perturbed,softmoe")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("speed.json")))
-    a = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
+    ap.add_argument("--threads", type=positive_int, default=2, help="torch threads of the measurement")
+    ap.add_argument("--gates", type=name_choice(tuple(GATE_SPECS), many=True),  # an unknown gate: refused before the data load
+                    default="dense,noisy_topk_load,perturbed,softmoe", help="comma list of gates to time")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("speed.json")), help="the JSON written")
+    a = ap.parse_args(argv)
+    if not Path(a.out).parent.is_dir():  # refused before the epochs, not after them
+        ap.error(f"--out {a.out}: no folder {Path(a.out).parent}")
     torch.set_num_threads(a.threads)
     ds = load_dataset("fashion-mnist", val_fraction=0.0)  # all 60,000 training images
     t = ds.tensors()
     rows = []
     load_before = os.getloadavg()
     for arch, kw in ARCHS.items():
-        for gate in a.gates.split(","):
+        for gate in a.gates:
             if gate == "softmoe":
                 if arch != "experts-64":
                     continue

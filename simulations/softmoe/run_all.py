@@ -21,12 +21,13 @@ Each step prints the command it runs; outputs go to ``<out>/<step>/``.  Steps:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from moestat.cli.common import ArgumentParser
 
 STEPS = {
     "norm": ["norm-target"],
@@ -43,15 +44,16 @@ STEPS = {
 }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--out", required=True)
     p.add_argument("--only", default=",".join(STEPS), help="comma-separated subset of " + ",".join(STEPS))
-    a = p.parse_args()
+    a = p.parse_args(argv)
+    unknown = [name for name in a.only.split(",") if name not in STEPS]
+    if unknown:  # refused before any step runs, not after the steps before it
+        p.error(f"unknown step {unknown[0]!r} (known: {', '.join(STEPS)})")
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     for name in a.only.split(","):
-        if name not in STEPS:
-            p.error(f"unknown step {name!r}")
         if name == "fashion" and not (Path(os.environ.get("MOESTAT_DATA", "/nonexistent")) / "fashion-mnist").is_dir() \
                 and not Path("/usr/share/datasets/fashion-mnist").is_dir():
             print("skipping fashion: dataset-fashion-mnist not installed (set MOESTAT_DATA)")

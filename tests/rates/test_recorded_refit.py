@@ -107,6 +107,17 @@ def test_refit_main_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, c
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_refit_main_refuses_a_json_in_a_missing_folder_before_any_refit(tmp_path, capsys):
+    mod = _script()
+    chosen: list = []
+    out = tmp_path / "absent" / "out.json"
+    rc = _fake_main(mod, tmp_path, ["--json", str(out)], chosen)
+    err = capsys.readouterr().err
+    # refused before the refits (minutes each in the real scripts), not when the report is written
+    assert rc == 2 and "no folder" in err and len(err.strip().splitlines()) == 1 and chosen == []
+    assert not out.parent.exists()
+
+
 def test_gmoe_over4_above_rule_takes_every_fit_above_the_threshold_in_ratio_order(capsys):
     mod = _script("gmoe_over4_outliers")
     results = pd.DataFrame({"n": [100] * 4 + [200] * 4, "replicate": list(range(4)) * 2,

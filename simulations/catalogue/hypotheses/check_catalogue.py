@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
 from moestat.rates.hypotheses import check_hypotheses
@@ -30,7 +31,9 @@ def _short(rep: dict) -> dict:
     return {k: {"holds": c["holds"], "value": c["value"], "tol": c["tol"], "detail": c["detail"]} for k, c in rep["conditions"].items()}
 
 
-def main() -> dict:
+def main(argv: list[str] | None = None) -> dict:
+    # no options: anything given is refused (one line, exit 2) before hypotheses.json is rewritten
+    ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     rows = []
     for r in catalogue_hypotheses():
         rows.append({k: r[k] for k in ("entry", "run", "router", "theorem", "cite", "met", "failing")} | {"conditions": _short(r["report"])})

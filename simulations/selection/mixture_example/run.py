@@ -16,7 +16,6 @@ ones).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -27,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from moestat.cli.common import ArgumentParser, int_list, nonneg_int, positive_int  # noqa: E402
 from moestat.selection.mixture import ExampleConfig, run_replicate  # noqa: E402
 
 CRITERIA = ("DSC", "DSC_rescaled", "AIC", "BIC")
@@ -131,19 +131,19 @@ def write(summary: dict, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent))
-    ap.add_argument("--ns", default="100,178,316,562,1000,1778,3162")
-    ap.add_argument("--reps", type=int, default=16)
-    ap.add_argument("--starts", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ns", type=int_list, default="100,178,316,562,1000,1778,3162")
+    ap.add_argument("--reps", type=positive_int, default=16)
+    ap.add_argument("--starts", type=positive_int, default=2)
+    ap.add_argument("--seed", type=nonneg_int, default=0)
     args = ap.parse_args(argv)
     config = ExampleConfig(n_starts=args.starts, tol=1e-8, max_iter=2000, seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "records.jsonl"
     done = {(r["n"], r["replicate"]) for r in read(path)}
-    ns = [int(v) for v in args.ns.split(",")]
+    ns = args.ns
     for n in ns:
         for r in range(args.reps):
             if (n, r) in done:

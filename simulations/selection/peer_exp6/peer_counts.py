@@ -9,11 +9,15 @@ import json
 import subprocess
 import sys
 
+from moestat.cli.common import ArgumentParser
+
 REPO = "/work/.mirror/maitrungnguyen+Dendrogram_SGMoE/repo"
 FOLDER = "data/experiment 6/dsc_aic_bic_icl_K5_100_10000_32"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    # no options: anything given is refused (one line, exit 2, the doors' parser)
+    ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     names = subprocess.run(["git", "-C", REPO, "ls-tree", "--name-only", f"HEAD:{FOLDER}"], capture_output=True,
                            text=True, check=True).stdout.split()
     counts = {c: collections.defaultdict(collections.Counter) for c in ("dic", "aic", "bic", "icl")}
