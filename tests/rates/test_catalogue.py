@@ -179,12 +179,12 @@ def test_recorded_contrast_is_rejudged_by_the_paired_interval():
     """The report of lse-ffn-vs-linear, rebuilt from its recorded runs, carries the paired interval."""
     rec = ROOT / "simulations" / "catalogue" / "lse-ffn-vs-linear"
     e = cat.entry("lse-ffn-vs-linear")
-    runs = [{"label": r.label, "wall_s": 0.0, "counts": {}, "sample_sizes": [], "reps": 12,
+    runs = [{"label": r.label, "wall_s": 0.0, "counts": {}, "sample_sizes": [], "reps": 40,
              "summary": json.loads((rec / r.label / "summary.json").read_text())} for r in e.runs]
     c = cat._report(e, False, runs, rec)["contrast"]
     lo, hi = c["paired"]["ci"]
     assert c["category"] == ("inconclusive" if lo <= 0 <= hi else "consistent" if lo > 0 else "inconsistent")
-    assert c["paired"]["replicates"] == 12 and c["paired"]["ns"][0] == 1000 and "replicate-paired" in c["reason"]
+    assert c["paired"]["replicates"] == 40 and c["paired"]["ns"][0] == 1000 and "replicate-paired" in c["reason"]
     # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the pipeline's slopes' difference
     assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)
 
