@@ -346,17 +346,20 @@ def gauss_newton(
             # one replicate's J^T at a time, multiplied while it is still in cache: the same
             # products as the batched form below (each replicate's J^T J is its own matrix
             # product, the same kernel on the same operands; bit-identical, tested), without
-            # writing and re-reading the whole [R, P, c] chunk through memory
+            # writing and re-reading the whole [R, P, c] chunk through memory; the replicate's
+            # J^T r too, from the same operands while they are cached (its rows of g, the same
+            # batched operations on one replicate: the same bits)
             buf = data.buffer(1, P, n_c, r)
             for i in range(R):
                 s = slice(i, i + 1)
-                Jt = jacobian_t(xs[s], xe[s], u_b[s], a[s], None if us is None else us[s], v[s],
-                                None if cb is None else cb[s], k, buf)
+                us_i, cb_i = (None, None) if cb is None else (us[s], cb[s])
+                Jt = jacobian_t(xs[s], xe[s], u_b[s], a[s], us_i, v[s], cb_i, k, buf)
                 A[s].baddbmm_(Jt, Jt.transpose(1, 2))
+                _add_gradient(g[s], xs[s], xe[s], u_b[s], a[s], us_i, v[s], cb_i, r[s], k)
         else:
             Jt = jacobian_t(xs, xe, u_b, a, us, v, cb, k, data.buffer(R, P, n_c, r))
             A.baddbmm_(Jt, Jt.transpose(1, 2))
-        _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)
+            _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)
     return A, g
 
 

@@ -159,6 +159,8 @@ def test_per_replicate_gauss_newton_equals_the_batched_product(kind, k_active, m
         assert K.per_replicate(4, P, 300, theta)
         A1, g1 = K.gauss_newton(model, design, theta, 3, cache)
         assert torch.equal(A0, A1) and torch.equal(g0, g1)
+        # the last iterate's gradient (always batched) is still gauss_newton's, bit for bit
+        assert torch.equal(K.gradient_and_diagonal(model, design, theta, 3, cache)[1], g1)
         # and J^T J is what it should be: the product of the Jacobian with itself (not only equal forms)
         Jt = torch.cat([K.residual_and_jacobian(model, design.chunk(c), theta, 3)[1].transpose(1, 2)
                         for c in range(len(design.xs))], dim=-1)
