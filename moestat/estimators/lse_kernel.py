@@ -364,7 +364,7 @@ def gauss_newton(
 
 
 def per_replicate(R: int, P: int, n_c: int, like: torch.Tensor) -> bool:
-    """Whether :func:`gauss_newton` forms ``J^T`` and ``J^T J`` one replicate at a time for a
+    """Whether :func:`gauss_newton` forms ``J^T``, ``J^T J`` and ``J^T r`` one replicate at a time for a
     chunk of ``n_c`` samples: on the CPU, for more than one replicate, where the chunk's whole
     ``J^T [R, P, n_c]`` (float64) would exceed :data:`PER_REPLICATE_BYTES`.
 
