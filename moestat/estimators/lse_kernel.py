@@ -47,6 +47,7 @@ __all__ = [
     "gradient_and_diagonal",
     "evaluate",
     "jacobian_t",
+    "per_replicate",
     "residual_and_jacobian",
     "router_coefficients",
 ]
@@ -56,6 +57,9 @@ CHUNK_BYTES = 1 << 25
 # Keep the forward coefficients of all chunks only below this size (else recompute them).
 # n = 128000, R = 20, k = 3 needs 250 MB.
 CACHE_BYTES = 1 << 30
+# Above this size of a chunk's batched J^T (bytes), gauss_newton forms J^T J one replicate at a
+# time (per_replicate; measured on the main job's units, docs/guide/performance.rst).
+PER_REPLICATE_BYTES = 1 << 22
 
 
 def score_taus(model: MoEModel) -> tuple[float, float] | None:
@@ -337,10 +341,40 @@ def gauss_newton(
         xs, xe = data.xs[c], data.xe[c]
         u_b, v, r = cache.u_b[c], cache.v[c], cache.r[c]
         a, us = router_coefficients(cache.u_s[c], cache.s[c], sig, cb, k)
-        Jt = jacobian_t(xs, xe, u_b, a, us, v, cb, k, data.buffer(R, P, r.shape[-1], r))
-        A.baddbmm_(Jt, Jt.transpose(1, 2))
-        _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)
+        n_c = r.shape[-1]
+        if per_replicate(R, P, n_c, r):
+            # one replicate's J^T at a time, multiplied while it is still in cache: the same
+            # products as the batched form below (each replicate's J^T J is its own matrix
+            # product, the same kernel on the same operands; bit-identical, tested), without
+            # writing and re-reading the whole [R, P, c] chunk through memory; the replicate's
+            # J^T r too, from the same operands while they are cached (its rows of g, the same
+            # batched operations on one replicate: the same bits)
+            buf = data.buffer(1, P, n_c, r)
+            for i in range(R):
+                s = slice(i, i + 1)
+                us_i, cb_i = (None, None) if cb is None else (us[s], cb[s])
+                Jt = jacobian_t(xs[s], xe[s], u_b[s], a[s], us_i, v[s], cb_i, k, buf)
+                A[s].baddbmm_(Jt, Jt.transpose(1, 2))
+                _add_gradient(g[s], xs[s], xe[s], u_b[s], a[s], us_i, v[s], cb_i, r[s], k)
+        else:
+            Jt = jacobian_t(xs, xe, u_b, a, us, v, cb, k, data.buffer(R, P, n_c, r))
+            A.baddbmm_(Jt, Jt.transpose(1, 2))
+            _add_gradient(g, xs, xe, u_b, a, us, v, cb, r, k)
     return A, g
+
+
+def per_replicate(R: int, P: int, n_c: int, like: torch.Tensor) -> bool:
+    """Whether :func:`gauss_newton` forms ``J^T``, ``J^T J`` and ``J^T r`` one replicate at a time for a
+    chunk of ``n_c`` samples: on the CPU, for more than one replicate, where the chunk's whole
+    ``J^T [R, P, n_c]`` (float64) would exceed :data:`PER_REPLICATE_BYTES`.
+
+    Why (issue 36): the batched ``J^T`` of the main job's large units is 32 MiB per chunk, written
+    by :func:`jacobian_t` and read back by the product after it has left the cache; one
+    replicate's ``J^T`` (1.6 MiB) is read while still cached.  On an accelerator a loop over
+    replicates would only add kernel launches, and for small chunks the loop's overhead is not
+    paid back.
+    """
+    return like.device.type == "cpu" and R > 1 and R * P * n_c * like.element_size() > PER_REPLICATE_BYTES
 
 
 def _add_gradient(g: torch.Tensor, xs, xe, u_b, a, us, v, cb, r, k: int) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "check_positive_float",
     "prepare_data",
     "prepare_init",
+    "all_finite",
 ]
 
 
@@ -128,11 +129,23 @@ def prepare_data(
             )
     elif n < min_samples:
         raise ValueError(f"need at least {min_samples} samples per replicate, got n={n}")
-    if not bool(torch.isfinite(Xt).all()):
+    if not all_finite(Xt):
         raise ValueError("X contains non-finite values (NaN or inf)")
-    if not bool(torch.isfinite(Yt).all()):
+    if not all_finite(Yt):
         raise ValueError("Y contains non-finite values (NaN or inf)")
     return Xt, Yt
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite (neither NaN nor +-inf).
+
+    The sum first: a NaN or an infinity in ``t`` makes its sum NaN or infinite, so a finite sum
+    proves every entry finite; only a non-finite sum (bad data, or finite values whose sum
+    overflows) needs the entrywise test.  Why (issue 36): ``isfinite(X).all()`` writes a boolean
+    array as large as ``X`` and took about 120 ms for the main job's ``X [20, 128 000, 4]``, the
+    sum about 6 ms.
+    """
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def prepare_init(

@@ -47,7 +47,7 @@ import numpy as np
 
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.stability import halves, is_slow_rate
-from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, Curve, FitData, judge_fits, verdict
+from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, Curve, FitData, judge_fits, ols, verdict
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -130,24 +130,23 @@ def predicted_exponent(
 
 
 def ols_fit(x: np.ndarray, y: np.ndarray, robust: bool = False) -> dict[str, float]:
-    """statsmodels OLS of ``y`` on ``x`` with intercept: slope, 95% CI, intercept, R^2, AIC."""
-    # the module, not statsmodels.api: the same OLS class, without the ~2 s import of the whole API
-    from statsmodels.regression.linear_model import OLS
-    from statsmodels.tools.tools import add_constant
+    """statsmodels OLS of ``y`` on ``x`` with intercept: slope, 95% CI, intercept, R^2, AIC.
 
+    Computed by :func:`moestat.rates.verdicts.ols` (statsmodels' arithmetic without importing
+    statsmodels and ``scipy.stats``, issue 36; the same numbers)."""
     x = np.asarray(x, float)
     y = np.asarray(y, float)
-    X = add_constant(x, has_constant="add")
-    res = OLS(y, X).fit(cov_type="HC3" if robust else "nonrobust")
-    ci = np.asarray(res.conf_int(0.05))
+    X = np.column_stack((np.ones(x.shape[0]), x))  # statsmodels' add_constant(x, has_constant="add")
+    res = ols(X, y, robust=robust, alpha=0.05)
+    ci = res["ci"]
     return {
-        "slope": float(res.params[1]),
-        "intercept": float(res.params[0]),
-        "se": float(res.bse[1]),
+        "slope": float(res["params"][1]),
+        "intercept": float(res["params"][0]),
+        "se": float(res["bse"][1]),
         "ci_low": float(ci[1, 0]),
         "ci_high": float(ci[1, 1]),
-        "r2": float(res.rsquared),
-        "aic": float(res.aic),
+        "r2": float(res["rsquared"]),
+        "aic": float(res["aic"]),
         "n_points": int(len(y)),
     }
 

@@ -69,6 +69,8 @@ __all__ = [
     "DEFAULT_HALFWIDTH",
     "DEFAULT_TOLERANCE",
     "verdict",
+    "ols",
+    "theil_sen",
     "robust_slope",
     "curvature",
     "tail_slope",
@@ -98,6 +100,161 @@ DEFAULT_HALFWIDTH = 0.05
 DEFAULT_TOLERANCE = 0.15
 
 
+def ols(X: np.ndarray, y: np.ndarray, *, robust: bool, alpha: float) -> dict[str, Any]:
+    """statsmodels' ``OLS(y, X).fit(cov_type="HC3" if robust else "nonrobust")``, its results.
+
+    Why (issue 36): importing statsmodels' OLS imports ``scipy.stats`` (about 1.2 CPU-s with it on
+    the project's 2-core machine; scipy parses some 600 docstrings), and the main job's first
+    forked worker paid that during the sweep only to fit the rates afterwards.  Here the same
+    arithmetic is done with NumPy and two quantiles of ``scipy.special`` (``stdtrit``, ``ndtri``:
+    what ``scipy.stats.t.ppf`` and ``norm.ppf`` evaluate), step by step as statsmodels 0.15 does it
+    (the pseudo-inverse of ``pinv_extended``, ``ssr``, ``centered_tss``, the profile
+    log-likelihood, ``cov_HC3``; the t quantile for the classical errors, the normal one for HC3,
+    statsmodels' defaults), so the numbers are the same bits (``tests/rates/test_verdicts_ols.py``
+    compares thousands of fits).  Anything outside the regular case -- non-finite data, not
+    exactly one constant column, a rank-deficient design, no residual degree of freedom, a
+    leverage of 1, a constant or exactly fitted ``y`` -- is handed to statsmodels itself, with its
+    warnings and conventions.
+
+    Parameters
+    ----------
+    X : ndarray, shape ``[m, p]``
+        Design with one constant column (``add_constant``'s column of ones).
+    y : ndarray, shape ``[m]``
+    robust : bool
+        HC3 standard errors (else the classical ones).
+    alpha : float
+        ``conf_int(alpha)``: the ``1 - alpha`` interval.
+
+    Returns
+    -------
+    dict
+        ``params [p]``, ``bse [p]``, ``ci [p, 2]`` (lower, upper), ``rsquared``, ``aic``.
+    """
+    got = _ols_regular(np.asarray(X, dtype=float), np.asarray(y, dtype=float), robust, alpha)
+    if got is not None:
+        return got
+    from statsmodels.regression.linear_model import OLS  # the irregular cases: statsmodels itself
+
+    res = OLS(y, X).fit(cov_type="HC3" if robust else "nonrobust")
+    return {"params": np.asarray(res.params), "bse": np.asarray(res.bse), "ci": np.asarray(res.conf_int(alpha)),
+            "rsquared": float(res.rsquared), "aic": float(res.aic)}
+
+
+def _ols_regular(X: np.ndarray, y: np.ndarray, robust: bool, alpha: float) -> dict[str, Any] | None:
+    """:func:`ols` in the regular case, statsmodels' operations in statsmodels' order; ``None``
+    where the case is not regular (see :func:`ols`)."""
+    # imported here: this module is on the sweep's start-up path (0.2-0.3 CPU-s of scipy.special
+    # there, serial); the worker that fits the rates imports it during the sweep (WARM_MODULES)
+    from scipy.special import ndtri, stdtrit
+
+    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or not (np.isfinite(X).all() and np.isfinite(y).all()):
+        return None
+    nobs, p = X.shape
+    const = np.flatnonzero(X.max(axis=0) == X.min(axis=0))  # statsmodels' k_constant
+    if const.size != 1 or X[:, const[0]].mean() == 0:
+        return None
+    # statsmodels.tools.tools.pinv_extended (rcond 1e-15), then the rank of diag(singular values)
+    u, s, vt = np.linalg.svd(X, False)
+    s_orig = np.copy(s)
+    cutoff = 1e-15 * np.maximum.reduce(s)
+    for i in range(min(nobs, p)):
+        s[i] = 1.0 / s[i] if s[i] > cutoff else 0.0
+    pinv = np.dot(np.transpose(vt), np.multiply(s[:, np.newaxis], np.transpose(u)))
+    rank = int(np.linalg.matrix_rank(np.diag(s_orig)))
+    df_resid = float(nobs) - rank
+    if rank < p or df_resid <= 0:
+        return None
+    ncp = np.dot(pinv, np.transpose(pinv))  # normalized_cov_params
+    params = np.dot(pinv, y)
+    wresid = y - np.dot(X, params)
+    ssr = np.dot(wresid, wresid)
+    ones = np.ones_like(y)  # OLS is WLS with unit weights: centered_tss takes the weighted branch
+    mean = np.average(y, weights=ones)
+    ctss = np.sum(ones * (y - mean) ** 2)
+    resid = y - np.dot(X, params)  # loglike's own residuals and sum
+    ssr_llf = np.sum(resid**2)
+    if ctss == 0 or ssr_llf == 0:
+        return None
+    if robust:  # cov_HC3 with _abat_diagonal's leverages; statsmodels' default: normal quantile
+        h = np.einsum("ij,ik,kj->i", X, X, ncp)
+        if not (h < 1).all():
+            return None
+        cov = np.dot(pinv, ((wresid / (1 - h)) ** 2)[:, None] * pinv.T)
+        q = ndtri(1 - alpha / 2)
+    else:  # normalized_cov_params * scale; t quantile on df_resid
+        cov = ncp * (np.dot(wresid, wresid) / df_resid)
+        q = stdtrit(df_resid, 1 - alpha / 2)
+    bse = np.sqrt(np.diag(cov))
+    nobs2 = nobs / 2.0
+    llf = -nobs2 * np.log(2 * np.pi) - nobs2 * np.log(ssr_llf / float(nobs)) - nobs2
+    df_model = float(rank - 1)
+    return {"params": params, "bse": bse, "ci": np.column_stack([params - q * bse, params + q * bse]),
+            "rsquared": float(1 - ssr / ctss), "aic": float(-2 * llf + 2 * (df_model + 1))}
+
+
+def theil_sen(y: np.ndarray, x: np.ndarray, alpha: float = 0.95) -> tuple[float, float, float, float]:
+    """``scipy.stats.theilslopes(y, x, alpha)``: slope, intercept and Sen's (1968) interval.
+
+    The same operations as scipy 1.17's implementation (the sorted pairwise slopes over
+    ``x_i > x_j``, their median, ``median(y) - slope median(x)``, eq. (2.6) of Sen (1968) with
+    the ties of ``x`` and ``y``), without importing ``scipy.stats`` (issue 36, see :func:`ols`):
+    the same bits (``tests/rates/test_verdicts_ols.py``).  Non-finite data, fewer than two
+    points or no two distinct ``x`` go to scipy itself.
+
+    Parameters
+    ----------
+    y, x : ndarray, shape ``[m]``
+    alpha : float
+        Confidence level of the interval (``theilslopes``' ``alpha``).
+
+    Returns
+    -------
+    tuple of float
+        ``(slope, intercept, low_slope, high_slope)``.
+    """
+    yy = np.array(y, dtype=float, copy=True).ravel()
+    xx = np.array(x, dtype=float, copy=True).ravel()
+    slopes = None
+    if len(xx) == len(yy) and len(xx) >= 2 and np.isfinite(xx).all() and np.isfinite(yy).all():
+        deltax = xx[:, np.newaxis] - xx
+        deltay = yy[:, np.newaxis] - yy
+        slopes = deltay[deltax > 0] / deltax[deltax > 0]
+    if slopes is None or not slopes.size:
+        from scipy.stats import theilslopes  # the irregular cases: scipy itself
+
+        res = theilslopes(y, x, alpha=alpha)
+        return float(res.slope), float(res.intercept), float(res.low_slope), float(res.high_slope)
+    from scipy.special import ndtri
+
+    slopes.sort()
+    medslope = np.median(slopes)
+    medinter = np.median(yy) - medslope * np.median(xx)
+    if alpha > 0.5:
+        alpha = 1.0 - alpha
+    z = ndtri(alpha / 2.0)
+    nxreps, nyreps = _repeat_counts(xx), _repeat_counts(yy)
+    nt, ny = len(slopes), len(yy)
+    sigsq = 1 / 18.0 * (ny * (ny - 1) * (2 * ny + 5) - sum(k * (k - 1) * (2 * k + 5) for k in nxreps)
+                        - sum(k * (k - 1) * (2 * k + 5) for k in nyreps))
+    try:
+        sigma = np.sqrt(sigsq)
+        Ru = min(int(np.round((nt - z * sigma) / 2.0)), len(slopes) - 1)
+        Rl = max(int(np.round((nt + z * sigma) / 2.0)) - 1, 0)
+        delta = slopes[[Rl, Ru]]
+    except (ValueError, IndexError):
+        delta = (np.nan, np.nan)
+    return float(medslope), float(medinter), float(delta[0]), float(delta[1])
+
+
+def _repeat_counts(a: np.ndarray) -> np.ndarray:
+    """How often each repeated value of ``a`` occurs (scipy's ``_find_repeats``' counts)."""
+    a = np.sort(np.asarray(a, np.float64).ravel())
+    change = np.concatenate(([True], a[1:] != a[:-1]))
+    freq = np.diff(np.concatenate(np.nonzero(change) + ([a.size],)))
+    return freq[freq > 1]
+
+
 def _xy(ns: Sequence[int], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     x = np.concatenate([np.full(len(v), math.log(n)) for n, v in zip(ns, values)])
     y = np.concatenate([np.log(np.asarray(v, float)) for v in values])
@@ -105,7 +262,7 @@ def _xy(ns: Sequence[int], values: Sequence[np.ndarray]) -> tuple[np.ndarray, np
 
 
 def robust_slope(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, float]:
-    """Theil--Sen slope of the per-replicate ``log L`` on ``log n`` (scipy.stats.theilslopes).
+    """Theil--Sen slope of the per-replicate ``log L`` on ``log n`` (scipy.stats.theilslopes, by :func:`theil_sen`).
 
     The median of pairwise slopes: one wild replicate moves it by at most one rank, where it can
     move a log-of-mean slope arbitrarily.
@@ -120,12 +277,9 @@ def robust_slope(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, f
     dict
         ``slope``, ``ci_low``, ``ci_high`` (the 95% interval of Sen (1968)), ``intercept``.
     """
-    from scipy.stats import theilslopes
-
     x, y = _xy(ns, values)
-    res = theilslopes(y, x, alpha=0.95)
-    return {"slope": float(res.slope), "ci_low": float(res.low_slope), "ci_high": float(res.high_slope),
-            "intercept": float(res.intercept)}
+    slope, intercept, low, high = theil_sen(y, x, 0.95)
+    return {"slope": slope, "ci_low": low, "ci_high": high, "intercept": intercept}
 
 
 def curvature(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]:
@@ -139,9 +293,6 @@ def curvature(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]
         difference) and ``b``/``u_mean`` for extrapolation.  ``significant`` is False with fewer
         than 4 sample sizes (3 points always fit a parabola).
     """
-    # the module, not statsmodels.api: the same OLS class, without the ~2 s import of the whole API
-    from statsmodels.regression.linear_model import OLS
-
     x, y = _xy(ns, values)
     um = float(np.mean(np.log(ns)))
     u = x - um
@@ -149,9 +300,9 @@ def curvature(ns: Sequence[int], values: Sequence[np.ndarray]) -> dict[str, Any]
     if len(ns) < 4:
         return out
     X = np.column_stack([np.ones_like(u), u, u * u])
-    res = OLS(y, X).fit(cov_type="HC3")
-    ci = np.asarray(res.conf_int(CURVATURE_ALPHA))
-    b, c = float(res.params[1]), float(res.params[2])
+    res = ols(X, y, robust=True, alpha=CURVATURE_ALPHA)  # statsmodels' HC3 OLS, same bits
+    ci = res["ci"]
+    b, c = float(res["params"][1]), float(res["params"][2])
     u0, u1 = math.log(ns[0]) - um, math.log(ns[-1]) - um
     out.update({
         "b": b, "c": c, "c_ci": [float(ci[2, 0]), float(ci[2, 1])],

@@ -141,3 +141,35 @@ def test_design_chunks_equal_the_whole_array_features(kind, chunk):
     assert torch.equal(torch.cat(data.y, -1), Y)
     assert all(a.is_contiguous() for a in data.xs + data.xe + data.y)
     assert len(data.xs) == (1 if chunk in (None, 700) else 3)
+
+
+@pytest.mark.parametrize("kind,k_active", [("perturbed", None), ("cosine", None), ("linear", None), ("perturbed", 2)])
+def test_per_replicate_gauss_newton_equals_the_batched_product(kind, k_active, monkeypatch):
+    # issue 36: above PER_REPLICATE_BYTES gauss_newton forms J^T and J^T J one replicate at a time
+    # (the chunk's J^T read while cached).  Each replicate's J^T J is its own matrix product, so
+    # both forms must give the same bits, over one chunk and over several.
+    model, data, theta = _setup(kind, "gelu", k_active=k_active, R=4)
+    two = K.Design.build(model, _x(data), data.y[0], chunk=300, n_components=3)
+    P = theta.shape[1]
+    for design in (data, two):
+        _, cache = K.forward(model, design, theta, 3)
+        monkeypatch.setattr(K, "PER_REPLICATE_BYTES", 1 << 62)  # never: the batched product
+        A0, g0 = K.gauss_newton(model, design, theta, 3, cache)
+        monkeypatch.setattr(K, "PER_REPLICATE_BYTES", 0)  # always (more than one replicate, CPU)
+        assert K.per_replicate(4, P, 300, theta)
+        A1, g1 = K.gauss_newton(model, design, theta, 3, cache)
+        assert torch.equal(A0, A1) and torch.equal(g0, g1)
+        # the last iterate's gradient (always batched) is still gauss_newton's, bit for bit
+        assert torch.equal(K.gradient_and_diagonal(model, design, theta, 3, cache)[1], g1)
+        # and J^T J is what it should be: the product of the Jacobian with itself (not only equal forms)
+        Jt = torch.cat([K.residual_and_jacobian(model, design.chunk(c), theta, 3)[1].transpose(1, 2)
+                        for c in range(len(design.xs))], dim=-1)
+        torch.testing.assert_close(A1, Jt @ Jt.transpose(1, 2), rtol=1e-11, atol=1e-11)
+
+
+def test_per_replicate_only_for_large_cpu_chunks_of_several_replicates():
+    like = torch.zeros(1, dtype=torch.float64)
+    big = K.PER_REPLICATE_BYTES // (25 * 8) + 1  # samples of one replicate's J^T above the bound
+    assert K.per_replicate(2, 25, big, like)
+    assert not K.per_replicate(1, 25, 10 * big, like)  # one replicate: nothing to split
+    assert not K.per_replicate(2, 25, 8, like)  # small chunk: the loop's overhead is not paid back
