@@ -147,7 +147,9 @@ def test_design_chunks_equal_the_whole_array_features(kind, chunk):
 def test_per_replicate_gauss_newton_equals_the_batched_product(kind, k_active, monkeypatch):
     # issue 36: above PER_REPLICATE_BYTES gauss_newton forms J^T and J^T J one replicate at a time
     # (the chunk's J^T read while cached).  Each replicate's J^T J is its own matrix product, so
-    # both forms must give the same bits, over one chunk and over several.
+    # both forms compute the same sums; torch's CPU kernels give the same bits here (the main job's
+    # rows are identical, benchmarks/main_job.py), but a BLAS may block a batched product differently,
+    # so the test asks for agreement to rounding, over one chunk and over several.
     model, data, theta = _setup(kind, "gelu", k_active=k_active, R=4)
     two = K.Design.build(model, _x(data), data.y[0], chunk=300, n_components=3)
     P = theta.shape[1]
@@ -158,9 +160,10 @@ def test_per_replicate_gauss_newton_equals_the_batched_product(kind, k_active, m
         monkeypatch.setattr(K, "PER_REPLICATE_BYTES", 0)  # always (more than one replicate, CPU)
         assert K.per_replicate(4, P, 300, theta)
         A1, g1 = K.gauss_newton(model, design, theta, 3, cache)
-        assert torch.equal(A0, A1) and torch.equal(g0, g1)
-        # the last iterate's gradient (always batched) is still gauss_newton's, bit for bit
-        assert torch.equal(K.gradient_and_diagonal(model, design, theta, 3, cache)[1], g1)
+        torch.testing.assert_close(A1, A0, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g1, g0, rtol=1e-12, atol=1e-12)
+        # the last iterate's gradient (always batched) is still gauss_newton's
+        torch.testing.assert_close(K.gradient_and_diagonal(model, design, theta, 3, cache)[1], g1, rtol=1e-12, atol=1e-12)
         # and J^T J is what it should be: the product of the Jacobian with itself (not only equal forms)
         Jt = torch.cat([K.residual_and_jacobian(model, design.chunk(c), theta, 3)[1].transpose(1, 2)
                         for c in range(len(design.xs))], dim=-1)
