@@ -562,13 +562,17 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     if len(score):
         ix = torch.as_tensor(score)
         lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed in this block: their densities once
+        B = fv.shape[0]
 
-        def l_s(t):
-            full = fv.clone()
+        def l_s(t, rows):  # the entries ``rows`` only: a try costs the entries still trying
+            if len(rows) == B:
+                full, e, l2, x, y, f = fv.clone(), eta, ls2, X, Y, lf
+            else:
+                full, e, l2, x, y, f = fv[rows], eta[rows], ls2[rows], X[rows], Y[rows], lf[rows]
             full[:, ix] = t
-            return em.loglik(full, eta, ls2, X, Y, lf)
+            return em.loglik(full, e, l2, x, y, f)
 
-        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix])
+        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix], subset=True)
         fv = fv.clone()
         fv[:, ix] = ts
     return fv, lam, lam_s
@@ -737,27 +741,105 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
     coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
     fv, best = fv.clone(), ll.clone()
     lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed during the search: their densities once
+    rows = em.affine_gate and em.topk and _features(X) is not None
     for j in coords:
         scale = fv[:, j].abs() + 0.1
         col, top = fv[:, j].clone(), best.clone()
-        for t in _SEARCH_STEPS:
-            cand = fv.clone()
-            cand[:, j] = fv[:, j] + float(t) * scale
-            v = em.loglik(cand, eta, ls2, X, Y, lf)
+        steps = [fv[:, j] + float(t) * scale for t in _SEARCH_STEPS]
+        if rows:  # every step at once, only the moved score row recomputed (the same numbers)
+            vals = _search_logliks(em, fv, j, steps, X, lf)
+        for t, step in enumerate(steps):
+            if rows:
+                v = vals[t]
+            else:
+                cand = fv.clone()
+                cand[:, j] = step
+                v = em.loglik(cand, eta, ls2, X, Y, lf)
             better = torch.isfinite(v) & (v > top)
-            top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
+            top, col = torch.where(better, v, top), torch.where(better, step, col)
         fv[:, j], best = col, top
     return fv, best - ll
+
+
+#: :func:`_search_logliks` evaluates at most this many ``[steps, B, k, n]`` values at once (16 MB per temporary)
+_SEARCH_CHUNK = 1 << 21
+
+
+def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tensor:
+    """Observed log-likelihoods ``[T, B]`` of an affine Top-K gate (``em.affine_gate``, few features) at
+    ``fv`` with its free coordinate ``j`` -- a score coordinate ``beta1_ic`` -- set to each of the ``T``
+    values ``steps`` (``[B]`` each): :meth:`GenericEM.loglik` of each candidate, the same arithmetic
+    (the tests compare them), for every step in one batch.
+
+    Only atom ``i``'s score row changes between the candidates: the other rows, and the ranks among
+    them, are computed once; row ``i`` is formed as :func:`~moestat.estimators.mle_fused.feature_affine`
+    forms it (intercept, then the coordinates in order), and its Top-K mask counted against the
+    others (:func:`~moestat.model.gate_families.top_k_mask` of the whole candidate wherever a score
+    ties, so the mask is always its).  ``lf``: the experts' log-densities ``[B, k, n]``.
+    """
+    g = em.model.gate
+    d, k, K = em.d, em.k, g.k_active
+    flat = int(torch.nonzero(em.free).flatten()[j])
+    i, c = divmod(flat, em.p)
+    V = em.gate_V(fv)
+    s0 = _affine(torch.cat([V[..., :d], torch.zeros_like(V[..., :1])], -1), X)  # [B, k, n], as log_u
+    beta0 = V[..., d]
+    xs = _coordinate_rows(X)
+    others = [a for a in range(k) if a != i]
+    # ranks among the other atoms: above_o[a] = #{b != a, i : s_b > s_a}; a tie among them -> top_k_mask
+    above_o = {a: torch.zeros_like(s0[:, 0], dtype=torch.uint8) for a in others}
+    clean = True
+    for x, a in enumerate(others):
+        for b in others[x + 1 :]:
+            gt, lt = s0[:, b] > s0[:, a], s0[:, b] < s0[:, a]
+            above_o[a] += gt
+            above_o[b] += lt
+            clean = clean and bool((gt | lt).all())
+    B, n = s0.shape[0], s0.shape[-1]
+    chunk = max(1, _SEARCH_CHUNK // max(1, B * k * n))
+    out = []
+    for t0 in range(0, len(steps), chunk):
+        P = V[:, i, :d].unsqueeze(0).repeat(len(steps[t0 : t0 + chunk]), 1, 1)  # [T, B, d]
+        P[..., c] = torch.stack(steps[t0 : t0 + chunk])
+        row = torch.zeros_like(P[..., :1])  # the zero intercept of the score, then each coordinate (feature_affine)
+        for e in range(d):
+            row = row + P[..., e : e + 1] * xs[e]
+        S = s0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)  # [T, B, k, n]
+        S[:, :, i] = row
+        mask = None
+        if clean:
+            above_i = torch.zeros_like(row, dtype=torch.uint8)
+            cols = [None] * k
+            tied = False
+            for a in others:
+                gt, lt = row > s0[:, a], row < s0[:, a]
+                above_i += lt
+                cols[a] = (above_o[a] + gt) < K
+                tied = tied or not bool((gt | lt).all())
+            if not tied:
+                cols[i] = above_i < K
+                mask = torch.stack(cols, -2)
+        if mask is None:
+            mask = top_k_mask(S, K, dim=-2)
+        u = g.family.log_weights_from_scores(g, S, beta0, normalise=False, atom_axis=-2, mask=mask)
+        out.append((torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1))
+    return torch.cat(out)
 
 
 def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
                 accelerate, compile="auto") -> None:
     """Alternate :func:`score_search` and EM (:func:`fit_generic`) until no entry gains more than
     ``tol * n``; updates ``full``'s tensors, ``status`` and ``paths`` in place (every accepted move
-    and EM step is on the trace, so it still never decreases)."""
+    and EM step is on the trace, so it still never decreases).
+
+    Only the entries moved by the previous round are searched again: an entry that did not move
+    keeps its parameters, and its search -- a deterministic function of them -- would find the same
+    steps and the same gain (at most ``tol * n``) in every later round (issue 33: after the first
+    rounds most entries of a batch had stopped moving, and were searched again in every round)."""
     n = X.shape[1]
+    again = torch.ones(X.shape[0], dtype=torch.bool)  # the entries whose parameters changed
     for _ in range(int(rounds)):
-        ok = torch.tensor([s != "nonfinite" for s in status])
+        ok = torch.tensor([s != "nonfinite" for s in status]) & again
         if not bool(ok.any()):
             return
         act = torch.nonzero(ok).flatten()
@@ -767,6 +849,8 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
         if not bool(moved.any()):
             return
         sel = act[moved]
+        again = torch.zeros_like(again)
+        again[sel] = True
         sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
                           var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0, compile=compile)
         full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)
