@@ -221,6 +221,12 @@ class GenericEM:
         u = self.log_u(fv, X)
         if lf is None:
             lf = self.log_f(eta, ls2, X, Y)
+        return self.loglik_from(u, lf)
+
+    @staticmethod
+    def loglik_from(u: torch.Tensor, lf: torch.Tensor) -> torch.Tensor:
+        """Observed log-likelihood ``[...]`` from the logits ``u`` and the experts' log-densities ``lf``
+        ``[..., k, n]``: ``sum_n lse_i(u + lf) - lse_i(u)``."""
         return (torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1)
 
     def affine_scores(self, fv, X):
@@ -545,6 +551,7 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
         return fv, lam, lam_s
     g, C = gate_fisher(em, fv, X, post)
     bias, score = em.bias_coords, em.score_coords
+    s0 = mask0 = None
     if len(bias):
         ix = torch.as_tensor(bias)
         # the scores and their Top-K mask do not move with the biases: computed once, not per trial
@@ -572,7 +579,9 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
             full[:, ix] = t
             return em.loglik(full, e, l2, x, y, f)
 
-        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix], subset=True)
+        # the block starts at the biases' step, whose scores and mask are still s0's: no new Top-K there
+        f0 = None if s0 is None else em.loglik_from(em.log_u_biases(s0, mask0, fv), lf)
+        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix], f0=f0, subset=True)
         fv = fv.clone()
         fv[:, ix] = ts
     return fv, lam, lam_s
@@ -822,7 +831,7 @@ def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tens
         if mask is None:
             mask = top_k_mask(S, K, dim=-2)
         u = g.family.log_weights_from_scores(g, S, beta0, normalise=False, atom_axis=-2, mask=mask)
-        out.append((torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1))
+        out.append(em.loglik_from(u, lf))
     return torch.cat(out)
 
 
