@@ -59,7 +59,7 @@ from moestat.estimators import mle_fused, newton
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
-from moestat.model.gate_families import top_k_mask
+from moestat.model.gate_families import GateFamily, top_k_mask
 from moestat.model.likelihood import LikelihoodModel
 from moestat.model.protocol import linear_score
 
@@ -750,7 +750,10 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
     coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
     fv, best = fv.clone(), ll.clone()
     lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed during the search: their densities once
-    rows = em.affine_gate and em.topk and _features(X) is not None
+    fam = em.model.gate.family
+    # _search_logliks repeats GateFamily.log_weights_from_scores' arithmetic (softmax logits, Top-K zeros)
+    rows = (em.affine_gate and em.topk and fam.normalised and _features(X) is not None
+            and type(fam).log_weights_from_scores is GateFamily.log_weights_from_scores)
     for j in coords:
         scale = fv[:, j].abs() + 0.1
         col, top = fv[:, j].clone(), best.clone()
@@ -793,6 +796,7 @@ def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tens
     V = em.gate_V(fv)
     s0 = _affine(torch.cat([V[..., :d], torch.zeros_like(V[..., :1])], -1), X)  # [B, k, n], as log_u
     beta0 = V[..., d]
+    L0 = g.family.logits(g, s0, beta0, atom_axis=-2)
     xs = _coordinate_rows(X)
     others = [a for a in range(k) if a != i]
     # ranks among the other atoms: above_o[a] = #{b != a, i : s_b > s_a}; a tie among them -> top_k_mask
@@ -813,8 +817,9 @@ def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tens
         row = torch.zeros_like(P[..., :1])  # the zero intercept of the score, then each coordinate (feature_affine)
         for e in range(d):
             row = row + P[..., e : e + 1] * xs[e]
-        S = s0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)  # [T, B, k, n]
-        S[:, :, i] = row
+        # the logits (s + beta0) / tau as log_weights_from_scores forms them: the other rows' once (L0)
+        u = L0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)  # [T, B, k, n]
+        u[:, :, i : i + 1] = g.family.logits(g, row.unsqueeze(-2), beta0[:, i : i + 1], atom_axis=-2)
         mask = None
         if clean:
             above_i = torch.zeros_like(row, dtype=torch.uint8)
@@ -828,9 +833,11 @@ def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tens
             if not tied:
                 cols[i] = above_i < K
                 mask = torch.stack(cols, -2)
-        if mask is None:
+        if mask is None:  # a tie: the whole candidates' scores to top_k_mask (torch.topk decides)
+            S = s0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)
+            S[:, :, i] = row
             mask = top_k_mask(S, K, dim=-2)
-        u = g.family.log_weights_from_scores(g, S, beta0, normalise=False, atom_axis=-2, mask=mask)
+        u.masked_fill_(~mask, float("-inf"))  # the Top-K zeros (a softmax gate: u are the logits)
         out.append(em.loglik_from(u, lf))
     return torch.cat(out)
 
