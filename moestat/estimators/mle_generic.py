@@ -43,7 +43,11 @@ A gate whose atom ``i`` scores with its own ``beta1_i`` alone (the Laplace and G
 (``GateFamily.score_rows``), and its Fisher-scoring step is then formed from ``d`` derivative rows
 (:func:`_row_gate_fisher`) instead of a :func:`torch.func.jacfwd` over every free gate parameter; a
 Top-K gate's mask is counted atom-major, and a search over the gate alone evaluates the experts'
-densities once (issue 33: ``benchmarks/bench_generic_em.py``).
+densities once (issue 33: ``benchmarks/bench_generic_em.py``).  The score search evaluates a
+coordinate's steps in one batch, recomputing only the moved score row (:func:`_search_logliks`), and
+only for the entries the previous round moved; a damped step (:func:`~moestat.estimators.newton.ascent`)
+tries only the entries still trying, never the same step twice (``benchmarks/bench_topk_em.py``: the
+same fits, bitwise).
 """
 
 from __future__ import annotations
