@@ -43,7 +43,11 @@ A gate whose atom ``i`` scores with its own ``beta1_i`` alone (the Laplace and G
 (``GateFamily.score_rows``), and its Fisher-scoring step is then formed from ``d`` derivative rows
 (:func:`_row_gate_fisher`) instead of a :func:`torch.func.jacfwd` over every free gate parameter; a
 Top-K gate's mask is counted atom-major, and a search over the gate alone evaluates the experts'
-densities once (issue 33: ``benchmarks/bench_generic_em.py``).
+densities once (issue 33: ``benchmarks/bench_generic_em.py``).  The score search evaluates a
+coordinate's steps in one batch, recomputing only the moved score row (:func:`_search_logliks`), and
+only for the entries the previous round moved; a damped step (:func:`~moestat.estimators.newton.ascent`)
+tries only the entries still trying, never the same step twice (``benchmarks/bench_topk_em.py``: the
+same fits, bitwise).
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from moestat.estimators import mle_fused, newton
 from moestat.estimators.em_driver import compile_batched, run_em
 from moestat.estimators.mle_fused import expert_wls, feature_affine, feature_firsts, feature_moments, feature_rows
 from moestat.estimators.newton import ascent, grad_hess
-from moestat.model.gate_families import top_k_mask
+from moestat.model.gate_families import GateFamily, top_k_mask
 from moestat.model.likelihood import LikelihoodModel
 from moestat.model.protocol import linear_score
 
@@ -221,6 +225,12 @@ class GenericEM:
         u = self.log_u(fv, X)
         if lf is None:
             lf = self.log_f(eta, ls2, X, Y)
+        return self.loglik_from(u, lf)
+
+    @staticmethod
+    def loglik_from(u: torch.Tensor, lf: torch.Tensor) -> torch.Tensor:
+        """Observed log-likelihood ``[...]`` from the logits ``u`` and the experts' log-densities ``lf``
+        ``[..., k, n]``: ``sum_n lse_i(u + lf) - lse_i(u)``."""
         return (torch.logsumexp(u + lf, -2) - torch.logsumexp(u, -2)).sum(-1)
 
     def affine_scores(self, fv, X):
@@ -545,6 +555,7 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
         return fv, lam, lam_s
     g, C = gate_fisher(em, fv, X, post)
     bias, score = em.bias_coords, em.score_coords
+    s0 = mask0 = None
     if len(bias):
         ix = torch.as_tensor(bias)
         # the scores and their Top-K mask do not move with the biases: computed once, not per trial
@@ -562,13 +573,19 @@ def _topk_gate_step(em: GenericEM, fv, lam, lam_s, X, Y, post, eta, ls2):
     if len(score):
         ix = torch.as_tensor(score)
         lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed in this block: their densities once
+        B = fv.shape[0]
 
-        def l_s(t):
-            full = fv.clone()
+        def l_s(t, rows):  # the entries ``rows`` only: a try costs the entries still trying
+            if len(rows) == B:
+                full, e, l2, x, y, f = fv.clone(), eta, ls2, X, Y, lf
+            else:
+                full, e, l2, x, y, f = fv[rows], eta[rows], ls2[rows], X[rows], Y[rows], lf[rows]
             full[:, ix] = t
-            return em.loglik(full, eta, ls2, X, Y, lf)
+            return em.loglik(full, e, l2, x, y, f)
 
-        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix])
+        # the block starts at the biases' step, whose scores and mask are still s0's: no new Top-K there
+        f0 = None if s0 is None else em.loglik_from(em.log_u_biases(s0, mask0, fv), lf)
+        ts, lam_s = ascent(l_s, fv[:, ix], lam_s, g[:, ix], C[:, ix][:, :, ix], f0=f0, subset=True)
         fv = fv.clone()
         fv[:, ix] = ts
     return fv, lam, lam_s
@@ -737,27 +754,112 @@ def score_search(em: GenericEM, fv, eta, ls2, X, Y, ll):
     coords = [j for j, flat in enumerate(idx.tolist()) if flat % em.p < em.d]
     fv, best = fv.clone(), ll.clone()
     lf = em.log_f(eta, ls2, X, Y)  # the experts are fixed during the search: their densities once
+    fam = em.model.gate.family
+    # _search_logliks repeats GateFamily.log_weights_from_scores' arithmetic (softmax logits, Top-K zeros)
+    rows = (em.affine_gate and em.topk and fam.normalised and _features(X) is not None
+            and type(fam).log_weights_from_scores is GateFamily.log_weights_from_scores)
     for j in coords:
         scale = fv[:, j].abs() + 0.1
         col, top = fv[:, j].clone(), best.clone()
-        for t in _SEARCH_STEPS:
-            cand = fv.clone()
-            cand[:, j] = fv[:, j] + float(t) * scale
-            v = em.loglik(cand, eta, ls2, X, Y, lf)
+        steps = [fv[:, j] + float(t) * scale for t in _SEARCH_STEPS]
+        if rows:  # every step at once, only the moved score row recomputed (the same numbers)
+            vals = _search_logliks(em, fv, j, steps, X, lf)
+        for t, step in enumerate(steps):
+            if rows:
+                v = vals[t]
+            else:
+                cand = fv.clone()
+                cand[:, j] = step
+                v = em.loglik(cand, eta, ls2, X, Y, lf)
             better = torch.isfinite(v) & (v > top)
-            top, col = torch.where(better, v, top), torch.where(better, cand[:, j], col)
+            top, col = torch.where(better, v, top), torch.where(better, step, col)
         fv[:, j], best = col, top
     return fv, best - ll
+
+
+#: :func:`_search_logliks` evaluates at most this many ``[steps, B, k, n]`` values at once (16 MB per temporary)
+_SEARCH_CHUNK = 1 << 21
+
+
+def _search_logliks(em: GenericEM, fv, j: int, steps: list, X, lf) -> torch.Tensor:
+    """Observed log-likelihoods ``[T, B]`` of an affine Top-K gate (``em.affine_gate``, few features) at
+    ``fv`` with its free coordinate ``j`` -- a score coordinate ``beta1_ic`` -- set to each of the ``T``
+    values ``steps`` (``[B]`` each): :meth:`GenericEM.loglik` of each candidate, the same arithmetic
+    (the tests compare them), for every step in one batch.
+
+    Only atom ``i``'s score row changes between the candidates: the other rows, and the ranks among
+    them, are computed once; row ``i`` is formed as :func:`~moestat.estimators.mle_fused.feature_affine`
+    forms it (intercept, then the coordinates in order), and its Top-K mask counted against the
+    others (:func:`~moestat.model.gate_families.top_k_mask` of the whole candidate wherever a score
+    ties, so the mask is always its).  ``lf``: the experts' log-densities ``[B, k, n]``.
+    """
+    g = em.model.gate
+    d, k, K = em.d, em.k, g.k_active
+    flat = int(torch.nonzero(em.free).flatten()[j])
+    i, c = divmod(flat, em.p)
+    V = em.gate_V(fv)
+    s0 = _affine(torch.cat([V[..., :d], torch.zeros_like(V[..., :1])], -1), X)  # [B, k, n], as log_u
+    beta0 = V[..., d]
+    L0 = g.family.logits(g, s0, beta0, atom_axis=-2)
+    xs = _coordinate_rows(X)
+    others = [a for a in range(k) if a != i]
+    # ranks among the other atoms: above_o[a] = #{b != a, i : s_b > s_a}; a tie among them -> top_k_mask
+    above_o = {a: torch.zeros_like(s0[:, 0], dtype=torch.uint8) for a in others}
+    clean = True
+    for x, a in enumerate(others):
+        for b in others[x + 1 :]:
+            gt, lt = s0[:, b] > s0[:, a], s0[:, b] < s0[:, a]
+            above_o[a] += gt
+            above_o[b] += lt
+            clean = clean and bool((gt | lt).all())
+    B, n = s0.shape[0], s0.shape[-1]
+    chunk = max(1, _SEARCH_CHUNK // max(1, B * k * n))
+    out = []
+    for t0 in range(0, len(steps), chunk):
+        P = V[:, i, :d].unsqueeze(0).repeat(len(steps[t0 : t0 + chunk]), 1, 1)  # [T, B, d]
+        P[..., c] = torch.stack(steps[t0 : t0 + chunk])
+        row = torch.zeros_like(P[..., :1])  # the zero intercept of the score, then each coordinate (feature_affine)
+        for e in range(d):
+            row = row + P[..., e : e + 1] * xs[e]
+        # the logits (s + beta0) / tau as log_weights_from_scores forms them: the other rows' once (L0)
+        u = L0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)  # [T, B, k, n]
+        u[:, :, i : i + 1] = g.family.logits(g, row.unsqueeze(-2), beta0[:, i : i + 1], atom_axis=-2)
+        mask = None
+        if clean:
+            above_i = torch.zeros_like(row, dtype=torch.uint8)
+            cols = [None] * k
+            tied = False
+            for a in others:
+                gt, lt = row > s0[:, a], row < s0[:, a]
+                above_i += lt
+                cols[a] = (above_o[a] + gt) < K
+                tied = tied or not bool((gt | lt).all())
+            if not tied:
+                cols[i] = above_i < K
+                mask = torch.stack(cols, -2)
+        if mask is None:  # a tie: the whole candidates' scores to top_k_mask (torch.topk decides)
+            S = s0.unsqueeze(0).repeat(row.shape[0], 1, 1, 1)
+            S[:, :, i] = row
+            mask = top_k_mask(S, K, dim=-2)
+        u.masked_fill_(~mask, float("-inf"))  # the Top-K zeros (a softmax gate: u are the logits)
+        out.append(em.loglik_from(u, lf))
+    return torch.cat(out)
 
 
 def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, rounds, max_iter, tol, var_floor,
                 accelerate, compile="auto") -> None:
     """Alternate :func:`score_search` and EM (:func:`fit_generic`) until no entry gains more than
     ``tol * n``; updates ``full``'s tensors, ``status`` and ``paths`` in place (every accepted move
-    and EM step is on the trace, so it still never decreases)."""
+    and EM step is on the trace, so it still never decreases).
+
+    Only the entries moved by the previous round are searched again: an entry that did not move
+    keeps its parameters, and its search -- a deterministic function of them -- would find the same
+    steps and the same gain (at most ``tol * n``) in every later round (issue 33: after the first
+    rounds most entries of a batch had stopped moving, and were searched again in every round)."""
     n = X.shape[1]
+    again = torch.ones(X.shape[0], dtype=torch.bool)  # the entries whose parameters changed
     for _ in range(int(rounds)):
-        ok = torch.tensor([s != "nonfinite" for s in status])
+        ok = torch.tensor([s != "nonfinite" for s in status]) & again
         if not bool(ok.any()):
             return
         act = torch.nonzero(ok).flatten()
@@ -767,6 +869,8 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
         if not bool(moved.any()):
             return
         sel = act[moved]
+        again = torch.zeros_like(again)
+        again[sel] = True
         sub = fit_generic(model, X[sel], Y[sel], fv[moved], full.eta[sel], full.ls2[sel], max_iter=max_iter, tol=tol,
                           var_floor=var_floor, accelerate=accelerate, polish_iter=0, search_rounds=0, compile=compile)
         full.fv[sel] = torch.as_tensor(sub["fv"], dtype=X.dtype)

@@ -65,12 +65,16 @@ def certificate(g: torch.Tensor, H: torch.Tensor, tol_n: float) -> tuple[torch.T
 
 
 def ascent(F: Callable, theta: torch.Tensor, lam: torch.Tensor, g: torch.Tensor, C: torch.Tensor,
-           tries: int = 8, f0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           tries: int = 8, f0: torch.Tensor | None = None, subset: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """One Levenberg--Marquardt-damped ascent step of ``F`` per entry.
 
     Solve ``(C + lam (|diag C| + 1e-12) I) s = g`` (``C``: minus the Hessian, or its positive
     semi-definite part); a step that does not increase ``F`` is retried with ``10 lam`` (up to
     ``tries`` times) and dropped after that; an accepted one divides ``lam`` by 3.
+
+    An entry whose ``lam`` is already at its cap ``1e12`` when a try fails would retry the very same
+    step (the same ``lam``, so the same ``s`` and the same ``F``) and fail again: it stops at once,
+    with the same result (issue 33: most of a Top-K gate's score-block tries were such repeats).
 
     Parameters
     ----------
@@ -82,6 +86,10 @@ def ascent(F: Callable, theta: torch.Tensor, lam: torch.Tensor, g: torch.Tensor,
     C : Tensor, shape ``[B, m, m]``
     f0 : Tensor, shape ``[B]``, optional
         ``F(theta)`` when the caller has it.
+    subset : bool
+        ``F(theta_b [b, m], idx [b]) -> [b]`` evaluates the entries ``idx`` only: a try then costs
+        only the entries still trying, not the whole batch (the entries are independent, so their
+        values are the same).  Only for a batch axis ``[B]`` (``lam`` of shape ``[B]``).
 
     Returns
     -------
@@ -89,6 +97,12 @@ def ascent(F: Callable, theta: torch.Tensor, lam: torch.Tensor, g: torch.Tensor,
     """
     if theta.shape[-1] == 0:
         return theta, lam
+    if subset:
+        whole = torch.arange(theta.shape[0], device=theta.device)
+        F_all = F
+
+        def F(t):  # noqa: F811 -- the whole batch, for f0
+            return F_all(t, whole)
     f0 = F(theta) if f0 is None else f0
     eye = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
     D = C.diagonal(dim1=-2, dim2=-1).abs() + 1e-12
@@ -100,11 +114,18 @@ def ascent(F: Callable, theta: torch.Tensor, lam: torch.Tensor, g: torch.Tensor,
         s, info = torch.linalg.solve_ex(C + lam[..., None, None] * (D.unsqueeze(-1) * eye), g.unsqueeze(-1))
         s = s.squeeze(-1)
         cand = theta + torch.where(torch.isfinite(s) & todo.unsqueeze(-1), s, torch.zeros_like(s))
-        f1 = F(cand)
+        if subset:
+            idx = torch.nonzero(todo).flatten()
+            f1 = torch.full_like(f0, -math.inf)
+            f1[idx] = F_all(cand[idx], idx)
+        else:
+            f1 = F(cand)
         ok = todo & (info == 0) & torch.isfinite(f1) & (f1 >= f0)
         out = torch.where(ok.unsqueeze(-1), cand, out)
-        lam = torch.where(ok, (lam / 3).clamp_min(1e-12), torch.where(todo, (lam * 10).clamp_max(_LAM_MAX), lam))
-        todo = todo & ~ok
+        new_lam = torch.where(ok, (lam / 3).clamp_min(1e-12), torch.where(todo, (lam * 10).clamp_max(_LAM_MAX), lam))
+        # a failed entry whose lam did not change (at the cap) would try the same step again
+        todo = todo & ~ok & (new_lam != lam)
+        lam = new_lam
     return out, lam
 
 
