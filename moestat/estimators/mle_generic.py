@@ -183,6 +183,28 @@ class GenericEM:
         """``fv [B, mg]`` projected onto the gate's box (the nearest point: coordinate-wise); unchanged without one."""
         return fv if self.gate_hi is None else torch.minimum(torch.maximum(fv, -self.gate_hi), self.gate_hi)
 
+    def face(self, theta: torch.Tensor, g: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The projected Newton system of Bertsekas (1982) on the gate's box (unchanged without one).
+
+        ``theta [B, m]`` starts with the ``mg`` free gate parameters, ``g [B, m]`` is the gradient and
+        ``C [B, m, m]`` minus the Hessian (or its positive semi-definite part).  A gate coordinate on
+        its bound with the gradient pointing out of the box is held: its gradient set to 0 and its
+        curvature decoupled (a unit diagonal), so the damped step moves the other coordinates by the
+        Newton step on that face, and the projection then keeps them in the box.  Without it, a
+        projected full Newton step mixes in the held coordinates' outward pull and crawls (a bounded
+        fit stopped 1.7e-5 nats short of L-BFGS-B's maximum).  At a Karush--Kuhn--Tucker point the
+        reduced gradient is 0, so :func:`moestat.estimators.newton.certificate` on the reduced system
+        certifies a maximum over the box.
+        """
+        if self.gate_hi is None:
+            return g, C
+        mg, x, hi = self.mg, theta[:, : self.mg], self.gate_hi
+        held = torch.zeros_like(g, dtype=torch.bool)
+        held[:, :mg] = ((x >= hi) & (g[:, :mg] > 0)) | ((x <= -hi) & (g[:, :mg] < 0))
+        keep = ~held
+        C = torch.where(keep.unsqueeze(-1) & keep.unsqueeze(-2), C, torch.zeros_like(C)) + torch.diag_embed(held.to(C.dtype))
+        return torch.where(held, torch.zeros_like(g), g), C
+
     def on_box(self, fv: torch.Tensor) -> np.ndarray:
         """Whether a free gate parameter of each entry ``fv [B, mg]`` lies on the box's boundary (``[B]``
         bool; a projected coordinate equals its bound exactly, within 1e-9 relative for a later
@@ -513,8 +535,9 @@ def _gate_step(em: GenericEM, fv, lam, X, post):
     if fv.shape[-1] == 0:
         return fv, lam
     g, C = gate_fisher(em, fv, X, post)
-    if em.gate_hi is not None:  # projected step, judged at the projected point: Q_g still never decreases
+    if em.gate_hi is not None:  # projected Newton step, judged at the projected point: Q_g never decreases
         c = em.clamp_gate
+        g, C = em.face(fv, g, C)
         out, lam = ascent(lambda t: em.q_gate(c(t), X, post.r), fv, lam, g, C, f0=post.f0)
         return c(out), lam
     if post.rA is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
@@ -914,7 +937,13 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
         else:
             parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
                      for i in range(0, len(act), step)]
-        return torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
+        g, H = torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
+        if em.gate_hi is None:
+            return g, H
+        # on the gate's box: the projected Newton system (GenericEM.face), so the certificate is the
+        # maximum over the box's face (KKT) and the step moves along it
+        g, C = em.face(th, g, -H)
+        return g, -C
 
     def onto_box(t):  # the gate's box (if any): a step is judged at its projection
         return t if em.gate_hi is None else torch.cat([em.clamp_gate(t[:, :mg]), t[:, mg:]], 1)
