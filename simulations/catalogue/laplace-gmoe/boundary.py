@@ -61,15 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: boundary.py RUN_DIR OUT.csv [--resume]", file=sys.stderr)
         return 2
     run, out = Path(args[0]), Path(args[1])
-    if not (run / "summary.json").is_file() or not (run / "results.csv").is_file():
-        print(f"{run}: not a recorded run (no summary.json / results.csv)", file=sys.stderr)
+    # the configuration: summary.json once the run has finished, provenance.json (written first) while it runs
+    meta = next((run / f for f in ("summary.json", "provenance.json") if (run / f).is_file()), None)
+    if meta is None or not (run / "results.csv").is_file():
+        print(f"{run}: not a recorded run (no summary.json or provenance.json, or no results.csv)", file=sys.stderr)
         return 2
     from moestat.rates.config import RatesConfig
     from moestat.rates.resolve import Experiment
     from moestat.rates.sweep import make_units
 
-    summary = json.loads((run / "summary.json").read_text())
-    config = {k: v for k, v in summary["config"].items() if k != "n_jobs"}
+    config = {k: v for k, v in json.loads(meta.read_text())["config"].items() if k != "n_jobs"}
     if config.get("scenario_file") and not Path(config["scenario_file"]).is_file():
         config["scenario_file"] = str(CATALOGUE_FILES / Path(config["scenario_file"]).name)
     units = sorted(make_units(Experiment.of(RatesConfig.from_dict(config))), key=lambda u: (u.n, u.replicates[0]))
@@ -86,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             w.writeheader()
         for unit in units:
             if all((unit.n, r) in done for r in unit.replicates):
+                continue
+            if not all((unit.n, r) in rows.index for r in unit.replicates):  # not recorded (yet): a later --resume
+                print(f"n = {unit.n}: not in the run's results.csv, skipped", flush=True)
                 continue
             t0 = time.process_time()
             r = rr.refit_keeping_starts(unit)
