@@ -135,6 +135,9 @@ class FileScenario(ScenarioBase):
     noise_model: str = "additive"
     #: starts per replicate of a maximum-likelihood fit (``--starts``; the start and jittered copies)
     n_starts: int = 1
+    #: ``[fit] gate_in_box``: maximum likelihood over the gate part of ``box`` (the compact parameter
+    #: set of the theorem; :meth:`moestat.model.laplace_gate.LaplaceGate.box_limits`) instead of all of R^m
+    gate_in_box: bool = False
     #: Loss name -> the theorem a *default* prediction comes from (a file that declares no
     #: ``[[losses]]`` but whose model meets a theorem's hypotheses; see
     #: :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
@@ -449,6 +452,9 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
         except (OSError, ValueError) as e:
             raise _err(where, f"input.path: cannot read {str(p)!r} ({e.__class__.__name__})") from None
     fit = tables["fit"]
+    gate_in_box = fit.get("gate_in_box", False)
+    if not isinstance(gate_in_box, bool):
+        raise _err(where, f"fit.gate_in_box must be true or false, got {gate_in_box!r}")
     losses, predicted = parse_losses(m.get("losses", []), where)
     nv = noise.get("variance", 0.01)
     if not _number(nv):
@@ -457,7 +463,7 @@ def scenario_from_mapping(m: Mapping[str, Any], where: str = "scenario", base: P
         return FileScenario(
             MixingMeasure(beta0, beta1, eta), model, float(nv), law, inputs,
             fit.get("k"), fit.get("k_active"), losses, predicted, str(m.get("name", "file")),
-            ParameterBox(**tables["box"]), model_kind,
+            ParameterBox(**tables["box"]), model_kind, gate_in_box=gate_in_box,
         )
     except (TypeError, ValueError) as e:
         raise _err(where, str(e)) from None

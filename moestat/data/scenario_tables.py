@@ -30,7 +30,7 @@ KNOWN_KEYS = {
     "expert": ("kind", "degree", "hidden", "classes"),
     "noise": ("model", "variance"),
     "input": ("law", "path"),
-    "fit": ("k", "k_active"),
+    "fit": ("k", "k_active", "gate_in_box"),
     "atoms": ("beta0", "beta1", "eta", "variance"),
     "losses": ("name", "builtin", "r", "blocks", "mass", "metric", "k_active", "direction", "predicted_exponent"),
     "losses.blocks": ("label", "source", "exponent"),

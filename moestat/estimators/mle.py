@@ -49,7 +49,7 @@ from moestat.estimators.starts import random_partition_init
 from moestat.estimators.validation import prepare_data
 from moestat.model.gaussian_moe import mean_function
 from moestat.model.likelihood import LikelihoodModel, linear_expert
-from moestat.model.mixing import MixingMeasure
+from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.protocol import ProtocolGate
 
 __all__ = ["MLEGaussianMoE", "StartResults", "VARIANCES"]
@@ -183,6 +183,12 @@ class MLEGaussianMoE(MoEEstimator):
         Keep every start's result in ``starts_`` (a :class:`StartResults`): the log-likelihood,
         status, iterations and parameters of each, e.g. to see which local maxima the starts reach.
         The fit reported is the same either way; default ``False`` (nothing more is stored).
+    gate_box : ParameterBox or None
+        Maximum likelihood over a compact set of the gate parameters (the gate family's
+        ``box_limits``; the Laplace gate: every centre coordinate and intercept, see
+        :mod:`moestat.model.laplace_gate`), by the generic EM with each gate step projected onto it;
+        ``None`` (default): over all of ``R^m``.  A scenario file asks for it with ``[fit]
+        gate_in_box = true`` and states the set in ``[box]``.
 
     Attributes
     ----------
@@ -207,6 +213,8 @@ class MLEGaussianMoE(MoEEstimator):
     kernel_ : str
         ``"compiled"`` or ``"eager"``: how the fused EM pass ran; ``"generic"`` or ``"generic-compiled"``:
         the generic EM, eager or with its E-step and gate objective compiled.
+    on_box_ : ndarray of bool, shape ``[R]``
+        Only with ``gate_box``: whether the reported fit has a gate parameter on the box's boundary.
     starts_ : StartResults
         Only with ``keep_starts=True``: every start's result, ``E`` entries (``[R S]`` plus any
         added Top-K starts), and which of them is reported per replicate.
@@ -241,6 +249,7 @@ class MLEGaussianMoE(MoEEstimator):
         polish_iter: int = 0,
         generic: bool = False,
         keep_starts: bool = False,
+        gate_box: ParameterBox | None = None,
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -258,6 +267,7 @@ class MLEGaussianMoE(MoEEstimator):
         self.polish_iter = polish_iter
         self.generic = generic
         self.keep_starts = keep_starts
+        self.gate_box = gate_box
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
@@ -273,7 +283,8 @@ class MLEGaussianMoE(MoEEstimator):
         # per-sample tolerance up to 0.013 nats below the optimum SQUAREM reached in 90-200
         return cls(model, scenario.k_fit, eta_variance=gaussian, max_iter=max_iter, random_state=random_state,
                    device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=over or _needs_generic_em(model),
-                   polish_iter=OVER_POLISH_ITER if over else 0)
+                   polish_iter=OVER_POLISH_ITER if over else 0,
+                   gate_box=scenario.box if getattr(scenario, "gate_in_box", False) else None)
 
     def _k(self) -> int:
         model, k = self.model, self.n_components
@@ -298,6 +309,10 @@ class MLEGaussianMoE(MoEEstimator):
                 raise ValueError(f"{nm} must be a finite number {'> 0' if pos else '>= 0'}, got {v!r}")
         if isinstance(self.polish_iter, bool) or not isinstance(self.polish_iter, (int, np.integer)) or self.polish_iter < 0:
             raise ValueError(f"polish_iter must be an integer >= 0, got {self.polish_iter!r}")
+        if self.gate_box is not None and not isinstance(self.gate_box, ParameterBox):
+            raise TypeError(f"gate_box must be a ParameterBox or None, got {type(self.gate_box).__name__}")
+        if self.gate_box is not None and not self._use_generic():
+            raise ValueError("gate_box needs the generic EM (a gate with its own box_limits, e.g. the Laplace gate)")
         if not isinstance(self.generic, (bool, np.bool_)):
             raise ValueError(f"generic must be True or False, got {self.generic!r}")
         if not isinstance(self.accelerate, (bool, np.bool_)):
@@ -467,8 +482,10 @@ class MLEGaussianMoE(MoEEstimator):
         rep = torch.as_tensor(owner)
         res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
                              var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
-                             compile=self.compile)
+                             compile=self.compile, gate_box=self.gate_box)
         pick = self._best_starts(res, R, S, owner if extra is not None else None)
+        if self.gate_box is not None:
+            self.on_box_ = res["on_box"][pick]
         params = gs.from_free(em, res["fv"][pick], res["eta"][pick], res["ls2"][pick])
         self.variances_ = np.exp(res["ls2"][pick]) if gauss else np.full((R, k), np.nan)
         if not self.eta_variance and gauss:

@@ -140,7 +140,7 @@ class GenericEM:
         Atoms and input dimension.
     """
 
-    def __init__(self, model: LikelihoodModel, k: int, d: int, dtype=torch.float64) -> None:
+    def __init__(self, model: LikelihoodModel, k: int, d: int, dtype=torch.float64, gate_box=None) -> None:
         self.model, self.k, self.d, self.p = model, k, d, d + 1
         self.gaussian = model.family == "gaussian"
         self.q = model.n_expert_params(d)
@@ -174,6 +174,48 @@ class GenericEM:
         col = (torch.nonzero(self.free).flatten() % (d + 1)).tolist()
         self.bias_coords = [j for j, c in enumerate(col) if c == d]
         self.score_coords = [j for j, c in enumerate(col) if c < d]
+        #: a compact set of the free gate parameters, ``|fv_j| <= gate_hi_j`` (the gate family's
+        #: ``box_limits`` of a ParameterBox ``gate_box``), or ``None``: maximum likelihood over all of R^mg
+        self.gate_box, self.gate_hi = gate_box, None
+        if gate_box is not None:
+            limits = getattr(g.family, "box_limits", None)
+            if limits is None or self.topk or (self.multinomial and self.affine_gate):
+                raise ValueError(f"gate_box: the {g.normalisation} gate (dense, with its own box_limits) only")
+            self.gate_hi = torch.as_tensor(np.asarray(limits(k, d, gate_box), dtype=float), dtype=dtype).flatten()[self.free]
+
+    def clamp_gate(self, fv: torch.Tensor) -> torch.Tensor:
+        """``fv [B, mg]`` projected onto the gate's box (the nearest point: coordinate-wise); unchanged without one."""
+        return fv if self.gate_hi is None else torch.minimum(torch.maximum(fv, -self.gate_hi), self.gate_hi)
+
+    def face(self, theta: torch.Tensor, g: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The projected Newton system of Bertsekas (1982) on the gate's box (unchanged without one).
+
+        ``theta [B, m]`` starts with the ``mg`` free gate parameters, ``g [B, m]`` is the gradient and
+        ``C [B, m, m]`` minus the Hessian (or its positive semi-definite part).  A gate coordinate on
+        its bound with the gradient pointing out of the box is held: its gradient set to 0 and its
+        curvature decoupled (a unit diagonal), so the damped step moves the other coordinates by the
+        Newton step on that face, and the projection then keeps them in the box.  Without it, a
+        projected full Newton step mixes in the held coordinates' outward pull and crawls (a bounded
+        fit stopped 1.7e-5 nats short of L-BFGS-B's maximum).  At a Karush--Kuhn--Tucker point the
+        reduced gradient is 0, so :func:`moestat.estimators.newton.certificate` on the reduced system
+        certifies a maximum over the box.
+        """
+        if self.gate_hi is None:
+            return g, C
+        mg, x, hi = self.mg, theta[:, : self.mg], self.gate_hi
+        held = torch.zeros_like(g, dtype=torch.bool)
+        held[:, :mg] = ((x >= hi) & (g[:, :mg] > 0)) | ((x <= -hi) & (g[:, :mg] < 0))
+        keep = ~held
+        C = torch.where(keep.unsqueeze(-1) & keep.unsqueeze(-2), C, torch.zeros_like(C)) + torch.diag_embed(held.to(C.dtype))
+        return torch.where(held, torch.zeros_like(g), g), C
+
+    def on_box(self, fv: torch.Tensor) -> np.ndarray:
+        """Whether a free gate parameter of each entry ``fv [B, mg]`` lies on the box's boundary (``[B]``
+        bool; a projected coordinate equals its bound exactly, within 1e-9 relative for a later
+        step that moved along the face); all ``False`` without a box."""
+        if self.gate_hi is None:
+            return np.zeros(fv.shape[0], dtype=bool)
+        return (fv.abs() >= self.gate_hi * (1 - 1e-9)).any(-1).numpy()
 
     # ---- batched pieces (leading batch axis B; entries independent) ------------------------
     # Layout: atom-major, ``[B, k, n]``.  Every softmax, logsumexp and sum over the atoms is then a
@@ -503,6 +545,11 @@ def _gate_step(em: GenericEM, fv, lam, X, post):
     if fv.shape[-1] == 0:
         return fv, lam
     g, C = gate_fisher(em, fv, X, post)
+    if em.gate_hi is not None:  # projected Newton step, judged at the projected point: Q_g never decreases
+        c = em.clamp_gate
+        g, C = em.face(fv, g, C)
+        out, lam = ascent(lambda t: em.q_gate(c(t), X, post.r), fv, lam, g, C, f0=post.f0)
+        return c(out), lam
     if post.rA is not None and not em.topk:  # Q_g from sum_n r xt: no pass over r per trial step
         return ascent(lambda t: em.q_gate_affine(t, X, post.rA), fv, lam, g, C, f0=post.f0)
     return ascent(lambda t: em.q_gate(t, X, post.r), fv, lam, g, C, f0=post.f0)
@@ -673,7 +720,9 @@ class _GenericSteps:
         ls2 = ext[:, mg + k * q :]
         if self.em.gaussian:
             ls2 = torch.maximum(ls2, torch.log(self.floor).unsqueeze(-1))
-        return _State(ext[:, :mg], ext[:, mg : mg + k * q].reshape(-1, k, q), ls2, like.lam_g, like.lam_e, like.lam_s)
+        # onto the gate's box (if any): SQUAREM keeps the extrapolation only where it does not lower the likelihood
+        fv = self.em.clamp_gate(ext[:, :mg])
+        return _State(fv, ext[:, mg : mg + k * q].reshape(-1, k, q), ls2, like.lam_g, like.lam_e, like.lam_s)
 
     def compact(self, keep) -> None:
         self.X, self.Y, self.floor = self.X[keep], self.Y[keep], self.floor[keep]
@@ -681,11 +730,11 @@ class _GenericSteps:
     def eager(self) -> "_GenericSteps":
         _COMPILED["unavailable"] = True  # "auto" does not try again in this process
         em = self.em
-        return _GenericSteps(GenericEM(em.model, em.k, em.d, self.X.dtype), self.X, self.Y, self.floor, False)
+        return _GenericSteps(GenericEM(em.model, em.k, em.d, self.X.dtype, em.gate_box), self.X, self.Y, self.floor, False)
 
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
-                accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto") -> dict:
+                accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto", gate_box=None) -> dict:
     """Batched generalised EM (module docstring) from ``B`` starts by :func:`~moestat.estimators.em_driver.run_em`;
     then :func:`topk_search` for a Top-K gate, and the Newton polish (:func:`polish`).
 
@@ -701,17 +750,22 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         Log-variances (ignored for the multinomial family).
     compile : bool or "auto"
         Compile the E-step and the gate objective (:func:`use_compiled`).
+    gate_box : ParameterBox or None
+        Maximise over the compact set the gate family's ``box_limits`` take from it (a dense gate,
+        e.g. :class:`~moestat.model.laplace_gate.LaplaceGate`): the starts, every gate step, SQUAREM's
+        extrapolations and the polish's steps projected onto it.  ``None``: over all of ``R^mg``.
 
     Returns
     -------
     dict
         NumPy: ``fv, eta, ls2``, ``loglik [B]``, ``n_iter [B]``, ``n_newton [B]``, ``status``
         (list: ``tol``, ``newton``, ``max_iter`` or ``nonfinite``), ``paths`` (list of ``[n_iter + 1]``),
-        ``kernel`` (``"generic"`` or ``"generic-compiled"``).
+        ``kernel`` (``"generic"`` or ``"generic-compiled"``), ``on_box [B]`` (:meth:`GenericEM.on_box`).
     """
     B, n, d = X.shape
     k = eta.shape[1]
-    em = GenericEM(model, k, d, X.dtype)
+    em = GenericEM(model, k, d, X.dtype, gate_box)
+    fv = em.clamp_gate(fv)
     compiled = use_compiled(em, compile, B * n, X.device)
     floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
     ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else torch.zeros(B, k, dtype=X.dtype)
@@ -731,6 +785,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         "fv": full.fv.numpy(), "eta": full.eta.numpy(), "ls2": full.ls2.numpy(), "status": status,
         "loglik": np.array([p[-1] for p in paths]), "n_iter": np.array([len(p) - 1 for p in paths]),
         "n_newton": n_newton, "paths": [np.array(p) for p in paths], "kernel": "generic-compiled" if compiled else "generic",
+        "on_box": em.on_box(full.fv),
     }
 
 
@@ -986,11 +1041,21 @@ def polish(em: GenericEM, st: _State, X, Y, floor, status, paths, *, tol, max_it
         else:
             parts = [grad_hess(lambda t, a=act[i : i + step]: f(t, X[a], Y[a]), th[i : i + step])
                      for i in range(0, len(act), step)]
-        return torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
+        g, H = torch.cat([g for g, _ in parts]), torch.cat([H for _, H in parts])
+        if em.gate_hi is None:
+            return g, H
+        # on the gate's box: the projected Newton system (GenericEM.face), so the certificate is the
+        # maximum over the box's face (KKT) and the step moves along it
+        g, C = em.face(th, g, -H)
+        return g, -C
+
+    def onto_box(t):  # the gate's box (if any): a step is judged at its projection
+        return t if em.gate_hi is None else torch.cat([em.clamp_gate(t[:, :mg]), t[:, mg:]], 1)
 
     def ascend(act, th, g, C):
         x, y = X[act], Y[act]
-        new, lam[act] = ascent(lambda t: f(t, x, y), th, lam[act], g, C)
+        new, lam[act] = ascent(lambda t: f(onto_box(t), x, y), th, lam[act], g, C)
+        new = onto_box(new)
         if gauss:  # the variance floor of EM
             lo = torch.log(floor[act]).unsqueeze(-1)
             new = torch.cat([new[:, : mg + kq], torch.maximum(new[:, mg + kq :], lo)], 1)

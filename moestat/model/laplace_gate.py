@@ -18,6 +18,18 @@ centre is free; a fit is reported in that form and a truth must be written in it
 (:meth:`~moestat.model.gate_families.GateFamily.truth_error`), unlike the Gaussian gate, whose
 ``exp(beta0)`` are renormalised (they are the mixing weights of ``x``; here they are not).  A random
 start puts the centres on random inputs (equal centres would give every atom the same gate).
+
+Compact parameter set.  Theorem 3.2 of Han et al. (2024), like the softmax-gated theorems it
+follows (Nguyen, Nguyen & Ho 2023), bounds the maximum-likelihood estimate over a compact parameter
+set.  Over all of ``R^d`` a centre can run off: far from the inputs ``beta0 - ||x - c|| = beta0 -
+||c|| + u^T x + O(||x||^2 / ||c||)`` (``u = c / ||c||``), a linear softmax score the likelihood may
+approach at ``||c|| -> infinity`` (``simulations/catalogue/laplace-gmoe/over_outliers.json``).
+:meth:`LaplaceGate.box_limits` states which coordinates a scenario's ``[box]`` bounds when the file
+asks for it (``[fit] gate_in_box = true``): every centre coordinate ``|beta1_ic| <= box.beta1`` and
+every free intercept ``|beta0_i| <= box.beta0``; the generic EM then maximises over that box
+(:func:`moestat.estimators.mle_generic.fit_generic`, ``gate_box``: each gate step and each
+extrapolation projected onto it, a step kept only where its objective at the projected point
+increases, so the log-likelihood still never decreases).
 """
 
 from __future__ import annotations
@@ -68,6 +80,27 @@ class LaplaceGate(GateFamily):
         d = len(xs)
         dds = [[(ds[c] * ds[e] - (1.0 if c == e else 0.0)) * inv for e in range(d)] for c in range(d)]
         return s, ds, dds
+
+    def box_limits(self, k: int, d: int, box: Any) -> np.ndarray:
+        """Bounds of the compact gate parameter set: ``|V_ij| <= limits_ij``.
+
+        Parameters
+        ----------
+        k, d : int
+            Atoms and input dimension.
+        box : moestat.model.mixing.ParameterBox
+            The scenario's ``[box]``: ``beta1`` bounds every centre coordinate, ``beta0`` every intercept.
+
+        Returns
+        -------
+        ndarray, shape ``[k, d + 1]``
+            Columns ``:d`` the centres' bounds, column ``d`` the intercepts' (the layout of the gate rows
+            ``(beta1_i, beta0_i)``; the pinned ``beta0_k = 0`` is inside any box).
+        """
+        lim = np.empty((k, d + 1))
+        lim[:, :d] = float(box.beta1)
+        lim[:, d] = float(box.beta0)
+        return lim
 
     def random_router(self, X: np.ndarray, k: int, rng: np.random.Generator, beta0: np.ndarray,
                       beta1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
