@@ -55,7 +55,7 @@ with threadpool_limits(limits=1):
     fit(min(u.n for u in units), 1)  # warm-up: imports (torch.func, dynamo) and first calls
     est, cpu = fit(n, reps)
 print(json.dumps({"cpu_s": cpu, "loglik": np.asarray(est.loglik_, float).tolist(), "status": list(est.status_),
-                  "n_iter": np.asarray(est.n_iter_).tolist()}))
+                  "n_iter": np.asarray(est.n_iter_).tolist(), "kernel": getattr(est, "kernel_", None)}))
 '''
 
 
