@@ -171,7 +171,11 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as exc:
                     if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise _busy(out, _holder_once_written(out)) from None
+                        h = _holder_once_written(out, fd)
+                        if h is _RELEASED:  # the holder finished meanwhile: take the lock after all
+                            os.close(fd)
+                            continue
+                        raise _busy(out, h) from None
                     _pid_fallback(out)  # no flock on this file system: trust a live pid on this host
             else:  # pragma: no cover
                 _pid_fallback(out)
@@ -200,14 +204,41 @@ def lock_out(out: str | os.PathLike, door: str) -> bool:
     raise _busy(out, holder(out))  # pragma: no cover - twenty races in a row
 
 
-def _holder_once_written(out: Path, wait_s: float = 2.0) -> dict | None:
-    """The holder's record, waiting briefly for it: a holder that has just taken the ``flock``
-    writes its record microseconds later (two runs started at once meet in that window)."""
+#: :func:`_holder_once_written`: the holder let go while this process waited for its record.
+_RELEASED = object()
+
+
+def _holder_once_written(out: Path, fd: int, wait_s: float = 5.0):
+    """The holder's record, waiting briefly for it, or :data:`_RELEASED`.
+
+    Two runs started at once meet in two windows: the holder has taken the ``flock`` and writes
+    its record microseconds later (a loaded machine may delay it by seconds), or the holder
+    finishes -- unlinks the file and lets go -- between our refused ``flock`` and our read.  In
+    the second the folder is free and the caller takes it (seen in CI as a refusal naming
+    "another process").  ``fd`` is our descriptor of the file the ``flock`` was refused on.
+    """
     deadline = time.monotonic() + wait_s
+    path = out / LOCK_NAME
     while True:
         h = holder(out)
-        if h is not None or time.monotonic() >= deadline:
+        if h is not None:
             return h
+        try:
+            released = os.stat(path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino
+        except FileNotFoundError:
+            released = True
+        if not released:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pass
+            else:  # free: let go of it again, the caller's next round takes it properly
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                released = True
+        if released:
+            return _RELEASED
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(0.01)
 
 

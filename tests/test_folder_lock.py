@@ -136,6 +136,28 @@ def test_a_refusal_in_the_holders_first_instant_still_names_it(tmp_path):
         proc.wait()
 
 
+def test_a_holder_that_finishes_while_a_refused_run_reads_its_record_leaves_the_folder_to_it(tmp_path):
+    # the other window of two runs started at once: the holder unlinks its file and lets go
+    # between the refused flock and the read of its record; the folder is free, and the
+    # refused run takes it (before, it stopped with "in use by another process")
+    from moestat.folder_lock import holder, lock_out, unlock_out
+
+    out = tmp_path / "out"
+    out.mkdir()
+    code = ("import fcntl, os, sys, time; p = os.path.join(sys.argv[1], %r); "
+            "fd = os.open(p, os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); print('flocked', flush=True); "
+            "time.sleep(0.3); os.unlink(p); os.close(fd)") % LOCK_NAME
+    proc = subprocess.Popen([sys.executable, "-c", code, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "flocked"
+        assert lock_out(out, "rates") is False  # taken, and not a stale lock: the holder cleaned up
+        assert holder(out)["pid"] == os.getpid()
+        unlock_out(out)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow
 def test_two_resumes_started_at_once_compute_each_fit_once(tmp_path):
     # the reproduction: job scripts that always pass --resume, started together

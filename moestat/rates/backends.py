@@ -289,12 +289,15 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     while they start up, and ``n_jobs`` processes never exceed ``n_jobs`` cores.  Where a unit
     runs changes none of its numbers (:func:`moestat.rates.sweep.run_unit` fixes its threads).
 
-    ``on_result`` is called in this thread only (one writer), between this process's own
-    units and while waiting for the last workers.  A worker is handed its next unit by a
-    callback thread as soon as it returns one, so it never waits for this process to finish
-    a unit.  An exception (a unit's bug, Ctrl-C, a fault in ``on_result``) stops handing out
-    units, cancels what has not started and is re-raised; the workers stay in loky's reusable
-    pool (an interrupted unit ends with them, :func:`_die_with_parent`).
+    ``on_result`` is called once per unit as soon as it is finished -- a worker's by loky's
+    result thread (a finished future's callback), this process's own by this thread -- one call
+    at a time (a write lock), so a worker's rows are on disk while this process still fits a
+    long unit, and a run killed then loses only the units being fitted.  The same callback hands
+    the worker its next unit, so it never waits for this process to finish a unit.  An exception
+    (a unit's bug, Ctrl-C, a fault in ``on_result``, raised here whichever thread met it) stops
+    handing out units, lets a write in progress end, writes nothing more, cancels what has not
+    started and is re-raised; the workers stay in loky's reusable pool (an interrupted unit ends
+    with them, :func:`_die_with_parent`).
     """
     import queue
 
@@ -302,8 +305,18 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
 
     todo = list(units)
     lock = threading.Lock()
-    finished: queue.SimpleQueue = queue.SimpleQueue()  # futures of the workers, in completion order
+    # one item per finished worker unit, in completion order: None (its rows are written), its
+    # future (cancelled, or failed: raised here) or an exception (on_result's, or a broken pool's)
+    finished: queue.SimpleQueue = queue.SimpleQueue()
     state = {"inflight": 0, "stop": False}
+    write = threading.Lock()  # one on_result at a time: loky's result thread and this one
+
+    def hand_over(unit, rows) -> None:
+        with write:
+            if state["stop"]:  # after an error or Ctrl-C nothing more is written
+                return
+            on_result(unit, rows)
+            bar.update(len(rows))
     futures: list = []
     # joblib's own loky pool (the one Parallel uses: loky's bare get_reusable_executor would replace
     # it by an executor that a later Parallel call cannot use), with its idle timeout of 300 s
@@ -331,9 +344,16 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
         fut.add_done_callback(_on_done)
 
     def _on_done(fut) -> None:
-        finished.put(fut)
-        if not fut.cancelled() and fut.exception() is None:
-            hand_out()
+        if fut.cancelled() or fut.exception() is not None:
+            finished.put(fut)
+            return
+        try:  # written now, while this process may still be fitting a long unit
+            hand_over(*fut.result())
+        except BaseException as exc:  # noqa: BLE001 - in loky's thread it would only be logged
+            finished.put(exc)
+            return
+        finished.put(None)
+        hand_out()
 
     def deliver(block: bool) -> None:
         while True:
@@ -348,10 +368,8 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
                 state["inflight"] -= 1
             if isinstance(fut, BaseException):
                 raise fut
-            if not fut.cancelled():
-                u, rows = fut.result()  # a worker's exception is raised here, in this thread
-                on_result(u, rows)
-                bar.update(len(rows))
+            if fut is not None and not fut.cancelled():
+                fut.result()  # a worker's exception is raised here, in this thread
             if block:
                 return
 
@@ -365,8 +383,7 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
             hand_out()
         while unit is not None:
             rows = work(unit)
-            on_result(unit, rows)
-            bar.update(len(rows))
+            hand_over(unit, rows)
             deliver(block=False)
             unit = take()
         while True:
@@ -378,6 +395,8 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     except BaseException:
         with lock:
             state["stop"] = True
+        with write:  # a write in progress in loky's thread ends whole; none starts after this
+            pass
         for fut in futures:
             fut.cancel()
         # a running unit would go on for minutes after Ctrl-C or a fault: end its worker (as joblib

@@ -161,11 +161,16 @@ class ForkedWorkers:
 
         Each process takes the next unit in the given order (largest first) as soon as it is
         free; this process, computing from the start like the workers, takes the first.
-        ``on_result(unit, rows)`` is called in this thread only (one writer), between this
-        process's own units and while waiting for the workers' last ones.  A worker's exception
-        is re-raised here (its traceback added as a note); a worker that dies raises
-        :class:`WorkerLost`; any exception stops handing out units, ends the workers (a running
-        unit would go on for minutes) and leaves this pool broken (:meth:`close` still applies).
+        ``on_result(unit, rows)`` is called once per unit as soon as it is finished -- a
+        worker's by the thread that received it, this process's own by this thread -- one call
+        at a time (a write lock: one writer appends to the store at a time).  So a worker's
+        finished unit is on disk while this process still fits a long unit of its own, and a
+        run killed then loses only the units still being fitted (before, a worker's rows waited
+        in memory until this process finished its unit).  A worker's exception is re-raised here
+        (its traceback added as a note); a worker that dies raises :class:`WorkerLost`; an
+        exception in ``on_result`` is raised here too.  Any exception stops handing out units,
+        lets a write in progress end, writes nothing more, ends the workers (a running unit
+        would go on for minutes) and leaves this pool broken (:meth:`close` still applies).
 
         Parameters
         ----------
@@ -189,7 +194,15 @@ class ForkedWorkers:
         keep_freed_memory()  # this process fits units too (moestat.threads.keep_freed_memory)
         todo, lock = list(units), threading.Lock()
         stop = threading.Event()
-        results: queue.SimpleQueue = queue.SimpleQueue()  # ("rows", unit, rows) | ("err", exc) | ("end",)
+        write = threading.Lock()  # one on_result at a time; taken by the feeders and by this thread
+        results: queue.SimpleQueue = queue.SimpleQueue()  # ("err", exc) | ("end",)
+
+        def hand_over(unit, rows) -> None:
+            with write:
+                if stop.is_set():  # after an error or Ctrl-C nothing more is written
+                    return
+                on_result(unit, rows)
+                bar.update(len(rows))
 
         def take():
             with lock:
@@ -210,7 +223,12 @@ class ForkedWorkers:
                                                        f"while fitting {getattr(unit, 'key', unit)}")))
                         return
                     if reply[0] == "ok":
-                        results.put(("rows", unit, reply[1]))
+                        try:  # written now, while this process may still be fitting a long unit
+                            hand_over(unit, reply[1])
+                        except BaseException as exc:  # noqa: BLE001 - a fault of the store: raised in the sweep's thread
+                            stop.set()
+                            results.put(("err", exc))
+                            return
                     else:
                         results.put(("err", _with_note(reply, proc.pid)))
                         return
@@ -218,19 +236,15 @@ class ForkedWorkers:
                 results.put(("end",))
 
         def deliver(block: bool) -> bool:
-            """Hand one queued result to ``on_result``; ``False`` when none was queued (or a
-            worker's feeder ended)."""
+            """Take one message of the feeders: raise a worker's error, count a feeder's end;
+            ``False`` when none was queued."""
             try:
                 item = results.get(timeout=0.5) if block else results.get(block=False)
             except queue.Empty:
                 return False
             if item[0] == "err":
                 raise item[1]
-            if item[0] == "end":
-                feeding[0] -= 1
-                return False
-            on_result(item[1], item[2])
-            bar.update(len(item[2]))
+            feeding[0] -= 1  # "end"
             return True
 
         feeding = [0]
@@ -243,17 +257,18 @@ class ForkedWorkers:
                 t.start()
             while unit is not None:
                 rows = work(unit)
-                on_result(unit, rows)
-                bar.update(len(rows))
+                hand_over(unit, rows)
                 while deliver(block=False):
                     pass
                 unit = take()
-            while feeding[0] > 0:  # a feeder queues its rows before its end, so all rows are in then
+            while feeding[0] > 0:  # a feeder writes its rows before its end, so all rows are written then
                 deliver(block=True)  # a timed wait: a blocking one is not interrupted by Ctrl-C everywhere
             for t in threads:  # ended: none is left alive to refuse a later fork (draw_in_fork)
                 t.join()
         except BaseException:
             stop.set()
+            with write:  # a feeder's write in progress ends whole; none starts after this
+                pass
             self.broken = True
             self._kill()
             raise

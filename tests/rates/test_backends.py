@@ -266,3 +266,45 @@ def test_joblib_still_runs_after_a_shared_sweep_in_the_same_process():
         execute(_pid_rows, units, lambda unit, rows: got.extend(rows), n_jobs=2, progress=False, total_fits=4,
                 share=share)
         assert sorted(u for u, _ in got) == units
+
+
+def _first_unit_waits_for_the_seconds_rows(unit):
+    """Unit 0 (the sweep's own process takes the first) ends only once unit 1's rows, fitted by a
+    worker, have been handed to ``on_result`` -- which the test's ``on_result`` marks on disk."""
+    i, folder = unit
+    if i == 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(folder, "1.written")):
+            if time.monotonic() > deadline:
+                raise TimeoutError("a worker's finished unit was not written while this process fitted its own")
+            time.sleep(0.01)
+    return [i]
+
+
+def _mark_written(unit, rows):
+    Path(unit[1], f"{unit[0]}.written").write_text(str(rows))
+
+
+def test_a_workers_rows_are_written_while_this_process_still_fits_its_unit(tmp_path):
+    # a kill during this process's long unit lost the workers' finished units: their rows waited
+    # in memory until this process's unit ended (before, this test timed out after 60 s)
+    from moestat.rates.backends import execute
+
+    units = [(0, str(tmp_path)), (1, str(tmp_path))]
+    execute(_first_unit_waits_for_the_seconds_rows, units, _mark_written, n_jobs=2, progress=False, total_fits=2,
+            share=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.written", "1.written"]
+
+
+
+def test_a_fault_of_on_result_for_a_workers_unit_is_raised_by_the_shared_sweep():
+    # the worker's rows are written by loky's result thread, where an exception is only logged
+    from moestat.rates.backends import execute
+
+    def on_result(unit, rows):
+        if rows[0][1] != os.getpid():
+            raise OSError(28, "No space left on device (a worker's unit)")
+
+    units = [(i,) for i in range(4)]
+    with pytest.raises(OSError, match="a worker's unit"):
+        execute(_pid_rows, units, on_result, n_jobs=2, progress=False, total_fits=4, share=True)

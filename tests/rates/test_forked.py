@@ -17,6 +17,7 @@ from moestat.rates.forked import FORK_ENV, ForkedWorkers, WorkerLost, draw_in_fo
 from moestat.rates.store import RESULT_COLUMNS
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 from moestat.rates.sweep import run_unit as _run_unit
+from tests.rates.test_backends import _first_unit_waits_for_the_seconds_rows, _mark_written
 from tests.test_folder_lock import _alive, _children, _wait_rows  # the /proc helpers of the kill tests
 
 TINY = dict(d=2, n_min=40, n_max=90, n_points=3, reps=3, max_iter=5, holdout=256, n_boot=100, quiet=True)
@@ -240,6 +241,47 @@ def test_a_worker_error_is_raised_here_with_its_traceback_and_stops_the_pool(mon
         pool.close()
     assert all(not p.is_alive() for p in pool.procs)
     assert len(got) < 6  # stopped before every unit ran
+
+
+@linux_only
+def test_a_workers_rows_are_written_while_this_process_still_fits_its_unit(tmp_path, forkable):
+    # a kill during this process's long unit lost the workers' finished units: their rows waited
+    # in memory until this process's unit ended (before, this test timed out after 60 s)
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
+    pool = ForkedWorkers.start(1)
+    try:
+        pool.run(_first_unit_waits_for_the_seconds_rows, [(0, str(tmp_path)), (1, str(tmp_path))], _mark_written,
+                 n_jobs=2, progress=False, total_fits=2)
+    finally:
+        pool.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.written", "1.written"]
+
+
+@linux_only
+def test_a_fault_of_on_result_for_a_workers_unit_is_raised_here_and_stops_the_pool(monkeypatch, forkable):
+    if forkable:  # run and passed in a fresh interpreter (the fixture)
+        return
+    monkeypatch.setenv("MOESTAT_TEST_PARENT", str(os.getpid()))
+    parent, got = os.getpid(), []
+
+    def on_result(unit, rows):
+        if rows and rows[0] != parent:
+            raise OSError(28, "No space left on device (a worker's unit)")
+        got.append(unit)
+
+    pool = ForkedWorkers.start(1)
+    try:
+        with pytest.raises(OSError, match="a worker's unit"):
+            pool.run(_pid_unit, [_Unit(i) for i in range(6)], on_result, n_jobs=2, progress=False)
+        assert pool.broken
+    finally:
+        pool.close()
+    assert len(got) < 6
+
+
+def _pid_unit(unit):
+    return [os.getpid()]
 
 
 @linux_only
