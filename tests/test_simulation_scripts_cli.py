@@ -42,6 +42,7 @@ CASES = [
     ("catalogue/gmoe_over4_outliers.py", ["catalogue/gmoe-over4/gaussian-moe", "--top", "x", "--json", "{tmp}/o.json"],
      "--top"),
     ("catalogue/laplace_over_outliers.py", ["{tmp}/absent", "--json", "{tmp}/o.json"], "absent"),
+    ("catalogue/laplace-gmoe/max_iter_compare.py", ["{tmp}/absent", "{tmp}", "--json", "{tmp}/c.json"], "absent"),
     ("catalogue/gllim_outliers.py", ["catalogue/gaussian-gated-moe/gllim", "--json", "{tmp}/o.json", "--bogus"], "--bogus"),
     ("catalogue/paired_contrasts.py", ["--bogus"], "--bogus"),
     ("catalogue/hypotheses/check_catalogue.py", ["--bogus"], "--bogus"),

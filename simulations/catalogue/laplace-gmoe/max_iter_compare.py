@@ -78,6 +78,14 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, old_max_iter: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (2: bad input, one line on stderr, nothing written)."""
+    try:
+        return _main(argv)
+    except SystemExit as exc:  # the parser's one-line error
+        return int(exc.code or 0)
+
+
+def _main(argv: list[str] | None) -> int:
     p = ArgumentParser(prog="max_iter_compare.py", description=__doc__.split("\n\n")[0])
     p.add_argument("old", type=Path, help="the recorded run with the smaller max_iter")
     p.add_argument("new", type=Path, help="the recorded run with the larger max_iter")
