@@ -117,6 +117,25 @@ def _rates_fits(df, losses, slope=True):
             for r in df["router"].unique() for loss in losses]
 
 
+def test_a_scenario_files_slope_is_labelled_predicted_not_theorem():
+    # a scenario file's predicted_exponent is its author's (catalogue laplace-gmoe: a slope read off
+    # a paper's figure, not a theorem's exponent); a built-in scenario's is the theorem's
+    from moestat.rates.figures import draw_convergence
+
+    df = _rates_df()
+    df["router"] = df["router"].map({"perturbed": "file:laplace_gmoe_over_box", "cosine": "cosine"})
+    fig = draw_convergence(df, _rates_fits(df, ["voronoi"]), losses=["voronoi"], routers=["file:laplace_gmoe_over_box"])
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert texts[-1] == "predicted: slope \u22121/2" and not any("theorem" in t for t in texts)
+    notes = " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # the note is wrapped
+    assert "dashed: the slope the scenario file predicts" in notes and "theorem" not in notes
+    plt.close(fig)
+    fig = draw_convergence(df, _rates_fits(df, ["voronoi"]), losses=["voronoi"])  # both kinds in one panel
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert texts[-1] == "theorem and predicted: slope \u22121/2"  # one dashed line per exponent, both kinds named
+    plt.close(fig)
+
+
 def test_rates_figure_one_key_per_router_no_blank_slot_one_tick_style():
     from moestat.rates.figures import draw_convergence
 

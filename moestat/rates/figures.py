@@ -169,18 +169,29 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
                 x0, y0 = n[0], m[0] * 1.6
                 xs_t = np.array([n[0], n[-1]])
                 ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9)
-                anchored[p] = f"theorem: slope {_frac(p)}".replace("-", "\u2212")
+                anchored[p] = []
+            if p is not None and _prediction_kind(router) not in anchored[p]:
+                anchored[p].append(_prediction_kind(router))
         handles.append(curve_handle(colour, line="-" if has_fit else None, bar=True, ms=3))
         labels.append(label)
-    for text in anchored.values():
+    for p, kinds in anchored.items():  # one dashed line per exponent, named by every kind that predicts it
         handles.append(curve_handle("0.45", marker=None, line="--", lw=0.9))
-        labels.append(text)
+        labels.append(f"{' and '.join(kinds)}: slope {_frac(p)}".replace("-", "\u2212"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")
     ax.set_ylabel(loss_name(loss))
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
-    return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit, "theorem": bool(anchored)}
+    return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit,
+            "predictions": {kind for kinds in anchored.values() for kind in kinds}}
+
+
+def _prediction_kind(router: str) -> str:
+    """How a curve's predicted slope is named: ``"theorem"`` for a built-in scenario (its exponent
+    is the theorem's, :func:`moestat.rates.fit.predicted_exponent`), ``"predicted"`` for a scenario
+    file, whose ``predicted_exponent`` is what its author declared -- a theorem's exponent or, as for
+    the catalogue's ``laplace-gmoe``, a slope read off a paper's figure."""
+    return "predicted" if str(router).startswith("file:") else "theorem"
 
 
 def _extra_colour(i: int) -> str:
@@ -189,15 +200,21 @@ def _extra_colour(i: int) -> str:
     return PALETTE[(3 + i) % len(PALETTE)]  # past the three router colours
 
 
-def _note(reps: int | str, drew_fit: bool, drew_theorem: bool) -> str:
+def _note(reps: int | str, drew_fit: bool, predictions: set) -> str:
     """What the markers, bars and lines are; a line is named only when some panel draws it
-    (``reps``: a count, or ``"19 to 20"`` for an incomplete run)."""
+    (``reps``: a count, or ``"19 to 20"`` for an incomplete run; ``predictions``: the kinds of
+    dashed line drawn, ``{"theorem", "predicted"}`` or a part of it)."""
     parts = [f"markers: mean over {reps} replicate{'s' if reps != 1 else ''}",
              f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
     if drew_fit:
         parts.append("solid: least-squares fit of log mean on log n (slope, 95% CI)")
-    if drew_theorem:
+    kinds = set(predictions)
+    if kinds == {"theorem"}:
         parts.append("dashed: the theorem's slope")
+    elif kinds == {"predicted"}:
+        parts.append("dashed: the slope the scenario file predicts")
+    elif kinds:
+        parts.append("dashed: the theorem's or the scenario file's predicted slope")
     return "; ".join(parts)
 
 
@@ -346,7 +363,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
             # below the axes, so that no legend ever covers the data
             legend(ax, d["handles"], d["labels"], fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center",
                    bbox_to_anchor=(0.5, -0.2), handlelength=2.2, borderaxespad=0.0)
-        note = _note(reps, any(d["fit"] for d in drawn), any(d["theorem"] for d in drawn))
+        note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)))
         import textwrap
 
         head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting
