@@ -118,21 +118,32 @@ def _rates_fits(df, losses, slope=True):
 
 
 def test_a_scenario_files_slope_is_labelled_predicted_not_theorem():
-    # a scenario file's predicted_exponent is its author's (catalogue laplace-gmoe: a slope read off
-    # a paper's figure, not a theorem's exponent); a built-in scenario's is the theorem's
+    # a loss a scenario file declares with its own predicted_exponent carries its author's slope
+    # (catalogue laplace-gmoe: a slope read off a paper's figure, not a theorem's exponent); a
+    # built-in loss's exponent, or a theorem named by default for the file, is the theorem's
     from moestat.rates.figures import draw_convergence
 
     df = _rates_df()
     df["router"] = df["router"].map({"perturbed": "file:laplace_gmoe_over_box", "cosine": "cosine"})
-    fig = draw_convergence(df, _rates_fits(df, ["voronoi"]), losses=["voronoi"], routers=["file:laplace_gmoe_over_box"])
+    df["D2"] = df["voronoi"]
+    file_only = ["file:laplace_gmoe_over_box"]
+    fig = draw_convergence(df, _rates_fits(df, ["D2"]), losses=["D2"], routers=file_only)
     texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert texts[-1] == "predicted: slope \u22121/2" and not any("theorem" in t for t in texts)
     notes = " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # the note is wrapped
     assert "dashed: the slope the scenario file predicts" in notes and "theorem" not in notes
     plt.close(fig)
-    fig = draw_convergence(df, _rates_fits(df, ["voronoi"]), losses=["voronoi"])  # both kinds in one panel
+    fits = [{**f, "prediction_source": "Theorem 1 of a paper"} for f in _rates_fits(df, ["D2"])]
+    fig = draw_convergence(df, fits, losses=["D2"], routers=file_only)  # a theorem named by default
+    assert fig.axes[0].get_legend().get_texts()[-1].get_text() == "theorem: slope \u22121/2"
+    plt.close(fig)
+    fig = draw_convergence(df, _rates_fits(df, ["voronoi"]), losses=["voronoi"], routers=file_only)  # a built-in loss
+    assert fig.axes[0].get_legend().get_texts()[-1].get_text() == "theorem: slope \u22121/2"
+    plt.close(fig)
+    df.loc[df["router"] == "cosine", "D2"] = df["voronoi"]
+    fig = draw_convergence(df, _rates_fits(df, ["D2"]), losses=["D2"])  # both kinds on one dashed line
     texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert texts[-1] == "theorem and predicted: slope \u22121/2"  # one dashed line per exponent, both kinds named
+    assert sorted(texts[-1].split(":")[0].split(" and ")) == ["predicted", "theorem"]
     plt.close(fig)
 
 

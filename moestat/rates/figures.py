@@ -170,8 +170,9 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
                 xs_t = np.array([n[0], n[-1]])
                 ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9)
                 anchored[p] = []
-            if p is not None and _prediction_kind(router) not in anchored[p]:
-                anchored[p].append(_prediction_kind(router))
+            kind = _prediction_kind(router, loss, fit)
+            if p is not None and kind not in anchored[p]:
+                anchored[p].append(kind)
         handles.append(curve_handle(colour, line="-" if has_fit else None, bar=True, ms=3))
         labels.append(label)
     for p, kinds in anchored.items():  # one dashed line per exponent, named by every kind that predicts it
@@ -186,12 +187,14 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
             "predictions": {kind for kinds in anchored.values() for kind in kinds}}
 
 
-def _prediction_kind(router: str) -> str:
-    """How a curve's predicted slope is named: ``"theorem"`` for a built-in scenario (its exponent
-    is the theorem's, :func:`moestat.rates.fit.predicted_exponent`), ``"predicted"`` for a scenario
-    file, whose ``predicted_exponent`` is what its author declared -- a theorem's exponent or, as for
-    the catalogue's ``laplace-gmoe``, a slope read off a paper's figure."""
-    return "predicted" if str(router).startswith("file:") else "theorem"
+def _prediction_kind(router: str, loss: str, fit: dict) -> str:
+    """How a curve's predicted slope is named: ``"predicted"`` for a loss that a scenario file
+    declares with its own ``predicted_exponent`` -- its author's statement, a theorem's exponent or,
+    as for the catalogue's ``laplace-gmoe``, a slope read off a paper's figure -- and ``"theorem"``
+    otherwise: a built-in loss's exponent (:func:`moestat.rates.fit.predicted_exponent`) or a
+    theorem named by default for a file that states none (``prediction_source``)."""
+    declared = str(router).startswith("file:") and loss not in LOSS_NAMES and not fit.get("prediction_source")
+    return "predicted" if declared else "theorem"
 
 
 def _extra_colour(i: int) -> str:
