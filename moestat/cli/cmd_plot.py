@@ -55,7 +55,9 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="moestat plot", description="Re-draw a rates run's convergence figure from results.csv, with "
                        "the configuration stored with the results (provenance.json).", epilog=EXAMPLES)
     p.add_argument("run_dir", metavar="DIR", help="output folder of moestat rates")
-    p.add_argument("--losses", type=_list, default=["voronoi"], help="comma list of losses (voronoi, voronoi_direction, param_single, param_multi, mass, regression_l2)")
+    p.add_argument("--losses", type=_list, default=None, help="comma list of losses (voronoi, voronoi_direction, param_single, "
+                   "param_multi, mass, regression_l2, or the losses a scenario file declares; default: the run's "
+                   "headline -- the file's declared losses, else voronoi)")
     p.add_argument("--routers", type=_list, default=None, help="comma list of routers, aliases accepted (default: all in the run)")
     p.add_argument("--name", default=None, help="file stem of the figure (default convergence_replot, beside the sweep's "
                    "own figure; convergence with --overwrite)")

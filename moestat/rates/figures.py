@@ -418,6 +418,8 @@ class RedrawPlan:
     losses: tuple[str, ...]
     routers: tuple[str, ...] | None
     notes: tuple[str, ...] = ()
+    predicted: dict | None = None
+    setting: str | None = None
 
 
 def _read_json(path: Path) -> Any:
@@ -427,7 +429,7 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None,
+def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,
                    name: str | None = None, overwrite: bool = False) -> RedrawPlan:
     """Read and check a run folder for :func:`draw_redraw`; draws nothing.
 
@@ -438,6 +440,10 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
 
     Parameters
     ----------
+    losses : sequence of str, optional
+        The losses to draw: built-in names, or the losses a scenario-file run declares (its
+        ``[[losses]]``, read from ``extras.csv``).  Default: the run's headline -- the declared
+        losses of a scenario file, else ``voronoi`` -- as in the sweep's own ``convergence.png``.
     name : str, optional
         File stem; default ``convergence_replot`` (beside the sweep's own ``convergence``), or
         ``convergence`` with ``overwrite``.
@@ -459,12 +465,6 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         raise FileNotFoundError(f"{run_dir} is a file, not a run folder: pass the folder that holds results.csv")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
-    clean_losses = []
-    for loss in losses:
-        try:
-            clean_losses.append(canonical_name(loss, LOSS_NAMES))
-        except ValueError:
-            raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(LOSS_NAMES)}") from None
     if name is None:
         name = "convergence" if overwrite else "convergence_replot"
     if not name or "/" in name or name.startswith("."):
@@ -484,10 +484,29 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         config = RatesConfig.from_dict(prov["config"])
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{prov_path}: its configuration is not readable: {exc}") from None
+    notes = []
+    declared: tuple[str, ...] = ()
+    predicted = setting = None
+    if config.scenario_file:  # the file's declared losses and their predictions (the sweep's own figure's)
+        from moestat.rates.resolve import Experiment
+
+        # a file that cannot be read is one line of bad input (ScenarioFileError), as for the rows' audit below
+        experiment = Experiment.of(config)
+        declared, predicted, setting = tuple(experiment.declared), dict(experiment.predicted or {}), experiment.setting
+    known = (*LOSS_NAMES, *declared)
+    clean_losses = []
+    for loss in (losses if losses is not None else declared or ("voronoi",)):
+        try:
+            clean_losses.append(canonical_name(loss, known))
+        except ValueError:
+            raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(known)}") from None
     res_path = run_dir / "results.csv"
     df = read_results(res_path, config)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
     _, audit = audit_results(res_path, config)
-    notes = []
+    if any(loss in declared for loss in clean_losses):  # a declared loss is a column of extras.csv
+        from moestat.rates.extras import merge_extras
+
+        df = merge_extras(df, run_dir / "extras.csv")
     if not audit.checked:
         notes.append(f"{res_path} has no row checksums (written by an earlier moestat): edits to it cannot be found")
     expected = len(config.ns) * config.reps * len(config.router)
@@ -506,7 +525,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
         raise ValueError(f"{run_dir / 'results.csv'} holds no finished fits")
     if not clean_losses:
         raise ValueError("--losses names no loss")
-    empty = [loss for loss in clean_losses if not np.isfinite(df[loss].to_numpy(float)).any()]
+    empty = [loss for loss in clean_losses if loss not in df.columns or not np.isfinite(df[loss].to_numpy(float)).any()]
     if empty:  # a requested curve is never dropped silently
         raise ValueError(f"nothing to plot for {', '.join(empty)}: no finite values in {run_dir / 'results.csv'} "
                          "(this run did not compute it)")
@@ -542,7 +561,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Se
             raise ValueError(f"{summary_rows_changed(summary_path, rows, audit)}; {SUMMARY_RECOVERY} (then plot refits them)")
     ensure_writable_dir(run_dir)
     return RedrawPlan(df, fits, config, run_dir / name, tuple(clean_losses),
-                      None if clean_routers is None else tuple(clean_routers), tuple(notes))
+                      None if clean_routers is None else tuple(clean_routers), tuple(notes), predicted, setting)
 
 
 def draw_redraw(plan: RedrawPlan) -> list[Path]:
@@ -557,14 +576,15 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
     df, cfg = plan.df, plan.config
     fits = plan.fits
     if fits is None:
-        fits = fit_rates(df, setting=cfg.setting, estimator=cfg.estimator, routers=cfg.router, losses=list(plan.losses),
-                         window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance, n_boot=cfg.n_boot,
-                         seed=cfg.seed)
+        # a scenario file decides its setting and states its declared losses' predictions (the sweep's own fits')
+        fits = fit_rates(df, setting=plan.setting or cfg.setting, estimator=cfg.estimator, routers=cfg.router,
+                         losses=list(plan.losses), window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance,
+                         n_boot=cfg.n_boot, seed=cfg.seed, predicted=plan.predicted)
     routers = None if plan.routers is None else list(plan.routers)
     return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers)
 
 
-def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[str] | None = None,
+def redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,
            name: str | None = None, overwrite: bool = False) -> list[Path]:
     """Draw ``run_dir/<name>.pdf`` and ``.png`` from a finished (or partial) rates run.
 
@@ -576,7 +596,8 @@ def redraw(run_dir, *, losses: Sequence[str] = ("voronoi",), routers: Sequence[s
     run_dir : path-like
         A ``--out`` folder of ``moestat rates``.
     losses, routers : sequence of str
-        What to draw (routers default to every router in the results).
+        What to draw (losses default to the run's headline, as :func:`prepare_redraw`; routers to
+        every router in the results).
     name : str, optional
         File stem of the figure (default ``convergence_replot``, or ``convergence`` with
         ``overwrite``).
