@@ -25,9 +25,11 @@ from moestat.folder_lock import holder, holder_alive
 from moestat.io import atomic_savefig, check_output_file, ensure_writable_dir
 from moestat.model.gates import canonical_name
 from moestat.rates.config import ROUTERS, RatesConfig
+from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_rates
 from moestat.rates.forked import draw_in_fork
 from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
+from moestat.rates.resolve import Experiment
 from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
 
 __all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
@@ -488,8 +490,6 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     declared: tuple[str, ...] = ()
     predicted = setting = None
     if config.scenario_file:  # the file's declared losses and their predictions (the sweep's own figure's)
-        from moestat.rates.resolve import Experiment
-
         # a file that cannot be read is one line of bad input (ScenarioFileError), as for the rows' audit below
         experiment = Experiment.of(config)
         declared, predicted, setting = tuple(experiment.declared), dict(experiment.predicted or {}), experiment.setting
@@ -504,8 +504,6 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     df = read_results(res_path, config)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
     _, audit = audit_results(res_path, config)
     if any(loss in declared for loss in clean_losses):  # a declared loss is a column of extras.csv
-        from moestat.rates.extras import merge_extras
-
         df = merge_extras(df, run_dir / "extras.csv")
     if not audit.checked:
         notes.append(f"{res_path} has no row checksums (written by an earlier moestat): edits to it cannot be found")
