@@ -22,13 +22,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from moestat.faults import ClusterFault, as_environment_fault
 from moestat.rates.worker_env import compare_environments, environment
 from moestat.threads import keep_freed_memory
 
-__all__ = ["ClusterOptions", "execute", "check_scheduler", "require_cluster_extra", "scheduler_from_file", "Progress"]
+__all__ = ["ClusterOptions", "execute", "check_scheduler", "require_cluster_extra", "scheduler_from_file", "Progress", "UnitWriter"]
 
 U = TypeVar("U")
 
@@ -161,6 +161,35 @@ def check_scheduler(address: str, options: ClusterOptions | None = None) -> dict
                          "its results could differ from this client's: install the same versions, or pass "
                          "--allow-worker-mismatch to run anyway")
     return {"client": mine, "workers": workers, "mismatch": mismatch}
+
+
+class UnitWriter:
+    """``on_result(unit, rows)`` and the progress bar for each finished unit, from whichever thread
+    received it, one call at a time; nothing after :meth:`stop`.
+
+    Why (issue 36): a sweep's own process fits units beside its workers, and a worker's rows are
+    written the moment they arrive (by the thread that received them) rather than after this
+    process's current unit, so that a kill loses only the units being fitted.  Shared by the
+    forked workers (:meth:`moestat.rates.forked.ForkedWorkers.run`) and the shared loky sweep
+    (:func:`_execute_shared`).
+    """
+
+    def __init__(self, on_result: Callable[[Any, list[dict]], None], bar: "Progress"):
+        self._on_result, self._bar = on_result, bar
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def __call__(self, unit: Any, rows: list[dict]) -> None:
+        with self._lock:
+            if self._stopped:  # after an error or Ctrl-C nothing more is written
+                return
+            self._on_result(unit, rows)
+            self._bar.update(len(rows))
+
+    def stop(self) -> None:
+        """Write nothing more; returns once a write in progress (in another thread) has ended whole."""
+        with self._lock:
+            self._stopped = True
 
 
 class Progress:
@@ -309,14 +338,7 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     # future (cancelled, or failed: raised here) or an exception (on_result's, or a broken pool's)
     finished: queue.SimpleQueue = queue.SimpleQueue()
     state = {"inflight": 0, "stop": False}
-    write = threading.Lock()  # one on_result at a time: loky's result thread and this one
-
-    def hand_over(unit, rows) -> None:
-        with write:
-            if state["stop"]:  # after an error or Ctrl-C nothing more is written
-                return
-            on_result(unit, rows)
-            bar.update(len(rows))
+    hand_over = UnitWriter(on_result, bar)  # called by loky's result thread and by this one
     futures: list = []
     # joblib's own loky pool (the one Parallel uses: loky's bare get_reusable_executor would replace
     # it by an executor that a later Parallel call cannot use), with its idle timeout of 300 s
@@ -395,8 +417,7 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     except BaseException:
         with lock:
             state["stop"] = True
-        with write:  # a write in progress in loky's thread ends whole; none starts after this
-            pass
+        hand_over.stop()  # a write in progress in loky's thread ends whole; none starts after this
         for fut in futures:
             fut.cancel()
         # a running unit would go on for minutes after Ctrl-C or a fault: end its worker (as joblib

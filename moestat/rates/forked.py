@@ -37,7 +37,7 @@ import threading
 import traceback
 from typing import Any, Callable, Sequence
 
-from moestat.rates.backends import _PARENT_WATCH, Progress, _die_with_parent, _worker_settings
+from moestat.rates.backends import _PARENT_WATCH, Progress, UnitWriter, _die_with_parent, _worker_settings
 from moestat.threads import keep_freed_memory
 
 __all__ = ["FORK_ENV", "fork_refusal", "ForkedWorkers", "WorkerLost", "draw_in_fork"]
@@ -194,15 +194,8 @@ class ForkedWorkers:
         keep_freed_memory()  # this process fits units too (moestat.threads.keep_freed_memory)
         todo, lock = list(units), threading.Lock()
         stop = threading.Event()
-        write = threading.Lock()  # one on_result at a time; taken by the feeders and by this thread
+        hand_over = UnitWriter(on_result, bar)  # called by the feeders and by this thread
         results: queue.SimpleQueue = queue.SimpleQueue()  # ("err", exc) | ("end",)
-
-        def hand_over(unit, rows) -> None:
-            with write:
-                if stop.is_set():  # after an error or Ctrl-C nothing more is written
-                    return
-                on_result(unit, rows)
-                bar.update(len(rows))
 
         def take():
             with lock:
@@ -227,6 +220,7 @@ class ForkedWorkers:
                             hand_over(unit, reply[1])
                         except BaseException as exc:  # noqa: BLE001 - a fault of the store: raised in the sweep's thread
                             stop.set()
+                            hand_over.stop()  # no other feeder writes after the fault
                             results.put(("err", exc))
                             return
                     else:
@@ -267,8 +261,7 @@ class ForkedWorkers:
                 t.join()
         except BaseException:
             stop.set()
-            with write:  # a feeder's write in progress ends whole; none starts after this
-                pass
+            hand_over.stop()  # a feeder's write in progress ends whole; none starts after this
             self.broken = True
             self._kill()
             raise
