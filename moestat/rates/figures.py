@@ -487,11 +487,12 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{prov_path}: its configuration is not readable: {exc}") from None
     notes = []
+    # resolved once, for the losses and for both reads of the rows below; a scenario file that cannot
+    # be read is one line of bad input (ScenarioFileError)
+    experiment = Experiment.of(config)
     declared: tuple[str, ...] = ()
     predicted = setting = None
     if config.scenario_file:  # the file's declared losses and their predictions (the sweep's own figure's)
-        # a file that cannot be read is one line of bad input (ScenarioFileError), as for the rows' audit below
-        experiment = Experiment.of(config)
         declared, predicted, setting = tuple(experiment.declared), dict(experiment.predicted or {}), experiment.setting
     known = (*LOSS_NAMES, *declared)
     clean_losses = []
@@ -501,8 +502,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
         except ValueError:
             raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(known)}") from None
     res_path = run_dir / "results.csv"
-    df = read_results(res_path, config)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
-    _, audit = audit_results(res_path, config)
+    df = read_results(res_path, experiment)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
+    _, audit = audit_results(res_path, experiment)
     if any(loss in declared for loss in clean_losses):  # a declared loss is a column of extras.csv
         df = merge_extras(df, run_dir / "extras.csv")
     if not audit.checked:
