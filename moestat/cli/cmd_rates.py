@@ -179,6 +179,9 @@ def _add_rate_fit_options(g) -> None:
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
+    g.add_argument("--statistic", choices=("mean", "median"),
+                   help="fit the slope to the log of the per-n mean (the expected loss; default) or median (the theorems' "
+                        "O_P statements bound quantiles); with median the mean's slope and category are reported beside")
 
 
 #: Flags of the cluster connection: not part of the configuration (they never change a number).

@@ -68,6 +68,11 @@ __all__ = [
 
 #: Written into ``OUT/catalogue.json``.
 REPORT_SCHEMA = "moestat.catalogue.report/1"
+#: What the catalogue's rates are fitted to per ``n`` (declared in simulations/catalogue/HYPOTHESES.md,
+#: 2026-12-02, before any verdict was computed this way): the theorems' polynomial rates are ``O_P``
+#: statements, bounds on the loss's quantiles, so every run, re-judgement and contrast of the
+#: catalogue uses the per-``n`` median; the mean's slope and category are reported beside each row.
+STATISTIC = "median"
 SLOWER = "slower than any polynomial rate"
 
 
@@ -542,7 +547,7 @@ def run_config(run: Run, quick: bool, **execution: Any):
         A ``catalogue_file`` that is not shipped (yet).
     """
 
-    data = dict(run.base)
+    data = {"statistic": STATISTIC, **run.base}
     name = data.pop("catalogue_file", None)
     if name is not None:
         path = catalogue_file(name)
@@ -591,7 +596,8 @@ def _fit_of(summary: dict, loss: str, router: str | None = None) -> dict | None:
     return None
 
 
-def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None = None) -> dict[str, Any]:
+def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None = None,
+                     paired_mean: dict | None = None) -> dict[str, Any]:
     """Judge a "slower than any polynomial rate" fit against the fast case's fit of the same loss.
 
     A slow fit that the rates pipeline already judged by its slow-rate rule (it carries
@@ -599,7 +605,9 @@ def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None =
     verdict is ``paired`` (:func:`moestat.rates.verdicts.paired_contrast` on the two runs' rows):
     ``consistent`` when the replicate-paired interval of ``slope(slow) - slope(fast)`` excludes 0
     above, ``inconsistent`` below, ``inconclusive`` when it contains 0 -- never a fixed margin.
-    Without the paired interval (or a slope) the contrast is ``inconclusive``.
+    Without the paired interval (or a slope) the contrast is ``inconclusive``.  ``paired_mean``
+    (the same contrast on the per-``n`` means, when ``paired`` is on the medians) is reported
+    beside it as ``mean_statistic``.
     """
     if slow and slow.get("slow_rule") and slow.get("category"):
         return {"category": slow["category"], "slow_slope": slow.get("slope"),
@@ -610,13 +618,19 @@ def contrast_verdict(slow: dict | None, fast: dict | None, paired: dict | None =
     if paired is None:
         return {"category": "inconclusive", "slow_slope": slow["slope"], "fast_slope": fast["slope"],
                 "reason": "no paired rows: a contrast is decided by the replicate-paired interval of the slope difference"}
-    return {"category": paired["category"], "slow_slope": slow["slope"], "fast_slope": fast["slope"],
-            "paired": {k: paired.get(k) for k in ("difference", "ci", "level", "n_boot", "replicates", "pairs", "ns", "seed")},
-            "reason": paired["reason"]}
+    out = {"category": paired["category"], "slow_slope": slow["slope"], "fast_slope": fast["slope"],
+           "paired": {k: paired.get(k) for k in ("difference", "ci", "level", "n_boot", "replicates", "pairs", "ns", "seed",
+                                                 "statistic")},
+           "reason": paired["reason"]}
+    if paired_mean is not None:
+        out["mean_statistic"] = {"category": paired_mean["category"], "reason": paired_mean["reason"]}
+    return out
 
 
-def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dict | None) -> dict | None:
-    """The replicate-paired contrast of two runs written under ``out`` (their rows and file losses)."""
+def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dict | None,
+            statistic: str = STATISTIC) -> tuple[dict, dict | None] | None:
+    """The replicate-paired contrast of two runs written under ``out`` (their rows and file losses)
+    on ``statistic``, and on the mean beside it (``None`` when ``statistic`` is the mean)."""
 
     if not fs or not ff or not fs.get("window") or not ff.get("window"):
         return None
@@ -624,7 +638,9 @@ def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dic
     if any(loss not in df for df in rows):
         return None
     window = (max(fs["window"][0], ff["window"][0]), min(fs["window"][1], ff["window"][1]))
-    return paired_contrast(*paired_arrays(rows[0], rows[1], loss, window), seed=0)
+    arrays = paired_arrays(rows[0], rows[1], loss, window)
+    return (paired_contrast(*arrays, seed=0, statistic=statistic),
+            None if statistic == "mean" else paired_contrast(*arrays, seed=0, statistic="mean"))
 
 
 def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, Any]]:
@@ -699,16 +715,23 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         if f is not None:
             row.update(slope=f.get("slope"), ci=[f.get("ci_low"), f.get("ci_high")], pipeline_predicted=f.get("predicted"),
                        category=f.get("category"), reason=f.get("reason"))
+            if f.get("mean_statistic"):  # the expected loss's slope and category, reported beside the verdict
+                row["mean_statistic"] = f["mean_statistic"]
         rows.append(row)
     contrast = None
     if e.contrast is not None:
         slow, fast, loss = e.contrast
         fs, ff = _fit_of(by_label.get(slow, {"fits": []}), loss), _fit_of(by_label.get(fast, {"fits": []}), loss)
-        paired = _paired(out, slow, fast, loss, fs, ff) if out is not None and slow in by_label and fast in by_label else None
-        contrast = {"slow": slow, "fast": fast, "loss": loss, **contrast_verdict(fs, ff, paired)}
+        # on the statistic the two fits were made with (a report of runs fitted before the median rule: the mean)
+        stat = (fs or {}).get("statistic", "mean")
+        both = (_paired(out, slow, fast, loss, fs, ff, stat) if out is not None and slow in by_label and fast in by_label
+                else None)
+        contrast = {"slow": slow, "fast": fast, "loss": loss, **contrast_verdict(fs, ff, *(both or (None,)))}
         for row in rows:  # the slow case's prediction is judged by the contrast
             if row["by_contrast"]:
                 row.update(category=contrast["category"], reason="contrast: " + contrast["reason"])
+                if contrast.get("mean_statistic"):
+                    row["mean_statistic"] = {**contrast["mean_statistic"], "reason": "contrast: " + contrast["mean_statistic"]["reason"]}
     instrument = None
     if e.judge:
         mod, fn = e.judge.split(":")

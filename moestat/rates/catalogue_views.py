@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from moestat.rates.catalogue import ENTRIES, Entry, _report, entry, entry_status, run_config
+from moestat.rates.catalogue import ENTRIES, STATISTIC, Entry, _report, entry, entry_status, run_config
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
@@ -77,7 +77,8 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     Reads each run's ``results.csv`` (and ``extras.csv``) and ``provenance.json`` under
     ``folder/<run label>/`` and fits the rates as :func:`moestat.rates.run_rates` does, without
     refitting a single model: what the docs may say of a recorded run is what the rules of today
-    say of its rows, not what was printed when it ran.
+    say of its rows, not what was printed when it ran -- among them the catalogue's statistic
+    (:data:`moestat.rates.catalogue.STATISTIC`, the per-``n`` median, the mean reported beside).
 
     Parameters
     ----------
@@ -97,6 +98,7 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     for run in e.runs:
         d = Path(folder) / run.label
         cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
+        cfg = cfg.replace(statistic=STATISTIC)  # the catalogue's rule of today, whatever the run was fitted with
         experiment = Experiment.of(cfg)
         df = read_results(d / "results.csv", experiment)
         df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df

@@ -13,7 +13,8 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
                                            extra_starts cell_errors alt_init_scale``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
-``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth``
+``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth
+                                           statistic``
 ===============  ========================  =========================================================
 
 Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
@@ -411,6 +412,11 @@ class AnalysisSpec:
     halfwidth : float
         Target half-width of the 95% slope interval for the Monte Carlo plan printed with the
         table (:func:`moestat.rates.verdicts.plan`).
+    statistic : {"mean", "median"}
+        What the slope is fitted to per sample size (:func:`moestat.rates.fit.slope_with_interval`):
+        the log of the mean over replicates (the expected loss; the default), or of the median
+        (the ``O_P`` statements of the theorems bound quantiles, not means).  With ``median`` each
+        fit also reports the mean's slope and category beside it (``mean_statistic``).
     """
 
     window_min: int | None = None
@@ -418,6 +424,7 @@ class AnalysisSpec:
     tolerance: float = 0.15
     n_boot: int = 1000
     halfwidth: float = 0.05
+    statistic: str = "mean"
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -426,6 +433,8 @@ class AnalysisSpec:
             raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
         if not _is_number(self.halfwidth) or not math.isfinite(self.halfwidth) or self.halfwidth <= 0:
             raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
+        if self.statistic not in ("mean", "median"):
+            raise ValueError(f"statistic must be 'mean' or 'median', got {self.statistic!r}")
         for name in ("window_min", "window_max"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
@@ -449,7 +458,7 @@ FLAT_KEYS = (
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
-    "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale",
+    "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale", "statistic",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 

@@ -314,6 +314,10 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
             "consistent = predicted in [ci_low - tolerance, ci_high + tolerance]; "
             "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
+            if config.statistic == "mean" else
+            "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-median fit (the slope is that "
+            "of the per-n median: the theorems' O_P bounds are statements about quantiles); the log-of-mean slope and "
+            "its category are reported beside each fit (mean_statistic)"
         ),
         "category_rule": (
             "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
@@ -367,8 +371,15 @@ def format_table(summary: dict[str, Any]) -> str:
         )
     lines.append("")
     lines.append("reasons and plans:")
+    median = any(f.get("statistic") == "median" for f in summary["fits"])
+    if median:  # say what the slope column is, before a reader takes it for the usual log-of-mean slope
+        lines.insert(0, "slopes of the per-n median (--statistic median); the mean's slope and category follow each reason")
     for f in summary["fits"]:
         lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
+        m = f.get("mean_statistic")
+        if m and m.get("slope") is not None:
+            lines.append(f"    the mean: slope {_fmt(m['slope'])} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}], "
+                         f"{m.get('category') or '-'}")
         if f.get("prediction_source"):
             lines.append(f"    prediction by default (the file states none): {f['prediction_source']}")
         if f.get("plan") and f.get("predicted") is not None:

@@ -1,6 +1,7 @@
 """Paper-style convergence figures: log-log loss against n, one colour per router.
 
-Each panel shows, for every router, the mean loss over replicates (markers) with a bar from
+Each panel shows, for every router, the mean loss over replicates (the median where the run's
+slopes were fitted to it, ``--statistic median``) (markers) with a bar from
 the 10th to the 90th percentile of the replicates (a band that is positive wherever the losses
 are, so it needs no clipping on a log axis), the fitted line of the log-of-mean regression over
 the declared window, and a dashed grey line with the theorem's predicted slope (anchored at the
@@ -48,9 +49,10 @@ def _frac(p: float) -> str:
     return known.get(round(p, 6), f"{p:g}")
 
 
-def _per_n(df, loss: str, router: str) -> list[tuple[int, float, float, float, int]]:
-    """``(n, mean, lower, upper, count)`` per sample size: the mean of the finite, positive values
-    and the :data:`BAND` percentiles of the replicates."""
+def _per_n(df, loss: str, router: str, statistic: str = "mean") -> list[tuple[int, float, float, float, int]]:
+    """``(n, centre, lower, upper, count)`` per sample size: the mean (or, with ``statistic="median"``,
+    the median: the statistic the slopes were fitted to) of the finite, positive values and the
+    :data:`BAND` percentiles of the replicates."""
     sub = df[df["router"] == router]
     rows = []
     for n, g in sub.groupby("n"):
@@ -58,8 +60,14 @@ def _per_n(df, loss: str, router: str) -> list[tuple[int, float, float, float, i
         v = v[np.isfinite(v) & (v > 0)]
         if v.size:
             lo, hi = np.percentile(v, BAND)
-            rows.append((int(n), float(v.mean()), float(lo), float(hi), int(v.size)))
+            rows.append((int(n), float(np.median(v) if statistic == "median" else v.mean()), float(lo), float(hi),
+                         int(v.size)))
     return rows
+
+
+def _statistic(fits_by_key: dict) -> str:
+    """What the run's slopes were fitted to per ``n`` (``"mean"`` for fits written before the choice existed)."""
+    return next((f["statistic"] for f in fits_by_key.values() if f.get("statistic")), "mean")
 
 
 def _n_label(n: float, thousands: bool = True) -> str:
@@ -145,7 +153,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     handles, labels = [], []
     drew_fit = False
     for i, router in enumerate(routers):
-        agg = _per_n(df, loss, router)
+        agg = _per_n(df, loss, router, _statistic(fits_by_key))
         if not agg:
             continue
         colour = ROUTER_COLOURS.get(router) or _extra_colour(i)
@@ -205,14 +213,15 @@ def _extra_colour(i: int) -> str:
     return PALETTE[(3 + i) % len(PALETTE)]  # past the three router colours
 
 
-def _note(reps: int | str, drew_fit: bool, predictions: set) -> str:
+def _note(reps: int | str, drew_fit: bool, predictions: set, statistic: str = "mean") -> str:
     """What the markers, bars and lines are; a line is named only when some panel draws it
     (``reps``: a count, or ``"19 to 20"`` for an incomplete run; ``predictions``: the kinds of
-    dashed line drawn, ``{"theorem", "predicted"}`` or a part of it)."""
-    parts = [f"markers: mean over {reps} replicate{'s' if reps != 1 else ''}",
+    dashed line drawn, ``{"theorem", "predicted"}`` or a part of it; ``statistic``: what the markers
+    and the solid line are of, ``"mean"`` or ``"median"``)."""
+    parts = [f"markers: {statistic} over {reps} replicate{'s' if reps != 1 else ''}",
              f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
     if drew_fit:
-        parts.append("solid: least-squares fit of log mean on log n (slope, 95% CI)")
+        parts.append(f"solid: least-squares fit of log {statistic} on log n (slope, 95% CI)")
     kinds = set(predictions)
     if kinds == {"theorem"}:
         parts.append("dashed: the theorem's slope")
@@ -368,7 +377,8 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
             # below the axes, so that no legend ever covers the data
             legend(ax, d["handles"], d["labels"], fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center",
                    bbox_to_anchor=(0.5, -0.2), handlelength=2.2, borderaxespad=0.0)
-        note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)))
+        note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)),
+                     _statistic(by_key))
         import textwrap
 
         head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting

@@ -39,6 +39,7 @@ rate, where the slope on ``log n`` is slightly flatter).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -248,11 +249,12 @@ def slope_with_interval(
     }
 
 
-def window_sensitivity(ns: Sequence[int], values: Sequence[np.ndarray], min_points: int = 3) -> list[dict[str, Any]]:
-    """Log-of-mean slope after dropping the first ``j`` sample sizes, ``j = 0, 1, ...``."""
+def window_sensitivity(ns: Sequence[int], values: Sequence[np.ndarray], min_points: int = 3,
+                       statistic: str = "mean") -> list[dict[str, Any]]:
+    """Log-of-mean (or log-``statistic``) slope after dropping the first ``j`` sample sizes, ``j = 0, 1, ...``."""
     out = []
     for j in range(0, len(ns) - min_points + 1):
-        f = log_mean_fit(ns[j:], values[j:])
+        f = log_mean_fit(ns[j:], values[j:], statistic)
         out.append({"drop": j, "n_min": int(ns[j]), "slope": f["slope"], "ci_low": f["ci_low"], "ci_high": f["ci_high"]})
     return out
 
@@ -300,6 +302,7 @@ def fit_rates(
     halfwidth: float = DEFAULT_HALFWIDTH,
     predicted: Mapping[str, float | None] | None = None,
     alt_start: tuple[float, float] | None = None,
+    statistic: str = "mean",
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -328,6 +331,11 @@ def fit_rates(
         ``(init_scale, alt_init_scale)`` when ``df`` holds the start-sensitivity columns
         ``alt_<loss>`` (:mod:`moestat.rates.extras`): each fit gets ``start_sensitivity``, and its
         reason says so when the other start moves the slope by more than the interval's half-width.
+    statistic : {"mean", "median"}
+        What the slope is fitted to per sample size (:func:`slope_with_interval`), for the whole
+        data and each half.  With ``"median"`` every entry with a slope also gets
+        ``mean_statistic``: the same fit on the mean (``slope``, ``ci_low``, ``ci_high``,
+        ``category``, ``reason``), reported beside the verdict.
 
     Returns
     -------
@@ -336,9 +344,23 @@ def fit_rates(
         consistent, category, reason``; with a slope also ``robust`` (Theil--Sen),
         ``curvature``, ``tail``, ``converged`` ([converged, fits] in the window) and ``plan``.
     """
-    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start)
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start, statistic)
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
+    fits = _fit_all(df, routers, losses, opts)
+    if statistic != "mean":
+        # the expected loss's slope, reported beside the verdict (a tail that rules the mean shows as a gap)
+        means = _fit_all(df, routers, losses, dataclasses.replace(opts, statistic="mean"))
+        for f, m in zip(fits, means):
+            if f.get("slope") is not None:
+                f["mean_statistic"] = {k: m.get(k) for k in ("slope", "ci_low", "ci_high", "category", "reason")}
+    return fits
+
+
+def _fit_all(df, routers: Sequence[str], losses: Sequence[str], opts: "_FitOptions") -> list[dict[str, Any]]:
+    """The judged fit entries of every (router, loss) under ``opts`` (the body of :func:`fit_rates`)."""
     fits: list[dict[str, Any]] = []
     data: list[FitData | None] = []
     for ri, router in enumerate(routers):
@@ -347,7 +369,7 @@ def fit_rates(
             entry, d = _fit_loss(sub, router, loss, (ri, li), opts)
             fits.append(entry)
             data.append(d)
-    judge_fits(fits, data, tolerance=tolerance, halfwidth=halfwidth)  # verdicts, categories, plans
+    judge_fits(fits, data, tolerance=opts.tolerance, halfwidth=opts.halfwidth)  # verdicts, categories, plans
     return fits
 
 
@@ -372,6 +394,7 @@ def fit_experiment(df, experiment) -> list[dict[str, Any]]:
         halfwidth=c.halfwidth,
         predicted=experiment.predicted,
         alt_start=(c.init_scale, c.alt_init_scale) if c.alt_init_scale > 0 else None,
+        statistic=c.statistic,
     )
     sources = experiment.prediction_sources
     for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
@@ -393,6 +416,7 @@ class _FitOptions:
     halfwidth: float
     predicted: Mapping[str, float | None] | None
     alt_start: tuple[float, float] | None
+    statistic: str = "mean"
 
 
 def _converged(part) -> tuple[int, int] | None:
@@ -434,15 +458,17 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
     pr = per_replicate_fit(ns, vals)
     nf = np.asarray(ns, float)
     # slope against log(n / log n): a loss ~ (log n / n)^{1/2} has slope exactly -1/2 here
-    lnn = ols_fit(np.log(nf / np.log(nf)), np.log([v.mean() for v in vals]))
-    sensitivity = window_sensitivity(ns, vals)
+    stat = STATISTICS[o.statistic]
+    lnn = ols_fit(np.log(nf / np.log(nf)), np.log([stat(v) for v in vals]))
+    sensitivity = window_sensitivity(ns, vals, statistic=o.statistic)
     log_model = log_model_comparison(ns, vals) if router == "cosine" else None
     rng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li)))
-    swi = slope_with_interval(ns, vals, rng, o.n_boot)
+    swi = slope_with_interval(ns, vals, rng, o.n_boot, o.statistic)
     lm, bs = swi["log_mean"], swi["bootstrap"]
     entry.update(
         {
             "slope": lm["slope"],
+            "statistic": o.statistic,
             "ci_low": swi["ci_low"],
             "ci_high": swi["ci_high"],
             "window": [ns[0], ns[-1]],
@@ -462,12 +488,12 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
     for h, part in enumerate(halves(in_win)):
         hn, hv = _clean(ns_win, [part.loc[part["n"] == n, loss].to_numpy(float) for n in ns_win])
         hrng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(*where, 1 + h)))
-        half_curves.append(Curve(hn, hv, _converged(part), slope_with_interval(hn, hv, hrng, o.n_boot)) if len(hn) >= 3 else None)
+        half_curves.append(Curve(hn, hv, _converged(part), slope_with_interval(hn, hv, hrng, o.n_boot, o.statistic)) if len(hn) >= 3 else None)
     alt = None
     if o.alt_start is not None and f"alt_{loss}" in sub:
         an, av = _clean(ns_win, [sub.loc[sub["n"] == n, f"alt_{loss}"].to_numpy(float) for n in ns_win])
         if len(an) >= 3:
             arng = np.random.default_rng(np.random.SeedSequence(o.seed, spawn_key=(ri, li, 9)))
-            alt = slope_with_interval(an, av, arng, o.n_boot)
+            alt = slope_with_interval(an, av, arng, o.n_boot, o.statistic)
     whole = Curve(ns, vals, _converged(in_win), swi)
     return entry, FitData(whole, tuple(half_curves), is_slow_rate(router, loss, entry["predicted"]), alt, o.alt_start)

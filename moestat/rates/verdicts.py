@@ -55,6 +55,7 @@ local slope reaches the prediction).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -534,8 +535,9 @@ def _masked_slopes(x: np.ndarray, y: np.ndarray, m: np.ndarray) -> np.ndarray:
 
 
 def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, n_boot: int = PAIRED_BOOT,
-                            seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """Replicate-paired bootstrap interval of ``slope(A) - slope(B)`` (log-of-mean slopes on ``log n``).
+                            seed: int = 0, level: float = 0.95, statistic: str = "mean") -> dict[str, Any]:
+    """Replicate-paired bootstrap interval of ``slope(A) - slope(B)`` (log-of-mean, or log-of-median,
+    slopes on ``log n``).
 
     Parameters
     ----------
@@ -552,13 +554,15 @@ def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, 
         Seed of the draws (``SeedSequence(seed)``): the interval is a function of the data and the seed.
     level : float
         Coverage of the percentile interval.
+    statistic : {"mean", "median"}
+        What each arm's slope is fitted to per ``n`` (the same draws either way).
 
     Returns
     -------
     dict
         ``slope_a``, ``slope_b``, ``difference`` (on all replicates), ``ci`` ([low, high] of the
         difference), ``level``, ``n_boot`` (draws with a slope in both arms), ``replicates``,
-        ``pairs`` (valid pairs), ``ns``, ``seed``.
+        ``pairs`` (valid pairs), ``ns``, ``seed``, ``statistic``.
     """
     ns = [int(n) for n in ns]
     a, b = np.asarray(a, float), np.asarray(b, float)
@@ -568,6 +572,8 @@ def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, 
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if isinstance(n_boot, bool) or int(n_boot) != n_boot or n_boot < 100:
         raise ValueError(f"n_boot must be an integer >= 100, got {n_boot!r}")
+    if statistic not in ("mean", "median"):
+        raise ValueError(f"statistic must be 'mean' or 'median', got {statistic!r}")
     with np.errstate(invalid="ignore"):
         valid = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
     S, R = a.shape
@@ -581,16 +587,31 @@ def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, 
             ya, yb = np.log((W @ A.T) / den), np.log((W @ B.T) / den)
         return _masked_slopes(x, ya, m), _masked_slopes(x, yb, m)
 
-    sa, sb = slopes(np.ones((1, R)))
+    def median_slopes(I: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # the drawn replicates I [D, R] at every n; an invalid pair is NaN in both arms (left out, as above)
+        Am, Bm = np.where(valid, a, np.nan), np.where(valid, b, np.nan)
+        m = valid[:, I].any(axis=2).T  # [D, S]
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an n without a valid drawn pair: masked
+            ya = np.log(np.nanmedian(Am[:, I], axis=2)).T
+            yb = np.log(np.nanmedian(Bm[:, I], axis=2)).T
+        return _masked_slopes(x, ya, m), _masked_slopes(x, yb, m)
+
     rng = np.random.default_rng(np.random.SeedSequence(int(seed)))
-    W = np.stack([np.bincount(rng.integers(0, R, size=R), minlength=R) for _ in range(int(n_boot))]).astype(float)
-    da, db = slopes(W)
+    draws = [rng.integers(0, R, size=R) for _ in range(int(n_boot))]
+    if statistic == "mean":
+        sa, sb = slopes(np.ones((1, R)))
+        W = np.stack([np.bincount(i, minlength=R) for i in draws]).astype(float)
+        da, db = slopes(W)
+    else:
+        sa, sb = median_slopes(np.arange(R)[None, :])
+        da, db = median_slopes(np.stack(draws))
     d = da - db
     d = d[np.isfinite(d)]
     lo, hi = (np.quantile(d, [(1 - level) / 2, (1 + level) / 2]) if d.size else (math.nan, math.nan))
     return {"slope_a": float(sa[0]), "slope_b": float(sb[0]), "difference": float(sa[0] - sb[0]),
             "ci": [float(lo), float(hi)], "level": float(level), "n_boot": int(d.size), "replicates": int(R),
-            "pairs": int(valid.sum()), "ns": ns, "seed": int(seed)}
+            "pairs": int(valid.sum()), "ns": ns, "seed": int(seed), "statistic": statistic}
 
 
 def paired_arrays(rows_a, rows_b, loss: str, window: tuple[int | None, int | None] = (None, None),
@@ -633,7 +654,7 @@ def paired_arrays(rows_a, rows_b, loss: str, window: tuple[int | None, int | Non
 
 
 def paired_contrast(ns: Sequence[int], slow: np.ndarray, fast: np.ndarray, *, n_boot: int = PAIRED_BOOT,
-                    seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+                    seed: int = 0, level: float = 0.95, statistic: str = "mean") -> dict[str, Any]:
     """The contrast "``slow`` is slower than ``fast``" from :func:`paired_slope_difference`.
 
     ``consistent`` when the interval of ``slope(slow) - slope(fast)`` lies above 0 (the slow arm
@@ -642,13 +663,14 @@ def paired_contrast(ns: Sequence[int], slow: np.ndarray, fast: np.ndarray, *, n_
     """
     if len(ns) < 3:
         return {"category": "inconclusive", "reason": f"{len(ns)} sample sizes with pairs in both arms (< 3)", "ci": None}
-    r = paired_slope_difference(ns, slow, fast, n_boot=n_boot, seed=seed, level=level)
+    r = paired_slope_difference(ns, slow, fast, n_boot=n_boot, seed=seed, level=level, statistic=statistic)
     lo, hi = r["ci"]
     cat = "inconclusive" if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0.0 <= hi else (
         "consistent" if lo > 0 else "inconsistent")
     words = {"consistent": "excludes 0: slower", "inconsistent": "excludes 0 on the wrong side: faster",
              "inconclusive": "contains 0: cannot tell"}[cat]
-    reason = (f"slope difference {r['difference']:+.3f} (slow {r['slope_a']:.3f} - fast {r['slope_b']:.3f}), "
+    of = "" if statistic == "mean" else " of the per-n medians"
+    reason = (f"slope difference{of} {r['difference']:+.3f} (slow {r['slope_a']:.3f} - fast {r['slope_b']:.3f}), "
               f"replicate-paired {level:.0%} bootstrap interval [{lo:+.3f}, {hi:+.3f}] ({r['replicates']} replicates, "
               f"n {ns[0]}-{ns[-1]}, {r['n_boot']} draws, seed {r['seed']}) {words}")
     return {"category": cat, "reason": reason, **r}

@@ -133,6 +133,11 @@ def _category(cur: dict, rec: dict | None) -> str:
     notes = []
     if cur.get("fixed_truth"):  # judged by the entry's instrument; the fixed-truth rule's verdict stays beside it
         notes.append(f"two-point bound; the fixed-truth rule: {cur['fixed_truth']['category'] or '-'}")
+    m = cur.get("mean_statistic")
+    # the expected loss's verdict, when it differs from the median's (for an instrument's row: from the
+    # median's fixed-truth verdict, the one the mean is the counterpart of)
+    if m and m.get("category") != (cur.get("fixed_truth") or cur)["category"]:
+        notes.append(f"the mean: {m.get('category') or '-'}")
     if rec is None:  # a prediction added after the run: judged on the recorded rows
         notes.append("a prediction added since the run")
     elif rec.get("category") != cur["category"]:
@@ -152,7 +157,7 @@ def full_table(reps: dict) -> str:
                          f"{_num(r['slope'])} {ci}".strip(), _category(r, old.get((r["run"], r["loss"]))),
                          f"{wall:.0f} s" if i == 0 else ""])
     return _table("Full runs (recorded in simulations/catalogue/), judged under the current rules",
-                  ["entry", "run and loss", "prediction", "measured slope [95% CI]", "category", "wall"], rows,
+                  ["entry", "run and loss", "prediction", "slope of the per-n median [95% CI]", "category", "wall"], rows,
                   "14 22 18 22 14 10")
 
 
@@ -168,6 +173,12 @@ def verdicts(reps: dict) -> str:
             ci = f" [{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
             line = (f"  - {r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope {_num(r['slope'])}{ci}, "
                     f"*{r['category'] or 'not judged'}* -- {r['reason'] or '-'}.")
+            m = r.get("mean_statistic")
+            if m:  # the log-of-mean slope (the expected loss), reported beside the median's verdict
+                mci = (f" [{_num(m['ci_low'])}, {_num(m['ci_high'])}]" if m.get("ci_low") is not None else "")
+                mslope = f"slope {_num(m['slope'])}{mci}, " if m.get("slope") is not None else ""
+                line += (f" The mean (expected loss), reported: {mslope}{m.get('category') or 'not judged'} -- "
+                         f"{(m.get('reason') or '-').rstrip('.')}.")
             ft = r.get("fixed_truth")
             if ft:  # the slope's own verdict, replaced by the instrument's but not hidden
                 line += (f" The fixed-truth rule on the same rows (reported, not the verdict): {ft['category'] or '-'} -- "
@@ -175,7 +186,11 @@ def verdicts(reps: dict) -> str:
             lines.append(line)
         c = cur.get("contrast")
         if c:
-            lines.append(f"  - Contrast {c['slow']} vs {c['fast']} (``{c['loss']}``): *{c['category']}* -- {c['reason']}.")
+            line = f"  - Contrast {c['slow']} vs {c['fast']} (``{c['loss']}``): *{c['category']}* -- {c['reason']}."
+            if c.get("mean_statistic"):
+                line += (f" On the per-n means, reported: {c['mean_statistic']['category']} -- "
+                         f"{c['mean_statistic']['reason'].rstrip('.')}.")
+            lines.append(line)
         out.append("\n".join(lines))
     return "\n\n".join(out) + "\n"
 

@@ -120,3 +120,17 @@ def test_list_is_generated_from_the_replaced_truths_files(capsys):
     assert "ffn-sigmoid: linear-softmax / scaled_sigmoid" in lse
     sig = text[text.index("sigmoid-vs-softmax"): text.index("topk-gmoe")]
     assert "sigmoid: linear-sigmoid / scaled_gelu" in sig and "softmax: linear-softmax / scaled_gelu" in sig
+
+
+def test_a_recorded_contrast_rejudged_today_is_on_the_medians_with_the_mean_beside():
+    """The catalogue's rule (moestat.rates.catalogue.STATISTIC): recorded rows are judged on the per-n
+    median, the contrast on the paired median slopes, and the mean's verdict travels beside."""
+    rep = _render_module().rejudged("lse-ffn-vs-linear")
+    c = rep["contrast"]
+    assert c["paired"]["statistic"] == "median" and "per-n medians" in c["reason"]
+    # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the fits' difference
+    assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)
+    assert "per-n medians" not in c["mean_statistic"]["reason"]
+    ffn = next(p for p in rep["predictions"] if p["run"] == "ffn-sigmoid" and p["loss"] == "D2_ls")
+    assert set(ffn["mean_statistic"]) == {"slope", "ci_low", "ci_high", "category", "reason"}
+    assert ffn["slope"] != ffn["mean_statistic"]["slope"]  # two statistics of the same rows
