@@ -198,6 +198,8 @@ _OWN_FULL = {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12}
 _OWN_QUICK = {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}
 #: Replicates of a contrast's arms (issue 33: "40 replicates for contrasts", the peers' number).
 _CONTRAST_REPS = 40
+#: temperature-gmoe's design: above the activation arm's pre-flight n_ok (9 187), a contrast's replicates.
+_TEMPERATURE_FULL = {"n_min": 10000, "n_max": 320000, "n_points": 6, "reps": _CONTRAST_REPS}
 _QUARTER = -0.25
 
 
@@ -378,14 +380,17 @@ _add(Entry(
     "a fitted parameter (moestat.model.temperature_gate: tau in the reference atom's row), against the activation "
     "dense-to-sparse gate softmax((tanh(beta1^T x) + beta0) / tau); d = 1, k* = 2, linear experts, exact fit",
     "maximum likelihood (generic EM)",
-    "not recovered (abstract and a third-party summary read); moestat's design: 6 log-spaced n, 1 000 to 32 000, "
-    "12 replicates",
+    "not recovered (abstract and a third-party summary read); moestat's design: 6 log-spaced n, 10 000 to 320 000 "
+    "(above the activation arm's pre-flight n_ok 9 187), 40 replicates",
+    # the design of 2026-12-02 (simulations/catalogue/HYPOTHESES.md, declared before its run): the grid starts above
+    # the activation arm's n_ok (issue 33 Scope 4; the temperature arm's n_ok is infinite, its ray is not identified)
+    # and a contrast gets 40 replicates; the first full run (1 000 to 32 000, 12 replicates) is kept in design12/
     (Run("temperature", {"catalogue_file": "temperature_gmoe.toml", "estimator": "mle", "max_iter": 1000},
-         dict(_OWN_FULL),
+         dict(_TEMPERATURE_FULL),
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="a gate with a fitted temperature (moestat.model.temperature_gate) fitted by the generic EM"),
      Run("activation", {"catalogue_file": "temperature_activation.toml", "estimator": "mle", "max_iter": 1000},
-         dict(_OWN_FULL),
+         dict(_TEMPERATURE_FULL),
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="a gate with a fitted temperature (moestat.model.temperature_gate) fitted by the generic EM")),
     # the abstract (the stored copies hold it and a third-party summary only): "due to interactions between the
