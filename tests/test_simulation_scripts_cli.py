@@ -52,6 +52,7 @@ CASES = [
     ("rates/two_point.py", ["--out", "{tmp}/t", "--reps", "x"], "--reps"),
     ("rates/fig1b40_window.py", ["--json", "{tmp}/absent/w.json"], "absent"),
     ("rates/fig1b40w_window.py", ["--bogus"], "--bogus"),
+    ("rates/fig1b40w_median.py", ["--json", "{tmp}/absent/m.json"], "absent"),
     ("rates/fig1b_runaway.py", ["--ns", "abc", "--json", "{tmp}/r.json"], "--ns"),
     ("rates/theory_full_index.py", ["--root", "{tmp}/absent"], "absent"),
     ("rates/over_direction_cells.py", ["cosine", "abc", "4"], "abc"),
