@@ -345,3 +345,52 @@ def test_lm_table_says_one_seed_not_nan():
     assert "2.3000 (1 seed)" in text and "nan" not in text and not _bad_table_cells(text)
     text = format_table(summarise(_lm_rows(seeds=2)))
     assert "2.3050 ± 0.0071" in text
+
+
+def test_tight_layout_measuring_each_box_once_gives_the_same_bytes_and_restores_matplotlib():
+    """moestat.plotting.tight_layout keeps the first pass's layout boxes for the second pass (nothing
+    moves between them): the subplot parameters, hence the PNG, are those of fig.tight_layout."""
+    import io
+
+    import matplotlib
+    import matplotlib.artist as martist
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moestat.plotting import legend, panel_grid, tight_layout
+
+    def draw(layout):
+        fig = plt.figure(figsize=(6.2, 5.0))
+        axes = panel_grid(fig, 3, 2)
+        for i, ax in enumerate(axes):
+            x = np.array([1e3, 2e3, 4e3, 8e3])
+            (h,) = ax.loglog(x, (i + 1) * x ** -0.5, "o-")
+            ax.set_xlabel("sample size $n$")
+            ax.set_ylabel(f"loss {i}")
+            legend(ax, [h], [f"curve {i}: slope -0.5"], loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        fig.suptitle("a title\non two lines")
+        fig.text(0.5, 0.01, "a note under the panels", ha="center")
+        layout(fig, rect=(0, 0.05, 1, 1))
+        pars = fig.subplotpars
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        plt.close(fig)
+        return (pars.left, pars.right, pars.bottom, pars.top, pars.wspace, pars.hspace), buf.getvalue()
+
+    measure = martist._get_tightbbox_for_layout_only
+    once = draw(tight_layout)
+    assert martist._get_tightbbox_for_layout_only is measure  # put back after the call
+    plain = draw(lambda fig, **kw: fig.tight_layout(**kw))
+    assert once[0] == plain[0] and once[1] == plain[1]
+
+    def fails(**kw):
+        raise RuntimeError("a layout that fails")
+
+    fig = plt.figure()
+    fig.add_subplot()
+    fig.tight_layout = fails
+    with pytest.raises(RuntimeError):
+        tight_layout(fig, rect=(0, 0, 1, 1))
+    plt.close(fig)
+    assert martist._get_tightbbox_for_layout_only is measure  # put back after a failure too

@@ -362,7 +362,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
     # engine is attached to the figure, so that the last line can leave it without one
     with plt.rc_context({"font.size": 7, "axes.labelsize": 7, "xtick.labelsize": 6, "ytick.labelsize": 6, "pdf.fonttype": 42,
                          "figure.autolayout": False, "figure.constrained_layout.use": False}):
-        from moestat.plotting import legend, panel_grid
+        from moestat.plotting import legend, panel_grid, tight_layout
 
         fig = plt.figure(figsize=(width, (panel_h + legend_h) * nrows + 0.4))
         # no blank slot: a short last row is centred (moestat.plotting.panel_grid)
@@ -386,7 +386,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
                      fontsize=7)
         note_lines = textwrap.wrap(note, 90 if ncols == 1 else 170)
         fig.text(0.5, 0.004, "\n".join(note_lines), ha="center", va="bottom", fontsize=5, color="0.3")
-        fig.tight_layout(rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))
+        tight_layout(fig, rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))  # each box measured once
         # Laid out: no engine left on the figure.  tight_layout leaves a placeholder engine, and
         # savefig, finding an engine, first draws the whole figure once more with rendering off
         # (every tick and text laid out again) before it renders -- for the same pixels: the
