@@ -55,9 +55,10 @@ def test_the_rendering_judges_under_the_current_rules_not_the_printed_report(ren
     # a row judged by an instrument shows the fixed-truth rule's category beside the instrument's
     judged = [r for c, _, _ in reps.values() for r in c["predictions"] if r.get("fixed_truth")]
     assert {r["loss"] for r in judged} >= {"cosine voronoi", "D2_ls"}
-    for r in judged:
-        assert f"the fixed-truth rule: {r['fixed_truth']['category']}" in blocks["full-runs"]
-        assert f"The fixed-truth rule on the same rows (reported, not the verdict): {r['fixed_truth']['category']}" in blocks["verdicts"]
+    for r in judged:  # a fixed-truth row without a rate stated (no category) is rendered "-"
+        ft = r["fixed_truth"]["category"] or "-"
+        assert f"the fixed-truth rule: {ft}" in blocks["full-runs"]
+        assert f"The fixed-truth rule on the same rows (reported, not the verdict): {ft}" in blocks["verdicts"]
     for key, (c, _, _) in reps.items():  # every prediction of every recorded entry has its sentence
         for r in c["predictions"]:
             assert f"{r['run']} ``{r['loss']}``, predicted {r['prediction']}: slope" in blocks["verdicts"], (key, r["loss"])
