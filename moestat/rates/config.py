@@ -463,6 +463,10 @@ FLAT_KEYS = (
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
 
+#: The prefix of a scenario file's curve label (:func:`file_label`); a router named so is a file's.
+FILE_PREFIX = "file:"
+
+
 def file_label(source: str) -> str:
     """The curve label of a scenario file: ``file:<stem>`` (``file:<stem>.<function>`` for Python)."""
     path, func = source, ""
@@ -470,7 +474,7 @@ def file_label(source: str) -> str:
     if sep and head.endswith(".py"):
         path, func = head, tail
     stem = Path(path).stem
-    return f"file:{stem}.{func}" if func else f"file:{stem}"
+    return f"{FILE_PREFIX}{stem}.{func}" if func else f"{FILE_PREFIX}{stem}"
 
 
 def _routers(value: Any) -> Any:

@@ -25,7 +25,7 @@ import numpy as np
 from moestat.folder_lock import holder, holder_alive
 from moestat.io import atomic_savefig, check_output_file, ensure_writable_dir
 from moestat.model.gates import canonical_name
-from moestat.rates.config import ROUTERS, RatesConfig
+from moestat.rates.config import FILE_PREFIX, ROUTERS, RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_rates
 from moestat.rates.forked import draw_in_fork
@@ -203,7 +203,7 @@ def _prediction_kind(router: str, loss: str, fit: dict) -> str:
     as for the catalogue's ``laplace-gmoe``, a slope read off a paper's figure -- and ``"theorem"``
     otherwise: a built-in loss's exponent (:func:`moestat.rates.fit.predicted_exponent`) or a
     theorem named by default for a file that states none (``prediction_source``)."""
-    declared = str(router).startswith("file:") and loss not in LOSS_NAMES and not fit.get("prediction_source")
+    declared = str(router).startswith(FILE_PREFIX) and loss not in LOSS_NAMES and not fit.get("prediction_source")
     return "predicted" if declared else "theorem"
 
 
@@ -535,8 +535,9 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     if not clean_losses:
         raise ValueError("--losses names no loss")
     empty = [loss for loss in clean_losses if loss not in df.columns or not np.isfinite(df[loss].to_numpy(float)).any()]
-    if empty:  # a requested curve is never dropped silently
-        raise ValueError(f"nothing to plot for {', '.join(empty)}: no finite values in {run_dir / 'results.csv'} "
+    if empty:  # a requested curve is never dropped silently; a declared loss is read from extras.csv
+        where = sorted({str(run_dir / ("extras.csv" if loss in declared else "results.csv")) for loss in empty})
+        raise ValueError(f"nothing to plot for {', '.join(empty)}: no finite values in {' or '.join(where)} "
                          "(this run did not compute it)")
     present = sorted(df["router"].unique())
     clean_routers = None

@@ -116,3 +116,21 @@ def test_a_run_whose_scenario_file_is_gone_is_one_line_of_bad_input(file_run, tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "gone.toml" in err and "cannot be read" in err
     assert not list(run.glob("convergence_replot.*"))
+
+
+def test_a_declared_loss_without_finite_values_names_extras_csv(file_run, tmp_path):
+    """A declared loss lives in extras.csv: when it has no finite value, the message names that file."""
+    import shutil
+
+    import pandas as pd
+
+    from moestat.rates.figures import prepare_redraw
+
+    run = tmp_path / "run"
+    shutil.copytree(file_run, run)
+    ex = pd.read_csv(run / "extras.csv")
+    ex["D1"] = float("nan")
+    ex.to_csv(run / "extras.csv", index=False)
+    with pytest.raises(ValueError, match=r"no finite values in \S*extras\.csv \(") as exc:
+        prepare_redraw(run, losses=["D1"], name="x")
+    assert "results.csv" not in str(exc.value)
