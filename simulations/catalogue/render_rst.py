@@ -200,7 +200,8 @@ def quick_table() -> str:
     data = json.loads((HERE / "quick_times.json").read_text(encoding="utf-8"))
     rows = [[f"``{r['key']}``", str(r["fits"]), f"{r['wall_s']:.0f}", "-" if r.get("cpu_s") is None else f"{r['cpu_s']:.0f}",
              r["load"], r["categories"]] for r in data["runs"]]
-    return _table("--quick runs: wall and CPU time", ["entry", "fits", "wall (s)", "CPU user+sys (s)",
+    return _table("--quick runs: wall and CPU time (categories as printed when each ran: on the per-n mean before "
+                  "2026-12-02)", ["entry", "fits", "wall (s)", "CPU user+sys (s)",
                                                       "load average (1 min) at start/end", "categories"], rows, "18 8 10 12 18 34")
 
 
