@@ -648,8 +648,41 @@ def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dic
             None if statistic == "mean" else paired_contrast(*arrays, seed=0, statistic="mean"))
 
 
+def preflight_window(cfg) -> tuple[int | None, int | None]:
+    """``(window_min, n_ok)``: the catalogue's fitting window of a run (issue 33 Scope 4, declared in
+    ``simulations/catalogue/HYPOTHESES.md`` on 2026-12-02).
+
+    ``n_ok`` is the largest finite pre-flight ``n_ok`` of the run's routers
+    (:func:`moestat.rates.preflight.preflight`: the smallest ``n`` at which every block's
+    Cramér-Rao sd is below a tenth of the atoms' separation; a router with a singular Fisher
+    information -- a slow case, judged by its instrument -- has none and does not count).
+    ``window_min`` is the first grid size at or above it, or ``None`` when the grid already starts
+    there, no router has a finite ``n_ok``, or fewer than 3 sizes would remain (the whole grid is
+    then kept).
+    """
+    from moestat.rates.preflight import preflight
+
+    experiment = Experiment.of(cfg)
+    oks = [preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router]
+    finite = [int(n) for n in oks if n is not None]
+    if not finite:
+        return None, None
+    n_ok = max(finite)
+    above = [n for n in cfg.ns if n >= n_ok]
+    return (above[0] if len(above) >= 3 and above[0] > cfg.ns[0] else None), n_ok
+
+
+def with_preflight_window(cfg):
+    """``cfg`` with the catalogue's window (:func:`preflight_window`) unless it declares its own ``window_min``."""
+    if cfg.window_min is not None:
+        return cfg
+    window_min, _ = preflight_window(cfg)
+    return cfg if window_min is None else cfg.replace(window_min=window_min)
+
+
 def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, Any]]:
-    """The validated configuration of every run of entry ``key`` (nothing is written).
+    """The validated configuration of every run of entry ``key`` (nothing is written), each
+    judged over the catalogue's window above its pre-flight ``n_ok`` (:func:`with_preflight_window`).
 
     Raises
     ------
@@ -660,7 +693,7 @@ def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, 
     status = entry_status(e)
     if status != "runnable":
         raise ValueError(f"catalogue entry {key} cannot run: {status}")
-    return [(run, run_config(run, quick, **execution).validate()) for run in e.runs]
+    return [(run, with_preflight_window(run_config(run, quick, **execution).validate())) for run in e.runs]
 
 
 def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bool = False,
@@ -719,7 +752,7 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
                "slope": None, "ci": None, "category": None, "reason": "loss not in the run's fits"}
         if f is not None:
             row.update(slope=f.get("slope"), ci=[f.get("ci_low"), f.get("ci_high")], pipeline_predicted=f.get("predicted"),
-                       category=f.get("category"), reason=f.get("reason"))
+                       category=f.get("category"), reason=f.get("reason"), window=f.get("window"))
             if f.get("mean_statistic"):  # the expected loss's slope and category, reported beside the verdict
                 row["mean_statistic"] = f["mean_statistic"]
         rows.append(row)

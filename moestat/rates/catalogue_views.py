@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from moestat.rates.catalogue import ENTRIES, STATISTIC, Entry, _report, entry, entry_status, run_config
+from moestat.rates.catalogue import (ENTRIES, STATISTIC, Entry, _report, entry, entry_status, run_config,
+                                    with_preflight_window)
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
@@ -98,7 +99,9 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     for run in e.runs:
         d = Path(folder) / run.label
         cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
-        cfg = cfg.replace(statistic=STATISTIC)  # the catalogue's rule of today, whatever the run was fitted with
+        # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
+        # above the pre-flight's n_ok
+        cfg = with_preflight_window(cfg.replace(statistic=STATISTIC))
         experiment = Experiment.of(cfg)
         df = read_results(d / "results.csv", experiment)
         df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df

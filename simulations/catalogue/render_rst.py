@@ -191,7 +191,8 @@ def verdicts(reps: dict) -> str:
                 line += (f" On the per-n means, reported: {c['mean_statistic']['category']} -- "
                          f"{c['mean_statistic']['reason'].rstrip('.')}.")
             lines.append(line)
-        out.append("\n".join(lines))
+        # a reason is plain text: a "|" (``max |KL|``) would open an RST substitution reference
+        out.append("\n".join(lines).replace("|", "\\|"))
     return "\n\n".join(out) + "\n"
 
 

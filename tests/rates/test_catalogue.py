@@ -283,3 +283,26 @@ def test_the_new_truths_meet_their_theorem_and_the_grids_start_above_n_ok(key):
         # far from the grids' first sizes (500 / 1 000 and 2 000)
         n_ok = preflight(sc, [run.quick["n_min"], run.full["n_min"]], m=4000)["n_ok"]
         assert n_ok is not None and n_ok < min(run.quick["n_min"], run.full["n_min"]), (key, run.label, n_ok)
+
+
+def test_the_catalogue_window_starts_at_the_first_size_above_the_preflight_n_ok():
+    """Issue 33 Scope 4 (declared in HYPOTHESES.md): a run is judged from its first grid size at or above the
+    largest finite pre-flight n_ok of its routers; a grid already above it, or one that would keep fewer than 3
+    sizes, is judged whole; a window the configuration declares itself is kept."""
+    from moestat.rates.preflight import preflight
+    from moestat.rates.resolve import Experiment
+
+    (run, cfg), = cat.plan("gmoe-over3")
+    n_ok = preflight(Experiment.of(cfg).scenarios[cfg.router[0]], cfg.ns)["n_ok"]
+    assert cfg.ns[0] < n_ok  # the recorded grid starts below its truth's n_ok (200 < 217)
+    assert cfg.window_min == min(n for n in cfg.ns if n >= n_ok)
+    bare = cat.run_config(run, False)
+    assert bare.window_min is None and cat.preflight_window(bare) == (cfg.window_min, n_ok)
+    assert cat.with_preflight_window(bare.replace(window_min=5000)).window_min == 5000
+    assert cat.preflight_window(bare.replace(n_min=n_ok + 1))[0] is None  # the grid starts above it
+    short = bare.replace(n_min=100, n_max=300, n_points=4)  # 100 .. 300: fewer than 3 sizes above 217
+    assert cat.preflight_window(short)[0] is None
+    (_, topk), = cat.plan("topk-gmoe")
+    assert topk.window_min is None  # designed above its n_ok (1 766 < 2 000)
+    # a router with a singular Fisher information (the temperature gate) sets no window
+    assert all(c.window_min is None for _, c in cat.plan("temperature-gmoe"))

@@ -126,11 +126,20 @@ def test_list_is_generated_from_the_replaced_truths_files(capsys):
 def test_a_recorded_contrast_rejudged_today_is_on_the_medians_with_the_mean_beside():
     """The catalogue's rule (moestat.rates.catalogue.STATISTIC): recorded rows are judged on the per-n
     median, the contrast on the paired median slopes, and the mean's verdict travels beside."""
+    import numpy as np
+    import pandas as pd
+
     rep = _render_module().rejudged("lse-ffn-vs-linear")
     c = rep["contrast"]
     assert c["paired"]["statistic"] == "median" and "per-n medians" in c["reason"]
-    # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the fits' difference
-    assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)
+    # on the common window of the two arms (the linear arm's starts above its pre-flight n_ok): the paired
+    # point estimate is the linear fit's median slope less the FFN arm's median slope over that window
+    ns = c["paired"]["ns"]
+    assert ns[0] > 1000 and ns[0] == next(p for p in rep["predictions"] if p["run"] == "linear")["window"][0]
+    ffn = pd.read_csv(ROOT / "simulations/catalogue/lse-ffn-vs-linear/ffn-sigmoid/extras.csv")
+    med = [ffn.loc[ffn["n"] == n, "D2_ls"].dropna().median() for n in ns]
+    fast = np.polyfit(np.log(ns), np.log(med), 1)[0]
+    assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - fast, abs=1e-9)
     assert "per-n medians" not in c["mean_statistic"]["reason"]
     ffn = next(p for p in rep["predictions"] if p["run"] == "ffn-sigmoid" and p["loss"] == "D2_ls")
     assert set(ffn["mean_statistic"]) == {"slope", "ci_low", "ci_high", "category", "reason"}
