@@ -46,6 +46,7 @@ from moestat.rates.config import RatesConfig
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
 from moestat.rates.gmoe_blocks import BLOCKS, block_predictions
+from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 from moestat.rates.verdicts import paired_arrays, paired_contrast
@@ -660,8 +661,6 @@ def preflight_window(cfg) -> tuple[int | None, int | None]:
     there, no router has a finite ``n_ok``, or fewer than 3 sizes would remain (the whole grid is
     then kept).
     """
-    from moestat.rates.preflight import preflight
-
     experiment = Experiment.of(cfg)
     oks = [preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router]
     finite = [int(n) for n in oks if n is not None]
