@@ -805,6 +805,9 @@ def format_report(report: dict[str, Any]) -> str:
     head = f"{'run':<14} {'loss':<24} {'predicted':<32} {'slope':>7}  {'95% CI':<17} category"
     lines = [f"{report['key']} ({report['mode']}): {report['paper']['authors']} ({report['paper']['year']}), "
              f"{report['figure']}", head, "-" * len(head)]
+    if any(r.get("mean_statistic") for r in report["predictions"]):
+        lines.insert(1, "slopes of the per-n median over the window above the truth's pre-flight n_ok (the theorems' O_P "
+                        "form); the mean's verdict follows each reason")
     for r in report["predictions"]:
         ci = f"[{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" if r.get("ci") else "-"
         lines.append(f"{r['run']:<14} {r['loss']:<24} {r['prediction']:<32} {_fmt(r['slope']):>7}  {ci:<17} "
@@ -814,6 +817,10 @@ def format_report(report: dict[str, Any]) -> str:
         if r.get("fixed_truth"):  # an instrument decided the row: the slope's own verdict is still shown
             ft = r["fixed_truth"]
             lines.append(f"  {r['run']} {r['loss']} (fixed-truth rule, reported): {ft['category'] or '-'} -- {ft['reason'] or '-'}")
+        m = r.get("mean_statistic")
+        if m:  # the slopes above are of the per-n median (STATISTIC); the expected loss's verdict beside it
+            slope = f"slope {_fmt(m.get('slope'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], " if m.get("slope") is not None else ""
+            lines.append(f"  {r['run']} {r['loss']} (the mean, reported): {slope}{m.get('category') or '-'}")
     if report.get("contrast"):
         c = report["contrast"]
         what = "fixed-truth contrast (reported; the two-point instrument decides)" if report.get("instrument") else "contrast"

@@ -134,6 +134,11 @@ def test_reproduce_end_to_end_on_a_tiny_grid(tmp_path):
         assert row["pipeline_predicted"] == row["predicted"]
     text = cat.format_report(report)
     assert "gmoe-exact (quick)" in text and "wall:" in text
+    # the slopes printed are the per-n median's (the catalogue's statistic); the mean's verdict follows each reason
+    assert "slopes of the per-n median" in text
+    for row in report["predictions"]:
+        m = fits[row["loss"]]["mean_statistic"]
+        assert f"{row['run']} {row['loss']} (the mean, reported): " in text and m["category"] in text
 
 
 @pytest.mark.parametrize("argv,word", [
