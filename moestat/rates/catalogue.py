@@ -649,9 +649,10 @@ def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dic
             None if statistic == "mean" else paired_contrast(*arrays, seed=0, statistic="mean"))
 
 
-def preflight_window(cfg) -> tuple[int | None, int | None]:
+def preflight_window(run) -> tuple[int | None, int | None]:
     """``(window_min, n_ok)``: the catalogue's fitting window of a run (issue 33 Scope 4, declared in
-    ``simulations/catalogue/HYPOTHESES.md`` on 2026-12-02).
+    ``simulations/catalogue/HYPOTHESES.md`` on 2026-12-02); ``run`` is its configuration or, resolved
+    already, its :class:`~moestat.rates.resolve.Experiment`.
 
     ``n_ok`` is the largest finite pre-flight ``n_ok`` of the run's routers
     (:func:`moestat.rates.preflight.preflight`: the smallest ``n`` at which every block's
@@ -661,7 +662,8 @@ def preflight_window(cfg) -> tuple[int | None, int | None]:
     there, no router has a finite ``n_ok``, or fewer than 3 sizes would remain (the whole grid is
     then kept).
     """
-    experiment = Experiment.of(cfg)
+    experiment = run if isinstance(run, Experiment) else Experiment.of(run)
+    cfg = experiment.config
     oks = [preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router]
     finite = [int(n) for n in oks if n is not None]
     if not finite:
@@ -671,12 +673,14 @@ def preflight_window(cfg) -> tuple[int | None, int | None]:
     return (above[0] if len(above) >= 3 and above[0] > cfg.ns[0] else None), n_ok
 
 
-def with_preflight_window(cfg):
-    """``cfg`` with the catalogue's window (:func:`preflight_window`) unless it declares its own ``window_min``."""
+def with_preflight_window(run):
+    """``run`` (a configuration or an :class:`~moestat.rates.resolve.Experiment`, returned as the same
+    kind) with the catalogue's window (:func:`preflight_window`) unless it declares its own ``window_min``."""
+    cfg = run.config if isinstance(run, Experiment) else run
     if cfg.window_min is not None:
-        return cfg
-    window_min, _ = preflight_window(cfg)
-    return cfg if window_min is None else cfg.replace(window_min=window_min)
+        return run
+    window_min, _ = preflight_window(run)
+    return run if window_min is None else run.replace(window_min=window_min)
 
 
 def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, Any]]:

@@ -100,9 +100,8 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         d = Path(folder) / run.label
         cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
         # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
-        # above the pre-flight's n_ok
-        cfg = with_preflight_window(cfg.replace(statistic=STATISTIC))
-        experiment = Experiment.of(cfg)
+        # above the pre-flight's n_ok (the configuration resolved once, for both)
+        experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
         df = read_results(d / "results.csv", experiment)
         df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
         # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:

@@ -48,6 +48,7 @@ from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
+from moestat.rates.verdicts import STATISTICS
 from moestat.seeding import MAX_SEED
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -433,8 +434,8 @@ class AnalysisSpec:
             raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
         if not _is_number(self.halfwidth) or not math.isfinite(self.halfwidth) or self.halfwidth <= 0:
             raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
-        if self.statistic not in ("mean", "median"):
-            raise ValueError(f"statistic must be 'mean' or 'median', got {self.statistic!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"statistic must be {' or '.join(repr(k) for k in STATISTICS)}, got {self.statistic!r}")
         for name in ("window_min", "window_max"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):

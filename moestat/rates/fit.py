@@ -48,7 +48,8 @@ import numpy as np
 
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.stability import halves, is_slow_rate
-from moestat.rates.verdicts import DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, Curve, FitData, judge_fits, ols, verdict
+from moestat.rates.verdicts import (DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, STATISTICS, Curve, FitData, judge_fits, ols,
+                                     verdict)
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -163,9 +164,6 @@ def _clean(ns: Sequence[int], values: Sequence[np.ndarray]):
             out_v.append(v)
     return out_n, out_v
 
-
-#: Per-sample-size statistics a slope can be fitted to (:func:`slope_with_interval`).
-STATISTICS = {"mean": np.mean, "median": np.median}
 
 
 def log_mean_fit(ns: Sequence[int], values: Sequence[np.ndarray], statistic: str = "mean") -> dict[str, float]:

@@ -63,7 +63,13 @@ import numpy as np
 
 from moestat.rates.stability import settle
 
+#: Per-sample-size statistics a slope can be fitted to: the mean (the expected loss) or the median (the
+#: theorems' O_P bounds are statements about quantiles).  The one table of the choice: the rate fits
+#: (:func:`moestat.rates.fit.slope_with_interval`), the paired contrasts below and the configuration.
+STATISTICS = {"mean": np.mean, "median": np.median}
+
 __all__ = [
+    "STATISTICS",
     "CATEGORIES",
     "MAX_CI_WIDTH",
     "MIN_CONVERGED",
@@ -572,8 +578,8 @@ def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, 
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if isinstance(n_boot, bool) or int(n_boot) != n_boot or n_boot < 100:
         raise ValueError(f"n_boot must be an integer >= 100, got {n_boot!r}")
-    if statistic not in ("mean", "median"):
-        raise ValueError(f"statistic must be 'mean' or 'median', got {statistic!r}")
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     with np.errstate(invalid="ignore"):
         valid = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
     S, R = a.shape
@@ -587,9 +593,10 @@ def paired_slope_difference(ns: Sequence[int], a: np.ndarray, b: np.ndarray, *, 
             ya, yb = np.log((W @ A.T) / den), np.log((W @ B.T) / den)
         return _masked_slopes(x, ya, m), _masked_slopes(x, yb, m)
 
+    Am, Bm = np.where(valid, a, np.nan), np.where(valid, b, np.nan)  # an invalid pair: NaN in both arms
+
     def median_slopes(I: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # the drawn replicates I [D, R] at every n; an invalid pair is NaN in both arms (left out, as above)
-        Am, Bm = np.where(valid, a, np.nan), np.where(valid, b, np.nan)
+        # the drawn replicates I [D, R] at every n; NaN pairs are left out of the medians, as above of the means
         m = valid[:, I].any(axis=2).T  # [D, S]
         with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an n without a valid drawn pair: masked
