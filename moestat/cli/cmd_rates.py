@@ -37,6 +37,7 @@ from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
 from moestat.rates.store import check_resumable
+from moestat.rates.verdicts import STATISTICS
 
 __all__ = ["build_parser", "config_from_args", "main"]
 
@@ -179,7 +180,7 @@ def _add_rate_fit_options(g) -> None:
     g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
-    g.add_argument("--statistic", choices=("mean", "median"),
+    g.add_argument("--statistic", choices=tuple(STATISTICS),
                    help="fit the slope to the log of the per-n mean (the expected loss; default) or median (the theorems' "
                         "O_P statements bound quantiles); with median the mean's slope and category are reported beside")
 
