@@ -311,14 +311,17 @@ _add(Entry(
     "the activation: Nguyen et al. 2025, arXiv 2505.10860, Definition 1) vs linear a^T x + b",
     "least squares (Levenberg-Marquardt, max_iter 1000)",
     "not recovered from the stored excerpts (abstract and introduction read); moestat's design: 6 log-spaced n, "
-    "1 000 to 32 000, 40 replicates (issue 33's number for contrasts; the 12-replicate record is kept)",
+    "1 000 to 32 000 (the linear arm 8, to 128 000: 5 sizes above its n_ok), 40 replicates (issue 33's number for "
+    "contrasts; the 12-replicate record is kept)",
     # 40 replicates, declared before the run (simulations/catalogue/HYPOTHESES.md, "lse-ffn-vs-linear at 40
     # replicates"): replicates 0-11 draw the same streams as the 12-replicate record
     (Run("ffn-sigmoid", {"catalogue_file": "lse_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK)),
+     # 8 sizes to 128 000, declared before its run (HYPOTHESES.md, "lse-ffn-vs-linear's linear arm: five sizes
+     # above its n_ok"): the window from its n_ok 5 524 left 3 sizes of 6; the six recorded sizes draw the same streams
      Run("linear", {"catalogue_file": "lse_linear_over.toml", "max_iter": 1000, "chunk": 4},
-         {**_OWN_FULL, "reps": _CONTRAST_REPS},
+         {**_OWN_FULL, "n_max": 128000, "n_points": 8, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK))),
     (Prediction("ffn-sigmoid", "D2_ls", _HALF, "strongly identifiable experts: D2-shaped loss at n^{-1/2}"),
      Prediction("linear", "D2_ls", None, "polynomial experts: slower than any polynomial rate", by_contrast=True),
