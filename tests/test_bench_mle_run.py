@@ -1,20 +1,18 @@
 """The comparison of ``benchmarks/bench_mle_run.py`` (issue 36): the agreement of two runs' rows and
 the per-round ratios it reports, on small hand-made files (the benchmark itself runs whole sweeps)."""
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_mle_run", ROOT / "benchmarks" / "bench_mle_run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "benchmarks" / "bench_mle_run.py")
 
 
 def _write(folder: Path, rows: list[dict]) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from moestat.model.experts import SCALED_KINDS
 from moestat.model.protocol import scaled_expert
 from moestat.model.protocol import FunctionExpert, ProtocolModel
 from moestat.rates.catalogue import catalogue_file
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PHI = {"scaled_gelu": lambda z: 0.5 * z * (1.0 + erf(z / np.sqrt(2.0))), "scaled_tanh": np.tanh, "scaled_sigmoid": expit}
@@ -71,10 +72,7 @@ def test_the_former_kinds_are_unchanged_and_a_misspelt_kind_is_named():
 
 
 def _proposals():
-    spec = importlib.util.spec_from_file_location("moestat_proposals_t", ROOT / "simulations/catalogue/hypotheses/proposals.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "simulations/catalogue/hypotheses/proposals.py")
 
 
 @pytest.mark.parametrize("file, proposal", [("lse_sigmoid_over.toml", "lse_ffn_scaled_sigmoid"),

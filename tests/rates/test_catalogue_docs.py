@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -11,15 +10,14 @@ import pytest
 from moestat.rates import catalogue as cat
 from moestat.rates.catalogue_views import format_list
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 CATEGORIES = ("consistent", "inconsistent", "inconclusive", "pre-asymptotic", "floor")
 
 
 def _render_module():
-    spec = importlib.util.spec_from_file_location("moestat_render_rst", ROOT / "simulations/catalogue/render_rst.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "simulations/catalogue/render_rst.py")
 
 
 @pytest.fixture(scope="module")

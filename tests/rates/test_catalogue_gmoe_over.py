@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from moestat.rates import catalogue as cat
 
+from script_loader import load_script
+
 
 def _full(key: str) -> dict:
     (run,) = cat.entry(key).runs
@@ -30,14 +32,10 @@ def test_gmoe_over4_full_design_has_forty_replicates_on_the_recorded_grid():
 
 
 def _cell_script():
-    import importlib.util
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe_over3_cell.py"
-    spec = importlib.util.spec_from_file_location("gmoe_over3_cell", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path)
 
 
 def test_cell_anatomy_splits_the_recorded_block_error_into_mean_and_spread():

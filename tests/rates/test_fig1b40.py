@@ -1,6 +1,5 @@
 """Preset fig1b40 (Figure 1(b)'s successor, issue 34): its mirror TOML, and the window script that designed it."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,16 +10,15 @@ from moestat.rates import RatesConfig
 from moestat.rates.presets import PRESETS, load_toml
 from moestat.rates.spec_checks import sample_sizes
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "simulations" / "rates"
 
 
 def _script(name: str):
     """The module of ``simulations/rates/NAME.py``, loaded from its file."""
-    spec = importlib.util.spec_from_file_location(f"{name}_script", SIM / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SIM / f"{name}.py")
 
 
 def _window():

@@ -1,20 +1,18 @@
 """simulations/rates/figure1_composite.py: the loaders, intervals, slopes and per-cell split on toy inputs."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("figure1_composite", ROOT / "simulations" / "rates" / "figure1_composite.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "simulations" / "rates" / "figure1_composite.py")
 
 
 mod = _script()
@@ -124,9 +122,7 @@ def test_bad_root_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_cells_record_guard_flags_a_refit_that_differs(tmp_path):
     """figure1_cells.py writes nothing unless every refit repeats the recorded largest errors."""
-    spec = importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py")
-    cells = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cells)
+    cells = load_script("simulations/rates/figure1_cells.py")
     (tmp_path / "extras.csv").write_text("router,n,replicate,beta1_radial,beta1_direction\ncosine,100,0,0.5,0.25\n")
     same = [{"router": "cosine", "n": 100, "replicate": 0, "radial": [0.1, 0.5], "direction": [0.25, 0.2]}]
     assert cells.check_against_record(same, tmp_path / "extras.csv") == []
@@ -156,9 +152,7 @@ def test_the_seed0_cells_record_is_every_seed0_fit(router):
     extras.csv, and the largest per-atom errors are the recorded ones (checked here again, from the CSV)."""
     import pandas as pd
 
-    cells = importlib.util.module_from_spec(
-        spec := importlib.util.spec_from_file_location("figure1_cells", ROOT / "simulations" / "rates" / "figure1_cells.py"))
-    spec.loader.exec_module(cells)
+    cells = load_script("simulations/rates/figure1_cells.py")
     preset = {"perturbed": "fig1b40w", "cosine": "fig1b40wv"}[router]
     assert mod.CELLS_SOURCE[router] == f"over_cells_{preset}"
     rec = json.loads((ROOT / mod.SOURCES[mod.CELLS_SOURCE[router]]).read_text())

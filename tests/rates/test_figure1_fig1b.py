@@ -1,20 +1,18 @@
 """simulations/rates/figure1.py --fig1b: the preset fig1b's seeds, drawn from their own records."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [ROOT / "simulations" / "rates" / "figure1" / "fig1b" / f"seed{s}" for s in (0, 1, 2)]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("figure1_script", ROOT / "simulations" / "rates" / "figure1.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "simulations" / "rates" / "figure1.py")
 
 
 def test_fig1b_seeds_are_the_engines_numbers_and_redraw(tmp_path):

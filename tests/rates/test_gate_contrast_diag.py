@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "simulations" / "catalogue" / "sigmoid-vs-softmax"
@@ -17,10 +18,7 @@ JSONS = {arm: RUNS / f"gate_contrast_diag_{arm}.json" for arm in ("sigmoid", "so
 
 def _script():
     path = ROOT / "simulations" / "catalogue" / "gate_contrast_diag.py"
-    spec = importlib.util.spec_from_file_location("gate_contrast_diag", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path)
 
 
 def _scenario(arm: str):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "gaussian-moe"
@@ -19,10 +20,7 @@ ABOVE = ROOT / "simulations" / "catalogue" / "gmoe-over4" / "outliers_above_1e3.
 
 def _script():
     path = ROOT / "simulations" / "catalogue" / "gmoe_over4_outliers.py"
-    spec = importlib.util.spec_from_file_location("gmoe_over4_outliers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path)
 
 
 def _four_atoms(slope_of_spike: float, weight_of_spike: float):

@@ -1,22 +1,20 @@
 """``simulations/catalogue/laplace-gmoe/boundary.py``: which fits touch the compact gate set, and its
 command line (bad input: one line, exit 2, nothing written)."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from moestat.model.mixing import ParameterBox
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "simulations" / "catalogue" / "laplace-gmoe" / "boundary.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("laplace_boundary", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def test_box_contact_flags_a_coordinate_on_either_bound():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FILE = ROOT / "moestat" / "rates" / "catalogue_files" / "laplace_gmoe_over.toml"
@@ -17,10 +18,7 @@ JSON = ROOT / "simulations" / "catalogue" / "laplace-gmoe" / "over_outliers.json
 
 def _script():
     path = ROOT / "simulations" / "catalogue" / "laplace_over_outliers.py"
-    spec = importlib.util.spec_from_file_location("laplace_over_outliers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path)
 
 
 def _three_atoms(runoff: float):
@@ -88,9 +86,7 @@ def test_recorded_outliers_are_the_runs_largest_d2_and_reproduce_its_rows():
     # the JSON must list the largest-D2 fits of its recorded run, each refit equal to its row, its D2 terms adding
     # up to that D2, and its linear-limit verdict the comparison of its gap with the stated tolerance
     # standard JSON: its non-finite numbers (an overflowed exp(beta0), the ray's t = inf) are strings, read back here
-    rr = importlib.util.spec_from_file_location("recorded_refit", ROOT / "simulations" / "catalogue" / "recorded_refit.py")
-    mod = importlib.util.module_from_spec(rr)
-    rr.loader.exec_module(mod)
+    mod = load_script("simulations/catalogue/recorded_refit.py")
     report = mod.decode(json.loads(JSON.read_text()))
     results = pd.read_csv(ROOT / report["run"] / "results.csv")
     chosen = results.sort_values("voronoi", ascending=False).head(len(report["fits"]))

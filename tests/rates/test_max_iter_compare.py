@@ -1,12 +1,13 @@
 """``simulations/catalogue/laplace-gmoe/max_iter_compare.py``: two records of one design that differ in
 ``max_iter`` only, compared row by row (nothing refitted)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "simulations" / "catalogue" / "laplace-gmoe" / "max_iter_compare.py"
@@ -14,10 +15,7 @@ REC = ROOT / "simulations" / "catalogue" / "laplace-gmoe"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("max_iter_compare", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def _rows(*rows):

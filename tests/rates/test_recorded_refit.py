@@ -3,7 +3,6 @@ strictly), and the command line shared by the refit diagnostics."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -12,15 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script(name: str = "recorded_refit"):
     path = ROOT / "simulations" / "catalogue" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path)
 
 
 def _strict(text: str):

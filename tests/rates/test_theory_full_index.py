@@ -1,21 +1,19 @@
 """The full theory index gathers every module report, and refuses a missing or doubled check."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "simulations" / "rates" / "theory_full_index.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("theory_full_index", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def _check(name: str, status: str = "passed") -> dict:

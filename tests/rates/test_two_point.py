@@ -10,6 +10,8 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.two_point import (affinity_lower_bound, kl_rate, loglog_slope, radial_witness, radial_mechanism,
                                      split_witness, two_point_curve)
 
+from script_loader import load_script
+
 EPS = np.finfo(np.float64).eps
 TS = np.logspace(-4, 0, 33)
 
@@ -163,14 +165,11 @@ def test_split_witness_keeps_the_vanilla_regression_function_and_separates_the_p
 def test_figure1_script_redraws_from_its_recorded_json(tmp_path):
     """simulations/rates/figure1.py --figure-only draws both panels from the recorded figure1.json,
     and refuses a folder without one (exit 2, nothing written)."""
-    import importlib.util
     import shutil
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("figure1_script", root / "simulations" / "rates" / "figure1.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("simulations/rates/figure1.py")
     shutil.copyfile(root / "simulations" / "rates" / "figure1" / "figure1.json", tmp_path / "figure1.json")
     assert mod.main(["--out", str(tmp_path), "--figure-only"]) == 0
     from PIL import Image
