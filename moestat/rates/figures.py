@@ -31,7 +31,7 @@ from moestat.rates.fit import fit_rates
 from moestat.rates.forked import draw_in_fork
 from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
 from moestat.rates.resolve import Experiment
-from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, audit_results, read_results, summary_rows_changed
+from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, read_audited, summary_rows_changed
 
 __all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
@@ -512,8 +512,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
         except ValueError:
             raise ValueError(f"unknown loss {loss!r}; expected one of {', '.join(known)}") from None
     res_path = run_dir / "results.csv"
-    df = read_results(res_path, experiment)  # refuses edited, foreign, duplicate and unreadable rows, naming the lines
-    _, audit = audit_results(res_path, experiment)
+    # refuses edited, foreign, duplicate and unreadable rows, naming the lines; the audit's count and digest below
+    df, audit = read_audited(res_path, experiment)
     if any(loss in declared for loss in clean_losses):  # a declared loss is a column of extras.csv
         df = merge_extras(df, run_dir / "extras.csv")
     if not audit.checked:

@@ -55,6 +55,7 @@ __all__ = [
     "check_resumable",
     "config_hash",
     "audit_results",
+    "read_audited",
     "StoreAudit",
     "sort_key",
     "summary_rows_changed",
@@ -517,11 +518,27 @@ def read_results(path: str | os.PathLike, config: RatesConfig | Experiment | Non
     ValueError
         One line naming the file and counting the bad rows (see :class:`StoreAudit`).
     """
+    return read_audited(path, config)[0]
+
+
+def read_audited(path: str | os.PathLike, config: RatesConfig | Experiment | None = None):
+    """:func:`read_results` and the :class:`StoreAudit` it read the file with (one pass over the
+    file: a caller that reports the row count or digest needs no second audit).
+
+    Returns
+    -------
+    (DataFrame, StoreAudit)
+
+    Raises
+    ------
+    ValueError
+        As :func:`read_results`.
+    """
     rows, audit = audit_results(path, config)
     msg = audit.message()
     if msg:
         raise ValueError(msg)
-    return _frame(rows)
+    return _frame(rows), audit
 
 
 def _frame(rows: list[list[str]]):
