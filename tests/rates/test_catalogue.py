@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from moestat.cli.main import main as moestat
@@ -189,9 +191,21 @@ def test_recorded_contrast_is_rejudged_by_the_paired_interval():
     c = cat._report(e, False, runs, rec)["contrast"]
     lo, hi = c["paired"]["ci"]
     assert c["category"] == ("inconclusive" if lo <= 0 <= hi else "consistent" if lo > 0 else "inconsistent")
-    assert c["paired"]["replicates"] == 40 and c["paired"]["ns"][0] == 1000 and "replicate-paired" in c["reason"]
-    # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the pipeline's slopes' difference
-    assert c["paired"]["difference"] == pytest.approx(c["slow_slope"] - c["fast_slope"], abs=1e-9)
+    # the common window of the two arms' fits: the linear arm's from its n_ok (8 000) to the FFN arm's last size
+    windows = [next(f["window"] for f in r["summary"]["fits"] if f["loss"] == "D2_ls") for r in runs]
+    common = [n for n in runs[0]["summary"]["sample_sizes"]
+              if max(w[0] for w in windows) <= n <= min(w[1] for w in windows)]
+    assert c["paired"]["replicates"] == 40 and c["paired"]["ns"] == common == [8000, 16000, 32000]
+    assert "replicate-paired" in c["reason"]
+    # every (n, replicate) holds a finite loss in both arms: the paired point estimate is the difference of the two
+    # arms' OLS slopes of the log per-n statistic over that window, recomputed here from the rows
+    stat = {"mean": np.mean, "median": np.median}[c["paired"]["statistic"]]
+    slope = {}
+    for r in runs:
+        ex = pd.read_csv(rec / r["label"] / "extras.csv")  # a declared loss is a column of extras.csv
+        y = [np.log(stat(ex.loc[ex.n == n, "D2_ls"])) for n in common]
+        slope[r["label"]] = np.polyfit(np.log(common), y, 1)[0]
+    assert c["paired"]["difference"] == pytest.approx(slope["linear"] - slope["ffn-sigmoid"], abs=1e-9)
 
 
 def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
