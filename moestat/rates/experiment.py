@@ -32,6 +32,7 @@ from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, read_run
+from moestat.rates.forked import NotSendable
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
@@ -48,7 +49,13 @@ def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None
     rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster,
                           forked=workers, read=workers is None)
     if workers is not None:  # the worker that imported pandas and scipy.special (same code, same rows)
-        return workers.call(read_and_fit, out, experiment)
+        try:
+            return workers.call(read_and_fit, out, experiment)
+        except NotSendable:
+            # the experiment cannot be pickled (an expert or gate of a user's scenario written as a lambda
+            # or closure; the workers were forked with it, so the units ran): read and fit here, and the
+            # figures are drawn here from the table returned (run_rates)
+            rows = read_run(out, experiment)
     return rows, fit_experiment(rows.df, experiment)
 
 
@@ -286,7 +293,7 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         config = experiment.config
         options = dict(headline=experiment.headline, routers=config.router,
                        title=f"{experiment.setting}-specified, {config.estimator}", formats=formats)
-        if workers is not None:
+        if workers is not None and rows.df is None:
             if formats:  # drawn by the worker that holds the rows' table (read_and_fit)
                 workers.call(functools.partial(plot_kept, **options), summary["fits"], out)
         else:

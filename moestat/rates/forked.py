@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 from moestat.rates.backends import _PARENT_WATCH, Progress, UnitWriter, _die_with_parent, _worker_settings
 from moestat.threads import keep_freed_memory
 
-__all__ = ["FORK_ENV", "fork_refusal", "ForkedWorkers", "WorkerLost", "draw_in_fork"]
+__all__ = ["FORK_ENV", "fork_refusal", "ForkedWorkers", "NotSendable", "WorkerLost", "draw_in_fork"]
 
 #: Set to ``0`` to keep every sweep on loky workers and draw the figures in one process.
 FORK_ENV = "MOESTAT_SWEEP_FORK"
@@ -48,6 +48,11 @@ FORK_ENV = "MOESTAT_SWEEP_FORK"
 
 class WorkerLost(RuntimeError):
     """A forked sweep worker ended without returning its unit (killed, out of memory)."""
+
+
+class NotSendable(TypeError):
+    """What :meth:`ForkedWorkers.call` was asked to send cannot be pickled (e.g. an expert of a
+    user's scenario written as a lambda or a closure); nothing was sent, the workers are intact."""
 
 
 def _other_threads() -> list[threading.Thread]:
@@ -283,10 +288,12 @@ class ForkedWorkers:
             raise RuntimeError("the forked sweep workers were stopped by an earlier error")
         proc = self.procs[0]
         try:
-            self.conns[0].send((fn, args, True))  # an object that cannot be pickled raises here, nothing sent
+            self.conns[0].send((fn, args, True))
         except OSError:
             self.broken = True
             raise WorkerLost(f"sweep worker {proc.pid} is gone (exit code {proc.exitcode})") from None
+        except Exception as exc:  # noqa: BLE001 - Connection.send pickles before it writes: nothing was sent
+            raise NotSendable(f"cannot send {getattr(fn, '__qualname__', fn)} to a sweep worker: {exc!r}") from exc
         try:
             reply = self.conns[0].recv()
         except (EOFError, OSError):
