@@ -685,6 +685,9 @@ def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started
         "git_commit": _git_commit(),
         "config": config.to_dict(),
         "config_hash": experiment.hash,
+        # the scenario file's SHA-256, a field of the hash that config.to_dict() does not hold: a refused
+        # resume can then say whether the file's bytes or only its path differ
+        **({"scenario_digest": experiment.digest} if experiment.digest is not None else {}),
         "platform": {
             "python": sys.version.split()[0],
             "system": platform.platform(),
@@ -730,12 +733,20 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
         raise ValueError(f"--resume: cannot read {prov_path}: {exc}") from None
     experiment = Experiment.of(config)  # the scenario file is read once for the hash and the audit
     if prev.get("config_hash") != experiment.hash:
-        old = prev.get("config", {})
+        old = dict(prev.get("config", {}))
+        if "scenario_digest" in prev:
+            old.setdefault("scenario_digest", prev["scenario_digest"])
         new = experiment.result_fields
-        diff = sorted(k for k in new if old.get(k) != (new[k] if not isinstance(new[k], tuple) else list(new[k])))
-        raise ValueError(
-            f"--resume: {out_dir} was written by a different config (differs in: {', '.join(diff) or 'unknown'})"
-        )
+        # a field the earlier run did not record is not called different: it is unknown
+        diff = sorted(k for k in new if k in old and old[k] != (new[k] if not isinstance(new[k], tuple) else list(new[k])))
+        unknown = sorted(k for k in new if k not in old)
+        what = ", ".join(diff) if diff else (f"what its provenance.json does not record: {', '.join(unknown)}" if unknown
+                                              else "unknown")
+        hint = ""
+        if "scenario_file" in diff and "scenario_digest" not in diff:  # moved, not edited (or not known to be)
+            hint = (f"; the scenario file's path is part of the configuration: resume with the file at "
+                    f"{old.get('scenario_file')}, or start a new --out")
+        raise ValueError(f"--resume: {out_dir} was written by a different config (differs in: {what}){hint}")
     if res_path.exists():
         # Refused, not quarantined: a row outside the grid, a duplicate or a garbage line means
         # the file was edited or merged by hand, and only its owner knows which copy is right.

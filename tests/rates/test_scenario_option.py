@@ -64,3 +64,31 @@ def test_the_summary_names_the_scenario_file(tmp_path):
     run_rates(RatesConfig.from_dict({**TINY, "reps": 2, "scenario_file": str(src)}).validate(), tmp_path / "o")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["config"]["scenario_file"] == str(src)
+
+
+def test_a_moved_scenario_file_is_named_as_moved_not_edited(tmp_path, capsys):
+    """The scenario file's path is part of the configuration: a resume from a copy elsewhere is refused,
+    and the message says that the path differs and where the file was -- not that its bytes differ,
+    which a run that recorded the file's digest can tell, and one that did not cannot."""
+    import hashlib
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    src, moved = tmp_path / "a" / "s.toml", tmp_path / "b" / "s.toml"
+    shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
+    shutil.copy(src, moved)
+    grid = ["--n-min", "200", "--n-max", "800", "--n-points", "3", "--reps", "2", "--max-iter", "20", "--n-boot", "50",
+            "--quiet", "--out", str(tmp_path / "o")]
+    assert main(["rates", "--scenario", str(src), *grid]) == 0
+    prov_path = tmp_path / "o" / "provenance.json"
+    prov = json.loads(prov_path.read_text())
+    assert prov["scenario_digest"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    capsys.readouterr()
+    for recorded_digest in (True, False):  # a run of today, and one written before the digest was recorded
+        if not recorded_digest:
+            prov.pop("scenario_digest")
+            prov_path.write_text(json.dumps(prov))
+        assert main(["rates", "--scenario", str(moved), *grid, "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "(differs in: scenario_file);" in err and "scenario_digest" not in err
+        assert f"resume with the file at {src}" in err
