@@ -29,10 +29,10 @@ from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
+from moestat.rates.forked import NotSendable
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, read_run
-from moestat.rates.forked import NotSendable
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
