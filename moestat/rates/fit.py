@@ -165,7 +165,6 @@ def _clean(ns: Sequence[int], values: Sequence[np.ndarray]):
     return out_n, out_v
 
 
-
 def log_mean_fit(ns: Sequence[int], values: Sequence[np.ndarray], statistic: str = "mean") -> dict[str, float]:
     """OLS of ``log(mean loss)`` (or of the log ``statistic``) on ``log n`` (one point per sample size)."""
     stat = STATISTICS[statistic]
