@@ -12,6 +12,7 @@ TOML layout (every key is checked; an error names the key and the file)::
     [gate]
     score = "linear"          # linear | cosine | perturbed (tau = [tau1, tau2])
     normalisation = "sigmoid" # softmax | sigmoid | gaussian (known kernel variance: variance = 1.0)
+                              # | normalised-sigmoid | shared-sigmoid (last atom: a shared expert, weight 1)
     # k_active = 2            # Top-K (softmax only); temperature = 1.0
     # activation = "tanh"     # score act(beta1^T x): the activation variant of the temperature gate
     [expert]
@@ -192,7 +193,7 @@ class FileScenario(ScenarioBase):
         if self.k_active_fit is None and K is not None:
             object.__setattr__(self, "k_active_fit", min(k_fit, K + (k_fit - t.n_atoms)))
         if not self.losses:
-            mass = "sigmoid" if (self._protocol and self.model.gate.normalisation == "sigmoid") else "softmax"
+            mass = self.model.gate.family.loss_mass if self._protocol else "softmax"
             if self.likelihood:
                 spec = default_likelihood_loss(self.model, t, k_fit, mass)
                 object.__setattr__(self, "losses", (spec,))
@@ -287,8 +288,9 @@ class FileScenario(ScenarioBase):
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
         copy true atoms in turn, splitting the atom's mass between its ``m`` copies.
 
-        Softmax gate: ``beta0 - log m`` (exact: the copies' weights sum to the atom's).  A gate
-        without a reference atom (sigmoid): each copy's weight is its own ``sigmoid``, so no
+        Softmax gate: ``beta0 - log m`` (exact: the copies' weights sum to the atom's).  A sigmoid
+        gate (normalised or not, :attr:`~moestat.model.gate_families.GateFamily.split_by_shift`
+        false): each copy's weight is its own ``sigmoid``, so no
         shift halves it at every ``x``; each copy gets the intercept whose mean weight over the
         scenario's held-out inputs is ``1/m`` of the atom's (:meth:`_split_intercept`), so that
         the start's regression function stays near the truth's instead of counting the atom
@@ -300,8 +302,7 @@ class FileScenario(ScenarioBase):
         t, k = self.truth, int(self.k_fit)
         owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
         counts = np.bincount(owner, minlength=self.k_true)
-        softmax = not (self._protocol and self.model.gate.normalisation == "sigmoid")
-        if softmax:
+        if not self._protocol or self.model.gate.family.split_by_shift:
             b0 = t.beta0[owner] - np.log(counts[owner])
         else:
             split = {j: self._split_intercept(j, int(c)) for j, c in enumerate(counts) if c > 1}
@@ -326,9 +327,12 @@ class FileScenario(ScenarioBase):
         x = torch.as_tensor(self.holdout(), dtype=torch.float64)
         b1 = torch.as_tensor(self.truth.beta1[j:j + 1], dtype=torch.float64)
         gate = self.model.gate
+        # a normalised sigmoid's copies keep the atom's share when their sigmoid(u) add up to the atom's
+        weight = getattr(gate.family, "unnormalised_weight", None)
+        weight = (lambda *a: gate.weights(*a)) if weight is None else (lambda *a: gate.family.unnormalised_weight(gate, *a))
 
         def mass(b: float) -> float:
-            return float(gate.weights(x, torch.tensor([b], dtype=torch.float64), b1).mean())
+            return float(weight(x, torch.tensor([b], dtype=torch.float64), b1).mean())
 
         b0 = float(self.truth.beta0[j])
         target = mass(b0) / m

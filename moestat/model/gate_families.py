@@ -135,6 +135,18 @@ class GateFamily:
     pins_bias : bool
         Invariant to a common shift of ``beta0`` only: without a reference atom, the last ``beta0``
         is pinned (it is not a free parameter of the fit).
+    loss_mass : str
+        The mass term of this gate's default Voronoi loss (:mod:`moestat.losses.voronoi_spec`):
+        ``softmax`` (``exp(beta0)``) or ``sigmoid`` (``sigmoid(beta0)``: no shift invariance, the
+        intercept is identified).
+    split_by_shift : bool
+        An atom copied ``m`` times keeps its weight when each copy's ``beta0`` drops by ``log m``
+        (a softmax); otherwise a near-truth start solves for the copies' intercept.
+    has_likelihood : bool
+        Whether the normalised weights define a mixture likelihood (not for a gate with a shared
+        expert of weight one).
+    shared_expert : bool
+        The last atom is a shared expert (weight one, no router), not routed by the gate.
     """
 
     name = "base"
@@ -143,6 +155,10 @@ class GateFamily:
     own_score = False
     default_reference = True
     pins_bias = False
+    loss_mass = "softmax"
+    split_by_shift = True
+    has_likelihood = True
+    shared_expert = False
 
     def __repr__(self) -> str:
         return f"<gate {self.name}>"
@@ -150,6 +166,10 @@ class GateFamily:
     #: whether :meth:`score_rows` is implemented: atom ``i``'s score depends on ``beta1_i`` alone and the
     #: family writes it, and its derivative in ``beta1_i``, atom-major (the generic EM's gate step, issue 33)
     separable_score = False
+
+    def check(self, gate: Any) -> None:
+        """Raise ``ValueError`` if the gate configuration ``gate`` is not one this family defines
+        (called when a :class:`~moestat.model.protocol.ProtocolGate` is built)."""
 
     # ---- the weight formula ----------------------------------------------------------------
     def score(self, gate: Any, x: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
@@ -305,6 +325,8 @@ class SigmoidGate(GateFamily):
     normalised = False
     top_k = False
     default_reference = False
+    loss_mass = "sigmoid"
+    split_by_shift = False
 
 
 class GaussianGate(GateFamily):

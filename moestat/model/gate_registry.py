@@ -17,6 +17,7 @@ from typing import Sequence
 from moestat.model.gate_families import GAUSSIAN, SIGMOID, SOFTMAX, GateFamily
 from moestat.model.gates import GATE_KINDS, ScoreFn, cosine_score, linear_score, perturbed_score
 from moestat.model.laplace_gate import LAPLACE
+from moestat.model.sigmoid_normalised import NORMALISED_SIGMOID, SHARED_SIGMOID
 from moestat.model.temperature_gate import TEMPERATURE
 
 __all__ = ["GATES", "SCORES", "gate_family", "score_function"]
@@ -28,6 +29,8 @@ GATES: dict[str, GateFamily] = {
     "gaussian": GAUSSIAN,
     "laplace": LAPLACE,
     "temperature": TEMPERATURE,
+    "normalised-sigmoid": NORMALISED_SIGMOID,
+    "shared-sigmoid": SHARED_SIGMOID,
 }
 
 #: the built-in routers' scores: a score function, or (``perturbed``) a factory of ``(tau1, tau2)``

@@ -122,6 +122,9 @@ class LikelihoodModel:
             raise ValueError(f"unknown likelihood family {self.family!r}; expected one of {FAMILIES}")
         if self.family == "multinomial" and not isinstance(self.expert, MultinomialExpert):
             raise ValueError("the multinomial family needs a MultinomialExpert")
+        if not self.gate.family.has_likelihood:
+            raise ValueError(f"the {self.gate.normalisation} gate has no likelihood (its weights do not sum to one); "
+                             "fit it by least squares (noise.model = 'additive')")
 
     # ---- the ProtocolModel-like API ------------------------------------------------------
     def n_expert_params(self, d: int) -> int:

@@ -115,7 +115,7 @@ class ProtocolGate:
             if isinstance(self.k_active, bool) or int(self.k_active) != self.k_active or self.k_active < 1:
                 raise ValueError(f"k_active must be a positive integer or None, got {self.k_active!r}")
             if not self.family.top_k:
-                raise ValueError("Top-K (k_active) is defined for the softmax normalisation only")
+                raise ValueError(f"Top-K (k_active) is not defined for the {self.normalisation} gate")
         if not (float(self.temperature) > 0 and float(self.temperature) < float("inf")):
             raise ValueError(f"gate temperature must be a positive finite number, got {self.temperature!r}")
         if not (float(self.variance) > 0 and float(self.variance) < float("inf")):
@@ -123,6 +123,7 @@ class ProtocolGate:
         if self.reference is None:
             # a Gaussian gate is invariant to a common shift of beta0 only (its beta1 are centres)
             object.__setattr__(self, "reference", self.family.default_reference)
+        self.family.check(self)
 
     @property
     def family(self) -> GateFamily:

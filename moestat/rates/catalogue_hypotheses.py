@@ -37,6 +37,8 @@ CATALOGUE_THEOREMS: dict[tuple[str, str, str | None], str] = {
     ("laplace-gmoe", "exact", None): "laplace-gmoe",
     ("laplace-gmoe", "over", None): "laplace-gmoe",
     ("topk-over", "topk-over", None): "topk-gmoe-over",
+    ("shared-sigmoid", "exact", None): "shared-sigmoid",
+    ("shared-sigmoid", "over", None): "shared-sigmoid",
 }
 
 

@@ -76,6 +76,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -385,8 +386,11 @@ def _gate_identifiable(P: _Parts) -> dict:
     k, d = P.beta1.shape
     if P.tau is not None:
         return _temperature_identifiable(P)
+    fam = GATES[P.normalisation]
+    if fam.shared_expert:  # the last atom is the shared expert: no router; the gate is over the others
+        k = k - 1
     ref_b1 = P.normalisation == "softmax" and not bool(P.beta1[-1].abs().sum() > 0)
-    free_b0 = list(range(k - 1)) if P.normalisation == "softmax" or GATES[P.normalisation].pins_bias else list(range(k))
+    free_b0 = list(range(k - 1)) if P.normalisation == "softmax" or fam.pins_bias else list(range(k))
     free_b1 = [i for i in range(k) if not (ref_b1 and i == k - 1)]
 
     def logits(theta: torch.Tensor) -> torch.Tensor:
@@ -395,8 +399,9 @@ def _gate_identifiable(P: _Parts) -> dict:
         b1 = P.beta1.clone()
         rows = theta[len(free_b0):].reshape(len(free_b1), d)
         b1 = torch.stack([rows[free_b1.index(i)] if i in free_b1 else b1[i] for i in range(k)])
-        L = torch.stack([P.score(b1[i]) + b0[i] for i in range(k)], 1)  # [n, k]
-        if GATES[P.normalisation].normalised:
+        # the family's logits: s + beta0, or log sigmoid(s + beta0) for a normalised sigmoid gate
+        L = fam.logits(_UNIT_T, torch.stack([P.score(b1[i]) for i in range(k)], 1), b0)  # [n, k]
+        if fam.normalised:
             L = L - L.mean(1, keepdim=True)
         return L.reshape(-1)
 
@@ -406,6 +411,10 @@ def _gate_identifiable(P: _Parts) -> dict:
     ok, sv, tol = independence(jacfwd(logits)(theta0))
     return _cond("gate_identifiable", "gate parameters identifiable to first order (centred logits' Jacobian full rank)",
                  ok, sv, tol, "" if ok else "a direction of the gate parameters leaves the weights unchanged")
+
+
+#: a gate configuration with unit temperature, for :meth:`GateFamily.logits`
+_UNIT_T = SimpleNamespace(temperature=1.0)
 
 
 def _temperature_identifiable(P: _Parts) -> dict:
@@ -574,6 +583,13 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "over-specified sigmoid gating, strongly identifiable experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None and p.setting == "over",
             {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
+    Theorem("shared-sigmoid", "Nguyen, Doan, Pham, Bui, Ho & Rinaldo (2025, arXiv 2505.10860), Theorem 1",
+            "shared expert and normalised sigmoid gating, strongly identifiable experts (rates not read)",
+            lambda p: p.score_kind == "linear" and p.normalisation in ("shared-sigmoid", "normalised-sigmoid")
+            and p.likelihood is None,
+            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True},
+            "title only (no stored copy of its sections); the conditions are issue 33's reading of its Definition 1: "
+            "no x * dh/db = dh/da, independent expert derivatives"),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",
             {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
