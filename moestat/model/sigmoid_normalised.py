@@ -1,7 +1,8 @@
-"""Normalised sigmoid gating, and the same gate beside a shared expert (DeepSeekMoE's layer).
+"""Normalised sigmoid gating, and the same gate beside a shared expert (DeepSeek's MoE layer).
 
-DeepSeekMoE (Dai et al. 2024) and DeepSeek-V3 weight their routed experts by sigmoid scores divided
-by their sum, and add *shared* experts that every input uses with weight one.  The statistical
+DeepSeekMoE (Dai et al. 2024) adds *shared* experts that every input uses with weight one beside the
+routed ones; DeepSeek-V3 (DeepSeek-AI 2024) weights the routed experts by sigmoid scores divided by
+their sum.  The statistical
 paper on that layer is Nguyen, Doan, Pham, Bui, Ho & Rinaldo (2025, arXiv 2505.10860, "On
 DeepSeekMoE: Statistical Benefits of Shared Experts and Normalized Sigmoid Gating"); no stored copy
 of its sections was found (only its title and the definition issue 33 quotes), so the forms below

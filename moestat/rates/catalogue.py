@@ -529,7 +529,7 @@ _LSE_L2 = ("moestat's, not the paper's: the least-squares regression function ov
            "the fits, not a reproduction")
 _add(Entry(
     "shared-sigmoid", SHARED, "Theorem 1 / Table 1 (shared experts with normalised sigmoid gating; not read)", "not read",
-    "DeepSeekMoE's layer in moestat's gates (moestat.model.sigmoid_normalised): a shared expert (weight one, the last "
+    "DeepSeek's MoE layer in moestat's gates (moestat.model.sigmoid_normalised): a shared expert (weight one, the last "
     "atom) beside routed experts weighted by a normalised sigmoid gate sigmoid(beta1_i^T x + beta0_i) / sum_j "
     "sigmoid(beta1_j^T x + beta0_j); experts eta2 * GELU(eta1^T x); d = 2, 2 routed atoms + 1 shared (moestat's truth)",
     "least squares (Levenberg-Marquardt, torch.func Jacobians)",

@@ -73,22 +73,28 @@ def _wave_expert(x, eta):
     return eta[-1] * torch.sin(x @ eta[:-2] + eta[-2])
 
 
-@pytest.mark.parametrize("gate", ["softmax", "sigmoid"])
+@pytest.mark.parametrize("gate", ["softmax", "sigmoid", "normalised-sigmoid", "shared-sigmoid"])
 def test_autograd_lse_reaches_scipy_objective(gate):
-    """Issue 14: on a custom-expert scenario the autograd-path LSE reaches scipy's objective (gap <= 1e-6)."""
+    """Issue 14: on a custom-expert scenario the autograd-path LSE reaches scipy's objective (gap <= 1e-6);
+    issue 33: also with the normalised sigmoid gate and with a shared expert (the last atom)."""
     from scipy.optimize import least_squares
 
     d, k, R, n = 2, 2, 2, 300
-    pg = ProtocolGate(linear_score, "softmax") if gate == "softmax" else sigmoid_gate()
+    pg = ProtocolGate(linear_score, gate)
+    assert pg.reference == (gate in ("softmax", "shared-sigmoid"))
     model = ProtocolModel(pg, FunctionExpert(_wave_expert, d + 2, "wave"))
     q, ref = d + 2, pg.reference
     rng = np.random.default_rng(7)
     b0 = np.array([0.5, 0.0]) if ref else np.array([0.5, -0.3])
     b1 = np.array([[1.5, -1.0], [0.0, 0.0]]) if ref else np.array([[1.5, -1.0], [-1.0, 2.0]])
-    truth = MixingMeasure(b0, b1, np.array([[1.0, 0.5, 0.2, 1.5], [-0.7, 1.2, -0.4, 1.0]]))
+    eta = np.array([[1.0, 0.5, 0.2, 1.5], [-0.7, 1.2, -0.4, 1.0]])
+    if gate == "shared-sigmoid":  # two routed atoms (one alone would have weight one) and the shared expert last
+        k, b0, b1 = 3, np.array([0.5, -0.3, 0.0]), np.array([[1.5, -1.0], [-1.0, 2.0], [0.0, 0.0]])
+        eta = np.vstack([eta, [0.4, -0.6, 0.3, 0.8]])
+    truth = MixingMeasure(b0, b1, eta)
     X = torch.as_tensor(rng.uniform(-1, 1, (R, n, d)))
     Y = model.predict(X, truth) + 0.1 * torch.as_tensor(rng.normal(size=(R, n)))
-    shift = np.array([[0.1], [0.0 if ref else 0.1]])  # the reference atom's router stays at zero
+    shift = np.array([[0.1]] * (k - 1) + [[0.0 if ref else 0.1]])  # the reference atom's router stays at zero
     start = MixingMeasure(truth.beta0 + shift[:, 0], truth.beta1 + shift, truth.eta - 0.1)
     est = LeastSquaresMoE(model, k, init=start, max_iter=200).fit(X, Y)
     assert all(est.converged_), est.status_

@@ -12,10 +12,12 @@ from moestat.model.likelihood import LikelihoodModel, linear_expert, log_gate
 from moestat.model.mixing import MixingMeasure
 from moestat.model.protocol import NORMALISATIONS, ProtocolGate, cosine_score, linear_score
 
-#: (gate, score, k_active, temperature) covering every registered gate, Top-K and a temperature
-CASES = [(name, linear_score, None, 1.0) for name in GATES] + [
+#: (gate, score, k_active, temperature) covering every registered gate with a likelihood, Top-K and a
+#: temperature (the shared-sigmoid gate has none: tests/model/test_sigmoid_normalised.py)
+CASES = [(name, linear_score, None, 1.0) for name in GATES if GATES[name].has_likelihood] + [
     ("softmax", linear_score, 2, 1.0), ("softmax", linear_score, 2, 0.5), ("softmax", cosine_score, None, 1.7),
-    ("sigmoid", linear_score, None, 0.5), ("gaussian", linear_score, None, 2.0)]
+    ("sigmoid", linear_score, None, 0.5), ("gaussian", linear_score, None, 2.0),
+    ("normalised-sigmoid", linear_score, 2, 0.7)]
 
 
 def _data(seed=0, k=4, d=3):

@@ -51,7 +51,7 @@ def test_temperature_and_top_k():
 
 @pytest.mark.parametrize("kwargs,msg", [
     ({"normalisation": "tanh"}, "unknown gate normalisation"),
-    ({"normalisation": "sigmoid", "k_active": 2}, "softmax normalisation only"),
+    ({"normalisation": "sigmoid", "k_active": 2}, "not defined for the sigmoid gate"),
     ({"k_active": 0}, "positive integer"),
     ({"temperature": 0.0}, "temperature"),
 ])
