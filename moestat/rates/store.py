@@ -742,11 +742,18 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
         unknown = sorted(k for k in new if k not in old)
         what = ", ".join(diff) if diff else (f"what its provenance.json does not record: {', '.join(unknown)}" if unknown
                                               else "unknown")
-        hint = ""
-        if "scenario_file" in diff and "scenario_digest" not in diff:  # moved, not edited (or not known to be)
-            hint = (f"; the scenario file's path is part of the configuration: resume with the file at "
-                    f"{old.get('scenario_file')}, or start a new --out")
-        raise ValueError(f"--resume: {out_dir} was written by a different config (differs in: {what}){hint}")
+        # Moved, not edited: the same bytes at another path.  The path enters no data stream
+        # (moestat.rates.sweep.replicate_streams) and no row, so the rows are this sweep's; the
+        # provenance written at the end of the resume records the new path.
+        moved = diff == ["scenario_file"] and old.get("scenario_digest") is not None \
+            and old.get("scenario_digest") == new.get("scenario_digest")
+        if not moved:
+            hint = ""
+            if "scenario_file" in diff and "scenario_digest" not in diff:  # moved; edited or not is not known
+                hint = (f"; its provenance.json does not record the scenario file's digest, so a file at another path "
+                        f"cannot be told from an edited one: resume with the file at {old.get('scenario_file')}, "
+                        f"or start a new --out")
+            raise ValueError(f"--resume: {out_dir} was written by a different config (differs in: {what}){hint}")
     if res_path.exists():
         # Refused, not quarantined: a row outside the grid, a duplicate or a garbage line means
         # the file was edited or merged by hand, and only its owner knows which copy is right.

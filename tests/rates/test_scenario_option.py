@@ -66,10 +66,11 @@ def test_the_summary_names_the_scenario_file(tmp_path):
     assert summary["config"]["scenario_file"] == str(src)
 
 
-def test_a_moved_scenario_file_is_named_as_moved_not_edited(tmp_path, capsys):
-    """The scenario file's path is part of the configuration: a resume from a copy elsewhere is refused,
-    and the message says that the path differs and where the file was -- not that its bytes differ,
-    which a run that recorded the file's digest can tell, and one that did not cannot."""
+def test_a_moved_scenario_file_resumes_when_its_digest_was_recorded(tmp_path, capsys):
+    """The same bytes at another path are the same sweep: the path enters no data stream and no row, so
+    a resume from a moved copy continues (provenance then names the new path).  A run that did not
+    record the file's digest cannot tell a moved file from an edited one: refused, naming where the
+    file was."""
     import hashlib
 
     (tmp_path / "a").mkdir()
@@ -77,18 +78,30 @@ def test_a_moved_scenario_file_is_named_as_moved_not_edited(tmp_path, capsys):
     src, moved = tmp_path / "a" / "s.toml", tmp_path / "b" / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
     shutil.copy(src, moved)
+    out = tmp_path / "o"
     grid = ["--n-min", "200", "--n-max", "800", "--n-points", "3", "--reps", "2", "--max-iter", "20", "--n-boot", "50",
-            "--quiet", "--out", str(tmp_path / "o")]
+            "--quiet", "--out", str(out)]
     assert main(["rates", "--scenario", str(src), *grid]) == 0
-    prov_path = tmp_path / "o" / "provenance.json"
+    prov_path = out / "provenance.json"
     prov = json.loads(prov_path.read_text())
     assert prov["scenario_digest"] == hashlib.sha256(src.read_bytes()).hexdigest()
+    rows = (out / "results.csv").read_bytes()
     capsys.readouterr()
-    for recorded_digest in (True, False):  # a run of today, and one written before the digest was recorded
-        if not recorded_digest:
-            prov.pop("scenario_digest")
-            prov_path.write_text(json.dumps(prov))
-        assert main(["rates", "--scenario", str(moved), *grid, "--resume"]) == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "(differs in: scenario_file);" in err and "scenario_digest" not in err
-        assert f"resume with the file at {src}" in err
+    assert main(["rates", "--scenario", str(moved), *grid, "--resume"]) == 0
+    assert (out / "results.csv").read_bytes() == rows  # nothing refitted, nothing added
+    assert json.loads(prov_path.read_text())["config"]["scenario_file"] == str(moved)
+    # an edited file at the new path is another sweep
+    moved.write_text(moved.read_text().replace("variance = 0.01", "variance = 0.02"))
+    assert "variance = 0.02" in moved.read_text()
+    assert main(["rates", "--scenario", str(moved), *grid, "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # a pre-flight warning of the new variance, then the refusal
+    assert err[-1].endswith("(differs in: scenario_digest)")
+    # a run written before the digest was recorded: moved cannot be told from edited
+    shutil.copy(src, moved)
+    prov = json.loads(prov_path.read_text())
+    prov.pop("scenario_digest")
+    prov_path.write_text(json.dumps(prov))
+    assert main(["rates", "--scenario", str(src), *grid, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(differs in: scenario_file);" in err and "does not record the scenario file's digest" in err
+    assert f"resume with the file at {moved}" in err
