@@ -75,6 +75,7 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
 )
 from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator, regression_loss_columns
 from moestat.estimators.generic_starts import random_start as generic_random_start
+from moestat.estimators.starts import random_init
 from moestat.io import regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
 from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
@@ -280,8 +281,19 @@ class FileScenario(ScenarioBase):
         """A random start (``--init random``): data-driven for a mixture-noise scenario
         (:func:`moestat.estimators.generic_starts.random_start`), else data-free."""
         if not self.likelihood:
-            return super().random_start(X, Y, rng)
+            # the expert's own width (an MLP expert has more than d + 1 parameters); d + 1 draws as before
+            q = self.model.n_expert_params(self.d) if self._protocol else self.d + 1
+            return random_init(int(self.k_fit), self.d, rng, n_eta=q)
         return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
+
+    def certificate_start(self, scale: float | None, n: int, rng: np.random.Generator, X: np.ndarray,
+                          Y: np.ndarray) -> MixingMeasure:
+        """An extra start of the optimum certificate in this file's conventions: the truth perturbed
+        at ``scale`` (:meth:`near_truth_start`: a gate without a reference atom keeps every router,
+        an over-specified atom's mass is split as the gate requires, a variance jittered on the log
+        scale) or (``None``) :meth:`random_start` (data-free of the expert's width, or, for a
+        mixture-noise file, from the replicate's data ``X``, ``Y``)."""
+        return self.random_start(X, Y, rng) if scale is None else self.near_truth_start(scale, rng, n=n)
 
     def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:

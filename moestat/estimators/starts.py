@@ -160,6 +160,7 @@ def random_init(
     rng: np.random.Generator,
     scale_router: float | None = None,
     scale_expert: float | None = None,
+    n_eta: int | None = None,
 ) -> MixingMeasure:
     """A random start, independent of the data and of the truth.
 
@@ -168,7 +169,7 @@ def random_init(
     n_components : int
         Number of atoms ``k``.
     d : int
-        Input dimension (``eta`` has ``d + 1`` entries).
+        Input dimension (``eta`` has ``d + 1`` entries unless ``n_eta`` says otherwise).
     rng : numpy.random.Generator
         Source of every random draw.
     scale_router : float, optional
@@ -176,6 +177,9 @@ def random_init(
         the isotropic law the paper's truth is drawn from (Appendix E.1 structure).
     scale_expert : float, optional
         Standard deviation of the entries of ``eta``; default ``1/sqrt(d)``.
+    n_eta : int, optional
+        Entries of each atom's ``eta`` (an expert of the protocol, e.g. an MLP); default ``d + 1``
+        (the built-in experts).  The draws come in the same order, so ``d + 1`` gives the default's start.
 
     Returns
     -------
@@ -199,7 +203,7 @@ def random_init(
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
     beta0 = sr * rng.standard_normal(k)
     beta1 = sr * rng.standard_normal((k, d))
-    eta = se * rng.standard_normal((k, d + 1))
+    eta = se * rng.standard_normal((k, d + 1 if n_eta is None else _check_count("n_eta", n_eta)))
     beta0[-1] = 0.0
     beta1[-1] = 0.0
     return MixingMeasure(beta0, beta1, eta)

@@ -54,7 +54,6 @@ from typing import Any
 
 import numpy as np
 
-from moestat.estimators.starts import near_truth_init, random_init
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL
 from moestat.rates.labels import LOSS_NAMES
@@ -385,14 +384,13 @@ def more_starts(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdo
     return out
 
 
-def _extra_start(scenario, n: int, s: int, rng: np.random.Generator):
+def _extra_start(scenario, n: int, s: int, rng: np.random.Generator, X: np.ndarray, Y: np.ndarray):
     """Extra start ``s`` of the optimum certificate: even ``s`` a perturbation of the truth at
     scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` a data-free random start (the law the truth
-    is drawn from, :func:`moestat.estimators.starts.random_init`)."""
-    if s % 2 == 1:
-        return random_init(scenario.k_fit, scenario.d, rng)
-    return near_truth_init(scenario.truth, scenario.k_fit, PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n,
-                           schedule="constant")
+    is drawn from, :func:`moestat.estimators.starts.random_init`), each as the scenario draws it
+    (:meth:`~moestat.data.synthetic.ScenarioBase.certificate_start`: a scenario file's own gate
+    convention and expert width)."""
+    return scenario.certificate_start(None if s % 2 == 1 else PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], n, rng, X, Y)
 
 
 def certificate(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdout: np.ndarray) -> list[dict]:
@@ -406,8 +404,9 @@ def certificate(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdo
     """
     E, n = unit.extra_starts, unit.n
     fitted = state["params"]
-    starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))))
-              for r in unit.replicates for s in range(E)]
+    starts = [_extra_start(scenario, n, s, np.random.default_rng(np.random.SeedSequence(unit.seed, spawn_key=(n, r, 3, s))),
+                           X[i], Y[i])
+              for i, r in enumerate(unit.replicates) for s in range(E)]
     ex = fit_starts(unit, scenario, np.repeat(X, E, axis=0), np.repeat(Y, E, axis=0), starts, 4)
     R = len(unit.replicates)
     obj_e = np.asarray(ex.objective_, float).reshape(R, E)
