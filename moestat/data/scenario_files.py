@@ -286,15 +286,6 @@ class FileScenario(ScenarioBase):
             return random_init(int(self.k_fit), self.d, rng, n_eta=q)
         return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
 
-    def certificate_start(self, scale: float | None, n: int, rng: np.random.Generator, X: np.ndarray,
-                          Y: np.ndarray) -> MixingMeasure:
-        """An extra start of the optimum certificate in this file's conventions: the truth perturbed
-        at ``scale`` (:meth:`near_truth_start`: a gate without a reference atom keeps every router,
-        an over-specified atom's mass is split as the gate requires, a variance jittered on the log
-        scale) or (``None``) :meth:`random_start` (data-free of the expert's width, or, for a
-        mixture-noise file, from the replicate's data ``X``, ``Y``)."""
-        return self.random_start(X, Y, rng) if scale is None else self.near_truth_start(scale, rng, n=n)
-
     def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
@@ -339,12 +330,9 @@ class FileScenario(ScenarioBase):
         x = torch.as_tensor(self.holdout(), dtype=torch.float64)
         b1 = torch.as_tensor(self.truth.beta1[j:j + 1], dtype=torch.float64)
         gate = self.model.gate
-        # a normalised sigmoid's copies keep the atom's share when their sigmoid(u) add up to the atom's
-        weight = getattr(gate.family, "unnormalised_weight", None)
-        weight = (lambda *a: gate.weights(*a)) if weight is None else (lambda *a: gate.family.unnormalised_weight(gate, *a))
 
         def mass(b: float) -> float:
-            return float(weight(x, torch.tensor([b], dtype=torch.float64), b1).mean())
+            return float(gate.family.split_weight(gate, x, torch.tensor([b], dtype=torch.float64), b1).mean())
 
         b0 = float(self.truth.beta0[j])
         target = mass(b0) / m

@@ -166,16 +166,6 @@ class ScenarioBase(TruthDescriptors):
         return near_truth_init(self.truth, self.k_fit, scale, rng, n=n, schedule="peer" if peer else "constant",
                                log_last=self.variance_last)
 
-    def certificate_start(self, scale: float | None, n: int, rng: np.random.Generator, X: np.ndarray,
-                          Y: np.ndarray) -> MixingMeasure:
-        """An extra start of the optimum certificate (:func:`moestat.rates.truth_check.certificate`):
-        the truth perturbed at ``scale``, or (``None``) a data-free random start
-        (:func:`moestat.estimators.starts.random_init`); ``X [n, d]``, ``Y [n]``: the replicate's
-        data, for a scenario whose random start reads them."""
-        if scale is None:
-            return random_init(self.k_fit, self.d, rng)
-        return near_truth_init(self.truth, self.k_fit, scale, rng, n=n, schedule="constant")
-
 
 #: Estimators of the likelihood (y drawn from the mixture); ``null`` returns its start, whatever the noise.
 LIKELIHOOD_ESTIMATORS = ("mle", "em")

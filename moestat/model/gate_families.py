@@ -139,9 +139,6 @@ class GateFamily:
         The mass term of this gate's default Voronoi loss (:mod:`moestat.losses.voronoi_spec`):
         ``softmax`` (``exp(beta0)``) or ``sigmoid`` (``sigmoid(beta0)``: no shift invariance, the
         intercept is identified).
-    split_by_shift : bool
-        An atom copied ``m`` times keeps its weight when each copy's ``beta0`` drops by ``log m``
-        (a softmax); otherwise a near-truth start solves for the copies' intercept.
     has_likelihood : bool
         Whether the normalised weights define a mixture likelihood (not for a gate with a shared
         expert of weight one).
@@ -156,7 +153,6 @@ class GateFamily:
     default_reference = True
     pins_bias = False
     loss_mass = "softmax"
-    split_by_shift = True
     has_likelihood = True
     shared_expert = False
 
@@ -166,6 +162,18 @@ class GateFamily:
     #: whether :meth:`score_rows` is implemented: atom ``i``'s score depends on ``beta1_i`` alone and the
     #: family writes it, and its derivative in ``beta1_i``, atom-major (the generic EM's gate step, issue 33)
     separable_score = False
+
+    @property
+    def split_by_shift(self) -> bool:
+        """An atom copied ``m`` times keeps its weight when each copy's ``beta0`` drops by ``log m``:
+        true where an atom's mass is ``exp(beta0)`` (:attr:`loss_mass` ``softmax``); otherwise a
+        near-truth start solves for the copies' intercept (:meth:`split_weight`)."""
+        return self.loss_mass == "softmax"
+
+    def split_weight(self, gate: Any, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
+        """The per-atom weight ``[..., n, k]`` that the copies of a split atom share (a near-truth
+        start of an over-specified fit, when not :attr:`split_by_shift`): the weights themselves."""
+        return self.weights(gate, x, beta0, beta1)
 
     def check(self, gate: Any) -> None:
         """Raise ``ValueError`` if the gate configuration ``gate`` is not one this family defines
@@ -326,7 +334,6 @@ class SigmoidGate(GateFamily):
     top_k = False
     default_reference = False
     loss_mass = "sigmoid"
-    split_by_shift = False
 
 
 class GaussianGate(GateFamily):

@@ -43,14 +43,14 @@ class NormalisedSigmoidGate(GateFamily):
     name = "normalised-sigmoid"
     default_reference = False
     loss_mass = "sigmoid"
-    split_by_shift = False
 
     def logits(self, gate: Any, s: torch.Tensor, beta0: torch.Tensor, atom_axis: int = -1) -> torch.Tensor:
         # a softmax of log sigmoid(u) is sigmoid(u_i) / sum_j sigmoid(u_j): every softmax path of the base class applies
         return torch.nn.functional.logsigmoid(super().logits(gate, s, beta0, atom_axis))
 
-    def unnormalised_weight(self, gate: Any, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
-        """``sigmoid(u_i)`` ``[..., n, k]`` before the division by the sum (a split start's mass)."""
+    def split_weight(self, gate: Any, x: torch.Tensor, beta0: torch.Tensor, beta1: torch.Tensor) -> torch.Tensor:
+        """``sigmoid(u_i)`` ``[..., n, k]`` before the division by the sum: copies whose ``sigmoid(u)``
+        add up to the atom's keep its share."""
         return torch.sigmoid(GateFamily.logits(self, gate, self.score(gate, x, beta1), beta0))
 
 

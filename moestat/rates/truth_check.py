@@ -385,12 +385,14 @@ def more_starts(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdo
 
 
 def _extra_start(scenario, n: int, s: int, rng: np.random.Generator, X: np.ndarray, Y: np.ndarray):
-    """Extra start ``s`` of the optimum certificate: even ``s`` a perturbation of the truth at
-    scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` a data-free random start (the law the truth
-    is drawn from, :func:`moestat.estimators.starts.random_init`), each as the scenario draws it
-    (:meth:`~moestat.data.synthetic.ScenarioBase.certificate_start`: a scenario file's own gate
-    convention and expert width)."""
-    return scenario.certificate_start(None if s % 2 == 1 else PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], n, rng, X, Y)
+    """Extra start ``s`` of the optimum certificate, drawn by the scenario's own start methods (a
+    scenario file's gate convention, expert width and variances): even ``s`` its near-truth start at
+    scale ``PERTURB_SCALES[(s // 2) % 3]``, odd ``s`` its random start (data-free for a regression
+    scenario, :func:`moestat.estimators.starts.random_init`; from the replicate's ``X [n, d]``,
+    ``Y [n]`` for a mixture-noise file)."""
+    if s % 2 == 1:
+        return scenario.random_start(X, Y, rng)
+    return scenario.near_truth_start(PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n)
 
 
 def certificate(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdout: np.ndarray) -> list[dict]:
