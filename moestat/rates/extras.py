@@ -14,7 +14,10 @@ Columns (:func:`extra_columns`):
     the near-truth fit's by more than :data:`BEATEN_RTOL` (relative).
 ``best_<loss>``
     every loss of ``results.csv`` at the best-objective fit (the least-squares estimate the
-    theorems speak of, as far as the starts can tell).
+    theorems speak of, as far as the starts can tell); for a scenario file also every loss it
+    declares, as the last columns of the file (after the block columns, so that every earlier
+    column keeps its place and its bootstrap stream; an ``extras.csv`` written before these
+    columns existed is resumed with its own header, :meth:`ExtrasStore.create`).
 ``weighted_single, weighted_multi, beta1_radial, beta1_direction``
     :mod:`moestat.losses.cell_errors` at the near-truth fit.
 the losses a scenario file declares (by their names)
@@ -37,7 +40,7 @@ import numpy as np
 from moestat.io import append_line, atomic_write_text
 from moestat.rates.labels import LOSS_NAMES
 
-__all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "ExtrasStore", "merge_extras", "certificate_summary"]
+__all__ = ["ALT_PREFIX", "BEATEN_RTOL", "CERTIFICATE_COLUMNS", "CELL_COLUMNS", "extra_columns", "legacy_columns", "ExtrasStore", "merge_extras", "certificate_summary"]
 
 #: Relative margin by which an extra start must lower the objective to count as beating the
 #: near-truth fit: far above the LM stopping tolerance on the objective (ftol = 1e-12 relative), far
@@ -67,7 +70,16 @@ def extra_columns(extra_starts: int, cell_errors: bool, declared: Sequence[str] 
     if cell_errors:
         cols += list(CELL_COLUMNS)
     cols += list(blocks)
+    if extra_starts > 0:
+        cols += [f"best_{c}" for c in declared]
     return (*KEY, *cols) if cols else ()
+
+
+def legacy_columns(columns: Sequence[str], declared: Sequence[str]) -> tuple[str, ...]:
+    """``columns`` as a moestat before the declared losses' ``best_<loss>`` wrote them (the same
+    tuple when there are none)."""
+    drop = {f"best_{c}" for c in declared}
+    return tuple(c for c in columns if c not in drop)
 
 
 class ExtrasStore:
@@ -80,17 +92,27 @@ class ExtrasStore:
         :func:`extra_columns` of the configuration.
     """
 
-    def __init__(self, path: str | os.PathLike, columns: Sequence[str]):
+    def __init__(self, path: str | os.PathLike, columns: Sequence[str], legacy: Sequence[str] | None = None):
         self.path = Path(path)
         self.columns = tuple(columns)
+        self.legacy = None if legacy is None or tuple(legacy) == self.columns else tuple(legacy)
+        self.adopted_legacy = False
 
     def create(self) -> None:
-        """Write the header (new file) or cut a torn last line; refuse a file with another header."""
+        """Write the header (new file) or cut a torn last line; refuse a file with another header.
+
+        A file with the ``legacy`` header (:func:`legacy_columns`: written before the declared
+        losses' ``best_<loss>`` existed) is continued with that header, so a resumed run's new
+        lines match its old ones; those columns are then absent (``adopted_legacy``).
+        """
         if not self.path.exists():
             atomic_write_text(self.path, ",".join(self.columns) + "\n")
             return
         text = self.path.read_text(encoding="utf-8")
-        if text.split("\n", 1)[0].split(",") != list(self.columns):
+        header = text.split("\n", 1)[0].split(",")
+        if self.legacy is not None and header == list(self.legacy):
+            self.columns, self.adopted_legacy = self.legacy, True
+        elif header != list(self.columns):
             raise ValueError(f"{self.path} was written with other extras columns")
         if text and not text.endswith("\n"):
             atomic_write_text(self.path, text[: text.rfind("\n") + 1])

@@ -112,6 +112,8 @@ def predicted_exponent(
         return predicted[loss]
     if loss.startswith("best_"):  # the same loss at the best-objective fit of the certificate
         loss = loss[len("best_"):]
+        if predicted is not None and loss in predicted:  # e.g. a scenario file's declared loss
+            return predicted[loss]
     if loss == "beta1_direction":  # PDE (4): the direction is identified by both cosine routers
         if setting == "exact" and router in ("perturbed", "cosine"):
             return -0.5
@@ -378,9 +380,12 @@ def fit_experiment(df, experiment) -> list[dict[str, Any]]:
     theorem (``prediction_source``).
     """
     c = experiment.config
+    # a declared loss's best_<loss> is absent from an extras.csv written before moestat recorded it
+    # (resumed with its own header, moestat.rates.extras.ExtrasStore): not fitted, every other loss is
+    losses = [x for x in experiment.losses if x in df or not x.startswith("best_")]
     fits = fit_rates(
         df,
-        losses=list(experiment.losses),
+        losses=losses,
         setting=experiment.setting,
         estimator=c.estimator,
         routers=c.router,

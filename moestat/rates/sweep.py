@@ -32,7 +32,7 @@ from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.config import RatesConfig
-from moestat.rates.extras import ExtrasStore
+from moestat.rates.extras import ExtrasStore, legacy_columns
 from moestat.rates.forked import ForkedWorkers
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
@@ -368,7 +368,8 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
         if missing:
             todo.append(u)
     total = sum(len(u.replicates) for u in todo)
-    extras = ExtrasStore(out_dir / "extras.csv", experiment.extra_columns) if experiment.extra_columns else None
+    extras = (ExtrasStore(out_dir / "extras.csv", experiment.extra_columns, legacy_columns(experiment.extra_columns, experiment.declared))
+              if experiment.extra_columns else None)
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()

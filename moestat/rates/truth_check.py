@@ -426,8 +426,9 @@ def certificate(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict, holdo
                      "n_starts_converged": int(bool(state["converged"][i])) + int(conv_e[i].sum()),
                      "beaten": int(beaten)})
     losses = scenario.loss_columns(MixingMeasure.stack(best), holdout)
+    names = (*LOSS_NAMES, *(spec.name for spec in scenario.loss_specs))  # the declared losses too
     for i, row in enumerate(rows):
-        for name in LOSS_NAMES:
+        for name in names:
             row[f"best_{name}"] = float(losses[name][i])
     return rows
 

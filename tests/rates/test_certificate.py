@@ -98,3 +98,60 @@ def test_a_file_scenarios_random_start_has_its_experts_width():
     lin = load_scenario(str(ex / "softmax_linear.toml"))
     a, b = lin.random_start(None, None, np.random.default_rng(3)), random_init(lin.k_fit, lin.d, np.random.default_rng(3))
     assert np.array_equal(a.eta, b.eta) and np.array_equal(a.beta1, b.beta1)
+
+
+def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tmp_path):
+    """A scenario file's declared losses get their ``best_<loss>`` column too (the loss at the
+    certificate's best fit; the same value where no extra start won), as the last columns; an
+    ``extras.csv`` written before those columns existed is resumed with its own header."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from moestat.rates.extras import KEY, extra_columns, legacy_columns
+    from moestat.rates.fit import fit_experiment
+    from moestat.rates.resolve import Experiment
+
+    ex = Path(__file__).resolve().parents[2] / "examples"
+    kw = {"scenario_file": str(ex / "sigmoid_over.toml"), "extra_starts": 2}
+    d = _file_sweep(tmp_path, "new", kw.pop("scenario_file"), **kw)
+    e = pd.read_csv(d / "extras.csv")
+    assert list(e.columns)[-1] == "best_D2_sigmoid" and list(e.columns) == list(extra_columns(2, False, ("D2_sigmoid",)))
+    same = e["beaten"] == 0
+    assert same.any() and (e.loc[same, "best_D2_sigmoid"] == e.loc[same, "D2_sigmoid"]).all()
+    assert np.isfinite(e["best_D2_sigmoid"]).all()
+
+    # the same sweep, its extras.csv rewritten as an earlier moestat wrote it and its last unit lost
+    old = tmp_path / "old"
+    old.mkdir()
+    cols = legacy_columns(tuple(e.columns), ("D2_sigmoid",))
+    assert "best_D2_sigmoid" not in cols and len(cols) == len(e.columns) - 1
+    last = e["n"] == e["n"].max()
+    e.loc[~last, list(cols)].to_csv(old / "extras.csv", index=False)
+    res = pd.read_csv(d / "results.csv")
+    lines = (d / "results.csv").read_text().splitlines(keepends=True)
+    (old / "results.csv").write_text("".join(lines[:1] + [ln for ln, n in zip(lines[1:], res["n"]) if n != e["n"].max()]))
+    for f in d.iterdir():
+        if f.name not in ("results.csv", "extras.csv"):
+            (old / f.name).write_bytes(f.read_bytes())
+    cfg = RatesConfig.from_dict({**BASE, "scenario_file": str(ex / "sigmoid_over.toml"), "extra_starts": 2})
+    cfg.validate()
+    df = run_sweep(cfg, old, resume=True, progress=False)
+    again = pd.read_csv(old / "extras.csv")
+    assert list(again.columns) == list(cols) and len(again) == len(e)  # the old header, the lost unit rerun
+    key = list(KEY)
+    a = again.sort_values(key).reset_index(drop=True)
+    b = e[list(cols)].sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+    fits = fit_experiment(df, Experiment.of(cfg))  # every loss fitted but the absent column
+    losses = {f["loss"] for f in fits}
+    assert "best_D2_sigmoid" not in losses and {"D2_sigmoid", "best_voronoi"} <= losses
+
+
+def test_a_declared_losses_best_column_has_its_prediction():
+    from moestat.rates.fit import predicted_exponent
+
+    predicted = {"voronoi": None, "regression_l2": -0.5, "D2_x": -0.25}
+    assert predicted_exponent("file:x", "over", "best_D2_x", "lse", predicted) == -0.25
+    assert predicted_exponent("file:x", "over", "best_voronoi", "lse", predicted) is None
+    assert predicted_exponent("file:x", "over", "best_regression_l2", "lse", predicted) == -0.5
