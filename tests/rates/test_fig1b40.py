@@ -10,23 +10,11 @@ from moestat.rates import RatesConfig
 from moestat.rates.presets import PRESETS, load_toml
 from moestat.rates.spec_checks import sample_sizes
 
+from json_close import same_numbers
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "simulations" / "rates"
-
-
-def _same_numbers(a, b, rel: float = 1e-9) -> bool:
-    """``a == b`` for JSON-like values, floats within ``rel`` relative: a design recomputed from the
-    recorded runs goes through least-squares fits whose last digits depend on the BLAS and NumPy
-    build (a fresh machine's 1.2116254095117949 against the recorded ...946)."""
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
-    if isinstance(a, list):
-        return isinstance(b, list) and len(a) == len(b) and all(_same_numbers(x, y, rel) for x, y in zip(a, b))
-    if isinstance(a, float) or isinstance(b, float):
-        return not isinstance(a, bool) and not isinstance(b, bool) and a == pytest.approx(b, rel=rel, abs=1e-300)
-    return a == b
 
 
 def _script(name: str):
@@ -62,7 +50,7 @@ def test_window_script_is_deterministic_and_is_the_preset():
     a, b = mod.design(), mod.design()
     assert a == b
     recorded = json.loads((SIM / "fig1b40_window.json").read_text())
-    assert _same_numbers(json.loads(json.dumps(a)), recorded)
+    assert same_numbers(json.loads(json.dumps(a)), recorded)
     p = PRESETS["fig1b40"]
     assert sample_sizes(p["n_min"], p["n_max"], p["n_points"]) == a["sizes"]
     assert (p["n_min"], p["n_max"], p["reps"]) == (a["n_min"], a["n_max"], a["reps"])
@@ -104,7 +92,7 @@ def test_second_design_is_deterministic_and_is_the_preset():
     mod = _window_w()
     a = mod.design()
     assert a == mod.design()
-    assert _same_numbers(json.loads(json.dumps(a)), json.loads((SIM / "fig1b40w_window.json").read_text()))
+    assert same_numbers(json.loads(json.dumps(a)), json.loads((SIM / "fig1b40w_window.json").read_text()))
     first = _window().design()
     assert (a["n_min"], a["reps"], a["budget_s"]) == (first["n_min"], first["reps"], first["budget_s"])
     p = PRESETS["fig1b40w"]

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from json_close import same_numbers
 from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +83,9 @@ def test_a_refit_of_an_n1000_unit_equals_its_recorded_rows():
     for f in fits:
         for c in mod.COMPARED:
             assert f["recorded"][c] == rec.loc[(1000, f["replicate"]), c]
-            assert np.isclose(f["refit"][c], f["recorded"][c], rtol=1e-9, atol=0.0)
+            # a refit on another NumPy/BLAS build stops at an iterate a few ulps away: 1.0e-9 relative
+            # was seen on a fresh machine, far below any difference between distinct optima
+            assert np.isclose(f["refit"][c], f["recorded"][c], rtol=1e-7, atol=0.0)
 
 
 @pytest.mark.parametrize("arm", ["sigmoid", "softmax"])
@@ -103,10 +106,10 @@ def test_recorded_json_follows_its_rule_and_its_counts(arm):
         assert np.isclose(f["param_multi_recomputed"], f["refit"]["param_multi"], rtol=1e-12)
     assert report["max_rel_diff"] == max(f["max_rel_diff"] for f in fits)
     for f in fits:
-        assert f["pair"] == mod.pair_metrics(f, report["truth"], arm)
-    assert report["truth"] == mod.truth_atoms(arm)
+        assert same_numbers(f["pair"], mod.pair_metrics(f, report["truth"], arm))
+    assert same_numbers(report["truth"], mod.truth_atoms(arm))
     # the counts and slopes, recomputed from the stored atoms
-    assert mod.summarise(fits) == report["summary"]
+    assert same_numbers(mod.summarise(fits), report["summary"])
     for n, s in report["summary"]["per_n"].items():
         got = [mod.hypothesis(f) for f in fits if f["n"] == int(n)]
         assert [s["H1"], s["H2"], s["H3"]] == [got.count(h) for h in ("H1", "H2", "H3")]
