@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from json_close import same_numbers
 from moestat.experiments.theory import over_strong
 from moestat.experiments.theory.framework import Context
 
@@ -133,7 +134,8 @@ def test_recorded_quick_report_is_recomputed_from_its_recorded_fits(monkeypatch)
     for name, c in now.items():
         r = recorded[name]
         assert (c["status"], c["measured"], c["reason"]) == (r["status"], r["measured"], r["reason"]), name
-        assert c["details"]["causes"] == r["details"]["causes"], name
+        # a slope recomputed by NumPy's least squares: the last digit depends on the BLAS build
+        assert same_numbers(c["details"]["causes"], r["details"]["causes"]), name
         if r["status"] != "passed":
             assert "causes measured on these fits" in r["reason"], name
 
