@@ -368,8 +368,10 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
         if missing:
             todo.append(u)
     total = sum(len(u.replicates) for u in todo)
-    extras = (ExtrasStore(out_dir / "extras.csv", experiment.extra_columns, legacy_columns(experiment.extra_columns, experiment.declared))
-              if experiment.extra_columns else None)
+    extras = None
+    if experiment.extra_columns:
+        legacy = legacy_columns(experiment.extra_columns, experiment.declared)
+        extras = ExtrasStore(out_dir / "extras.csv", experiment.extra_columns, legacy)
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()
@@ -390,6 +392,9 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
 
     if extras is not None:
         extras.create()
+        if extras.adopted_legacy:
+            sys.stderr.write(f"note: {extras.path} was written before moestat recorded the declared losses at the best "
+                             "fit; it is continued with its own columns (no best_<declared loss>)\n")
     n_jobs = auto_n_jobs(todo, config) if config.n_jobs == "auto" else config.n_jobs
     if forked is not None and config.backend == "loky" and len(todo) > 1 and 2 <= n_jobs <= forked.size + 1:
         # the processes forked after this one's imports (issue 36): no worker imports torch again

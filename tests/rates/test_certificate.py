@@ -100,7 +100,7 @@ def test_a_file_scenarios_random_start_has_its_experts_width():
     assert np.array_equal(a.eta, b.eta) and np.array_equal(a.beta1, b.beta1)
 
 
-def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tmp_path):
+def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tmp_path, capsys):
     """A scenario file's declared losses get their ``best_<loss>`` column too (the loss at the
     certificate's best fit; the same value where no extra start won), as the last columns; an
     ``extras.csv`` written before those columns existed is resumed with its own header."""
@@ -137,6 +137,7 @@ def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tm
     cfg = RatesConfig.from_dict({**BASE, "scenario_file": str(ex / "sigmoid_over.toml"), "extra_starts": 2})
     cfg.validate()
     df = run_sweep(cfg, old, resume=True, progress=False)
+    assert "continued with its own columns" in capsys.readouterr().err
     again = pd.read_csv(old / "extras.csv")
     assert list(again.columns) == list(cols) and len(again) == len(e)  # the old header, the lost unit rerun
     key = list(KEY)
