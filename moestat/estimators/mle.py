@@ -393,8 +393,10 @@ class MLEGaussianMoE(MoEEstimator):
             return self._fit_generic(Xt, Yt, init, k)
         V0, E0, s20 = self._starts(Xn, Yn, init, k)
         res = fit_em(
-            Xt.to(dev), Yt.to(dev), torch.as_tensor(V0, device=dev), torch.as_tensor(E0, device=dev),
-            None if s20 is None else torch.as_tensor(s20, device=dev),
+            # torch.tensor copies: a start broadcast from one init is a read-only NumPy view, which
+            # torch.as_tensor would wrap with a warning (fit_em clones its starts anyway)
+            Xt.to(dev), Yt.to(dev), torch.tensor(V0, device=dev), torch.tensor(E0, device=dev),
+            None if s20 is None else torch.tensor(s20, device=dev),
             shared=self.variance == "shared", max_iter=int(self.max_iter), tol=float(self.tol),
             var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
             polish_iter=int(self.polish_iter),

@@ -200,3 +200,19 @@ def test_for_scenario_builds_the_fit_model(name, scenario):
     est = build(name, scenario, random_state=5)
     assert type(est) is ESTIMATORS[name]
     assert est.model == scenario.fit_model and est.n_components == scenario.k_fit and est.random_state == 5
+
+
+def test_em_starts_reach_torch_without_its_read_only_warning(scenario, data):
+    """A start given per replicate (batch shape ``(R,)``) or once for all (``()``) is broadcast to the
+    fused EM's ``[R, S]`` layout by a read-only NumPy view; handing such a view to torch must not put
+    torch's "non-writable array ... undefined behavior" warning on a user's screen.  (torch warns once
+    per process: without the fix this test fails when it runs before any other EM fit, e.g. alone.)"""
+    import warnings
+
+    X, Y, init = data
+    G = init.numpy()
+    for start in (G, type(G)(G.beta0[0], G.beta1[0], G.eta[0])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            est = build("em", scenario).fit(X, Y, init=start)
+        assert est.params_.batch_shape == (R,)
