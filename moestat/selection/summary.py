@@ -205,7 +205,8 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
             f = summary["rates"][str(K)][loss]
             for n in ns:
                 v = [r["per_kbar"][str(K)][loss] for r in records if r["n"] == n and r["per_kbar"][str(K)][loss]]
-                ax.scatter(np.full(len(v), n) * (1 + 0.06 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}")
+                ax.scatter(np.full(len(v), n) * (1 + 0.06 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}",
+                           label=f"{lab}: replicates" if n == ns[0] and f.get("slope") is None else None)
             if f.get("slope") is not None:
                 x = np.array(f["ns"], float)
                 ax.plot(x, f["medians"], "o-", color=f"C{j}",
@@ -217,7 +218,16 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
             ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
         ax.set_title(f"K_bar = {K} (predicted slope -0.5)", fontsize=10)
         ax.set_xlabel("n")
-        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: the data fill the axes
+        # a loss without a fitted rate is named by its replicates' points and its reason (before
+        # 2026-12-02 such a panel called an empty legend: a matplotlib warning on the user's screen)
+        unfitted = [(lab, summary["rates"][str(K)][loss].get("reason", "no slope"))
+                    for loss, lab in (("D1_merged", "merged"), ("D2_over", "unmerged"))
+                    if summary["rates"][str(K)][loss].get("slope") is None]
+        if unfitted:
+            ax.text(0.02, 0.98, "no rate fitted:\n" + "\n".join(f"{lab}: {why}" for lab, why in unfitted),
+                    transform=ax.transAxes, ha="left", va="top", fontsize=6.5)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: the data fill the axes
     axes[0][0].set_ylabel("Voronoi loss")
     fig.tight_layout()
     path = out / "merged_loss.png"

@@ -123,3 +123,39 @@ def test_a_start_stopped_by_max_iter_is_reported_not_dropped():
     assert fit.status == "max_iter" and not fit.converged and fit.n_iter == 3
     assert fit.start_status == ("max_iter", "max_iter") and len(fit.start_loglik) == 2
     assert fit.loglik == max(fit.start_loglik)
+
+
+def test_merged_loss_figure_without_a_fitted_rate_says_why_and_draws_no_empty_legend(tmp_path, monkeypatch):
+    """With fewer than three sample sizes no rate is fitted: the panel says so (the summary's reason)
+    instead of calling an empty legend (a matplotlib warning on the user's screen)."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moestat.selection.summary import _plot_merged_loss
+
+    reason = "2 sample sizes with >= 2 losses (3 needed)"
+    summary = {"rates": {"3": {"D1_merged": {"slope": None, "reason": reason}, "D2_over": {"slope": None, "reason": reason}}}}
+    records = [{"n": n, "per_kbar": {"3": {"D1_merged": 0.1 * r + 0.2, "D2_over": 0.3 + 0.1 * r}}} for n in (100, 200)
+               for r in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        path = _plot_merged_loss(plt, summary, records, [3], [100, 200], tmp_path)
+    assert path.is_file() and path.stat().st_size > 0
+    axes = []  # the panel's text, read back from a second draw whose axes are kept
+    orig = plt.subplots
+
+    def keep(*a, **k):
+        f, ax = orig(*a, **k)
+        axes.append(ax)
+        return f, ax
+
+    monkeypatch.setattr(plt, "subplots", keep)
+    _plot_merged_loss(plt, summary, records, [3], [100, 200], tmp_path)
+    drawn = [t.get_text() for t in axes[0][0][0].texts]
+    assert any(t.startswith("no rate fitted") and t.count(reason) == 2 for t in drawn)
+    labels = axes[0][0][0].get_legend_handles_labels()[1]
+    assert labels == ["merged to k*, D1: replicates", "unmerged, D2: replicates"]
