@@ -223,11 +223,9 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
         unfitted = [(lab, summary["rates"][str(K)][loss].get("reason", "no slope"))
                     for loss, lab in (("D1_merged", "merged"), ("D2_over", "unmerged"))
                     if summary["rates"][str(K)][loss].get("slope") is None]
-        if unfitted:
-            ax.text(0.02, 0.98, "no rate fitted:\n" + "\n".join(f"{lab}: {why}" for lab, why in unfitted),
-                    transform=ax.transAxes, ha="left", va="top", fontsize=6.5)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2))  # below: the data fill the axes
+        title = ("no rate fitted:\n" + "\n".join(f"{lab}: {why}" for lab, why in unfitted)) if unfitted else None
+        if ax.get_legend_handles_labels()[0]:  # below the axes (the data fill them), the reason as its title
+            ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), title=title, title_fontsize=6.5)
     axes[0][0].set_ylabel("Voronoi loss")
     fig.tight_layout()
     path = out / "merged_loss.png"
