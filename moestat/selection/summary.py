@@ -201,13 +201,18 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
     allv = [r["per_kbar"][str(K)][loss] for K in Ks for loss in ("D1_merged", "D2_over") for r in records
             if r["per_kbar"][str(K)].get(loss)]
     for ax, K in zip(axes[0], Ks):
-        for j, (loss, lab) in enumerate((("D1_merged", "merged to k*, D1"), ("D2_over", "unmerged, D2"))):
+        unfitted = []  # (name, reason) of a loss without a fitted rate: named in the legend's title
+        for j, (loss, lab, short) in enumerate((("D1_merged", "merged to k*, D1", "merged"),
+                                                ("D2_over", "unmerged, D2", "unmerged"))):
             f = summary["rates"][str(K)][loss]
+            fitted = f.get("slope") is not None
+            if not fitted:
+                unfitted.append((short, f.get("reason", "no slope")))
             for n in ns:
                 v = [r["per_kbar"][str(K)][loss] for r in records if r["n"] == n and r["per_kbar"][str(K)][loss]]
                 ax.scatter(np.full(len(v), n) * (1 + 0.06 * (j - 0.5)), v, s=5, alpha=0.3, color=f"C{j}",
-                           label=f"{lab}: replicates" if n == ns[0] and f.get("slope") is None else None)
-            if f.get("slope") is not None:
+                           label=f"{lab}: replicates" if n == ns[0] and not fitted else None)
+            if fitted:
                 x = np.array(f["ns"], float)
                 ax.plot(x, f["medians"], "o-", color=f"C{j}",
                         label=f"{lab}: medians, slope {f['slope']:.2f} [{f['ci_low']:.2f}, {f['ci_high']:.2f}]: "
@@ -220,9 +225,6 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
         ax.set_xlabel("n")
         # a loss without a fitted rate is named by its replicates' points and its reason (before
         # 2026-12-02 such a panel called an empty legend: a matplotlib warning on the user's screen)
-        unfitted = [(lab, summary["rates"][str(K)][loss].get("reason", "no slope"))
-                    for loss, lab in (("D1_merged", "merged"), ("D2_over", "unmerged"))
-                    if summary["rates"][str(K)][loss].get("slope") is None]
         title = ("no rate fitted:\n" + "\n".join(f"{lab}: {why}" for lab, why in unfitted)) if unfitted else None
         if ax.get_legend_handles_labels()[0]:  # below the axes (the data fill them), the reason as its title
             ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), title=title, title_fontsize=6.5)

@@ -113,8 +113,7 @@ def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tm
     from moestat.rates.resolve import Experiment
 
     ex = Path(__file__).resolve().parents[2] / "examples"
-    kw = {"scenario_file": str(ex / "sigmoid_over.toml"), "extra_starts": 2}
-    d = _file_sweep(tmp_path, "new", kw.pop("scenario_file"), **kw)
+    d = _file_sweep(tmp_path, "new", str(ex / "sigmoid_over.toml"), extra_starts=2)
     e = pd.read_csv(d / "extras.csv")
     assert list(e.columns)[-1] == "best_D2_sigmoid" and list(e.columns) == list(extra_columns(2, False, ("D2_sigmoid",)))
     same = e["beaten"] == 0
