@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,17 @@ from moestat.rates.fit import fit_experiment
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 
-__all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded"]
+__all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded", "REDEFINED", "former_definition"]
+
+#: Loss columns whose definition changed after runs were recorded with them: the change's commit
+#: time (UTC), its commit, and what the column held before.  A recorded row holds the quantity of
+#: its day, so judging it against a prediction written for today's quantity would be judging a
+#: different number (issue 33: the catalogue's 12-replicate ``cosine-over`` judged its unweighted
+#: shared-cell maximum against Theorem 5's ``n^-1/4`` for the mass-weighted error).
+REDEFINED: dict[str, tuple[str, str, str]] = {
+    "param_multi": ("2026-11-26T05:44:26+00:00", "0a31535",
+                    "the unweighted maximum of ||omega_i - omega*_j|| over the atoms of shared cells"),
+}
 
 
 def describe_scenario(sc) -> str:
@@ -72,6 +83,20 @@ def format_list() -> str:
     return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
 
 
+def former_definition(loss: str, started: str | None) -> str | None:
+    """Why a run started at ``started`` (ISO 8601) holds a former definition of ``loss``, or None.
+
+    A run whose start is unknown is taken as current (every recorded run has one).
+    """
+    if loss not in REDEFINED or not started:
+        return None
+    when, commit, before = REDEFINED[loss]
+    if datetime.fromisoformat(started) >= datetime.fromisoformat(when):
+        return None
+    return (f"not judged: recorded {started[:10]}, before {commit} ({when[:10]}) redefined {loss}; the rows hold "
+            f"{before}, not the quantity the prediction is for")
+
+
 def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     """The report of an entry's recorded full run, judged again under the *current* rules.
 
@@ -98,7 +123,8 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     runs = []
     for run in e.runs:
         d = Path(folder) / run.label
-        cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text(encoding="utf-8"))["config"])
+        prov = json.loads((d / "provenance.json").read_text(encoding="utf-8"))
+        cfg = RatesConfig.from_dict(prov["config"])
         # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
         # above the pre-flight's n_ok (the configuration resolved once, for both)
         experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
@@ -108,5 +134,11 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         # its prediction reads "loss not in the run's fits"
         experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
         fits = fit_experiment(df, experiment)
+        runs_meta = prov.get("runs") or [{}]
+        for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
+            why = former_definition(f["loss"], runs_meta[0].get("started"))
+            if why is not None:
+                f.update(category=None, reason=why)
+                f.pop("mean_statistic", None)
         runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
     return _report(e, False, runs, Path(folder))  # the folder: a contrast's paired interval reads its rows

@@ -258,6 +258,25 @@ def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_ro
     assert rows["perturbed voronoi"]["category"] == "consistent" and "D3 is at -0.56 (consistent)" in bullet
 
 
+def test_a_column_recorded_under_a_former_definition_is_not_judged():
+    """cosine-over's 12-replicate record (2026-11-25) holds param_multi as the unweighted maximum over shared
+    cells' atoms; 0a31535 (2026-11-26) made it the mass-weighted quantity D2 bounds.  Re-judged today, that row
+    keeps its slope but gets no verdict, with the reason; the other predictions of the same run are judged."""
+    from moestat.rates.catalogue_views import REDEFINED, former_definition
+
+    rep = rejudge_recorded("cosine-over", ROOT / "simulations" / "catalogue" / "cosine-over" / "design12")
+    rows = {r["loss"]: r for r in rep["predictions"]}
+    stale = rows["perturbed param_multi"]
+    assert stale["category"] is None and stale["slope"] is not None
+    assert REDEFINED["param_multi"][1] in stale["reason"] and "unweighted" in stale["reason"]
+    assert "mean_statistic" not in stale
+    assert rows["perturbed voronoi"]["category"] is not None and rows["perturbed regression_l2"]["category"] is not None
+    when = REDEFINED["param_multi"][0]
+    assert former_definition("param_multi", when) is None  # from the change on, the column is today's
+    assert former_definition("voronoi", "2020-01-01T00:00:00+00:00") is None  # never redefined
+    assert former_definition("param_multi", None) is None
+
+
 # ---- the entries of issue 33, Scope 6 ---------------------------------------------------------
 NEW = {"laplace-gmoe": "runnable", "topk-over": "runnable", "shared-sigmoid": "runnable"}
 

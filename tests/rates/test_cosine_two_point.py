@@ -104,8 +104,13 @@ def test_the_instrument_replaces_only_the_row_of_its_run_and_loss(monkeypatch):
 
 
 def test_the_recorded_over_specified_rows_are_judged_by_the_split_witness():
-    rows = {r["loss"]: r for r in cat._report(cat.entry("cosine-over"), True, _recorded_runs("cosine-over"))["predictions"]}
+    runs = _recorded_runs("cosine-over")
+    rows = {r["loss"]: r for r in cat._report(cat.entry("cosine-over"), True, runs)["predictions"]}
     v = rows["cosine voronoi"]
     assert v["category"] == "consistent" and "App. B.3" in v["reason"] and v["slope"] is not None
     assert v["fixed_truth"]["category"] == "inconsistent"  # the slope's own rule, reported beside
-    assert "fixed_truth" not in rows["perturbed voronoi"] and rows["perturbed param_multi"]["category"] == "floor"
+    # the perturbed router's rows keep the category their own fit gave (only the vanilla row is the instrument's)
+    as_ran = {(f["router"], f["loss"]): f["category"] for f in runs[0]["summary"]["fits"]}
+    assert "fixed_truth" not in rows["perturbed voronoi"]
+    assert rows["perturbed param_multi"]["category"] == as_ran[("perturbed", "param_multi")]
+    assert rows["perturbed voronoi"]["category"] == as_ran[("perturbed", "voronoi")]
