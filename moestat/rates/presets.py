@@ -13,6 +13,7 @@ fig1b       Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), pert
 fig1b40     fig1b's successor: perturbed router, n = 4000 .. 11 314 (4 sizes), 40 replicates
 fig1b40w    fig1b40 with its top size priced on the current code: n = 4000 .. 65 000 (6 sizes)
 fig1b40wv   the vanilla cosine router at fig1b40w's design (Figure 1(b)'s vanilla curves, one design)
+fig1b124w   fig1b40w with 124 replicates, the count its runs' plans ask for intervals of +-0.1
 over        Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
 over_1e6    the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
 exact_1e6   the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
@@ -139,6 +140,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_max": 65000,
         "n_points": 6,
         "reps": 40,
+        "chunk": 4,
+        "max_iter": 1000,
+        "cell_errors": True,
+    },
+    # fig1b40w with the replicates its own runs' plans ask for intervals of +-0.1 (issue 34, "enough replicates
+    # for intervals of +-0.1"), declared in simulations/rates/HYPOTHESES.md before its run: the largest
+    # reps_needed for +-0.05 over seeds 0-2 and D2 / single / shared cells was 487 (seed 2, param_single),
+    # a quarter of it 122, rounded up to a multiple of the chunk.  Everything else is fig1b40w's; streams are
+    # keyed by (n, replicate), so replicates 0-39 are fig1b40w's fits.
+    "fig1b124w": {
+        "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 4000,
+        "n_max": 65000,
+        "n_points": 6,
+        "reps": 124,
         "chunk": 4,
         "max_iter": 1000,
         "cell_errors": True,

@@ -26,7 +26,7 @@ def _window():
     return _script("fig1b40_window")
 
 
-@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w"])
 def test_simulation_toml_mirrors_preset(name):
     data = load_toml(SIM / f"{name}.toml")
     assert data == PRESETS[name]
@@ -41,6 +41,20 @@ def test_successor_keeps_fig1b_estimator_and_truth(name):
                 "noise_var", "expert", "extra_starts", "starts"):
         assert getattr(new, key) == getattr(old, key), key
     assert new.router == ("perturbed",) and new.reps == 40 and new.cell_errors
+
+
+def test_fig1b124w_is_fig1b40w_with_the_replicates_its_plans_ask_for_a_tenth():
+    """Only the replicates differ from fig1b40w; 124 is the largest reps_needed for +-0.05 that fig1b40w's
+    three recorded seeds report for D2, the single-atom and the shared cells, divided by 4 (+-0.1) and
+    rounded up to a multiple of the chunk."""
+    new, old = dict(PRESETS["fig1b124w"]), dict(PRESETS["fig1b40w"])
+    assert new.pop("reps") == 124 and old.pop("reps") == 40 and new == old
+    needed = []
+    for s in (0, 1, 2):
+        fits = json.loads((SIM / "figure1" / "fig1b40w" / f"seed{s}" / "summary.json").read_text())["fits"]
+        needed += [f["plan"]["reps_needed"] for f in fits if f["loss"] in ("voronoi", "param_single", "param_multi")]
+    chunk = PRESETS["fig1b124w"]["chunk"]
+    assert PRESETS["fig1b124w"]["reps"] == -(-int(np.ceil(max(needed) / 4)) // chunk) * chunk
 
 
 def test_window_script_is_deterministic_and_is_the_preset():
