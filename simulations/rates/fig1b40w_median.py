@@ -9,6 +9,9 @@ refitting a model: each seed's ``results.csv`` and ``extras.csv`` read with the 
 Deterministic (the bootstrap streams are the run's).  Run::
 
     PYTHONPATH=. python simulations/rates/fig1b40w_median.py --json simulations/rates/figure1/fig1b40w_median.json
+
+``--preset fig1b124w`` reads ``simulations/rates/figure1/fig1b124w/seed{0,1,2}`` instead (the same
+design with 124 replicates, declared in the same file).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-RUNS = HERE / "figure1" / "fig1b40w"
 SEEDS = (0, 1, 2)
 #: the losses of Theorem 5 the composite figure and theory.rst report
 LOSSES = ("voronoi", "param_single", "param_multi", "weighted_single", "weighted_multi")
@@ -47,13 +49,16 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, required=True, help="where to write the record")
+    ap.add_argument("--preset", default="fig1b40w", choices=("fig1b40w", "fig1b124w"),
+                    help="whose recorded seeds to read (simulations/rates/figure1/PRESET/seed{0,1,2})")
     a = ap.parse_args(argv)
     if not a.json.parent.is_dir():
         ap.error(f"--json: folder {a.json.parent} does not exist")
-    rec = {"runs": "simulations/rates/figure1/fig1b40w/seed{0,1,2}", "statistic": "median",
+    runs = HERE / "figure1" / a.preset
+    rec = {"runs": f"simulations/rates/figure1/{a.preset}/seed{{0,1,2}}", "statistic": "median",
            "declared": "simulations/rates/HYPOTHESES.md", "seeds": {}}
     for s in SEEDS:
-        rec["seeds"][str(s)] = fits = rejudge(RUNS / f"seed{s}")
+        rec["seeds"][str(s)] = fits = rejudge(runs / f"seed{s}")
         for f in fits:
             m = f["mean_statistic"] or {}
             print(f"seed {s} {f['loss']:<16} median {f['slope']:+.3f} [{f['ci_low']:+.2f}, {f['ci_high']:+.2f}] "

@@ -129,7 +129,7 @@ def _figure1():
     return _script("figure1")
 
 
-@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w"])
 def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
     """figure1.py --preset NAME --name NAME_seeds rebuilds the committed JSON from the three runs
     (slopes, categories, halves, certificate counts), and every cell of the docs table is the engine's."""
