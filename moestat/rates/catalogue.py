@@ -276,7 +276,7 @@ _add(Entry(
     (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 1 (D1)"),
      Prediction("gaussian-moe", "param_single", _HALF, "Theorem 1"),
      Prediction("gaussian-moe", "mass", _HALF, "Theorem 1")),
-    recorded="simulations/gaussian_moe/gmoe_exact",
+    recorded="simulations/catalogue/gmoe-exact (its report was re-fitted from the preset sweep simulations/gaussian_moe/gmoe_exact until 2026-12-02: from_preset_sweep/)",
 ))
 # replicates per n of the full design, per K.  K = 3 at 40 (was 10, committed before its run): issue 33 scope 4
 # asks >= 40 replicates for over-specified designs (the peers' CRPE-SGaME uses 40 per n), and the 10-replicate
