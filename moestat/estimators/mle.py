@@ -519,7 +519,9 @@ class MLEGaussianMoE(MoEEstimator):
         dev = resolve_device(self.device)
 
         def per_replicate(a: np.ndarray, tail: int) -> torch.Tensor:  # [R, *a.shape[-tail:]]
-            return torch.as_tensor(np.ascontiguousarray(np.broadcast_to(a, (R,) + a.shape[a.ndim - tail:])), device=dev)
+            # copied: a broadcast view is read-only, and one already of that shape is not copied by
+            # ascontiguousarray (torch warns about wrapping a non-writable array)
+            return torch.tensor(np.broadcast_to(a, (R,) + a.shape[a.ndim - tail:]), device=dev)
 
         return pass_loglik(Xt.to(dev), Yt.to(dev), per_replicate(V, 2), per_replicate(G.eta[..., : d + 1], 2),
                            per_replicate(G.eta[..., d + 1], 1), self.kernel_)

@@ -175,3 +175,20 @@ def test_acceleration_converges_where_plain_em_crawls():
     assert fast.n_iter_.sum() < plain.n_iter_.sum()
     assert np.all(fast.loglik_ >= plain.loglik_ - 1e-6 * np.abs(plain.loglik_))
     assert fast.status_.count("tol") >= plain.status_.count("tol")
+
+
+def test_loglik_of_a_per_replicate_measure_reaches_torch_without_its_read_only_warning():
+    """``loglik_of`` with a measure of batch shape ``(R,)`` (a fit's own ``params_``): broadcasting it to
+    ``[R, ...]`` is a read-only view that is already contiguous, so it must be copied before torch wraps it
+    (torch's "non-writable array ... undefined behavior" warning reached a sweep's output, CI log of
+    2026-12-02).  The value is the fit's own log-likelihood (the same EM pass)."""
+    import warnings
+
+    sc = model1_scenario("exact")
+    X, Y, init = _batch(sc, 400, 3, seed=5)
+    est = MLEGaussianMoE(2, tol=1e-10).fit(X, Y, init=init)
+    G = est.params_  # eta = (a, b, sigma^2) per atom
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        ll = est.loglik_of(X, Y, G)
+    np.testing.assert_allclose(ll, est.loglik_, rtol=1e-10)
