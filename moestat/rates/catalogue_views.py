@@ -134,9 +134,9 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         # its prediction reads "loss not in the run's fits"
         experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
         fits = fit_experiment(df, experiment)
-        runs_meta = prov.get("runs") or [{}]
+        started = (prov.get("runs") or [{}])[0].get("started")
         for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
-            why = former_definition(f["loss"], runs_meta[0].get("started"))
+            why = former_definition(f["loss"], started)
             if why is not None:
                 f.update(category=None, reason=why)
                 f.pop("mean_statistic", None)
