@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import CheckResult, Context, find_fit, per_n_means, slope_verdict
-from moestat.experiments.theory.grids import TOLERANCE, over_run
+from moestat.experiments.theory.grids import TOLERANCE, thm5_run
 from moestat.rates.extras import merge_extras
 
 #: The check's sentence lists at most this many sample sizes' numbers (the details hold all).
@@ -115,7 +115,7 @@ def _runoff(ctx: Context, key: str, losses: list[str]) -> dict:
     sub = _perturbed_rows(ctx, key)
     if sub is None or "beta1_radial" not in sub or sub["beta1_radial"].isna().all():
         return {}
-    sc = make_scenario("perturbed", "over")  # the over run's scenario (grids.over_run: the default truth)
+    sc = make_scenario("perturbed", "over")  # the run's scenario (grids.thm5_run: the default truth)
     radii = np.linalg.norm(sc.truth.numpy().beta1, axis=-1)
     r_min = float(radii[radii > 0].min())  # the reference atom (beta1 = 0) has no radius to run off from
     bound = float(sc.box.beta1)
@@ -282,7 +282,7 @@ def _note(d: dict) -> str:
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    key, s = over_run(ctx)
+    key, s = thm5_run(ctx)
     out = []
     checks = (
         ("thm5_over_D2", "voronoi", -0.5, "D2(G_hat, G*) = O_P((log n / n)^1/2)"),
@@ -293,7 +293,7 @@ def run(ctx: Context) -> list[CheckResult]:
     )
     runoff = _runoff(ctx, key, [c[1] for c in checks])  # one measurement on the fits all five checks share
     rows = _perturbed_rows(ctx, key)
-    rho = truth_separation()  # the over run's truth (grids.over_run: the default scenario)
+    rho = truth_separation()  # the run's truth (grids.thm5_run: the default scenario)
     for name, loss, pred, what in checks:
         diag = _diagnostics(ctx, key, loss)
         res = slope_verdict(name, f"Theorem 5: {what}, perturbed router, over-specified, GELU experts",

@@ -198,7 +198,7 @@ def test_thm5_checks_report_the_run_off_measured_on_their_own_fits(tmp_path, mon
            "reason": "wide"}
     summary = {"fits": [dict(fit, loss=loss) for loss in ("voronoi", "param_single", "param_multi", "weighted_single",
                                                           "weighted_multi")]}
-    monkeypatch.setattr(over_strong, "over_run", lambda c: ("quick-over", summary))
+    monkeypatch.setattr(over_strong, "thm5_run", lambda c: ("quick-over", summary))
     res = {x.name: x for x in over_strong.run(ctx)}
     d2 = res["thm5_over_D2"]
     assert d2.status == "inconclusive" and d2.measured == -0.6 and d2.category == "inconclusive"

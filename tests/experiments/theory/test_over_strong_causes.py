@@ -100,7 +100,7 @@ def test_checks_carry_the_causes_in_details_and_in_the_reason_only_when_not_pass
     fit = {"router": "perturbed", "ci_low": -2.0, "ci_high": 0.8, "predicted": -0.5, "reason": "wide"}
     losses = ("voronoi", "param_single", "param_multi", "weighted_single", "weighted_multi")
     summary = {"fits": [dict(fit, loss=loss, slope=-0.6, category="inconclusive") for loss in losses]}
-    monkeypatch.setattr(over_strong, "over_run", lambda c: ("quick-over", summary))
+    monkeypatch.setattr(over_strong, "thm5_run", lambda c: ("quick-over", summary))
     res = {x.name: x for x in over_strong.run(Context("quick", tmp_path))}
     d2 = res["thm5_over_D2"]
     assert d2.status == "inconclusive" and d2.measured == -0.6  # the verdict is the rule's
@@ -127,7 +127,7 @@ def test_recorded_quick_report_is_recomputed_from_its_recorded_fits(monkeypatch)
 
     root = Path(__file__).resolve().parents[3] / "simulations" / "rates" / "theory_reports" / "quick_thm5_causes"
     summary = json.loads((root / "rates" / "quick-over" / "summary.json").read_text())
-    monkeypatch.setattr(over_strong, "over_run", lambda c: ("quick-over", summary))
+    monkeypatch.setattr(over_strong, "thm5_run", lambda c: ("quick-over", summary))
     now = {x.name: json.loads(json.dumps(x.to_dict(), default=str)) for x in over_strong.run(Context("quick", root))}
     recorded = {c["name"]: c for c in json.loads((root / "theory_report.json").read_text())["checks"]}
     assert set(now) == set(recorded) == set(over_strong.NAMES)
@@ -158,3 +158,44 @@ def test_docs_quote_the_recorded_causes():
                                    "thm5_weighted_single": (-0.83, -0.72)}.items():
         cc = checks[name]["details"]["causes"]
         assert (round(cc["slope_mean"], 2), round(cc["slope_without_largest"], 2)) == (with_, without), name
+
+
+def test_thm5_quick_reps_is_the_recorded_pilots_count():
+    """THM5_QUICK_REPS is recomputed from the pilot it was derived from (the quick over run's 8
+    replicates, simulations/rates/theory_reports/quick_thm5_causes): the count that brings the widest
+    of the five thm5 intervals to the rule's width, rounded up to a multiple of 8."""
+    import json
+    from pathlib import Path
+
+    from moestat.experiments.theory.framework import MAX_CI_WIDTH
+    from moestat.experiments.theory.grids import GRIDS, THM5_QUICK_REPS, thm5_quick_reps
+
+    root = Path(__file__).resolve().parents[3] / "simulations" / "rates" / "theory_reports" / "quick_thm5_causes"
+    checks = {c["name"]: c for c in json.loads((root / "theory_report.json").read_text())["checks"]}
+    widths = [checks[n]["ci_high"] - checks[n]["ci_low"] for n in over_strong.NAMES]
+    assert GRIDS["quick"]["reps"] == 8 and max(widths) > MAX_CI_WIDTH  # the pilot was too narrow a design
+    assert thm5_quick_reps(widths, 8, MAX_CI_WIDTH) == THM5_QUICK_REPS == 56
+    assert thm5_quick_reps([1.0]) == 8 and thm5_quick_reps([1.01]) == 16  # rounded up, never down
+
+
+class _RecordingContext(Context):
+    def rates(self, key, **cfg):
+        self.calls = getattr(self, "calls", []) + [(key, cfg)]
+        return {"fits": []}
+
+
+def test_thm5_run_is_its_own_perturbed_run_only_in_quick_mode_without_reps(tmp_path):
+    from moestat.experiments.theory.grids import OVER_QUICK_N_MIN, THM5_QUICK_REPS, over_run, thm5_run
+
+    quick = _RecordingContext("quick", tmp_path)
+    key, _ = thm5_run(quick)
+    (k, cfg), = quick.calls
+    assert key == "quick-over-thm5" and k == "over-thm5"
+    assert cfg["router"] == ["perturbed"] and cfg["reps"] == THM5_QUICK_REPS and cfg["n_min"] == OVER_QUICK_N_MIN
+    over_run(quick)  # the same grid, budget and scenario as the over run; only routers and replicates differ
+    _, ocfg = quick.calls[-1]
+    assert {a: b for a, b in cfg.items() if a not in ("router", "reps")} == \
+        {a: b for a, b in ocfg.items() if a not in ("router", "reps")}
+    for ctx in (_RecordingContext("full", tmp_path), _RecordingContext("quick", tmp_path, reps=4)):
+        key, _ = thm5_run(ctx)  # --full or a --reps override: the over run itself
+        assert key.endswith("-over") and ctx.calls[0][0] == "over" and ctx.calls[0][1]["router"] == ["perturbed", "cosine"]
