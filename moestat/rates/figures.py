@@ -40,6 +40,9 @@ __all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "Re
 ROUTER_COLOURS = {"perturbed": "#0072B2", "cosine": "#D55E00", "linear": "#009E73"}
 #: Percentiles of the replicates spanned by the error bars.
 BAND = (10, 90)
+#: Above this many sample sizes per curve the bars and markers are drawn thin and small, so that
+#: the fitted line stays visible (the peers' 150 sizes of gmoe-exact).
+DENSE_SIZES = 30
 #: Width of one column of a two-column paper, in inches.
 COLUMN_WIDTH_IN = 3.4
 
@@ -146,6 +149,8 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     """Draw one loss; returns what was drawn: ``ns``, legend ``handles`` and ``labels`` (one entry
     per router: its marker, bar and fit line as one key; the theorem's line last), ``fit`` and
     ``theorem`` (whether such lines were drawn, for the note)."""
+    from matplotlib import patheffects
+
     from moestat.plotting import curve_handle
 
     anchored: dict = {}
@@ -160,9 +165,11 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
         n, m, lo, hi, _ = (np.array(c, float) for c in zip(*agg))
         ns_all += [int(x) for x in n]
         # bars drawn as segments, not yerr: a skewed sample can put its mean outside the band
-        ax.vlines(n, lo, hi, color=colour, lw=0.7)
-        ax.plot(np.r_[n, n], np.r_[lo, hi], "_", color=colour, ms=4, mew=0.7)
-        ax.plot(n, m, "o", ms=3, color=colour)
+        dense = n.size > DENSE_SIZES  # e.g. gmoe-exact's 150 sizes: full-size marks would hide the fitted line
+        ax.vlines(n, lo, hi, color=colour, lw=0.35 if dense else 0.7, alpha=0.6 if dense else 1.0)
+        if not dense:
+            ax.plot(np.r_[n, n], np.r_[lo, hi], "_", color=colour, ms=4, mew=0.7)
+        ax.plot(n, m, "o", ms=1.6 if dense else 3, color=colour)
         fit = fits_by_key.get((router, loss))
         likelihood = "estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em")
         label = curve_label(router, loss, setting, likelihood=bool(likelihood))
@@ -172,7 +179,9 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
             w0, w1 = fit["window"]
             xs = np.exp(np.linspace(math.log(w0), math.log(w1), 20))
             lm = fit["log_mean"]
-            ax.plot(xs, np.exp(lm["intercept"]) * xs ** lm["slope"], "-", color=colour, lw=1.1)
+            # over a dense cloud of points: above the markers and bars, with a white edge, to stay visible
+            over = dict(zorder=4, path_effects=[patheffects.withStroke(linewidth=2.3, foreground="white")]) if dense else {}
+            ax.plot(xs, np.exp(lm["intercept"]) * xs ** lm["slope"], "-", color=colour, lw=1.1, **over)
             label = f"{label}: {slope_label(fit['slope'], fit['ci_low'], fit['ci_high'])}"
             p = fit.get("predicted")
             if p is not None and p not in anchored:
@@ -195,6 +204,23 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit,
             "predictions": {kind for kinds in anchored.values() for kind in kinds}}
+
+
+def _below_xlabel(fig):
+    """The offset (a transform in inches) from an axes' bottom edge to just under its x-label.
+
+    Computed from the rc parameters in force (tick length and pad, tick-label and label sizes,
+    the label pad), so that it holds whatever the axes' height: no drawing is needed to measure it.
+    """
+    import matplotlib as mpl
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.transforms import ScaledTranslation
+
+    rc = mpl.rcParams
+    size = lambda key: FontProperties(size=rc[key]).get_size_in_points()  # noqa: E731 - "small" and the like resolved
+    points = (max(rc["xtick.major.size"], 0) + rc["xtick.major.pad"] + 1.2 * size("xtick.labelsize")
+              + rc["axes.labelpad"] + 1.4 * size("axes.labelsize") + 1.0)  # 1.2 / 1.4: line height, $n$'s descender
+    return ScaledTranslation(0.0, -points / 72.0, fig.dpi_scale_trans)
 
 
 def _prediction_kind(router: str, loss: str, fit: dict) -> str:
@@ -372,11 +398,14 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
         # one tick style for the whole figure: 2k everywhere or 2000 everywhere, 0.05 or 5x10^-2
         shown = {n for d in drawn for n in _x_shown(d["ns"])}
         y_style = _y_style([ax.get_ylim() for ax in axes])
+        below = _below_xlabel(fig)
         for ax, d in zip(axes, drawn):
             _log_ticks(ax, d["ns"], thousands=_thousands_ok(shown), y_style=y_style)
-            # below the axes, so that no legend ever covers the data
+            # below the axes and their x-label, so that no legend ever covers the data or the label:
+            # anchored a fixed distance under the axes, not a fraction of their height, which the
+            # layout below changes (a fraction put the legend on the label and left a blank band)
             legend(ax, d["handles"], d["labels"], fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center",
-                   bbox_to_anchor=(0.5, -0.2), handlelength=2.2, borderaxespad=0.0)
+                   bbox_to_anchor=(0.5, 0.0), bbox_transform=ax.transAxes + below, handlelength=2.2, borderaxespad=0.0)
         note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)),
                      _statistic(by_key))
         import textwrap

@@ -85,6 +85,51 @@ def test_ticks_title_and_legend_placement(fig):
         assert leg.y1 <= ax.get_window_extent().y0
 
 
+@pytest.mark.parametrize("losses", [["voronoi"], ["voronoi", "regression_l2"], ["voronoi"] * 4])
+def test_the_legend_lies_under_the_x_label_and_the_note_under_the_legend(losses):
+    """One panel, one row and two rows: the legend starts below the x-label (the old anchor, a
+    fraction of the axes' height, put it on the label once the layout had shrunk the axes) and ends
+    above the note, each box apart from the next."""
+    import matplotlib.pyplot as plt
+
+    df = _df()
+    f = draw_convergence(df, _fits(df), losses=losses)
+    try:
+        r = f.canvas.get_renderer()
+        f.canvas.draw()
+        note = min((t.get_window_extent(r) for t in f.texts), key=lambda b: b.y0)  # the note, at the bottom
+        for ax in f.axes:
+            leg = ax.get_legend().get_window_extent(r)
+            label = ax.xaxis.label.get_window_extent(r)
+            assert leg.y1 < label.y0, (leg, label)
+            assert note.y1 < leg.y0, (note, leg)
+        # no blank band: the lowest legend ends within a quarter inch of the note
+        lowest = min(ax.get_legend().get_window_extent(r).y0 for ax in f.axes)
+        assert 0 < lowest - note.y1 < 0.25 * f.dpi
+    finally:
+        plt.close(f)
+
+
+def test_on_a_dense_grid_the_fitted_line_is_drawn_over_the_markers():
+    """With the peers' 150 sizes the markers hid the fitted line: it is now drawn above them."""
+    import matplotlib.pyplot as plt
+
+    from moestat.rates.figures import DENSE_SIZES
+
+    ns = tuple(int(x) for x in np.unique(np.rint(np.geomspace(1000, 8000, DENSE_SIZES + 10))))
+    df = _df(routers=("perturbed",), ns=ns, reps=4)
+    f = draw_convergence(df, _fits(df, ("voronoi",)), losses=["voronoi"])
+    try:
+        ax = f.axes[0]
+        markers = [ln for ln in ax.lines if ln.get_marker() == "o"]
+        fitted = [ln for ln in ax.lines if ln.get_linestyle() == "-" and ln.get_marker() in ("None", "", None)]
+        assert markers and fitted
+        assert min(ln.get_zorder() for ln in fitted) > max(ln.get_zorder() for ln in markers + list(ax.collections))
+        assert max(ln.get_markersize() for ln in markers) < 3
+    finally:
+        plt.close(f)
+
+
 def test_the_voronoi_variant_of_the_labels_is_the_one_the_sweep_computes():
     from moestat.losses import voronoi_loss
     from moestat.rates.config import RatesConfig
