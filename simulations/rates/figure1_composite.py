@@ -11,14 +11,16 @@ least squares started near the truth with noise 0.05).  Columns:
    theorem's exponent where the paper states one.  (a): ``D_3`` (eq. 16), which is ``D_{1,1}`` in the
    exact setting, recorded by ``moestat catalogue`` (``simulations/catalogue/cosine-exact``, 20
    replicates, n = 2000 .. 128000); (b): the perturbed router's ``D_2`` (eq. 13), single-atom and
-   shared-cell errors (Theorem 5 (i), ``param_single`` / ``param_multi``) of the preset ``fig1b40w``
-   (``simulations/rates/figure1/fig1b40w/seed{0,1,2}``: seed 0 the default, 1 and 2 the extra
-   seeds; 40 replicates each, n = 4000 .. 65000, 6 sizes), one curve per seed, with the slope,
+   shared-cell errors (Theorem 5 (i), ``param_single`` / ``param_multi``) of the preset ``fig1b124w``
+   (``simulations/rates/figure1/fig1b124w/seed{0,1,2}``: seed 0 the default, 1 and 2 the extra
+   seeds; 124 replicates each, n = 4000 .. 65000, 6 sizes: ``fig1b40w`` with the replicates its plans
+   ask for, replicates 0-39 being ``fig1b40w``'s data and starts), one curve per seed, with the slope,
    interval and category each run's ``summary.json`` records (the engine's; nothing refitted or
    recomputed); the vanilla router's ``D_2`` the same way from the preset ``fig1b40wv``
    (``simulations/rates/figure1/fig1b40wv/seed{0,1,2}``: fig1b40w's design with the vanilla router,
-   seed s drawing the same data and starts as fig1b40w's seed s), so that both routers of panel (b)
-   share one design; and, in grey, the perturbed router's recorded sweep to n = 1e6
+   seed s drawing the same data and starts as fig1b40w's seed s, 40 replicates: the vanilla curves were
+   not run at 124, whose cost on 2 cores is several hours), so that both routers of panel (b) share
+   one grid, data streams and starts; and, in grey, the perturbed router's recorded sweep to n = 1e6
    (``simulations/rates/over_1e6_reps10``, 10 replicates), the one curve of another design.
 2. **mechanism**: the ``beta1`` error split into its radial part ``| ||b|| - ||b*|| |`` (not identified
    under the vanilla router, PDE (4)) and its directional part ``|| b/||b|| - b*/||b*|| ||``
@@ -64,9 +66,10 @@ NAME = {"cosine": "vanilla", "perturbed": "perturbed"}
 SOURCES = {
     "exact_fits": "simulations/catalogue/cosine-exact/routers",
     "exact_mechanism_and_bounds": "simulations/rates/two_point/two_point.json",
-    # panel (b): one design (fig1b40w's), the perturbed router from fig1b40w, the vanilla from fig1b40wv
-    "over_fits_fig1b40w": ["simulations/rates/figure1/fig1b40w/seed0", "simulations/rates/figure1/fig1b40w/seed1",
-                           "simulations/rates/figure1/fig1b40w/seed2"],
+    # panel (b1): one grid (fig1b40w's sizes, starts and data streams), the perturbed router from fig1b124w
+    # (124 replicates), the vanilla from fig1b40wv (40: replicates 0-39 are the same data and starts)
+    "over_fits_fig1b124w": ["simulations/rates/figure1/fig1b124w/seed0", "simulations/rates/figure1/fig1b124w/seed1",
+                            "simulations/rates/figure1/fig1b124w/seed2"],
     "over_fits_fig1b40wv": ["simulations/rates/figure1/fig1b40wv/seed0", "simulations/rates/figure1/fig1b40wv/seed1",
                             "simulations/rates/figure1/fig1b40wv/seed2"],
     "over_fits_1e6": "simulations/rates/over_1e6_reps10",
@@ -87,7 +90,7 @@ CELLS_SOURCE = {"cosine": "over_cells_fig1b40wv", "perturbed": "over_cells_fig1b
 #: Panel (b2)'s per-cell parts (:func:`cell_parts`), the first three in their original stream order.
 CELL_PARTS = ("radial_single", "direction_single", "radial_shared", "direction_shared")
 
-#: Panel (b1)'s perturbed losses from fig1b40w: (column, short name, :data:`PAPER_EXPONENT` key, marker).
+#: Panel (b1)'s perturbed losses from fig1b124w: (column, short name, :data:`PAPER_EXPONENT` key, marker).
 OVER_LOSSES = (("voronoi", "$D_2$", "D2", "o"), ("param_single", "single-atom cells", "single", "s"),
                ("param_multi", "shared cells", "shared", "^"))
 
@@ -312,16 +315,16 @@ def collect(root: Path, seed: int = 0) -> dict:
     b = {"fixed": {}, "mechanism": {}, "bounds": {}}
     for _ in ROUTERS:  # the streams of fig1b's pooled D_2 curves, no longer drawn: skipped, so that every
         next(key)      # later curve keeps the bootstrap stream (and intervals) it had
-    # fig1b40w, one curve per seed and loss; its own stream keys (10_000 + ...) leave the others' as they were
+    # fig1b124w, one curve per seed and loss; its own stream keys (10_000 + ...) leave the others' as they were
     wkey = iter(range(10_000, 20_000))
-    b["fig1b40w"] = {col: [seed_series(f, "perturbed", col, _rng(seed, next(wkey))) for f in p["over_fits_fig1b40w"]]
+    b["fig1b124w"] = {col: [seed_series(f, "perturbed", col, _rng(seed, next(wkey))) for f in p["over_fits_fig1b124w"]]
                      for col, _, _, _ in OVER_LOSSES}
     vkey = iter(range(30_000, 40_000))  # fig1b40wv (the vanilla router at fig1b40w's design): its own keys
     b["fig1b40wv"] = {"voronoi": [seed_series(f, "cosine", "voronoi", _rng(seed, next(vkey)))
                                   for f in p["over_fits_fig1b40wv"]]}
     from moestat.rates.config import GridSpec
 
-    b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b40w` runs without --seed
+    b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b124w` runs without --seed
     b["fixed"]["perturbed_1e6"] = series(replicate_values([p["over_fits_1e6"]], "perturbed", "voronoi"),
                                          _rng(seed, next(key)))
     for r in ROUTERS:  # each router from its own design (CELLS_SOURCE); the streams in their former order
@@ -344,7 +347,7 @@ def collect(root: Path, seed: int = 0) -> dict:
 
     a["converged"] = conv([p["exact_fits"]])
     b["converged_1e6"] = conv([p["over_fits_1e6"]])
-    b["converged_fig1b40w"] = [conv([f])["perturbed"] for f in p["over_fits_fig1b40w"]]
+    b["converged_fig1b124w"] = [conv([f])["perturbed"] for f in p["over_fits_fig1b124w"]]
     b["converged_fig1b40wv"] = [conv([f])["cosine"] for f in p["over_fits_fig1b40wv"]]
     a["mechanism_converged"] = {r: sum(row["converged"] for row in tp["mechanism"]["routers"][r]["rows"]) for r in ROUTERS}
     rec["exact"], rec["over"] = a, b
@@ -353,15 +356,15 @@ def collect(root: Path, seed: int = 0) -> dict:
     return rec
 
 
-def fig1b40w_cells(rec: dict) -> dict[str, str]:
+def fig1b124w_cells(rec: dict) -> dict[str, str]:
     """Per loss of :data:`OVER_LOSSES`, the cell of the docs table (docs/guide/theory.rst, Figure 1):
-    ``seed S: slope [ci_low, ci_high] category`` for each fig1b40w seed, as the record holds them
+    ``seed S: slope [ci_low, ci_high] category`` for each fig1b124w seed, as the record holds them
     (the runs' own summary.json; a test checks each cell against the docs)."""
     b = rec["over"]
     out = {}
     for key, _, _, _ in OVER_LOSSES:
         cells = []
-        for d in b["fig1b40w"][key]:
+        for d in b["fig1b124w"][key]:
             tag = " (default)" if d["seed"] == b["default_seed"] else ""
             cells.append(f"seed {d['seed']}{tag}: {_fmt(d['slope'])} {d['slope']['category']}")
         out[key] = "; ".join(cells)
@@ -369,7 +372,7 @@ def fig1b40w_cells(rec: dict) -> dict[str, str]:
 
 
 def fig1b40wv_cells(rec: dict) -> dict[str, str]:
-    """:func:`fig1b40w_cells` for the vanilla router's ``D_2`` (``fig1b40wv``, panel (b1)): the cell of
+    """:func:`fig1b124w_cells` for the vanilla router's ``D_2`` (``fig1b40wv``, panel (b1)): the cell of
     the docs table, ``seed S: slope [ci_low, ci_high] category`` per seed, from each run's summary.json."""
     b = rec["over"]
     return {"voronoi": "; ".join(
@@ -424,7 +427,7 @@ def _reference(ax, n0: float, n1: float, y0: float, exponent: float) -> None:
     ax.plot(x, y0 * (x / n0) ** exponent, ":", color="0.2", lw=1.4, zorder=1)
 
 
-#: fig1b40w's seeds in panel (b1): shades of the perturbed router's colour (seed 0, the default,
+#: fig1b124w's seeds in panel (b1): shades of the perturbed router's colour (seed 0, the default,
 #: in the router's own), and a small shift along n so that the three seeds' bars sit side by side.
 SEED_COLOURS = ("#0072B2", "#003A5C", "#56B4E9")
 SEED_SHIFT = (1.0, 0.955, 1.045)
@@ -433,7 +436,7 @@ VANILLA_SEED_COLOURS = ("#D55E00", "#7A3600", "#F2A25C")
 
 
 def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
-    """Panel (b1): fig1b40w's D_2, single-atom and shared-cell curves per seed and fig1b40wv's (the
+    """Panel (b1): fig1b124w's D_2, single-atom and shared-cell curves per seed and fig1b40wv's (the
     vanilla router at the same design) D_2 per seed (bootstrap 95% CI of the mean per n, the engine's
     slope, interval and category in the legend), the sweep to 1e6, and Theorem 5's exponents."""
     from moestat.plotting import curve_handle, legend
@@ -453,12 +456,12 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
     ax.annotate("vanilla $D_2$", (ds[0]["n"][-1] * max(SEED_SHIFT), float(np.exp(np.mean([np.log(d["mean"][-1]) for d in ds])))),
                 xytext=(12, 0), textcoords="offset points", ha="left", va="center", fontsize=10, color=col["cosine"])
     d = R["fixed"]["perturbed_1e6"]
-    sweep = "0.45"  # grey: not one of fig1b40w's seeds
+    sweep = "0.45"  # grey: not one of fig1b124w's seeds
     _curve(ax, d, sweep, "D", "none", 1.0, mfc="white", fit_line=False, lw=1.0)
     hs.append(_open(curve_handle(sweep, marker="D", line=None, bar=True)))
     ls.append(f"perturbed, $D_2$, sweep to $10^6$ (10 reps; another design): {_fmt(d['slope'])}")
     for key, name, ekey, mk in OVER_LOSSES:
-        for j, d in enumerate(R["fig1b40w"][key]):
+        for j, d in enumerate(R["fig1b124w"][key]):
             n = np.asarray(d["n"], float) * SEED_SHIFT[j]
             m, lo, hi = (np.asarray(d[k], float) for k in ("mean", "ci_low", "ci_high"))
             ax.errorbar(n, m, yerr=[m - lo, hi - m], fmt=mk, ls="-", color=SEED_COLOURS[j], ms=4.5, lw=0.9,
@@ -470,7 +473,7 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
     # each perturbed group named beside its first size, in the router's colour (the markers alone left
     # the reader to the legend)
     for key, name, _, _ in OVER_LOSSES:
-        ds = R["fig1b40w"][key]
+        ds = R["fig1b124w"][key]
         right = key != "voronoi"  # on their left these labels would meet the vanilla curve or the axis's start
         i = -1 if right else 0
         y = float(np.exp(np.mean([np.log(d["mean"][i]) for d in ds])))
@@ -480,11 +483,11 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
                     ha="left" if right else "right", va="center", fontsize=10, color=col["perturbed"])
     # room on the left for the D_2 label, clear of the axis (the sizes start at n = 4000)
     # (and on the right for the sweep's last point, which a fixed left limit would otherwise cut)
-    ax.set_xlim(R["fig1b40w"]["voronoi"][0]["n"][0] * 0.6, R["fixed"]["perturbed_1e6"]["n"][-1] * 1.5)
+    ax.set_xlim(R["fig1b124w"]["voronoi"][0]["n"][0] * 0.6, R["fixed"]["perturbed_1e6"]["n"][-1] * 1.5)
     # Theorem 5's exponents, anchored below the seeds' geometric mean at the first n (compare slopes, not levels)
     for key, name, ekey, _ in OVER_LOSSES:
         e, thm = PAPER_EXPONENT[ekey]
-        ds = R["fig1b40w"][key]
+        ds = R["fig1b124w"][key]
         y0 = float(np.exp(np.mean([np.log(d["mean"][0]) for d in ds]))) * 0.55
         x = np.array([ds[0]["n"][0], ds[0]["n"][-1]], float)
         ax.plot(x, y0 * (x / x[0]) ** e, ":" if e == -0.5 else "-.", color="0.2", lw=1.4, zorder=1)
@@ -494,8 +497,8 @@ def _over_fixed(ax, R: dict, col: dict, below: dict) -> None:
     ls.append(f"{_pow(-0.25)}: Thm 5 (i), shared cells")
     ax.set(xscale="log", yscale="log", xlabel="n", ylabel="loss of the least-squares fit (see legend)",
            title="(b1) fixed truth: $D_2$, single-atom and shared-cell errors\n"
-                 "3 seeds x 40 replicates, n = 4000-65000 (one design)\n"
-                 "perturbed: fig1b40w, vanilla: fig1b40wv; mean and 95% bootstrap CI")
+                 "3 seeds, n = 4000-65000, one grid, data and starts\n"
+                 "perturbed: fig1b124w (124 reps), vanilla: fig1b40wv (40); mean and 95% bootstrap CI")
     legend(ax, hs, ls, title="slope [95% CI] of the log-of-mean fit and the category, from each run's summary.json",
            title_fontsize=9, **below)
 
@@ -661,7 +664,7 @@ def figure(rec: dict, stem: Path) -> None:
         hs.append(ref)
         ls.append(f"{_pow(e)}: {thm} (the upper rate, up to its log factor)")
         wit = "radial witness $\\beta_{1j} \\to (1+t)\\beta_{1j}$ (App. B.2)" if setting == "exact" else \
-            "split witness: two half-mass atoms at $(1 \\mp t)\\beta_{1j}$ (App. B.3)"
+            "split witness: two half-mass atoms at $(1 \\mp t)\\beta_{1j}$\n(App. B.3)"  # two lines: one ran off the figure
         ax.set(xscale="log", yscale="log", xlabel="n", ylabel="Le Cam lower bound on the minimax risk",
                title=f"({row}3) two-point lower bound on the minimax risk\n{wit}, band $\\kappa \\pm 2$ SE")
         legend(ax, hs, ls, **below)
@@ -674,8 +677,8 @@ def figure(rec: dict, stem: Path) -> None:
         "k = k* + 1 (Theorems 3, 5).\nd = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5 (perturbed); least "
         "squares started near the truth (noise 0.05).\n"
         f"Converged fits: (a1) {a['converged']['cosine']} vanilla, {a['converged']['perturbed']} perturbed; "
-        f"(b1) {' / '.join(b['converged_fig1b40wv'])} vanilla (fig1b40wv), {' / '.join(b['converged_fig1b40w'])} perturbed "
-        f"(fig1b40w), seeds {' / '.join(str(d['seed']) for d in b['fig1b40w']['voronoi'])}; {b['converged_1e6']['perturbed']} to 1e6; "
+        f"(b1) {' / '.join(b['converged_fig1b40wv'])} vanilla (fig1b40wv), {' / '.join(b['converged_fig1b124w'])} perturbed "
+        f"(fig1b124w), seeds {' / '.join(str(d['seed']) for d in b['fig1b124w']['voronoi'])}; {b['converged_1e6']['perturbed']} to 1e6; "
         "(b2) refit = recorded in "
         + "; ".join(f"{d['refit_matches_recorded']} ({d['preset']} seed {d['seed']})" for d in b["mechanism_design"].values())
         + ".  "
@@ -713,7 +716,7 @@ def main(argv=None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, rec)
     figure(rec, args.out / "figure1_composite")
-    for key, cell in fig1b40w_cells(rec).items():  # the docs table's (b1) fig1b40w cells
+    for key, cell in fig1b124w_cells(rec).items():  # the docs table's (b1) fig1b124w cells
         print(f"(b1) {key}: {cell}")
     print(f"(b1) vanilla voronoi: {fig1b40wv_cells(rec)['voronoi']}")
     for key, cell in mechanism_cells(rec).items():  # the docs table's (b2) cells

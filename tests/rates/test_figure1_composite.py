@@ -279,55 +279,61 @@ def test_recorded_slope_reads_the_runs_summary(tmp_path):
         mod.recorded_slope(tmp_path, "cosine", "voronoi")
 
 
-def test_fig1b40w_panel_is_the_runs_own_record_and_the_docs_table():
-    """Panel (b1)'s fig1b40w curves: per seed and loss, the slope, interval and category are the run's
+def test_fig1b124w_panel_is_the_runs_own_record_and_the_docs_table():
+    """Panel (b1)'s fig1b124w curves: per seed and loss, the slope, interval and category are the run's
     summary.json, the slope recomputed from its rows equals it (deterministic OLS), the per-n
     intervals bracket the means of the recorded rows, and every docs cell is the record's."""
     rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
     b = rec["over"]
-    folders = [ROOT / f for f in mod.SOURCES["over_fits_fig1b40w"]]
-    assert rec["sources"]["over_fits_fig1b40w"] == mod.SOURCES["over_fits_fig1b40w"]
+    folders = [ROOT / f for f in mod.SOURCES["over_fits_fig1b124w"]]
+    assert rec["sources"]["over_fits_fig1b124w"] == mod.SOURCES["over_fits_fig1b124w"]
+    assert all("/fig1b124w/seed" in str(f) for f in folders)
     from moestat.rates.config import GridSpec
 
     assert b["default_seed"] == GridSpec().seed
     for col, _, _, _ in mod.OVER_LOSSES:
-        assert [d["seed"] for d in b["fig1b40w"][col]] == [0, 1, 2]
-        for folder, d in zip(folders, b["fig1b40w"][col]):
+        assert [d["seed"] for d in b["fig1b124w"][col]] == [0, 1, 2]
+        for folder, d in zip(folders, b["fig1b124w"][col]):
             assert d["slope"] == {**mod.recorded_slope(folder, "perturbed", col), "own_ols": d["slope"]["own_ols"]}
             assert d["slope"]["own_ols"] == pytest.approx(d["slope"]["slope"], rel=1e-9)
             vals = mod.replicate_values([folder], "perturbed", col)
-            assert d["n"] == list(vals) and d["count"] == [40] * 6
+            assert d["n"] == list(vals) and d["count"] == [124] * 6
             np.testing.assert_allclose(d["mean"], [v.mean() for v in vals.values()], rtol=1e-12)
             assert all(lo <= m <= hi for lo, m, hi in zip(d["ci_low"], d["mean"], d["ci_high"]))
-    # the docs' reading of the seed-to-seed spread: the three 95% intervals share a part at every n and
-    # loss but one
-    apart = {(col, n) for col, ds in b["fig1b40w"].items() for i, n in enumerate(ds[0]["n"])
+    # the docs' reading of the seed-to-seed spread: the three 95% intervals share a part at every n and loss
+    apart = {(col, n) for col, ds in b["fig1b124w"].items() for i, n in enumerate(ds[0]["n"])
              if max(d["ci_low"][i] for d in ds) > min(d["ci_high"][i] for d in ds)}
-    assert apart == {("param_single", 6986)}
+    assert apart == set()
     doc = (ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8")
-    assert "except the single-atom cells at :math:`n = 6986`" in doc
-    for cell in mod.fig1b40w_cells(rec).values():
+    assert "The three seeds' 95% intervals have a common part at every :math:`n` and loss." in " ".join(doc.split())
+    for cell in mod.fig1b124w_cells(rec).values():
         assert f"- {cell}" in doc, cell
 
 
 def test_panel_b_is_one_design():
-    """Panel (b)'s curves of both routers come from one design (issue 34): every fig1b40wv run is its
-    fig1b40w seed's configuration with only the router changed, and in the committed record every (b1)
-    curve of either router and every (b2) curve has the same six sizes and 40 replicates per size
-    (the grey sweep to 1e6 aside, labelled as another design).  Fails on the former figure, whose
-    vanilla curves were fig1b's (12 replicates per seed, n = 1000 .. 32000)."""
-    for fv, fw in zip(mod.SOURCES["over_fits_fig1b40wv"], mod.SOURCES["over_fits_fig1b40w"]):
+    """Panel (b)'s curves of both routers come from one grid, data streams and starts (issue 34): every
+    fig1b40wv run is its fig1b124w seed's configuration with only the router and the replicate count
+    changed (40 and 124: a replicate's data and start are keyed by (n, replicate), so replicates 0-39
+    are the same), and in the committed record every (b1) curve of either router and every (b2) curve
+    has the same six sizes, 124 replicates per size for the perturbed (b1) curves and 40 for the
+    others (the grey sweep to 1e6 aside, labelled as another design).  Fails on the former figure,
+    whose vanilla curves were fig1b's (12 replicates per seed, n = 1000 .. 32000)."""
+    for fv, fw in zip(mod.SOURCES["over_fits_fig1b40wv"], mod.SOURCES["over_fits_fig1b124w"]):
         cv, cw = (json.loads((ROOT / f / "summary.json").read_text())["config"] for f in (fv, fw))
         assert (cv.pop("router"), cw.pop("router")) == (["cosine"], ["perturbed"])
-        cv.pop("quiet"), cw.pop("quiet")  # progress output only (fig1b40w's runs were started with --quiet)
+        assert (cv.pop("reps"), cw.pop("reps")) == (40, 124)
+        cv.pop("quiet"), cw.pop("quiet"), cv.pop("n_jobs"), cw.pop("n_jobs")  # progress output and workers only
+        # fig1b40wv predates the statistic setting: its runs used the mean, the default
+        assert cv.pop("statistic", "mean") == cw.pop("statistic", "mean") == "mean"
         assert cv == cw
     rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
     b = rec["over"]
     sizes = [4000, 6986, 12201, 21309, 37217, 65000]
-    curves = [d for ds in (*b["fig1b40w"].values(), *b["fig1b40wv"].values()) for d in ds]
+    curves = [d for ds in (*b["fig1b124w"].values(), *b["fig1b40wv"].values()) for d in ds]
     assert len(curves) == 3 * len(mod.OVER_LOSSES) + len(mod.SOURCES["over_fits_fig1b40wv"])
     for d in curves:
-        assert d["n"] == sizes and d["count"] == [40] * 6
+        assert d["n"] == sizes and d["count"] == [124 if d in b["fig1b124w"]["voronoi"] or any(
+            d in ds for ds in b["fig1b124w"].values()) else 40] * 6
     for key, d in b["mechanism"].items():  # per cell: fits without an atom of that kind are left out
         assert d["n"] == sizes and max(d["count"]) <= 40, key
     assert set(b["fixed"]) == {"perturbed_1e6"}
@@ -359,7 +365,7 @@ def test_fig1b40wv_panel_is_the_runs_own_record_and_the_docs_table():
 
 def test_b1_draws_three_vanilla_seeds_beside_the_perturbed_ones(monkeypatch):
     """The drawn panel (b1): one vanilla D_2 entry per fig1b40wv seed and one perturbed entry per
-    fig1b40w seed and loss, the vanilla labelled by seed with its category, no fig1b curve left, and
+    fig1b124w seed and loss, the vanilla labelled by seed with its category, no fig1b curve left, and
     the figure passes the project's reviewer checks."""
     import moestat.plotting as plotting
 
@@ -375,7 +381,7 @@ def test_b1_draws_three_vanilla_seeds_beside_the_perturbed_ones(monkeypatch):
 
     monkeypatch.setattr(plotting, "save_figure", keep)
     mod.figure(rec, ROOT / "unused")
-    assert seen["title"].startswith("(b1)") and "perturbed: fig1b40w, vanilla: fig1b40wv" in seen["title"]
+    assert seen["title"].startswith("(b1)") and "perturbed: fig1b124w (124 reps), vanilla: fig1b40wv (40)" in seen["title"]
     vanilla = [t for t in seen["legend"] if t.startswith("vanilla")]
     assert vanilla == [f"vanilla $D_2$, seed {d['seed']}{' (default)' if d['seed'] == 0 else ''}: "
                        f"{mod._fmt(d['slope'])} {d['slope']['category']}" for d in rec["over"]["fig1b40wv"]["voronoi"]]
