@@ -9,6 +9,7 @@ name        what it reproduces
 ==========  ======================================================================================
 default     the quick default run (also what no ``--preset`` gives)
 fig1a       Nguyen et al. (2024), Figure 1(a): exact-specified, perturbed vs vanilla cosine
+fig1a1e6    fig1a's grid continued in factor-2 steps to n = 1 024 000 (10 sizes), where curvature shows
 fig1b       Nguyen et al. (2024), Figure 1(b): over-specified (k = k* + 1), perturbed vs vanilla
 fig1b40     fig1b's successor: perturbed router, n = 4000 .. 11 314 (4 sizes), 40 replicates
 fig1b40w    fig1b40 with its top size priced on the current code: n = 4000 .. 65 000 (6 sizes)
@@ -96,6 +97,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "n_points": 7,
         "reps": 20,
         "chunk": 5,
+    },
+    # Figure 1(a) at the sizes where a slow rate's curvature can show (issue 34, Scope 3: "sweeps to
+    # n = 1e6 on CPU, with the slow-rate rule judging curvature"), declared in
+    # simulations/rates/HYPOTHESES.md before its run: fig1a unchanged but for the grid, continued in
+    # its own factor-2 steps from 128 000 to 1 024 000, and the cell errors recorded.  Streams are keyed
+    # by (n, replicate), so the first seven sizes are fig1a's fits.
+    "fig1a1e6": {
+        "router": ["perturbed", "cosine"],
+        "setting": "exact",
+        "n_min": 2000,
+        "n_max": 1_024_000,
+        "n_points": 10,
+        "reps": 20,
+        "chunk": 5,
+        "cell_errors": True,  # the beta1 error's radial and directional parts per fit (PDE (4)'s mechanism)
     },
     "fig1b": {
         "router": ["perturbed", "cosine"],

@@ -138,7 +138,7 @@ def test_help_has_examples():
     assert r.returncode == 0 and "examples:" in r.stdout and "--scheduler" in r.stdout
 
 
-@pytest.mark.parametrize("name", ["fig1a", "fig1b"])
+@pytest.mark.parametrize("name", ["fig1a", "fig1b", "fig1a1e6"])
 def test_simulation_toml_mirrors_preset(name):
     data = load_toml(ROOT / "simulations" / "rates" / f"{name}.toml")
     assert data == PRESETS[name]
@@ -243,3 +243,13 @@ def test_n_jobs_is_auto_unless_given_and_bad_values_are_one_line(tmp_path, capsy
         rc, err = _run(TINY + ["--n-jobs", bad, "--out", str(out)], capsys)
         assert rc == 2 and err.count("\n") == 1 and "--n-jobs" in err, err
         assert not out.exists()
+
+
+def test_fig1a1e6_is_fig1a_with_its_grid_continued():
+    """Only the grid differs from fig1a (and the cell errors are recorded): its factor-2 grid continued
+    to 1 024 000, so the first seven sizes (and, streams being keyed by (n, replicate), their fits) are
+    fig1a's."""
+    new, old = RatesConfig.from_preset("fig1a1e6"), RatesConfig.from_preset("fig1a")
+    assert list(new.grid.ns) == list(old.grid.ns) + [256_000, 512_000, 1_024_000]
+    assert new.cell_errors and not old.cell_errors
+    assert new.replace(grid=old.grid, cell_errors=False) == old
