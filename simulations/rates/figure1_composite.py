@@ -9,8 +9,10 @@ least squares started near the truth with noise 0.05).  Columns:
    a 95% bootstrap interval of the mean (replicates resampled), the log-of-mean slope with its 95%
    interval (:func:`moestat.rates.fit.slope_with_interval`, the engine's) drawn as a line, and the
    theorem's exponent where the paper states one.  (a): ``D_3`` (eq. 16), which is ``D_{1,1}`` in the
-   exact setting, recorded by ``moestat catalogue`` (``simulations/catalogue/cosine-exact``, 20
-   replicates, n = 2000 .. 128000); (b): the perturbed router's ``D_2`` (eq. 13), single-atom and
+   exact setting, from the preset ``fig1a1e6`` seed 0 (``simulations/rates/figure1/fig1a1e6/seed0``,
+   20 replicates, n = 2000 .. 1 024 000; its first seven sizes are the ``cosine-exact`` catalogue
+   record's fits), with the run's own slope and category, and for the vanilla router, judged by the
+   slow-rate rule's curvature, the local slopes at both ends instead of a line; (b): the perturbed router's ``D_2`` (eq. 13), single-atom and
    shared-cell errors (Theorem 5 (i), ``param_single`` / ``param_multi``) of the preset ``fig1b124w``
    (``simulations/rates/figure1/fig1b124w/seed{0,1,2}``: seed 0 the default, 1 and 2 the extra
    seeds; 124 replicates each, n = 4000 .. 65000, 6 sizes: ``fig1b40w`` with the replicates its plans
@@ -64,7 +66,8 @@ NAME = {"cosine": "vanilla", "perturbed": "perturbed"}
 
 #: The recorded inputs, relative to the repository root (see the module docstring).
 SOURCES = {
-    "exact_fits": "simulations/catalogue/cosine-exact/routers",
+    # (a1): Figure 1(a)'s design continued to 1 024 000 (its first seven sizes are the cosine-exact record's fits)
+    "exact_fits": "simulations/rates/figure1/fig1a1e6/seed0",
     "exact_mechanism_and_bounds": "simulations/rates/two_point/two_point.json",
     # panel (b1): one grid (fig1b40w's sizes, starts and data streams), the perturbed router from fig1b124w
     # (124 replicates), the vanilla from fig1b40wv (40: replicates 0-39 are the same data and starts)
@@ -243,6 +246,19 @@ def recorded_slope(folder: Path, router: str, loss: str) -> dict:
             "halves": [h.get("category") for h in f.get("halves") or []]}
 
 
+def recorded_curvature(folder: Path, router: str, loss: str) -> dict | None:
+    """The slow-rate rule's curvature of ``loss`` as the run's ``summary.json`` records it
+    (:mod:`moestat.rates.stability`: the local slopes at the first and the last size, the curvature's
+    99% interval, whether it is significant), or ``None`` where the run recorded none."""
+    summ = json.loads((folder / "summary.json").read_text())
+    f = next((f for f in summ["fits"] if f["router"] == router and f["loss"] == loss), None)
+    c = (f or {}).get("curvature")
+    if not c:
+        return None
+    return {"slope_start": float(c["slope_start"]), "slope_end": float(c["slope_end"]), "c_ci": [float(x) for x in c["c_ci"]],
+            "significant": bool(c["significant"]), "n": [int(f["window"][0]), int(f["window"][1])]}
+
+
 def seed_series(folder: Path, router: str, column: str, rng: np.random.Generator) -> dict:
     """:func:`series` of one run folder (one seed), its slope replaced by the run's own record
     (:func:`recorded_slope`): the curve's per-n intervals are computed here, the slope, its interval
@@ -300,8 +316,9 @@ def collect(root: Path, seed: int = 0) -> dict:
     key = iter(range(10_000))  # one bootstrap stream per series, in a fixed order
     # (a) exact
     a = {"fixed": {}, "mechanism": {}, "bounds": {}}
-    for r in ROUTERS:
-        a["fixed"][r] = series(replicate_values([p["exact_fits"]], r, "voronoi"), _rng(seed, next(key)))
+    for r in ROUTERS:  # the run's own slope, interval, category and (vanilla) curvature, as for (b1)
+        a["fixed"][r] = seed_series(p["exact_fits"], r, "voronoi", _rng(seed, next(key)))
+        a["fixed"][r]["curvature"] = recorded_curvature(p["exact_fits"], r, "voronoi")
     for r in ROUTERS:
         for part in ("fit_radial", "fit_direction"):
             a["mechanism"][f"{r}:{part}"] = series(mechanism_by_n(tp["mechanism"], r, part), _rng(seed, next(key)))
@@ -354,6 +371,24 @@ def collect(root: Path, seed: int = 0) -> dict:
     rec["n_mc"] = {"exact": tp["two_point"]["cosine"]["info"]["n_mc"],
                    "over": json.loads(p["over_bounds"].read_text())["n_mc"]}
     return rec
+
+
+def exact_cells(rec: dict) -> dict[str, str]:
+    """Per router, panel (a1)'s cell of the docs table (docs/guide/theory.rst, Figure 1), as the record
+    holds it: ``slope [ci_low, ci_high] category; mean at the first n to mean at the last n``, and for
+    a router judged by its curvature the local slopes at both ends and the curvature's 99% interval
+    instead of the slope (a test checks each cell against the docs)."""
+    out = {}
+    for r in ROUTERS:
+        d = rec["exact"]["fixed"][r]
+        c = d.get("curvature")
+        ends = f"{d['mean'][0]:.3g} to {d['mean'][-1]:.3g}"
+        if r == "cosine" and c and c["significant"]:
+            out[r] = (f"local slope {c['slope_start']:.2f} to {c['slope_end']:.2f} (curvature 99% CI [{c['c_ci'][0]:.3f}, "
+                      f"{c['c_ci'][1]:.3f}]) {d['slope']['category']}; {ends}")
+        else:
+            out[r] = f"{_fmt(d['slope'])} {d['slope']['category']}; {ends}"
+    return out
 
 
 def fig1b124w_cells(rec: dict) -> dict[str, str]:
@@ -597,11 +632,19 @@ def figure(rec: dict, stem: Path) -> None:
             hs, ls = [], []
             for r in ROUTERS:
                 d = R["fixed"][r]
-                _curve(ax, d, col[r], "o", "none", shift[r])
+                c = d.get("curvature")
+                slow = r == "cosine" and c is not None and c["significant"]
+                # a straight line through a curve that bends is not drawn: the vanilla row is judged by its curvature
+                _curve(ax, d, col[r], "o", "none", shift[r], fit_line=not slow)
                 hs.append(curve_handle(col[r], bar=True, line=None))
-                ls.append(f"{NAME[r]}: slope {_fmt(d['slope'])}")
+                if slow:
+                    ls.append(f"{NAME[r]}: local slope {c['slope_start']:.2f} at n = {c['n'][0]:,} to {c['slope_end']:.2f} at "
+                              f"{c['n'][1]:,}\n(curvature 99% CI [{c['c_ci'][0]:.3f}, {c['c_ci'][1]:.3f}]): "
+                              f"{d['slope']['category']} with no polynomial rate (Thm 2)")
+                else:
+                    ls.append(f"{NAME[r]}: slope {_fmt(d['slope'])} {d['slope'].get('category') or ''}".rstrip())
             hs.append(fitl)
-            ls.append("log-of-mean OLS line (slope above)")
+            ls.append("log-of-mean OLS line (perturbed; slope above)")
             e, thm = PAPER_EXPONENT["D3"]
             d = R["fixed"]["perturbed"]
             _reference(ax, d["n"][0], d["n"][-1], d["mean"][0] * 0.45, e)
@@ -609,7 +652,9 @@ def figure(rec: dict, stem: Path) -> None:
             ls.append(f"{_pow(e)}: {thm}, perturbed (vanilla: no exponent, Thm 2)")
             ax.set(xscale="log", yscale="log", xlabel="n",
                    ylabel=f"paper's Voronoi loss ${lsym}(\\hat G_n, G_*)$",
-                   title=f"({row}1) fixed truth: {loss} of the least-squares fit\nmean and 95% bootstrap CI, 20 replicates")
+                   title=f"({row}1) fixed truth: {loss} of the least-squares fit\nfig1a1e6 seed {R['fixed']['perturbed']['seed']} "
+                         f"(default), 20 replicates, n = {R['fixed']['perturbed']['n'][0]:,}-{R['fixed']['perturbed']['n'][-1]:,}"
+                         "\nmean and 95% bootstrap CI")
             legend(ax, hs, ls, **below)
         # ---- column 2: mechanism
         ax = axes[i, 1]
@@ -716,6 +761,8 @@ def main(argv=None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, rec)
     figure(rec, args.out / "figure1_composite")
+    for key, cell in exact_cells(rec).items():  # the docs table's (a1) cells
+        print(f"(a1) {key}: {cell}")
     for key, cell in fig1b124w_cells(rec).items():  # the docs table's (b1) fig1b124w cells
         print(f"(b1) {key}: {cell}")
     print(f"(b1) vanilla voronoi: {fig1b40wv_cells(rec)['voronoi']}")

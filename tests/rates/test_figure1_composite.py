@@ -388,3 +388,42 @@ def test_b1_draws_three_vanilla_seeds_beside_the_perturbed_ones(monkeypatch):
     assert not any("fig1b," in t or "(fig1b " in t for t in seen["legend"])
     assert sum(t.startswith(("$D_2$", "single-atom", "shared cells")) for t in seen["legend"]) == 9
     assert seen["problems"] == []
+
+
+def test_a1_is_fig1a1e6_seed0_and_the_docs_table():
+    """Panel (a1): fig1a1e6 seed 0 (fig1a's grid continued to 1 024 000); each router's slope, interval,
+    category and curvature are the run's summary.json; its first seven sizes are the cosine-exact
+    record's fits (the same means); the vanilla curve, bent by the slow-rate rule's measure, is drawn
+    without a straight line; every docs cell is the record's."""
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    folder = ROOT / mod.SOURCES["exact_fits"]
+    assert mod.SOURCES["exact_fits"].endswith("fig1a1e6/seed0") and rec["sources"]["exact_fits"] == mod.SOURCES["exact_fits"]
+    old = ROOT / "simulations" / "catalogue" / "cosine-exact" / "routers"
+    for r in mod.ROUTERS:
+        d = rec["exact"]["fixed"][r]
+        assert d["n"] == [2000 * 2 ** k for k in range(10)] and d["count"] == [20] * 10
+        assert d["slope"] == {**mod.recorded_slope(folder, r, "voronoi"), "own_ols": d["slope"]["own_ols"]}
+        assert d["curvature"] == mod.recorded_curvature(folder, r, "voronoi")
+        np.testing.assert_allclose(d["mean"][:7], [v.mean() for v in mod.replicate_values([old], r, "voronoi").values()],
+                                   rtol=1e-6)
+    doc = " ".join((ROOT / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8").split())
+    for cell in mod.exact_cells(rec).values():
+        assert f"- {cell}" in doc, cell
+
+
+def test_a1_draws_no_straight_line_through_a_curve_the_slow_rate_rule_bends(monkeypatch):
+    import moestat.plotting as plotting
+
+    rec = json.loads((ROOT / "simulations" / "rates" / "figure1" / "figure1_composite.json").read_text())
+    seen = {}
+
+    def keep(fig, stem, **kw):
+        ax = fig.axes[0]  # (a1)
+        seen["pale"] = [ln for ln in ax.lines if ln.get_linewidth() == 3.5]
+        seen["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
+
+    monkeypatch.setattr(plotting, "save_figure", keep)
+    mod.figure(rec, ROOT / "unused")
+    curved = rec["exact"]["fixed"]["cosine"]["curvature"]["significant"]
+    assert len(seen["pale"]) == (1 if curved else 2)  # the perturbed router's line, and the vanilla's only if straight
+    assert any(t.startswith("vanilla: local slope") for t in seen["legend"]) == curved
