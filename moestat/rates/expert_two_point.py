@@ -82,7 +82,7 @@ from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
 from moestat.rates import two_point
-from moestat.rates.two_point import TwoPointCurve, kl_rate, loglog_slope, maximise_bound
+from moestat.rates.two_point import TwoPointCurve, kl_rate, kl_text, loglog_slope, maximise_bound
 
 __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "entry_scenario", "arm_curves", "judge",
            "slope_interval", "flat_verdict", "rate_verdict", "NS", "T_MAX", "FLAT_RATIO", "SLOPE", "T_SLOPE", "BAND",
@@ -289,7 +289,7 @@ def judge(quick: bool = True) -> dict[str, dict[str, Any]]:
     cat = ("consistent" if falls else "inconclusive") if flat else "inconsistent"
     reason = (f"Le Cam bound on the minimax D2_ls risk along the over-specified split of an expert (eta -+ t u, same gate, "
               f"half weights): linear experts LB(1e7)/LB(1e2) = {r_lin:.3g} (flat if >= {FLAT_RATIO:g}; max KL per sample "
-              f"{float(np.abs(c['linear'].kappa).max()):.2g}); the FFN arm on the same construction falls, tail slope {det['slope']:.3f} "
+              f"{kl_text(np.abs(c['linear'].kappa).max())}); the FFN arm on the same construction falls, tail slope {det['slope']:.3f} "
               f"[{det['ci_low']:.3f}, {det['ci_high']:.3f}] (must lie in {SLOPE:g} +- {BAND:g}: the instrument sees a rate); "
               f"along eta2 the FFN bound is flat as well (ratio {r_eta2:.3g}: eta2 * sigmoid(eta1^T x) is affine in eta2)")
     return {"linear": {"category": cat, "reason": reason, "loss": "D2_ls", "ratio": r_lin,

@@ -43,7 +43,7 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
-from moestat.rates.two_point import alternative_chunks, loglog_slope, maximise_bound
+from moestat.rates.two_point import alternative_chunks, kl_text, loglog_slope, maximise_bound
 
 __all__ = ["scale_witness", "kl_rate_likelihood", "scale_two_point", "judge", "FLAT_RATIO", "FALL_RATIO"]
 
@@ -169,7 +169,7 @@ def judge(quick: bool = True) -> dict[str, dict[str, Any]]:
     else:
         cat_t = "consistent" if r_a <= FALL_RATIO else "inconclusive"
     reason_t = (f"{what}: LB({n1}) / LB({n0}) = {r_t:.3g} (flat if >= {FLAT_RATIO:g}; max |KL| per sample "
-                f"{tem['kappa_max']:.2g}, SE {tem['kappa_se_max']:.2g}); the activation gate's ratio on the same "
+                f"{kl_text(tem['kappa_max'])}, SE {kl_text(tem['kappa_se_max'])}); the activation gate's ratio on the same "
                 f"construction {r_a:.3g} (must be <= {FALL_RATIO:g}: the instrument sees a rate)")
     cat_a = "consistent" if r_a <= FALL_RATIO else ("inconsistent" if r_a >= FLAT_RATIO else "inconclusive")
     reason_a = (f"{what}: LB({n1}) / LB({n0}) = {r_a:.3g} (falls if <= {FALL_RATIO:g}), log-log slope "

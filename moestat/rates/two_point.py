@@ -525,6 +525,16 @@ TAIL_N = 1e5
 SPLIT_T_SLOPE = -0.25
 #: Largest half-distance of the split witness (radius 1 - t must stay positive).
 SPLIT_T_MAX = 0.5
+#: A KL rate below this is float64 round-off of an exact zero (PDE (4): the pair's regression functions
+#: agree to the last digits, so the squared difference is of order 1e-30 and its digits are the
+#: machine's); reported as a bound, not as digits that differ from one BLAS build to another.
+KL_ROUNDOFF = 1e-20
+
+
+def kl_text(kappa: float) -> str:
+    """A KL rate for a report: two significant digits, or ``"< 1e-20 (round-off)"`` below :data:`KL_ROUNDOFF`."""
+    kappa = float(kappa)
+    return f"< {KL_ROUNDOFF:.0e} (round-off)" if abs(kappa) < KL_ROUNDOFF else f"{kappa:.2g}"
 
 
 def flat_ratio(curve: TwoPointCurve) -> float:
@@ -616,7 +626,7 @@ def router_pair_verdict(scenarios: dict, witness: str, loss: str, quick: bool = 
     van, per = c["cosine"], c["perturbed"]
     reason = (f"Le Cam bound on the minimax {loss} risk over the pair G, G'_t with {pair}, {n_mc} Monte Carlo inputs, "
               f"n = 1e2..1e7: the vanilla router's LB {van.lower_bound[0]:.3g} -> {van.lower_bound_low[-1]:.3g}, "
-              f"ratio {ratio:.3g} (flat if >= {FLAT_RATIO:g}; max KL per sample {float(np.abs(van.kappa).max()):.2g}: PDE (4)); "
+              f"ratio {ratio:.3g} (flat if >= {FLAT_RATIO:g}; max KL per sample {kl_text(np.abs(van.kappa).max())}: PDE (4)); "
               f"the perturbed router's on the same construction {per.lower_bound[0]:.3g} -> {per.lower_bound_low[-1]:.3g}, "
               f"tail slope {det['slope']:.3f} [{det['ci_low']:.3f}, {det['ci_high']:.3f}] (must lie in {RATE_SLOPE:g} +- "
               f"{RATE_BAND:g}: the instrument sees a rate){t_part}. It proves a minimax lower bound along the proof's "

@@ -179,3 +179,12 @@ def test_figure1_script_redraws_from_its_recorded_json(tmp_path):
     with pytest.raises(SystemExit) as e:
         mod.main(["--out", str(empty), "--figure-only"])
     assert e.value.code == 2 and not empty.exists()
+
+
+def test_a_round_off_kl_is_reported_as_a_bound_not_as_the_machines_digits():
+    """The vanilla pair's KL rate is zero by PDE (4); float64 leaves 1e-33 to 1e-30 whose digits differ from
+    one BLAS build to another (catalogue.rst once rendered 1.1e-30 on one machine, 1e-30 on the next)."""
+    from moestat.rates.two_point import KL_ROUNDOFF, kl_text
+
+    assert kl_text(1.1e-30) == kl_text(1e-30) == kl_text(-4e-33) == kl_text(0.0) == "< 1e-20 (round-off)"
+    assert kl_text(0.0031) == "0.0031" and kl_text(KL_ROUNDOFF) == "1e-20"
