@@ -68,15 +68,19 @@ def exact_run(ctx: Context) -> tuple[str, dict]:
                                           cell_errors=True, **grid(ctx))
 
 
-def over_run(ctx: Context) -> tuple[str, dict]:
-    """Over-specified (k = k* + 1, dense gate), perturbed and vanilla cosine (Thms 3/5)."""
+def _over_settings(ctx: Context) -> dict:
+    """The over-specified runs' settings but the routers: grid, estimator, budget and cell errors."""
     # the over-specified budget rule of moestat.rates.presets (max_iter = 1000): with 200, a fifth
     # of the fits stop at max_iter and every verdict on them is inconclusive
     g = grid(ctx)
     if ctx.quick and ctx.n_max is None:
         g["n_min"] = OVER_QUICK_N_MIN  # where the asymptotics begin (see OVER_QUICK_N_MIN)
-    return f"{ctx.mode}-over", ctx.rates("over", router=["perturbed", "cosine"], setting="over", estimator="lse", max_iter=1000,
-                                         cell_errors=True, **g)
+    return dict(setting="over", estimator="lse", max_iter=1000, cell_errors=True, **g)
+
+
+def over_run(ctx: Context) -> tuple[str, dict]:
+    """Over-specified (k = k* + 1, dense gate), perturbed and vanilla cosine (Thms 3/5)."""
+    return f"{ctx.mode}-over", ctx.rates("over", router=["perturbed", "cosine"], **_over_settings(ctx))
 
 
 def thm5_quick_reps(widths: list[float], pilot_reps: int = 8, max_width: float = 1.0) -> int:
@@ -102,12 +106,8 @@ def thm5_run(ctx: Context) -> tuple[str, dict]:
     """
     if not ctx.quick or ctx.reps is not None:
         return over_run(ctx)
-    g = grid(ctx)
-    if ctx.n_max is None:
-        g["n_min"] = OVER_QUICK_N_MIN
-    g["reps"] = THM5_QUICK_REPS
-    return f"{ctx.mode}-over-thm5", ctx.rates("over-thm5", router=["perturbed"], setting="over", estimator="lse",
-                                              max_iter=1000, cell_errors=True, **g)
+    return f"{ctx.mode}-over-thm5", ctx.rates("over-thm5", router=["perturbed"],
+                                              **{**_over_settings(ctx), "reps": THM5_QUICK_REPS})
 
 
 def null_run(ctx: Context) -> tuple[str, dict]:
