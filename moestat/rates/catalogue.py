@@ -201,6 +201,11 @@ _OWN_FULL = {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12}
 _OWN_QUICK = {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}
 #: Replicates of a contrast's arms (issue 33: "40 replicates for contrasts", the peers' number).
 _CONTRAST_REPS = 40
+#: cosine-over's replicates: fig1b124w's rule (simulations/rates/HYPOTHESES.md), applied to the entry's own
+#: 40-replicate record as its pilot -- a quarter of the largest ``plan.reps_needed`` (+-0.05) over its
+#: fixed-truth-judged rows, for +-0.1 (1288 / 4 = 322), rounded up to the chunk of 4 (declared before the run
+#: in simulations/catalogue/HYPOTHESES.md; the 40-replicate record moves to cosine-over/design40/)
+_COSINE_OVER_REPS = 324
 #: temperature-gmoe's design: above the activation arm's pre-flight n_ok (9 187), a contrast's replicates.
 _TEMPERATURE_FULL = {"n_min": 10000, "n_max": 320000, "n_points": 6, "reps": _CONTRAST_REPS}
 _QUARTER = -0.25
@@ -246,12 +251,14 @@ _add(Entry(
     "cosine-over", COSINE, "Theorems 3 (vanilla cosine, over-specified) and 5 (perturbed cosine, over-specified)", "Figure 1(b)",
     "the regression MoE of cosine-exact, over-specified fit (k = k* + 1, dense)", "least squares (max_iter 1000)",
     "20 replicates per n (the paper); moestat: 6 log-spaced n, 1 000 to 32 000 (the fig1b preset's sizes), "
-    f"{_CONTRAST_REPS} replicates",
+    f"{_COSINE_OVER_REPS} replicates",
     # 40 replicates (was fig1b's 12; declared in simulations/catalogue/HYPOTHESES.md before its run): issue 33
     # scope 4 asks >= 40 for over-specified designs, and the 12-replicate record's param_multi was the unweighted
-    # maximum over atoms that 0a31535 replaced by the mass-weighted quantity D2 bounds
+    # maximum over atoms that 0a31535 replaced by the mass-weighted quantity D2 bounds.  Then 324 (declared
+    # before its run): issue 34 scope 3 asks this model's over-specified rates with intervals of +-0.1, and
+    # the 40-replicate record's own plan sizes that (_COSINE_OVER_REPS)
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "over", "max_iter": 1000, "chunk": 4},
-         {**_OWN_FULL, "reps": _CONTRAST_REPS},
+         {**_OWN_FULL, "reps": _COSINE_OVER_REPS},
          dict(_OWN_QUICK)),),
     (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)"),
      Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5"),
@@ -263,7 +270,8 @@ _add(Entry(
     notes="the vanilla router's no-polynomial-rate prediction is judged by the two-point bound along the split "
           "witness (App. B.3), flat for the vanilla router and falling at n^-1/2 for the perturbed one; the "
           "fixed-truth slope and the slow-rate rule of moestat rates are reported beside it (fixed_truth)",
-    recorded="simulations/catalogue/cosine-over (the 12-replicate run of the fig1b preset's sizes: design12/)",
+    recorded="simulations/catalogue/cosine-over (the 12-replicate run of the fig1b preset's sizes: design12/; "
+             "the 40-replicate run: design40/)",
 ))
 _add(Entry(
     "gmoe-exact", SOFTMAX_GMOE, "Theorem 1 (exact fit)", "Figure 1 (model 1, K = 2, Appendix simulation study)",
