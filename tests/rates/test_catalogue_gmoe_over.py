@@ -66,3 +66,18 @@ def test_cell_anatomy_splits_the_recorded_block_error_into_mean_and_spread():
     assert np.isclose(cell["b"]["spread"], np.sqrt(p * (1 - p)) * abs(d1 - d2))
     assert np.isclose(cell["beta1"]["mean"], p * e1 + (1 - p) * e2)
     assert cell["a"]["rms"] == 0.0 and cell["variance"]["rms"] == 0.0
+
+
+def test_cosine_over_replicates_follow_the_declared_rule_from_its_recorded_plan():
+    # fig1b124w's rule on the 40-replicate record (simulations/catalogue/HYPOTHESES.md): a quarter of the largest
+    # reps_needed (+-0.05) over the perturbed router's judged rows, for +-0.1, rounded up to the chunk of 4
+    import json
+    import math
+    from pathlib import Path
+
+    from moestat.rates.catalogue import _COSINE_OVER_REPS
+
+    root = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "cosine-over" / "design40"
+    fits = json.loads((root / "routers" / "summary.json").read_text())["fits"]
+    needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None and f["router"] == "perturbed")
+    assert 4 * math.ceil(needed / 4 / 4) == _COSINE_OVER_REPS == _full("cosine-over")["reps"] == 324
