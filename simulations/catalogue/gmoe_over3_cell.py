@@ -169,24 +169,13 @@ def summarise(rows: list[dict]) -> dict:
 def range_halves(run: Path) -> dict:
     """Each block's log-of-mean slope (95 % interval) on the lower and the upper half of ``run``'s sizes.
 
-    No refit: the recorded ``extras.csv`` columns.  Where the cell's mean part (parametric) gives way
-    to its spread as n grows (:func:`cell_anatomy`), the slope flattens from the lower half to the
-    upper one; the two halves share their middle size.
+    No refit: the recorded ``extras.csv`` columns (:func:`simulations.catalogue.range_halves.range_halves`).
+    Where the cell's mean part (parametric) gives way to its spread as n grows (:func:`cell_anatomy`),
+    the slope flattens from the lower half to the upper one; the two halves share their middle size.
     """
-    from moestat.rates.fit import slope_with_interval
+    from simulations.catalogue.range_halves import range_halves as halves
 
-    rows = pd.read_csv(run / "results.csv").merge(pd.read_csv(run / "extras.csv"), on=["router", "n", "replicate"])
-    ns = sorted(int(n) for n in rows["n"].unique())
-    mid = len(ns) // 2
-    halves = {"lower": ns[:mid + 1], "upper": ns[mid:]}
-    rng = np.random.default_rng(np.random.SeedSequence(20261126))
-    out = {"run": str(run), "replicates": int(rows.groupby("n").size().min()), "halves": halves}
-    for col in ("param_multi", "multi_beta1", "multi_b", "multi_a", "multi_variance"):
-        out[col] = {}
-        for name, part in halves.items():
-            s = slope_with_interval(part, [rows.loc[rows.n == n, col].to_numpy() for n in part], rng)
-            out[col][name] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
-    return out
+    return halves(run, ("param_multi", "multi_beta1", "multi_b", "multi_a", "multi_variance"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,12 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.json.parent.is_dir():
         ap.error(f"--json {a.json}: no folder {a.json.parent}")
     if a.range_halves:
+        from simulations.catalogue.range_halves import print_report
+
         report = range_halves(a.run)
         rr.write_json(a.json, report)
-        for col, v in report.items():
-            if col != "halves" and isinstance(v, dict):
-                print(f"{col:15s} " + "  ".join(f"{h} {v[h]['slope']:+.3f} [{v[h]['ci'][0]:+.3f}, {v[h]['ci'][1]:+.3f}]"
-                                                   for h in ("lower", "upper")))
+        print_report(report)
         return 0
     recorded = sorted(pd.read_csv(a.run / "results.csv")["n"].unique())
     sizes = a.sizes or [int(n) for n in recorded[::2]]

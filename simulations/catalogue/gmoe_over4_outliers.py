@@ -1,7 +1,7 @@
 """What the largest-D2 fits of the ``gmoe-over4`` run are: each refitted from its recorded streams.
 
 ``gmoe-over4`` fits model 1 of Nguyen, Nguyen & Ho (2023) (d = 1, ``k* = 2``) with ``K = 4`` atoms.
-Its 40-replicate run (``simulations/catalogue/gmoe-over4/gaussian-moe``) has a log-of-mean D2
+Its 40-replicate run (``simulations/catalogue/gmoe-over4/design40/gaussian-moe``) has a log-of-mean D2
 slope ruled by a few fits whose D2 is 1e4 to 1e7 times their sample size's median
 (docs/guide/catalogue.rst).  This script measures what makes those D2 values large, on the recorded
 fits themselves (nothing tuned, no estimator changed):
@@ -30,14 +30,14 @@ fits themselves (nothing tuned, no estimator changed):
 Usage (from the repository root; about 1-2 CPU-minutes for the default five fits)::
 
     OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over4_outliers.py \\
-        simulations/catalogue/gmoe-over4/gaussian-moe --top 5 \\
-        --json simulations/catalogue/gmoe-over4/outliers.json
+        simulations/catalogue/gmoe-over4/design40/gaussian-moe --top 5 \\
+        --json simulations/catalogue/gmoe-over4/design40/outliers.json
 
 and every fit of the run with ``D2 > 1e3`` (21 of 440; about 14 CPU-seconds each)::
 
     OMP_NUM_THREADS=1 python simulations/catalogue/gmoe_over4_outliers.py \\
-        simulations/catalogue/gmoe-over4/gaussian-moe --above 1e3 \\
-        --json simulations/catalogue/gmoe-over4/outliers_above_1e3.json
+        simulations/catalogue/gmoe-over4/design40/gaussian-moe --above 1e3 \\
+        --json simulations/catalogue/gmoe-over4/design40/outliers_above_1e3.json
 
 The command line, the refit loop and the JSON (standard: no ``NaN``/``Infinity``) are
 :func:`recorded_refit.refit_main`'s.

@@ -23,12 +23,38 @@ def test_gmoe_over3_full_design_has_forty_replicates_on_the_recorded_grid():
     assert run.base["estimator"] == "mle" and run.base["k_fit"] == 3
 
 
-def test_gmoe_over4_full_design_has_forty_replicates_on_the_recorded_grid():
-    # the same scope 4 as K = 3; only the replicate count changed from the 10-replicate record
-    # (simulations/catalogue/gmoe-over4/ten_replicates/)
+def test_gmoe_over4_full_design_has_85_replicates_on_the_recorded_grid():
+    # the same scope 4 as K = 3 (40, from the 10-replicate record, simulations/catalogue/gmoe-over4/ten_replicates/),
+    # then 85 by the rule of the test below; the grid, starts and estimator never changed
     full = _full("gmoe-over4")
-    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 40, 2)
-    assert "40 replicates" in cat.entry("gmoe-over4").paper_design
+    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 85, 2)
+    assert "85 replicates" in cat.entry("gmoe-over4").paper_design
+
+
+def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan():
+    # fig1b124w's rule on the 40-replicate record (simulations/catalogue/HYPOTHESES.md), its plan computed under
+    # today's rules (the per-n median from the truth's n_ok; the record's summary.json was written under the
+    # mean): a quarter of the largest reps_needed (+-0.05) over the judged rows, for +-0.1, rounded up to the
+    # chunk of 5
+    import json
+    import math
+    from pathlib import Path
+
+    from moestat.rates.catalogue import _OVER_REPS, STATISTIC, with_preflight_window
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.extras import merge_extras
+    from moestat.rates.fit import fit_experiment
+    from moestat.rates.resolve import Experiment
+    from moestat.rates.store import read_results
+
+    d = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe-over4" / "design40" / "gaussian-moe"
+    cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text())["config"])
+    assert cfg.reps == 40 and cfg.chunk == 5
+    experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
+    df = merge_extras(read_results(d / "results.csv", experiment), d / "extras.csv")
+    fits = fit_experiment(df, experiment)
+    needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None)
+    assert 5 * math.ceil(needed / 4 / 5) == _OVER_REPS[4] == _full("gmoe-over4")["reps"] == 85
 
 
 def _cell_script():
