@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -23,6 +24,9 @@ def _render_module():
 @pytest.fixture(scope="module")
 def rendered():
     mod = _render_module()
+    # one rejudging of every recorded run for the module (about 50 s on 2 cores): render_blocks and the
+    # tests below read the same reports, which no test modifies
+    mod.reports = functools.cache(mod.reports)
     return mod, mod.render_blocks()
 
 
