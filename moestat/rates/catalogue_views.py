@@ -97,6 +97,46 @@ def former_definition(loss: str, started: str | None) -> str | None:
             f"{before}, not the quantity the prediction is for")
 
 
+def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rate fits of one recorded run folder under the *current* rules, without refitting a model.
+
+    What :func:`rejudge_recorded` judges each run of an entry by: the run's ``results.csv`` (and
+    ``extras.csv``) and ``provenance.json``, fitted with the catalogue's statistic
+    (:data:`moestat.rates.catalogue.STATISTIC`) over the window above the truth's pre-flight ``n_ok``.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A recorded run folder (e.g. ``simulations/catalogue/gmoe-over4/gaussian-moe``).
+
+    Returns
+    -------
+    list of dict
+        One fit per loss, as :func:`moestat.rates.fit.fit_experiment` returns it (slope, interval,
+        category, reason, ``plan``); a loss recorded under a former definition keeps its slope and has
+        no category.
+    """
+    d = Path(run_dir)
+    prov = json.loads((d / "provenance.json").read_text(encoding="utf-8"))
+    cfg = RatesConfig.from_dict(prov["config"])
+    # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
+    # above the pre-flight's n_ok (the configuration resolved once, for both)
+    experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
+    df = read_results(d / "results.csv", experiment)
+    df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
+    # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:
+    # its prediction reads "loss not in the run's fits"
+    experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
+    fits = fit_experiment(df, experiment)
+    started = (prov.get("runs") or [{}])[0].get("started")
+    for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
+        why = former_definition(f["loss"], started)
+        if why is not None:
+            f.update(category=None, reason=why)
+            f.pop("mean_statistic", None)
+    return fits
+
+
 def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     """The report of an entry's recorded full run, judged again under the *current* rules.
 
@@ -120,25 +160,6 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         ``contrast``), with ``wall_s`` 0.
     """
     e = entry(key)
-    runs = []
-    for run in e.runs:
-        d = Path(folder) / run.label
-        prov = json.loads((d / "provenance.json").read_text(encoding="utf-8"))
-        cfg = RatesConfig.from_dict(prov["config"])
-        # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
-        # above the pre-flight's n_ok (the configuration resolved once, for both)
-        experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
-        df = read_results(d / "results.csv", experiment)
-        df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
-        # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:
-        # its prediction reads "loss not in the run's fits"
-        experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
-        fits = fit_experiment(df, experiment)
-        started = (prov.get("runs") or [{}])[0].get("started")
-        for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
-            why = former_definition(f["loss"], started)
-            if why is not None:
-                f.update(category=None, reason=why)
-                f.pop("mean_statistic", None)
-        runs.append({"label": run.label, "wall_s": 0.0, "summary": {"fits": fits}})
+    runs = [{"label": run.label, "wall_s": 0.0, "summary": {"fits": recorded_fits(Path(folder) / run.label)}}
+            for run in e.runs]
     return _report(e, False, runs, Path(folder))  # the folder: a contrast's paired interval reads its rows

@@ -40,19 +40,13 @@ def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan()
     import math
     from pathlib import Path
 
-    from moestat.rates.catalogue import _OVER_REPS, STATISTIC, with_preflight_window
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.extras import merge_extras
-    from moestat.rates.fit import fit_experiment
-    from moestat.rates.resolve import Experiment
-    from moestat.rates.store import read_results
+    from moestat.rates.catalogue import _OVER_REPS
+    from moestat.rates.catalogue_views import recorded_fits
 
     d = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe-over4" / "design40" / "gaussian-moe"
-    cfg = RatesConfig.from_dict(json.loads((d / "provenance.json").read_text())["config"])
-    assert cfg.reps == 40 and cfg.chunk == 5
-    experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
-    df = merge_extras(read_results(d / "results.csv", experiment), d / "extras.csv")
-    fits = fit_experiment(df, experiment)
+    config = json.loads((d / "provenance.json").read_text())["config"]
+    assert config["reps"] == 40 and config["chunk"] == 5
+    fits = recorded_fits(d)
     needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None)
     assert 5 * math.ceil(needed / 4 / 5) == _OVER_REPS[4] == _full("gmoe-over4")["reps"] == 85
 
