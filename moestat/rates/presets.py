@@ -15,6 +15,7 @@ fig1b40     fig1b's successor: perturbed router, n = 4000 .. 11 314 (4 sizes), 4
 fig1b40w    fig1b40 with its top size priced on the current code: n = 4000 .. 65 000 (6 sizes)
 fig1b40wv   the vanilla cosine router at fig1b40w's design (Figure 1(b)'s vanilla curves, one design)
 fig1b124w   fig1b40w with 124 replicates, the count its runs' plans ask for intervals of +-0.1
+fig1b124x   fig1b124w on its plan's window (n >= 6986) and one ladder step higher: 6 986 .. 113 523
 over        Theorem 5 with certificate: fig1b's grid, 20 replicates, 4 extra starts, cell errors
 over_1e6    the over-specified perturbed fit from n = 15 625 to 1 000 000 (7 sizes, 20 replicates)
 exact_1e6   the default scenario from n = 15 625 to 1 000 000 (the scale benchmark's sweep)
@@ -170,6 +171,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         "setting": "over",
         "n_min": 4000,
         "n_max": 65000,
+        "n_points": 6,
+        "reps": 124,
+        "chunk": 4,
+        "max_iter": 1000,
+        "cell_errors": True,
+    },
+    # fig1b124w on the window its own plan proposes (seed 1's single-atom cells: "fit the window n >= 6986,
+    # declare --window-min 6986 before the next run") and continued by one step of the grid's ratio (the
+    # --grow-n ladder's next size, 113 523) so that the window keeps six sizes (issue 34), declared in
+    # simulations/rates/HYPOTHESES.md before its run.  The five shared sizes are fig1b124w's fits (streams
+    # keyed by (n, replicate)): only n = 113 523 is new data.
+    "fig1b124x": {
+        "router": ["perturbed"],
+        "setting": "over",
+        "n_min": 6986,
+        "n_max": 113523,
         "n_points": 6,
         "reps": 124,
         "chunk": 4,

@@ -27,7 +27,7 @@ def _window():
     return _script("fig1b40_window")
 
 
-@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w"])
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w", "fig1b124x"])
 def test_simulation_toml_mirrors_preset(name):
     data = load_toml(SIM / f"{name}.toml")
     assert data == PRESETS[name]
@@ -57,6 +57,23 @@ def test_fig1b124w_is_fig1b40w_with_the_replicates_its_plans_ask_for_a_tenth():
     chunk = PRESETS["fig1b124w"]["chunk"]
     quarter = math.ceil(max(needed) / 4)  # the replicates for half the +-0.05 half-width
     assert PRESETS["fig1b124w"]["reps"] == chunk * math.ceil(quarter / chunk)
+
+
+def test_fig1b124x_is_fig1b124w_on_its_plans_window_one_ladder_step_higher():
+    """Only the grid differs from fig1b124w: it starts where seed 1's recorded plan asks the next run's window
+    to start and ends at the --grow-n ladder's next size, so its first five sizes are fig1b124w's last five
+    (the same streams) and it keeps six sizes."""
+    new, old = dict(PRESETS["fig1b124x"]), dict(PRESETS["fig1b124w"])
+    for key in ("n_min", "n_max"):
+        new.pop(key), old.pop(key)
+    assert new == old
+    fits = json.loads((SIM / "figure1" / "fig1b124w" / "seed1" / "summary.json").read_text())["fits"]
+    lines = [f["plan"]["line"] for f in fits if f["loss"] == "param_single"]
+    assert len(lines) == 1 and "fit the window n >= 6986" in lines[0]
+    w, x = RatesConfig.from_preset("fig1b124w"), RatesConfig.from_preset("fig1b124x")
+    ladder = w.replace(grow_n=120_000).grid.ladder
+    assert x.grid.ns == [n for n in w.grid.ns if n >= 6986] + ladder[:1]
+    assert x.grid.ns == [6986, 12201, 21309, 37217, 65000, 113523]
 
 
 def test_window_script_is_deterministic_and_is_the_preset():
