@@ -88,7 +88,7 @@ LOSS_DEFINITIONS = {
 def predicted_exponent(
     router: str, setting: str, loss: str, estimator: str = "lse", predicted: Mapping[str, float | None] | None = None
 ) -> float | None:
-    """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no polynomial rate).
+    """The exponent of ``n`` that Nguyen et al. (2024) predict for ``loss`` (``None``: no rate stated).
 
     Perturbed router: Nguyen et al. (2024), Theorem 6 (exact; every loss ``-1/2``) and Theorem 5 (over-specified:
     D2, single-atom cells, masses and regression ``-1/2``; atoms in multi-atom cells ``-1/4``).
@@ -102,9 +102,13 @@ def predicted_exponent(
     Theorem 5's mass-weighted cell errors (``weighted_single``, ``weighted_multi``: terms of D2,
     eq. 13) are predicted ``-1/2`` for the perturbed router; PDE (4) splits the ``beta1`` error into
     ``beta1_radial`` (no rate under the vanilla router: a floor) and ``beta1_direction`` (``-1/2``
-    exact-specified; ``-1/4`` for the perturbed over-specified fit, whose max includes multi-atom
-    cells).  ``best_<loss>`` (the loss at the certificate's best-objective fit) has the prediction
-    of ``<loss>``.
+    exact-specified).  Over-specified, both are the largest error over *all* fitted atoms, unweighted,
+    and no theorem states a rate for that: Theorem 5 (i) bounds a shared cell's atoms only weighted by
+    their masses ``exp(beta0_i)`` (D2, eq. 13), so an atom whose mass vanishes may sit anywhere (the
+    perturbed fits' run-off atom sits at the box), and both get ``None``; the mass-weighted
+    ``weighted_single``/``weighted_multi`` carry the theorem.  (Until 2026-12-03 the perturbed
+    over-specified fit's were predicted ``-1/4``, and ``beta1_radial`` was judged a ``floor`` against it.)
+    ``best_<loss>`` (the loss at the certificate's best-objective fit) has the prediction of ``<loss>``.
     """
     if estimator == "null":
         return 0.0
@@ -114,14 +118,12 @@ def predicted_exponent(
         loss = loss[len("best_"):]
         if predicted is not None and loss in predicted:  # e.g. a scenario file's declared loss
             return predicted[loss]
+    if loss in ("beta1_direction", "beta1_radial") and setting != "exact":
+        return None  # the unweighted max over atoms: Theorem 5 (i) bounds shared cells only by mass
     if loss == "beta1_direction":  # PDE (4): the direction is identified by both cosine routers
-        if setting == "exact" and router in ("perturbed", "cosine"):
-            return -0.5
-        return -0.25 if router == "perturbed" else None  # max over atoms includes multi-atom cells
-    if loss == "beta1_radial":  # unidentified under the vanilla router (a floor), -1/2 perturbed
-        if router != "perturbed":
-            return None
-        return -0.5 if setting == "exact" else -0.25
+        return -0.5 if router in ("perturbed", "cosine") else None
+    if loss == "beta1_radial":  # unidentified under the vanilla router (a floor), -1/2 perturbed (Thm 6)
+        return -0.5 if router == "perturbed" else None
     if loss in ("weighted_single", "weighted_multi"):  # D2 terms (eq. 13), Theorem 5
         return -0.5 if router == "perturbed" else None
     if loss == "regression_l2":

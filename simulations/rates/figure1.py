@@ -283,9 +283,9 @@ def _verdict(sl: dict | None, pred: float | None) -> str:
     ``", no prediction"`` for one without.
 
     A category says how a slope compares with a predicted exponent, so it means nothing where the
-    figure states none.  The engine still records one for the largest radial error
-    (:func:`moestat.rates.fit.predicted_exponent` gives ``-1/4`` for the perturbed over-specified
-    ``beta1_radial``, the shared cells' rate), but Theorem 5 (i) bounds the shared cell's atoms only
+    figure states none.  The runs recorded before 2026-12-03 hold one for the largest radial error
+    (:func:`moestat.rates.fit.predicted_exponent` gave ``-1/4`` for the perturbed over-specified
+    ``beta1_radial``, the shared cells' rate; it gives none since), but Theorem 5 (i) bounds the shared cell's atoms only
     weighted by their masses ``exp(beta0_i)`` (D2, eq. 13): an atom whose mass vanishes may sit
     anywhere, and the run-off atom does (radius about 10), so the paper gives the largest error over
     all atoms no rate.  The figure prints the slope and its interval, and says so.

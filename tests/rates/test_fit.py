@@ -139,6 +139,22 @@ def test_predicted_exponents_follow_the_theorems():
     assert predicted_exponent("cosine", "exact", "voronoi", estimator="null") == 0.0
 
 
+def test_largest_beta1_errors_over_all_atoms_have_no_over_specified_prediction():
+    """Theorem 5 (i) bounds a shared cell's atoms only weighted by their masses (D2, eq. 13): the largest
+    radial or directional beta1 error over all fitted atoms, unweighted, has no stated rate when the fit is
+    over-specified (an atom of vanishing mass may sit anywhere), so the engine must not judge it against one
+    (it was -1/4 and the radial error a 'floor' until 2026-12-03).  Exact-specified, every atom keeps a mass,
+    and Theorem 6 gives the perturbed router's -1/2."""
+    for router in ("perturbed", "cosine", "linear"):
+        for loss in ("beta1_radial", "beta1_direction", "best_beta1_radial"):
+            assert predicted_exponent(router, "over", loss) is None, (router, loss)
+    assert predicted_exponent("perturbed", "exact", "beta1_radial") == -0.5
+    assert predicted_exponent("perturbed", "exact", "beta1_direction") == -0.5
+    assert predicted_exponent("cosine", "exact", "beta1_radial") is None  # PDE (4): not identified
+    assert predicted_exponent("cosine", "exact", "beta1_direction") == -0.5
+    assert predicted_exponent("perturbed", "over", "weighted_multi") == -0.5  # the mass-weighted terms carry it
+
+
 @settings(max_examples=40)
 @given(
     p=st.floats(-1, 0.5),
