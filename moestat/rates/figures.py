@@ -200,10 +200,25 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")
-    ax.set_ylabel(loss_name(loss))
+    ax.set_ylabel(_axis_label(loss_name(loss)))
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit,
             "predictions": {kind for kinds in anchored.values() for kind in kinds}}
+
+
+#: Characters of a y-label's line: a 2.3-inch panel's axes (about 1.5 inches tall) hold about 30
+#: characters of the 7-point label font; a longer line ran up into the figure's title (param_multi's).
+Y_LABEL_CHARS = 28
+
+
+def _axis_label(text: str) -> str:
+    """``text`` broken into lines of at most :data:`Y_LABEL_CHARS` characters at spaces; a label with
+    mathtext (``$``) is kept whole, since a break inside ``$...$`` would split the formula."""
+    import textwrap
+
+    if "$" in text or len(text) <= Y_LABEL_CHARS:
+        return text
+    return "\n".join(textwrap.wrap(text, Y_LABEL_CHARS))
 
 
 def _below_xlabel(fig):

@@ -227,3 +227,31 @@ def test_the_figure_leaves_without_a_layout_engine_and_saves_the_same_pixels(rc)
         f.set_layout_engine(PlaceHolderLayoutEngine(True, True))  # what tight_layout leaves behind
         assert fast == _png(f)
     plt.close(f)
+
+
+@pytest.mark.parametrize("ncols", [1, 3])
+def test_a_long_y_label_stays_below_the_title(ncols):
+    """param_multi's label ("parameter error, multi-atom cells (mass-weighted RMS)") ran up into the
+    figure's title on a three-column grid (convergence_all.png of gmoe-over4): every y-label is now no
+    taller than its axes and ends below the title; a mathtext label is kept whole."""
+    import matplotlib.pyplot as plt
+
+    from moestat.rates.figures import Y_LABEL_CHARS, _axis_label
+
+    df = _df()
+    df["param_multi"] = df["voronoi"] * 0.5
+    losses = ["param_multi"] if ncols == 1 else ["voronoi", "regression_l2", "param_multi"]
+    f = draw_convergence(df, _fits(df, losses), losses=losses)
+    try:
+        r = f.canvas.get_renderer()
+        f.canvas.draw()
+        title = f._suptitle.get_window_extent(r)
+        for ax in f.axes:
+            label = ax.yaxis.label.get_window_extent(r)
+            assert label.height <= ax.get_window_extent(r).height, ax.yaxis.label.get_text()
+            assert label.y1 < title.y0, ax.yaxis.label.get_text()
+    finally:
+        plt.close(f)
+    wrapped = _axis_label(labels.loss_name("param_multi"))
+    assert "\n" in wrapped and all(len(line) <= Y_LABEL_CHARS for line in wrapped.split("\n"))
+    assert _axis_label(labels.loss_name("regression_l2")) == labels.loss_name("regression_l2")
