@@ -10,7 +10,7 @@ Deterministic (the bootstrap streams are the run's).  Run::
 
     PYTHONPATH=. python simulations/rates/fig1b40w_median.py --json simulations/rates/figure1/fig1b40w_median.json
 
-``--preset fig1b124w`` reads ``simulations/rates/figure1/fig1b124w/seed{0,1,2}`` instead (the same
+``--preset fig1b124w`` (or ``fig1b124x``) reads ``simulations/rates/figure1/PRESET/seed{0,1,2}`` instead (the same
 design with 124 replicates, declared in the same file).
 """
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, required=True, help="where to write the record")
-    ap.add_argument("--preset", default="fig1b40w", choices=("fig1b40w", "fig1b124w"),
+    ap.add_argument("--preset", default="fig1b40w", choices=("fig1b40w", "fig1b124w", "fig1b124x"),
                     help="whose recorded seeds to read (simulations/rates/figure1/PRESET/seed{0,1,2})")
     a = ap.parse_args(argv)
     if not a.json.parent.is_dir():

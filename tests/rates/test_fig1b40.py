@@ -148,7 +148,7 @@ def _figure1():
     return _script("figure1")
 
 
-@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w"])
+@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w", "fig1b124x"])
 def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
     """figure1.py --preset NAME --name NAME_seeds rebuilds the committed JSON from the three runs
     (slopes, categories, halves, certificate counts), and every cell of the docs table is the engine's."""
@@ -180,6 +180,23 @@ def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
     for line in mod.fig1b_table_rows(rec):
         for cell in line.split(" | ")[2:]:
             assert f"- {cell}" in doc, cell
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fig1b124x_is_fig1b124w_at_its_five_shared_sizes(seed):
+    """The recorded fig1b124x run of each seed refits fig1b124w's data at the five shared sizes (streams keyed
+    by (n, replicate)): the truth's sum of squares is the same to rounding, the fits' to 1e-5 relative (the
+    least-squares code changed in its last digits between the runs, and a run-off atom's flat directions can
+    move its loss at the same sum of squares); only n = 113 523 is new data."""
+    import pandas as pd
+
+    x = pd.read_csv(SIM / "figure1" / "fig1b124x" / f"seed{seed}" / "results.csv")
+    w = pd.read_csv(SIM / "figure1" / "fig1b124w" / f"seed{seed}" / "results.csv")
+    assert sorted(set(x.n)) == [6986, 12201, 21309, 37217, 65000, 113523] and len(x) == 6 * 124
+    m = x.merge(w, on=["n", "replicate"], suffixes=("_x", "_w"))
+    assert len(m) == 5 * 124 and set(x.n) - set(m.n) == {113523}
+    assert np.allclose(m.truth_objective_x, m.truth_objective_w, rtol=1e-12, atol=0)
+    assert np.allclose(m.fit_objective_x, m.fit_objective_w, rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden"])
