@@ -212,12 +212,19 @@ Y_LABEL_CHARS = 28
 
 
 def _axis_label(text: str) -> str:
-    """``text`` broken into lines of at most :data:`Y_LABEL_CHARS` characters at spaces; a label with
-    mathtext (``$``) is kept whole, since a break inside ``$...$`` would split the formula."""
+    """``text`` broken at spaces into lines of at most :data:`Y_LABEL_CHARS` characters -- two lines of
+    about equal length where two suffice, so that no word hangs alone on a line; a label with mathtext
+    (``$``) is kept whole, since a break inside ``$...$`` would split the formula."""
     import textwrap
 
     if "$" in text or len(text) <= Y_LABEL_CHARS:
         return text
+    splits = [i for i, ch in enumerate(text) if ch == " "]
+    if not splits:  # one word: nothing to break at
+        return text
+    best = min(splits, key=lambda i: max(i, len(text) - i - 1))
+    if max(best, len(text) - best - 1) <= Y_LABEL_CHARS:
+        return text[:best] + "\n" + text[best + 1:]
     return "\n".join(textwrap.wrap(text, Y_LABEL_CHARS))
 
 

@@ -255,3 +255,6 @@ def test_a_long_y_label_stays_below_the_title(ncols):
     wrapped = _axis_label(labels.loss_name("param_multi"))
     assert "\n" in wrapped and all(len(line) <= Y_LABEL_CHARS for line in wrapped.split("\n"))
     assert _axis_label(labels.loss_name("regression_l2")) == labels.loss_name("regression_l2")
+    assert _axis_label("Voronoi loss, directions only") == "Voronoi loss,\ndirections only"  # no word alone
+    assert _axis_label("x" * 40) == "x" * 40  # one word: nothing to break at
+    assert all(len(line) <= Y_LABEL_CHARS for line in _axis_label("abc " * 20).split("\n"))
