@@ -27,6 +27,11 @@ import numpy as np
 import pandas as pd
 
 
+class RunError(ValueError):
+    """The run folder cannot answer the request (a column it lacks, too few sizes): the command line's one-line
+    error, as distinct from a failure inside the fit, which keeps its traceback."""
+
+
 def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n_min: int = 0) -> dict:
     """Each column's slope (95 % interval) on the lower and the upper half of ``run``'s sizes ``>= n_min``.
 
@@ -54,10 +59,10 @@ def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n
         rows = rows.merge(pd.read_csv(run / "extras.csv"), on=["router", "n", "replicate"])
     missing = [c for c in columns if c not in rows]
     if missing:
-        raise KeyError(f"{run}: no column {', '.join(missing)}")
+        raise RunError(f"{run}: no column {', '.join(missing)}")
     ns = sorted(int(n) for n in rows["n"].unique() if n >= n_min)
     if len(ns) < 5:
-        raise ValueError(f"{run}: {len(ns)} sizes at or above {n_min}; two halves of 3 need at least 5")
+        raise RunError(f"{run}: {len(ns)} sizes at or above {n_min}; two halves of 3 need at least 5")
     mid = len(ns) // 2
     halves = {"lower": ns[:mid + 1], "upper": ns[mid:]}
     rng = np.random.default_rng(np.random.SeedSequence(20261126))
@@ -96,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--json {a.json}: no folder {a.json.parent}")
     try:
         report = range_halves(a.run, tuple(a.columns), a.statistic, a.n_min)
-    except (KeyError, ValueError) as err:
-        ap.error(str(err).strip("'\""))
+    except RunError as err:
+        ap.error(str(err))
     rr.write_json(a.json, report)
     print_report(report)
     return 0
