@@ -106,8 +106,8 @@ def predicted_exponent(
     and no theorem states a rate for that: Theorem 5 (i) bounds a shared cell's atoms only weighted by
     their masses ``exp(beta0_i)`` (D2, eq. 13), so an atom whose mass vanishes may sit anywhere (the
     perturbed fits' run-off atom sits at the box), and both get ``None``; the mass-weighted
-    ``weighted_single``/``weighted_multi`` carry the theorem.  (Until 2026-12-03 the perturbed
-    over-specified fit's were predicted ``-1/4``, and ``beta1_radial`` was judged a ``floor`` against it.)
+    ``weighted_single``/``weighted_multi`` carry the theorem.  (Until 2026-12-03 both were predicted
+    ``-1/4`` for the perturbed over-specified fit, and ``beta1_radial`` was judged a ``floor`` against it.)
     ``best_<loss>`` (the loss at the certificate's best-objective fit) has the prediction of ``<loss>``.
     """
     if estimator == "null":
