@@ -23,12 +23,18 @@ def test_gmoe_over3_full_design_has_forty_replicates_on_the_recorded_grid():
     assert run.base["estimator"] == "mle" and run.base["k_fit"] == 3
 
 
-def test_gmoe_over4_full_design_has_85_replicates_on_the_recorded_grid():
+def test_gmoe_over4_full_design_has_85_replicates_on_the_grown_grid():
     # the same scope 4 as K = 3 (40, from the 10-replicate record, simulations/catalogue/gmoe-over4/ten_replicates/),
-    # then 85 by the rule of the test below; the grid, starts and estimator never changed
+    # then 85 by the rule of the test below; then the grid grown by the next two sizes of its own ladder
+    # (HYPOTHESES.md, "gmoe-over4's grid grown to 50 238"): the 11 recorded sizes are the first 11 of the new grid
+    from moestat.rates.config import GridSpec, sample_sizes
+
     full = _full("gmoe-over4")
-    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 20_000, 11, 85, 2)
-    assert "85 replicates" in cat.entry("gmoe-over4").paper_design
+    assert (full["n_min"], full["n_max"], full["n_points"], full["reps"], full["starts"]) == (200, 50_238, 13, 85, 2)
+    assert "13 log-spaced n from 200 to 50 238, 85 replicates" in cat.entry("gmoe-over4").paper_design
+    old = sample_sizes(200, 20_000, 11)
+    ladder = GridSpec(n_min=200, n_max=20_000, n_points=11, grow_n=50_238).ladder
+    assert sample_sizes(200, 50_238, 13) == old + ladder == old + [31_698, 50_238]
 
 
 def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan():
