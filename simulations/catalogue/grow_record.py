@@ -25,7 +25,6 @@ Usage (from the repository root)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -68,42 +67,61 @@ def check_growable(record: Path, config) -> list[int]:
 
 
 def grow(key: str, record_dir: Path, out: Path, n_jobs: int) -> dict:
-    """Copy each run of entry ``key`` recorded under ``record_dir`` into ``out`` and fit the sizes it lacks."""
-    from moestat.rates.catalogue import plan
+    """Copy each run of entry ``key`` recorded under ``record_dir`` into ``out`` and fit the sizes it lacks.
+
+    Every run is checked (:func:`check_growable`) and ``out`` must not hold it yet before anything is
+    copied or fitted.  Returns ``{run label: the sizes fitted}``.
+    """
+    from moestat.rates.catalogue import entry, plan
     from moestat.rates.sweep import run_sweep_rows
 
-    done = {}
-    for run, config in plan(key, n_jobs=n_jobs, quiet=True):
+    try:
+        entry(key)
+    except ValueError as exc:  # an unknown key: the command line's one-line error
+        raise GrowError(str(exc)) from None
+    runs = plan(key, n_jobs=n_jobs, quiet=True)
+    todo = []
+    for run, config in runs:
         src, dst = record_dir / run.label, out / run.label
-        missing = check_growable(src, config)
+        if not (src / "provenance.json").is_file() or not (src / "results.csv").is_file():
+            raise GrowError(f"{src}: not a recorded run folder (no provenance.json or results.csv)")
         if dst.exists():
             raise GrowError(f"{dst} exists; choose a new OUT (a stopped growth is continued by moestat reproduce "
                             f"{key} --resume --out {out})")
+        todo.append((src, dst, config, check_growable(src, config)))
+    done = {}
+    for src, dst, config, missing in todo:
         dst.mkdir(parents=True)
         for name in ("results.csv", "extras.csv", "provenance.json"):
             if (src / name).is_file():
                 shutil.copy2(src / name, dst / name)
         run_sweep_rows(config, dst, resume=True, read=False)
-        done[run.label] = missing
+        done[dst.name] = missing
     return done
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("key", help="catalogue entry")
-    p.add_argument("record", type=Path, help="the entry's recorded folder (holding <run label>/)")
-    p.add_argument("out", type=Path, help="new folder for the grown record")
-    p.add_argument("--n-jobs", type=int, default=1)
-    ns = p.parse_args(argv)
+    from moestat.cli.common import ArgumentParser
+
+    ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
+    ap.add_argument("key", help="catalogue entry")
+    ap.add_argument("record", type=Path, help="the entry's recorded folder (holding <run label>/)")
+    ap.add_argument("out", type=Path, help="new folder for the grown record")
+    ap.add_argument("--n-jobs", type=int, default=1)
+    a = ap.parse_args(argv)
+    if not a.record.is_dir():
+        ap.error(f"{a.record}: no such folder")
+    if a.n_jobs < 1:
+        ap.error(f"--n-jobs must be >= 1, got {a.n_jobs}")
     try:
-        done = grow(ns.key, ns.record, ns.out, ns.n_jobs)
-    except GrowError as exc:
-        print(f"grow_record.py: error: {exc}", file=sys.stderr)
-        return 2
+        done = grow(a.key, a.record, a.out, a.n_jobs)
+    except GrowError as err:
+        ap.error(str(err))
     for label, sizes in done.items():
         print(f"{label}: fitted sizes {sizes}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's moestat
+    sys.exit(main())

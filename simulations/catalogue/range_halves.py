@@ -32,7 +32,8 @@ class RunError(ValueError):
     error, as distinct from a failure inside the fit, which keeps its traceback."""
 
 
-def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n_min: int = 0) -> dict:
+def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n_min: int = 0,
+                 whole: bool = False) -> dict:
     """Each column's slope (95 % interval) on the lower and the upper half of ``run``'s sizes ``>= n_min``.
 
     Parameters
@@ -45,12 +46,15 @@ def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n
         What is fitted per sample size (:func:`moestat.rates.fit.slope_with_interval`).
     n_min : int
         Smallest size used (the catalogue's window starts at the truth's pre-flight ``n_ok``).
+    whole : bool
+        Also each column's slope over every size ``>= n_min`` (``"whole"``; its own bootstrap stream).
 
     Returns
     -------
     dict
         ``run``, ``replicates`` (the fewest at any size), ``statistic``, ``halves`` (the sizes of each
-        half) and per column ``{"lower": {"slope", "ci"}, "upper": {...}}``.
+        half; ``whole``: every size used, with ``whole=True``) and per column ``{"lower": {"slope", "ci"},
+        "upper": {...}}`` (and ``"whole"``).
     """
     from moestat.rates.fit import slope_with_interval
 
@@ -74,6 +78,13 @@ def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n
             s = slope_with_interval(part, [rows.loc[rows.n == n, col].to_numpy() for n in part], rng,
                                     statistic=statistic)
             out[col][name] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
+    if whole:
+        # its own bootstrap stream, so the halves' numbers are those of a report without it
+        rng = np.random.default_rng(np.random.SeedSequence(20261203))
+        out["whole"] = ns
+        for col in columns:
+            s = slope_with_interval(ns, [rows.loc[rows.n == n, col].to_numpy() for n in ns], rng, statistic=statistic)
+            out[col]["whole"] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
     return out
 
 
@@ -81,7 +92,7 @@ def print_report(report: dict) -> None:
     for col, v in report.items():
         if col != "halves" and isinstance(v, dict):
             print(f"{col:15s} " + "  ".join(f"{h} {v[h]['slope']:+.3f} [{v[h]['ci'][0]:+.3f}, {v[h]['ci'][1]:+.3f}]"
-                                               for h in ("lower", "upper")))
+                                               for h in ("lower", "upper", "whole") if h in v))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--columns", nargs="+", required=True, help="loss columns of results.csv / extras.csv")
     ap.add_argument("--statistic", choices=("mean", "median"), default="mean", help="fitted per size (default mean)")
     ap.add_argument("--n-min", type=int, default=0, help="smallest size used (default: every size)")
+    ap.add_argument("--whole", action="store_true", help="also the slope over every size used")
     ap.add_argument("--json", type=Path, required=True)
     a = ap.parse_args(argv)
     if not (a.run / "results.csv").is_file():
@@ -100,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.json.parent.is_dir():
         ap.error(f"--json {a.json}: no folder {a.json.parent}")
     try:
-        report = range_halves(a.run, tuple(a.columns), a.statistic, a.n_min)
+        report = range_halves(a.run, tuple(a.columns), a.statistic, a.n_min, whole=a.whole)
     except RunError as err:
         ap.error(str(err))
     rr.write_json(a.json, report)

@@ -41,3 +41,20 @@ def test_n_min_drops_the_small_sizes(tmp_path):
     rep = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=int(ns[2]))
     assert rep["halves"]["lower"][0] == ns[2] and rep["halves"]["upper"][-1] == ns[-1]
     assert np.isclose(rep["loss"]["lower"]["slope"], -1.0, atol=1e-4)
+
+
+def test_whole_is_the_slope_over_every_size_used_and_leaves_the_halves_unchanged(tmp_path):
+    # above the kink the law is one line, so the whole slope over n >= n_break is its exponent; the halves keep the
+    # numbers of a report without it (their own bootstrap stream)
+    mod = load_script("simulations/catalogue/range_halves.py")
+    ns = _run(tmp_path, -1.0, -0.5, n_break=1000)
+    plain = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=1000)
+    rep = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=1000, whole=True)
+    assert rep["whole"] == [int(n) for n in ns if n >= 1000]
+    assert np.isclose(rep["loss"]["whole"]["slope"], -0.5, atol=1e-4)
+    lo, hi = rep["loss"]["whole"]["ci"]
+    assert lo <= -0.5 <= hi
+    assert {h: rep["loss"][h] for h in ("lower", "upper")} == plain["loss"]
+    # over the kink the whole slope lies between the two exponents
+    both = mod.range_halves(tmp_path, ("loss",), statistic="median", whole=True)
+    assert -1.0 < both["loss"]["whole"]["slope"] < -0.5
