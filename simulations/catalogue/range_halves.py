@@ -13,9 +13,9 @@ intervals show no significant drift.
 
 Usage (from the repository root; seconds)::
 
-    python simulations/catalogue/range_halves.py simulations/catalogue/gmoe-over4/gaussian-moe \\
+    python simulations/catalogue/range_halves.py simulations/catalogue/gmoe-over4/grid20k/gaussian-moe \\
         --columns voronoi param_single mass --statistic median --n-min 317 \\
-        --json simulations/catalogue/gmoe-over4/range_halves.json
+        --json simulations/catalogue/gmoe-over4/grid20k/range_halves.json
 """
 
 from __future__ import annotations

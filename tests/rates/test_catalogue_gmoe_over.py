@@ -107,3 +107,32 @@ def test_cosine_over_replicates_follow_the_declared_rule_from_its_recorded_plan(
     fits = json.loads((root / "routers" / "summary.json").read_text())["fits"]
     needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None and f["router"] == "perturbed")
     assert 4 * math.ceil(needed / 4 / 4) == _COSINE_OVER_REPS == _full("cosine-over")["reps"] == 324
+
+
+def test_gmoe_over4_record_is_the_20k_record_grown_by_its_two_ladder_sizes():
+    # HYPOTHESES.md, "gmoe-over4's grid grown to 50 238": the 11 recorded sizes' rows are kept as they were (streams
+    # keyed by (n, replicate), no estimator change in between), the two new sizes hold 85 replicates each, and the
+    # record's configuration is the entry's (so `moestat reproduce gmoe-over4 --resume` accepts it)
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from moestat.rates.catalogue import plan
+    from moestat.rates.config import RatesConfig, sample_sizes
+
+    over4 = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe-over4"
+    grown, former = over4 / "gaussian-moe", over4 / "grid20k" / "gaussian-moe"
+    for name in ("results.csv", "extras.csv"):
+        new, old = pd.read_csv(grown / name), pd.read_csv(former / name)
+        kept = new[new["n"].isin(old["n"].unique())].reset_index(drop=True)
+        pd.testing.assert_frame_equal(kept, old)
+    rows = pd.read_csv(grown / "results.csv")
+    per_n = rows.groupby("n").size()
+    assert list(per_n.index) == sample_sizes(200, 50_238, 13) and (per_n == 85).all()
+    ((_, config),) = plan("gmoe-over4")
+    prov = json.loads((grown / "provenance.json").read_text())
+    assert RatesConfig.from_dict(prov["config"]).result_fields() == config.result_fields()
+    grow = load_script(Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "grow_record.py")
+    assert grow.check_growable(grown, config) == []
+    assert grow.check_growable(former, config) == [31_698, 50_238]

@@ -16,8 +16,8 @@ OVER4 = ROOT / "simulations" / "catalogue" / "gmoe-over4"
 #: The 40-replicate record's five worst fits (``--top 5``) and every fit with D2 > 1e3 (``--above 1e3``), refitted
 JSON = OVER4 / "design40" / "outliers.json"
 ABOVE = OVER4 / "design40" / "outliers_above_1e3.json"
-#: The 85-replicate record's worst fit (``--top 1``)
-TOP1 = OVER4 / "outliers_top1.json"
+#: The 85-replicate record's worst fit (``--top 1``), on its 11 sizes up to 20 000 (grid20k/)
+TOP1 = OVER4 / "grid20k" / "outliers_top1.json"
 
 
 def _script():
