@@ -299,7 +299,7 @@ _add(Entry(
 _OVER_REPS = {3: 40, 4: 85}
 # the largest size of the full grid, per K.  K = 4 grown to 50 238 (declared 2026-12-03, before its run): the
 # 85-replicate record's D2 median falls at -0.98 on n = 317 .. 3 170 and -0.51 [-1.16, +0.14] on 3 170 .. 20 000
-# (simulations/catalogue/gmoe-over4/range_halves.json), so the question left is the rate beyond 20 000, which more
+# (simulations/catalogue/gmoe-over4/grid20k/range_halves.json), so the question left is the rate beyond 20 000, which more
 # replicates do not answer; the grid gains the next two sizes of its own log-spacing ladder (ratio 100^(1/10):
 # 31 698 and 50 238, the 13 sizes of sample_sizes(200, 50 238, 13)), everything else unchanged; streams are keyed
 # by (n, replicate), so the 11 recorded sizes keep their rows (the record is that sweep grown, grid20k/ its former
