@@ -69,22 +69,22 @@ def range_halves(run: Path, columns: tuple[str, ...], statistic: str = "mean", n
         raise RunError(f"{run}: {len(ns)} sizes at or above {n_min}; two halves of 3 need at least 5")
     mid = len(ns) // 2
     halves = {"lower": ns[:mid + 1], "upper": ns[mid:]}
+
+    def fit(sizes: list[int], col: str, rng: np.random.Generator) -> dict:
+        s = slope_with_interval(sizes, [rows.loc[rows.n == n, col].to_numpy() for n in sizes], rng, statistic=statistic)
+        return {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
+
     rng = np.random.default_rng(np.random.SeedSequence(20261126))
     out = {"run": str(run), "replicates": int(rows[rows.n >= n_min].groupby("n").size().min()),
            "statistic": statistic, "halves": halves}
     for col in columns:
-        out[col] = {}
-        for name, part in halves.items():
-            s = slope_with_interval(part, [rows.loc[rows.n == n, col].to_numpy() for n in part], rng,
-                                    statistic=statistic)
-            out[col][name] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
+        out[col] = {name: fit(part, col, rng) for name, part in halves.items()}
     if whole:
         # its own bootstrap stream, so the halves' numbers are those of a report without it
         rng = np.random.default_rng(np.random.SeedSequence(20261203))
         out["whole"] = ns
         for col in columns:
-            s = slope_with_interval(ns, [rows.loc[rows.n == n, col].to_numpy() for n in ns], rng, statistic=statistic)
-            out[col]["whole"] = {"slope": round(s["slope"], 4), "ci": [round(s["ci_low"], 4), round(s["ci_high"], 4)]}
+            out[col]["whole"] = fit(ns, col, rng)
     return out
 
 
