@@ -311,7 +311,8 @@ for _k in (3, 4):
         f"gmoe-over{_k}", SOFTMAX_GMOE, "Theorem 2 (over-fitted)", f"Figure 1 (model 1, K = {_k})",
         f"model 1 of gmoe-exact fitted with K = {_k} atoms", "maximum likelihood (EM + SQUAREM + Newton polish, 2 starts)",
         "40 samples per n, 200 sizes in [1e4, 1e5] in the peers' code CRPE-SGaME; moestat's recorded design: "
-        f"{_OVER_NPOINTS[_k]} log-spaced n from 200 to {_OVER_NMAX[_k]:_}, {_OVER_REPS[_k]} replicates".replace("_", " "),
+        f"{_OVER_NPOINTS[_k]} log-spaced n from 200 to {format(_OVER_NMAX[_k], '_').replace('_', ' ')}, "
+        f"{_OVER_REPS[_k]} replicates",
         (_gmoe("over", _k, {"n_min": 200, "n_max": _OVER_NMAX[_k], "n_points": _OVER_NPOINTS[_k], "reps": _OVER_REPS[_k],
                             "starts": 2, "chunk": 5},
                {"n_min": 200, "n_max": 5_000, "n_points": 5, "reps": 6, "starts": 2, "chunk": 3}),),
