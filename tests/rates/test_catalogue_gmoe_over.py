@@ -12,13 +12,18 @@ def _full(key: str) -> dict:
     return run.full
 
 
-def test_gmoe_over3_full_design_has_forty_replicates_on_the_recorded_grid():
-    # issue 33 scope 4: >= 40 replicates for over-specified designs; the grid, starts and estimator are the
-    # 10-replicate record's (simulations/catalogue/gmoe-over3/ten_replicates/), only the replicate count changed
+def test_gmoe_over3_full_design_has_forty_replicates_on_gmoe_over4s_grid():
+    # issue 33 scope 4: >= 40 replicates for over-specified designs; the starts and estimator are the
+    # 10-replicate record's (simulations/catalogue/gmoe-over3/ten_replicates/); then the grid grown to gmoe-over4's
+    # 13 sizes (HYPOTHESES.md, "gmoe-over3 on gmoe-over4's grid"), whose first 11 are the former grid
+    from moestat.rates.config import sample_sizes
+
     full = _full("gmoe-over3")
     assert full["reps"] == 40
-    assert (full["n_min"], full["n_max"], full["n_points"], full["starts"]) == (200, 20_000, 11, 2)
-    assert "40 replicates" in cat.entry("gmoe-over3").paper_design
+    assert (full["n_min"], full["n_max"], full["n_points"], full["starts"]) == (200, 50_238, 13, 2)
+    assert {k: full[k] for k in ("n_min", "n_max", "n_points")} == {k: _full("gmoe-over4")[k] for k in ("n_min", "n_max", "n_points")}
+    assert sample_sizes(200, 50_238, 13)[:11] == sample_sizes(200, 20_000, 11)
+    assert "13 log-spaced n from 200 to 50 238, 40 replicates" in cat.entry("gmoe-over3").paper_design
     (run,) = cat.entry("gmoe-over3").runs
     assert run.base["estimator"] == "mle" and run.base["k_fit"] == 3
 
