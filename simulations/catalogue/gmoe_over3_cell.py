@@ -32,8 +32,8 @@ Usage (from the repository root; about 3 CPU-minutes for the default six sizes):
 
 and, without a refit, each block's slope on the lower and upper half of a run's sizes::
 
-    python simulations/catalogue/gmoe_over3_cell.py simulations/catalogue/gmoe-over3/gaussian-moe \\
-        --range-halves --json simulations/catalogue/gmoe-over3/range_halves.json
+    python simulations/catalogue/gmoe_over3_cell.py simulations/catalogue/gmoe-over3/grid20k/gaussian-moe \\
+        --range-halves --json simulations/catalogue/gmoe-over3/grid20k/range_halves.json
 """
 
 from __future__ import annotations

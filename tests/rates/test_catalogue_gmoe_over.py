@@ -141,3 +141,28 @@ def test_gmoe_over4_record_is_the_20k_record_grown_by_its_two_ladder_sizes():
     grow = load_script(Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "grow_record.py")
     assert grow.check_growable(grown, config) == []
     assert grow.check_growable(former, config) == [31_698, 50_238]
+
+
+def test_gmoe_over3_record_is_the_entrys_sweep_on_the_13_sizes_every_fit_above_the_truth():
+    # HYPOTHESES.md, "gmoe-over3 on gmoe-over4's grid": all 13 sizes fitted afresh, 40 replicates each, the record's
+    # configuration the entry's; no fit below the truth's log-likelihood is kept as if it were converged (issue 33
+    # scope 1), and a fit that did not converge is kept and counted, not dropped
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from moestat.rates.catalogue import plan
+    from moestat.rates.config import RatesConfig, sample_sizes
+
+    over3 = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "gmoe-over3"
+    rows = pd.read_csv(over3 / "gaussian-moe" / "results.csv")
+    per_n = rows.groupby("n").size()
+    assert list(per_n.index) == sample_sizes(200, 50_238, 13) and (per_n == 40).all()
+    assert (rows["truth_check"] == "above").all() and (rows["truth_gap"] >= 0).all()
+    assert set(rows.loc[rows["converged"] == 0, "status"]) <= {"max_iter"}
+    ((_, config),) = plan("gmoe-over3")
+    prov = json.loads((over3 / "gaussian-moe" / "provenance.json").read_text())
+    assert RatesConfig.from_dict(prov["config"]).result_fields() == config.result_fields()
+    former = pd.read_csv(over3 / "grid20k" / "gaussian-moe" / "results.csv")
+    assert list(former.groupby("n").size().index) == sample_sizes(200, 20_000, 11)
