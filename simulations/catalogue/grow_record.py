@@ -29,7 +29,7 @@ is grown with ``--run``: the record's own configuration with the grid and replic
 ``OUT`` (one run folder); ``moestat rates`` with the same options and ``--resume --out OUT`` then
 writes its summary::
 
-    OMP_NUM_THREADS=1 python simulations/catalogue/grow_record.py --run RECORD/softmax OUT/softmax \
+    OMP_NUM_THREADS=1 python simulations/catalogue/grow_record.py --run RECORD/softmax OUT/softmax \\
         --n-min 1000 --n-points 6 --reps 40 --n-jobs 2
 """
 
@@ -80,7 +80,7 @@ def check_growable(record: Path, config) -> list[int]:
     if config.reps < old.reps:
         raise GrowError(f"{record}: {config.reps} replicates is fewer than the record's {old.reps}")
     chunk = old.chunk or old.reps
-    if config.reps > old.reps and (old.chunk is None or old.reps % chunk):
+    if config.reps > old.reps and (not old.chunk or old.reps % chunk):
         # a unit's replicates are fitted as one batch; a recorded partial chunk would be another batch here
         raise GrowError(f"{record}: its {old.reps} replicates do not fill whole chunks of {chunk}, so more "
                         "replicates would change the recorded units")
