@@ -60,9 +60,7 @@ def check_growable(record: Path, config) -> list[int]:
     """
     import pandas as pd
 
-    from moestat.rates.config import RatesConfig
-
-    old = RatesConfig.from_dict(json.loads((record / "provenance.json").read_text(encoding="utf-8"))["config"])
+    old = _recorded_config(record)
     a, b = old.result_fields(), config.result_fields()
     differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in GRID_KEYS)
     if differ:
@@ -110,13 +108,24 @@ def grow(key: str, record_dir: Path, out: Path, n_jobs: int) -> dict:
     todo = []
     for run, config in runs:
         src, dst = record_dir / run.label, out / run.label
-        if not (src / "provenance.json").is_file() or not (src / "results.csv").is_file():
-            raise GrowError(f"{src}: not a recorded run folder (no provenance.json or results.csv)")
-        if dst.exists():
-            raise GrowError(f"{dst} exists; choose a new OUT (a stopped growth is continued by moestat reproduce "
-                            f"{key} --resume --out {out})")
+        _check_folders(src, dst, f"moestat reproduce {key} --resume --out {out}")
         todo.append((src, dst, config, check_growable(src, config)))
     return {dst.name: _copy_and_fit(src, dst, config, missing) for src, dst, config, missing in todo}
+
+
+def _recorded_config(record: Path):
+    """The :class:`~moestat.rates.config.RatesConfig` a recorded run folder's ``provenance.json`` names."""
+    from moestat.rates.config import RatesConfig
+
+    return RatesConfig.from_dict(json.loads((record / "provenance.json").read_text(encoding="utf-8"))["config"])
+
+
+def _check_folders(src: Path, dst: Path, continued_by: str) -> None:
+    """Refuse a source that is not a recorded run folder, and a destination that exists."""
+    if not (src / "provenance.json").is_file() or not (src / "results.csv").is_file():
+        raise GrowError(f"{src}: not a recorded run folder (no provenance.json or results.csv)")
+    if dst.exists():
+        raise GrowError(f"{dst} exists; choose a new folder (a stopped growth is continued by {continued_by})")
 
 
 def _copy_and_fit(src: Path, dst: Path, config, missing: list[int]) -> list[int]:
@@ -137,17 +146,11 @@ def grow_run(src: Path, dst: Path, n_jobs: int, **grid) -> list[int]:
     ``None`` keeps the record's) and ``n_jobs``; checked by :func:`check_growable` before anything is
     copied or fitted.  Returns the sizes at which fits were added.
     """
-    from moestat.rates.config import RatesConfig
-
     bad = sorted(set(grid) - GRID_KEYS)
     if bad:
         raise GrowError(f"only {', '.join(sorted(GRID_KEYS))} may change, not {', '.join(bad)}")
-    if not (src / "provenance.json").is_file() or not (src / "results.csv").is_file():
-        raise GrowError(f"{src}: not a recorded run folder (no provenance.json or results.csv)")
-    if dst.exists():
-        raise GrowError(f"{dst} exists; choose a new folder (a stopped growth is continued by moestat rates "
-                        f"with the grown options, --resume --out {dst})")
-    old = RatesConfig.from_dict(json.loads((src / "provenance.json").read_text(encoding="utf-8"))["config"])
+    _check_folders(src, dst, f"moestat rates with the grown options, --resume --out {dst}")
+    old = _recorded_config(src)
     try:
         config = old.replace(n_jobs=n_jobs, **{k: v for k, v in grid.items() if v is not None}).validate()
     except ValueError as exc:  # an impossible grid (n_min > n_max, 2 points): the one-line error

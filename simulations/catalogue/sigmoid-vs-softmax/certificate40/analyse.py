@@ -11,7 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from moestat.rates.verdicts import paired_arrays, paired_contrast
