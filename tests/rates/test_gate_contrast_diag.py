@@ -141,3 +141,32 @@ def test_the_certificate40_analysis_reproduces_certificate20s_recorded_contrasts
     for arm in ("sigmoid", "softmax"):
         eq = got[arm]["record_rows_equal"]
         assert eq["rows"] == 60 and eq["n_iter_equal"] and eq["max_rel_objective"] < 1e-12
+
+
+def test_the_certificate40_record_is_its_analysis_of_its_rows():
+    # the recorded best-of-five certificate at the record's design: its how.json's 'found' is what the
+    # analysis committed before the run computes from the recorded rows, 40 replicates at 6 sizes per arm,
+    # certificate20's kept fits equal to the record's and the rest within round-off of it (how.json 'check')
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+    import pytest
+
+    sv = Path(__file__).resolve().parents[2] / "simulations" / "catalogue" / "sigmoid-vs-softmax"
+    analyse = load_script(sv / "certificate40" / "analyse.py")
+    got = analyse.main(sv / "certificate40")
+    want = json.loads((sv / "certificate40" / "how.json").read_text())["found"]
+    for arm in ("sigmoid", "softmax"):
+        assert got[arm]["per_n"] == {int(k): v for k, v in want[arm]["per_n"].items()}
+        assert [g["fits"] for g in got[arm]["per_n"].values()] == [40] * 6
+        eq = got[arm]["record_rows_equal"]
+        assert eq["rows"] == eq["of"] == 240 and eq["max_rel_objective"] < 1e-7
+        rows = pd.read_csv(sv / "certificate40" / arm / "results.csv")
+        kept = rows.merge(pd.read_csv(sv / "certificate20" / arm / "results.csv"), on=["n", "replicate"])
+        assert len(kept) == 60 and (kept.objective_x == kept.objective_y).all() and (kept.n_iter_x == kept.n_iter_y).all()
+    for key, w in want["paired_contrasts_softmax_minus_sigmoid"].items():
+        g = got["paired_contrasts_softmax_minus_sigmoid"][key]
+        assert g["category"] == w["category"] and g["pairs"] == w["pairs"] == 240
+        assert g["difference"] == pytest.approx(w["difference"], rel=1e-9)
+        assert g["ci"] == pytest.approx(w["ci"], rel=1e-9)

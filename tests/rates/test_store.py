@@ -145,3 +145,21 @@ def test_the_rates_guide_lists_every_preset():
     text = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "rates.rst").read_text(encoding="utf-8")
     missing = [name for name in PRESETS if f"``{name}``" not in text]
     assert not missing, f"docs/guide/rates.rst does not list the presets {missing}"
+
+
+def test_provenance_names_the_cpu_kernels_the_rows_came_from(tmp_path, monkeypatch):
+    # a fit on a flat ridge stops at another round-off on another CPU (MKL and ATen choose kernels by
+    # the CPU): provenance.json must say which, so that two records' rows can be told apart
+    import torch
+
+    from moestat.rates.store import utc_now, write_provenance
+
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    prov = write_provenance(tmp_path, tiny(), started=utc_now())
+    platform_ = json.loads((tmp_path / "provenance.json").read_text())["platform"]
+    assert platform_ == prov["platform"]
+    assert platform_["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert platform_["mkl_cbwr"] == "COMPATIBLE"
+    assert isinstance(platform_["cpu_model"], str)
+    monkeypatch.delenv("MKL_CBWR")
+    assert write_provenance(tmp_path, tiny(), started=utc_now())["platform"]["mkl_cbwr"] is None
