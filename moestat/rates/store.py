@@ -654,18 +654,6 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def _cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux; ``platform.processor()`` elsewhere or where unreadable)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def utc_now() -> str:
     """The current UTC time, ISO 8601 to the second (the timestamps of ``provenance.json``)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -706,12 +694,6 @@ def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started
             "machine": platform.machine(),
             "processor": platform.processor(),
             "cpu_count": os.cpu_count(),
-            # why: a fit on a flat ridge (an over-specified least-squares fit) stops at another round-off
-            # on another CPU, because MKL and ATen pick their kernels by the CPU (docs: rates, "Seeds and
-            # determinism"); these say which kernels a run's rows came from
-            "cpu_model": _cpu_model(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR"),
         },
         "torch": {
             "version": torch.__version__,

@@ -1,4 +1,4 @@
-"""What a worker runs: moestat's version, commit and source digest, torch, numpy, Python.
+"""What a worker runs: moestat's version, commit and source digest, torch, numpy, Python, and its CPU's kernels.
 
 The rows of a sweep are bit-identical across workers only when every worker runs the same code
 (a worker whose moestat has another default tolerance changes its rows silently).  The source
@@ -9,6 +9,7 @@ the version nor the commit shows (an uncommitted change, a stale copy on a node)
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +21,18 @@ __all__ = ["environment", "compare_environments", "COMPARED"]
 
 #: The entries that must agree between the client and every worker.
 COMPARED = ("moestat", "source_sha256", "torch", "numpy")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux; ``platform.processor()`` elsewhere or where unreadable)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 @lru_cache(maxsize=1)
@@ -41,9 +54,13 @@ def environment() -> dict:
     import numpy
     import torch
 
+    # the CPU's kernels are recorded, not compared: a fit on a flat ridge (an over-specified least-squares
+    # fit) stops at another round-off on another CPU, because MKL and ATen pick their kernels by the CPU
+    # (docs: rates, "Seeds and determinism"); they say which kernels a process's rows came from
     return {"moestat": __version__, "git_commit": _git_commit(), "source_sha256": _source_digest(),
             "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
-            "host": platform.node()}
+            "host": platform.node(), "cpu_model": _cpu_model(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
 
 
 def compare_environments(client: dict, workers: dict[str, dict]) -> list[str]:

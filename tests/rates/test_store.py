@@ -149,17 +149,25 @@ def test_the_rates_guide_lists_every_preset():
 
 def test_provenance_names_the_cpu_kernels_the_rows_came_from(tmp_path, monkeypatch):
     # a fit on a flat ridge stops at another round-off on another CPU (MKL and ATen choose kernels by
-    # the CPU): provenance.json must say which, so that two records' rows can be told apart
+    # the CPU): the environment recorded for the client and every worker must say which, so that two
+    # records' rows can be told apart
     import torch
 
-    from moestat.rates.store import utc_now, write_provenance
+    from moestat.rates.worker_env import COMPARED, environment
 
+    environment.cache_clear()
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
-    prov = write_provenance(tmp_path, tiny(), started=utc_now())
-    platform_ = json.loads((tmp_path / "provenance.json").read_text())["platform"]
-    assert platform_ == prov["platform"]
-    assert platform_["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert platform_["mkl_cbwr"] == "COMPATIBLE"
-    assert isinstance(platform_["cpu_model"], str)
-    monkeypatch.delenv("MKL_CBWR")
-    assert write_provenance(tmp_path, tiny(), started=utc_now())["platform"]["mkl_cbwr"] is None
+    try:
+        (tmp_path / "run").mkdir()
+        run_sweep(tiny(reps=2), tmp_path / "run", progress=False)
+        client = json.loads((tmp_path / "run" / "provenance.json").read_text())["runs"][-1]["workers"]["client"]
+        assert client["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert client["mkl_cbwr"] == "COMPATIBLE"
+        assert isinstance(client["cpu_model"], str)
+        environment.cache_clear()
+        monkeypatch.delenv("MKL_CBWR")
+        assert environment()["mkl_cbwr"] is None
+    finally:
+        environment.cache_clear()
+    # recorded, not compared: another CPU changes round-off, not the code a worker runs
+    assert not {"cpu_model", "cpu_capability", "mkl_cbwr"} & set(COMPARED)
