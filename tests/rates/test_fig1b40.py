@@ -1,4 +1,6 @@
-"""Preset fig1b40 (Figure 1(b)'s successor, issue 34): its mirror TOML, and the window script that designed it."""
+"""The successive designs of Figure 1(b) (fig1b40, fig1b40w, fig1b124w, fig1b124x, fig1b40wv): each is a
+TOML file beside its runs (``simulations/rates/NAME.toml``, ``moestat rates --config``), checked here to be a
+valid configuration, to be what its window script chose, and to be what its recorded runs ran."""
 
 import json
 import math
@@ -7,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from moestat.cli.cmd_rates import build_parser, config_from_args
 from moestat.rates import RatesConfig
 from moestat.rates.presets import PRESETS, load_toml
 from moestat.rates.spec_checks import sample_sizes
@@ -16,6 +19,17 @@ from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "simulations" / "rates"
+DESIGNS = ["fig1b40", "fig1b40w", "fig1b124w", "fig1b124x", "fig1b40wv"]
+
+
+def _design(name: str) -> dict:
+    """The flat keys of ``simulations/rates/NAME.toml``."""
+    return load_toml(SIM / f"{name}.toml")
+
+
+def _config(name: str) -> RatesConfig:
+    """The configuration ``simulations/rates/NAME.toml`` defines."""
+    return RatesConfig.from_toml(SIM / f"{name}.toml")
 
 
 def _script(name: str):
@@ -27,17 +41,20 @@ def _window():
     return _script("fig1b40_window")
 
 
-@pytest.mark.parametrize("name", ["fig1b40", "fig1b40w", "fig1b124w", "fig1b124x"])
-def test_simulation_toml_mirrors_preset(name):
-    data = load_toml(SIM / f"{name}.toml")
-    assert data == PRESETS[name]
-    assert RatesConfig.from_preset(name) == RatesConfig.from_toml(SIM / f"{name}.toml")
+@pytest.mark.parametrize("name", DESIGNS)
+def test_design_toml_is_a_valid_config_for_moestat_rates(name):
+    """``moestat rates --config simulations/rates/NAME.toml`` builds the file's configuration (no key
+    unknown or malformed; the command adds only its own default n_jobs), and the design is a file, not a
+    preset."""
+    ns = build_parser().parse_args(["--config", str(SIM / f"{name}.toml")])
+    assert config_from_args(ns) == _config(name).replace(n_jobs="auto")
+    assert name not in PRESETS
 
 
 @pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
 def test_successor_keeps_fig1b_estimator_and_truth(name):
     """Only the design changes: router subset, sizes, replicates; the estimator, starts and truth are fig1b's."""
-    new, old = RatesConfig.from_preset(name), RatesConfig.from_preset("fig1b")
+    new, old = _config(name), RatesConfig.from_preset("fig1b")
     for key in ("setting", "max_iter", "init", "init_scale", "truth_seed", "estimator", "tau", "d", "k_true",
                 "noise_var", "expert", "extra_starts", "starts"):
         assert getattr(new, key) == getattr(old, key), key
@@ -48,29 +65,29 @@ def test_fig1b124w_is_fig1b40w_with_the_replicates_its_plans_ask_for_a_tenth():
     """Only the replicates differ from fig1b40w; 124 is the largest reps_needed for +-0.05 that fig1b40w's
     three recorded seeds report for D2, the single-atom and the shared cells, divided by 4 (+-0.1) and
     rounded up to a multiple of the chunk."""
-    new, old = dict(PRESETS["fig1b124w"]), dict(PRESETS["fig1b40w"])
+    new, old = _design("fig1b124w"), _design("fig1b40w")
     assert new.pop("reps") == 124 and old.pop("reps") == 40 and new == old
     needed = []
     for s in (0, 1, 2):
         fits = json.loads((SIM / "figure1" / "fig1b40w" / f"seed{s}" / "summary.json").read_text())["fits"]
         needed += [f["plan"]["reps_needed"] for f in fits if f["loss"] in ("voronoi", "param_single", "param_multi")]
-    chunk = PRESETS["fig1b124w"]["chunk"]
+    chunk = _design("fig1b124w")["chunk"]
     quarter = math.ceil(max(needed) / 4)  # the replicates for half the +-0.05 half-width
-    assert PRESETS["fig1b124w"]["reps"] == chunk * math.ceil(quarter / chunk)
+    assert _design("fig1b124w")["reps"] == chunk * math.ceil(quarter / chunk)
 
 
 def test_fig1b124x_is_fig1b124w_on_its_plans_window_one_ladder_step_higher():
     """Only the grid differs from fig1b124w: it starts where seed 1's recorded plan asks the next run's window
     to start and ends at the --grow-n ladder's next size, so its first five sizes are fig1b124w's last five
     (the same streams) and it keeps six sizes."""
-    new, old = dict(PRESETS["fig1b124x"]), dict(PRESETS["fig1b124w"])
+    new, old = _design("fig1b124x"), _design("fig1b124w")
     for key in ("n_min", "n_max"):
         new.pop(key), old.pop(key)
     assert new == old
     fits = json.loads((SIM / "figure1" / "fig1b124w" / "seed1" / "summary.json").read_text())["fits"]
     lines = [f["plan"]["line"] for f in fits if f["loss"] == "param_single"]
     assert len(lines) == 1 and "fit the window n >= 6986" in lines[0]
-    w, x = RatesConfig.from_preset("fig1b124w"), RatesConfig.from_preset("fig1b124x")
+    w, x = _config("fig1b124w"), _config("fig1b124x")
     ladder = w.replace(grow_n=120_000).grid.ladder
     assert x.grid.ns == [n for n in w.grid.ns if n >= 6986] + ladder[:1]
     assert x.grid.ns == [6986, 12201, 21309, 37217, 65000, 113523]
@@ -84,7 +101,7 @@ def test_window_script_is_deterministic_and_is_the_preset():
     assert a == b
     recorded = json.loads((SIM / "fig1b40_window.json").read_text())
     assert same_numbers(json.loads(json.dumps(a)), recorded)
-    p = PRESETS["fig1b40"]
+    p = _design("fig1b40")
     assert sample_sizes(p["n_min"], p["n_max"], p["n_points"]) == a["sizes"]
     assert (p["n_min"], p["n_max"], p["reps"]) == (a["n_min"], a["n_max"], a["reps"])
     # the criterion: the window starts where the run-off share is within the limit from there on
@@ -128,7 +145,7 @@ def test_second_design_is_deterministic_and_is_the_preset():
     assert same_numbers(json.loads(json.dumps(a)), json.loads((SIM / "fig1b40w_window.json").read_text()))
     first = _window().design()
     assert (a["n_min"], a["reps"], a["budget_s"]) == (first["n_min"], first["reps"], first["budget_s"])
-    p = PRESETS["fig1b40w"]
+    p = _design("fig1b40w")
     assert sample_sizes(p["n_min"], p["n_max"], p["n_points"]) == a["sizes"]
     assert (p["n_min"], p["n_max"], p["n_points"], p["reps"]) == (a["n_min"], a["n_max"], mod.N_SIZES, a["reps"])
     assert a["predicted_cost_s"] <= a["budget_s"]
@@ -169,7 +186,7 @@ def test_successor_seeds_record_is_the_runs_and_the_docs_table(tmp_path, name):
         # the certificate, counted here from the CSV files
         assert r["certificate"]["sse_below_truth"] == int((res["fit_objective"] < res["truth_objective"]).sum())
         assert r["certificate"]["possibly_on_box"] == int((ext["beta1_radial"] >= r["certificate"]["box_bound"]).sum())
-        p = PRESETS[name]
+        p = _design(name)
         assert sum(r["certificate"]["truth_check"].values()) == len(res) == r["fits"] == p["reps"] * p["n_points"]
         for col, _, _ in mod.FIG1B_LOSSES:
             f = next(f for f in summ["fits"] if f["router"] == "perturbed" and f["loss"] == col)
@@ -209,15 +226,13 @@ def test_figure1_refuses_a_name_with_a_folder(tmp_path, bad, capsys):
     assert "--name" in capsys.readouterr().err
 
 
-def test_vanilla_preset_is_fig1b40w_with_the_vanilla_router():
-    """fig1b40wv (Figure 1(b)'s vanilla curves, issue 34) is fig1b40w's design with only the router
-    changed, and its TOML mirror agrees: one design in panel (b)."""
-    assert load_toml(SIM / "fig1b40wv.toml") == PRESETS["fig1b40wv"]
-    v, p = RatesConfig.from_preset("fig1b40wv"), RatesConfig.from_preset("fig1b40w")
-    assert RatesConfig.from_toml(SIM / "fig1b40wv.toml") == v
+def test_vanilla_design_is_fig1b40w_with_the_vanilla_router():
+    """fig1b40wv (Figure 1(b)'s vanilla curves) is fig1b40w's design with only the router changed: one
+    design in panel (b)."""
+    v, p = _config("fig1b40wv"), _config("fig1b40w")
     assert v.router == ("cosine",) and p.router == ("perturbed",)
-    assert {k: x for k, x in PRESETS["fig1b40wv"].items() if k != "router"} == \
-        {k: x for k, x in PRESETS["fig1b40w"].items() if k != "router"}
+    assert {k: x for k, x in _design("fig1b40wv").items() if k != "router"} == \
+        {k: x for k, x in _design("fig1b40w").items() if k != "router"}
     import dataclasses
     for f in dataclasses.fields(RatesConfig):
         if f.name != "router":
