@@ -65,7 +65,7 @@ def compile_cache_dirs() -> dict[str, str]:
     """Point torch.compile's caches under the user cache folder, unless already set; return them.
 
     Inductor's default is ``$TMPDIR/torchinductor_<user>`` (about 150 MB after one fused EM
-    compilation), outside both ``--out`` and the user's cache (issue 35).  Each variable in
+    compilation), outside both ``--out`` and the user's cache.  Each variable in
     :data:`COMPILE_CACHE_ENV` that the environment does not set becomes
     ``$XDG_CACHE_HOME/moestat/<torchinductor|triton>`` (``~/.cache/moestat/...`` when
     ``XDG_CACHE_HOME`` is unset); a value the user set is kept.  Called when :mod:`moestat` is
@@ -92,8 +92,8 @@ def prepare_compile() -> None:
     """Call before ``torch.compile``: :func:`compile_cache_dirs`, and Inductor's precompiled C++
     headers moved into ``TORCHINDUCTOR_CACHE_DIR`` too.
 
-    torch 2.13 keeps those headers (147 MB after one fused EM compilation, the bulk of the
-    ~150 MB of issue 35) in ``default_cache_dir()/precompiled_headers``, i.e. under ``$TMPDIR``
+    torch 2.13 keeps those headers (147 MB after one fused EM compilation, the bulk of
+    about 150 MB written per compiling process) in ``default_cache_dir()/precompiled_headers``, i.e. under ``$TMPDIR``
     whatever ``TORCHINDUCTOR_CACHE_DIR`` says, through the module globals ``_HEADER_DIR`` and
     ``_HEADER_LOCK_DIR`` of ``torch._inductor.codecache`` (read when a header is compiled).  They
     are pointed at ``$TORCHINDUCTOR_CACHE_DIR/precompiled_headers`` while they still hold torch's

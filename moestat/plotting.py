@@ -1,6 +1,6 @@
 """House style of every figure and table the doors write: one module, so every door follows it.
 
-What a reviewer asked of the figures (issue 24, item 6), and the helper here that does it:
+What the figures must do, and the helper here that does it:
 
 * one colour per curve, its markers, bars and fit line in one legend entry: :data:`PALETTE`,
   :func:`colours`, :func:`curve_handle` (a tuple handle drawn as one legend key) and :func:`legend`;
@@ -120,7 +120,7 @@ def tight_layout(fig: Any, **kwargs: Any) -> None:
     for the second (:func:`matplotlib.artist._get_tightbbox_for_layout_only` memoised for the
     duration of the call), so the layout is the same and the figure's bytes are too (tested), at
     about half the cost: a third of the convergence figure's drawing, the last step of the rates
-    door's main job (issue 36).  Where that private function is not there (another matplotlib),
+    door's main job.  Where that private function is not there (another matplotlib),
     this is the plain ``fig.tight_layout``.
     """
     import matplotlib.artist as martist

@@ -2,7 +2,7 @@
 
 The doors bound what a user may ask for by what the machine has, and refuse more with one line
 naming the flag and the limit (exit 2, nothing written), instead of starting 100 000 worker
-processes or allocating 75 GiB and failing half way (issue 35).  Every limit is read from the
+processes or allocating 75 GiB and failing half way.  Every limit is read from the
 operating system when the door validates its arguments:
 
 * **cores**: :func:`moestat.threads.available_cores` (``os.sched_getaffinity``: a batch

@@ -117,7 +117,7 @@ def spawn_int_seeds(random_state: int, count: int) -> list[int]:
 #: Largest seed a door accepts (``--seed``, ``--split-seed``, ``--truth-seed``, and the same keys in a
 #: config file): the range of a signed 64-bit integer, which the stores read back (pandas' int64
 #: column of ``results.csv``), and below which ``seed + run`` stays under the torch limit below for
-#: any realistic number of runs.  Every door uses this one bound (issue 35).
+#: any realistic number of runs.  Every door uses this one bound.
 MAX_SEED = 2**63 - 1
 
 #: ``torch.Generator.manual_seed`` takes a seed below 2**64 (numpy takes larger ones).

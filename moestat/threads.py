@@ -83,13 +83,13 @@ _KEPT: list[bool] = []
 def keep_freed_memory(nbytes: int = KEEP_FREED_BYTES) -> bool:
     """Let glibc's ``malloc`` serve blocks up to ``nbytes`` from the heap and keep what is freed there.
 
-    Why (issue 36): glibc maps every block above its ``mmap`` threshold (at most 32 MiB by default)
+    Why: glibc maps every block above its ``mmap`` threshold (at most 32 MiB by default)
     afresh and unmaps it when it is freed, so the kernel zeroes its pages again on every touch.  An
     eager EM step at n = 100 000 over 10 x 5 entries makes many ``[B, k, n]`` float64 temporaries
     of 80 MB: measured on the project's 2-core machine (one thread, 5 EM iterations), 2.8 s user
     and **9.8 s system** time (3.7 million page faults), against 3.1 s user and 1.0 s system with
     this setting (0.43 million); the compiled pass 1.41 + 1.74 s against 1.23 + 0.36 s.  That is
-    the system time of issue 36's 2-core sweep.  Results do not change (only where memory comes
+    the system time of a sweep on 2 cores.  Results do not change (only where memory comes
     from).  The cost: up to ``nbytes`` of freed memory stays with the process instead of going
     back to the system, so it is set in the sweep's processes only (:mod:`moestat.rates.backends`),
     not on ``import moestat``.

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scenario:
         keys["scenario_file"] = args.scenario
     with usage_errors():
-        if args.scenario and "router" in keys:  # dropped without a word before issue 35
+        if args.scenario and "router" in keys:  # the file states the gate: --router would be dropped without a word
             raise ValueError("--router cannot be combined with a SCENARIO file: the scenario file defines the router")
         cfg = RatesConfig.from_dict(keys)
         cfg.grid.validate()

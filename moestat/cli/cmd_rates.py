@@ -47,7 +47,7 @@ examples:
   moestat rates --router perturbed
   moestat rates --router perturbed,cosine --setting exact --out runs/exact
   moestat rates --preset fig1b --n-jobs 2 --out runs/fig1b
-  moestat rates --config simulations/rates/fig1a.toml --out runs/fig1a --resume
+  moestat rates --config fig1a.toml --out runs/fig1a --resume
   moestat rates --router perturbed --estimator null --out runs/null
   moestat rates --preset fig1a --backend dask --scheduler tcp://10.0.0.5:8786 --out runs/fig1a
   moestat rates --preset fig1a --scheduler-file ~/scheduler.json --out runs/fig1a --resume

@@ -37,7 +37,7 @@ EXAMPLES = """\
 examples:
   moestat select --k-bar 3 --n 400,2000 --reps 10 --out runs/select
   moestat select --k-bar 3 --n 400,2000 --reps 10 --n-jobs 2 --out runs/select2   # same records, 2 workers
-  moestat select --k-bar 3,4,5 --n 400,2000,10000 --reps 40 --chunk 20 --out simulations/selection/model1 --resume
+  moestat select --k-bar 3,4,5 --n 400,2000,10000 --reps 40 --chunk 20 --out runs/model1 --resume
 """
 
 

@@ -440,7 +440,7 @@ def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
     """For doors that write their results only at the end: on Ctrl-C -- or any failure before the
     results are written -- remove ``out`` if it holds nothing but its lock and door marker (the door
     created it), so an interrupted or failed start leaves nothing behind that a rerun would refuse
-    as "not empty" (issue 35: a diverged softmoe run left a folder holding only ``.moestat-door``)."""
+    as "not empty" (e.g. a diverged softmoe run would leave a folder holding only ``.moestat-door``)."""
     try:
         yield
     except BaseException:

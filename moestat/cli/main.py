@@ -55,8 +55,8 @@ def _help() -> str:
 
 
 def _short_usage() -> str:
-    """What a bare ``moestat`` prints: three lines, the subcommands and where the rest is (issue 35:
-    the full help, 19 lines, buried the hint)."""
+    """What a bare ``moestat`` prints: three lines, the subcommands and where the rest is (the
+    full help, 19 lines, would bury the hint)."""
     return ("usage: moestat <subcommand> [options]\n"
             f"subcommands: {', '.join(SUBCOMMANDS)}\n"
             "`moestat --help` says what each does; `moestat <subcommand> --help` lists its options.\n")
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
 
 
 def release_for_exit() -> None:
-    """Make the interpreter's exit cheap once a door has written everything (issue 36).
+    """Make the interpreter's exit cheap once a door has written everything.
 
     Measured on the main job (2 cores, quiet): about 2.9 s passed between the door's return and
     the process's end -- about 0.9 s joining the idle loky pool's threads (its workers wait out an
@@ -149,7 +149,7 @@ def end_now(rc: int) -> NoReturn:
     """Run the ``atexit`` handlers, flush ``stdout`` and ``stderr`` and end the process with ``rc``
     (``os._exit``), skipping the interpreter's teardown of its modules.
 
-    Why (issue 36): after the main job has written everything, the teardown of the objects of torch,
+    Why: after the main job has written everything, the teardown of the objects of torch,
     numpy and the package took 0.2-0.5 s of its wall time on the project's 2-core machine (the
     ``atexit`` handlers 0.01-0.02 s).  What an exit must still do is done here: the ``atexit``
     handlers run (multiprocessing joins its children, logging flushes, coverage saves its data), the

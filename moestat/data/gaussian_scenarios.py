@@ -295,7 +295,7 @@ def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law:
     return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted, n_starts)
 
 
-# ---- per-block errors of the over-fitted cells (issue 33; moestat.rates.gmoe_blocks) ----------------------
+# ---- per-block errors of the over-fitted cells (moestat.rates.gmoe_blocks) ---------------------------------
 #: column name -> (parameter block, "rbar" or "rbar/2": the exponent of the block in D2)
 BLOCKS = {"multi_beta1": ("beta1", "rbar"), "multi_b": ("b", "rbar"), "multi_a": ("a", "rbar/2"),
           "multi_variance": ("variance", "rbar/2")}

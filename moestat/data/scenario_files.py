@@ -499,7 +499,7 @@ def load_scenario(source: str) -> FileScenario:
         mod = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(mod)
-        except SystemExit as e:  # sys.exit() in the user's file would end moestat with no word (issue 35)
+        except SystemExit as e:  # sys.exit() in the user's file would end moestat with no word
             raise ScenarioFileError(f"{path}: importing it called sys.exit({e.code!r}); a scenario file must define "
                                     "the function, not run a program") from None
         except Exception as e:  # the user's code: report, do not crash

@@ -350,7 +350,7 @@ class Scenario(ScenarioBase):
             return self.model.predict(torch.as_tensor(X), self.truth).numpy()
         # a batch [..., n, d] one data set at a time: the same numbers (each sample's value involves
         # only its own row), and the [n, k] temporaries of one data set stay in cache, where those of
-        # the whole batch (20 x 128 000 x k in the main job) went to memory (issue 36)
+        # the whole batch (20 x 128 000 x k in a large unit) go to memory
         flat = X.reshape(-1, *X.shape[-2:])
         out = np.empty(flat.shape[:-1])
         for i, x in enumerate(flat):
@@ -380,7 +380,7 @@ class Scenario(ScenarioBase):
         """This scenario, whose :meth:`regression_function` of the array object ``X`` itself (not
         of an equal copy) returns ``mean`` instead of computing it again.
 
-        Why (issue 36): a work unit of a sweep draws ``Y = g_{G*}(X) + noise`` and then evaluates
+        Why: a work unit of a sweep draws ``Y = g_{G*}(X) + noise`` and then evaluates
         the truth's criterion on the same ``X`` (:func:`moestat.rates.truth_check.truth_criterion`),
         which computed ``g_{G*}(X)`` a second time -- about 1 CPU-s of the main job's 128 000-sample
         unit.  ``mean`` must be ``regression_function(X)`` (as :meth:`sample_with_mean` gives it,

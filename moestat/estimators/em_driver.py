@@ -142,7 +142,7 @@ COMPILE_LOCK_NAME = "moestat-compile.lock"
 def compile_lock() -> Iterator[None]:
     """Hold an exclusive lock on :data:`COMPILE_LOCK_NAME` in ``$TORCHINDUCTOR_CACHE_DIR``.
 
-    Why (issue 36): every worker of a sweep compiles the same EM pass.  On a cold cache each one
+    Why: every worker of a sweep compiles the same EM pass.  On a cold cache each one
     compiled it from scratch at the same time -- measured on the project's 2-core machine (loaded),
     a scaled ``gmoe_exact`` sweep took 43.9 CPU-s with 2 workers and 68.9 CPU-s with 8 workers on
     a cold cache against 23.1 CPU-s warm and 12.4 CPU-s eager (``docs/guide/performance.rst``).
@@ -200,7 +200,7 @@ def compile_batched(fn: Callable, lead: int = 0, **options) -> Callable:
     ``fn`` into this cache folder holds :func:`compile_lock`; the processes that meet the lock wait
     for it and then find a warm cache, and load it side by side (:func:`_compiled_marker`).
     """
-    prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR (issue 35)
+    prepare_compile()  # Inductor's caches under ~/.cache/moestat, not $TMPDIR
     c = torch.compile(fn, dynamic=True, **options)
     compiled = []  # non-empty once the first call returned
 
@@ -234,7 +234,7 @@ def compile_batched(fn: Callable, lead: int = 0, **options) -> Callable:
 
 
 #: A sweep compiles its EM fits when its units hold at least this many samples x starts in all
-#: (:func:`sweep_compile`).  Measured (issue 36, ``docs/guide/performance.rst``; the project's
+#: (:func:`sweep_compile`).  Measured (``docs/guide/performance.rst``; the project's
 #: 2-core machine, one thread): a cold compilation of the fused EM pass costs about 25 CPU-s
 #: (``fit_em`` of 10 x 5 entries, n = 2 000: 25.3 s user + 3.3 s system compiled against 3.9 s
 #: eager), loading it from a warm cache about 5 CPU-s per process; an exact-fit unit of the
@@ -254,7 +254,7 @@ def sweep_compile(total_samples: int, device: str = "cpu") -> bool | str:
     ``"all"`` when the whole sweep is large enough to win a cold compilation back
     (:data:`SWEEP_COMPILE_MIN_SAMPLES`), else ``False`` (eager).  ``"all"`` compiles every fit of
     the fused EM whatever its size, with the eager fallback of ``"auto"`` (the generic EM reads it
-    as ``"auto"``).  Why every fit (issue 36): the pass is compiled ahead of time and loads in
+    as ``"auto"``).  Why every fit: the pass is compiled ahead of time and loads in
     about 0.02 s, so the per-fit threshold of ``"auto"``
     (:data:`~moestat.estimators.mle_fused.COMPILE_MIN_SAMPLES`) only left the units below
     ``n = 1 000`` of the ``gmoe_exact`` design (a third of them) to the eager pass, about 5 ms per

@@ -269,7 +269,7 @@ def _take_accepted(k_gn, model, data, k: int, temperature, accept, current, prop
     the replicates that stop at this iterate whatever its ``J^T J`` (their ``ftol`` or ``xtol``
     test holds).  Where such a step is accepted only ``J^T r`` and ``diag(J^T J)`` are formed (the
     stopping tests read no more; ``A`` gets that diagonal): ``J^T J`` of a replicate's last
-    iterate was about a sixth of the main job's ``J^T J`` work and is never used (issue 36).
+    iterate was about a sixth of the main job's ``J^T J`` work and is never used.
     """
     theta, F, A, g = current
     trial, Ft, cache = proposed
@@ -373,7 +373,7 @@ def levenberg_marquardt(
     k = n_components
     P = theta0.shape[1]
     build, k_eval, k_fwd, k_gn, k_gd = Design.build, kernel_evaluate, kernel_forward, gauss_newton, gradient_and_diagonal
-    if kernel is not None:  # a model outside the analytic kernel (issue 14)
+    if kernel is not None:  # a model outside the analytic kernel
         build, k_eval, k_fwd, k_gn = kernel.build, kernel.evaluate, kernel.forward, kernel.gauss_newton
         k_gd = getattr(kernel, "gradient_and_diagonal", None)  # without it: J^T J at every accepted step
     if data is None:

@@ -140,8 +140,8 @@ class LeastSquaresMoE(MoEEstimator):
         :data:`ON_BOX_RTOL`).  Such a fit is the least-squares estimate *on* the compact space of
         (A.1), but where it lies depends on the box's size: the objective still falls outward
         (e.g. the over-specified perturbed cosine router of Figure 1(b), whose score saturates,
-        ``beta1 / (||beta1|| + tau1) -> beta1 / ||beta1||``, as ``||beta1|| -> infinity``:
-        ``simulations/rates/fig1b_runaway.py``), and the local rate analysis of Theorems 4-6
+        ``beta1 / (||beta1|| + tau1) -> beta1 / ||beta1||``, as ``||beta1|| -> infinity``),
+        and the local rate analysis of Theorems 4-6
         does not apply to it.
 
     Notes

@@ -133,7 +133,7 @@ class Design:
         xs, xe, y = [], [], []
         # Chunk by chunk, into the chunk's own arrays: the same values as scaling the whole X and
         # appending its column of ones first, without those two [R, n, d(+1)] temporaries (each
-        # as large as X: 82 MB in the main job's largest unit, issue 36).
+        # as large as X: 82 MB in the main job's largest unit).
         for s in range(0, n, chunk):
             Xc = X[:, s : s + chunk]
             xs.append((Xc if scale is None else Xc * scale[:, s : s + chunk]).transpose(1, 2).contiguous())
@@ -368,7 +368,7 @@ def per_replicate(R: int, P: int, n_c: int, like: torch.Tensor) -> bool:
     chunk of ``n_c`` samples: on the CPU, for more than one replicate, where the chunk's whole
     ``J^T [R, P, n_c]`` (float64) would exceed :data:`PER_REPLICATE_BYTES`.
 
-    Why (issue 36): the batched ``J^T`` of the main job's large units is 32 MiB per chunk, written
+    Why: the batched ``J^T`` of the main job's large units is 32 MiB per chunk, written
     by :func:`jacobian_t` and read back by the product after it has left the cache; one
     replicate's ``J^T`` (1.6 MiB) is read while still cached.  On an accelerator a loop over
     replicates would only add kernel launches, and for small chunks the loop's overhead is not

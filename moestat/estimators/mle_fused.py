@@ -89,7 +89,7 @@ def feature_moments(w: torch.Tensor, xs: list) -> torch.Tensor:
 # Under ``torch.compile`` the pass is one fused loop over the samples: about 5x faster than the
 # same code in eager mode on the CPU (docs/guide/gaussian_moe.rst, "Speed").
 #
-# Why the atoms are separate [B, n] rows (issue 36): written over [B, k, n] tensors, the maxima and
+# Why the atoms are separate [B, n] rows: written over [B, k, n] tensors, the maxima and
 # sums over the atoms are reductions along a dimension that is not the samples', and Inductor
 # splits the pass into about a dozen loops that write [B, k, n] intermediates to memory and read
 # them back -- 80 MB each at B = 50, n = 1e5, so the pass was memory-bound (about 60 ns per sample
@@ -124,7 +124,7 @@ def _row_sum(rows: list) -> torch.Tensor:
 # Two atoms (every exact fit of model 1, the gmoe_exact design): of the rows ``exp(l_i - max_j l_j)``
 # one is ``exp(l_top - l_top) = exp(0) = 1`` and the other ``exp(l_other - l_top)``, so one
 # exponential per sample gives both, bit for bit the numbers of the k-row form: the same
-# differences are formed and a select picks which (issue 36: the pass takes two such shifted
+# differences are formed and a select picks which (the pass takes two such shifted
 # exponentials, the gate's and the responsibilities'; 4 exponentials and 2 logarithms per sample
 # become 2 and 2).  A NaN row still makes the log-likelihood and every statistic of its entry NaN
 # (through the sum of the rows).
@@ -235,7 +235,7 @@ def _fuse_options() -> dict:
 
 
 # ---- the pass compiled ahead of time (AOTInductor) ---------------------------------------------
-# Why (issue 36): a process that calls the pass under ``torch.compile`` pays, even with Inductor's
+# Why: a process that calls the pass under ``torch.compile`` pays, even with Inductor's
 # caches warm, the import of Inductor, Dynamo's tracing of the pass and the load of the cached code:
 # 8.1 s wall in one process on the project's shared 2-core machine (load about 2; Dynamo's
 # compile_times: 2.5 s tracing, 2.8 s in the compiler, of which 1.2 s loading the cached module;
@@ -280,7 +280,7 @@ def _aot_path(k: int, p: int, threads: int) -> str:
 #: AOTInductor settings of the build that change how fast it is built, not what it computes (so they
 #: are not part of the package's name, :func:`_aot_path`).  Precompiled headers (AOTInductor's
 #: default) pay off across many builds; the pass is built once per cache folder, where they cost a
-#: third of a cold build (issue 36, the project's 2-core machine, load about 3, a fresh cache folder:
+#: third of a cold build (the project's 2-core machine, load about 3, a fresh cache folder:
 #: 79 s wall and 21.4 + 45.2 CPU-s in this process and the compiler with them, 63 s and 23.6 + 21.8
 #: CPU-s without; the two packages return the same numbers bit for bit).  A cold cache is what a
 #: fresh machine meets first: every sweep worker waits for this build (:func:`_aot_runner`).
@@ -328,7 +328,7 @@ def _private_loader():
 def _load_package(path: str):
     """The package at ``path`` as a function of the list of the pass's tensors, returning its outputs.
 
-    Why the private loader first (issue 36): the public ``torch._inductor.aoti_load_package``
+    Why the private loader first: the public ``torch._inductor.aoti_load_package``
     loads the same package through the same class, but importing ``torch._inductor`` costs about
     1.7 CPU-s and 970 modules per process (measured with torch 2.13 on the project's 2-core
     machine: 1.57-1.70 CPU-s import and 0.21-0.24 CPU-s load, against under 0.01 s for the class
@@ -569,7 +569,7 @@ def pass_loglik(X: torch.Tensor, Y: torch.Tensor, V: torch.Tensor, E: torch.Tens
     What a fit of this module records as ``loglik`` for its final parameters is this pass's
     value; evaluating another measure (the truth of a simulation, :mod:`moestat.rates.truth_check`)
     by the same pass compares the two with the same arithmetic.  Why not the eager
-    :func:`moestat.model.gaussian_moe.log_likelihood` (issue 36): on ``[B, n, k]`` tensors with
+    :func:`moestat.model.gaussian_moe.log_likelihood`: on ``[B, n, k]`` tensors with
     ``k = 2`` its softmax and log-sum-exp reduce along a dimension of two, about 290 ns per sample
     on the project's 2-core machine; the compiled pass is one loop over the samples.
 

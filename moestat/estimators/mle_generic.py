@@ -12,7 +12,7 @@ One EM iteration (Dempster, Laird & Rubin 1977; the M-step generalised):
 * **E-step** in log space: ``r_ni = exp(log w_i + log f_i - logsumexp_j(...))``.
 * **Experts**: linear experts with Gaussian noise by weighted least squares (the closed form,
   exact maximiser); multinomial-logistic experts by Newton-IRLS with a line search to the maximiser
-  of their concave ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (:data:`MSTEP_TOL`, issue 33);
+  of their concave ``Q_i(eta_i) = sum_n r_ni log f(y_n | x_n, eta_i)`` (:data:`MSTEP_TOL`);
   any other expert by one Levenberg--Marquardt-damped Newton step on its ``Q_i`` (gradient and
   Hessian by :mod:`torch.func`), kept only where ``Q_i`` increases.  Then ``sigma_i^2 = sum_n r_ni (y_n - h_i)^2 / sum_n r_ni``
   (exact), floored at ``var_floor * var(y)`` (the likelihood is unbounded without a floor).
@@ -43,7 +43,7 @@ A gate whose atom ``i`` scores with its own ``beta1_i`` alone (the Laplace and G
 (``GateFamily.score_rows``), and its Fisher-scoring step is then formed from ``d`` derivative rows
 (:func:`_row_gate_fisher`) instead of a :func:`torch.func.jacfwd` over every free gate parameter; a
 Top-K gate's mask is counted atom-major, and a search over the gate alone evaluates the experts'
-densities once (issue 33: ``benchmarks/bench_generic_em.py``).  The score search evaluates a
+densities once (``benchmarks/bench_generic_em.py``).  The score search evaluates a
 coordinate's steps in one batch, recomputing only the moved score row (:func:`_search_logliks`), and
 only for the entries the previous round moved; a damped step (:func:`~moestat.estimators.newton.ascent`)
 tries only the entries still trying, never the same step twice (``benchmarks/bench_topk_em.py``: the
@@ -71,7 +71,7 @@ __all__ = ["GenericEM", "Posterior", "fit_generic", "gate_fisher", "multinomial_
            "topk_search", "polish"]
 
 _LAM0 = 1e-6
-#: The exact M-step of multinomial-logistic experts and of their affine softmax gate (issue 33): Newton
+#: The exact M-step of multinomial-logistic experts and of their affine softmax gate: Newton
 #: steps until the Newton decrement of each concave ``Q`` is at most ``MSTEP_TOL * n`` -- a hundredth of
 #: the change ``tol * n`` (``tol = 1e-10``) at which EM stops, so the M-step's own error never decides
 #: EM's stopping -- and at most ``MSTEP_MAX_STEPS`` (a class separated within an atom's weights has its
@@ -909,8 +909,8 @@ def topk_search(model, em: GenericEM, full: _State, X, Y, status, paths, *, roun
 
     Only the entries moved by the previous round are searched again: an entry that did not move
     keeps its parameters, and its search -- a deterministic function of them -- would find the same
-    steps and the same gain (at most ``tol * n``) in every later round (issue 33: after the first
-    rounds most entries of a batch had stopped moving, and were searched again in every round)."""
+    steps and the same gain (at most ``tol * n``) in every later round (after the first rounds most
+    entries of a batch have stopped moving)."""
     n = X.shape[1]
     again = torch.ones(X.shape[0], dtype=torch.bool)  # the entries whose parameters changed
     for _ in range(int(rounds)):

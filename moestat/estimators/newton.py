@@ -74,7 +74,7 @@ def ascent(F: Callable, theta: torch.Tensor, lam: torch.Tensor, g: torch.Tensor,
 
     An entry whose ``lam`` is already at its cap ``1e12`` when a try fails would retry the very same
     step (the same ``lam``, so the same ``s`` and the same ``F``) and fail again: it stops at once,
-    with the same result (issue 33: most of a Top-K gate's score-block tries were such repeats).
+    with the same result (most of a Top-K gate's score-block tries would be such repeats).
 
     Parameters
     ----------

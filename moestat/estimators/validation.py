@@ -141,7 +141,7 @@ def all_finite(t: torch.Tensor) -> bool:
 
     The sum first: a NaN or an infinity in ``t`` makes its sum NaN or infinite, so a finite sum
     proves every entry finite; only a non-finite sum (bad data, or finite values whose sum
-    overflows) needs the entrywise test.  Why (issue 36): ``isfinite(X).all()`` writes a boolean
+    overflows) needs the entrywise test.  Why: ``isfinite(X).all()`` writes a boolean
     array as large as ``X`` and took about 120 ms for the main job's ``X [20, 128 000, 4]``, the
     sum about 6 ms.
     """

@@ -83,7 +83,7 @@ def direction_only(G: MixingMeasure) -> MixingMeasure:
 
 def _prepare(fitted: MixingMeasure, truth: MixingMeasure, direction: bool) -> tuple[MixingMeasure, MixingMeasure]:
     for G, role in ((fitted, "fitted"), (truth, "truth")):
-        if not isinstance(G, MixingMeasure):  # issue 13: an array used to fail with AttributeError
+        if not isinstance(G, MixingMeasure):  # an array would otherwise fail later with AttributeError
             raise TypeError(f"{role} must be a MixingMeasure, got {type(G).__name__}")
     fitted, truth = fitted.numpy(), truth.numpy()
     if fitted.dim != truth.dim or fitted.eta_dim != truth.eta_dim:
@@ -267,7 +267,7 @@ def voronoi_loss(
     0.0
     """
     t = cell_terms(fitted, truth, loss=loss, r=r, metric=metric, direction=direction)["terms"]
-    return sum_of_largest(t, k_active)  # checks 1 <= K <= k* (issue 13: K > k* was a silent dense sum)
+    return sum_of_largest(t, k_active)  # checks 1 <= K <= k* (K > k* would be a silent dense sum)
 
 
 def check_k_active(k_active: int | None, k_star: int) -> None:

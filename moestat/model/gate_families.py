@@ -160,7 +160,7 @@ class GateFamily:
         return f"<gate {self.name}>"
 
     #: whether :meth:`score_rows` is implemented: atom ``i``'s score depends on ``beta1_i`` alone and the
-    #: family writes it, and its derivative in ``beta1_i``, atom-major (the generic EM's gate step, issue 33)
+    #: family writes it, and its derivative in ``beta1_i``, atom-major (the generic EM's gate step)
     separable_score = False
 
     @property
@@ -370,7 +370,7 @@ class GaussianGate(GateFamily):
 
     def canonical_bias(self, beta0: np.ndarray) -> np.ndarray:
         # imported here: scipy.special costs about 0.5 CPU-s, on every command's start-up when at
-        # module level (before the main job's first unit, issue 36), and only this gate uses it
+        # module level (before the main job's first unit), and only this gate uses it
         from scipy.special import logsumexp
 
         return beta0 - logsumexp(beta0, axis=-1, keepdims=True)

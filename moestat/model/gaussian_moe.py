@@ -76,7 +76,7 @@ def mean_function(X, G: MixingMeasure) -> np.ndarray:
     if logits.shape[-1] == 2:
         # two atoms (every exact fit of model 1): softmax over two is the logistic function of the
         # difference, pi_0 = sigmoid(l_0 - l_1), pi_1 = sigmoid(l_1 - l_0), and the sum of the two
-        # products is written out.  Why (issue 36): ``torch.softmax`` and a reduction along a last
+        # products is written out.  Why: ``torch.softmax`` and a reduction along a last
         # dimension of two cost about 210 ns per sample on the project's 2-core machine (predict()
         # after every fit of the gmoe_exact sweep, a tenth of a unit's time), the rows about 40.  Both
         # are the softmax to the last bit or two of rounding (a relative 2e-16).
@@ -108,7 +108,7 @@ def sample_y(X: np.ndarray, G: MixingMeasure, rng: np.random.Generator) -> np.nd
         return _sample_y_two(X, G, a, b, s2, rng)
     logits = X @ G.beta1.T + G.beta0  # [n, k]
     # The expert is the number of cumulative gate probabilities c_j = pi_0 + ... + pi_j (j < k - 1)
-    # that the uniform u exceeds.  Written column by column (issue 36): NumPy's reductions along a
+    # that the uniform u exceeds.  Written column by column: NumPy's reductions along a
     # row of k = 2 (max, sum, cumsum, the count) cost about 60% of drawing a data set; the columns
     # give the same floating-point numbers in the same order -- the maximum is exact, pi = exp(logits
     # - max) is the same call on the same [n, k] array, and the sum, the divisions and the running
@@ -136,7 +136,7 @@ def _sample_y_two(X: np.ndarray, G: MixingMeasure, a: np.ndarray, b: np.ndarray,
                   rng: np.random.Generator) -> np.ndarray:
     """:func:`sample_y` for two atoms, drawing the same numbers with half the exponentials.
 
-    Why (issue 36): drawing the data is about a tenth of a unit of the ``gmoe_exact`` sweep, and
+    Why: drawing the data is about a tenth of a unit of the ``gmoe_exact`` sweep, and
     most of it was the ``[n, 2]`` logits (a matrix product with an inner dimension of one) and
     their exponentials.  Here the two logits are columns (for ``d = 1`` the product of one term,
     the number the matrix product gives), and of ``exp(l_j - max(l_0, l_1))`` the row's maximum

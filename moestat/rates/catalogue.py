@@ -69,8 +69,7 @@ __all__ = [
 
 #: Written into ``OUT/catalogue.json``.
 REPORT_SCHEMA = "moestat.catalogue.report/1"
-#: What the catalogue's rates are fitted to per ``n`` (declared in simulations/catalogue/HYPOTHESES.md,
-#: 2026-12-02, before any verdict was computed this way): the theorems' polynomial rates are ``O_P``
+#: What the catalogue's rates are fitted to per ``n``: the theorems' polynomial rates are ``O_P``
 #: statements, bounds on the loss's quantiles, so every run, re-judgement and contrast of the
 #: catalogue uses the per-``n`` median; the mean's slope and category are reported beside each row.
 STATISTIC = "median"
@@ -199,12 +198,11 @@ _HALF = -0.5
 #: replicates"), and its reduced ``--quick`` grid; copied into each Run (``dict(...)``) so none shares state.
 _OWN_FULL = {"n_min": 1000, "n_max": 32000, "n_points": 6, "reps": 12}
 _OWN_QUICK = {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 6}
-#: Replicates of a contrast's arms (issue 33: "40 replicates for contrasts", the peers' number).
+#: Replicates of a contrast's arms: 40, the peers' number (CRPE-SGaME uses 40 per n).
 _CONTRAST_REPS = 40
-#: cosine-over's replicates: fig1b124w's rule (simulations/rates/HYPOTHESES.md), applied to the entry's own
-#: 40-replicate record as its pilot -- a quarter of the largest ``plan.reps_needed`` (+-0.05) over its
-#: fixed-truth-judged rows, for +-0.1 (1288 / 4 = 322), rounded up to the chunk of 4 (declared before the run
-#: in simulations/catalogue/HYPOTHESES.md; the 40-replicate record moves to cosine-over/design40/)
+#: cosine-over's replicates, sized for intervals of +-0.1 by a 40-replicate pilot's own plan: a quarter of the
+#: largest ``plan.reps_needed`` (+-0.05) over its fixed-truth-judged rows (1288 / 4 = 322; a quarter of the
+#: replicates' count halves the half-width), rounded up to the chunk of 4
 _COSINE_OVER_REPS = 324
 #: temperature-gmoe's design: above the activation arm's pre-flight n_ok (9 187), a contrast's replicates.
 _TEMPERATURE_FULL = {"n_min": 10000, "n_max": 320000, "n_points": 6, "reps": _CONTRAST_REPS}
@@ -245,18 +243,15 @@ _add(Entry(
           "is judged by the two-point bound along the radial witness (App. B.2), flat for the vanilla router and "
           "falling at n^-1/2 for the perturbed one; the fixed-truth slope and the slow-rate rule of moestat rates are "
           "reported beside it (fixed_truth)",
-    recorded="preset fig1a (docs/guide/rates.rst)",
+    recorded="the fig1a preset's run (docs/guide/rates.rst)",
 ))
 _add(Entry(
     "cosine-over", COSINE, "Theorems 3 (vanilla cosine, over-specified) and 5 (perturbed cosine, over-specified)", "Figure 1(b)",
     "the regression MoE of cosine-exact, over-specified fit (k = k* + 1, dense)", "least squares (max_iter 1000)",
     "20 replicates per n (the paper); moestat: 6 log-spaced n, 1 000 to 32 000 (the fig1b preset's sizes), "
     f"{_COSINE_OVER_REPS} replicates",
-    # 40 replicates (was fig1b's 12; declared in simulations/catalogue/HYPOTHESES.md before its run): issue 33
-    # scope 4 asks >= 40 for over-specified designs, and the 12-replicate record's param_multi was the unweighted
-    # maximum over atoms that 0a31535 replaced by the mass-weighted quantity D2 bounds.  Then 324 (declared
-    # before its run): issue 34 scope 3 asks this model's over-specified rates with intervals of +-0.1, and
-    # the 40-replicate record's own plan sizes that (_COSINE_OVER_REPS)
+    # _COSINE_OVER_REPS replicates: the over-specified rates with intervals of +-0.1, as a 40-replicate pilot's
+    # plan sizes them (at least 40 in any over-specified design, the peers' count)
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "over", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _COSINE_OVER_REPS},
          dict(_OWN_QUICK)),),
@@ -270,8 +265,8 @@ _add(Entry(
     notes="the vanilla router's no-polynomial-rate prediction is judged by the two-point bound along the split "
           "witness (App. B.3), flat for the vanilla router and falling at n^-1/2 for the perturbed one; the "
           "fixed-truth slope and the slow-rate rule of moestat rates are reported beside it (fixed_truth)",
-    recorded="simulations/catalogue/cosine-over (the 12-replicate run of the fig1b preset's sizes: design12/; "
-             "the 40-replicate run: design40/)",
+    recorded="the catalogue's cosine-over records (runs of 12 and 40 replicates at the fig1b preset's sizes beside "
+             "the full design's)",
 ))
 _add(Entry(
     "gmoe-exact", SOFTMAX_GMOE, "Theorem 1 (exact fit)", "Figure 1 (model 1, K = 2, Appendix simulation study)",
@@ -284,29 +279,18 @@ _add(Entry(
     (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 1 (D1)"),
      Prediction("gaussian-moe", "param_single", _HALF, "Theorem 1"),
      Prediction("gaussian-moe", "mass", _HALF, "Theorem 1")),
-    recorded="simulations/catalogue/gmoe-exact (its report was re-fitted from the preset sweep simulations/gaussian_moe/gmoe_exact until 2026-12-02: from_preset_sweep/)",
+    recorded="the catalogue's gmoe-exact records (and the gmoe_exact preset's sweep)",
 ))
-# replicates per n of the full design, per K.  K = 3 at 40 (was 10, committed before its run): issue 33 scope 4
-# asks >= 40 replicates for over-specified designs (the peers' CRPE-SGaME uses 40 per n), and the 10-replicate
-# record (simulations/catalogue/gmoe-over3/ten_replicates/) left D2 and the shared cell's blocks inconclusive
-# because its independent halves disagreed (D2 -0.82 / -0.55; param_multi -0.51 / -0.43).  K = 4 at 40 too (was
-# 10; committed on its own, before its run, after gmoe-over3's run and not because of any result of K = 4): the
-# same scope 4, and its 10-replicate record's D2 interval is 3.6 wide
-# (simulations/catalogue/gmoe-over4/ten_replicates/).  K = 4 at 85 (declared 2026-12-03, before its run): its D2
-# row is inconclusive only by its halves, and fig1b124w's rule on the 40-replicate record's own plan under
-# today's rules (a quarter of D2's reps_needed for +-0.05, 338, rounded up to the chunk of 5) sizes it; the
-# 40-replicate record moves to simulations/catalogue/gmoe-over4/design40/
+# replicates per n of the full design, per K: at least 40 for an over-specified design (the peers' CRPE-SGaME
+# uses 40 per n; 10 replicates leave D2 and the shared cell's blocks inconclusive, their independent halves
+# disagreeing: D2 -0.82 / -0.55 for K = 3, and K = 4's D2 interval 3.6 wide).  K = 4 at 85: a quarter of D2's
+# reps_needed for +-0.05 on a 40-replicate pilot (338), rounded up to the chunk of 5, for intervals of +-0.1
 _OVER_REPS = {3: 40, 4: 85}
-# the largest size of the full grid, per K.  K = 4 grown to 50 238 (declared 2026-12-03, before its run): the
-# 85-replicate record's D2 median falls at -0.98 on n = 317 .. 3 170 and -0.51 [-1.16, +0.14] on 3 170 .. 20 000
-# (simulations/catalogue/gmoe-over4/grid20k/range_halves.json), so the question left is the rate beyond 20 000, which more
-# replicates do not answer; the grid gains the next two sizes of its own log-spacing ladder (ratio 100^(1/10):
-# 31 698 and 50 238, the 13 sizes of sample_sizes(200, 50 238, 13)), everything else unchanged; streams are keyed
-# by (n, replicate), so the 11 recorded sizes keep their rows (the record is that sweep grown, grid20k/ its former
-# summary).  K = 3 grown to the same 13 sizes (declared 2026-12-03, before its run; HYPOTHESES.md, "gmoe-over3 on
-# gmoe-over4's grid"): its gate slope's question is also the rate beyond 20 000 (simulations/catalogue/gmoe-over3/
-# range_halves.json, ten_replicates/cell.json), and the record was made before the MLE speed work of issue 36, so
-# all 13 sizes are fitted afresh (the former 11-size record moves to gmoe-over3/grid20k/)
+# the largest size of the full grid, per K: 50 238.  On n = 317 .. 20 000 the 85-replicate D2 median of K = 4
+# falls at -0.98 up to 3 170 and -0.51 [-1.16, +0.14] above, and K = 3's gate slope asks the same question, so
+# the rate beyond 20 000 is what is left, which more replicates do not answer; the grid takes the next two sizes
+# of its own log-spacing ladder (ratio 100^(1/10): 31 698 and 50 238, the 13 sizes of sample_sizes(200, 50 238, 13)).
+# Streams are keyed by (n, replicate), so a grid grown this way keeps the rows of its first 11 sizes.
 _OVER_NMAX = {3: 50_238, 4: 50_238}
 _OVER_NPOINTS = {3: 13, 4: 13}
 for _k in (3, 4):
@@ -334,7 +318,7 @@ for _k in (3, 4):
          *((Prediction("gaussian-moe", col, x, f"Theorem 2, rbar(2) = 4: the {BLOCKS[col][0]} block at "
                        f"n^{{-1/{'(2 rbar)' if BLOCKS[col][1] == 'rbar' else 'rbar'}}} (Han et al. 2024, FuseMoE, Table 2)")
             for col, x in block_predictions(2).items()) if _k == 3 else ())),
-        recorded=f"simulations/gaussian_moe/gmoe_over{_k}",
+        recorded=f"the gmoe_over{_k} preset's sweep and the catalogue's gmoe-over{_k} records",
     ))
 _add(Entry(
     "lse-ffn-vs-linear", LSE, "strongly identifiable experts (FFN eta2 * sigmoid(eta1^T x)) vs polynomial experts (slow rate)", "Figure 1",
@@ -342,15 +326,15 @@ _add(Entry(
     "the activation: Nguyen et al. 2025, arXiv 2505.10860, Definition 1) vs linear a^T x + b",
     "least squares (Levenberg-Marquardt, max_iter 1000)",
     "not recovered from the stored excerpts (abstract and introduction read); moestat's design: 6 log-spaced n, "
-    "1 000 to 32 000 (the linear arm 8, to 128 000: 5 sizes above its n_ok), 40 replicates (issue 33's number for "
-    "contrasts; the 12-replicate record is kept)",
-    # 40 replicates, declared before the run (simulations/catalogue/HYPOTHESES.md, "lse-ffn-vs-linear at 40
-    # replicates"): replicates 0-11 draw the same streams as the 12-replicate record
+    "1 000 to 32 000 (the linear arm 8, to 128 000: 5 sizes above its n_ok), 40 replicates (the peers' number for "
+    "contrasts)",
+    # 40 replicates, a contrast's count; streams are keyed by (n, replicate), so replicates 0-11 are a
+    # 12-replicate run's fits
     (Run("ffn-sigmoid", {"catalogue_file": "lse_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK)),
-     # 8 sizes to 128 000, declared before its run (HYPOTHESES.md, "lse-ffn-vs-linear's linear arm: five sizes
-     # above its n_ok"): the window from its n_ok 5 524 left 3 sizes of 6; the six recorded sizes draw the same streams
+     # 8 sizes to 128 000: five sizes above its n_ok (5 524), where the first six sizes leave 3 in the window;
+     # the first six sizes draw the same streams as on the 6-size grid
      Run("linear", {"catalogue_file": "lse_linear_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "n_max": 128000, "n_points": 8, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK))),
@@ -362,9 +346,8 @@ _add(Entry(
     # the slow arm's statement is about every estimator: judged by Le Cam's two points along the split of an
     # expert (moestat.rates.expert_two_point, docs/guide/two_point.rst), the contrast reported beside it
     judge="moestat.rates.expert_two_point:judge",
-    notes="the truth is moestat's (the paper's parameters were not recovered); the FFN arm's expert replaced "
-          "sigmoid(a^T x + b), which meets x_u dh/db = dh/da_u (the PDE of the slow class), by eta2 * sigmoid(eta1^T x), "
-          "committed before its run (simulations/catalogue/HYPOTHESES.md)",
+    notes="the truth is moestat's (the paper's parameters were not recovered); the FFN arm's expert is "
+          "eta2 * sigmoid(eta1^T x), not sigmoid(a^T x + b), which meets x_u dh/db = dh/da_u (the PDE of the slow class)",
 ))
 _add(Entry(
     "sigmoid-vs-softmax", SIGMOID, "expert estimation under sigmoid vs softmax gating (over-specified, FFN experts eta2 * GELU(eta1^T x))",
@@ -372,10 +355,10 @@ _add(Entry(
     "sigmoid gate (no reference atom) vs softmax gate",
     "least squares (Levenberg-Marquardt on autograd Jacobians: the scaled experts are protocol models under both gates, max_iter 1000)",
     "not recovered (the figure caption reads: empirical averages of the Voronoi losses, sigmoid vs softmax on the same "
-    "data, with fitted lines); moestat's design: 6 log-spaced n, 1 000 to 32 000, 40 replicates (issue 33's number "
-    "for contrasts; the 12-replicate record is kept), one truth per gate",
-    # 40 replicates per arm, declared before the run (HYPOTHESES.md, "sigmoid-vs-softmax at 40 replicates": issue 33's
-    # count for contrasts); replicates 0-11 draw the same streams as the 12-replicate record (design12/)
+    "data, with fitted lines); moestat's design: 6 log-spaced n, 1 000 to 32 000, 40 replicates (the peers' number "
+    "for contrasts), one truth per gate",
+    # 40 replicates per arm, a contrast's count; streams are keyed by (n, replicate), so replicates 0-11 are a
+    # 12-replicate run's fits
     (Run("sigmoid", {"catalogue_file": "gate_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK)),
@@ -392,21 +375,21 @@ _add(Entry(
     contrast=("softmax", "sigmoid", "param_multi"),
     notes="the paper compares both gates on one data set; moestat fits each gate on data from its own truth (a scenario "
           "file has one gate). The contrast: softmax's multi-atom parameter error flatter than sigmoid's. Both arms' "
-          "experts GELU(a^T x + b) were replaced by eta2 * GELU(eta1^T x) before their run (the bias inside the "
-          "activation gives the slow-class PDE x_u dh/db = dh/da_u; simulations/catalogue/HYPOTHESES.md)",
+          "experts are eta2 * GELU(eta1^T x), not GELU(a^T x + b): the bias inside the "
+          "activation gives the slow-class PDE x_u dh/db = dh/da_u",
 ))
-# ---- likelihood entries: need the generic maximum likelihood of issue 27 (branch i27a) -------------
+# ---- likelihood entries: fitted by the generic maximum likelihood (moestat.estimators.mle_generic) ----
 _add(Entry(
     "topk-gmoe", TOPK, "exact-specified: parametric density and parameter rates; over-specified: slow parameter rates",
     "Appendix D (numerical experiments)", "Top-K sparse softmax-gated Gaussian MoE (K = 2 of k* = 3), linear experts",
     "maximum likelihood (generic EM)", "Appendix D (EM and a coordinate gradient descent, per the stored page); grid not "
     "recovered; moestat's design: 5 log-spaced n, 2 000 to 16 000 (above the pre-flight n_ok 1 766), 12 replicates",
     (Run("topk-exact", {"catalogue_file": "topk_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
-         # n_min 2 000: the pre-flight's n_ok is 1 766 (sd of atom 1 beta1 above 0.1 x separation below it; issue 33
-         # Scope 4), chosen before the full run of the fixed Top-K gate
+         # n_min 2 000: the pre-flight's n_ok is 1 766 (sd of atom 1 beta1 above 0.1 x separation below it): the
+         # first round thousand above n_ok, so that the whole grid lies above it
          {"n_min": 2000, "n_max": 16000, "n_points": 5, "reps": 12},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
-         requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file (issue 27, i27a)"),),
+         requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file"),),
     (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
     notes="the generic EM's gate step moves beta0 (Newton on Q_g) and beta1 (ECME on the likelihood); the likelihood "
           "jumps where a boundary crosses a sample, and boundaries are moved by the score search; fits below the "
@@ -420,9 +403,8 @@ _add(Entry(
     "maximum likelihood (generic EM)",
     "not recovered (abstract and a third-party summary read); moestat's design: 6 log-spaced n, 10 000 to 320 000 "
     "(above the activation arm's pre-flight n_ok 9 187), 40 replicates",
-    # the design of 2026-12-02 (simulations/catalogue/HYPOTHESES.md, declared before its run): the grid starts above
-    # the activation arm's n_ok (issue 33 Scope 4; the temperature arm's n_ok is infinite, its ray is not identified)
-    # and a contrast gets 40 replicates; the first full run (1 000 to 32 000, 12 replicates) is kept in design12/
+    # the grid starts above the activation arm's n_ok (the temperature arm's n_ok is infinite: its ray is not
+    # identified) and a contrast gets 40 replicates
     (Run("temperature", {"catalogue_file": "temperature_gmoe.toml", "estimator": "mle", "max_iter": 1000},
          dict(_TEMPERATURE_FULL),
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
@@ -457,23 +439,23 @@ _add(Entry(
     "Newton-IRLS M-step)",
     "not recovered from the stored excerpts (abstract read); moestat's design: 5 log-spaced n, 5 000 to 80 000 (above the "
     "pre-flight n_ok 3 751 / 2 704), 40 replicates",
-    # issue 33, Scope 4: the truth was replaced by the pre-flight alone (criteria in the toml files) and the
-    # grid moved above its n_ok (first size >= 1.25 n_ok, factor 16, 40 replicates for the contrast), both
-    # fixed before the first fit of the new truth; the quick grid starts above n_ok too
+    # the truth is chosen by the pre-flight alone (criteria in the toml files) and the grid lies above its n_ok
+    # (first size >= 1.25 n_ok, factor 16, 40 replicates for the contrast), both fixed before any fit of the
+    # truth; the quick grid starts above n_ok too
     (Run("nonvanishing", {"catalogue_file": "multinomial_nonvanishing.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 5000, "n_max": 80000, "n_points": 5, "reps": 40},
          {"n_min": 5000, "n_max": 20000, "n_points": 3, "reps": 4},
-         requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)"),
+         requires="multinomial-logistic experts fitted by maximum likelihood"),
      Run("vanishing", {"catalogue_file": "multinomial_vanishing.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 5000, "n_max": 80000, "n_points": 5, "reps": 40},
          {"n_min": 5000, "n_max": 20000, "n_points": 3, "reps": 4},
-         requires="multinomial-logistic experts fitted by maximum likelihood (issue 27, i27a)")),
+         requires="multinomial-logistic experts fitted by maximum likelihood")),
     (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
      Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
                 by_contrast=True)),
     contrast=("vanishing", "nonvanishing", "D1"),
-    notes="the truth is moestat's (the paper's parameters were not recovered), chosen by the pre-flight alone "
-          "(issue 33): gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000",
+    notes="the truth is moestat's (the paper's parameters were not recovered), chosen by the pre-flight alone: "
+          "gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000",
 ))
 _add(Entry(
     "gaussian-gated-moe", GAUSSIAN_GATE, "Type I setting (every gate mean nonzero), over-specified: D-bar at n^{-1/2}",
@@ -485,11 +467,10 @@ _add(Entry(
     "40 replicates, 3 starts, EM max 10 000 iterations",
     (Run("gllim", {"catalogue_file": "gllim_model1.toml", "estimator": "mle", "max_iter": 10000, "init_scale": 0.1,
                    "starts": 3},
-         # n_min 2 000: the pre-flight's n_ok is 1 646 (issue 33 Scope 4); the rule of topk-gmoe (the first round
-         # thousand above n_ok; n_max, sizes and replicates unchanged), applied before the run.
-         # reps 40 (was 6), fixed before the 40-replicate run, truth unchanged: the entry is over-specified
-         # (K = 4 > k* = 3) and issue 33 Scope 4 asks >= 40 replicates for over-specified designs; the
-         # 6-replicate record (D-bar -0.25 [-0.72, 0.23]) could not separate -1/2 from 0. Its per-replicate
+         # n_min 2 000: the pre-flight's n_ok is 1 646; the rule of topk-gmoe (the first round thousand above
+         # n_ok).
+         # reps 40: the entry is over-specified (K = 4 > k* = 3), and an over-specified design gets at least 40
+         # replicates; 6 replicates (D-bar -0.25 [-0.72, 0.23]) cannot separate -1/2 from 0.  Their per-replicate
          # slopes (sd 0.24) give a bootstrap half-width 1.96 x 0.24 / sqrt(R): 0.075 at R = 40 and 0.11 for
          # each half of 20 (the halves rule), inside +-0.15. The OLS t-part of the interval is set by rare
          # spurious maxima (one D-bar 0.22, six times its size's median, in 30 fits), which 6 replicates
@@ -501,34 +482,34 @@ _add(Entry(
           "joint maximum likelihood (moestat.estimators.gllim). The conditional variant -- a Gaussian gate with a "
           "known common kernel variance and x not modelled (catalogue_files/gaussian_gate_over.toml) -- is kept only "
           "as a negative example: a common shift of the centres leaves p(y | x) unchanged, so it is not identifiable "
-          "and its D-bar cannot converge. Side by side with the authors' committed CRPE-GMoE arrays: "
-          "simulations/catalogue/crpe_gmoe.json",
+          "and its D-bar cannot converge. The fits are compared side by side with the authors' committed CRPE-GMoE "
+          "arrays in the records",
 ))
 
-# ---- entries of issue 33, Scope 6 (each: a scenario file of catalogue_files/ + its Entry here) ------
-_FIG3 = ("Figure 3 of Han et al. (2024) as read by issue 33 (a measured slope, not a theorem's exponent: Theorem 3.2 "
+# ---- entries from a scenario file each (a file of catalogue_files/ + its Entry here) ----------------
+_FIG3 = ("Figure 3 of Han et al. (2024) as read from the figure (a measured slope, not a theorem's exponent: Theorem 3.2 "
          "was not read)")
 _add(Entry(
     "laplace-gmoe", LAPLACE, "Theorem 3.2 (Laplace gating, maximum likelihood; not read: the stored copy holds the abstract "
-    "and introduction)", "Figure 3 (as read by issue 33: slopes -0.49 exact, -0.47 over-specified)",
+    "and introduction)", "Figure 3 (as read from the figure: slopes -0.49 exact, -0.47 over-specified)",
     "Laplace-gated Gaussian MoE, weights softmax_i(-||x - beta1_i|| + beta0_i), linear experts, one variance per atom, "
     "d = 2, k* = 2; exact (k = 2) and over-specified (k = 3) fits (moestat's truth)",
     "maximum likelihood (generic EM); over-specified: over the compact set of the theorem's setting, every centre "
-    "coordinate |beta1_ic| <= 2 and intercept |beta0_i| <= 10 (laplace_gmoe_over_box.toml's [box]; simulations/catalogue/"
-    "HYPOTHESES.md, last section), the former unbounded fit recorded in simulations/catalogue/laplace-gmoe/former_estimator/",
+    "coordinate |beta1_ic| <= 2 and intercept |beta0_i| <= 10 (laplace_gmoe_over_box.toml's [box], fixed before any run with it): unbounded, a "
+    "centre runs off toward the linear-score limit",
     "not read (Figure 3's design is not in the stored excerpts); moestat's design: 5 log-spaced n, 1 000 to 16 000, "
-    "12 replicates (exact), 40 (over-specified, issue 33 Scope 4)",
+    "12 replicates (exact), 40 (over-specified: at least 40 in an over-specified design)",
     (Run("exact", {"catalogue_file": "laplace_gmoe_exact.toml", "estimator": "mle", "max_iter": 1000},
          {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 12},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6}),
-     # the MLE over the theorem's compact set (issue 33): unbounded, a centre ran off to the linear-score limit;
-     # max_iter 4 000 (declared 2026-12-01 before its run, HYPOTHESES.md): at 1 000, 26/200 fits were still climbing
+     # the MLE over the theorem's compact set: unbounded, a centre runs off to the linear-score limit;
+     # max_iter 4 000: at 1 000, 26/200 fits are still climbing
      Run("over", {"catalogue_file": "laplace_gmoe_over_box.toml", "estimator": "mle", "max_iter": 4000},
          {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 40},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6})),
     (Prediction("exact", "D1", -0.49, _FIG3 + ": exact-specified"),
      Prediction("over", "D2", -0.47, _FIG3 + ": over-specified")),
-    notes="the predictions are the paper's measured slopes as issue 33 reads its Figure 3, not exponents of Theorem 3.2 "
+    notes="the predictions are the paper's measured slopes as read from its Figure 3, not exponents of Theorem 3.2 "
           "(not read); the losses are moestat's (D1, and D2 with the block exponents of Nguyen, Nguyen & Ho 2023, "
           "Theorem 2), the paper's Laplace-gate losses not having been read; pre-flight n_ok 396 (moestat check), "
           "below both grids",
@@ -573,7 +554,7 @@ _add(Entry(
      Prediction("over", "D2", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)"),
      Prediction("exact", "regression_l2", _HALF, _LSE_L2),
      Prediction("over", "regression_l2", _HALF, _LSE_L2)),
-    notes="runnable since issue 33 (2026-12-02): the gates normalised-sigmoid and shared-sigmoid of "
+    notes="fitted with the gates normalised-sigmoid and shared-sigmoid of "
           "moestat.model.gate_registry.GATES; the paper's statements were not read, so the entry reproduces nothing: "
           "its Voronoi rates are measured and reported for a reader who has the paper; the regression rows are "
           "moestat's fidelity check",
@@ -702,9 +683,8 @@ def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dic
 
 
 def preflight_window(run) -> tuple[int | None, int | None]:
-    """``(window_min, n_ok)``: the catalogue's fitting window of a run (issue 33 Scope 4, declared in
-    ``simulations/catalogue/HYPOTHESES.md`` on 2026-12-02); ``run`` is its configuration or, resolved
-    already, its :class:`~moestat.rates.resolve.Experiment`.
+    """``(window_min, n_ok)``: the catalogue's fitting window of a run; ``run`` is its configuration or,
+    resolved already, its :class:`~moestat.rates.resolve.Experiment`.
 
     ``n_ok`` is the largest finite pre-flight ``n_ok`` of the run's routers
     (:func:`moestat.rates.preflight.preflight`: the smallest ``n`` at which every block's

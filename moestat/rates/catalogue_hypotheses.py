@@ -1,8 +1,8 @@
-"""Every catalogue run's truth against the hypotheses of its own theorem (issue 33, Scope 2).
+"""Every catalogue run's truth against the hypotheses of its own theorem.
 
 :data:`CATALOGUE_THEOREMS` names, for each run of :mod:`moestat.rates.catalogue`, the theorem of
 :mod:`moestat.rates.hypotheses` whose hypotheses its truth must meet; :func:`catalogue_hypotheses`
-checks them (``simulations/catalogue/hypotheses/check_catalogue.py`` records the result).
+checks them, so that a run is never judged against a theorem whose hypotheses its truth breaks.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ __all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded",
 #: Loss columns whose definition changed after runs were recorded with them: the change's commit
 #: time (UTC), its commit, and what the column held before.  A recorded row holds the quantity of
 #: its day, so judging it against a prediction written for today's quantity would be judging a
-#: different number (issue 33: the catalogue's 12-replicate ``cosine-over`` judged its unweighted
-#: shared-cell maximum against Theorem 5's ``n^-1/4`` for the mass-weighted error).
+#: different number (e.g. an unweighted shared-cell maximum judged against Theorem 5's ``n^-1/4``
+#: for the mass-weighted error).
 REDEFINED: dict[str, tuple[str, str, str]] = {
     "param_multi": ("2026-11-26T05:44:26+00:00", "0a31535",
                     "the unweighted maximum of ||omega_i - omega*_j|| over the atoms of shared cells"),
@@ -107,7 +107,8 @@ def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:
     Parameters
     ----------
     run_dir : path-like
-        A recorded run folder (e.g. ``simulations/catalogue/gmoe-over4/gaussian-moe``).
+        A recorded run folder (one run of a catalogue entry, e.g. ``gmoe-over4/gaussian-moe`` in the
+        folder of the catalogue's records).
 
     Returns
     -------
@@ -151,7 +152,7 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     key : str
         Entry key.
     folder : path-like
-        The entry's recorded folder (e.g. ``simulations/catalogue/cosine-exact``).
+        The entry's recorded folder (e.g. ``cosine-exact`` in the folder of the catalogue's records).
 
     Returns
     -------

@@ -67,7 +67,7 @@ def read_and_fit(out: Path, experiment: Experiment):
     """:func:`moestat.rates.store.read_run` of ``out`` and :func:`moestat.rates.fit.fit_experiment`
     of its rows; ``(rows without their table, fits)``, the table kept here for :func:`plot_kept`.
 
-    Why (issue 36): run by the first forked worker after the sweep.  Reading the rows needs pandas
+    Why: run by the first forked worker after the sweep.  Reading the rows needs pandas
     (about 0.4 CPU-s to import on the project's 2-core machine), which the worker has imported
     (:data:`WARM_MODULES`) while the sweep's process fitted units; read in the sweep's process, that
     import sat between the last unit and the rate fits, with the other core idle.  The same
@@ -172,7 +172,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     figure_formats : sequence of {"pdf", "png", "svg"}, or a comma list
         The files of each convergence figure (each figure is drawn once and saved per format;
         default :data:`~moestat.rates.figures.DEFAULT_FIGURE_FORMATS`, png only: a pdf costs
-        more to write than the png, issue 36);
+        more to write than the png);
         ``()`` or ``"none"``: no figure (``moestat plot OUT`` draws them later from the results).
         Never part of the configuration: it changes no number.
 
@@ -214,7 +214,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
 #: Imported while the sweep runs (:func:`_warm_imports`): what reading the rows and the rate fits
 #: need (pandas; the quantiles of ``scipy.special`` behind :func:`moestat.rates.verdicts.ols` and
 #: :func:`~moestat.rates.verdicts.theil_sen`, which compute statsmodels' OLS and scipy's Theil-Sen
-#: without importing statsmodels or ``scipy.stats``: about 1.2 CPU-s less, issue 36) and, when
+#: without importing statsmodels or ``scipy.stats``: about 1.2 CPU-s less) and, when
 #: figures are asked for, matplotlib (``matplotlib.use("Agg")`` first, as
 #: :func:`moestat.rates.figures.draw_convergence` does).
 WARM_MODULES = ("pandas", "scipy.special")
@@ -225,7 +225,7 @@ def _warm_imports(formats: Sequence[str]) -> threading.Thread:
     """Import :data:`WARM_MODULES` (and :data:`WARM_FIGURE_MODULES` if ``formats``) in a
     background thread, started before the sweep.
 
-    Why (issue 36): on two cores the sweep's processes keep both busy until its last units, but
+    Why: on two cores the sweep's processes keep both busy until its last units, but
     the rate fits and the figures after it run in this process alone, and about 2.5 CPU-s of
     them (of a main job of about 25) was importing these modules.  Imported while the sweep
     computes -- torch releases the GIL in its kernels -- they are ready when the fits start.

@@ -283,8 +283,8 @@ def _note(reps: int | str, drew_fit: bool, predictions: set, statistic: str = "m
 #: The drawing functions' default files (``moestat plot OUT`` redrawing a run): a PDF (vector, for papers) and a 200-dpi PNG.
 FIGURE_FORMATS = ("pdf", "png")
 #: The files of a rates run's figures (``moestat rates --figure-formats``, :func:`moestat.rates.run_rates`):
-#: the PNG only.  Issue 36: the four files of the main job (both formats of both figures) were a
-#: fifth of its time, the PDFs (font subsetting) the larger part; ``--figure-formats pdf,png``
+#: the PNG only: the four files of both formats of both figures take about a fifth of a quick run's
+#: time, the PDFs (font subsetting) the larger part; ``--figure-formats pdf,png``
 #: writes the vector figure a paper needs, and ``moestat plot`` draws both formats later.
 DEFAULT_FIGURE_FORMATS = ("png",)
 #: Every format ``--figure-formats`` accepts.
@@ -373,7 +373,7 @@ def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headlin
     The two figures are drawn at the same time, the second in a forked child
     (:func:`moestat.rates.forked.draw_in_fork`; one after the other where fork is not used):
     about 1 CPU-s each on the project's 2-core machine, after the sweep, when the second core
-    is otherwise idle (issue 36).  The files are the same either way."""
+    is otherwise idle.  The files are the same either way."""
     every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
     drawn = [("convergence", list(headline))] + ([("convergence_all", every)] if every else [])
     if not check_figure_formats(formats):
@@ -441,8 +441,8 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
         # Laid out: no engine left on the figure.  tight_layout leaves a placeholder engine, and
         # savefig, finding an engine, first draws the whole figure once more with rendering off
         # (every tick and text laid out again) before it renders -- for the same pixels: the
-        # placeholder changes nothing.  Issue 36: that pass was about 15% of convergence_all.png,
-        # the last step of the main job; the PNG bytes are the same without it
+        # placeholder changes nothing.  That pass is about 15% of convergence_all.png, the last
+        # step of a rates run; the PNG bytes are the same without it
         # (tests/rates/test_figures.py).
         fig.set_layout_engine(None)
     return fig

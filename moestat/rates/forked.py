@@ -1,6 +1,6 @@
 """Sweep workers forked from the sweep's own process after its imports, and a figure drawn in a fork.
 
-Why (issue 36): a loky worker (:mod:`moestat.rates.backends`) is a fresh interpreter that imports
+Why: a loky worker (:mod:`moestat.rates.backends`) is a fresh interpreter that imports
 torch and the package before its first unit -- 3.5 to 4.3 CPU-s on the project's 2-core machine,
 a fifth of the main job's sweep -- although the sweep's process has them already.  A process
 forked from it after those imports starts computing at once: its memory (the imported modules)
@@ -344,7 +344,7 @@ def draw_in_fork(jobs: Sequence[Callable[[], Any]]) -> None:
     """Run every job of ``jobs`` (functions without arguments, e.g. figures to draw), the first in
     this process and each other in a child forked for it, at the same time; return when all are done.
 
-    Why (issue 36): the two figures of a rates run (about 1 CPU-s each on the project's 2-core
+    Why: the two figures of a rates run (about 1 CPU-s each on the project's 2-core
     machine) were drawn one after the other after the sweep, with the second core idle.  A job
     whose child fails (or that cannot be forked, :func:`fork_refusal`) is run again here, so that
     its error is raised in this process with its own traceback; a job must therefore be safe to

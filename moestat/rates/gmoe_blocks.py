@@ -1,4 +1,4 @@
-"""Per-block errors of the over-fitted cells of a softmax-gated Gaussian MoE (issue 33, Scope 3).
+"""Per-block errors of the over-fitted cells of a softmax-gated Gaussian MoE.
 
 Theorem 2 of Nguyen, Nguyen & Ho (2023) bounds the over-fitted Voronoi loss ``D2``; block by block
 (restated in Han et al. 2024, FuseMoE, Table 2), a cell ``A_j`` of ``M >= 2`` fitted atoms around

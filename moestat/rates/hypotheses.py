@@ -30,12 +30,12 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
     the gate-expert interaction: some combination of the products ``E ds/dbeta1_u dh/deta_m``
     lies in the span of ``E dh/deta_m``.  Under a linear score ``ds/dbeta1_u = x_u`` and every
     expert ``phi(a^T x + b)`` satisfies ``x_u dh/db = dh/da_u`` whatever ``phi`` -- the identity by
-    which Nguyen et al. (2025, arXiv 2505.10860, Definition 1, as read in issue 33) exclude
+    which Nguyen et al. (2025, arXiv 2505.10860, Definition 1, as read from its abstract) exclude
     linear experts, and the PDE ``d2u/dbeta1 db = du/da`` behind the slow over-specified rates of
     Nguyen, Nguyen & Ho (2023).  The exact pairs found are listed by name.
 ``strong_linear_gate``
     ``expert_jacobian`` holds and ``gate_expert_pde`` does not: strong identifiability under a
-    linear-score gate as issue 33 reads Nguyen et al. (2025), whose example is
+    linear-score gate as this package reads Nguyen et al. (2025), whose example is
     ``eta2 * GELU(eta1^T x)``.
 ``radial_pde``
     PDE (4) of Nguyen et al. (2024): ``beta1^T ds/dbeta1 = 0`` (the cosine score depends on
@@ -560,7 +560,7 @@ class Theorem:
     read: str
 
 
-_ABSTRACT = ("abstract only (no digest holds the definition); the condition is issue 33's reading of Nguyen et al. "
+_ABSTRACT = ("abstract only (no digest holds the definition); the condition is this package's reading of Nguyen et al. "
              "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives")
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("cosine-thm6", "Nguyen et al. (2024), Theorem 6", "perturbed cosine router, exact fit: D3 at n^-1/2",
@@ -588,7 +588,7 @@ THEOREMS: tuple[Theorem, ...] = (
             lambda p: p.score_kind == "linear" and p.normalisation in ("shared-sigmoid", "normalised-sigmoid")
             and p.likelihood is None,
             {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True},
-            "title only (no stored copy of its sections); the conditions are issue 33's reading of its Definition 1: "
+            "title only (no stored copy of its sections); the conditions are this package's reading of its Definition 1: "
             "no x * dh/db = dh/da, independent expert derivatives"),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",

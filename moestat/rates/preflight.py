@@ -91,7 +91,7 @@ def _gllim_density(scenario, m: int, rng) -> _Density:
 
 
 def _file_likelihood_density(scenario, m: int, rng) -> _Density:
-    """A scenario file drawing ``y`` from the mixture (issue 27): the likelihood of its own model."""
+    """A scenario file drawing ``y`` from the mixture: the likelihood of its own model."""
     t, model = scenario.truth, scenario.model
     k, d, q, ref = t.n_atoms, t.dim, t.eta_dim, bool(model.gate.reference)
     # the coordinates the gate pins (GateFamily.free_mask) that the reference layout leaves free: a

@@ -40,7 +40,7 @@ def build_scenario(key: str):
     """Rebuild a scenario from :meth:`RatesConfig.scenario_key`: once by :meth:`Experiment.of`, and
     once per worker process from the key a :class:`~moestat.rates.sweep.WorkUnit` carries."""
     p = json.loads(key)
-    if p.get("scenario_file"):  # a user scenario (issue 14): TOML or file.py:function
+    if p.get("scenario_file"):  # a user scenario: TOML or file.py:function
         sc = load_scenario(p["scenario_file"])
         return dataclasses.replace(sc, n_starts=int(p["starts"])) if p.get("starts", 1) != 1 else sc
     if p.get("family") == "gaussian-moe":  # model 1 of Nguyen, Nguyen & Ho (2023)

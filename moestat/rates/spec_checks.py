@@ -102,7 +102,7 @@ def check_truth_memory(k_true: int, k_fit: int | None, d: int) -> None:
     """Refuse a built-in truth too large to draw: :func:`moestat.data.synthetic.draw_truth` compares
     every pair of atoms (a ``k x k`` cosine matrix and ``k x k x (d + 1)`` expert distances, float64),
     so ``--k-true 100000`` asked for 75 GiB and failed with ``MemoryError`` after the folder was
-    written (issue 35)."""
+    written."""
 
     k = max(int(k_true), int(k_fit or 0))
     check_memory(8.0 * k * k * (int(d) + 2), f"--k-true {k_true}: the truth's {k} x {k} atom comparisons",

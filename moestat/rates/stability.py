@@ -1,6 +1,6 @@
 """Verdicts that survive a split, and the slow-rate rule of Theorems 2/3 (Nguyen et al. 2024).
 
-Two rules, stated here before any run was judged by them (issue 26).
+Two rules, stated here before any run was judged by them.
 
 **Split-half stability.**  The replicates are split into two independent halves by their index
 (half A: even ``replicate``, half B: odd).  Data sets of different replicates are independent

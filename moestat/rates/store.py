@@ -196,7 +196,7 @@ class ResultStore:
         :func:`moestat.io.append_line`), and ``fsync`` the file when the last ``fsync`` is at least
         :attr:`SYNC_INTERVAL` seconds old.
 
-        Why not an ``fsync`` per unit (issue 36): the ``gmoe_exact`` design writes 600 units in
+        Why not an ``fsync`` per unit: the ``gmoe_exact`` design writes 600 units in
         about a minute from the process that also fits units, and 600 ``fsync`` s cost it 2.3 s of
         waiting on the project's 2-core machine.  The rows are in the file (the kernel's page cache)
         as soon as :meth:`append` returns -- a killed run keeps them -- so only a crash of the
@@ -253,7 +253,7 @@ class ResultStore:
 
         From the audited rows, without a DataFrame: this runs before the sweep's first unit, and
         importing pandas there (about 1 s, in the import lock the background imports of
-        :mod:`moestat.rates.experiment` also take) delayed this process's first unit (issue 36).
+        :mod:`moestat.rates.experiment` also take) delayed this process's first unit.
         """
         rows, audit = audit_results(self.path)
         msg = audit.message()

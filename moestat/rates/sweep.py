@@ -139,8 +139,7 @@ def recorded_unit(run: str | os.PathLike, n: int, replicate: int,
                   scenario_dir: str | os.PathLike | None = None) -> tuple[WorkUnit, int]:
     """The work unit of a recorded run that holds ``(n, replicate)``, and the replicate's position in it.
 
-    A refit of a recorded fit from its own streams (the diagnostics ``simulations/catalogue/*_outliers.py``)
-    starts here: the unit is rebuilt from the configuration in the run's ``summary.json``, so its
+    A refit of a recorded fit from its own streams (a diagnostic of one outlying fit) starts here: the unit is rebuilt from the configuration in the run's ``summary.json``, so its
     data, starts and estimator seeds are the sweep's.  A run records its scenario file by the absolute
     path of the checkout that ran it; where that path does not exist, the file of the same name in
     ``scenario_dir`` is used (e.g. ``moestat/rates/catalogue_files``).
@@ -160,7 +159,7 @@ def recorded_unit(run: str | os.PathLike, n: int, replicate: int,
 #: ``n_jobs="auto"`` gives each process at least this many samples x replicates x starts to fit.
 #: A loky worker's start-up (a fresh interpreter importing torch and the package) costs about
 #: 3 CPU-s on the project's 2-core machine, and the main job fits 5.1e6 of them in about 14 CPU-s
-#: (issue 36, ``docs/guide/performance.rst``): below 1e6 a worker costs about as much as it saves.
+#: (``docs/guide/performance.rst``): below 1e6 a worker costs about as much as it saves.
 AUTO_SAMPLES_PER_PROCESS = 1_000_000
 
 
@@ -273,7 +272,7 @@ def _extras(unit: WorkUnit, scenario, state: dict, losses: dict, checks: list[di
     scenario's ``extra_loss_columns``."""
     fitted = state["params"]
     extras = [{} for _ in unit.replicates]
-    # the declared losses, and an over-fitted Gaussian MoE's per-block errors (issue 33): loss
+    # the declared losses, and an over-fitted Gaussian MoE's per-block errors: loss
     # columns of the scenario that results.csv does not hold
     for name in [spec.name for spec in scenario.loss_specs] + list(scenario.extra_loss_columns):
         for i, e in enumerate(extras):
@@ -397,7 +396,7 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
                              "fit; it is continued with its own columns (no best_<declared loss>)\n")
     n_jobs = auto_n_jobs(todo, config) if config.n_jobs == "auto" else config.n_jobs
     if forked is not None and config.backend == "loky" and len(todo) > 1 and 2 <= n_jobs <= forked.size + 1:
-        # the processes forked after this one's imports (issue 36): no worker imports torch again
+        # the processes forked after this one's imports: no worker imports torch again
         on_workers({"client": environment(), "workers": "processes forked from the client", "processes": n_jobs,
                     "mismatch": []})
         forked.run(run_unit, todo, on_result, n_jobs, progress=progress, total_fits=total)

@@ -186,7 +186,7 @@ def _by_the_fits_pass(scenario, kind: str | None, est) -> bool:
     :class:`moestat.data.gaussian_scenarios.GaussianMoEScenario`) fitted by the fused EM
     (:meth:`moestat.estimators.mle.MLEGaussianMoE.loglik_of`), whose model *is* the scenario's.
 
-    Why (issue 36): the eager :meth:`~moestat.data.gaussian_scenarios.GaussianMoEScenario.loglik_at`
+    Why: the eager :meth:`~moestat.data.gaussian_scenarios.GaussianMoEScenario.loglik_at`
     of the fit and of the truth cost about 290 ns per sample each on the project's 2-core machine,
     a fifth of the ``gmoe_exact`` sweep; the fit already holds its log-likelihood (``loglik_``, the
     value its EM stopped on) and its pass, compiled in a large sweep, evaluates the truth in one

@@ -29,7 +29,7 @@ one-line reason, evaluated in this order (the first that applies wins):
     :func:`verdict`), *and* the Theil--Sen slope on the per-replicate log losses
     agreeing.
 
-Nothing here loosens the interval rule: ``consistent`` implies the old ``consistent`` flag.
+Nothing here loosens the interval rule: ``consistent`` implies the prediction inside the widened interval.
 
 :func:`paired_slope_difference` decides a contrast "A is slower than B" between two runs that share
 their data streams (rows with the same ``(n, replicate)`` drew from the same ``SeedSequence``,
@@ -110,7 +110,7 @@ DEFAULT_TOLERANCE = 0.15
 def ols(X: np.ndarray, y: np.ndarray, *, robust: bool, alpha: float) -> dict[str, Any]:
     """statsmodels' ``OLS(y, X).fit(cov_type="HC3" if robust else "nonrobust")``, its results.
 
-    Why (issue 36): importing statsmodels' OLS imports ``scipy.stats`` (about 1.2 CPU-s with it on
+    Why: importing statsmodels' OLS imports ``scipy.stats`` (about 1.2 CPU-s with it on
     the project's 2-core machine; scipy parses some 600 docstrings), and the main job's first
     forked worker paid that during the sweep only to fit the rates afterwards.  Here the same
     arithmetic is done with NumPy and two quantiles of ``scipy.special`` (``stdtrit``, ``ndtri``:
@@ -205,7 +205,7 @@ def theil_sen(y: np.ndarray, x: np.ndarray, alpha: float = 0.95) -> tuple[float,
 
     The same operations as scipy 1.17's implementation (the sorted pairwise slopes over
     ``x_i > x_j``, their median, ``median(y) - slope median(x)``, eq. (2.6) of Sen (1968) with
-    the ties of ``x`` and ``y``), without importing ``scipy.stats`` (issue 36, see :func:`ols`):
+    the ties of ``x`` and ``y``), without importing ``scipy.stats`` (see :func:`ols`):
     the same bits (``tests/rates/test_verdicts_ols.py``).  Non-finite data, fewer than two
     points or no two distinct ``x`` go to scipy itself.
 

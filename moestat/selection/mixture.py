@@ -4,7 +4,7 @@ Do, Do, McKinley, Terhorst & Nguyen (2024), "Dendrogram of mixing measures", int
 dendrogram on plain finite mixtures ``p_G(x) = sum_i p_i f(x | theta_i)``.  This module is their
 strongly identifiable example: the **location Gaussian mixture with known covariance** ``I_d``
 (``f(x | theta) = N(x; theta, I_d)``), the setting of their first convergence-rate simulation
-(k* = 3 bivariate atoms fitted with K_bar = 5; ``simulations/selection/mixture_example/``).
+(k* = 3 bivariate atoms fitted with K_bar = 5).
 
 * **Fit**: maximum likelihood by EM, batched over starts (:func:`fit_location_mixture`); each start
   stops when the mean log-likelihood gains less than ``tol`` per iteration (status ``"tol"``) or at

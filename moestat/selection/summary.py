@@ -118,7 +118,7 @@ def _n_label(n: int) -> str:
 
 def _n_axis(ax, ns: list[int]) -> None:
     """A log ``n`` axis ticked at the sample sizes only.  Matplotlib's default labels minor ticks
-    when the range spans less than a decade or so, and those labels overlapped (issue 35)."""
+    when the range spans less than a decade or so, and those labels overlapped."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
     ax.set_xscale("log")
@@ -223,8 +223,8 @@ def _plot_merged_loss(plt, summary: dict, records: list[dict], Ks: list[int], ns
             ax.set_ylim(np.quantile(allv, 0.02) / 2, np.quantile(allv, 0.98) * 2)
         ax.set_title(f"K_bar = {K} (predicted slope -0.5)", fontsize=10)
         ax.set_xlabel("n")
-        # a loss without a fitted rate is named by its replicates' points and its reason (before
-        # 2026-12-02 such a panel called an empty legend: a matplotlib warning on the user's screen)
+        # a loss without a fitted rate is named by its replicates' points and its reason (an empty
+        # legend would put a matplotlib warning on the user's screen)
         title = ("no rate fitted:\n" + "\n".join(f"{lab}: {why}" for lab, why in unfitted)) if unfitted else None
         if ax.get_legend_handles_labels()[0]:  # below the axes (the data fill them), the reason as its title
             ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), title=title, title_fontsize=6.5)

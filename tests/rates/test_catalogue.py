@@ -304,11 +304,11 @@ def test_a_blocked_entry_is_listed_with_what_it_needs_and_refused(monkeypatch):
 
 
 def test_laplace_predictions_are_marked_as_figure_3_slopes_not_theorem_exponents():
-    # Theorem 3.2 of Han et al. (2024) was not read: the exponents are issue 33's reading of Figure 3
+    # Theorem 3.2 of Han et al. (2024) was not read: the exponents are a reading of Figure 3
     e = cat.entry("laplace-gmoe")
     assert {(p.run, p.loss): p.exponent for p in e.predictions} == {("exact", "D1"): -0.49, ("over", "D2"): -0.47}
     for p in e.predictions:
-        assert "Figure 3" in p.source and "issue 33" in p.source and "not read" in p.source
+        assert "Figure 3" in p.source and "read from the figure" in p.source and "not read" in p.source
     for name in ("laplace_gmoe_exact.toml", "laplace_gmoe_over.toml"):
         assert "NOT a theorem's exponent" in cat.catalogue_file(name).read_text()
 

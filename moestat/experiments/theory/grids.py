@@ -23,13 +23,13 @@ GRIDS = {
 }
 
 
-#: Where quick mode's over-specified run starts (issue 34; a design fix of the quick grid, not of a
-#: rule).  Measured before this change, on recorded runs: the quick run on n = 2000..32000 (seed 0,
-#: 8 replicates; simulations/rates/theory_reports/quick_before_cells) has the perturbed single-atom error's local
-#: slope -1.33 over n <= 8000 (at n = 2000 a heavy tail, 0.48 to 8.2 over the replicates) and -0.64
-#: over n >= 8000 (mass-weighted: -1.23 and -0.71), and simulations/rates/over_1e6_reps10 (n = 15 625
-#: .. 1e6) has local slopes -0.27 .. -0.91 around its fitted -0.50.  The regime Theorem 5 speaks of
-#: therefore begins near n = 8000, and the quick grid below it measured the pre-asymptotic descent.
+#: Where quick mode's over-specified run starts (a choice of the quick grid, not of a rule).
+#: Measured on recorded runs: the over run on n = 2000..32000 (seed 0, 8 replicates) has the
+#: perturbed single-atom error's local slope -1.33 over n <= 8000 (at n = 2000 a heavy tail, 0.48
+#: to 8.2 over the replicates) and -0.64 over n >= 8000 (mass-weighted: -1.23 and -0.71), and the
+#: same fit on n = 15 625 .. 1e6 (10 replicates) has local slopes -0.27 .. -0.91 around its fitted
+#: -0.50.  The regime Theorem 5 speaks of therefore begins near n = 8000; a quick grid below it
+#: would measure the pre-asymptotic descent.
 #: (The pre-flight's n_ok of this truth, 1416, is the Cramer-Rao size of the *truth's* parameters;
 #: the over-specified fit's information is singular at the truth by construction, so n_ok does not
 #: say where the k* + 1 fit's asymptotics begin.)  Cost: the fits scale with the sum of n, 89 941
@@ -37,11 +37,9 @@ GRIDS = {
 #: into the regime); an --n-max override keeps the plain grid rule.
 OVER_QUICK_N_MIN = 8000
 
-#: Replicates of quick mode's Theorem 5 run (issue 34, Must show "at least 18 of 20 pass"; declared in
-#: simulations/rates/HYPOTHESES.md before its run).  A sample size from a pilot, by the checks' own
-#: width rule: the five ``thm5`` checks were inconclusive on the quick over run (8 replicates;
-#: simulations/rates/theory_reports/quick_thm5_causes) because their intervals, the log-of-mean
-#: slope's t interval over 5 sizes, were 1.06 to 2.64 wide against the rule's
+#: Replicates of quick mode's Theorem 5 run: a sample size from a pilot, by the checks' own width
+#: rule.  The five ``thm5`` checks are inconclusive on the quick over run (8 replicates) because
+#: their intervals, the log-of-mean slope's t interval over 5 sizes, are 1.06 to 2.64 wide against the rule's
 #: :data:`~moestat.experiments.theory.framework.MAX_CI_WIDTH` of 1.  That interval's standard error
 #: scales as 1 / sqrt(replicates) (the per-n means' noise), so the count that brings the widest of
 #: the five to 1 is 8 * 2.637^2 = 55.6, rounded up to a multiple of the pilot's 8: 56

@@ -19,7 +19,7 @@ witness grid), for n = 1e2 .. 1e7.  The same pair lies in the over-specified cla
   for a router with no radial information (slope 0) or a bound that does not reach its
   asymptotic regime on the grid.
 
-- ``lecam_perturbed_over_rate`` (Theorem 5, added with the over-specified witness of issue 34):
+- ``lecam_perturbed_over_rate`` (Theorem 5, the over-specified witness):
   the split witness of App. B.3 (:func:`moestat.rates.two_point.split_witness`: one true atom
   carried by two half-mass atoms at radii ``1 -+ t``, ``k* + 1`` atoms) under the perturbed router.
   Prediction (written before the first run): ``kappa(t) ~ t^4`` (the first-order terms cancel),

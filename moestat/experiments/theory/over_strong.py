@@ -13,7 +13,7 @@ Predictions (slopes of log mean loss on log n):
 Rule for each: the prediction inside the 95% CI widened by 0.15, and the verdict category
 ``consistent`` (:mod:`moestat.rates.verdicts`).
 
-Diagnostics (issue 34; reported, they decide nothing): the local slopes of the mean over the
+Diagnostics (reported, they decide nothing): the local slopes of the mean over the
 lower and the upper half of the sample sizes (``local_slopes``: curvature of the log-log curve
 shows a pre-asymptotic regime), the slope of the per-n *median* (robust to a few far-off fits)
 and the fit-vs-truth objective certificate (:mod:`moestat.rates.truth_check`: how many fits are
@@ -21,7 +21,7 @@ not worse than the true parameters on their own data; one that is worse did not 
 least-squares estimate).  Where a
 check is not passed these numbers go into its note.
 
-The run-off (issue 34, Scope 5: a measured cause in the report; reported, it decides nothing).
+The run-off (a measured cause in the report; reported, it decides nothing).
 docs/guide/theory.rst ("Figure 1(b): the over-specified perturbed fit's run-off, measured") found
 that the least-squares fit puts one atom of a shared cell on the edge of the compact box of
 assumption (A.1) (``|beta1_ij| <= 10``, :class:`~moestat.model.mixing.ParameterBox`), where the local
@@ -35,7 +35,7 @@ lower bound reaches the box's coordinate bound -- necessary for a ``beta1`` coor
 coordinate at 10 gives a radius of at least 10.  Reported per ``n``: run-off fits out of all,
 the median ``beta1_radial``, and the check's loss averaged over the run-off fits and over the others.
 
-The causes measured on ``fig1b40w`` (issue 34; docs/guide/theory.rst, "Results of fig1b40w"),
+The causes of the over-specified perturbed fit's slow mean losses (docs/guide/theory.rst, Figure 1(b)),
 recomputed by each check on its own fits (``details["causes"]``, and a sentence in its ``reason``
 when it does not pass; reported, they decide nothing, :func:`thm5_causes`), per ``n``:
 
@@ -45,8 +45,8 @@ when it does not pass; reported, they decide nothing, :func:`thm5_causes`), per 
   set by the box) is the loss;
 * the fits whose singleton atom left the ball of radius ``rho / 2`` around its true atom
   (``param_single > rho / 2``, ``rho`` the smallest distance between two true atoms in
-  ``omega = (beta1, eta)``, :func:`truth_separation`; the criterion of
-  ``simulations/rates/fig1b40_window.py``), out of all fits;
+  ``omega = (beta1, eta)``, :func:`truth_separation`: outside the ball, the fit is outside
+  Theorem 5 (i)'s local neighbourhood), out of all fits;
 * the largest fit's weight in the mean of the check's loss: the mean with and without the one
   largest fit, and the log-log slope of the means without it.
 """
@@ -165,8 +165,7 @@ def truth_separation(truth=None) -> float:
 
     The ball of radius ``rho / 2`` around a true atom lies inside its Voronoi cell (eq. 5) whatever
     the other atoms, so a single-atom cell's fitted atom farther than ``rho / 2`` from its true atom
-    is outside the local neighbourhood of Theorem 5 (i) (the run-off criterion of
-    ``simulations/rates/fig1b40_window.py``).
+    is outside the local neighbourhood of Theorem 5 (i) (the run-off criterion).
 
     Parameters
     ----------
@@ -182,7 +181,7 @@ def truth_separation(truth=None) -> float:
 
 
 def thm5_causes(sub, loss: str, rho: float) -> dict:
-    """The causes measured on fig1b40w, computed on the fits ``sub`` (module docstring).
+    """The causes of slow mean losses, computed on the fits ``sub`` (module docstring).
 
     Parameters
     ----------

@@ -42,10 +42,10 @@ def _fit_model(sc, kbar: int) -> MoEModel:
     """The fitted model: the scenario's own router (its ``tau``) and experts, with ``K-bar = kbar`` experts switched on.
 
     Only ``K-bar`` may differ from the truth: Proposition 1 is about too few activated experts,
-    not about a misspecified router.  (Until issue 34 this was hard-coded ``tau = 1`` while the
-    default scenario moved to ``tau = 0.5``; the K-bar = 4 noiseless fit then stopped at an
-    approximation error of 0.0059 instead of 0 -- measured: 2.1e-15 with the truth's ``tau`` --
-    and ``prop1_population_floor`` failed its 10x rule at 9.1x.)
+    not about a misspecified router.  (With a fixed ``tau = 1`` against the default scenario's
+    ``tau = 0.5``, the K-bar = 4 noiseless fit stops at an approximation error of 0.0059 instead
+    of 0 -- measured: 2.1e-15 with the truth's ``tau`` -- and ``prop1_population_floor`` fails its
+    10x rule at 9.1x.)
     """
     return MoEModel(Gate(sc.model.gate.kind, tau=sc.model.gate.tau, k_active=kbar), sc.model.expert)
 

