@@ -51,6 +51,18 @@ def test_design_toml_is_a_valid_config_for_moestat_rates(name):
     assert name not in PRESETS
 
 
+@pytest.mark.parametrize("name", DESIGNS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_design_toml_resolves_to_what_its_recorded_runs_ran(name, seed):
+    """The file with ``--seed S`` resolves to the configuration hash of its recorded seed-S run (the resume
+    guard's: every field that decides the rows), so ``--config NAME.toml --seed S --resume`` continues it."""
+    from moestat.rates.resolve import Experiment
+
+    summary = json.loads((SIM / "figure1" / name / f"seed{seed}" / "summary.json").read_text())
+    assert summary["config"]["seed"] == seed
+    assert Experiment.of(_config(name).replace(seed=seed)).hash == summary["config_hash"]
+
+
 @pytest.mark.parametrize("name", ["fig1b40", "fig1b40w"])
 def test_successor_keeps_fig1b_estimator_and_truth(name):
     """Only the design changes: router subset, sizes, replicates; the estimator, starts and truth are fig1b's."""
