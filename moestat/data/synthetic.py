@@ -350,7 +350,7 @@ class Scenario(ScenarioBase):
             return self.model.predict(torch.as_tensor(X), self.truth).numpy()
         # a batch [..., n, d] one data set at a time: the same numbers (each sample's value involves
         # only its own row), and the [n, k] temporaries of one data set stay in cache, where those of
-        # the whole batch (20 x 128 000 x k in a large unit) go to memory
+        # the whole batch (20 x 128 000 x k in the main job) go to memory
         flat = X.reshape(-1, *X.shape[-2:])
         out = np.empty(flat.shape[:-1])
         for i, x in enumerate(flat):
