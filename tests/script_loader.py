@@ -1,4 +1,4 @@
-"""One loader for the tests that call a repository script's functions (``simulations/``, ``benchmarks/``).
+"""One loader for the tests that call a repository script's functions (``studies/``, ``records/``, ``benchmarks/``).
 
 Those scripts are files, not modules of the package, so a test loads each from its path: a fresh
 module per call (no test sees another's monkeypatching), not registered in ``sys.modules``.
@@ -19,7 +19,7 @@ def load_script(relpath: str | Path) -> ModuleType:
     Parameters
     ----------
     relpath : str or Path
-        E.g. ``"simulations/catalogue/render_rst.py"``.
+        E.g. ``"studies/tools/render_catalogue_rst.py"``.
     """
     path = Path(relpath) if Path(relpath).is_absolute() else ROOT / relpath
     spec = importlib.util.spec_from_file_location(f"script_{path.parent.name}_{path.stem}", path)

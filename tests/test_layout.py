@@ -225,7 +225,7 @@ def test_every_package_folder_is_a_package():
 def test_papers_are_named_by_authors_not_by_seed_numbers():
     # "seed 004" etc. were internal file names of the source texts; users never see them.
     pattern = re.compile(r"\bseeds? 00\d", re.IGNORECASE)
-    texts = [*MODULES, ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.rst")), *sorted((ROOT / "simulations").rglob("*.md"))]
+    texts = [*MODULES, ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.rst")), *sorted((ROOT / "records").rglob("*.md")), *sorted((ROOT / "studies").rglob("*.md"))]
     hits = []
     for path in texts:
         if "_build" in path.parts or not path.exists():

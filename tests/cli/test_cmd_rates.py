@@ -140,9 +140,9 @@ def test_help_has_examples():
 
 @pytest.mark.parametrize("name", ["fig1a", "fig1b", "fig1a1e6"])
 def test_simulation_toml_mirrors_preset(name):
-    data = load_toml(ROOT / "simulations" / "rates" / f"{name}.toml")
+    data = load_toml(ROOT / "studies" / "figure1" / f"{name}.toml")
     assert data == PRESETS[name]
-    assert RatesConfig.from_preset(name) == RatesConfig.from_toml(ROOT / "simulations" / "rates" / f"{name}.toml")
+    assert RatesConfig.from_preset(name) == RatesConfig.from_toml(ROOT / "studies" / "figure1" / f"{name}.toml")
 
 
 def test_flags_override_config_which_overrides_preset(tmp_path):

@@ -144,7 +144,7 @@ def test_box_is_respected():
 
 
 def test_on_box_flags_fits_on_the_boundary_only():
-    """``on_box_`` (the certificate of Figure 1(b)'s run-off, simulations/rates/fig1b_runaway.py).
+    """``on_box_`` (the certificate of Figure 1(b)'s run-off, records/archive/figure1/fig1b_runaway.py).
 
     Noise-free responses and a start at the truth, which lies inside the default box: residual
     and gradient vanish there, the fit stays at the truth, not on the box.  A box that excludes

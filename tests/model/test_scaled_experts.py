@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -14,9 +13,7 @@ from moestat.data.scenario_files import ScenarioFileError, scenario_from_mapping
 from moestat.model.experts import SCALED_KINDS
 from moestat.model.protocol import scaled_expert
 from moestat.model.protocol import FunctionExpert, ProtocolModel
-from moestat.rates.catalogue import catalogue_file
 
-from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 PHI = {"scaled_gelu": lambda z: 0.5 * z * (1.0 + erf(z / np.sqrt(2.0))), "scaled_tanh": np.tanh, "scaled_sigmoid": expit}
@@ -69,22 +66,3 @@ def test_the_former_kinds_are_unchanged_and_a_misspelt_kind_is_named():
     assert isinstance(scenario_from_mapping(_mapping("gelu")).model, MoEModel)  # the analytic built-in path
     with pytest.raises(ScenarioFileError, match="scaled_gelu"):  # the error lists the new kinds
         scenario_from_mapping(_mapping("scaled_relu"))
-
-
-def _proposals():
-    return load_script(ROOT / "simulations/catalogue/hypotheses/proposals.py")
-
-
-@pytest.mark.parametrize("file, proposal", [("lse_sigmoid_over.toml", "lse_ffn_scaled_sigmoid"),
-                                            ("gate_sigmoid_over.toml", "sigmoid_gate_scaled_gelu"),
-                                            ("gate_softmax_over.toml", "softmax_gate_scaled_gelu")])
-def test_catalogue_files_hold_exactly_the_committed_replacement_truths(file, proposal):
-    """Issue 33: the truths of proposals.py, committed before any run, are the ones the catalogue runs."""
-    sc = scenario_from_mapping(tomllib.loads(catalogue_file(file).read_text()), where=file)
-    prop = getattr(_proposals(), proposal)()
-    for a in ("beta0", "beta1", "eta"):
-        np.testing.assert_array_equal(getattr(sc.truth, a), getattr(prop.truth, a))
-    assert (sc.k_fit, sc.noise_var, sc.input_law) == (prop.k_fit, prop.noise_var, prop.input_law)
-    assert sc.model.gate.normalisation == prop.model.gate.normalisation and sc.model.gate.reference == prop.model.gate.reference
-    X = sc.holdout(500)
-    np.testing.assert_allclose(sc.regression_function(X), prop.regression_function(X), rtol=1e-13, atol=1e-15)

@@ -1,4 +1,4 @@
-"""The range-halves diagnostic (``simulations/catalogue/range_halves.py``): slopes of a run's lower and upper sizes."""
+"""The range-halves diagnostic (``studies/tools/range_halves.py``): slopes of a run's lower and upper sizes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _run(tmp_path, exponent_low: float, exponent_high: float, n_break: int):
 
 
 def test_halves_recover_each_side_of_a_kink_and_share_the_middle_size(tmp_path):
-    mod = load_script("simulations/catalogue/range_halves.py")
+    mod = load_script("studies/tools/range_halves.py")
     ns = _run(tmp_path, -1.0, -0.5, n_break=3162)
     rep = mod.range_halves(tmp_path, ("loss",), statistic="median")
     assert rep["halves"]["lower"][-1] == rep["halves"]["upper"][0] == 3162 == ns[4]
@@ -36,7 +36,7 @@ def test_halves_recover_each_side_of_a_kink_and_share_the_middle_size(tmp_path):
 
 
 def test_n_min_drops_the_small_sizes(tmp_path):
-    mod = load_script("simulations/catalogue/range_halves.py")
+    mod = load_script("studies/tools/range_halves.py")
     ns = _run(tmp_path, -1.0, -1.0, n_break=1)
     rep = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=int(ns[2]))
     assert rep["halves"]["lower"][0] == ns[2] and rep["halves"]["upper"][-1] == ns[-1]
@@ -46,7 +46,7 @@ def test_n_min_drops_the_small_sizes(tmp_path):
 def test_whole_is_the_slope_over_every_size_used_and_leaves_the_halves_unchanged(tmp_path):
     # above the kink the law is one line, so the whole slope over n >= n_break is its exponent; the halves keep the
     # numbers of a report without it (their own bootstrap stream)
-    mod = load_script("simulations/catalogue/range_halves.py")
+    mod = load_script("studies/tools/range_halves.py")
     ns = _run(tmp_path, -1.0, -0.5, n_break=1000)
     plain = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=1000)
     rep = mod.range_halves(tmp_path, ("loss",), statistic="median", n_min=1000, whole=True)

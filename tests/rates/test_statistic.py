@@ -1,6 +1,6 @@
 """The median statistic of the rate fits (``statistic="median"``): the theorems' ``O_P`` bounds are
 statements about quantiles, which a minority of wild replicates cannot move (issue 33; the rule of
-``simulations/catalogue/HYPOTHESES.md``, 2026-12-02)."""
+``records/declarations/catalogue/README.md``, 2026-12-02)."""
 
 import math
 

@@ -10,7 +10,6 @@ from moestat.model.mixing import MixingMeasure
 from moestat.rates.two_point import (affinity_lower_bound, kl_rate, loglog_slope, radial_witness, radial_mechanism,
                                      split_witness, two_point_curve)
 
-from script_loader import load_script
 
 EPS = np.finfo(np.float64).eps
 TS = np.logspace(-4, 0, 33)
@@ -160,25 +159,6 @@ def test_split_witness_keeps_the_vanilla_regression_function_and_separates_the_p
     assert c.info["loss"] == "D2" and abs(loglog_slope(ts, c.separation[0]) - 2.0) < 1e-6
     with pytest.raises(ValueError, match="in \\(0, 1\\)"):
         split_witness(van.truth, 1, [1.0])
-
-
-def test_figure1_script_redraws_from_its_recorded_json(tmp_path):
-    """simulations/rates/figure1.py --figure-only draws both panels from the recorded figure1.json,
-    and refuses a folder without one (exit 2, nothing written)."""
-    import shutil
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    mod = load_script("simulations/rates/figure1.py")
-    shutil.copyfile(root / "simulations" / "rates" / "figure1" / "figure1.json", tmp_path / "figure1.json")
-    assert mod.main(["--out", str(tmp_path), "--figure-only"]) == 0
-    from PIL import Image
-
-    assert Image.open(tmp_path / "figure1.png").size[0] >= 1800
-    empty = tmp_path / "empty"
-    with pytest.raises(SystemExit) as e:
-        mod.main(["--out", str(empty), "--figure-only"])
-    assert e.value.code == 2 and not empty.exists()
 
 
 def test_a_round_off_kl_is_reported_as_a_bound_not_as_the_machines_digits():
