@@ -341,7 +341,7 @@ def collect(root: Path, seed: int = 0) -> dict:
                                   for f in p["over_fits_fig1b40wv"]]}
     from moestat.rates.config import GridSpec
 
-    b["default_seed"] = GridSpec().seed  # what `moestat rates --preset fig1b124w` runs without --seed
+    b["default_seed"] = GridSpec().seed  # what `moestat rates --config studies/figure1/fig1b124w.toml` runs without --seed
     b["fixed"]["perturbed_1e6"] = series(replicate_values([p["over_fits_1e6"]], "perturbed", "voronoi"),
                                          _rng(seed, next(key)))
     for r in ROUTERS:  # each router from its own design (CELLS_SOURCE); the streams in their former order
