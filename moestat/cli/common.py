@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Sequence
 from moestat.devices import resolve_device
 from moestat.faults import EnvironmentFault, as_environment_fault
 from moestat.folder_lock import DOOR_NAME, LOCK_NAME, check_door, lock_out, mark_door, unlock_all, unlock_out
-from moestat.io import ensure_writable_dir, refuse_links_in, regular_file
+from moestat.io import begin_command, end_command, ensure_writable_dir, note_out_root, refuse_links_in, regular_file
 from moestat.model.gates import canonical_name
 from moestat.resources import max_n_jobs
 from moestat import threads  # read at call time: the usable cores are the machine's (tests substitute them)
@@ -152,6 +152,7 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     debug = bool(os.environ.get(DEBUG_ENV))
     _CURRENT_DOOR[0] = prog.split()[1] if prog.startswith("moestat ") and len(prog.split()) > 1 else None
     restore = _terminate_like_ctrl_c()
+    begin_command()  # record the inputs and --out of this run: no write replaces one or leaves the other
     try:
         rc = main(argv)
         return 0 if rc is None else int(rc)
@@ -184,6 +185,7 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     finally:
         restore()
         unlock_all()
+        end_command()
         _CURRENT_DOOR[0] = None
 
 
@@ -390,8 +392,9 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     taken over); the door marker is written once the folder is accepted.
 
     ``door`` defaults to the subcommand :func:`run_main` is running.  A folder to resume that
-    holds a symbolic link, device or FIFO (``results.csv`` linked to a file elsewhere, ...) is
-    refused naming it: nothing in ``--out`` is ever written through a link.
+    holds a symbolic link, device or FIFO at any depth (``results.csv`` linked to a file
+    elsewhere, ``rates/run`` linked to a folder elsewhere, ...) is refused naming it: nothing in
+    ``--out`` is ever written through a link.
 
     Raises
     ------
@@ -415,13 +418,14 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
             how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
             raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
         if existed and resume:
-            refuse_links_in(path)  # a link in --out would take a write (results.csv, ...) outside it
+            refuse_links_in(path)  # a link in --out, at any depth, would take a write (results.csv, ...) outside it
         if existed and resume and door:
             check_door(path, door)
         ensure_writable_dir(path)
         if door and not locked:
             lock_out(path, door)
             locked = True
+        note_out_root(path)  # every later write below --out refuses a link folder put there meanwhile
         if door:
             mark_door(path, door)
     except BaseException:
