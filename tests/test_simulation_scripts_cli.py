@@ -50,6 +50,8 @@ CASES = [
     ("catalogue/grow_record.py", ["no-such-entry", "catalogue/gmoe-over4", "{tmp}/out"], "no-such-entry"),
     ("catalogue/grow_record.py", ["gmoe-over3", "catalogue/gmoe-over4", "{tmp}/out"], "k_fit"),
     ("catalogue/grow_record.py", ["gmoe-over4", "catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "two"], "--n-jobs"),
+    ("catalogue/grow_record.py", ["gmoe-over4", "catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "100000"], "limit of"),
+    ("catalogue/grow_record.py", ["gmoe-over4", "catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "0"], "--n-jobs"),
     ("catalogue/grow_record.py", ["catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--reps", "90"], "--run"),
     ("catalogue/grow_record.py", ["--run", "catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--reps", "80"], "fewer"),
     ("catalogue/grow_record.py", ["--run", "catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--n-points", "2"], "n_points"),
