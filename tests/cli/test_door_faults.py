@@ -4,6 +4,8 @@ bad input writes nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.cli.test_doors import DOORS, _run
@@ -23,3 +25,41 @@ def test_a_size_beyond_the_machine_is_bad_input_not_an_internal_error(argv, flag
     rc, err = _run(argv + extra, capsys)
     assert rc == 2 and err.count("\n") == 1 and flag in err and "internal error" not in err, err
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def rates_run(tmp_path_factory):
+    from tests.cli.test_doors import RATES, moestat
+
+    out = tmp_path_factory.mktemp("rates") / "run"
+    assert moestat(RATES + ["--out", str(out)]) == 0
+    return out
+
+
+def _edit_a_row(results):
+    """Change one value of row 1 without its crc32 (an edit by hand)."""
+    lines = results.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[1].rstrip("\n").split(",")
+    col = header.index("voronoi")
+    cells[col] = repr(float(cells[col]) * 2 + 1.0)
+    lines[1] = ",".join(cells) + "\n"
+    results.write_text("".join(lines))
+
+
+@pytest.mark.slow  # the rates run it edits (about 10 s)
+def test_theory_resume_refuses_an_edited_row_naming_the_line(rates_run, tmp_path, capsys):
+    import shutil
+
+    from moestat.folder_lock import DOOR_NAME
+
+    out = tmp_path / "out"
+    (out / "rates").mkdir(parents=True)
+    (out / DOOR_NAME).write_text('{"door": "theory"}\n')
+    run = Path(shutil.copytree(rates_run, out / "rates" / "quick-exact"))
+    _edit_a_row(run / "results.csv")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    rc, err = _run(["theory", "--only", "pde", "--quiet", "--out", str(out), "--resume"], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "edited after they were written (line 2" in err and "results.csv" in err, err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
