@@ -55,11 +55,10 @@ def _help() -> str:
 
 
 def _short_usage() -> str:
-    """What a bare ``moestat`` prints: three lines, the subcommands and where the rest is (issue 35:
-    the full help, 19 lines, buried the hint)."""
-    return ("usage: moestat <subcommand> [options]\n"
-            f"subcommands: {', '.join(SUBCOMMANDS)}\n"
-            "`moestat --help` says what each does; `moestat <subcommand> --help` lists its options.\n")
+    """What a bare ``moestat`` prints: one line, as every other usage error, naming the
+    subcommands and where their help is."""
+    return (f"moestat: error: name a subcommand ({', '.join(SUBCOMMANDS)}); "
+            "`moestat --help` says what each does\n")
 
 
 def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int:
