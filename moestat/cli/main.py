@@ -76,6 +76,10 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
     if not args:  # a missing subcommand is a usage error: a short usage on stderr, exit 2
         sys.stderr.write(_short_usage())
         return 2
+    if sys.stdout is None:  # started with stdout closed (``>&-``): print() would drop the output without a word
+        sys.stderr.write("moestat: error: standard output is closed, so what this command prints would be lost; "
+                         "redirect it to a file (or to /dev/null) instead\n")
+        return 2
     if args[0] in ("-h", "--help"):
         sys.stdout.write(_help())
         return 0

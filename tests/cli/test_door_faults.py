@@ -63,3 +63,25 @@ def test_theory_resume_refuses_an_edited_row_naming_the_line(rates_run, tmp_path
     assert rc == 2 and err.count("\n") == 1, err
     assert "edited after they were written (line 2" in err and "results.csv" in err, err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("argv", [["reproduce", "--list"], ["--version"], ["theory", "--list"]])
+def test_a_closed_stdout_is_refused_not_a_silent_success(argv, monkeypatch, capsys):
+    # `moestat reproduce --list >&-`: Python then has no sys.stdout and print() drops the listing
+    from moestat.cli.main import main
+
+    monkeypatch.setattr("sys.stdout", None)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "standard output is closed" in err
+
+
+def test_a_closed_stdout_fails_in_a_real_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(["bash", "-c", f"exec {sys.executable} -m moestat reproduce --list >&-"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert proc.returncode == 2 and "standard output is closed" in proc.stderr, proc.stderr
