@@ -85,3 +85,67 @@ def test_a_closed_stdout_fails_in_a_real_process(tmp_path):
     proc = subprocess.run(["bash", "-c", f"exec {sys.executable} -m moestat reproduce --list >&-"], capture_output=True, text=True,
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
     assert proc.returncode == 2 and "standard output is closed" in proc.stderr, proc.stderr
+
+
+# -------------------------------------------------------------------------------------------------
+# a second Ctrl-C while the command cleans up
+# -------------------------------------------------------------------------------------------------
+def _second_ctrl_c(real):
+    """``real`` (a cleanup step), preceded by a Ctrl-C delivered to this process."""
+    import os
+    import signal
+
+    def step(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    return step
+
+
+def test_a_second_ctrl_c_during_the_lock_release_is_no_traceback_and_leaves_no_lock(tmp_path, monkeypatch, capsys):
+    import moestat.cli.common as common
+    from moestat.folder_lock import LOCK_NAME
+
+    out = tmp_path / "out"
+
+    def door(argv):
+        common.prepare_out(out, False, door="rates")
+        raise KeyboardInterrupt  # the first Ctrl-C
+
+    monkeypatch.setattr(common, "unlock_all", _second_ctrl_c(common.unlock_all))
+    assert common.run_main(door, [], prog="moestat rates") == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err, err
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_a_second_ctrl_c_while_toy_cleans_its_folder_leaves_nothing_a_rerun_refuses(tmp_path, monkeypatch, capsys):
+    import moestat.cli.common as common
+
+    out = tmp_path / "out"
+
+    def door(argv):
+        common.prepare_out(out, None, door="toy")
+        with common.cleaned_on_interrupt(out):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(common, "unlock_out", _second_ctrl_c(common.unlock_out))
+    assert common.run_main(door, [], prog="moestat toy", on_interrupt=common.NOTHING_KEPT) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_folder_holding_only_the_doors_own_marker_is_empty_to_a_rerun(tmp_path, capsys):
+    from moestat.folder_lock import DOOR_NAME
+    from tests.cli.test_doors import TOY
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / DOOR_NAME).write_text('{"door": "toy"}\n')  # what an interrupted start could leave
+    rc, err = _run(TOY + ["--out", str(out)], capsys)
+    assert rc == 0, err
+    (out / "other").mkdir()
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / DOOR_NAME).write_text('{"door": "rates"}\n')  # another door's folder is not empty
+    rc, err = _run(TOY + ["--out", str(tmp_path / "out2")], capsys)
+    assert rc == 2 and "not empty" in err, err
