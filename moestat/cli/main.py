@@ -57,8 +57,8 @@ def _help() -> str:
 def _short_usage() -> str:
     """What a bare ``moestat`` prints: one line, as every other usage error, naming the
     subcommands and where their help is."""
-    return (f"moestat: error: name a subcommand ({', '.join(SUBCOMMANDS)}); "
-            "`moestat --help` says what each does\n")
+    return (f"moestat: error: name a subcommand (usage: moestat <subcommand> [options]; subcommands: "
+            f"{', '.join(SUBCOMMANDS)}); `moestat --help` says what each does\n")
 
 
 def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int:
