@@ -13,6 +13,7 @@ from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.io import check_run_config, read_run_config, write_run_config
+from moestat.rates.store import audit_stored_runs
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
 from moestat.experiments.theory.grids import GRIDS, check_grid_memory
 
@@ -87,44 +88,10 @@ def _validate(args) -> None:
     elif args.resume:
         _check_report_settings(Path(args.out), settings)
     prepare_out(args.out, args.resume)
-    if args.resume:
-        _check_stored_runs(Path(args.out))
+    if args.resume:  # an edited row of a stored rate run: refused here, as rates --resume refuses it
+        audit_stored_runs(Path(args.out) / "rates")
     if stored is None:
         write_run_config(args.out, settings)
-
-
-def _check_stored_runs(out: Path) -> None:
-    """Audit the rows of every rate run already in ``OUT/rates`` before any check runs.
-
-    A row edited by hand (its ``crc32`` no longer matching), a duplicate or a garbage line is
-    refused as ``moestat rates --resume`` refuses it, naming the file and the line (exit 2,
-    nothing run); found by a check while it runs, it would only be that check's "error".  Each
-    run is read with the configuration its ``provenance.json`` records; a run whose record
-    cannot be read, or is not that configuration's, is left to its own resume, which says so.
-    """
-    import json
-
-    from moestat.rates.config import RatesConfig
-    from moestat.rates.resolve import Experiment
-    from moestat.rates.store import audit_results
-
-    root = out / "rates"
-    if not root.is_dir():
-        return
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        if not (run / "results.csv").is_file():
-            continue
-        try:
-            prev = json.loads((run / "provenance.json").read_text(encoding="utf-8"))
-            experiment = Experiment.of(RatesConfig.from_dict(prev["config"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if prev.get("config_hash") != experiment.hash:
-            continue
-        msg = audit_results(run / "results.csv", experiment)[1].message()
-        if msg:
-            raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and "
-                             "resume again")
 
 
 def _settings(args) -> dict:
