@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from moestat.cli.main import main as moestat
 from moestat.folder_lock import DOOR_NAME
-from moestat.io import (NotARegularFile, OutputIsInput, atomic_write_text, append_line, begin_command, end_command,
-                        note_input, note_out_root)
+from moestat.io import (NotARegularFile, OutputIsInput, append_line, atomic_write_text, begin_command, end_command,
+                        note_out_root)
 from tests.cli.test_doors import DOORS, _run, rates_run  # noqa: F401 (a fixture)
 
 CHECK = ["check", "--n-min", "200", "--n-max", "800", "--n-points", "3", "--draws", "200"]
@@ -40,7 +39,6 @@ def _snapshot(folder: Path) -> dict:
 # links below --out, door by door
 # -------------------------------------------------------------------------------------------------
 RESUMING = ["select", "reproduce", "rates", "theory", "realdata", "tagging", "lm"]
-DOOR_OF = {"softmoe norm-target": "softmoe", "softmoe subsets": "softmoe"}
 
 
 @pytest.mark.parametrize("door", [pytest.param(d, marks=pytest.mark.slow) if d in ("reproduce", "realdata") else d
