@@ -447,7 +447,9 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     try:
         # a lock file counts as nothing only when it is one: a link of that name is not ours; nor does
         # this door's own marker alone (a start interrupted before it wrote anything left it)
-        ours = {LOCK_NAME} | ({DOOR_NAME} if door and read_door(path) == door else set())
+        marker = path / DOOR_NAME  # read only when a regular file: a FIFO there would block the read
+        own = existed and door and not marker.is_symlink() and marker.is_file() and read_door(path) == door
+        ours = {LOCK_NAME} | ({DOOR_NAME} if own else set())
         if existed and not resume and any(p.name not in ours or p.is_symlink() or not p.is_file() for p in path.iterdir()):
             how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
             raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
