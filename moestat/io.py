@@ -15,7 +15,8 @@ from moestat.faults import DISK_FULL, DiskFull, EnvironmentFault, as_environment
 
 __all__ = ["atomic_write_text", "atomic_write_json", "atomic_savefig", "append_line", "sync_file", "read_jsonl", "ensure_writable_dir",
            "RUN_CONFIG", "read_run_config", "write_run_config", "check_run_config", "regular_file", "not_text",
-           "NotARegularFile", "check_output_file", "refuse_links_in"]
+           "NotARegularFile", "OutputIsInput", "check_output_file", "refuse_links_in", "atomic_write_with", "begin_command",
+           "end_command", "note_input", "note_out_root"]
 
 
 def _not_regular_kind(mode: int) -> str | None:
@@ -40,8 +41,87 @@ class NotARegularFile(ValueError, EnvironmentFault):
     """
 
 
+class OutputIsInput(NotARegularFile):
+    """An output path that is one of the files the running command reads (the same file, by
+    device and inode: a hard link or another spelling of the path included).  Writing it would
+    replace the user's input with the command's output."""
+
+
+# What the running command (between :func:`begin_command` and :func:`end_command`, i.e. one
+# door run by ``run_main``) reads and where it writes; outside a command both stay empty, so the
+# helpers used as a library check only the target itself.
+_INPUTS: dict[tuple[int, int], str] = {}
+_OUT_ROOTS: list[Path] = []
+_IN_COMMAND = [False]
+
+
+def begin_command() -> None:
+    """Start recording the inputs and output folders of one command (:func:`note_input`, :func:`note_out_root`)."""
+    _INPUTS.clear()
+    _OUT_ROOTS.clear()
+    _IN_COMMAND[0] = True
+
+
+def end_command() -> None:
+    """Forget what :func:`begin_command` started recording."""
+    _INPUTS.clear()
+    _OUT_ROOTS.clear()
+    _IN_COMMAND[0] = False
+
+
+def note_input(path: str | os.PathLike, what: str) -> None:
+    """Record ``path`` (an existing file) as an input of the running command: no output of the
+    command may then be that file (:func:`check_output_file`).  ``what`` names it in the message."""
+    if not _IN_COMMAND[0]:
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _INPUTS.setdefault((st.st_dev, st.st_ino), f"{what} {path}")
+
+
+def note_out_root(folder: str | os.PathLike) -> None:
+    """Record ``folder`` as the running command's ``--out``: no write below it may pass through a
+    symbolic link (:func:`check_output_file`), whatever the depth."""
+    if not _IN_COMMAND[0]:
+        return
+    for form in (os.path.abspath(folder), os.path.realpath(folder)):
+        if Path(form) not in _OUT_ROOTS:
+            _OUT_ROOTS.append(Path(form))
+
+
+def _refuse_link_below_out(path: Path) -> None:
+    """Refuse ``path`` when a folder between the recorded ``--out`` and it is a symbolic link.
+
+    The folders are checked without following links (``lstat``), one by one from ``--out`` down:
+    a link anywhere below ``--out`` would take the write outside it.  A folder not there yet is
+    created by the door itself (a real folder), so the walk stops there.
+    """
+    target = Path(os.path.abspath(path))
+    for root in _OUT_ROOTS:
+        try:
+            parts = target.relative_to(root).parts[:-1]
+        except ValueError:
+            continue
+        here = root
+        for part in parts:
+            here = here / part
+            try:
+                mode = os.lstat(here).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            if stat.S_ISLNK(mode):
+                raise NotARegularFile(f"{here} is a symbolic link inside --out {root}; moestat never writes through a "
+                                      "link out of --out: remove it or choose another folder")
+
+
 def check_output_file(path: str | os.PathLike, flag: str | None = None) -> Path:
     """Refuse an output path that exists and is not a regular file (links are not followed).
+
+    Also refused, during a command: a path below ``--out`` reached through a symbolic link
+    folder (:func:`note_out_root`), and a path that is one of the command's input files
+    (:func:`note_input`).
 
     Parameters
     ----------
@@ -54,39 +134,53 @@ def check_output_file(path: str | os.PathLike, flag: str | None = None) -> Path:
     ------
     NotARegularFile
         One line naming the path and what it is.
+    OutputIsInput
+        One line naming the path and the input it is.
     """
     path = Path(path)
+    if _OUT_ROOTS:
+        _refuse_link_below_out(path)
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except FileNotFoundError:
         return path
     except NotADirectoryError:  # a parent is a file: the write fails with its own message
         return path
-    kind = _not_regular_kind(mode)
+    what = f"{flag} {path}" if flag else str(path)
+    kind = _not_regular_kind(st.st_mode)
     if kind is not None:
-        what = f"{flag} {path}" if flag else str(path)
         raise NotARegularFile(f"{what} exists and is {kind}; moestat only replaces regular files: remove it or choose "
                               "another path")
+    source = _INPUTS.get((st.st_dev, st.st_ino))
+    if source is not None:
+        raise OutputIsInput(f"{what} is the {source} this command reads; moestat never writes over its input: "
+                            "choose another path")
     return path
 
 
 def refuse_links_in(folder: str | os.PathLike, flag: str = "--out") -> None:
-    """Refuse a folder whose entries include a symbolic link, device, FIFO or socket.
+    """Refuse a folder holding a symbolic link, device, FIFO or socket, at any depth.
 
     Everything a door writes into ``--out`` is a regular file or a folder of its own; anything
-    else there was put by someone else, and following it would write outside ``--out``.
+    else there was put by someone else, and following it would write outside ``--out`` (a link
+    one folder down, ``OUT/rates/run -> elsewhere``, as much as one at the top).  Links are not
+    followed by the walk.
 
     Raises
     ------
     NotARegularFile
-        One line naming the first such entry.
+        One line naming the first such entry (its path relative to ``folder``).
     """
-    for entry in sorted(Path(folder).iterdir()):
-        mode = os.lstat(entry).st_mode
-        kind = None if stat.S_ISDIR(mode) else _not_regular_kind(mode)
-        if kind is not None:
-            raise NotARegularFile(f"{flag} {folder} holds {entry.name}, which is {kind}, not a file moestat wrote: "
-                                  "remove it or choose another folder")
+    folder = Path(folder)
+    for here, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            entry = Path(here) / name
+            mode = os.lstat(entry).st_mode
+            kind = None if stat.S_ISDIR(mode) else _not_regular_kind(mode)
+            if kind is not None:
+                raise NotARegularFile(f"{flag} {folder} holds {entry.relative_to(folder)}, which is {kind}, not a file "
+                                      "moestat wrote: remove it or choose another folder")
 
 
 def _read_umask() -> int:
@@ -136,6 +230,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+    return path
+
+
+def atomic_write_with(path: str | os.PathLike, write: Any, suffix: str = ".tmp") -> Path:
+    """Write ``path`` by calling ``write(tmp)`` on a temporary file beside it, then rename.
+
+    For writers that take a file name (``torch.save``, ...): the same refusals as
+    :func:`atomic_write_text` (a link, device or input at ``path``, a link below ``--out``), and
+    no half-written file left behind.
+    """
+    path = Path(path)
+    with _replacing(path, suffix) as tmp:
+        write(tmp)
     return path
 
 
@@ -367,6 +474,7 @@ def regular_file(path: str | os.PathLike, what: str) -> Path:
     except PermissionError:
         raise ValueError(f"{what} {p} cannot be read (permission denied)") from None
     if stat.S_ISREG(mode):
+        note_input(p, what)  # an output of this command must never replace it
         return p
     kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
             else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)

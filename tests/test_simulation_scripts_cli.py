@@ -50,6 +50,8 @@ CASES = [
     ("studies/tools/grow_record.py", ["no-such-entry", "records/catalogue/gmoe-over4", "{tmp}/out"], "no-such-entry"),
     ("studies/tools/grow_record.py", ["gmoe-over3", "records/catalogue/gmoe-over4", "{tmp}/out"], "k_fit"),
     ("studies/tools/grow_record.py", ["gmoe-over4", "records/catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "two"], "--n-jobs"),
+    ("studies/tools/grow_record.py", ["gmoe-over4", "records/catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "100000"], "limit of"),
+    ("studies/tools/grow_record.py", ["gmoe-over4", "records/catalogue/gmoe-over4", "{tmp}/out", "--n-jobs", "0"], "--n-jobs"),
     ("studies/tools/grow_record.py", ["records/catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--reps", "90"], "--run"),
     ("studies/tools/grow_record.py", ["--run", "records/catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--reps", "80"], "fewer"),
     ("studies/tools/grow_record.py", ["--run", "records/catalogue/gmoe-over4/gaussian-moe", "{tmp}/out", "--n-points", "2"], "n_points"),

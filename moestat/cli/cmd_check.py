@@ -20,6 +20,7 @@ from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
 from moestat.rates.preflight import FRACTION, MC_DRAWS, format_preflight, preflight
 from moestat.rates.resolve import Experiment
+from moestat.resources import check_memory
 
 # The --json report is written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of it.
 ON_INTERRUPT = NOTHING_KEPT
@@ -102,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.grid.validate()
         cfg.scenario.validate()
         scenario = Experiment.of(cfg).scenarios[cfg.router[0]]
+        # the draws of x (d numbers each) and y are held at once: a lower bound, in float64
+        d = int(getattr(scenario, "d", 1) or 1)
+        check_memory(8.0 * args.draws * (d + 1), f"--draws {args.draws}: the Monte Carlo draws of (x, y) would",
+                     "lower --draws")
         if args.json:
             check_json_target(args.json)
     rep = preflight(scenario, cfg.ns, fraction=args.fraction, m=args.draws)

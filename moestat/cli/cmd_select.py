@@ -28,6 +28,7 @@ from moestat.cli.common import (
     prepare_out,
     usage_errors,
 )
+from moestat.io import refuse_links_in
 from moestat.resources import check_memory
 from moestat.selection.study import SelectConfig, SelectionError, run_select, same_model_settings
 
@@ -105,6 +106,8 @@ def _check_out(out: str, config, resume: bool) -> None:
     from pathlib import Path
 
     cfg = Path(out) / "config.json"
+    if resume and Path(out).is_dir():
+        refuse_links_in(out)  # first: config.json read through a link would already be someone else's file
     if resume and cfg.exists():
         try:
             old = json.loads(cfg.read_text())["config"]

@@ -30,6 +30,7 @@ from moestat.data.images import check_idx_header, find_idx_files
 from moestat.experiments.softmoe_norm_target import run_norm_target, write_norm_outputs
 from moestat.experiments.softmoe_subsets import run_subsets, subset_sizes, write_subset_outputs
 from moestat.nn.softmoe import parse_tokenisation
+from moestat.resources import check_memory
 
 __all__ = ["build_parser", "main"]
 
@@ -132,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if max(args.experts) > MAX_EXPERTS:  # each expert is a network of its own (as moestat toy)
                 raise ValueError(f"--experts must be at most {MAX_EXPERTS} (the paper's Appendix B uses 1 to 10), "
                                  f"got {max(args.experts)}")
+            # the fresh evaluation samples are drawn at once: X (10 numbers) and y, float32 -- a lower bound
+            check_memory(4.0 * 11 * args.eval_size, f"--eval-size {args.eval_size}: the evaluation samples would",
+                         "lower --eval-size")
             prepare_out(args.out, None)
         apply_threads(args, args.n_jobs)
         with cleaned_on_interrupt(args.out):

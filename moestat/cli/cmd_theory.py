@@ -13,6 +13,7 @@ from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.io import check_run_config, read_run_config, write_run_config
+from moestat.rates.store import audit_stored_runs
 from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
 from moestat.experiments.theory.grids import GRIDS, check_grid_memory
 
@@ -87,6 +88,8 @@ def _validate(args) -> None:
     elif args.resume:
         _check_report_settings(Path(args.out), settings)
     prepare_out(args.out, args.resume)
+    if args.resume:  # an edited row of a stored rate run: refused here, as rates --resume refuses it
+        audit_stored_runs(Path(args.out) / "rates")
     if stored is None:
         write_run_config(args.out, settings)
 

@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from moestat.devices import resolve_device
 from moestat.faults import EnvironmentFault, as_environment_fault
-from moestat.folder_lock import DOOR_NAME, LOCK_NAME, check_door, lock_out, mark_door, unlock_all, unlock_out
-from moestat.io import ensure_writable_dir, refuse_links_in, regular_file
+from moestat.folder_lock import DOOR_NAME, LOCK_NAME, check_door, lock_out, mark_door, read_door, unlock_all, unlock_out
+from moestat.io import begin_command, end_command, ensure_writable_dir, note_out_root, refuse_links_in, regular_file
 from moestat.model.gates import canonical_name
 from moestat.resources import max_n_jobs
 from moestat import threads  # read at call time: the usable cores are the machine's (tests substitute them)
@@ -67,6 +67,7 @@ __all__ = [
     "out_dir",
     "prepare_out",
     "cleaned_on_interrupt",
+    "interrupts_held",
     "DEFAULT_OUT_ROOT",
     "KEEPS",
     "NOTHING_KEPT",
@@ -152,6 +153,7 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     debug = bool(os.environ.get(DEBUG_ENV))
     _CURRENT_DOOR[0] = prog.split()[1] if prog.startswith("moestat ") and len(prog.split()) > 1 else None
     restore = _terminate_like_ctrl_c()
+    begin_command()  # record the inputs and --out of this run: no write replaces one or leaves the other
     try:
         rc = main(argv)
         return 0 if rc is None else int(rc)
@@ -161,10 +163,12 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
         sys.stderr.write(f"{prog}: error: {_first_line(exc)}\n")
         return 2
     except Terminated:
-        sys.stderr.write(f"{prog}: terminated (SIGTERM); {on_interrupt}\n")
+        with interrupts_held():  # a second Ctrl-C or SIGTERM while ending: no traceback
+            sys.stderr.write(f"{prog}: terminated (SIGTERM); {on_interrupt}\n")
         return 143
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted; {on_interrupt}\n")
+        with interrupts_held():
+            sys.stderr.write(f"{prog}: interrupted; {on_interrupt}\n")
         return 130
     except Exception as exc:  # noqa: BLE001 - shown in full: an internal error is not bad input
         fault = exc if isinstance(exc, EnvironmentFault) else as_environment_fault(exc)
@@ -182,9 +186,39 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
                          "this is not a problem with your input; please report it with the traceback above\n")
         return 1
     finally:
+        with interrupts_held():  # the lock is released whole, whatever is pressed meanwhile
+            unlock_all()
+            end_command()
+            _CURRENT_DOOR[0] = None
         restore()
-        unlock_all()
-        _CURRENT_DOOR[0] = None
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ignore Ctrl-C and SIGTERM while a command cleans up after itself.
+
+    The first Ctrl-C already ends the command; a second one (a double press, or ``timeout``'s
+    SIGTERM arriving just after) during the cleanup would interrupt it half-way -- a
+    ``KeyboardInterrupt`` traceback from the lock's release, a lock file or a door marker left
+    behind that makes the rerun refuse the folder.  The signals are ignored for the few
+    milliseconds of the cleanup and the handlers restored after it; ``kill -9`` still ends the
+    process (its lock is then recognised as stale).  Outside the main thread nothing is changed.
+    """
+    import signal
+    import threading
+
+    held = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                held[sig] = signal.signal(sig, signal.SIG_IGN)
+            except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+                pass
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class Terminated(KeyboardInterrupt):
@@ -390,8 +424,9 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
     taken over); the door marker is written once the folder is accepted.
 
     ``door`` defaults to the subcommand :func:`run_main` is running.  A folder to resume that
-    holds a symbolic link, device or FIFO (``results.csv`` linked to a file elsewhere, ...) is
-    refused naming it: nothing in ``--out`` is ever written through a link.
+    holds a symbolic link, device or FIFO at any depth (``results.csv`` linked to a file
+    elsewhere, ``rates/run`` linked to a folder elsewhere, ...) is refused naming it: nothing in
+    ``--out`` is ever written through a link.
 
     Raises
     ------
@@ -410,18 +445,23 @@ def prepare_out(out: str | os.PathLike, resume: bool | None, door: str | None = 
         lock_out(path, door)  # first: a folder in use is refused naming its holder, whatever else it holds
         locked = True
     try:
-        # a lock file counts as nothing only when it is one: a link of that name is not ours
-        if existed and not resume and any(p.name != LOCK_NAME or p.is_symlink() or not p.is_file() for p in path.iterdir()):
+        # a lock file counts as nothing only when it is one: a link of that name is not ours; nor does
+        # this door's own marker alone (a start interrupted before it wrote anything left it)
+        marker = path / DOOR_NAME  # read only when a regular file: a FIFO there would block the read
+        own = existed and door and not marker.is_symlink() and marker.is_file() and read_door(path) == door
+        ours = {LOCK_NAME} | ({DOOR_NAME} if own else set())
+        if existed and not resume and any(p.name not in ours or p.is_symlink() or not p.is_file() for p in path.iterdir()):
             how = "pass --resume to continue the run in it, or choose" if resume is not None else "this door has no --resume; choose"
             raise ValueError(f"--out {path} is not empty; {how} an empty or new folder")
         if existed and resume:
-            refuse_links_in(path)  # a link in --out would take a write (results.csv, ...) outside it
+            refuse_links_in(path)  # a link in --out, at any depth, would take a write (results.csv, ...) outside it
         if existed and resume and door:
             check_door(path, door)
         ensure_writable_dir(path)
         if door and not locked:
             lock_out(path, door)
             locked = True
+        note_out_root(path)  # every later write below --out refuses a link folder put there meanwhile
         if door:
             mark_door(path, door)
     except BaseException:
@@ -440,16 +480,17 @@ def cleaned_on_interrupt(out: str | os.PathLike) -> Iterator[None]:
     """For doors that write their results only at the end: on Ctrl-C -- or any failure before the
     results are written -- remove ``out`` if it holds nothing but its lock and door marker (the door
     created it), so an interrupted or failed start leaves nothing behind that a rerun would refuse
-    as "not empty" (e.g. a diverged softmoe run would leave a folder holding only ``.moestat-door``)."""
+    as "not empty" (a folder holding only ``.moestat-door``)."""
     try:
         yield
     except BaseException:
-        path = Path(out)
-        if path.is_dir() and not any(p.name not in (LOCK_NAME, DOOR_NAME) for p in path.iterdir()):
-            unlock_out(path)
-            (path / DOOR_NAME).unlink(missing_ok=True)
-            if not any(path.iterdir()):
-                path.rmdir()
+        with interrupts_held():  # a second Ctrl-C must not leave the marker half-removed
+            path = Path(out)
+            if path.is_dir() and not any(p.name not in (LOCK_NAME, DOOR_NAME) for p in path.iterdir()):
+                unlock_out(path)
+                (path / DOOR_NAME).unlink(missing_ok=True)
+                if not any(path.iterdir()):
+                    path.rmdir()
         raise
 
 

@@ -55,11 +55,10 @@ def _help() -> str:
 
 
 def _short_usage() -> str:
-    """What a bare ``moestat`` prints: three lines, the subcommands and where the rest is (the
-    full help, 19 lines, would bury the hint)."""
-    return ("usage: moestat <subcommand> [options]\n"
-            f"subcommands: {', '.join(SUBCOMMANDS)}\n"
-            "`moestat --help` says what each does; `moestat <subcommand> --help` lists its options.\n")
+    """What a bare ``moestat`` prints: one line, as every other usage error, naming the
+    subcommands and where their help is."""
+    return (f"moestat: error: name a subcommand (usage: moestat <subcommand> [options]; subcommands: "
+            f"{', '.join(SUBCOMMANDS)}); `moestat --help` says what each does\n")
 
 
 def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int:
@@ -76,6 +75,10 @@ def main(argv: Sequence[str] | None = None, *, prog_suffix: bool = False) -> int
         args = args[1:]
     if not args:  # a missing subcommand is a usage error: a short usage on stderr, exit 2
         sys.stderr.write(_short_usage())
+        return 2
+    if sys.stdout is None:  # started with stdout closed (``>&-``): print() would drop the output without a word
+        sys.stderr.write("moestat: error: standard output is closed, so what this command prints would be lost; "
+                         "redirect it to a file (or to /dev/null) instead\n")
         return 2
     if args[0] in ("-h", "--help"):
         sys.stdout.write(_help())

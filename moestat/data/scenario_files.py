@@ -76,7 +76,7 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
 from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator, regression_loss_columns
 from moestat.estimators.generic_starts import random_start as generic_random_start
 from moestat.estimators.starts import random_init
-from moestat.io import regular_file
+from moestat.io import note_input, regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
 from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
 from moestat.model.gate_registry import GATES, SCORES, score_function
@@ -528,6 +528,7 @@ def load_scenario(source: str) -> FileScenario:
 def scenario_digest(source: str) -> str:
     """SHA-256 of the scenario file's bytes (for a config hash: a changed file is a new config)."""
     path = source.rsplit(":", 1)[0] if ".py:" in source else source
+    note_input(path, "scenario file")  # read on every run (the scenario itself may come from a cache)
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
     except OSError as e:

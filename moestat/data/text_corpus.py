@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moestat.io import not_text
+from moestat.io import not_text, note_input
 
 __all__ = ["CORPORA", "TextCorpus", "split_standard", "split_fractions", "load_corpus", "kjv_text", "encode"]
 
@@ -151,6 +151,7 @@ def load_corpus(name: str, path: str | os.PathLike | None = None, *, max_chars: 
         if max_chars is not None:
             raise ValueError("max_chars would break the standard 90M / 5M / 5M split of enwik8 / text8")
         p = _resolve(path, name)
+        note_input(p, "--data-path")  # no output of the run may replace it
         raw = np.fromfile(p, dtype=np.uint8)
         if name == "enwik8":
             data, vocab = raw.astype(np.int64), [chr(i) for i in range(256)]
@@ -166,6 +167,7 @@ def load_corpus(name: str, path: str | os.PathLike | None = None, *, max_chars: 
             raise ValueError("--data-path is required for the corpus 'file'")
         if not p.is_file():
             raise FileNotFoundError(f"no text file at {p}")
+        note_input(p, "--data-path")  # no output of the run may replace it
         try:
             text, source = p.read_text(encoding="utf-8"), str(p)
         except UnicodeDecodeError as exc:  # Latin-1 or binary: name the file, not only the codec

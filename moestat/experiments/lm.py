@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from moestat.data.text_corpus import TextCorpus
-from moestat.io import append_line, atomic_write_json, atomic_write_text, ensure_writable_dir, read_jsonl
+from moestat.io import append_line, atomic_write_json, atomic_write_text, atomic_write_with, ensure_writable_dir, read_jsonl
 from moestat.nn.lm_routers import LM_ROUTERS
 from moestat.nn.metrics import expert_usage, gate_sparsity
 from moestat.nn.train import FreshBatches, fit
@@ -277,8 +277,9 @@ def run_experiment(corpus: TextCorpus, routers, out_dir, *, preset: str = "cpu",
         cfg = replace(base_cfg, router=router)
         model, row = train_lm(corpus, cfg, seed=seed, device=device, progress=progress,
                               desc=f"{router} seed {seed}", precision=precision, **tk)
-        torch.save({"config": asdict(cfg), "state_dict": model.state_dict(), "vocab": corpus.vocab},
-                   out / "checkpoints" / f"{router}_seed{seed}.pt")
+        state = {"config": asdict(cfg), "state_dict": model.state_dict(), "vocab": corpus.vocab}
+        # atomically, never through a link put at the checkpoint's name (it would overwrite the file linked to)
+        atomic_write_with(out / "checkpoints" / f"{router}_seed{seed}.pt", lambda tmp: torch.save(state, tmp), ".pt")
         append_line(runs_path, json.dumps(row))
         rows.append(row)
         if verbose:

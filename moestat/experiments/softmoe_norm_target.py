@@ -30,7 +30,7 @@ from moestat.data.norm_target import (
     witness_pairs,
 )
 from moestat.devices import resolve_device
-from moestat.io import atomic_write_json, atomic_write_text, ensure_writable_dir
+from moestat.io import atomic_write_json, atomic_write_text, atomic_write_with, ensure_writable_dir
 from moestat.nn.softmoe import SoftMoERegressor, parse_tokenisation
 from moestat.nn.train import FreshBatches, fit
 from moestat.seeding import spawn_int_seeds, torch_generator
@@ -340,9 +340,8 @@ def write_norm_outputs(result: dict, out: str | os.PathLike, echo: bool = True) 
     loss and witness figures into ``out`` (created); echo the table on stdout."""
     out = ensure_writable_dir(out)
     rows = norm_target_table(result)
-    torch.save({f"{r['tokens']}_n{r['n_experts']}_s{r['seed_index']}": r["state_dict"] for r in result["runs"]},
-               out / "models.pt.tmp")
-    os.replace(out / "models.pt.tmp", out / "models.pt")
+    models = {f"{r['tokens']}_n{r['n_experts']}_s{r['seed_index']}": r["state_dict"] for r in result["runs"]}
+    atomic_write_with(out / "models.pt", lambda tmp: torch.save(models, tmp), ".pt")
     slim = {"config": result["config"], "constant_mse": result["constant_mse"], "table": rows,
             "runs": [{k: v for k, v in r.items() if k != "state_dict"} for r in result["runs"]]}
     atomic_write_json(out / "norm_target.json", slim)

@@ -110,9 +110,14 @@ def _serve(conn, parent_ends: list, parent: int) -> None:
             continue
         try:
             conn.send(reply)
+        except OSError:  # the parent is gone (kill -9): no one to answer, and nothing to tell the user
+            return
         except Exception as exc:  # noqa: BLE001 - an exception (or rows) that cannot be pickled
-            conn.send(("err", RuntimeError(f"sweep worker could not return its result: {exc!r}"),
-                       traceback.format_exc()))
+            try:
+                conn.send(("err", RuntimeError(f"sweep worker could not return its result: {exc!r}"),
+                           traceback.format_exc()))
+            except OSError:
+                return
 
 
 def _with_note(reply: tuple, pid: int) -> BaseException:

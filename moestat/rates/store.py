@@ -40,6 +40,7 @@ from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
 __all__ = [
+    "audit_stored_runs",
     "LOSS_NAMES",
     "TRUTH_COLUMNS",
     "LEGACY_COLUMNS",
@@ -775,3 +776,37 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
             raise ValueError(f"--resume: {summary_rows_changed(summary_path, rows, audit)}; nothing was run -- "
                              f"{SUMMARY_RECOVERY}, or start a new --out")
     return prev
+
+
+def audit_stored_runs(root: str | os.PathLike) -> None:
+    """Audit the rows of every run folder under ``root`` (``OUT/rates`` of ``moestat theory``)
+    before a resume runs anything.
+
+    A row edited by hand (its ``crc32`` no longer matching), a duplicate or a garbage line is
+    refused as :func:`check_resumable` refuses it, naming the file and the line; found while the
+    resume runs, it would only fail the one check that reads it.  Each run is read with the
+    configuration its ``provenance.json`` records; a run whose record cannot be read, or is not
+    that configuration's, is left to its own resume, which says what is wrong with it.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and the rows.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for run in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        if not (run / "results.csv").is_file():
+            continue
+        try:
+            prev = json.loads((run / "provenance.json").read_text(encoding="utf-8"))
+            experiment = Experiment.of(RatesConfig.from_dict(prev["config"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if prev.get("config_hash") != experiment.hash:
+            continue
+        msg = audit_results(run / "results.csv", experiment)[1].message()
+        if msg:
+            raise ValueError(f"--resume: {msg}; nothing was run -- delete those lines (or start a new --out) and "
+                             "resume again")

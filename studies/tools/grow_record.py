@@ -36,8 +36,10 @@ writes its summary::
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 #: The configuration keys a grown sweep may change; every other key that names the numbers must be equal.
@@ -58,16 +60,13 @@ def check_growable(record: Path, config) -> list[int]:
     config : moestat.rates.config.RatesConfig
         The entry's (grown) configuration.
     """
-    import pandas as pd
-
-    old = _recorded_config(record)
+    old, rows = _read_record(record)
     a, b = old.result_fields(), config.result_fields()
     differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in GRID_KEYS)
     if differ:
         raise GrowError(f"{record}: the entry's configuration differs from the record's beyond the grid (in: {', '.join(differ)})")
     from moestat.estimators.em_driver import sweep_compile
 
-    rows = pd.read_csv(record / "results.csv")
     recorded = sorted(int(n) for n in rows["n"].unique())
     off = [n for n in recorded if n not in config.ns]
     if off:
@@ -114,28 +113,100 @@ def grow(key: str, record_dir: Path, out: Path, n_jobs: int) -> dict:
 
 
 def _recorded_config(record: Path):
-    """The :class:`~moestat.rates.config.RatesConfig` a recorded run folder's ``provenance.json`` names."""
+    """The :class:`~moestat.rates.config.RatesConfig` a recorded run folder's ``provenance.json``
+    names; :class:`GrowError` naming the file when it cannot be read (truncated, not JSON, not UTF-8)."""
     from moestat.rates.config import RatesConfig
 
-    return RatesConfig.from_dict(json.loads((record / "provenance.json").read_text(encoding="utf-8"))["config"])
+    prov = record / "provenance.json"
+    try:
+        return RatesConfig.from_dict(json.loads(prov.read_text(encoding="utf-8"))["config"])
+    except UnicodeDecodeError:
+        raise GrowError(f"{prov}: not UTF-8 text; the record is damaged") from None
+    except json.JSONDecodeError as exc:
+        raise GrowError(f"{prov}: not valid JSON ({exc.msg}, line {exc.lineno}); the record is truncated or "
+                        "damaged") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GrowError(f"{prov}: not a moestat run's provenance ({exc})") from None
+
+
+def _read_record(record: Path):
+    """``(configuration, rows)`` of a recorded run folder, every row checked as ``moestat rates
+    --resume`` checks it; :class:`GrowError` (one line naming the file) for anything that is not
+    a whole, unedited record -- before anything is copied, so a refused growth leaves nothing.
+    """
+    from moestat.io import NotARegularFile, refuse_links_in
+    from moestat.rates.resolve import Experiment
+    from moestat.rates.store import read_run
+
+    try:
+        refuse_links_in(record, flag="record")  # a link (dangling or not) would be copied as someone else's file
+    except NotARegularFile as exc:
+        raise GrowError(str(exc)) from None
+    config = _recorded_config(record)
+    results = record / "results.csv"
+    try:
+        run = read_run(record, Experiment.of(config))
+    except UnicodeDecodeError as exc:
+        raise GrowError(f"{results}: not UTF-8 text (byte at offset {exc.start}); the record is damaged") from None
+    except ValueError as exc:  # rows edited, duplicated, garbled or outside the grid: the store's own line
+        raise GrowError(str(exc).splitlines()[0] if str(exc) else f"{results}: unreadable") from None
+    if run.audit.torn:
+        raise GrowError(f"{results}: its last line is torn (the run was stopped while writing it); finish the run "
+                        "with --resume first, then grow it")
+    return config, run.df
 
 
 def _check_folders(src: Path, dst: Path, continued_by: str) -> None:
     """Refuse a source that is not a recorded run folder, and a destination that exists."""
     if not (src / "provenance.json").is_file() or not (src / "results.csv").is_file():
         raise GrowError(f"{src}: not a recorded run folder (no provenance.json or results.csv)")
-    if dst.exists():
+    if os.path.lexists(dst):  # a link, dangling or not, is there too
         raise GrowError(f"{dst} exists; choose a new folder (a stopped growth is continued by {continued_by})")
+    parent = dst.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise GrowError(f"{parent} is not a writable folder; choose a new folder for {dst.name}")
 
 
 def _copy_and_fit(src: Path, dst: Path, config, missing: list[int]) -> list[int]:
+    """Copy the record into ``dst`` whole or not at all, then fit the sizes it lacks there.
+
+    ``dst`` is claimed first (``mkdir``, which only one of two growths into it wins); the files
+    are copied into a temporary folder beside it, which replaces the claimed (empty) folder by a
+    rename once complete, so a full or read-only disk leaves no torn copy: the temporary folder
+    and the claim are removed and the error raised (an environment fault: one line, exit 1).  The fits hold ``dst``'s lock, as ``moestat
+    rates`` does, so a ``--resume`` started meanwhile is refused.
+    """
+    from moestat.faults import EnvironmentFault, as_environment_fault
+    from moestat.folder_lock import lock_out, unlock_out
     from moestat.rates.sweep import run_sweep_rows
 
-    dst.mkdir(parents=True)
-    for name in ("results.csv", "extras.csv", "provenance.json"):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
-    run_sweep_rows(config, dst, resume=True, read=False)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dst.mkdir()
+    except FileExistsError:
+        raise GrowError(f"{dst} exists; another growth is writing it, or choose a new folder") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".copying", dir=dst.parent))
+    try:
+        for name in ("results.csv", "extras.csv", "provenance.json"):
+            if (src / name).is_file():
+                shutil.copy2(src / name, tmp / name)
+        os.replace(tmp, dst)  # over the empty folder this growth claimed
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            dst.rmdir()
+        except OSError:
+            pass
+        if isinstance(exc, OSError) and as_environment_fault(exc) is None:  # read-only, permissions: the machine's
+            raise EnvironmentFault(f"cannot copy {src} into {dst.parent}: {exc.strerror or exc}; nothing was copied") from exc
+        raise
+    lock_out(dst, "rates")
+    try:
+        run_sweep_rows(config, dst, resume=True, read=False)
+    finally:
+        unlock_out(dst)
     return missing
 
 
@@ -159,7 +230,17 @@ def grow_run(src: Path, dst: Path, n_jobs: int, **grid) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from moestat.cli.common import ArgumentParser
+    """Grow a record (see the module's docstring); exit 0, 2 for bad input, 1 for a fault of the
+    machine (a full disk: one line) or a bug (a traceback), as the doors end."""
+    from moestat.cli.common import run_main
+
+    return run_main(_main, argv, prog="grow_record.py",
+                    on_interrupt="a copy not finished was removed; a growth stopped while fitting is continued by "
+                                 "--resume on the new folder")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    from moestat.cli.common import ArgumentParser, n_jobs_int
 
     ap = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("key", nargs="?", help="catalogue entry (not with --run)")
@@ -172,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-max", type=int, help="with --run: the new largest size")
     ap.add_argument("--n-points", type=int, help="with --run: the new number of sizes")
     ap.add_argument("--reps", type=int, help="with --run: the new number of replicates")
-    ap.add_argument("--n-jobs", type=int, default=1)
+    # the rates door's bound: a few workers per usable core, under the process limit (100 000 hung)
+    ap.add_argument("--n-jobs", type=n_jobs_int, default=1, help="parallel workers (default 1)")
     a = ap.parse_args(argv)
     grid = {"n_min": a.n_min, "n_max": a.n_max, "n_points": a.n_points, "reps": a.reps}
     if a.run == (a.key is not None):
@@ -181,8 +263,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--n-min, --n-max, --n-points and --reps are for --run (an entry grows to its own design)")
     if not a.record.is_dir():
         ap.error(f"{a.record}: no such folder")
-    if a.n_jobs < 1:
-        ap.error(f"--n-jobs must be >= 1, got {a.n_jobs}")
     try:
         done = ({a.out.name: grow_run(a.record, a.out, a.n_jobs, **grid)} if a.run
                 else grow(a.key, a.record, a.out, a.n_jobs))

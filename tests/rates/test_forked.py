@@ -408,3 +408,31 @@ def test_forked_workers_end_when_the_main_process_is_killed(tmp_path):
     while time.time() < deadline and any(_alive(w) for w in workers):
         time.sleep(0.2)
     assert not any(_alive(w) for w in workers), "forked workers outlived their parent"
+
+
+def _slow_result(seconds: float) -> list:
+    import time
+
+    time.sleep(seconds)
+    return [{"rows": 1}]
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_a_worker_whose_parent_is_gone_ends_without_a_traceback(capfd):
+    # after `kill -9` of the sweep, a worker finishing its unit writes to a closed pipe: BrokenPipeError,
+    # which printed a traceback after the shell's prompt; now the worker just ends
+    import multiprocessing
+    import os
+
+    from moestat.rates.forked import _serve
+
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe(duplex=True)
+    here.send((_slow_result, (0.2,), True))
+    proc = ctx.Process(target=_serve, args=(there, [here], os.getpid()))
+    proc.start()
+    there.close()
+    here.close()  # the parent's end gone, as when it is killed
+    proc.join(30)
+    err = capfd.readouterr().err
+    assert proc.exitcode == 0 and "Traceback" not in err and "BrokenPipeError" not in err, err
