@@ -8,7 +8,7 @@ exponents (:mod:`moestat.losses.voronoi_spec`).
 
 TOML layout (every key is checked; an error names the key and the file)::
 
-    name = "sigmoid-exact"
+    name = "sigmoid-exact"    # the curve label (file:sigmoid-exact) and results.csv's scenario; default: the file's stem
     [gate]
     score = "linear"          # linear | cosine | perturbed (tau = [tau1, tau2])
     normalisation = "sigmoid" # softmax | sigmoid | gaussian (known kernel variance: variance = 1.0)
