@@ -32,11 +32,11 @@ from moestat.cli.common import (
     usage_errors,
 )
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
-from moestat.rates.experiment import format_table, run_rates
+from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
-from moestat.rates.store import check_resumable
+from moestat.rates.store import check_resumable, stored_file_label
 from moestat.rates.verdicts import STATISTICS
 
 __all__ = ["build_parser", "config_from_args", "main"]
@@ -246,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(ns)
         if config.backend == "dask":
             require_cluster_extra("--backend dask" if not getattr(ns, "scheduler_file", None) else "--scheduler-file")
+        if resume and out.is_dir():
+            config = stored_file_label(out, config)  # a folder written before labels came from ``name``
         config.validate()
         cluster = cluster_from_args(ns)
         if config.backend == "dask":  # reached now, within seconds, before anything is written
@@ -256,9 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if out.is_dir():
             check_resumable(out, config, resume)  # again, now that no other run can be writing it
     formats = getattr(ns, "figure_formats", DEFAULT_FIGURE_FORMATS)
+    suffix = analysis_suffix(out, config, resume)  # as run_rates decides it, before it writes
     summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats)
     if not config.quiet:
         print(format_table(summary))
-        figs = f" and convergence.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"
-        print(f"wrote {out / 'summary.json'}{figs} ({summary['elapsed_s']:.1f} s)")
+        figs = f" and convergence{suffix}.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"
+        print(f"wrote {out / f'summary{suffix}.json'}{figs} ({summary['elapsed_s']:.1f} s)")
     return 0

@@ -54,7 +54,7 @@ import numpy as np
 
 from moestat.data.gaussian_scenarios import declared_voronoi
 from moestat.data.scenario_tables import ScenarioFileError, parse_losses
-from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator
+from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, check_likelihood_estimator
 from moestat.estimators.gllim import GLLiMEM, gllim_loglik, gllim_mean, join_measure, random_gllim_start, split_measure
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 from moestat.model.mixing import MixingMeasure
@@ -201,7 +201,7 @@ class GLLiMScenario(ScenarioBase):
         return np.asarray(self.loglik(X, Y, G), dtype=float)
 
     # ---- starts -------------------------------------------------------------------------------
-    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+    def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
         """The truth plus noise: extra atoms (over-specified) copy the true atoms in turn and split
         their weight; ``N(0, scale^2)`` on ``log pi`` (renormalised), ``c``, ``a`` and ``b``, and
@@ -209,6 +209,7 @@ class GLLiMScenario(ScenarioBase):
         ``n`` is not used; ``peer`` (the peer code's schedule) is refused, as for every scenario file."""
         if peer:
             raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
+        rng = numpy_generator(0 if rng is None else rng)  # None: seed 0, as ScenarioBase.near_truth_start
         t, k, ks, d = self.truth, int(self.k_fit), self.k_true, self.d
         owner = np.concatenate([np.arange(ks), np.arange(k - ks) % ks])
         counts = np.bincount(owner, minlength=ks)

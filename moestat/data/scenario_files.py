@@ -8,7 +8,7 @@ exponents (:mod:`moestat.losses.voronoi_spec`).
 
 TOML layout (every key is checked; an error names the key and the file)::
 
-    name = "sigmoid-exact"
+    name = "sigmoid-exact"    # the curve label (file:sigmoid-exact) and results.csv's scenario; default: the file's stem
     [gate]
     score = "linear"          # linear | cosine | perturbed (tau = [tau1, tau2])
     normalisation = "sigmoid" # softmax | sigmoid | gaussian (known kernel variance: variance = 1.0)
@@ -73,7 +73,7 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
     _number,
     parse_losses,
 )
-from moestat.data.synthetic import ScenarioBase, check_likelihood_estimator, regression_loss_columns
+from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, check_likelihood_estimator, regression_loss_columns
 from moestat.estimators.generic_starts import random_start as generic_random_start
 from moestat.estimators.starts import random_init
 from moestat.io import note_input, regular_file
@@ -286,7 +286,7 @@ class FileScenario(ScenarioBase):
             return random_init(int(self.k_fit), self.d, rng, n_eta=q)
         return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
 
-    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+    def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
         """A start at the truth plus ``N(0, scale^2)`` noise; extra atoms (over-specified fits)
         copy true atoms in turn, splitting the atom's mass between its ``m`` copies.
@@ -302,6 +302,7 @@ class FileScenario(ScenarioBase):
         """
         if peer:
             raise ValueError("init = 'peer' is not available for a scenario file; use 'near_truth' or 'random'")
+        rng = numpy_generator(0 if rng is None else rng)  # None: seed 0, as ScenarioBase.near_truth_start
         t, k = self.truth, int(self.k_fit)
         owner = np.concatenate([np.arange(self.k_true), np.arange(k - self.k_true) % max(1, self.k_true - 1)])
         counts = np.bincount(owner, minlength=self.k_true)

@@ -89,6 +89,13 @@ class TruthDescriptors:
         return "exact" if self.k_fit == self.k_true else "over"
 
 
+#: ``max_iter`` of ``moestat rates`` for an exact fit (:class:`moestat.rates.config.FittingSpec`);
+#: an over-specified one gets :data:`moestat.rates.presets.OVER_MAX_ITER`.
+DEFAULT_MAX_ITER = 200
+#: ``init_scale`` of ``moestat rates``: the near-truth start's noise (:meth:`ScenarioBase.near_truth_start`).
+DEFAULT_INIT_SCALE = 0.05
+
+
 class ScenarioBase(TruthDescriptors):
     """The protocol of every scenario a rates sweep fits: built-in (:class:`Scenario`), Gaussian MoE
     (:class:`~moestat.data.gaussian_scenarios.GaussianMoEScenario`), joint GLLiM
@@ -149,9 +156,41 @@ class ScenarioBase(TruthDescriptors):
             ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
         return np.asarray(ll.numpy(), dtype=float)
 
-    def estimator(self, name: str, *, max_iter: int, random_state: int, device: str):
+    def estimator(self, name: str | None = None, *, max_iter: int | None = None, random_state=None,
+                  device: str = "cpu"):
         """The estimator ``name`` built for this scenario (:meth:`estimator_class`; every estimator
-        takes what it needs from the same keywords, the estimator contract)."""
+        takes what it needs from the same keywords, the estimator contract).
+
+        Every argument has the default of ``moestat rates``, so that a notebook can write
+        ``sc.estimator().fit(X, Y, init=sc.near_truth_start())``.
+
+        Parameters
+        ----------
+        name : {"lse", "mle", "em", "sgd", "null", "reference"}, optional
+            Default: ``"mle"`` for a scenario whose ``y`` is drawn from the mixture
+            (:attr:`mixture_data`), else ``"lse"`` (the batched least squares).
+        max_iter : int, optional
+            Iteration budget; default that of ``moestat rates``: :data:`DEFAULT_MAX_ITER` for an
+            exact fit, :data:`moestat.rates.presets.OVER_MAX_ITER` for an over-specified one.
+        random_state : None, int, SeedSequence or Generator
+            Seed of the estimator's own randomness (random starts); ``None``: fresh entropy.
+        device : str
+            ``cpu`` (default), ``cuda``, ``cuda:N`` or ``auto``.
+
+        Returns
+        -------
+        MoEEstimator
+            Call ``fit(X [R, n, d], Y [R, n], init=...)``.  Without ``init`` an estimator uses its own
+            start: least squares a data-free random start (``init="random"`` of
+            :class:`~moestat.estimators.lse.LeastSquaresMoE`), maximum likelihood a random
+            data-driven start per replicate; ``moestat rates`` passes :meth:`near_truth_start`.
+        """
+        if name is None:
+            name = "mle" if self.mixture_data else "lse"
+        if max_iter is None:
+            from moestat.rates.presets import OVER_MAX_ITER  # the rates package imports this module
+
+            max_iter = OVER_MAX_ITER if self.setting == "over" else DEFAULT_MAX_ITER
         return self.estimator_class(name).for_scenario(self, max_iter=max_iter, random_state=random_state, device=device)
 
     def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
@@ -159,10 +198,27 @@ class ScenarioBase(TruthDescriptors):
         (:func:`moestat.estimators.starts.random_init`)."""
         return random_init(self.k_fit, self.d, rng)
 
-    def near_truth_start(self, scale: float, rng: np.random.Generator, *, n: int | None = None,
+    def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
         """The truth plus noise of scale ``scale`` (:func:`moestat.estimators.starts.near_truth_init`;
-        ``peer``: the peer code's ``scale * n^-0.083``)."""
+        ``peer``: the peer code's ``scale * n^-0.083``).
+
+        Parameters
+        ----------
+        scale : float
+            Standard deviation of the noise on every free parameter (default
+            :data:`DEFAULT_INIT_SCALE`, that of ``moestat rates``).
+        rng : Generator, int, SeedSequence or None
+            Stream of the noise; ``None``: seed 0 (the same start at every call).
+
+        Returns
+        -------
+        MixingMeasure
+            Unbatched (``k_fit`` atoms): every estimator's ``fit`` takes it as the start of every
+            replicate; stack several (:meth:`~moestat.model.mixing.MixingMeasure.stack`) for a
+            start of their own per replicate.
+        """
+        rng = numpy_generator(0 if rng is None else rng)
         return near_truth_init(self.truth, self.k_fit, scale, rng, n=n, schedule="peer" if peer else "constant",
                                log_last=self.variance_last)
 

@@ -836,18 +836,78 @@ def _fmt(v: Any) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3f}"
 
 
+#: Characters of the ``predicted`` column of :func:`format_report`; a longer prediction text is
+#: shortened there (its full text is in ``catalogue.json``), so that the columns after it stay aligned.
+PREDICTION_WIDTH = 36
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3].rstrip() + "..."
+
+
+def quick_grid_note(report: dict[str, Any]) -> str | None:
+    """One line when a ``--quick`` report's intervals are too wide to decide a rate, else ``None``.
+
+    What separates the predictions is the smallest gap between the entry's distinct predicted
+    exponents, or, with one, its distance from 0 (no decay): an interval wider than that holds
+    both readings, so no category of this grid can tell them apart -- whatever it says, the full
+    run is what can."""
+    if report.get("mode") != "quick":
+        return None
+    preds = sorted({float(r["predicted"]) for r in report["predictions"] if r.get("predicted") is not None})
+    gaps = [b - a for a, b in zip(preds, preds[1:])]
+    sep = min(gaps) if gaps else (abs(preds[0]) if preds and preds[0] != 0 else None)
+    widths = [r["ci"][1] - r["ci"][0] for r in report["predictions"]
+              if r.get("ci") and all(v is not None and math.isfinite(v) for v in r["ci"])]
+    if sep is None or not widths:
+        return None
+    wide = [w for w in widths if w > sep]
+    if not wide:
+        return None
+    what = "the predictions" if gaps else "the prediction from no decay (0)"
+    return (f"quick grid: {len(wide)} of {len(widths)} intervals are wider (up to {max(wide):.2f}) than the "
+            f"{sep:.2f} that separates {what}: this grid cannot decide a rate; the full run (without --quick) is the test")
+
+
 def format_report(report: dict[str, Any]) -> str:
-    """The table printed by ``moestat reproduce``: one line per prediction, then the contrast."""
-    head = f"{'run':<14} {'loss':<24} {'predicted':<32} {'slope':>7}  {'95% CI':<17} category"
+    """The table printed by ``moestat reproduce``: one line per prediction, then the contrast.
+
+    Columns are as wide as their content, the prediction text shortened to
+    :data:`PREDICTION_WIDTH` characters (full in ``catalogue.json``).  Where an instrument (a
+    two-point bound) decides a row, its verdict and the slope rule's stand in two columns,
+    ``two-point`` and ``slope rule``; a ``--quick`` report whose intervals cannot separate the
+    predictions says so in one line (:func:`quick_grid_note`)."""
+    preds = report["predictions"]
+    instrument = any(r.get("fixed_truth") for r in preds)
+    cells = []
+    for r in preds:
+        ci = f"[{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" if r.get("ci") else "-"
+        if instrument:
+            ft = r.get("fixed_truth")
+            verdicts = ((ft["category"] if ft else r["category"]) or "-", (r["category"] if ft else None) or "-")
+        else:
+            verdicts = (r["category"] or "-",)
+        cells.append((str(r["run"]), str(r["loss"]), _short(str(r["prediction"]), PREDICTION_WIDTH), _fmt(r["slope"]), ci,
+                      *verdicts))
+    titles = ("run", "loss", "predicted", "slope", "95% CI", *(("slope rule", "two-point") if instrument else ("category",)))
+    w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
+
+    def row(c) -> str:
+        out = f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:<{w[2]}} {c[3]:>{w[3]}}  {c[4]:<{w[4]}} {c[5]:<{w[5]}}"
+        return (out + (f" {c[6]}" if len(c) > 6 else "")).rstrip()
+
+    head = row(titles)
     lines = [f"{report['key']} ({report['mode']}): {report['paper']['authors']} ({report['paper']['year']}), "
              f"{report['figure']}", head, "-" * len(head)]
-    if any(r.get("mean_statistic") for r in report["predictions"]):
+    if any(r.get("mean_statistic") for r in preds):
         lines.insert(1, "slopes of the per-n median over the window above the truth's pre-flight n_ok (the theorems' O_P "
                         "form); the mean's verdict follows each reason")
-    for r in report["predictions"]:
-        ci = f"[{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]" if r.get("ci") else "-"
-        lines.append(f"{r['run']:<14} {r['loss']:<24} {r['prediction']:<32} {_fmt(r['slope']):>7}  {ci:<17} "
-                     f"{r['category'] or '-'}")
+    lines += [row(c) for c in cells]
+    if any(len(str(r["prediction"])) > PREDICTION_WIDTH for r in preds):
+        lines.append("(predictions shortened to fit; the full texts are in catalogue.json)")
+    note = quick_grid_note(report)
+    if note:
+        lines.append(note)
     for r in report["predictions"]:
         lines.append(f"  {r['run']} {r['loss']}: {r['reason'] or '-'}")
         if r.get("fixed_truth"):  # an instrument decided the row: the slope's own verdict is still shown

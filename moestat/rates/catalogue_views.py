@@ -71,7 +71,7 @@ def run_models(e: Entry) -> list[str]:
 def format_list() -> str:
     """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
     (generated from the scenario it builds: :func:`run_models`),
-    predictions, status."""
+    predictions, where the paper was read (``Paper.read_at``), status."""
     lines = []
     for e in ENTRIES.values():
         preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
@@ -79,6 +79,7 @@ def format_list() -> str:
         for i, m in enumerate(run_models(e)):  # from the scenario each run builds: never stale
             lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
         lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
+        lines.append(f"{'':<20} read at: {e.paper.read_at}")  # the copy of the paper the entry was written from
         lines.append(f"{'':<20} status: {entry_status(e)}")
     return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
 

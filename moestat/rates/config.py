@@ -36,6 +36,7 @@ import json
 from pathlib import Path
 import math
 import os
+import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -469,13 +470,42 @@ FILE_PREFIX = "file:"
 
 
 def file_label(source: str) -> str:
-    """The curve label of a scenario file: ``file:<stem>`` (``file:<stem>.<function>`` for Python)."""
+    """The curve label of a scenario file: ``file:<name>``, the TOML file's ``name`` key when it has
+    one, else ``file:<stem>`` (``file:<stem>.<function>`` for Python, whose function is not run here).
+
+    The ``file:`` prefix keeps a file's curve apart from the built-in routers (a file named
+    ``perturbed`` must not receive their predictions); taking the label from ``name`` rather than
+    the path lets a renamed or moved copy of the file resume the same run.
+    """
     path, func = source, ""
     head, sep, tail = source.rpartition(":")
     if sep and head.endswith(".py"):
         path, func = head, tail
+    if not func:
+        name = _toml_name(path)
+        if name:
+            return f"{FILE_PREFIX}{name}"
     stem = Path(path).stem
     return f"{FILE_PREFIX}{stem}.{func}" if func else f"{FILE_PREFIX}{stem}"
+
+
+def legacy_file_label(source: str) -> str:
+    """The label earlier versions gave every scenario file: ``file:<stem>`` (``.<function>``)."""
+    head, sep, tail = source.rpartition(":")
+    if sep and head.endswith(".py"):
+        return f"{FILE_PREFIX}{Path(head).stem}.{tail}"
+    return f"{FILE_PREFIX}{Path(source).stem}"
+
+
+def _toml_name(path: str) -> str | None:
+    """The ``name`` string of a TOML scenario file, or ``None`` (no such key, or the file cannot be
+    read or parsed here; loading the scenario reports that with its own one-line error)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # tomllib.TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    name = data.get("name")
+    return name.strip() if isinstance(name, str) and name.strip() else None
 
 
 def _routers(value: Any) -> Any:
@@ -531,8 +561,11 @@ class RatesConfig:
                 raise TypeError(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
         if self.scenario.scenario_file:
             # one curve, labelled by the file: never a built-in router's name, whose predictions
-            # (Nguyen et al. (2024)) would then be applied to the user's model
-            _set(self, "router", (file_label(self.scenario.scenario_file),))
+            # (Nguyen et al. (2024)) would then be applied to the user's model.  A label already of
+            # the path's form is a run stored before labels came from ``name`` (summary.json,
+            # provenance.json): it names that folder's rows, so it is kept.
+            if self.router != (legacy_file_label(self.scenario.scenario_file),):
+                _set(self, "router", (file_label(self.scenario.scenario_file),))
         elif self.scenario.family == "gaussian-moe":  # one curve; the routers' predictions do not apply
             _set(self, "router", ("gaussian-moe",))
 

@@ -32,7 +32,7 @@ from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.forked import NotSendable
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
-from moestat.rates.store import check_resumable, read_run
+from moestat.rates.store import check_resumable, read_run, stored_file_label
 from moestat.rates.sweep import fork_workers, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
@@ -195,6 +195,8 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     """
     if not isinstance(config, RatesConfig):
         raise TypeError(f"config must be a RatesConfig, got {type(config).__name__}")
+    if resume and Path(out_dir).is_dir():
+        config = stored_file_label(Path(out_dir), config)  # a folder written before labels came from ``name``
     experiment = config.resolve()  # validated and resolved once: what every step below reads
     formats = check_figure_formats(figure_formats)  # a bad format is refused before any work
     out = Path(out_dir)
@@ -266,6 +268,10 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
     """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
     scenario file, the sweep and its fits in rounds, ``summary.json`` and the figures."""
     check_resumable(out, experiment, resume)
+    suffix = analysis_suffix(out, experiment.config, resume)  # read before the sweep rewrites anything
+    if suffix:
+        sys.stderr.write(f"moestat rates: summary.json holds another statistic's analysis; this one is written "
+                         f"beside it: summary{suffix}.json, convergence{suffix}.png\n")
     mark_door(out, "rates")
     t0 = time.perf_counter()
     pre = None
@@ -289,10 +295,11 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         else:
             _warm_imports(formats)
         experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster, workers)
-        summary = _summary(experiment, rows, fits, adaptive, growth, pre, t0, out)
+        summary = _summary(experiment, rows, fits, adaptive, growth, pre, t0, out, suffix)
         config = experiment.config
         options = dict(headline=experiment.headline, routers=config.router,
-                       title=f"{experiment.setting}-specified, {config.estimator}", formats=formats)
+                       title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
+                       voronoi_holds=experiment.voronoi_holds, suffix=suffix)
         if workers is not None and rows.df is None:
             if formats:  # drawn by the worker that holds the rows' table (read_and_fit)
                 workers.call(functools.partial(plot_kept, **options), summary["fits"], out)
@@ -304,8 +311,27 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
     return summary
 
 
-def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path) -> dict[str, Any]:
-    """Write ``summary.json`` of a finished sweep and return its content (as read back)."""
+def analysis_suffix(out: Path, config: RatesConfig, resume: bool) -> str:
+    """``""`` or ``"_<statistic>"``: the suffix of the summary and figures a run writes.
+
+    A resumed folder whose ``summary.json`` was analysed with another ``--statistic`` keeps that
+    analysis: the new one is written beside it (``summary_median.json``, ``convergence_median.png``,
+    ``convergence_all_median.png``) instead of over it.  ``summary.json`` is the analysis of the
+    statistic the run was first made with; a folder without one (a first run, an interrupted one)
+    gets it."""
+    if not resume:
+        return ""
+    try:
+        prev = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        before = (prev.get("config") or {}).get("statistic", "mean")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return "" if before == config.statistic else f"_{config.statistic}"
+
+
+def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path,
+             suffix: str = "") -> dict[str, Any]:
+    """Write ``summary<suffix>.json`` of a finished sweep and return its content (as read back)."""
     config = experiment.config
     setting = experiment.setting
     summary = {
@@ -349,7 +375,7 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
-    path = atomic_write_json(out / "summary.json", summary)
+    path = atomic_write_json(out / f"summary{suffix}.json", summary)
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -362,26 +388,41 @@ def _fmt(v, spec=".3f") -> str:
 def format_table(summary: dict[str, Any]) -> str:
     """The slope table printed by the command: one line per router and loss with its category,
     then one reason line and one Monte Carlo planning line per fit."""
-    head = (f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'Theil-Sen':>9} {'pred':>6}  "
-            f"{'category':<15} window")
-    lines = [head, "-" * len(head)]
-    for f in summary["fits"]:
+    from moestat.rates.labels import undefined_fits, undefined_reason
+
+    # a loss with no value in this setting is one line below the table, not a row of dashes
+    undefined = undefined_fits(summary["fits"])
+    shown = [f for f in summary["fits"] if not any(f is u for u in undefined)]
+    cells = []
+    for f in shown:
         ci = f"[{_fmt(f['ci_low'], '.3f')}, {_fmt(f['ci_high'], '.3f')}]" if f.get("slope") is not None else "-"
         cat = f.get("category") or "-"
         if f.get("judged_by") == "slow_rate_rule":
             cat += "*"
         rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
-        lines.append(
-            f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(rob):>9} "
-            f"{_fmt(f.get('predicted'), '.2f'):>6}  {cat:<15} {win}"
-        )
+        cells.append((str(f["router"]), str(f["loss"]), _fmt(f.get("slope")), ci, _fmt(rob),
+                      _fmt(f.get("predicted"), ".2f"), cat, win))
+    # columns as wide as their longest entry: a scenario file's name or a declared loss's can be
+    # longer than any built-in one, and a fixed width would shift the rest of its row
+    titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "category", "window")
+    w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
+
+    def row(c) -> str:
+        return (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:>{w[2]}}  {c[3]:<{w[3]}} {c[4]:>{w[4]}} {c[5]:>{w[5]}}  "
+                f"{c[6]:<{w[6]}} {c[7]}").rstrip()
+
+    head = row(titles)
+    lines = [head, "-" * len(head)] + [row(c) for c in cells]
+    for loss in dict.fromkeys(f["loss"] for f in undefined):  # one line per loss, whatever the routers
+        f = next(u for u in undefined if u["loss"] == loss)
+        lines.append(f"not shown: {loss}: {undefined_reason(loss, str(f.get('setting')))}")
     lines.append("")
     lines.append("reasons and plans:")
     median = any(f.get("statistic") == "median" for f in summary["fits"])
     if median:  # say what the slope column is, before a reader takes it for the usual log-of-mean slope
         lines.insert(0, "slopes of the per-n median (--statistic median); the mean's slope and category follow each reason")
-    for f in summary["fits"]:
+    for f in shown:
         lines.append(f"  {f['router']} {f['loss']}: {f.get('reason') or '-'}")
         m = f.get("mean_statistic")
         if m and m.get("slope") is not None:

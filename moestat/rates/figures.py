@@ -4,8 +4,9 @@ Each panel shows, for every router, the mean loss over replicates (the median wh
 slopes were fitted to it, ``--statistic median``) (markers) with a bar from
 the 10th to the 90th percentile of the replicates (a band that is positive wherever the losses
 are, so it needs no clipping on a log axis), the fitted line of the log-of-mean regression over
-the declared window, and a dashed grey line with the theorem's predicted slope (anchored at the
-first mean).  The legend names each curve in words with its loss (``perturbed cosine, D3``) and
+the declared window, and a dashed grey line with the theorem's predicted slope (starting
+:data:`DASHED_LIFT` times above the first curve's marker at the smallest n; the note under the
+panels says so).  The legend names each curve in words with its loss (``perturbed cosine, D3``) and
 its slope with the 95% interval; a note under the panels says what the markers, bars and lines
 are.  Display names come from :mod:`moestat.rates.labels`.
 """
@@ -29,7 +30,7 @@ from moestat.rates.config import FILE_PREFIX, ROUTERS, RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_rates
 from moestat.rates.forked import draw_in_fork
-from moestat.rates.labels import curve_label, loss_name, run_title, slope_label
+from moestat.rates.labels import axis_label, curve_label, loss_name, run_title, slope_label, undefined_fits, undefined_reason
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, read_audited, summary_rows_changed
 
@@ -145,7 +146,13 @@ def _y_label(y: float, _pos=None) -> str:
     return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
 
 
-def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str) -> dict:
+#: The dashed line of a predicted slope starts this factor above the first curve's first marker
+#: that predicts it: above the data, so that it does not hide the markers (the note says so).
+DASHED_LIFT = 1.6
+
+
+def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str,
+           voronoi_holds: str | None = None) -> dict:
     """Draw one loss; returns what was drawn: ``ns``, legend ``handles`` and ``labels`` (one entry
     per router: its marker, bar and fit line as one key; the theorem's line last), ``fit`` and
     ``theorem`` (whether such lines were drawn, for the note)."""
@@ -157,6 +164,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ns_all: list[int] = []
     handles, labels = [], []
     drew_fit = False
+    likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em"))
     for i, router in enumerate(routers):
         agg = _per_n(df, loss, router, _statistic(fits_by_key))
         if not agg:
@@ -171,8 +179,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
             ax.plot(np.r_[n, n], np.r_[lo, hi], "_", color=colour, ms=4, mew=0.7)
         ax.plot(n, m, "o", ms=1.6 if dense else 3, color=colour)
         fit = fits_by_key.get((router, loss))
-        likelihood = "estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em")
-        label = curve_label(router, loss, setting, likelihood=bool(likelihood))
+        label = curve_label(router, loss, setting, likelihood=likelihood, holds=voronoi_holds)
         has_fit = bool(fit and fit.get("slope") is not None)
         if has_fit:
             drew_fit = True
@@ -185,7 +192,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
             label = f"{label}: {slope_label(fit['slope'], fit['ci_low'], fit['ci_high'])}"
             p = fit.get("predicted")
             if p is not None and p not in anchored:
-                x0, y0 = n[0], m[0] * 1.6
+                x0, y0 = n[0], m[0] * DASHED_LIFT
                 xs_t = np.array([n[0], n[-1]])
                 ax.plot(xs_t, y0 * (xs_t / x0) ** p, "--", color="0.45", lw=0.9)
                 anchored[p] = []
@@ -200,7 +207,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")
-    ax.set_ylabel(_axis_label(loss_name(loss)))
+    ax.set_ylabel(_axis_label(axis_label(loss, setting, likelihood, voronoi_holds)))
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
     return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit,
             "predictions": {kind for kinds in anchored.values() for kind in kinds}}
@@ -271,12 +278,14 @@ def _note(reps: int | str, drew_fit: bool, predictions: set, statistic: str = "m
     if drew_fit:
         parts.append(f"solid: least-squares fit of log {statistic} on log n (slope, 95% CI)")
     kinds = set(predictions)
+    # where the dashed line starts, so that no reader takes its height for a prediction too
+    where = f", drawn from {DASHED_LIFT:g} x the first curve's {statistic} at its smallest n (its height is arbitrary)"
     if kinds == {"theorem"}:
-        parts.append("dashed: the theorem's slope")
+        parts.append("dashed: the theorem's slope" + where)
     elif kinds == {"predicted"}:
-        parts.append("dashed: the slope the scenario file predicts")
+        parts.append("dashed: the slope the scenario file predicts" + where)
     elif kinds:
-        parts.append("dashed: the theorem's or the scenario file's predicted slope")
+        parts.append("dashed: the theorem's or the scenario file's predicted slope" + where)
     return "; ".join(parts)
 
 
@@ -320,6 +329,8 @@ def plot_convergence(
     routers: Sequence[str] | None = None,
     title: str | None = None,
     formats: Sequence[str] = FIGURE_FORMATS,
+    voronoi_holds: str | None = None,
+    not_drawn: Sequence[str] = (),
 ) -> list[Path]:
     """Draw the convergence figure once and write it as ``<out_stem>.<format>`` per format
     (default ``<out_stem>.pdf`` and ``<out_stem>.png``).
@@ -342,6 +353,13 @@ def plot_convergence(
         results (:func:`moestat.rates.labels.run_title`).  Any other string is used as given.
     formats : sequence of {"pdf", "png", "svg"}
         The files to write (:data:`FIGURE_FORMATS` by default); empty: nothing is drawn.
+    voronoi_holds : str, optional
+        The name of the loss the ``voronoi`` column holds, when the run knows it (a mixture-noise
+        scenario file: its first declared loss); default: from the setting and the estimator
+        (:func:`moestat.rates.labels.voronoi_variant`).
+    not_drawn : sequence of str
+        Losses left out with their reason (``"param_multi (no shared cells in an exact fit)"``),
+        named in the note under the panels so that no panel is missing unexplained.
 
     Returns
     -------
@@ -353,7 +371,8 @@ def plot_convergence(
         return []
     import matplotlib.pyplot as plt
 
-    fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title)
+    fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title, voronoi_holds=voronoi_holds,
+                           not_drawn=not_drawn)
     try:
         out_stem = Path(out_stem)
         with plt.rc_context({"pdf.fonttype": 42}):  # TrueType in the PDF: editable text, as journals ask
@@ -364,26 +383,32 @@ def plot_convergence(
 
 
 def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str], routers: Sequence[str],
-             title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS) -> None:
+             title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS, voronoi_holds: str | None = None,
+             suffix: str = "") -> None:
     """The figures of a rates run (what :func:`moestat.rates.run_rates` draws), each by
     :func:`plot_convergence`: ``convergence`` (the ``headline`` losses) and ``convergence_all``
     (every loss of the first router that has a slope in ``fits``; not drawn when none has).
-    ``title``, ``formats`` as :func:`plot_convergence`.
+    ``title``, ``formats``, ``voronoi_holds`` as :func:`plot_convergence`; ``suffix`` ends both
+    file stems (``convergence_median``: a re-analysis beside the run's first one).
 
     The two figures are drawn at the same time, the second in a forked child
     (:func:`moestat.rates.forked.draw_in_fork`; one after the other where fork is not used):
     about 1 CPU-s each on the project's 2-core machine, after the sweep, when the second core
     is otherwise idle.  The files are the same either way."""
     every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
-    drawn = [("convergence", list(headline))] + ([("convergence_all", every)] if every else [])
+    missing = tuple(f"{f['loss']} ({undefined_reason(f['loss'], str(f.get('setting')))})"
+                    for f in undefined_fits(fits) if f["router"] == routers[0])
+    drawn = [(f"convergence{suffix}", list(headline), ())] + ([(f"convergence_all{suffix}", every, missing)] if every else [])
     if not check_figure_formats(formats):
         return
     draw_in_fork([functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
-                                    title=title, formats=formats) for stem, losses in drawn])
+                                    title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn)
+                 for stem, losses, not_drawn in drawn])
 
 
 def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),
-                     routers: Sequence[str] | None = None, title: str | None = None):
+                     routers: Sequence[str] | None = None, title: str | None = None, voronoi_holds: str | None = None,
+                     not_drawn: Sequence[str] = ()):
     """The figure of :func:`plot_convergence`, not saved (a :class:`matplotlib.figure.Figure`;
     the caller closes it).  Same parameters."""
     import matplotlib
@@ -416,7 +441,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
         # no blank slot: a short last row is centred (moestat.plotting.panel_grid)
         axes = panel_grid(fig, len(losses), ncols)
         by_key = {(f["router"], f["loss"]): f for f in fits}
-        drawn = [_panel(ax, df, by_key, loss, routers, setting) for ax, loss in zip(axes, losses)]
+        drawn = [_panel(ax, df, by_key, loss, routers, setting, voronoi_holds) for ax, loss in zip(axes, losses)]
         # one tick style for the whole figure: 2k everywhere or 2000 everywhere, 0.05 or 5x10^-2
         shown = {n for d in drawn for n in _x_shown(d["ns"])}
         y_style = _y_style([ax.get_ylim() for ax in axes])
@@ -430,14 +455,24 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
                    bbox_to_anchor=(0.5, 0.0), bbox_transform=ax.transAxes + below, handlelength=2.2, borderaxespad=0.0)
         note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)),
                      _statistic(by_key))
+        if not_drawn:
+            note += "; not drawn: " + ", ".join(not_drawn)
         import textwrap
 
-        head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting
-        fig.suptitle("\n".join(w for part in head.split("\n") for w in textwrap.wrap(part, 62 if ncols == 1 else 130)),
-                     fontsize=7)
         note_lines = textwrap.wrap(note, 90 if ncols == 1 else 170)
+        # a note of more than two lines makes the figure taller, not the panels shorter
+        extra = 0.09 * max(0, len(note_lines) - 2)
+        if extra:
+            fig.set_figheight(fig.get_figheight() + extra)
+        head = title.replace(": ", ":\n", 1) if ncols == 1 else title  # one column: the words, then the setting
+        title_lines = [w for part in head.split("\n") for w in textwrap.wrap(part, 62 if ncols == 1 else 130)]
+        # The title's top at most 0.08 inch under the figure's edge: tight_layout keeps the panels
+        # one title height and one pad (about 0.1 inch) below the edge, and matplotlib's default
+        # place, 2% of the height down, sank the title into the top row of a tall grid (11 panels:
+        # onto the middle frame).  A figure of up to 4 inches keeps the default place.
+        fig.suptitle("\n".join(title_lines), fontsize=7, y=max(0.98, 1.0 - 0.08 / fig.get_figheight()))
         fig.text(0.5, 0.004, "\n".join(note_lines), ha="center", va="bottom", fontsize=5, color="0.3")
-        tight_layout(fig, rect=(0, 0.09 * len(note_lines) / (panel_h + legend_h) / nrows, 1, 1))  # each box measured once
+        tight_layout(fig, rect=(0, 0.09 * len(note_lines) / ((panel_h + legend_h) * nrows + extra), 1, 1))  # each box measured once
         # Laid out: no engine left on the figure.  tight_layout leaves a placeholder engine, and
         # savefig, finding an engine, first draws the whole figure once more with rendering off
         # (every tick and text laid out again) before it renders -- for the same pixels: the
@@ -483,6 +518,7 @@ class RedrawPlan:
     notes: tuple[str, ...] = ()
     predicted: dict | None = None
     setting: str | None = None
+    voronoi_holds: str | None = None
 
 
 def _read_json(path: Path) -> Any:
@@ -504,8 +540,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     Parameters
     ----------
     losses : sequence of str, optional
-        The losses to draw: built-in names, or the losses a scenario-file run declares (its
-        ``[[losses]]``, read from ``extras.csv``).  Default: the run's headline -- the declared
+        The losses to draw: built-in names, or a column the run wrote to ``extras.csv`` (a
+        scenario file's ``[[losses]]``, ``--cell-errors``' ``weighted_single`` and the like).  Default: the run's headline -- the declared
         losses of a scenario file, else ``voronoi`` -- as in the sweep's own ``convergence.png``.
     name : str, optional
         File stem; default ``convergence_replot`` (beside the sweep's own ``convergence``), or
@@ -555,7 +591,9 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     predicted = setting = None
     if config.scenario_file:  # the file's declared losses and their predictions (the sweep's own figure's)
         declared, predicted, setting = tuple(experiment.declared), dict(experiment.predicted or {}), experiment.setting
-    known = (*LOSS_NAMES, *declared)
+    # every loss the run wrote: results.csv's, and extras.csv's (declared losses, --cell-errors' and
+    # the over-fitted Gaussian MoE's block errors), as the run's own fits and convergence_all.png have them
+    known = tuple(dict.fromkeys((*LOSS_NAMES, *declared, *experiment.losses)))
     clean_losses = []
     for loss in (losses if losses is not None else declared or ("voronoi",)):
         try:
@@ -565,7 +603,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     res_path = run_dir / "results.csv"
     # refuses edited, foreign, duplicate and unreadable rows, naming the lines; the audit's count and digest below
     df, audit = read_audited(res_path, experiment)
-    if any(loss in declared for loss in clean_losses):  # a declared loss is a column of extras.csv
+    if any(loss not in LOSS_NAMES for loss in clean_losses):  # a column of extras.csv
         df = merge_extras(df, run_dir / "extras.csv")
     if not audit.checked:
         notes.append(f"{res_path} has no row checksums (written by an earlier moestat): edits to it cannot be found")
@@ -587,7 +625,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
         raise ValueError("--losses names no loss")
     empty = [loss for loss in clean_losses if loss not in df.columns or not np.isfinite(df[loss].to_numpy(float)).any()]
     if empty:  # a requested curve is never dropped silently; a declared loss is read from extras.csv
-        where = sorted({str(run_dir / ("extras.csv" if loss in declared else "results.csv")) for loss in empty})
+        where = sorted({str(run_dir / ("results.csv" if loss in LOSS_NAMES else "extras.csv")) for loss in empty})
         raise ValueError(f"nothing to plot for {', '.join(empty)}: no finite values in {' or '.join(where)} "
                          "(this run did not compute it)")
     present = sorted(df["router"].unique())
@@ -622,7 +660,8 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
             raise ValueError(f"{summary_rows_changed(summary_path, rows, audit)}; {SUMMARY_RECOVERY} (then plot refits them)")
     ensure_writable_dir(run_dir)
     return RedrawPlan(df, fits, config, run_dir / name, tuple(clean_losses),
-                      None if clean_routers is None else tuple(clean_routers), tuple(notes), predicted, setting)
+                      None if clean_routers is None else tuple(clean_routers), tuple(notes), predicted, setting,
+                      experiment.voronoi_holds)
 
 
 def draw_redraw(plan: RedrawPlan) -> list[Path]:
@@ -642,7 +681,8 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
                          losses=list(plan.losses), window=(cfg.window_min, cfg.window_max), tolerance=cfg.tolerance,
                          n_boot=cfg.n_boot, seed=cfg.seed, predicted=plan.predicted)
     routers = None if plan.routers is None else list(plan.routers)
-    return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers)
+    return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers,
+                            voronoi_holds=plan.voronoi_holds)
 
 
 def redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,

@@ -48,6 +48,7 @@ import numpy as np
 
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.stability import halves, is_slow_rate
+from moestat.seeding import numpy_generator
 from moestat.rates.verdicts import (DEFAULT_HALFWIDTH, DEFAULT_TOLERANCE, STATISTICS, Curve, FitData, judge_fits, ols,
                                      verdict)
 
@@ -202,26 +203,30 @@ def bootstrap_slope(
 
 
 def slope_with_interval(
-    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = 1000,
+    ns: Sequence[int], values: Sequence[np.ndarray], rng: np.random.Generator | int | None = None, n_boot: int = 1000,
     statistic: str = "mean",
 ) -> dict[str, Any]:
     """The log-of-mean slope with its 95% interval: the one slope-with-interval of moestat.
 
-    The interval is the envelope of the replicate bootstrap (:func:`bootstrap_slope`) and the OLS
-    t-interval of the log-of-mean fit (:func:`log_mean_fit`): never narrower than either.  Used by
-    :func:`fit_rates` for every rate in ``summary.json`` and by the theory checks
-    (:mod:`moestat.experiments.theory`).
+    The slope is the least-squares slope of ``log(mean_r values[j][r])`` on ``log(ns[j])``: the
+    exponent ``a`` of a loss that decays as ``n^a``.  The interval is the envelope of the replicate
+    bootstrap (:func:`bootstrap_slope`) and the OLS t-interval of the log-of-mean fit
+    (:func:`log_mean_fit`): never narrower than either.  Used by :func:`fit_rates` for every rate in
+    ``summary.json`` and by the theory checks (:mod:`moestat.experiments.theory`); judging the slope
+    against a prediction is :func:`fit_rates`' (the verdicts), not this function's.
 
     Parameters
     ----------
     ns : sequence of int, length S
-        Sample sizes (at least 3 for a finite t-interval).
-    values : sequence of S arrays, or array of shape (S, R)
-        Positive losses per sample size; ``values[j]`` holds the replicates at ``ns[j]``.
-    rng : numpy.random.Generator
-        Stream of the bootstrap resamples.
+        Sample sizes, increasing (at least 3 for a finite t-interval).
+    values : sequence of S arrays of shape ``(R_j,)``, or one array of shape ``(S, R)``
+        Positive finite losses per sample size: ``values[j]`` holds the ``R_j`` replicates at
+        ``ns[j]`` (the replicate counts may differ between sizes).
+    rng : numpy.random.Generator, int or None
+        Stream of the bootstrap resamples; ``None`` (default): seed 0, so that the same losses give
+        the same interval.
     n_boot : int
-        Bootstrap resamples.
+        Bootstrap resamples (default 1000).
     statistic : {"mean", "median"}
         What is fitted per sample size.  The mean (default) is the rate of the expected loss.  The
         median is the rate of an ``O_P`` statement (``P(L > M n^a) < eps``: a bound on quantiles,
@@ -232,9 +237,21 @@ def slope_with_interval(
     Returns
     -------
     dict
-        ``slope``, ``ci_low``, ``ci_high``, ``statistic`` and the two ingredients, ``log_mean``
-        (see :func:`ols_fit`) and ``bootstrap`` (see :func:`bootstrap_slope`).
+        ``slope`` (float), ``ci_low`` and ``ci_high`` (floats, the 95% interval), ``statistic``, and
+        the two ingredients: ``log_mean`` (the OLS fit: ``slope``, ``intercept``, ``se``,
+        ``ci_low``, ``ci_high``, ``r2``, ``aic``, ``n_points``; see :func:`ols_fit`) and
+        ``bootstrap`` (see :func:`bootstrap_slope`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ns = [1000, 2000, 4000, 8000]
+    >>> values = [n ** -0.5 * np.exp(np.random.default_rng(n).normal(0, 0.1, 20)) for n in ns]
+    >>> r = slope_with_interval(ns, values)
+    >>> round(r["slope"], 2), r["ci_low"] < -0.5 < r["ci_high"]
+    (-0.51, True)
     """
+    rng = numpy_generator(0 if rng is None else rng)
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     lm = log_mean_fit(ns, values, statistic)

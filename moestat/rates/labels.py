@@ -23,6 +23,9 @@ __all__ = [
     "loss_name",
     "loss_variant",
     "curve_label",
+    "voronoi_variant",
+    "axis_label",
+    "undefined_reason",
     "slope_label",
     "run_title",
 ]
@@ -84,16 +87,58 @@ def loss_variant(loss: str, setting: str) -> str | None:
     return None
 
 
-def curve_label(router: str, loss: str, setting: str, likelihood: bool = False) -> str:
+def voronoi_variant(loss: str, setting: str, likelihood: bool = False, holds: str | None = None) -> str | None:
+    """The name of the loss a ``voronoi`` (or ``voronoi_direction``) column holds; ``None`` for the
+    other columns.
+
+    ``holds``: the name when the run knows it -- a mixture-noise scenario file's ``voronoi`` column
+    is its first declared (or default) loss, whatever its mass term
+    (:func:`moestat.data.likelihood_losses.likelihood_loss_columns`).  Otherwise ``likelihood`` (a
+    maximum-likelihood fit of a mixture) names D1/D2 of Nguyen, Nguyen & Ho (2023), and a
+    regression run D3/D2 of Nguyen et al. (2024)."""
+    variant = loss_variant(loss, setting)
+    if variant is None:
+        return None
+    if holds:
+        return holds
+    return GAUSSIAN_VARIANT.get(setting) if likelihood else variant
+
+
+def curve_label(router: str, loss: str, setting: str, likelihood: bool = False, holds: str | None = None) -> str:
     """``perturbed cosine, D3``: the router, and the loss when it is one of several Voronoi losses.
 
     ``likelihood``: a maximum-likelihood fit of a mixture (the Gaussian-MoE family or a
     ``[noise] model = "mixture"`` scenario file), whose Voronoi columns hold D1/D2 of Nguyen,
-    Nguyen & Ho (2023), not D3/D2 of the regression losses."""
-    variant = loss_variant(loss, setting)
-    if variant and (router == "gaussian-moe" or likelihood):
-        variant = GAUSSIAN_VARIANT.get(setting)
+    Nguyen & Ho (2023), not D3/D2 of the regression losses; ``holds``: see :func:`voronoi_variant`."""
+    variant = voronoi_variant(loss, setting, likelihood or router == "gaussian-moe", holds)
     return f"{router_name(router)}, {variant}" if variant else router_name(router)
+
+
+def axis_label(loss: str, setting: str, likelihood: bool = False, holds: str | None = None) -> str:
+    """The y-axis label of a loss panel: ``Voronoi loss D3`` names the Voronoi loss the column
+    holds (several are in use, and the legend alone is easy to miss); other losses as :func:`loss_name`."""
+    variant = voronoi_variant(loss, setting, likelihood, holds)
+    if not variant:
+        return loss_name(loss)
+    head, sep, tail = loss_name(loss).partition(", ")  # "Voronoi loss D3, directions only"
+    return f"{head} {variant}{sep}{tail}"
+
+
+def undefined_reason(loss: str, setting: str) -> str:
+    """Why a loss has no value in a run (every replicate NaN): ``param_multi`` of an exact fit has
+    no cell holding several atoms, ``voronoi_direction`` exists for cosine routers only; any other
+    such loss is named as having no finite value."""
+    if loss == "param_multi" and setting == "exact":
+        return "no shared cells in an exact fit"
+    if loss == "voronoi_direction":
+        return "a cosine router's direction loss, not defined for this model"
+    return "no finite value in this setting"
+
+
+def undefined_fits(fits) -> list[dict]:
+    """The fit entries of losses that have no value at all in the run (see
+    :func:`moestat.rates.fit.fit_rates`): the table and the figures leave them out, saying so."""
+    return [f for f in fits if f.get("slope") is None and str(f.get("reason") or "").startswith("not defined in this setting")]
 
 
 def slope_label(slope: float, ci_low: float, ci_high: float) -> str:

@@ -177,6 +177,17 @@ class Experiment:
                    headline=declared or ("voronoi",), result_fields=fields, hash=fields_hash(fields),
                    expected={r: (str(sc.name), str(sc.setting)) for r, sc in scenarios.items()})
 
+    @property
+    def voronoi_holds(self) -> str | None:
+        """The loss the ``voronoi`` column holds when it is not the setting's D3/D2 (or D1/D2): a
+        mixture-noise scenario file's first declared or default loss
+        (:func:`moestat.data.likelihood_losses.likelihood_loss_columns`), whose mass term is the
+        gate's own; ``None`` otherwise."""
+        first = self.scenarios[self.config.router[0]]
+        if self.config.scenario_file and getattr(first, "likelihood", False) and self.declared:
+            return self.declared[0]
+        return None
+
     def check(self) -> "Experiment":
         """The model-level checks of :meth:`RatesConfig.validate`: the estimator of every router is
         built (an estimator/model mismatch, e.g. EM needs a dense linear gate, is found before

@@ -708,6 +708,27 @@ def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started
     return prov
 
 
+def stored_file_label(out_dir: Path, config: RatesConfig) -> RatesConfig:
+    """``config`` with the curve label a scenario-file run in ``out_dir`` was written with, when that
+    is the label earlier versions took from the file's path (``file:<stem>``) and the file is at
+    the same path: such a folder's rows are labelled so, and it stays resumable now that the label
+    comes from the file's ``name`` (:func:`moestat.rates.config.file_label`).  Otherwise ``config``
+    unchanged (:func:`check_resumable` then reports any difference)."""
+    from moestat.rates.config import legacy_file_label
+
+    if not config.scenario_file:
+        return config
+    try:
+        prev = json.loads((Path(out_dir) / "provenance.json").read_text(encoding="utf-8"))
+        stored = tuple(prev["config"]["router"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return config
+    legacy = (legacy_file_label(config.scenario_file),)
+    if stored == legacy and config.router != legacy:
+        return config.replace(router=list(stored))
+    return config
+
+
 def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: bool) -> dict | None:
     """Refuse an output folder that belongs to another sweep; return its provenance on resume.
 
@@ -750,7 +771,14 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
             and old.get("scenario_digest") == new.get("scenario_digest")
         if not moved:
             hint = ""
-            if "scenario_file" in diff and "scenario_digest" not in diff:  # moved; edited or not is not known
+            if "router" in diff and new.get("scenario_file"):
+                # a scenario file's curve label: from its ``name`` key, else from its file name, so a
+                # renamed copy without ``name`` labels its rows differently
+                hint = (f"; the curve label was {', '.join(map(str, old['router']))} and is now "
+                        f"{', '.join(map(str, new['router']))} (a scenario file's label is its name key, "
+                        f"else its file name): resume with the file at {old.get('scenario_file')}, or start a new --out")
+            elif "scenario_file" in diff and "scenario_digest" not in diff and old.get("scenario_digest") is None:
+                # moved; edited or not is not known
                 hint = (f"; its provenance.json does not record the scenario file's digest, so a file at another path "
                         f"cannot be told from an edited one: resume with the file at {old.get('scenario_file')}, "
                         f"or start a new --out")

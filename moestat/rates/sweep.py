@@ -367,6 +367,10 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
         if missing:
             todo.append(u)
     total = sum(len(u.replicates) for u in todo)
+    if resume and not todo:
+        # a resumed run that was finished: the summary and figures are rewritten from its rows, and
+        # the user is told so rather than left to wonder whether anything was fitted
+        sys.stderr.write(f"moestat rates: nothing to fit: all {len(done)} rows present; re-analysing\n")
     extras = None
     if experiment.extra_columns:
         legacy = legacy_columns(experiment.extra_columns, experiment.declared)

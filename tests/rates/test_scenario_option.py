@@ -22,7 +22,7 @@ def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predicti
     src = tmp_path / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
     cfg = RatesConfig.from_dict({**TINY, "scenario_file": str(src)})
-    assert cfg.router == ("file:s",)  # never a built-in router's name
+    assert cfg.router == ("file:sigmoid-exact",)  # the file's name, never a built-in router's
     s = run_rates(cfg.validate(), tmp_path / "out")
     fits = {f["loss"]: f for f in s["fits"]}
     assert fits["D_sigmoid"]["predicted"] == -0.5  # the file's declared exponent
@@ -32,7 +32,7 @@ def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predicti
     assert list(ex.columns) == ["router", "n", "replicate", "D_sigmoid"] and len(ex) == 6
     assert (ex["D_sigmoid"] > 0).all()
     res = pd.read_csv(tmp_path / "out" / "results.csv")
-    assert set(res["router"]) == {"file:s"} and set(res["scenario"]) == {"sigmoid-exact"}
+    assert set(res["router"]) == {"file:sigmoid-exact"} and set(res["scenario"]) == {"sigmoid-exact"}
 
 
 def test_resume_refuses_an_edited_scenario_file_and_bad_files_are_usage_errors(tmp_path, capsys):
