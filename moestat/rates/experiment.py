@@ -29,6 +29,7 @@ from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
+from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.forked import NotSendable
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
@@ -318,7 +319,9 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         "sample_sizes": config.ns,
         "tolerance": config.tolerance,
         "verdict_rule": (
-            "consistent = predicted in [ci_low - tolerance, ci_high + tolerance]; "
+            "moestat.rates.verdicts.judge_interval: consistent = the CI covers the prediction (sided 'upper', a worst-case "
+            "upper bound: the CI reaches it or its steep side); near = the CI excludes it by at most the tolerance (never "
+            "counted as consistent); inconsistent = beyond; inconclusive = CI wider than max_ci_width; "
             "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
             if config.statistic == "mean" else
@@ -328,15 +331,17 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         ),
         "category_rule": (
             "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
-            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
-            "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
+            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
-            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing); "
+            "log-log with a local-slope change > tolerance); inconclusive (CI wider than max_ci_width, CI contains the prediction "
+            "and 0, or OLS and Theil-Sen disagree on covering it); consistent / near / inconsistent (the interval rule, "
+            "Theil-Sen agreeing); "
             "no polynomial rate (Thms 2/3): the slow-rate rule of moestat.rates.stability (floor, or local slopes flattening "
             "with the fast router's tail steeper); every category only when two independent halves of the replicates "
             "(even / odd replicate) reach the same one, else inconclusive"
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
+        "max_ci_width": MAX_CI_WIDTH,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": rows.counts,
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
@@ -362,7 +367,7 @@ def _fmt(v, spec=".3f") -> str:
 def format_table(summary: dict[str, Any]) -> str:
     """The slope table printed by the command: one line per router and loss with its category,
     then one reason line and one Monte Carlo planning line per fit."""
-    head = (f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'Theil-Sen':>9} {'pred':>6}  "
+    head = (f"{'router':<10} {'loss':<18} {'slope':>7}  {'95% CI':<17} {'Theil-Sen':>9} {'pred':>6} {'sided':<5} "
             f"{'category':<15} window")
     lines = [head, "-" * len(head)]
     for f in summary["fits"]:
@@ -374,7 +379,7 @@ def format_table(summary: dict[str, Any]) -> str:
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
         lines.append(
             f"{f['router']:<10} {f['loss']:<18} {_fmt(f.get('slope')):>7}  {ci:<17} {_fmt(rob):>9} "
-            f"{_fmt(f.get('predicted'), '.2f'):>6}  {cat:<15} {win}"
+            f"{_fmt(f.get('predicted'), '.2f'):>6} {f.get('sided') or '-':<5} {cat:<15} {win}"
         )
     lines.append("")
     lines.append("reasons and plans:")
