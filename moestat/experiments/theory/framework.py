@@ -200,9 +200,9 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
     """Attach the engine's category and reason of ``fit`` to ``res`` and let it only tighten the verdict.
 
     A check that passed by its own rule stays passed only when the category is one of ``passing``;
-    otherwise its status follows :data:`CATEGORY_STATUS`.  A failed check stays failed unless the
-    category says the data cannot decide (``inconclusive``/``pre-asymptotic``: status ``inconclusive``,
-    still not passed).
+    otherwise its status follows :data:`CATEGORY_STATUS`, as does the status of a check that did not
+    pass (``inconclusive``/``pre-asymptotic``: ``inconclusive``; ``near``: ``near``; ``floor``/``inconsistent``:
+    ``failed``; never passed).
     """
     if fit is None or fit.get("category") is None:
         return res
@@ -214,8 +214,10 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
     if res.passed and cat not in passing:
         res.passed = False
         res.status = CATEGORY_STATUS.get(cat, "failed")
-    elif not res.passed and CATEGORY_STATUS.get(cat) in ("inconclusive", "near"):
-        res.status = CATEGORY_STATUS[cat]
+    elif not res.passed and cat not in passing:
+        # the engine's category decides the status of a check that did not pass (a floor fails
+        # a check whose own interval rule said near)
+        res.status = CATEGORY_STATUS.get(cat, "failed")
     elif not res.passed and cat in passing:
         # the engine judged by its own rule; the check's stricter rule failed
         res.category, res.reason = "inconsistent", f"the check's rule fails ({res.rule}); engine: {cat}: {why}"
