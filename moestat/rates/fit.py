@@ -340,6 +340,7 @@ def fit_rates(
     predicted: Mapping[str, float | None] | None = None,
     alt_start: tuple[float, float] | None = None,
     statistic: str = "mean",
+    log_factor: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -373,6 +374,10 @@ def fit_rates(
         data and each half.  With ``"median"`` every entry with a slope also gets
         ``mean_statistic``: the same fit on the mean (``slope``, ``ci_low``, ``ci_high``,
         ``category``, ``reason``), reported beside the verdict.
+    log_factor : sequence of str
+        Losses whose predicted rate is stated with a log factor, ``(log n / n)^{-p}``: judged by
+        :func:`moestat.rates.verdicts.judge_interval` against the slopes between ``n^p`` and that
+        rate over the window (``log_factor`` true in the entry).
 
     Returns
     -------
@@ -383,7 +388,8 @@ def fit_rates(
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
-    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start, statistic)
+    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start, statistic,
+                       tuple(log_factor))
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
     fits = _fit_all(df, routers, losses, opts)
@@ -457,6 +463,7 @@ class _FitOptions:
     predicted: Mapping[str, float | None] | None
     alt_start: tuple[float, float] | None
     statistic: str = "mean"
+    log_factor: tuple[str, ...] = ()
 
 
 def _converged(part) -> tuple[int, int] | None:
@@ -484,6 +491,8 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
         "predicted": predicted_exponent(router, o.setting, loss, o.estimator, o.predicted),
         "sided": predicted_sided(router, o.setting, loss, o.estimator, o.predicted),
     }
+    if loss in o.log_factor and entry["predicted"] is not None:
+        entry["log_factor"] = True
     if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
         entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "near": None, "within_band": None,
                       "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",

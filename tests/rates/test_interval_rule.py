@@ -154,6 +154,19 @@ def test_rates_door_tests_the_shared_cell_bound_one_sided_and_records_sided():
     assert g["consistent"] is False and g["near"] is True
 
 
+def test_rates_door_judges_a_declared_log_factor_against_both_slopes():
+    from moestat.rates.fit import fit_rates
+
+    # a loss at exactly (log n / n)^{1/2}: its plain slope over the window is flatter than -1/2
+    df = _frame(lambda n: math.sqrt(math.log(n) / n), loss="voronoi", sigma=0.01)
+    (plain,) = fit_rates(df, setting="exact", estimator="lse", routers=["perturbed"], losses=["voronoi"], n_boot=200)
+    (lf,) = fit_rates(df, setting="exact", estimator="lse", routers=["perturbed"], losses=["voronoi"], n_boot=200,
+                      log_factor=["voronoi"])
+    assert plain["category"] == "near" and "log_factor" not in plain, plain["reason"]
+    assert lf["log_factor"] is True and lf["category"] == "consistent", lf["reason"]
+    assert "(log n / n)^0.5 has OLS slope" in lf["reason"]
+
+
 def test_theory_door_reports_near_and_never_passes_it():
     from moestat.experiments.theory.framework import slope_verdict
     from moestat.experiments.theory.runner import exit_code, totals_line
