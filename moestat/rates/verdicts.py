@@ -620,7 +620,7 @@ def categorize(
     main = judge_interval(predicted, lo, hi, ns=ns, **rule)
     if main["category"] == "inconclusive":  # wider than the cap
         return {"category": "inconclusive", "reason": main["reason"]}
-    if predicted < 0 and hi >= 0.0:
+    if predicted < 0 and hi >= 0.0 and main["covers"]:
         return {"category": "inconclusive",
                 "reason": f"95% CI [{_f(lo)}, {_f(hi)}] contains both {predicted:g} and 0 (no decay)"}
     # the robust slope must reach the same verdict: its interval judged by the same rule (no cap: the

@@ -250,3 +250,23 @@ def test_catalogue_sided_agrees_with_the_rates_pipeline_and_says_why():
                 uppers.append((e.key, p.loss))
     assert ("cosine-over", "perturbed param_multi") in uppers and ("gmoe-over3", "param_multi") in uppers
     assert all(loss != "regression_l2" for _, loss in uppers)
+
+
+def test_categorize_says_contains_both_only_when_the_interval_covers_the_prediction():
+    from moestat.rates.verdicts import categorize
+
+    def cat(ci, sided):
+        ns, values = [1000, 4000, 16000], [np.ones(3)] * 3
+        ev = {"slope": sum(ci) / 2, "ci_low": ci[0], "ci_high": ci[1]}
+        return categorize(predicted=-0.125, slope=ev["slope"], ci=ci, ns=ns, values=values, tolerance=0.15, robust=ev,
+                          tail={**ev, "ci_low": -0.5, "ci_high": 0.4, "n_min": 1000}, curv={"significant": False},
+                          sided=sided)
+
+    r = cat((-0.2, 0.02), "upper")
+    assert r["category"] == "inconclusive" and "contains both -0.125 and 0" in r["reason"]
+    r = cat((-0.1, 0.1), "upper")  # slower than the bound by 0.025, within the band
+    assert r["category"] == "near" and "contains both" not in r["reason"], r
+    r = cat((-0.45, -0.3), "upper")  # steeper than the bound: consistent, the robust interval agreeing
+    assert r["category"] == "consistent" and "steeper than the upper bound" in r["reason"], r
+    r = cat((-0.45, -0.3), "two")
+    assert r["category"] == "inconsistent", r
