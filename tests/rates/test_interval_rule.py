@@ -270,3 +270,22 @@ def test_categorize_says_contains_both_only_when_the_interval_covers_the_predict
     assert r["category"] == "consistent" and "steeper than the upper bound" in r["reason"], r
     r = cat((-0.45, -0.3), "two")
     assert r["category"] == "inconsistent", r
+
+
+def test_theory_report_counts_near_apart_and_shows_sided(tmp_path):
+    import json
+
+    from moestat.experiments.theory.framework import slope_verdict
+    from moestat.experiments.theory.runner import write_report
+
+    fit = {"slope": -0.32, "ci_low": -0.40, "ci_high": -0.24, "predicted": -0.5, "sided": "two", "category": "near",
+           "reason": "engine"}
+    res = [slope_verdict("near_one", "claim", fit, -0.5, DEFAULT_TOLERANCE),
+           slope_verdict("upper_one", "claim", {**fit, "predicted": -0.125, "sided": "upper", "category": "consistent"},
+                         -0.125, DEFAULT_TOLERANCE)]
+    md, js = write_report(res, tmp_path, "quick", "moestat theory", 1.0)
+    data = json.loads(js.read_text())
+    assert data["n_near"] == 1 and data["n_passed"] == 1 and data["n_failed"] == 0
+    assert [c["sided"] for c in data["checks"]] == ["two", "upper"]
+    text = md.read_text()
+    assert "| near_one | -0.5 | two |" in text and "| near |" in text and "near 1" in text
