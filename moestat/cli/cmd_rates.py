@@ -177,7 +177,7 @@ def _add_rate_fit_options(g) -> None:
     """The rate fit: fitting window, verdict tolerance, bootstrap, replicate plan."""
     g.add_argument("--window-min", type=positive_int, help="smallest n in the declared fitting window; default --n-min")
     g.add_argument("--window-max", type=positive_int, help="largest n in the declared fitting window; default --n-max")
-    g.add_argument("--tolerance", type=nonneg_float, help="verdict tolerance added to the CI; default 0.15")
+    g.add_argument("--tolerance", type=nonneg_float, help="band within which a prediction the CI excludes is 'near' (never consistent); default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
     g.add_argument("--statistic", choices=tuple(STATISTICS),

@@ -64,6 +64,7 @@ __all__ = [
     "plan",
     "reproduce",
     "contrast_verdict",
+    "category_counts",
     "format_report",
 ]
 
@@ -105,12 +106,25 @@ class Prediction:
     claim: str = ""
     #: judged by the entry's contrast (:attr:`Entry.contrast`) rather than by an interval
     by_contrast: bool = False
+    #: how the exponent is tested (:func:`moestat.rates.verdicts.judge_interval`): ``"two"`` for a rate
+    #: the estimator attains (the parametric ``n^-1/2``), ``"upper"`` for a worst-case upper bound, which a
+    #: faster loss does not contradict; the same as the rates pipeline's
+    #: (:func:`moestat.rates.fit.predicted_sided`, a test checks they agree)
+    sided: str = "two"
+    #: why ``sided`` (required for ``"upper"``)
+    sided_reason: str = "a rate the estimator attains: tested two-sided"
+
+    def __post_init__(self) -> None:
+        if self.sided not in ("two", "upper"):
+            raise ValueError(f"Prediction.sided must be 'two' or 'upper', got {self.sided!r}")
 
     @property
     def text(self) -> str:
         if self.claim:
             return self.claim
-        return SLOWER if self.exponent is None else f"n^{self.exponent:g}"
+        if self.exponent is None:
+            return SLOWER
+        return f"n^{self.exponent:g}" + (" (upper bound)" if self.sided == "upper" else "")
 
 
 @dataclass(frozen=True)
@@ -207,6 +221,12 @@ _COSINE_OVER_REPS = 324
 #: temperature-gmoe's design: above the activation arm's pre-flight n_ok (9 187), a contrast's replicates.
 _TEMPERATURE_FULL = {"n_min": 10000, "n_max": 320000, "n_points": 6, "reps": _CONTRAST_REPS}
 _QUARTER = -0.25
+#: why the over-specified shared-cell per-parameter rates are tested one-sided
+_SHARED_CELL_BOUND = ("an over-specified shared cell's per-parameter rate is a worst-case upper bound (the slowest "
+                      "atoms of the worst truth); a given truth's cell may converge faster, which does not contradict it")
+#: why the regression rows are tested two-sided although their source text speaks of a bound
+_REGRESSION_TWO = ("the parametric n^-1/2 of the regression function: a bound the least-squares fit attains (its "
+                   "error cannot fall faster at a fixed truth), so it is tested two-sided")
 
 
 def _gmoe(setting: str, k_fit: int | None, full: dict, quick: dict) -> Run:
@@ -256,7 +276,7 @@ _add(Entry(
          {**_OWN_FULL, "reps": _COSINE_OVER_REPS},
          dict(_OWN_QUICK)),),
     (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)"),
-     Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5"),
+     Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5", sided="upper", sided_reason=_SHARED_CELL_BOUND),
      Prediction("routers", "cosine voronoi", None, "Theorem 3"),
      Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1")),
     # Theorem 3 is a minimax statement too: the split witness of its proof (App. B.3), the perturbed router's
@@ -312,11 +332,13 @@ for _k in (3, 4):
          # the slowest block of a cell of two (K = 3, k* = 2: the only over-fitted cell has 2 atoms): gate slope and
          # expert intercept at n^{-1/(2 rbar(2))}, rbar(2) = 4; for K = 4 the cell sizes (2 + 2 or 3 + 1) are the
          # fit's, not the design's, so no single exponent is stated
-         *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}"),) if _k == 3 else ()),
+         *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}", sided="upper",
+                       sided_reason=_SHARED_CELL_BOUND),) if _k == 3 else ()),
          # every block of the cell of two (K = 3): gate slope and b at n^{-1/(2 rbar)}, a and the variance at
          # n^{-1/rbar}, rbar(2) = 4 (Theorem 2; Han et al. 2024, FuseMoE, Table 2) -- moestat.rates.gmoe_blocks
          *((Prediction("gaussian-moe", col, x, f"Theorem 2, rbar(2) = 4: the {BLOCKS[col][0]} block at "
-                       f"n^{{-1/{'(2 rbar)' if BLOCKS[col][1] == 'rbar' else 'rbar'}}} (Han et al. 2024, FuseMoE, Table 2)")
+                       f"n^{{-1/{'(2 rbar)' if BLOCKS[col][1] == 'rbar' else 'rbar'}}} (Han et al. 2024, FuseMoE, Table 2)",
+                       sided="upper", sided_reason=_SHARED_CELL_BOUND)
             for col, x in block_predictions(2).items()) if _k == 3 else ())),
         recorded=f"the gmoe_over{_k} preset's sweep and the catalogue's gmoe-over{_k} records",
     ))
@@ -370,7 +392,8 @@ _add(Entry(
                 "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True),
      Prediction("sigmoid", "param_multi", None, "the paper: sigmoid gating estimates experts faster than softmax",
                 claim="faster than softmax (no exponent transcribed)"),
-     Prediction("sigmoid", "regression_l2", _HALF, "regression rate (their parametric regression bound)"),
+     Prediction("sigmoid", "regression_l2", _HALF, "regression rate (their parametric regression bound)",
+                sided_reason=_REGRESSION_TWO),
      Prediction("softmax", "regression_l2", _HALF, "regression rate")),
     contrast=("softmax", "sigmoid", "param_multi"),
     notes="the paper compares both gates on one data set; moestat fits each gate on data from its own truth (a scenario "
@@ -527,7 +550,7 @@ _add(Entry(
          {"n_min": 2000, "n_max": 4000, "n_points": 3, "reps": 3}),),
     (Prediction("topk-over", "regression_l2", _HALF, "the abstract: the density estimation rate remains parametric when "
                 "over-specified (the regression function's L2 distance is bounded by a constant times the conditional "
-                "densities' Hellinger distance)"),
+                "densities' Hellinger distance)", sided_reason=_REGRESSION_TWO),
      Prediction("topk-over", "D2", None, "the abstract: parameter estimation rates become substantially slow",
                 claim="slower than n^-1/2 (no exponent read)")),
     notes="the fitted gate selects K-bar = 3 experts: the abstract requires it to exceed the total cardinality of certain "
@@ -783,11 +806,12 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         router, loss = (p.loss.split(" ", 1) if " " in p.loss else (None, p.loss))
         f = _fit_of(s, loss, router)
         row = {"run": p.run, "loss": p.loss, "predicted": p.exponent, "prediction": p.text, "source": p.source,
-               "by_contrast": p.by_contrast,
+               "by_contrast": p.by_contrast, "sided": None if p.exponent is None else p.sided,
+               "sided_reason": None if p.exponent is None else p.sided_reason,
                "slope": None, "ci": None, "category": None, "reason": "loss not in the run's fits"}
         if f is not None:
             row.update(slope=f.get("slope"), ci=[f.get("ci_low"), f.get("ci_high")], pipeline_predicted=f.get("predicted"),
-                       category=f.get("category"), reason=f.get("reason"), window=f.get("window"))
+                       pipeline_sided=f.get("sided"), category=f.get("category"), reason=f.get("reason"), window=f.get("window"))
             if f.get("mean_statistic"):  # the expected loss's slope and category, reported beside the verdict
                 row["mean_statistic"] = f["mean_statistic"]
         rows.append(row)
@@ -827,9 +851,27 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         "theorem": e.theorem, "figure": e.figure, "model": e.model, "estimator": e.estimator,
         "paper_design": e.paper_design, "notes": e.notes,
         "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
-        "predictions": rows, "contrast": contrast, "instrument": instrument,
+        "predictions": rows, "counts": category_counts(rows), "contrast": contrast, "instrument": instrument,
         "wall_s": round(sum(r["wall_s"] for r in runs), 2),
     }
+
+
+#: The order of :func:`category_counts` (``none``: a row without a category, e.g. a rate not stated).
+COUNTED = ("consistent", "near", "inconsistent", "inconclusive", "floor", "pre-asymptotic", "none")
+
+
+def category_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many prediction rows reached each category, ``consistent`` and ``near`` apart.
+
+    Only ``consistent`` counts as reproduced: ``near`` (the interval excludes the prediction, within
+    the tolerance; :func:`moestat.rates.verdicts.judge_interval`) is counted on its own.
+    """
+    out = dict.fromkeys(COUNTED, 0)
+    for r in rows:
+        c = r.get("category") or "none"
+        out[c if c in out else "none"] += 1
+    out["reproduced"] = out["consistent"]
+    return out
 
 
 def _fmt(v: Any) -> str:
@@ -887,14 +929,16 @@ def format_report(report: dict[str, Any]) -> str:
             verdicts = ((ft["category"] if ft else r["category"]) or "-", (r["category"] if ft else None) or "-")
         else:
             verdicts = (r["category"] or "-",)
-        cells.append((str(r["run"]), str(r["loss"]), _short(str(r["prediction"]), PREDICTION_WIDTH), _fmt(r["slope"]), ci,
-                      *verdicts))
-    titles = ("run", "loss", "predicted", "slope", "95% CI", *(("slope rule", "two-point") if instrument else ("category",)))
+        cells.append((str(r["run"]), str(r["loss"]), _short(str(r["prediction"]), PREDICTION_WIDTH), r.get("sided") or "-",
+                      _fmt(r["slope"]), ci, *verdicts))
+    titles = ("run", "loss", "predicted", "sided", "slope", "95% CI",
+              *(("slope rule", "two-point") if instrument else ("category",)))
     w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
 
     def row(c) -> str:
-        out = f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:<{w[2]}} {c[3]:>{w[3]}}  {c[4]:<{w[4]}} {c[5]:<{w[5]}}"
-        return (out + (f" {c[6]}" if len(c) > 6 else "")).rstrip()
+        out = (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:<{w[2]}} {c[3]:<{w[3]}} {c[4]:>{w[4]}}  {c[5]:<{w[5]}} "
+               f"{c[6]:<{w[6]}}")
+        return (out + (f" {c[7]}" if len(c) > 7 else "")).rstrip()
 
     head = row(titles)
     lines = [f"{report['key']} ({report['mode']}): {report['paper']['authors']} ({report['paper']['year']}), "
@@ -921,6 +965,9 @@ def format_report(report: dict[str, Any]) -> str:
         c = report["contrast"]
         what = "fixed-truth contrast (reported; the two-point instrument decides)" if report.get("instrument") else "contrast"
         lines.append(f"{what} ({c['slow']} vs {c['fast']}, {c['loss']}): {c['category']} -- {c['reason']}")
+    counts = report.get("counts") or category_counts(report["predictions"])
+    lines.append("categories: " + ", ".join(f"{k} {counts[k]}" for k in COUNTED if counts.get(k))
+                 + " (only consistent counts as reproduced; near: the interval excludes the prediction, within the tolerance)")
     runs = ", ".join(f"{r['label']} {r['wall_s']:.1f} s ({r['counts']['converged']}/{r['counts']['expected']} converged)"
                      for r in report["runs"])
     lines.append(f"wall: {report['wall_s']:.1f} s; {runs}")

@@ -408,7 +408,8 @@ class AnalysisSpec:
     window_min, window_max : int or None
         Declared fitting window in ``n`` (``None``: the whole grid).
     tolerance : float
-        Half-width by which the 95% CI is widened for the ``consistent`` verdict.
+        The band of :func:`moestat.rates.verdicts.judge_interval`: a prediction outside the 95% CI by
+        at most this much is ``near`` (never ``consistent``).
     n_boot : int
         Bootstrap resamples over replicates.
     halfwidth : float

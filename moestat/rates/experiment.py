@@ -29,6 +29,7 @@ from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
+from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.forked import NotSendable
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
@@ -344,7 +345,9 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         "sample_sizes": config.ns,
         "tolerance": config.tolerance,
         "verdict_rule": (
-            "consistent = predicted in [ci_low - tolerance, ci_high + tolerance]; "
+            "moestat.rates.verdicts.judge_interval: consistent = the CI covers the prediction (sided 'upper', a worst-case "
+            "upper bound: the CI reaches it or its steep side); near = the CI excludes it by at most the tolerance (never "
+            "counted as consistent); inconsistent = beyond; inconclusive = CI wider than max_ci_width; "
             "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
             "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
             if config.statistic == "mean" else
@@ -354,15 +357,17 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         ),
         "category_rule": (
             "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
-            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1, CI contains the "
-            "prediction and 0, or OLS and Theil-Sen disagree); floor (Theil-Sen slope over the upper half of the window "
+            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1); floor (Theil-Sen slope over the upper half of the window "
             "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
-            "log-log with a local-slope change > tolerance); consistent / inconsistent (the interval rule, Theil-Sen agreeing); "
+            "log-log with a local-slope change > tolerance); inconclusive (CI wider than max_ci_width, CI contains the prediction "
+            "and 0, or OLS and Theil-Sen disagree on covering it); consistent / near / inconsistent (the interval rule, "
+            "Theil-Sen agreeing); "
             "no polynomial rate (Thms 2/3): the slow-rate rule of moestat.rates.stability (floor, or local slopes flattening "
             "with the fast router's tail steeper); every category only when two independent halves of the replicates "
             "(even / odd replicate) reach the same one, else inconclusive"
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
+        "max_ci_width": MAX_CI_WIDTH,
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": rows.counts,
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
@@ -402,15 +407,15 @@ def format_table(summary: dict[str, Any]) -> str:
         rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
         cells.append((str(f["router"]), str(f["loss"]), _fmt(f.get("slope")), ci, _fmt(rob),
-                      _fmt(f.get("predicted"), ".2f"), cat, win))
+                      _fmt(f.get("predicted"), ".2f"), f.get("sided") or "-", cat, win))
     # columns as wide as their longest entry: a scenario file's name or a declared loss's can be
     # longer than any built-in one, and a fixed width would shift the rest of its row
-    titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "category", "window")
+    titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "sided", "category", "window")
     w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
 
     def row(c) -> str:
         return (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:>{w[2]}}  {c[3]:<{w[3]}} {c[4]:>{w[4]}} {c[5]:>{w[5]}}  "
-                f"{c[6]:<{w[6]}} {c[7]}").rstrip()
+                f"{c[6]:<{w[6]}} {c[7]:<{w[7]}} {c[8]}").rstrip()
 
     head = row(titles)
     lines = [head, "-" * len(head)] + [row(c) for c in cells]

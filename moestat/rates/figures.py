@@ -161,6 +161,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     from moestat.plotting import curve_handle
 
     anchored: dict = {}
+    upper: set = set()  # exponents stated as upper bounds (tested one-sided)
     ns_all: list[int] = []
     handles, labels = [], []
     drew_fit = False
@@ -199,11 +200,13 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
             kind = _prediction_kind(router, loss, fit)
             if p is not None and kind not in anchored[p]:
                 anchored[p].append(kind)
+            if p is not None and fit.get("sided") == "upper":  # tested one-sided: say so beside the line
+                upper.add(p)
         handles.append(curve_handle(colour, line="-" if has_fit else None, bar=True, ms=3))
         labels.append(label)
     for p, kinds in anchored.items():  # one dashed line per exponent, named by every kind that predicts it
         handles.append(curve_handle("0.45", marker=None, line="--", lw=0.9))
-        labels.append(f"{' and '.join(kinds)}: slope {_frac(p)}".replace("-", "\u2212"))
+        labels.append((f"{' and '.join(kinds)}: slope {_frac(p)}" + (", upper bound" if p in upper else "")).replace("-", "\u2212"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample size $n$")

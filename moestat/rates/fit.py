@@ -22,10 +22,14 @@ This module computes the slopes; :func:`fit_rates` hands each fit's data (the wh
 its two halves, :class:`moestat.rates.verdicts.FitData`) to
 :func:`moestat.rates.verdicts.judge_fits`, which gives every fit its verdict, category and plan.
 
-Verdict (:func:`moestat.rates.verdicts.verdict`, applied to every fit): a loss with a predicted exponent ``p`` is
-``consistent`` when ``ci_low - tol <= p <= ci_high + tol`` with the declared tolerance ``tol``
-(default 0.15, the band of the issue).  The stricter ``within_band`` says whether the whole
-interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
+Verdict (:func:`moestat.rates.verdicts.judge_interval`, the one interval rule, applied to every fit
+through :func:`moestat.rates.verdicts.categorize`): a loss with a predicted exponent ``p`` is
+``consistent`` only when the 95% interval covers ``p`` (an upper bound, ``sided = "upper"``
+(:data:`UPPER_BOUNDS`): when the interval reaches ``p`` or its steep side), ``near`` when it excludes
+``p`` by at most the declared tolerance (default 0.15), ``inconsistent`` beyond, and ``inconclusive``
+when it is wider than :data:`moestat.rates.verdicts.MAX_CI_WIDTH`.  The flags ``consistent`` (the
+interval covers) and ``near`` are recorded beside the category with ``sided``; ``within_band`` says
+whether the whole interval lies inside ``[p - tol, p + tol]``.  Losses without a polynomial prediction (the
 vanilla cosine router's Voronoi losses) get ``predicted = None`` and are judged by the slow-rate
 rule of :mod:`moestat.rates.stability` (a floor, or local slopes flattening with ``n``, compared
 with the perturbed router in the same run); the AIC comparison with ``C / log(n)^t`` is reported
@@ -56,6 +60,8 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "LOSS_DEFINITIONS",
     "predicted_exponent",
+    "predicted_sided",
+    "UPPER_BOUNDS",
     "fit_experiment",
     "ols_fit",
     "log_mean_fit",
@@ -133,6 +139,36 @@ def predicted_exponent(
     if setting == "exact":
         return None if loss == "param_multi" else -0.5
     return -0.25 if loss == "param_multi" else -0.5
+
+
+#: Losses whose predicted exponent the theorems state as a worst-case upper bound, with the reason;
+#: judged one-sided (``sided="upper"``, :func:`moestat.rates.verdicts.judge_interval`): a loss falling
+#: faster than the bound does not contradict it.  Every other prediction is tested two-sided.
+UPPER_BOUNDS = {
+    "param_multi": "over-specified shared-cell per-parameter rate: Theorem 5 of Nguyen et al. (2024) (n^-1/4) and "
+                   "Theorem 2 of Nguyen, Nguyen & Ho (2023) (n^-1/(2 rbar)) bound the slowest atom of a shared cell "
+                   "over the worst case; a given truth's cell may converge faster",
+    **{col: "over-specified shared-cell per-block rate of Theorem 2 of Nguyen, Nguyen & Ho (2023) (n^-1/(2 rbar) or "
+            "n^-1/rbar): a worst-case upper bound over the cell's atoms" for col in ("multi_beta1", "multi_b", "multi_a",
+                                                                                    "multi_variance")},
+}
+
+
+def predicted_sided(
+    router: str, setting: str, loss: str, estimator: str = "lse", predicted: Mapping[str, float | None] | None = None
+) -> str | None:
+    """How the prediction of :func:`predicted_exponent` is tested: ``"upper"`` or ``"two"`` (``None``: nothing predicted).
+
+    ``"upper"`` for the over-specified shared-cell rates of :data:`UPPER_BOUNDS` (worst-case
+    bounds: a faster loss does not contradict them), ``"two"`` for everything else -- the
+    parametric ``n^-1/2`` of exact fits, Voronoi losses, masses and the regression function, which
+    the estimators attain, and the null estimator's 0.
+    """
+    p = predicted_exponent(router, setting, loss, estimator, predicted)
+    if p is None:
+        return None
+    base = loss[len("best_"):] if loss.startswith("best_") else loss
+    return "upper" if estimator != "null" and setting == "over" and base in UPPER_BOUNDS else "two"
 
 
 def ols_fit(x: np.ndarray, y: np.ndarray, robust: bool = False) -> dict[str, float]:
@@ -320,6 +356,7 @@ def fit_rates(
     predicted: Mapping[str, float | None] | None = None,
     alt_start: tuple[float, float] | None = None,
     statistic: str = "mean",
+    log_factor: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """One fit entry per (router, loss) of a results DataFrame (see the module docstring).
 
@@ -353,6 +390,10 @@ def fit_rates(
         data and each half.  With ``"median"`` every entry with a slope also gets
         ``mean_statistic``: the same fit on the mean (``slope``, ``ci_low``, ``ci_high``,
         ``category``, ``reason``), reported beside the verdict.
+    log_factor : sequence of str
+        Losses whose predicted rate is stated with a log factor, ``(log n / n)^{-p}``: judged by
+        :func:`moestat.rates.verdicts.judge_interval` against the slopes between ``n^p`` and that
+        rate over the window (``log_factor`` true in the entry).
 
     Returns
     -------
@@ -363,7 +404,8 @@ def fit_rates(
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
-    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start, statistic)
+    opts = _FitOptions(setting, estimator, window, tolerance, n_boot, seed, halfwidth, predicted, alt_start, statistic,
+                       tuple(log_factor))
     routers = list(routers) if routers is not None else sorted(df["router"].unique())
     losses = list(losses) if losses is not None else list(LOSS_NAMES)
     fits = _fit_all(df, routers, losses, opts)
@@ -437,6 +479,7 @@ class _FitOptions:
     predicted: Mapping[str, float | None] | None
     alt_start: tuple[float, float] | None
     statistic: str = "mean"
+    log_factor: tuple[str, ...] = ()
 
 
 def _converged(part) -> tuple[int, int] | None:
@@ -462,14 +505,17 @@ def _fit_loss(sub, router: str, loss: str, where: tuple[int, int], o: _FitOption
         "definition": LOSS_DEFINITIONS.get(loss, loss),
         "estimator": o.estimator,
         "predicted": predicted_exponent(router, o.setting, loss, o.estimator, o.predicted),
+        "sided": predicted_sided(router, o.setting, loss, o.estimator, o.predicted),
     }
+    if loss in o.log_factor and entry["predicted"] is not None:
+        entry["log_factor"] = True
     if len(ns) < 3 and not any(np.isfinite(v).any() for v in vals):
-        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "near": None, "within_band": None,
                       "note": "no finite positive value: the loss is not defined here (e.g. no atom of that kind)",
                       "category": None, "reason": "not defined in this setting (no finite positive value)"})
         return entry, None
     if len(ns) < 3:
-        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "within_band": None,
+        entry.update({"slope": None, "ci_low": None, "ci_high": None, "consistent": None, "near": None, "within_band": None,
                       "note": "fewer than 3 sample sizes with >= 2 finite positive losses in the window",
                       "category": "inconclusive",
                       "reason": "fewer than 3 sample sizes with >= 2 finite positive losses in the window"})

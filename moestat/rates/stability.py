@@ -22,7 +22,7 @@ straight log-log line: ``C / log(n)^t`` has ``s = -t / log n``, which changes by
 for what the grid *can* show, in this order:
 
 1. ``inconclusive`` when the generic rules say the data cannot decide (fewer than 3 sizes, fits
-   not converged, an interval wider than 1);
+   not converged, an interval wider than :data:`moestat.rates.verdicts.UNINFORMATIVE_WIDTH`);
 2. ``floor`` when the loss stops decreasing (the generic floor rule with the parametric ``-1/2``
    as reference): no polynomial rate, as predicted;
 3. ``consistent`` when the local slope *flattens*: the quadratic coefficient of the per-replicate
@@ -32,7 +32,8 @@ for what the grid *can* show, in this order:
    window) is flatter than the fast router's: their 95% intervals are disjoint;
 4. ``pre-asymptotic`` when the local slope significantly *steepens* (not the shape of a slow rate);
 5. ``inconsistent`` when the curve is straight (no significant curvature) and its slope is
-   consistent with the parametric ``-1/2`` (the interval widened by the tolerance contains it):
+   at the parametric ``-1/2`` (:func:`moestat.rates.verdicts.judge_interval` says ``consistent`` or
+   ``near``: the interval covers it or misses it by at most the tolerance):
    a polynomial rate as fast as the fast router's is visible, against the theorem;
 6. ``inconclusive`` otherwise: a straight line at a slope between ``-1/2`` and 0 -- a polynomial
    ``n^s`` and a slower-than-polynomial rate cannot be told apart at these ``n``.
@@ -136,10 +137,15 @@ def slow_rate_category(
                 f"no significant curvature (99% CI [{curv['c_ci'][0]:.3f}, {curv['c_ci'][1]:.3f}])"
                 if math.isfinite(curv.get("c", math.nan)) else
                 f"slope {_f(slope)} [{_f(lo)}, {_f(hi)}] on {len(ns)} sizes (too few for a curvature test)")
-    if lo - tolerance <= PARAMETRIC <= hi + tolerance:
+    from moestat.rates.verdicts import judge_interval  # the one interval rule (verdicts imports this module)
+
+    # "as fast as parametric": the interval covers -1/2 or is near it (within the tolerance); this
+    # makes the slow claim inconsistent, so the band here only ever withholds a "consistent"
+    at_parametric = judge_interval(PARAMETRIC, lo, hi, tolerance=tolerance, max_width=math.inf)["category"] in ("consistent", "near")
+    if at_parametric:
         ev["rule"] = "straight at the parametric rate"
         return {"category": "inconsistent", "slow_rule": ev,
-                "reason": f"{straight}; consistent with the parametric {PARAMETRIC:g} +- {tolerance:g}: a polynomial rate, "
+                "reason": f"{straight}; at the parametric {PARAMETRIC:g} (covered, or missed by at most {tolerance:g}): a polynomial rate, "
                           "against Thms 2/3 (with a near-truth start the unidentified radial error may still sit below the "
                           "directional one at these n)"}
     ev["rule"] = "straight, slower than parametric"

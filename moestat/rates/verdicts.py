@@ -5,15 +5,14 @@ with its 95% interval (the envelope of a replicate bootstrap and the OLS t-inter
 that interval *contains* the prediction is not yet a verdict one can trust: an interval 12 wide
 contains every rate, a loss that has stopped decreasing can sit inside a widened interval, a
 log-log curve that is still bending has no single slope, and one wild replicate can move a
-log-of-mean slope.  :func:`categorize` turns the evidence into one of five categories, each with a
+log-of-mean slope.  :func:`categorize` turns the evidence into one of six categories, each with a
 one-line reason, evaluated in this order (the first that applies wins):
 
 ``inconclusive``
     fewer than 3 sample sizes; fewer than :data:`MIN_CONVERGED` of the fits in the window stopped on
     a convergence criterion (the fitted values need not be the least-squares estimates the theorems
-    speak of); the 95% interval wider than :data:`MAX_CI_WIDTH` (it cannot tell -1/2 from 0 or -1);
-    the interval containing both the prediction and 0 (cannot tell a rate from no decay); or the
-    OLS and the robust (Theil--Sen) slope disagreeing on the verdict.
+    speak of); the 95% interval wider than :data:`UNINFORMATIVE_WIDTH` (it cannot tell -1/2 from 0
+    or -1).
 ``floor``
     the loss stops decreasing: over the upper part of the window (the largest
     ``max(3, ceil(S/2))`` sample sizes) the robust slope's interval contains 0 and, widened by the
@@ -24,12 +23,16 @@ one-line reason, evaluated in this order (the first that applies wins):
     per-replicate fit of ``log L`` on ``log n, (log n)^2`` excludes 0) *and* the local slope changes by
     more than the tolerance across the window; the reason says from which ``n`` the slope is stable
     (no significant curvature over ``n >= n_0`` with at least 3 sizes) or that it is not yet.
-``consistent`` / ``inconsistent``
-    the prediction inside / outside the interval widened by the tolerance (the rule of
-    :func:`verdict`), *and* the Theil--Sen slope on the per-replicate log losses
-    agreeing.
+``consistent`` / ``near`` / ``inconsistent``
+    the interval rule :func:`judge_interval`, the one rule every door uses: ``inconclusive`` when
+    the interval is wider than :data:`MAX_CI_WIDTH` (it could not tell -1/2 from -1/4) or contains
+    both the prediction and 0; ``consistent`` only when the interval covers the prediction (for an
+    upper bound, ``sided="upper"``: reaches its steep side; for a rate with a log factor: meets the
+    slopes between ``n^-r`` and ``(log n / n)^r``); ``near`` when it excludes it by at most the
+    tolerance; ``inconsistent`` beyond.  The Theil--Sen slope's interval, judged by the same rule,
+    must agree: one covering and the other not is ``inconclusive``.
 
-Nothing here loosens the interval rule: ``consistent`` implies the prediction inside the widened interval.
+``near`` is never counted as consistent: the interval says the prediction is not the slope.
 
 :func:`paired_slope_difference` decides a contrast "A is slower than B" between two runs that share
 their data streams (rows with the same ``(n, replicate)`` drew from the same ``SeedSequence``,
@@ -72,10 +75,15 @@ __all__ = [
     "STATISTICS",
     "CATEGORIES",
     "MAX_CI_WIDTH",
+    "UNINFORMATIVE_WIDTH",
+    "SIDES",
     "MIN_CONVERGED",
     "DEFAULT_HALFWIDTH",
     "DEFAULT_TOLERANCE",
     "verdict",
+    "judge_interval",
+    "prediction_interval",
+    "log_factor_slope",
     "ols",
     "theil_sen",
     "robust_slope",
@@ -92,10 +100,22 @@ __all__ = [
     "judge_fits",
 ]
 
-#: The verdict categories, in the order they are tested (``consistent``/``inconsistent`` last).
-CATEGORIES = ("inconclusive", "floor", "pre-asymptotic", "consistent", "inconsistent")
-#: A 95% interval wider than this cannot tell -1/2 from both 0 and -1.
-MAX_CI_WIDTH = 1.0
+#: The verdict categories, in the order they are tested (the interval rule's three last).
+CATEGORIES = ("inconclusive", "floor", "pre-asymptotic", "consistent", "near", "inconsistent")
+#: How a prediction is tested (:func:`judge_interval`): ``"two"`` for a rate the theorem says is
+#: attained, ``"upper"`` for a worst-case upper bound (a faster loss does not contradict it).
+SIDES = ("two", "upper")
+#: The widest 95% slope interval :func:`judge_interval` judges.  A referee's requirement: the interval
+#: must be able to tell adjacent exponents of the catalogue apart -- the parametric ``n^-1/2`` from the
+#: over-specified shared cell's ``n^-1/4``, the two rates every over-specified entry is about.  An
+#: interval can hold two exponents ``d`` apart only if it is at least ``d`` wide, so the cap is
+#: ``1/4``: a wider interval would call one slope consistent with both.  The planning target
+#: (:data:`DEFAULT_HALFWIDTH`, a width of 0.1) lies well inside it, so a run sized by :func:`plan`
+#: is not turned away by the cap.
+MAX_CI_WIDTH = 0.25
+#: A 95% interval wider than this says nothing at all (it cannot tell -1/2 from both 0 and -1): no
+#: category but ``inconclusive``, a floor included.  The interval verdicts use :data:`MAX_CI_WIDTH`.
+UNINFORMATIVE_WIDTH = 1.0
 #: Fraction of the window's fits that must stop on a convergence criterion for any verdict.
 MIN_CONVERGED = 0.9
 #: Level of the curvature test: with six losses and two routers per run, a 5% test would call a
@@ -103,7 +123,9 @@ MIN_CONVERGED = 0.9
 CURVATURE_ALPHA = 0.01
 #: Default target half-width of the 95% slope interval for :func:`plan`.
 DEFAULT_HALFWIDTH = 0.05
-#: Tolerance added to both ends of the 95% CI for the ``consistent`` verdict (the issue's band).
+#: The band of :func:`judge_interval`: a prediction outside the 95% interval by at most this much is
+#: ``near`` (never ``consistent``); the floor and curvature rules use it as the size of a slope change
+#: that matters.
 DEFAULT_TOLERANCE = 0.15
 
 
@@ -349,6 +371,150 @@ def _f(v: float) -> str:
 NO_RATE_STATED = "no rate stated by the theorem for this loss"
 
 
+# ---------------------------------------------------------------------------------------------
+# the one interval rule: every door (rates, reproduce, theory, select) decides by judge_interval
+# ---------------------------------------------------------------------------------------------
+def log_factor_slope(exponent: float, ns: Sequence[float]) -> float:
+    """The OLS slope on ``log n`` of ``log (log n / n)^r`` over the sample sizes ``ns``, ``r = -exponent``.
+
+    ``log L = exponent (log n - log log n)``, so the slope is ``exponent (1 - b)`` with ``b`` the OLS
+    slope of ``log log n`` on ``log n`` over the window: slightly flatter than ``exponent`` (about
+    -0.44 for ``-1/2`` on ``n = 1 000 .. 32 000``).
+
+    Parameters
+    ----------
+    exponent : float
+        The exponent of ``n`` of the rate without its log factor (``-r``).
+    ns : sequence of float
+        The fitted window's sample sizes (at least two distinct, all above ``e``).
+    """
+    x = np.log(np.asarray(ns, float))
+    if x.size < 2 or not np.all(x > 1.0) or np.ptp(x) == 0:
+        raise ValueError(f"a log-factor slope needs at least two distinct sample sizes above e, got {list(ns)!r}")
+    xc = x - x.mean()
+    b = float(xc @ np.log(x) / (xc @ xc))
+    return float(exponent) * (1.0 - b)
+
+
+def prediction_interval(predicted: float, *, log_factor: bool = False, ns: Sequence[float] | None = None) -> tuple[float, float]:
+    """``(steep, flat)``: the slopes a prediction allows over the window.
+
+    ``(p, p)`` for ``n^p``; for a rate stated with a log factor, ``(log n / n)^{-p}``, the interval
+    between ``p`` (the slope of ``n^p``) and :func:`log_factor_slope` over ``ns``: the log factor's
+    contribution to a straight-line slope depends on the window, and neither end alone is the
+    slope the theorem predicts there.
+    """
+    p = float(predicted)
+    if not log_factor:
+        return p, p
+    if ns is None:
+        raise ValueError("a prediction with a log factor needs the window's sample sizes (ns)")
+    s = log_factor_slope(p, ns)
+    return min(p, s), max(p, s)
+
+
+def _pred_text(predicted: float, sided: str, log_factor: bool) -> str:
+    rate = f"(log n / n)^{-predicted:g}" if log_factor else f"n^{predicted:g}"
+    return f"the upper bound {rate}" if sided == "upper" else rate
+
+
+def judge_interval(predicted: float | None, ci_low: float, ci_high: float, *, sided: str = "two",
+                   log_factor: bool = False, ns: Sequence[float] | None = None,
+                   tolerance: float = DEFAULT_TOLERANCE, max_width: float = MAX_CI_WIDTH) -> dict[str, Any]:
+    """The one rule that decides whether a slope's 95% interval agrees with a predicted exponent.
+
+    ``inconclusive``
+        the interval is not finite or is wider than ``max_width`` (:data:`MAX_CI_WIDTH`).
+    ``consistent``
+        the interval covers the prediction: ``ci_low <= p <= ci_high`` (two-sided); for a rate
+        with a log factor, the interval meets ``[p, s]`` (:func:`prediction_interval`); for an
+        upper bound (``sided="upper"``) the interval reaches the bound or its steep side
+        (``ci_low <= flat end``): a loss falling faster than an upper bound does not contradict it.
+    ``near``
+        the interval excludes the prediction, but by at most ``tolerance`` (the gap between the
+        prediction and the interval's nearest end).  Not consistent: counted nowhere as reproduced.
+    ``inconsistent``
+        the interval excludes the prediction by more than ``tolerance`` (for an upper bound: lies
+        wholly on its slow side, by more than ``tolerance``).
+
+    Parameters
+    ----------
+    predicted : float or None
+        Predicted exponent of ``n`` (``None``: nothing predicted; the category is ``None``).
+    ci_low, ci_high : float
+        The slope's 95% interval.
+    sided : {"two", "upper"}
+        ``"two"`` for a rate the theorem states as attained (the exact-fit parametric ``n^-1/2``),
+        ``"upper"`` for a worst-case upper bound (e.g. a shared cell's per-parameter ``n^-1/4``).
+    log_factor : bool
+        The rate is stated as ``(log n / n)^{-predicted}``; needs ``ns``.
+    ns : sequence of float, optional
+        The fitted window's sample sizes (for ``log_factor``).
+    tolerance : float
+        The band within which an excluded prediction is ``near``.
+    max_width : float
+        The widest interval judged (``math.inf`` for none).
+
+    Returns
+    -------
+    dict
+        ``category``, ``reason`` (one line), ``sided``, ``prediction_interval`` ([steep, flat]),
+        ``covers`` (bool) and ``gap`` (the distance from the interval to the prediction, 0 when
+        covered).
+
+    Examples
+    --------
+    >>> from moestat.rates.verdicts import judge_interval
+    >>> judge_interval(-0.5, -0.40, -0.24)["category"]  # excludes -1/2 by 0.10 < 0.15
+    'near'
+    >>> judge_interval(-0.125, -0.40, -0.20, sided="upper")["category"]  # steeper than the bound
+    'consistent'
+    """
+    if sided not in SIDES:
+        raise ValueError(f"sided must be one of {', '.join(SIDES)}, got {sided!r}")
+    out: dict[str, Any] = {"category": None, "reason": NO_RATE_STATED, "sided": sided, "prediction_interval": None,
+                           "covers": None, "gap": None}
+    if predicted is None:
+        return out
+    lo, hi = float(ci_low), float(ci_high)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return {**out, "category": "inconclusive", "reason": "non-finite interval"}
+    steep, flat = prediction_interval(predicted, log_factor=log_factor, ns=ns)
+    out["prediction_interval"] = [steep, flat]
+    what = _pred_text(float(predicted), sided, log_factor)
+    ci = f"95% CI [{_f(lo)}, {_f(hi)}]"
+    lf = ""
+    if log_factor:
+        lf = (f" ((log n / n)^{-float(predicted):g} has OLS slope {flat:.3f} on log n over n = {int(min(ns))}..{int(max(ns))}: "
+              f"the prediction covers [{steep:.3f}, {flat:.3f}])")
+    width = hi - lo
+    if width > max_width:
+        return {**out, "category": "inconclusive",
+                "reason": f"{ci} is {width:.2f} wide (> the cap {max_width:g}): it cannot tell adjacent exponents "
+                          f"of the catalogue apart (-1/2 from -1/4)"}
+    if sided == "upper":
+        covers, gap = lo <= flat, max(lo - flat, 0.0)
+    else:
+        covers, gap = lo <= flat and hi >= steep, max(lo - flat, steep - hi, 0.0)
+    out.update(covers=bool(covers), gap=float(gap))
+    if covers:
+        if sided == "upper" and hi < steep:
+            reason = f"{ci} steeper than {what}: consistent with it (an upper bound, tested one-sided){lf}"
+        else:
+            inside = f"{ci} meets [{steep:.3f}, {flat:.3f}], the slopes of n^{float(predicted):g} and" if log_factor else ""
+            reason = (f"{inside} {what}" if log_factor else f"{what} inside {ci}") + (
+                " (an upper bound, tested one-sided)" if sided == "upper" else "") + lf
+        return {**out, "category": "consistent", "reason": reason}
+    side = "slow" if lo > flat else "fast"
+    one = " (an upper bound, tested one-sided: only the slow side contradicts it)" if sided == "upper" else ""
+    if gap <= tolerance:
+        return {**out, "category": "near",
+                "reason": f"{ci} excludes {what} by {gap:.2f} on the {side} side, within the tolerance {tolerance:g}: "
+                          f"near, not consistent{one}{lf}"}
+    return {**out, "category": "inconsistent",
+            "reason": f"{ci} excludes {what} by {gap:.2f} on the {side} side (beyond the tolerance {tolerance:g}){one}{lf}"}
+
+
 def categorize(
     *,
     predicted: float | None,
@@ -363,6 +529,8 @@ def categorize(
     tail: dict | None = None,
     halfwidth: float = DEFAULT_HALFWIDTH,
     slow_rate: bool = False,
+    sided: str = "two",
+    log_factor: bool = False,
 ) -> dict[str, Any]:
     """The category and one-line reason of one rate fit (rules in the module docstring).
 
@@ -377,7 +545,8 @@ def categorize(
         Its 95% interval.
     ns, values : the window's sample sizes and per-replicate losses (see :func:`robust_slope`).
     tolerance : float
-        Half-width by which the interval is widened (:func:`verdict`).
+        The band of :func:`judge_interval` (``near``) and the slope change the floor and curvature
+        rules count.
     converged : (int, int), optional
         Fits in the window that stopped on a convergence criterion, and all fits.
     robust, curv, tail : dict, optional
@@ -388,6 +557,10 @@ def categorize(
         ``predicted`` is ``None`` because the theorem says "slower than any polynomial rate"
         (Theorems 2/3): then only ``inconclusive``/``floor`` or ``None`` are returned, as the
         evidence of :func:`moestat.rates.stability.slow_rate_category`.
+    sided : {"two", "upper"}
+        How the prediction is tested (:func:`judge_interval`).
+    log_factor : bool
+        The rate is stated as ``(log n / n)^{-predicted}`` (:func:`judge_interval`).
 
     Returns
     -------
@@ -408,29 +581,32 @@ def categorize(
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return {"category": "inconclusive", "reason": "non-finite interval"}
     width = hi - lo
-    if width > MAX_CI_WIDTH:
+    if width > UNINFORMATIVE_WIDTH:
         return {"category": "inconclusive",
-                "reason": f"95% CI [{_f(lo)}, {_f(hi)}] is {width:.2f} wide (> {MAX_CI_WIDTH:g}): cannot tell -1/2 from 0 or -1"}
+                "reason": f"95% CI [{_f(lo)}, {_f(hi)}] is {width:.2f} wide (> {UNINFORMATIVE_WIDTH:g}): cannot tell -1/2 from 0 or -1"}
     robust = robust if robust is not None else robust_slope(ns, values)
     tail = tail if tail is not None else tail_slope(ns, values)
     curv = curv if curv is not None else curvature(ns, values)
     # floor: flat at the top of the window where it should decrease (Theil-Sen, so one replicate
     # cannot fake it); with no prediction, the flat tail must exclude the parametric -1/2 (widened)
     ref = predicted if predicted is not None else -0.5
-    if tail["ci_high"] >= 0.0 and tail["ci_high"] - tail["ci_low"] <= MAX_CI_WIDTH and ref < 0 and tail["ci_low"] - tol > ref:
+    if tail["ci_high"] >= 0.0 and tail["ci_high"] - tail["ci_low"] <= UNINFORMATIVE_WIDTH and ref < 0 and tail["ci_low"] - tol > ref:
         what = f", excludes {ref:g} - {tol:g}"
         return {"category": "floor",
                 "reason": f"stops decreasing: Theil-Sen slope over n >= {tail['n_min']} is {_f(tail['slope'])} "
                           f"[{_f(tail['ci_low'])}, {_f(tail['ci_high'])}] (contains 0{what})"}
     if ref < 0 and hi >= 0.0 and lo - tol > ref:
         return {"category": "floor", "reason": f"no decay over the window: 95% CI [{_f(lo)}, {_f(hi)}] contains 0 and excludes {ref:g} - {tol:g}"}
+    rule = {"sided": sided, "log_factor": log_factor, "tolerance": tol}
     if curv.get("significant") and abs(curv["change"]) > tol:
         n0 = stable_from(ns, values, tol)
         if n0 is not None and n0 > ns[0]:
             j = list(ns).index(n0)
             st = robust_slope(ns[j:], values[j:])
+            # what the interval rule says of the stable part (reported; the category stays pre-asymptotic)
             verdict_there = "" if predicted is None else (
-                f", {'contains' if st['ci_low'] - tol <= predicted <= st['ci_high'] + tol else 'excludes'} {predicted:g} +- {tol:g}")
+                f", {judge_interval(predicted, st['ci_low'], st['ci_high'], ns=ns[j:], max_width=math.inf, **rule)['category']} "
+                f"against {_pred_text(predicted, sided, log_factor)}")
             where = (f"stable from n = {n0}: Theil-Sen slope there {_f(st['slope'])} [{_f(st['ci_low'])}, {_f(st['ci_high'])}]"
                      f"{verdict_there}")
         else:
@@ -441,19 +617,26 @@ def categorize(
                 "stable_from": n0 if n0 is not None and n0 > ns[0] else None}
     if predicted is None:
         return {"category": None, "reason": "no floor, and no polynomial rate to compare with (Thms 2/3)"}
-    if predicted < 0 and hi >= 0.0:
+    main = judge_interval(predicted, lo, hi, ns=ns, **rule)
+    if main["category"] == "inconclusive":  # wider than the cap
+        return {"category": "inconclusive", "reason": main["reason"]}
+    if predicted < 0 and hi >= 0.0 and main["covers"]:
         return {"category": "inconclusive",
                 "reason": f"95% CI [{_f(lo)}, {_f(hi)}] contains both {predicted:g} and 0 (no decay)"}
-    ols_ok = lo - tol <= predicted <= hi + tol
-    rob_ok = robust["ci_low"] - tol <= predicted <= robust["ci_high"] + tol
+    # the robust slope must reach the same verdict: its interval judged by the same rule (no cap: the
+    # cap is on the reported interval)
+    rob = judge_interval(predicted, robust["ci_low"], robust["ci_high"], ns=ns, max_width=math.inf, **rule)
     rs = f"Theil-Sen {_f(robust['slope'])} [{_f(robust['ci_low'])}, {_f(robust['ci_high'])}]"
-    if ols_ok and rob_ok:
-        return {"category": "consistent", "reason": f"{predicted:g} inside 95% CI [{_f(lo)}, {_f(hi)}] +- {tol:g}; {rs} agrees"}
-    if not ols_ok and not rob_ok:
-        return {"category": "inconsistent", "reason": f"{predicted:g} outside 95% CI [{_f(lo)}, {_f(hi)}] +- {tol:g}; {rs} agrees"}
-    which = "OLS" if ols_ok else "Theil-Sen"
-    return {"category": "inconclusive",
-            "reason": f"only the {which} slope is consistent with {predicted:g} (CI [{_f(lo)}, {_f(hi)}], {rs}): a few replicates drive the slope"}
+    cat, rcat = main["category"], rob["category"]
+    if cat == rcat:
+        return {"category": cat, "reason": f"{main['reason']}; {rs} agrees"}
+    if "consistent" in (cat, rcat):
+        which = "OLS" if cat == "consistent" else "Theil-Sen"
+        return {"category": "inconclusive",
+                "reason": f"only the {which} interval covers {_pred_text(predicted, sided, log_factor)} (CI [{_f(lo)}, {_f(hi)}], "
+                          f"{rs}): a few replicates drive the slope"}
+    # both exclude the prediction, one of them within the band: not more than near
+    return {"category": "near", "reason": f"{main['reason']}; {rs} {rcat}"}
 
 
 def plan(
@@ -508,6 +691,8 @@ def plan(
         if n_star > ns[-1] and math.isfinite(n_star):
             n_reach = float(n_star)
     parts = [f"{need} replicates per n for +-{halfwidth:g} (bootstrap +-{hb:.3f} with {reps})"]
+    if 2 * halfwidth > MAX_CI_WIDTH:  # a target the verdict's cap would still turn away
+        parts.append(f"the target width {2 * halfwidth:g} exceeds the verdict's cap {MAX_CI_WIDTH:g}: ask for +-{MAX_CI_WIDTH / 2:g} or less")
     if hl > halfwidth:
         parts.append(f"straight-line lack of fit +-{hl:.3f} does not shrink with replicates")
     if stable_from is not None:
@@ -683,14 +868,24 @@ def paired_contrast(ns: Sequence[int], slow: np.ndarray, fast: np.ndarray, *, n_
     return {"category": cat, "reason": reason, **r}
 
 
-def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    """``consistent``: ``predicted`` in ``[ci_low - tol, ci_high + tol]``; ``within_band``: the CI
-    inside ``[predicted - tol, predicted + tol]``.  ``None`` for both when nothing is predicted."""
+def verdict(predicted: float | None, ci_low: float, ci_high: float, tolerance: float = DEFAULT_TOLERANCE, *,
+            sided: str = "two", log_factor: bool = False, ns: Sequence[float] | None = None) -> dict[str, Any]:
+    """The interval flags of one fit, from :func:`judge_interval` (no width cap: flags, not a verdict).
+
+    ``consistent``: the interval covers the prediction (the rule's ``covers``; for an upper bound,
+    reaches its steep side); ``near``: it excludes it by at most ``tolerance``; ``within_band``: the
+    whole interval inside ``[predicted - tol, predicted + tol]``; ``sided`` as given.  ``None`` for
+    the flags when nothing is predicted or the interval is not finite.
+    """
     if predicted is None or not (np.isfinite(ci_low) and np.isfinite(ci_high)):
-        return {"consistent": None, "within_band": None}
+        return {"consistent": None, "near": None, "within_band": None, "sided": None if predicted is None else sided}
+    r = judge_interval(predicted, ci_low, ci_high, sided=sided, log_factor=log_factor, ns=ns, tolerance=tolerance,
+                       max_width=math.inf)
     return {
-        "consistent": bool(ci_low - tolerance <= predicted <= ci_high + tolerance),
+        "consistent": bool(r["covers"]),
+        "near": r["category"] == "near",
         "within_band": bool(predicted - tolerance <= ci_low and ci_high <= predicted + tolerance),
+        "sided": sided,
     }
 
 
@@ -774,22 +969,25 @@ def judge_fits(fits: list[dict[str, Any]], data: Sequence[FitData | None], *, to
                            f"interval's half-width {st['halfwidth']:.2f}): what is measured depends on the start")
 
 
-def _evidence(c: Curve, predicted: float | None, tolerance: float, halfwidth: float, slow_rate: bool) -> dict[str, Any]:
+def _evidence(c: Curve, predicted: float | None, tolerance: float, halfwidth: float, slow_rate: bool,
+              rule: dict[str, Any] | None = None) -> dict[str, Any]:
     """Slope with interval, robust slope, curvature, tail and the generic category of one data set
-    (``slow_rate``: a Theorem 2/3 claim, see :func:`categorize`)."""
+    (``slow_rate``: a Theorem 2/3 claim, see :func:`categorize`; ``rule``: ``sided`` and ``log_factor``)."""
     swi = c.slope
     rob, cv, tl = robust_slope(c.ns, c.values), curvature(c.ns, c.values), tail_slope(c.ns, c.values)
     cat = categorize(predicted=predicted, slope=swi["slope"], ci=(swi["ci_low"], swi["ci_high"]), ns=c.ns, values=c.values,
                      tolerance=tolerance, converged=c.converged, robust=rob, curv=cv, tail=tl, halfwidth=halfwidth,
-                     slow_rate=slow_rate)
+                     slow_rate=slow_rate, **(rule or {}))
     return {**swi, "robust": rob, "curvature": cv, "tail": tl, "ns": list(c.ns), "values": c.values, **cat}
 
 
 def _judge(entry: dict[str, Any], d: FitData, tolerance: float, halfwidth: float) -> list[dict[str, Any]]:
     """One entry's verdict, category and plan; returns the evidence of the whole data and of each half."""
     predicted, w = entry["predicted"], d.whole
-    ev = _evidence(w, predicted, tolerance, halfwidth, d.slow_rate)
-    entry.update(verdict(predicted, entry["ci_low"], entry["ci_high"], tolerance))
+    # how the entry's prediction is tested, as the fit declared it (moestat.rates.fit.predicted_sided)
+    rule = {"sided": entry.get("sided") or "two", "log_factor": bool(entry.get("log_factor", False))}
+    ev = _evidence(w, predicted, tolerance, halfwidth, d.slow_rate, rule)
+    entry.update(verdict(predicted, entry["ci_low"], entry["ci_high"], tolerance, ns=w.ns, **rule))
     cat = {"category": ev["category"], "reason": ev["reason"]}
     entry.update({"robust": ev["robust"], "curvature": ev["curvature"], "tail": ev["tail"],
                   "converged": list(w.converged) if w.converged else None, **cat})
@@ -799,7 +997,7 @@ def _judge(entry: dict[str, Any], d: FitData, tolerance: float, halfwidth: float
                          log_mean=w.slope["log_mean"], curv=ev["curvature"], ns=w.ns, category=cat["category"],
                          halfwidth=halfwidth, stable_from=ev.get("stable_from"))
     halves = [{"category": "inconclusive", "reason": "fewer than 3 sample sizes in this half", "slope": None} if h is None
-              else _evidence(h, predicted, tolerance, halfwidth, d.slow_rate) for h in d.halves]
+              else _evidence(h, predicted, tolerance, halfwidth, d.slow_rate, rule) for h in d.halves]
     if d.alt is not None:
         entry["start_sensitivity"] = _start_sensitivity(entry, d.alt, d.alt_scales)
     return [ev, *halves]

@@ -5,7 +5,8 @@
   (:func:`statsmodels.stats.proportion.proportion_confint`) and the counts of every ``k_hat``.
 * ``summary.json``: the same, plus per ``K_bar`` the rate fits of the merged measure's D1 and the
   unmerged fit's D2 (:func:`moestat.rates.fit.slope_with_interval`, verdict by
-  :func:`moestat.rates.verdicts.categorize`; predicted exponent -1/2 for both, Nguyen, Nguyen & Ho
+  :func:`moestat.rates.verdicts.categorize`, whose interval rule is
+  :func:`moestat.rates.verdicts.judge_interval`; predicted exponent -1/2, two-sided for both, Nguyen, Nguyen & Ho
   2023, Theorems 1 and 2, the merged measure being an exact-fit estimate by Do et al. 2024) and the
   core (process) and wall time per replicate.  The judged slope is that of the per-``n`` medians
   (``statistic="median"``): the theorems are ``O_P`` bounds, statements about quantiles, and a few
@@ -24,13 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from moestat.rates.fit import slope_with_interval
-from moestat.rates.verdicts import categorize
+from moestat.rates.verdicts import DEFAULT_TOLERANCE, categorize
 
 __all__ = ["summarise", "write_summary", "write_figures", "CRITERIA"]
 
 #: the columns of the study: DSC (masses at the mean input), DSC0 (the paper's rule, masses at x = 0)
 CRITERIA = ("DSC", "DSC0", "AIC", "BIC", "ICL")
 PREDICTED = -0.5
+#: How :data:`PREDICTED` is tested (:func:`moestat.rates.verdicts.judge_interval`): the parametric rate of an
+#: exact-fit estimate (D1 of the merged measure) and of the Voronoi loss D2, which the MLE attains: two-sided
+SIDED = "two"
 
 
 def _cells(records, K, n, crit):
@@ -77,13 +81,13 @@ def summarise(records: list[dict], config, n_boot: int = 1000) -> dict:
                 rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(K, 99)))
                 fit = slope_with_interval(ns, vals, rng, n_boot, statistic=stat)
                 cat = categorize(predicted=PREDICTED, slope=fit["slope"], ci=(fit["ci_low"], fit["ci_high"]), ns=ns,
-                                 values=vals, tolerance=0.15, converged=conv)
+                                 values=vals, tolerance=DEFAULT_TOLERANCE, converged=conv, sided=SIDED)
                 judged[stat] = {"slope": fit["slope"], "ci_low": fit["ci_low"], "ci_high": fit["ci_high"],
                                 "category": cat.get("category"), "reason": cat.get("reason")}
             # The theorems bound the losses in probability (O_P): a statement about quantiles, so the
             # median's slope is the one judged.  The log-of-mean slope (the rates door's) is kept
             # beside it: a few merges of the wrong atoms (losses 1e3 to 1e24) rule every mean.
-            rates[str(K)][loss] = {**judged["median"], "statistic": "median", "predicted": PREDICTED,
+            rates[str(K)][loss] = {**judged["median"], "statistic": "median", "predicted": PREDICTED, "sided": SIDED,
                                    "mean": judged["mean"], "ns": ns, "used": [int(v.size) for v in vals],
                                    "medians": [float(np.median(v)) for v in vals],
                                    "means": [float(np.mean(v)) for v in vals]}
@@ -269,7 +273,7 @@ def format_table(summary: dict) -> str:
             r = next(x for x in summary["rows"] if (x["K_bar"], x["n"], x["criterion"]) == (K, n, c))
             cells.append(f"{r['p_hat']:.2f} [{r['ci_low']:.2f},{r['ci_high']:.2f}]" + (f"/{r['failed']}f" if r["failed"] else ""))
         lines.append(f"{K:>5} {n:>7}  " + "  ".join(f"{c:>19}" for c in cells))
-    lines.append("rates (predicted -0.5): slope of the medians [95% CI] category; the log-of-mean slope beside it")
+    lines.append("rates (predicted -0.5, two-sided): slope of the medians [95% CI] category; the log-of-mean slope beside it")
     for K, fits in summary["rates"].items():
         for loss, f in fits.items():
             if f.get("slope") is None:

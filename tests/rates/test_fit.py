@@ -163,13 +163,15 @@ def test_largest_beta1_errors_over_all_atoms_have_no_over_specified_prediction()
     tol=st.floats(0, 0.3),
 )
 def test_verdict_rule(p, lo, w, tol):
+    # the flags follow the one interval rule (judge_interval): consistent only when the interval covers
+    # the prediction; an interval that misses it by at most the tolerance is near, never consistent
     hi = lo + w
     v = verdict(p, lo, hi, tol)
-    assert v["consistent"] == (lo - tol <= p <= hi + tol)
+    assert v["consistent"] == (lo <= p <= hi)
+    assert v["near"] == (not (lo <= p <= hi) and max(lo - p, p - hi) <= tol)
     assert v["within_band"] == (p - tol <= lo and hi <= p + tol)
-    if v["within_band"]:
-        assert v["consistent"]
-    assert verdict(None, lo, hi, tol) == {"consistent": None, "within_band": None}
+    assert v["sided"] == "two"
+    assert verdict(None, lo, hi, tol) == {"consistent": None, "near": None, "within_band": None, "sided": None}
 
 
 def test_nonfinite_and_nonpositive_losses_are_dropped():

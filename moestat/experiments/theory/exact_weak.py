@@ -1,8 +1,8 @@
 """Theorem 6 (App. A) of Nguyen et al. (2024): perturbed router, exact-specified, weakly identifiable experts.
 
 Prediction: the Voronoi loss D_3 (eq. 16) decays like n^{-1/2}: slope -1/2.  GELU experts are
-weakly identifiable (see :mod:`moestat.model.identifiability`).  Rule: -1/2 inside the 95% CI widened
-by 0.15.
+weakly identifiable (see :mod:`moestat.model.identifiability`).  Rule: -1/2 inside the 95% CI
+(:func:`moestat.rates.verdicts.judge_interval`; excluded within 0.15: near, not passed).
 """
 
 from __future__ import annotations

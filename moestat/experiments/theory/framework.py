@@ -16,10 +16,14 @@ import numpy as np
 
 from moestat.rates import RatesConfig, run_rates
 from moestat.rates.extras import merge_extras
+from moestat.rates.verdicts import MAX_CI_WIDTH, judge_interval
 
 __all__ = ["CheckResult", "Context", "MODES", "skipped"]
 
 MODES = ("quick", "full")
+#: A check's status.  ``near``: the slope's interval excludes the prediction within the tolerance
+#: (:func:`moestat.rates.verdicts.judge_interval`): not passed, and counted apart from the failures.
+STATUSES = ("passed", "failed", "near", "inconclusive", "skipped", "error")
 
 
 @dataclass
@@ -30,7 +34,8 @@ class CheckResult:
     (``status == "skipped"``); a skip is never counted as a pass.  ``inconclusive`` (``passed``
     False) marks a slope check whose verdict category (:mod:`moestat.rates.verdicts`, the same
     categories as ``moestat rates``) is ``inconclusive`` or ``pre-asymptotic`` (see
-    :func:`slope_verdict`).  ``category`` and ``reason`` carry that category and its one-line
+    :func:`slope_verdict`); ``near`` (``passed`` False) one whose interval excludes the prediction
+    within the tolerance.  ``category`` and ``reason`` carry that category and its one-line
     reason; a check without a slope gets ``consistent``/``inconsistent`` from its own rule.
     """
 
@@ -48,9 +53,11 @@ class CheckResult:
     elapsed_s: float = 0.0
     category: str | None = None
     reason: str = ""
+    #: how the prediction was tested (:func:`moestat.rates.verdicts.judge_interval`): "two" or "upper"
+    sided: str | None = None
 
     def __post_init__(self) -> None:
-        if self.status not in ("passed", "failed", "inconclusive", "skipped", "error"):
+        if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,12 +191,8 @@ def run_guarded(fn: Callable[[Context], list[CheckResult]], ctx: Context, names:
                             {"traceback": tb}) for n in names]
 
 
-#: A slope interval wider than this cannot tell -1/2 from both 0 and -1: "consistent" with it is
-#: no evidence, so such a check is reported ``inconclusive`` (not passed).
-MAX_CI_WIDTH = 1.0
-
 #: Verdict category -> check status (a category that is not ``consistent`` never passes).
-CATEGORY_STATUS = {"consistent": "passed", "inconsistent": "failed", "floor": "failed",
+CATEGORY_STATUS = {"consistent": "passed", "near": "near", "inconsistent": "failed", "floor": "failed",
                    "inconclusive": "inconclusive", "pre-asymptotic": "inconclusive"}
 
 
@@ -197,9 +200,9 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
     """Attach the engine's category and reason of ``fit`` to ``res`` and let it only tighten the verdict.
 
     A check that passed by its own rule stays passed only when the category is one of ``passing``;
-    otherwise its status follows :data:`CATEGORY_STATUS`.  A failed check stays failed unless the
-    category says the data cannot decide (``inconclusive``/``pre-asymptotic``: status ``inconclusive``,
-    still not passed).
+    otherwise its status follows :data:`CATEGORY_STATUS`, as does the status of a check that did not
+    pass (``inconclusive``/``pre-asymptotic``: ``inconclusive``; ``near``: ``near``; ``floor``/``inconsistent``:
+    ``failed``; never passed).
     """
     if fit is None or fit.get("category") is None:
         return res
@@ -211,8 +214,10 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
     if res.passed and cat not in passing:
         res.passed = False
         res.status = CATEGORY_STATUS.get(cat, "failed")
-    elif not res.passed and CATEGORY_STATUS.get(cat) == "inconclusive":
-        res.status = "inconclusive"
+    elif not res.passed and cat not in passing:
+        # the engine's category decides the status of a check that did not pass (a floor fails
+        # a check whose own interval rule said near)
+        res.status = CATEGORY_STATUS.get(cat, "failed")
     elif not res.passed and cat in passing:
         # the engine judged by its own rule; the check's stricter rule failed
         res.category, res.reason = "inconsistent", f"the check's rule fails ({res.rule}); engine: {cat}: {why}"
@@ -221,33 +226,42 @@ def apply_category(res: CheckResult, fit: dict | None, *, passing: tuple[str, ..
 
 
 def slope_verdict(name: str, claim: str, fit: dict | None, predicted: float, tolerance: float, extra: dict | None = None,
-                  note: str = "") -> CheckResult:
-    """Verdict for a predicted log-log slope.
+                  note: str = "", sided: str | None = None) -> CheckResult:
+    """Verdict for a predicted log-log slope, by the one interval rule of ``moestat rates``.
 
-    Passed when ``predicted in [ci_low - tol, ci_high + tol]``, the 95% interval is at most
-    :data:`MAX_CI_WIDTH` wide, and the engine's verdict category (:func:`moestat.rates.verdicts.categorize`,
-    computed with the same prediction and tolerance) is ``consistent``; ``inconclusive`` (not
-    passed) when the category is ``inconclusive`` or ``pre-asymptotic``; failed otherwise (a
-    ``floor`` or an ``inconsistent`` slope).
+    :func:`moestat.rates.verdicts.judge_interval` on the fit's 95% interval: passed only when it
+    covers the prediction (``sided="upper"``: reaches the bound or its steep side), is at most
+    :data:`moestat.rates.verdicts.MAX_CI_WIDTH` wide, and the engine's verdict category
+    (:func:`moestat.rates.verdicts.categorize`, the same prediction and tolerance) is
+    ``consistent``; ``near`` (not passed) when the interval excludes the prediction by at most
+    ``tolerance``; ``inconclusive`` (not passed) when the interval is wider than the cap or the
+    category is ``inconclusive`` or ``pre-asymptotic``; failed otherwise (a ``floor`` or an
+    ``inconsistent`` slope).  ``sided`` defaults to the engine's for the same prediction, else ``"two"``.
     """
-    rule = (f"predicted slope inside the 95% CI widened by {tolerance:g} on each side, "
-            f"with the CI at most {MAX_CI_WIDTH:g} wide (else inconclusive), and verdict category 'consistent'")
+    same = fit is not None and fit.get("predicted") is not None and float(fit["predicted"]) == float(predicted)
+    sided = sided or (fit.get("sided") if same else None) or "two"
+    rule = (f"moestat.rates.verdicts.judge_interval ({sided}-sided): the 95% CI covers the predicted slope, at most "
+            f"{MAX_CI_WIDTH:g} wide (else inconclusive); excluded by at most {tolerance:g}: near (not passed); and verdict "
+            f"category 'consistent'")
     if fit is None or fit.get("slope") is None:
         return CheckResult(name, claim, predicted, None, None, None, False, "failed", rule,
                            "no slope in the rates summary for this loss" + (f"; {note}" if note else ""), extra or {},
-                           category="inconclusive", reason="no slope in the rates summary for this loss")
+                           category="inconclusive", reason="no slope in the rates summary for this loss", sided=sided)
     s, lo, hi = float(fit["slope"]), fit.get("ci_low"), fit.get("ci_high")
     lo = float("nan") if lo is None else float(lo)
     hi = float("nan") if hi is None else float(hi)
-    ok = math.isfinite(lo) and math.isfinite(hi) and (lo - tolerance) <= predicted <= (hi + tolerance)
+    j = judge_interval(predicted, lo, hi, sided=sided, tolerance=tolerance)
+    ok = j["category"] == "consistent"
     det = {"engine_predicted": fit.get("predicted"), "engine_consistent": fit.get("consistent")}
     det.update(extra or {})
     res = verdict(name, claim, predicted, s, lo, hi, ok, rule, note, det)
-    if ok and not (hi - lo) <= MAX_CI_WIDTH:
-        res.passed = False
-        res.status = "inconclusive"
-        res.note = (note + "; " if note else "") + f"prediction inside an uninformative interval (width {hi - lo:.2f} > {MAX_CI_WIDTH:g})"
-    if fit.get("predicted") is not None and float(fit["predicted"]) == float(predicted):
+    res.sided = sided
+    res.category, res.reason = j["category"], j["reason"]
+    if j["category"] in ("inconclusive", "near"):
+        res.status = j["category"]
+        if j["category"] == "inconclusive":
+            res.note = (note + "; " if note else "") + j["reason"]
+    if same:
         apply_category(res, fit)
     else:  # the engine judged another prediction: its category does not apply to this claim
         res.category = None

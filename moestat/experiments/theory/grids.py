@@ -12,10 +12,10 @@ from __future__ import annotations
 from moestat.data.synthetic import make_scenario
 from moestat.experiments.theory.framework import Context
 from moestat.rates.spec_checks import check_scenario_memory
+from moestat.rates.verdicts import DEFAULT_TOLERANCE
 
-#: Half-width by which a slope CI is widened before asking whether it contains the prediction
-#: (the same default as the rates engine).
-TOLERANCE = 0.15
+#: The band of :func:`moestat.rates.verdicts.judge_interval` (``near``), the same default as the rates engine.
+TOLERANCE = DEFAULT_TOLERANCE
 
 GRIDS = {
     "quick": dict(n_min=2000, n_max=32000, n_points=5, reps=8, n_boot=200),
@@ -37,10 +37,11 @@ GRIDS = {
 #: into the regime); an --n-max override keeps the plain grid rule.
 OVER_QUICK_N_MIN = 8000
 
-#: Replicates of quick mode's Theorem 5 run: a sample size from a pilot, by the checks' own width
-#: rule.  The five ``thm5`` checks are inconclusive on the quick over run (8 replicates) because
-#: their intervals, the log-of-mean slope's t interval over 5 sizes, are 1.06 to 2.64 wide against the rule's
-#: :data:`~moestat.experiments.theory.framework.MAX_CI_WIDTH` of 1.  That interval's standard error
+#: Replicates of quick mode's Theorem 5 run: a sample size from a pilot, by the checks' width
+#: rule of the time.  The five ``thm5`` checks are inconclusive on the quick over run (8 replicates) because
+#: their intervals, the log-of-mean slope's t interval over 5 sizes, are 1.06 to 2.64 wide against a
+#: width cap of 1 (the cap has since become :data:`moestat.rates.verdicts.MAX_CI_WIDTH`, 1/4, under
+#: which these intervals are inconclusive again).  That interval's standard error
 #: scales as 1 / sqrt(replicates) (the per-n means' noise), so the count that brings the widest of
 #: the five to 1 is 8 * 2.637^2 = 55.6, rounded up to a multiple of the pilot's 8: 56
 #: (:func:`thm5_quick_reps` recomputes it from the recorded pilot; a test checks it).  At that count the

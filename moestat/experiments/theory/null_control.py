@@ -3,7 +3,7 @@
 The null estimator returns its near-truth start (noise of constant scale), so its Voronoi loss
 cannot improve with n.  A non-zero slope would reveal an artefact of the pipeline (e.g. an
 n-dependent start, as in the peer code's ``0.005 n^-0.083`` schedule).  Prediction: slope 0;
-rule: 0 inside the 95% CI widened by 0.15.
+rule: 0 inside the 95% CI (:func:`moestat.rates.verdicts.judge_interval`; excluded within 0.15: near, not passed).
 """
 
 from __future__ import annotations

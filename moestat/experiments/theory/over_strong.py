@@ -10,8 +10,9 @@ Predictions (slopes of log mean loss on log n):
   multi-atom cells; :mod:`moestat.losses.cell_errors`): -1/2 each.  The plain per-atom rates
   follow from these only where the cell's masses stay bounded away from 0.
 
-Rule for each: the prediction inside the 95% CI widened by 0.15, and the verdict category
-``consistent`` (:mod:`moestat.rates.verdicts`).
+Rule for each: the prediction inside the 95% CI (:func:`moestat.rates.verdicts.judge_interval`: an
+upper bound, the shared cell's ``n^-1/4``, is tested one-sided; excluded within 0.15: near, not
+passed), and the verdict category ``consistent`` (:mod:`moestat.rates.verdicts`).
 
 Diagnostics (reported, they decide nothing): the local slopes of the mean over the
 lower and the upper half of the sample sizes (``local_slopes``: curvature of the log-log curve

@@ -2,7 +2,7 @@
 
 Prediction: slope -1/2 of log(mean L2 error) on log n (the log factor changes the slope over
 our grids by less than 0.05), for the vanilla cosine router (Thm 1) and the perturbed router
-(Thm 4).  Rule: -1/2 inside the slope's 95% CI widened by 0.15.
+(Thm 4).  Rule: -1/2 inside the slope's 95% CI (:func:`moestat.rates.verdicts.judge_interval`; excluded within 0.15: near).
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def run_checks(mode: str = "quick", out_dir: str | Path = "moestat-out/theory", 
 
 
 def exit_code(results: Sequence[CheckResult], allow_skips: bool = False) -> int:
-    """0 all passed; 1 any failure, inconclusive or error; 3 skips only (0 with ``allow_skips``)."""
-    if any(r.status in ("failed", "inconclusive", "error") for r in results):
+    """0 all passed; 1 any failure, near, inconclusive or error; 3 skips only (0 with ``allow_skips``)."""
+    if any(r.status in ("failed", "near", "inconclusive", "error") for r in results):
         return 1
     if any(r.status == "skipped" for r in results):
         return 0 if allow_skips else 3
@@ -90,9 +90,9 @@ def exit_code(results: Sequence[CheckResult], allow_skips: bool = False) -> int:
 
 
 def totals_line(results: Sequence[CheckResult]) -> str:
-    """``"3 passed, 1 failed, 0 inconclusive, 0 skipped, 0 errors (4 checks)"``."""
-    c = {s: sum(r.status == s for r in results) for s in ("passed", "failed", "inconclusive", "skipped", "error")}
-    return (f"{c['passed']} passed, {c['failed']} failed, {c['inconclusive']} inconclusive, {c['skipped']} skipped, "
+    """``"3 passed, 1 failed, 0 near, 0 inconclusive, 0 skipped, 0 errors (4 checks)"``."""
+    c = {s: sum(r.status == s for r in results) for s in ("passed", "failed", "near", "inconclusive", "skipped", "error")}
+    return (f"{c['passed']} passed, {c['failed']} failed, {c['near']} near, {c['inconclusive']} inconclusive, {c['skipped']} skipped, "
             f"{c['error']} error{'s' if c['error'] != 1 else ''} ({len(results)} checks)")
 
 
@@ -115,6 +115,7 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
         "note": "rate checks use moestat.rates (LSE, near-truth start with constant noise 0.05); see docs/guide/theory.rst",
         "n_passed": sum(r.status == "passed" for r in results),
         "n_failed": sum(r.status in ("failed", "error") for r in results),
+        "n_near": sum(r.status == "near" for r in results),
         "n_inconclusive": sum(r.status == "inconclusive" for r in results),
         "n_skipped": sum(r.status == "skipped" for r in results),
     }
@@ -123,12 +124,12 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
     lines = [
         f"# Theory checks ({mode})", "",
         f"Command: `{command}`  ", f"Elapsed: {meta['elapsed_s']} s; passed {meta['n_passed']}, failed {meta['n_failed']}, "
-        f"inconclusive {meta['n_inconclusive']}, skipped {meta['n_skipped']}.", "",
-        "| check | predicted | measured | 95% CI | verdict |", "|---|---|---|---|---|",
+        f"near {meta['n_near']}, inconclusive {meta['n_inconclusive']}, skipped {meta['n_skipped']}.", "",
+        "| check | predicted | sided | measured | 95% CI | verdict |", "|---|---|---|---|---|---|",
     ]
     for r in results:
         ci = "" if r.ci_low is None and r.ci_high is None else f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
-        lines.append(f"| {r.name} | {_fmt(r.predicted)} | {_fmt(r.measured)} | {ci} | {r.status} |")
+        lines.append(f"| {r.name} | {_fmt(r.predicted)} | {r.sided or '-'} | {_fmt(r.measured)} | {ci} | {r.status} |")
     lines += ["", "## Details", ""]
     for r in results:
         lines.append(f"### {r.name}: {r.status}")

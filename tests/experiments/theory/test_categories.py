@@ -118,10 +118,16 @@ def test_radial_floor_check_judges_no_decay_against_zero(tmp_path):
         return {"fits": [rad]}
 
     ctx = SimpleNamespace(out_dir=tmp_path)
-    flat = _split(ctx, "quick-exact", summary(0.05, -0.18, 0.28))[0]
+    flat = _split(ctx, "quick-exact", summary(0.05, -0.06, 0.16))[0]
     falling = _split(ctx, "quick-exact", summary(-0.5, -0.6, -0.4))[0]
     assert flat.name == "pde4_vanilla_radial_floor" and flat.passed is True
     assert falling.passed is False and falling.status == "failed"
+    # an interval wider than the cap (1/4) cannot pass, however flat its slope
+    wide = _split(ctx, "quick-exact", summary(0.05, -0.18, 0.28))[0]
+    assert wide.passed is False and wide.status == "inconclusive"
+    # a slope just short of 0 whose interval misses it within the tolerance is near, not passed
+    near = _split(ctx, "quick-exact", summary(-0.15, -0.2, -0.1))[0]
+    assert near.passed is False and near.status == "near"
 
 
 def test_thm5_notes_carry_the_measured_curvature(tmp_path):

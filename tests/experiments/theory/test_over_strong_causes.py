@@ -110,7 +110,7 @@ def test_checks_carry_the_causes_in_details_and_in_the_reason_only_when_not_pass
     assert "causes measured on these fits" in d2.reason and "1/9 fits have a singleton atom" in d2.reason
     assert d2.details["reason"] == d2.reason
     # a passing check keeps its reason; its details still hold the numbers
-    ok = {**fit, "ci_low": -0.7, "ci_high": -0.3, "category": "consistent", "reason": "fine"}
+    ok = {**fit, "ci_low": -0.6, "ci_high": -0.4, "category": "consistent", "reason": "fine"}
     summary["fits"] = [dict(ok, loss=loss, slope=-0.5) for loss in losses]
     passed = {x.name: x for x in over_strong.run(Context("quick", tmp_path))}
     assert passed["thm5_over_D2"].status == "passed"
