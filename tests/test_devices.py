@@ -54,6 +54,7 @@ def test_compile_cache_goes_under_the_user_cache_unless_set(monkeypatch, tmp_pat
                    "TRITON_CACHE_DIR": str(tmp_path / "mine")}
 
 
+@pytest.mark.slow
 def test_a_compiled_fit_writes_nothing_to_tmpdir(tmp_path):
     """torch.compile's Inductor cache defaulted to $TMPDIR/torchinductor_<user> (~150 MB, issue 35);
     a compiled EM fit now writes it under $XDG_CACHE_HOME/moestat and nothing into $TMPDIR."""

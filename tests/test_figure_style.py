@@ -48,6 +48,7 @@ def _bad_table_cells(text: str) -> list[str]:
 
 # --- the checker itself fails on what it must catch -------------------------------------------
 
+@pytest.mark.slow
 def test_the_checker_finds_a_blank_slot_and_panel_grid_leaves_none():
     fig, axes = plt.subplots(2, 3)
     for ax in axes.flat[:5]:
@@ -65,6 +66,7 @@ def test_the_checker_finds_a_blank_slot_and_panel_grid_leaves_none():
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_the_checker_finds_mixed_tick_styles_legend_counts_width_and_titles():
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.plot([2000, 2245, 4000], [1, 2, 3], label="a")
@@ -147,6 +149,7 @@ def test_a_scenario_files_slope_is_labelled_predicted_not_theorem():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_rates_figure_one_key_per_router_no_blank_slot_one_tick_style():
     from moestat.rates.figures import draw_convergence
 
@@ -186,6 +189,7 @@ def _realdata_rows(gates=("dense", "noisy_topk_load", "cosine", "perturbed", "so
              "counts": rng.integers(0, 30, (experts, classes)).tolist()} for g in gates for s in range(seeds)]
 
 
+@pytest.mark.slow
 def test_realdata_figures_print_size_labelled_no_blank_slot(tmp_path, saved):
     from moestat.experiments.realdata import plot_class_heatmaps, plot_router_distribution
 
@@ -215,6 +219,7 @@ def test_realdata_table_says_one_seed():
 
 # --- toy --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_toy_figures_have_legends_and_colour_bars_and_tables_say_one_seed(tmp_path, saved):
     from moestat.cli.cmd_toy import main
 
@@ -248,6 +253,7 @@ def _norm_result(seeds=1):
     return {"config": {"tokens": ["5x2", "2x5"], "experts": [1, 2, 5]}, "runs": runs, "constant_mse": 2.4}
 
 
+@pytest.mark.slow
 def test_softmoe_figures_are_titled_and_say_experts(tmp_path, saved):
     from moestat.experiments.softmoe_norm_target import plot_norm_target, plot_witness
 
@@ -279,6 +285,7 @@ def test_softmoe_tables_say_experts_and_one_seed(tmp_path):
 
 # --- tagging ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_tagging_demo_figures_say_synthetic_demo(tmp_path, saved):
     from moestat.experiments.tagging import format_table, load_task, run_experiment
 
@@ -318,6 +325,7 @@ def _lm_rows(routers=("linear", "cosine", "perturbed"), seeds=2, evals=10):
     return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evals", [2, 10])
 def test_lm_curves_one_colour_per_router_and_few_points_said(tmp_path, saved, evals):
     from moestat.experiments.lm import MIN_EVAL_POINTS, _plots
@@ -347,6 +355,7 @@ def test_lm_table_says_one_seed_not_nan():
     assert "2.3050 ± 0.0071" in text
 
 
+@pytest.mark.slow
 def test_tight_layout_measuring_each_box_once_gives_the_same_bytes_and_restores_matplotlib():
     """moestat.plotting.tight_layout keeps the first pass's layout boxes for the second pass (nothing
     moves between them): the subplot parameters, hence the PNG, are those of fig.tight_layout."""

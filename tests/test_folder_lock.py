@@ -56,12 +56,14 @@ def rates_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_finished_run_leaves_its_door_marker_and_no_lock(rates_run):
     assert not (rates_run / LOCK_NAME).exists()
     assert json.loads((rates_run / DOOR_NAME).read_text())["door"] == "rates"
     assert read_door(rates_run) == "rates"
 
 
+@pytest.mark.slow
 def test_a_folder_held_by_a_live_run_is_refused_naming_the_holder(rates_run, tmp_path, capsys):
     import shutil
 
@@ -80,6 +82,7 @@ def test_a_folder_held_by_a_live_run_is_refused_naming_the_holder(rates_run, tmp
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_is_stale_and_taken_over(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -95,6 +98,7 @@ def test_a_lock_left_by_a_killed_run_is_stale_and_taken_over(tmp_path):
     assert not (out / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 def test_the_lock_is_reentrant_in_one_process_and_exclusive_between_processes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -180,6 +184,7 @@ def test_two_resumes_started_at_once_compute_each_fit_once(tmp_path):
 # -------------------------------------------------------------------------------------------------
 # a door's --resume refuses another door's folder (issue 24, item 3)
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_rates_resume_into_a_realdata_folder_is_refused_and_left_untouched(tmp_path, capsys):
     out = tmp_path / "real"
     assert _run([*REAL, "--out", str(out)], capsys)[0] == 0
@@ -189,6 +194,7 @@ def test_rates_resume_into_a_realdata_folder_is_refused_and_left_untouched(tmp_p
     assert _snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_realdata_resume_into_a_rates_folder_is_refused_and_left_untouched(rates_run, capsys):
     before = _snapshot(rates_run)
     rc, err = _run([*REAL, "--out", str(rates_run), "--resume"], capsys)
@@ -207,6 +213,7 @@ def test_a_folder_written_before_door_markers_is_recognised_by_its_files(rates_r
     assert _snapshot(out) == before
 
 
+@pytest.mark.slow
 def test_theory_resume_with_other_settings_is_refused_before_any_check(tmp_path, capsys):
     out = tmp_path / "theory"
     rc, _ = _run(["theory", "--only", "pde", "--quiet", "--out", str(out)], capsys)
@@ -295,6 +302,7 @@ def test_loky_workers_end_when_the_main_process_is_killed(tmp_path):
     assert not any(_alive(w) for w in workers), "loky workers outlived their parent"
 
 
+@pytest.mark.slow
 def test_theory_resume_of_a_folder_without_run_config_checks_the_recorded_command(tmp_path, capsys):
     out = tmp_path / "theory"
     assert _run(["theory", "--only", "pde", "--quiet", "--out", str(out)], capsys)[0] in (0, 1, 3)
@@ -341,6 +349,7 @@ def test_a_resume_into_a_folder_with_a_linked_results_file_is_refused(rates_run,
     assert outside.read_bytes() == before and rows > 3
 
 
+@pytest.mark.slow
 def test_holder_alive_tells_a_killed_holder_from_a_live_one(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

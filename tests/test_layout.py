@@ -16,6 +16,7 @@ modules split where the count fell, not where the job ended (``estimators/generi
 out of ``mle_generic`` to stay under it and called back into it, a cycle).
 """
 
+import pytest
 import ast
 import functools
 import re
@@ -140,6 +141,7 @@ def _cycle_path(component: frozenset[str], edges: dict[str, set[str]]) -> str:
         seen.add(fresh[0])
 
 
+@pytest.mark.slow
 def test_the_import_graph_finds_imports_inside_functions_and_cycles():
     # the checks below are only as good as the graph: a cycle made through a lazy import is found
     tree = ast.parse("def f():\n    from moestat.io import x\n", filename="<t>")
@@ -154,6 +156,7 @@ def test_the_import_graph_finds_imports_inside_functions_and_cycles():
     assert any(inside for *_, inside in _imports()) == bool(LAZY_IMPORTS)
 
 
+@pytest.mark.slow
 def test_no_import_cycles():
     edges: dict[str, set[str]] = {}
     for importer, imported, _, _ in _imports():
@@ -177,6 +180,7 @@ def test_package_imports_sit_at_module_level_unless_a_reason_is_written():
     assert all(reason.strip() for reason in LAZY_IMPORTS.values())
 
 
+@pytest.mark.slow
 def test_every_module_states_its_job_in_its_first_docstring_line():
     missing = []
     for path in MODULES:
@@ -204,6 +208,7 @@ def test_command_modules_compute_nothing():
     assert not wrong, f"command modules doing numerical work (move it into the library): {wrong}"
 
 
+@pytest.mark.slow
 def test_the_rates_door_starts_without_the_heavy_optional_packages():
     code = ("import sys, moestat.cli.cmd_rates; "
             f"print(' '.join(h for h in {HEAVY!r} if h in sys.modules))")

@@ -138,6 +138,7 @@ def answers(tmp_path_factory) -> list[dict]:
     return [r | {"tmp": tmp} for r, tmp in zip(results, folders)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{c[0]}:{c[2]}" for c in CASES])
 def test_a_bad_option_is_one_line_exit_2_and_nothing_written(answers, case):
     names = CASES[case][2]
@@ -150,6 +151,7 @@ def test_a_bad_option_is_one_line_exit_2_and_nothing_written(answers, case):
     assert got["touched"] == []  # the recorded files beside the script (some scripts write there) untouched
 
 
+@pytest.mark.slow
 def test_the_driver_answers_as_a_real_run(answers, tmp_path):
     # one case run for real, `python script.py ...` in its own process: the same exit status and stderr
     case = next(i for i, c in enumerate(CASES) if c[0] == "studies/figure1/figure1.py")

@@ -90,8 +90,12 @@ class TruthDescriptors:
 
 
 #: ``max_iter`` of ``moestat rates`` for an exact fit (:class:`moestat.rates.config.FittingSpec`);
-#: an over-specified one gets :data:`moestat.rates.presets.OVER_MAX_ITER`.
+#: an over-specified one gets :data:`OVER_MAX_ITER`.
 DEFAULT_MAX_ITER = 200
+#: ``max_iter`` of ``moestat rates`` for an over-specified fit (the budget rule of
+#: :mod:`moestat.rates.presets`, applied to scenario files too): its slow directions need the
+#: longer budget to stop on a convergence criterion.
+OVER_MAX_ITER = 1000
 #: ``init_scale`` of ``moestat rates``: the near-truth start's noise (:meth:`ScenarioBase.near_truth_start`).
 DEFAULT_INIT_SCALE = 0.05
 
@@ -171,7 +175,7 @@ class ScenarioBase(TruthDescriptors):
             (:attr:`mixture_data`), else ``"lse"`` (the batched least squares).
         max_iter : int, optional
             Iteration budget; default that of ``moestat rates``: :data:`DEFAULT_MAX_ITER` for an
-            exact fit, :data:`moestat.rates.presets.OVER_MAX_ITER` for an over-specified one.
+            exact fit, :data:`OVER_MAX_ITER` for an over-specified one.
         random_state : None, int, SeedSequence or Generator
             Seed of the estimator's own randomness (random starts); ``None``: fresh entropy.
         device : str
@@ -188,8 +192,6 @@ class ScenarioBase(TruthDescriptors):
         if name is None:
             name = "mle" if self.mixture_data else "lse"
         if max_iter is None:
-            from moestat.rates.presets import OVER_MAX_ITER  # the rates package imports this module
-
             max_iter = OVER_MAX_ITER if self.setting == "over" else DEFAULT_MAX_ITER
         return self.estimator_class(name).for_scenario(self, max_iter=max_iter, random_state=random_state, device=device)
 

@@ -48,13 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from moestat.data.scenario_files import load_scenario
+from moestat.data.synthetic import OVER_MAX_ITER  # noqa: F401 - the over-specified budget rule, public here too
 from moestat.io import regular_file
 from moestat.model.protocol import ProtocolModel
 
 __all__ = ["PRESETS", "preset_dict", "load_toml", "OVER_MAX_ITER", "AUTOGRAD_CHUNK", "scenario_file_defaults"]
 
-#: The over-specified budget rule (module docstring), applied to scenario files too.
-OVER_MAX_ITER = 1000
 #: Replicates per work unit of a scenario file fitted on the autograd kernel: one unit of 20
 #: replicates at n = 128000 holds every row of the largest size for tens of minutes (one fit of
 #: examples/sigmoid_over.toml at n = 128000 takes about 65 s of CPU, 63-87 iterations), so units

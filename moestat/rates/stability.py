@@ -50,6 +50,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from moestat.rates.interval_rule import judge_interval
+
 __all__ = ["SLOW_RATE", "FAST_ROUTER", "PARAMETRIC", "is_slow_rate", "slow_rate_category", "halves", "combine_halves",
            "HALF_NAMES", "settle"]
 
@@ -137,8 +139,6 @@ def slow_rate_category(
                 f"no significant curvature (99% CI [{curv['c_ci'][0]:.3f}, {curv['c_ci'][1]:.3f}])"
                 if math.isfinite(curv.get("c", math.nan)) else
                 f"slope {_f(slope)} [{_f(lo)}, {_f(hi)}] on {len(ns)} sizes (too few for a curvature test)")
-    from moestat.rates.verdicts import judge_interval  # the one interval rule (verdicts imports this module)
-
     # "as fast as parametric": the interval covers -1/2 or is near it (within the tolerance); this
     # makes the slow claim inconsistent, so the band here only ever withholds a "consistent"
     at_parametric = judge_interval(PARAMETRIC, lo, hi, tolerance=tolerance, max_width=math.inf)["category"] in ("consistent", "near")

@@ -34,7 +34,7 @@ import numpy as np
 
 from moestat import __version__
 from moestat.io import append_line, atomic_write_json, atomic_write_text, not_text, refuse_links_in, sync_file
-from moestat.rates.config import RatesConfig
+from moestat.rates.config import RatesConfig, legacy_file_label
 from moestat.rates.extras import certificate_summary, merge_extras
 from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
@@ -714,8 +714,6 @@ def stored_file_label(out_dir: Path, config: RatesConfig) -> RatesConfig:
     the same path: such a folder's rows are labelled so, and it stays resumable now that the label
     comes from the file's ``name`` (:func:`moestat.rates.config.file_label`).  Otherwise ``config``
     unchanged (:func:`check_resumable` then reports any difference)."""
-    from moestat.rates.config import legacy_file_label
-
     if not config.scenario_file:
         return config
     try:

@@ -24,6 +24,7 @@ def text_file(tmp_path):
     return p
 
 
+@pytest.mark.slow
 def test_two_routers_two_seeds_outputs_table_and_resume(tmp_path, text_file, capsys):
     out = tmp_path / "run"
     args = ["--corpus", "file", "--data-path", str(text_file), "--routers", "cosine,perturbed-cosine",
@@ -85,6 +86,7 @@ def test_listed_in_the_command():
     assert SUBCOMMANDS["lm"][0] == "moestat.cli.cmd_lm"
 
 
+@pytest.mark.slow
 def test_bf16_precision_trains_with_float32_weights_and_is_recorded(tmp_path, text_file):
     """``--precision bf16``: autocast in the training passes, float32 master weights (the saved
     checkpoint), the precision in runs.jsonl and summary.json; BPC evaluated in float32, finite."""

@@ -16,12 +16,14 @@ def run_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_redraw_accepts_aliases_and_hyphens(run_dir):
     rc = run_main(cmd_plot.main, [str(run_dir), "--losses", "voronoi,regression-l2", "--routers", "vanilla", "--name", "alias"])
     assert rc == 0
     assert (run_dir / "alias.pdf").stat().st_size > 0 and (run_dir / "alias.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv,word",
     [(["--losses", "nonsense"], "unknown loss"), (["--routers", "linear"], "not in"), (["--name", "../x"], "--name")],
@@ -63,6 +65,7 @@ def file_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_scenario_file_run_is_redrawn_with_its_declared_loss_and_prediction(file_run, capsys):
     from moestat.rates.figures import prepare_redraw
 
@@ -76,6 +79,7 @@ def test_a_scenario_file_run_is_redrawn_with_its_declared_loss_and_prediction(fi
     assert err.count("\n") == 1 and "unknown loss 'D9'" in err and "D1" in err
 
 
+@pytest.mark.slow
 def test_a_refit_redraw_uses_the_files_predictions(file_run, tmp_path):
     import shutil
 

@@ -92,6 +92,7 @@ def test_bad_toml(text, word, tmp_path, capsys):
     assert rc == 2 and "missing.toml" in err
 
 
+@pytest.mark.slow
 def test_summary_schema_resume_guard_and_redraw(tmp_path, capsys):
     out = tmp_path / "run"
     rc, err = _run(TINY + ["--router", "perturbed,cosine", "--out", str(out)], capsys)
@@ -133,6 +134,7 @@ def test_summary_schema_resume_guard_and_redraw(tmp_path, capsys):
     assert run_main(plot_cli.main, [str(tmp_path / "nowhere")]) == 2
 
 
+@pytest.mark.slow
 def test_help_has_examples():
     r = subprocess.run([sys.executable, "-m", "moestat.rates", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 0 and "examples:" in r.stdout and "--scheduler" in r.stdout
@@ -204,6 +206,7 @@ def test_config_is_normalised_when_built_and_validate_does_not_mutate(tmp_path):
         RatesConfig.from_dict({"bogus": 1})
 
 
+@pytest.mark.slow
 def test_figure_formats_write_only_the_files_asked_for_and_change_no_number(tmp_path, capsys):
     """Each convergence figure is drawn once and saved per format; ``none`` writes no figure; the
     results and the configuration (hash) do not depend on the flag."""

@@ -76,6 +76,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, args, msg, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_module_entry_point_reports_one_line(tmp_path):
     out = tmp_path / "o"
     p = subprocess.run([sys.executable, "-m", "moestat", "realdata", "--dataset", "digits", "--gate", "nope", "--out", str(out)],

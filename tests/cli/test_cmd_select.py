@@ -14,6 +14,7 @@ def _strip(recs):
     return [{k: v for k, v in r.items() if k not in ("cpu_s", "wall_s")} for r in recs]
 
 
+@pytest.mark.slow
 def test_end_to_end_then_resume_after_a_kill(tmp_path, capsys):
     out = tmp_path / "sel"
     assert main(["select", *ARGS, "--out", str(out)]) == 0
@@ -68,6 +69,7 @@ def test_no_converged_fit_is_a_clear_error():
     check_selectable(recs, cfg)  # one converged replicate is enough to select
 
 
+@pytest.mark.slow
 def test_a_resumed_study_grows_its_grid_and_reuses_every_record(tmp_path):
     """More n and more replicates on --resume: the old records are kept as they are and only the new
     (n, replicate) are fitted; they equal a study run on the new grid from scratch."""
@@ -89,6 +91,7 @@ def test_a_resumed_study_grows_its_grid_and_reuses_every_record(tmp_path):
     assert main(["select", *grown, "--seed", "1", "--out", str(out), "--resume"]) == 2
 
 
+@pytest.mark.slow
 def test_your_own_gaussian_moe_file_is_a_selection_scenario(tmp_path, capsys):
     """--scenario FILE: the d = 2, k* = 3 example of "Your own Gaussian MoE"; its atoms are the truth."""
     from pathlib import Path
@@ -114,6 +117,7 @@ def test_your_own_gaussian_moe_file_is_a_selection_scenario(tmp_path, capsys):
         assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_n_jobs_gives_the_same_records_and_resume_says_this_runs_wall(tmp_path, capsys):
     """``--n-jobs`` (issue 35: the docs said every door shares it): 2 loky workers give the records of
     one, times apart.  A ``--resume`` with nothing left to fit prints its own wall beside the units'

@@ -41,6 +41,7 @@ def test_bad_input_exits_2_without_writing(tmp_path, capsys, argv, msg):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_norm_target_tiny_run(tmp_path, capsys):
     out = tmp_path / "norm"
     rc, cap = _run(["norm-target", "--steps", "30", "--seeds", "2", "--experts", "1,2", "--tokens", "5x2",
@@ -58,6 +59,7 @@ def test_norm_target_tiny_run(tmp_path, capsys):
     assert [r["per_seed"] for r in norm_target_table(serial)] == [r["per_seed"] for r in res["table"]]
 
 
+@pytest.mark.slow
 def test_subsets_digits_tiny_run(tmp_path, capsys):
     out = tmp_path / "sub"
     rc, cap = _run(["subsets", "--dataset", "digits", "--experts", "4", "--epochs", "2", "--model-seeds", "1",
@@ -91,6 +93,7 @@ def test_idx_reader_and_fashion_loader(tmp_path):
         read_idx(tmp_path / "bad.gz")
 
 
+@pytest.mark.slow
 def test_module_entry_point_reports_one_line():
     p = subprocess.run([sys.executable, "-m", "moestat", "softmoe", "norm-target", "--tokens", "3x3"],
                        capture_output=True, text=True, timeout=120)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from moestat.cli.common import run_main
 from moestat.cli.cmd_tagging import main
 
 
+@pytest.mark.slow
 def test_demo_command_end_to_end(tmp_path, capsys):
     out = tmp_path / "o"
     rc = run_main(main, ["--compare", "baseline,load", "--epochs", "1", "--demo-train", "32", "--demo-val", "8",

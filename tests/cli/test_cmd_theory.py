@@ -1,10 +1,12 @@
 """``moestat theory``: shared options and name spellings (PDE checks only: seconds)."""
 
+import pytest
 import json
 
 from moestat.cli.cmd_theory import main
 
 
+@pytest.mark.slow
 def test_quiet_and_hyphenated_check_names(tmp_path, capsys):
     rc = main(["--quick", "--only", "pde4-cosine", "--quiet", "--out", str(tmp_path)])
     assert rc == 0

@@ -10,6 +10,7 @@ from moestat.cli.common import run_main
 from moestat.cli.cmd_toy import main
 
 
+@pytest.mark.slow
 def test_classify_writes_table_and_figures(tmp_path, capsys):
     out = tmp_path / "toy"
     rc = main(["classify", "--method", "output_mixture,top1", "--experts", "2", "--runs", "2",
@@ -24,6 +25,7 @@ def test_classify_writes_table_and_figures(tmp_path, capsys):
     assert "output_mixture" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_regress_writes_matrices(tmp_path):
     out = tmp_path / "reg"
     assert main(["regress", "--method", "output_mixture", "--runs", "1", "--epochs", "2", "--out", str(out)]) == 0
@@ -52,6 +54,7 @@ def test_bad_input_exit_2_nothing_written(tmp_path, capsys, args, msg):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_module_entry_point_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "moestat", "toy", "classify", "--method", "bogus", "--out",
                            str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
@@ -72,6 +75,7 @@ def test_internal_error_during_the_work_exits_1(tmp_path, capsys, monkeypatch):
     assert rc == 1 and "Traceback" in err and "internal error" in err
 
 
+@pytest.mark.slow
 def test_method_names_accept_hyphens(tmp_path):
     out = tmp_path / "h"
     assert main(["classify", "--method", "output-mixture", "--experts", "2", "--runs", "1", "--epochs", "1",

@@ -76,6 +76,7 @@ def test_a_closed_stdout_is_refused_not_a_silent_success(argv, monkeypatch, caps
     assert err.count("\n") == 1 and "standard output is closed" in err
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_fails_in_a_real_process(tmp_path):
     import os
     import subprocess
@@ -135,6 +136,7 @@ def test_a_second_ctrl_c_while_toy_cleans_its_folder_leaves_nothing_a_rerun_refu
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_folder_holding_only_the_doors_own_marker_is_empty_to_a_rerun(tmp_path, capsys):
     from moestat.folder_lock import DOOR_NAME
     from tests.cli.test_doors import TOY

@@ -153,6 +153,7 @@ def test_doors_that_write_at_the_end_say_that_ctrl_c_kept_nothing(argv, target, 
     assert not out.exists()  # no empty folder left behind
 
 
+@pytest.mark.slow
 def test_realdata_ctrl_c_keeps_finished_runs_and_resume_completes_them(tmp_path, capsys, monkeypatch):
     import moestat.experiments.realdata as rd
 
@@ -192,6 +193,7 @@ def real_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change,flag", [(["--epochs", "2"], "--epochs"), (["--experts", "3"], "--experts"),
                                          (["--split-seed", "1"], "--split-seed"), (["--lr", "0.01"], "--lr")])
 def test_realdata_resume_with_other_settings_is_refused_naming_them(real_run, change, flag, capsys):
@@ -201,6 +203,7 @@ def test_realdata_resume_with_other_settings_is_refused_naming_them(real_run, ch
     assert (real_run / "runs.jsonl").read_text() == before
 
 
+@pytest.mark.slow
 def test_realdata_summarise_only_uses_the_stored_settings(real_run, tmp_path, capsys):
     import shutil
 
@@ -240,6 +243,7 @@ def rates_copy(rates_run, tmp_path):
     return shutil.copytree(rates_run, tmp_path / "run")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text,word", [("{}", "no list of fits"), ('{"fits": [', "not valid JSON")])
 def test_plot_on_a_broken_summary_is_one_line_naming_the_file(rates_copy, text, word, capsys):
     (rates_copy / "summary.json").write_text(text)
@@ -248,6 +252,7 @@ def test_plot_on_a_broken_summary_is_one_line_naming_the_file(rates_copy, text, 
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_plot_writes_beside_the_sweep_figure_unless_overwrite(rates_copy, capsys):
     own = (rates_copy / "convergence.png").stat().st_ino  # an atomic replace makes a new file
     assert _run(["plot", str(rates_copy)], capsys)[0] == 0
@@ -258,6 +263,7 @@ def test_plot_writes_beside_the_sweep_figure_unless_overwrite(rates_copy, capsys
     assert (rates_copy / "convergence.png").stat().st_ino != own
 
 
+@pytest.mark.slow
 def test_plot_refits_with_the_stored_configuration_not_the_defaults(rates_copy, capsys):
     # without summary.json the figure is refitted: with the run's routers and bootstrap settings
     from moestat.rates.figures import prepare_redraw

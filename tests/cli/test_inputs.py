@@ -197,6 +197,7 @@ def _run_case(case: Case, files: Path, monkeypatch, capsys) -> tuple[int, str]:
     return rc, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(case, files, fixed_machine, monkeypatch, capsys):
     rc, err = _run_case(case, files, monkeypatch, capsys)
@@ -238,6 +239,7 @@ def test_the_docs_table_is_what_the_cases_produce(files, fixed_machine, monkeypa
 # -------------------------------------------------------------------------------------------------
 # what the cases above do not show
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_largest_seed_is_accepted_by_rates(tmp_path, capsys):
     from moestat.cli.common import MAX_SEED
 

@@ -113,6 +113,7 @@ def test_workers_times_threads_never_exceed_the_cores(monkeypatch):
     assert threads.resolve_threads(0, 2) == 4 and threads.resolve_threads(3, 2) == 3
 
 
+@pytest.mark.slow
 def test_the_package_sets_a_passive_openmp_wait_policy():
     import os
     import subprocess

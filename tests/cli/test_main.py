@@ -111,6 +111,7 @@ def test_name_choice_accepts_hyphen_underscore_and_aliases():
         one("mixtur")
 
 
+@pytest.mark.slow
 def test_module_doors_outside_the_repository(tmp_path):
     # the installed package carries every door, the theory checks included
     r = subprocess.run([sys.executable, "-m", "moestat", "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -183,6 +184,7 @@ def test_every_option_of_every_subcommand_shows_its_default():
     assert not missing, f"options whose help shows no default: {missing}"
 
 
+@pytest.mark.slow
 def test_release_for_exit_shuts_the_loky_pool_down_and_freezes_the_heap():
     # issue 36: an idle loky pool's threads and the final garbage collection cost about 2.9 s of
     # the main job's exit; release_for_exit ends the pool (its workers with it) and freezes the heap
@@ -226,6 +228,7 @@ def _exit_script(body: str) -> list[str]:
             "from moestat.cli.main import exit_process\n" + textwrap.dedent(body)]
 
 
+@pytest.mark.slow
 def test_exit_process_runs_the_atexit_handlers_flushes_the_streams_and_keeps_the_status(tmp_path):
     # issue 36: the door's exit skips the interpreter's teardown (os._exit) but not what an exit
     # must do: atexit handlers, buffered output (no newline, so no line-buffered flush), the status
@@ -243,6 +246,7 @@ def test_exit_process_runs_the_atexit_handlers_flushes_the_streams_and_keeps_the
     assert mark.read_text() == "ran"
 
 
+@pytest.mark.slow
 def test_exit_process_waits_for_a_working_non_daemon_thread(tmp_path):
     # a non-daemon thread still working: the fast end is not taken, the interpreter joins the thread
     import subprocess

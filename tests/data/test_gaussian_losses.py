@@ -1,5 +1,6 @@
 """Voronoi losses of the Gaussian MoE (Nguyen, Nguyen & Ho 2023) through the loss specification."""
 
+import pytest
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -89,6 +90,7 @@ def _loop_gaussian_voronoi(fitted: MixingMeasure, truth: MixingMeasure, name: st
 
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(2, 5), st.sampled_from(["D1", "D2"]), st.sampled_from([0.01, 1.0, 10.0]))
 def test_spec_loss_equals_the_atom_by_atom_loss(seed, k, name, spread):

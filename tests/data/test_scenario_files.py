@@ -127,6 +127,7 @@ def test_compute_losses_reports_the_declared_losses(tmp_path):
     assert np.all(out["L"] > 0) and np.all(out["regression_l2"] > 0)
 
 
+@pytest.mark.slow
 def test_sigmoid_exact_example_fits_converge_below_the_truth_objective():
     """Fits of the shipped sigmoid example (autograd path) converge, and each reaches an objective
     no larger than the truth's own mean squared residual (a least-squares fit near the truth must)."""
@@ -211,6 +212,7 @@ def test_gaussian_gate_weights_must_sum_to_one(tmp_path):
     assert sc.model.gate.normalisation == "gaussian" and not sc.model.gate.reference
 
 
+@pytest.mark.slow
 def test_a_generic_likelihood_sweep_runs_end_to_end(tmp_path):
     from moestat.rates import RatesConfig, run_rates
 
@@ -278,6 +280,7 @@ def test_outside_theorem_1_no_default_prediction_is_made(tmp_path, edit):
     assert sc.predicted == {} and sc.prediction_sources == {}
 
 
+@pytest.mark.slow
 def test_the_default_prediction_reaches_the_summary_with_its_theorem(tmp_path):
     from moestat.rates import RatesConfig, run_rates
     from moestat.rates.experiment import format_table

@@ -22,6 +22,7 @@ def test_every_page_has_runnable_examples(page):
     assert _blocks(page), page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page,code", [(p, c) for p in PAGES for c in _blocks(p)])
 def test_example_runs_and_its_assertions_hold(page, code, capsys):
     exec(compile(code, str(GUIDE / page), "exec"), {"__name__": "guide_example"})

@@ -133,6 +133,7 @@ def test_init_only_stores_and_fit_validates(name, scenario, data):
     assert type(good).__name__ in repr(good)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("kind", ["int", "seedsequence", "generator"])
 def test_same_random_state_same_fit(name, kind, scenario, data):

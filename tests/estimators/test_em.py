@@ -48,6 +48,7 @@ def aligned_error(G: MixingMeasure) -> np.ndarray:
     return np.array(out)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(2, 3), st.integers(1, 2))
 def test_loglik_never_decreases(seed, k, d):

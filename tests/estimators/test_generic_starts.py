@@ -68,6 +68,7 @@ def test_no_idle_start_without_a_tie_or_a_top_k_gate(over):
     assert idle_atom_starts(sc.fit_model, zero)[1] is None
 
 
+@pytest.mark.slow
 def test_the_design_fit_below_the_truth_is_lifted_by_the_idle_start():
     """topk-over's quick design, n = 4 000, replicate 0 (its data and near-truth start streams):
     from the split start alone the generic EM stopped 2.96 nats *below* the truth's log-likelihood

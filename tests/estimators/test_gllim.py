@@ -131,6 +131,7 @@ def _measure(theta, k, d):
     return join_measure(lp - logsumexp(lp), c, L @ np.swapaxes(L, -1, -2), A, b, nu)
 
 
+@pytest.mark.slow
 def test_matches_scipy_optimum():
     """From the EM's solution scipy (BFGS on the independent NumPy likelihood, unconstrained
     parameters) finds nothing higher, and the gradient there is ~0."""
@@ -151,6 +152,7 @@ def test_matches_scipy_optimum():
     assert np.max(np.abs(grad)) < 1e-3, grad  # per-sample score ~1e-6: the total gradient of n = 2000 terms ~ 0
 
 
+@pytest.mark.slow
 def test_batched_equals_one_at_a_time():
     sc = GLLiMScenario(_truth(), 4)
     X, Y = _data(sc, 600, 3, 31)

@@ -30,6 +30,7 @@ def _rel(a, b):
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,activation", list(itertools.product(GATE_KINDS, ACTIVATIONS)))
 @pytest.mark.parametrize("k_active,temperature", [(None, None), (2, None), (2, 0.05)])
 def test_autograd_matches_analytic_for_every_builtin(kind, activation, k_active, temperature):
@@ -73,6 +74,7 @@ def _wave_expert(x, eta):
     return eta[-1] * torch.sin(x @ eta[:-2] + eta[-2])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gate", ["softmax", "sigmoid", "normalised-sigmoid", "shared-sigmoid"])
 def test_autograd_lse_reaches_scipy_objective(gate):
     """Issue 14: on a custom-expert scenario the autograd-path LSE reaches scipy's objective (gap <= 1e-6);

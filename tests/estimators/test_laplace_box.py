@@ -41,6 +41,7 @@ def _loglik(em, fv, eta, ls2, X, Y) -> torch.Tensor:
     return em.loglik(fv, eta, ls2, X, Y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accelerate,polish_iter", [(False, 0), (True, 20)])
 def test_box_is_never_left_and_the_trace_never_decreases(accelerate, polish_iter):
     """Starts far outside a box smaller than the truth's centres (so the maximiser is on its boundary):

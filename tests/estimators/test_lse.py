@@ -27,6 +27,7 @@ def _rel_gap(a, b):
     return (a - b) / b
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router", ["perturbed", "cosine"])
 @pytest.mark.parametrize("setting", ["exact", "over"])
 def test_topk_objective_vs_scipy(router, setting):
@@ -74,6 +75,7 @@ def test_dense_objective_matches_scipy(router, setting, expert):
     assert np.all(gap <= 1e-6), gap
 
 
+@pytest.mark.slow
 def test_hard_only_fit_stalls_and_continuation_helps():
     """Without continuation a local method stays near its start under a Top-K gate."""
     sc, model, X, Y, init = _data("perturbed", "exact", n=600, scale=0.1, seed=4)
@@ -95,6 +97,7 @@ def test_cosine_fit_keeps_radius(k_active):
     assert np.abs(est.params_.beta1 - init.beta1).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_batched_equals_one_at_a_time():
     """With one thread (as every sweep work unit runs) a replicate's fit does not depend on the
     batch it is in.  With several threads MKL splits a single ``J^T J`` product differently from
@@ -113,6 +116,7 @@ def test_batched_equals_one_at_a_time():
         torch.set_num_threads(old)
 
 
+@pytest.mark.slow
 def test_reproducible_with_random_state_and_multistart_keeps_best():
     sc, model, X, Y, _ = _data("perturbed", "exact", R=2, n=300)
     a = LeastSquaresMoE(model, 3, n_init=2, random_state=11, max_iter=30).fit(X, Y)
@@ -143,6 +147,7 @@ def test_box_is_respected():
     assert box.contains(est.params_)
 
 
+@pytest.mark.slow
 def test_on_box_flags_fits_on_the_boundary_only():
     """``on_box_`` (the certificate of Figure 1(b)'s run-off, records/archive/figure1/fig1b_runaway.py).
 
@@ -309,6 +314,7 @@ def test_n_params_of_the_builtin_kernel():
     assert n_params(4, 8, 9, True) == 3 * 9 + 4 * 9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router, setting", [("perturbed", "exact"), ("cosine", "over")])
 def test_device_path_without_host_reads_gives_the_same_fit(monkeypatch, router, setting):
     """On an accelerator the Levenberg-Marquardt loop runs its box and Cholesky-failure masks
@@ -327,6 +333,7 @@ def test_device_path_without_host_reads_gives_the_same_fit(monkeypatch, router, 
         np.testing.assert_array_equal(getattr(masked.params_, name), getattr(host.params_, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router, setting", [("perturbed", "exact"), ("cosine", "over"), ("linear", "exact")])
 def test_last_iterate_without_jtj_gives_the_same_fit(monkeypatch, router, setting):
     """Issue 36: where a replicate's ftol or xtol test holds at an accepted step, the

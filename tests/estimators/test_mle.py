@@ -29,6 +29,7 @@ def _random_truth(rng, k, d):
     return MixingMeasure(b0, b1, eta)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(2, 3), st.integers(1, 2), st.sampled_from(["per_expert", "shared"]),
        st.booleans(), st.sampled_from([0, 15]))
@@ -137,6 +138,7 @@ def test_loglik_at_least_flexmix_from_the_same_start():
         np.testing.assert_allclose(log_likelihood(X[r], Y[r], fx["params"]), theirs, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_compiled_pass_equals_the_eager_pass():
     # the fused (torch.compile) pass is the same arithmetic as the eager one, up to summation order
     from moestat.estimators import mle
@@ -156,6 +158,7 @@ def test_compiled_pass_equals_the_eager_pass():
             torch.testing.assert_close(a, b[:1], rtol=1e-11, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_compiled_fit_equals_eager_fit():
     sc = model1_scenario("over", 3)
     X, Y, init = _batch(sc, 3000, 3, seed=4)
@@ -165,6 +168,7 @@ def test_compiled_fit_equals_eager_fit():
     assert fits[0].status_ == fits[1].status_
 
 
+@pytest.mark.slow
 def test_acceleration_converges_where_plain_em_crawls():
     # over-fitted K = 3 on model 1: two atoms share a cell and EM is sublinear; SQUAREM steps
     # reach at least the plain EM's likelihood, and converge, in fewer iterations

@@ -80,6 +80,7 @@ def test_fuse_options_only_pass_settings_this_torch_knows(monkeypatch):
     assert {key for key in mle_fused._FUSE_OPTIONS if key in known} == set(opts)
 
 
+@pytest.mark.slow
 def test_the_ahead_of_time_pass_equals_the_torch_compile_pass_bit_for_bit():
     # issue 36: the pass compiled once by AOTInductor (loaded in milliseconds by every process)
     # replaces torch.compile's per-process tracing; same Inductor settings, same loop, same numbers.
@@ -183,6 +184,7 @@ def _built_package() -> str:
     return mle_fused._aot_path(2, 2, torch.get_num_threads())
 
 
+@pytest.mark.slow
 def test_the_public_loader_runs_the_same_package_where_the_private_class_is_missing(monkeypatch):
     # issue 36: torch._C._aoti.AOTIModelPackageLoader is private; where a torch lacks it (or changed
     # its signature) the package is loaded by the public torch._inductor.aoti_load_package instead
@@ -254,6 +256,7 @@ def test_a_small_fit_compiled_by_all_matches_the_eager_fit():
     assert fits[0].status_ == fits[1].status_
 
 
+@pytest.mark.slow
 def test_the_build_options_are_known_settings_that_do_not_name_the_package(monkeypatch):
     # issue 36: precompiled headers off (a third of a cold build); they change the build's speed, not
     # its code, so the package keeps its name (a warm cache stays warm)

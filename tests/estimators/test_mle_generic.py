@@ -105,6 +105,7 @@ def _unpack(v, G, free, gaussian):
 # Top-K: which K experts are active is piecewise constant in beta1, so EM alone never moves a boundary
 # and stopped 4.6 nats below scipy's L-BFGS here (-249.11 against -244.46, the former xfail); the
 # coordinate search on the scores between EM runs (mle_generic.score_search) now climbs to -229.57.
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_generic_mle_reaches_scipys_optimum(case):
     gate, expert, atoms = CASES[case]
@@ -162,6 +163,7 @@ def test_generic_em_on_model1_equals_the_fused_em():
     assert generic.status_ == fused.status_ == ["tol"] * R
 
 
+@pytest.mark.slow
 def test_the_compiled_generic_em_equals_the_eager_one():
     """torch.compile of the generic E-step and gate objective (``compile=True``) changes the
     summation order only: same fits as the eager generic EM and the fused EM."""

@@ -71,6 +71,7 @@ def _fit(sc, X, Y, G0, **kw):
     return est.fit(X, Y, init=G0)
 
 
+@pytest.mark.slow
 def test_laplace_over_fit_equals_the_jacfwd_reference(monkeypatch):
     """The over-specified Laplace fit of the catalogue (k = 3 on k* = 2: SQUAREM, then the Newton polish)
     by the closed-form gate step reaches the fits of the reference path (the gate's Jacobian by
@@ -118,6 +119,7 @@ def test_rank_mask_equals_torch_topk():
             assert gf._rank_mask(nan, K, -2) is None
 
 
+@pytest.mark.slow
 def test_topk_over_fit_equals_the_topk_reference(monkeypatch):
     """topk-over's fit (Top-3 of 4: the two-block gate step, the score search, the polish) with the
     counted mask and the experts' densities computed once per gate search equals the reference path's

@@ -193,6 +193,7 @@ def _topk_search_reference(model, em, full, X, Y, status, paths, *, rounds, max_
             status[b] = sub["status"][j]
 
 
+@pytest.mark.slow
 def test_topk_over_fit_searches_moved_entries_only_and_equals_the_reference(monkeypatch):
     """topk-over's fit (Top-3 of 4 on the Top-2-of-3 truth; SQUAREM, the two-block gate step, the score
     search, the polish) on 3 replicates x 2 starts: each round searches only the entries the previous

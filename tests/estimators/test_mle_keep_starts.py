@@ -57,6 +57,7 @@ def _best_is_chosen(est, n_replicates: int):
     np.testing.assert_array_equal(k.variances[c], est.variances_)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [dict(), dict(eta_variance=False, polish_iter=5, accelerate=True)])
 def test_fused_em_keeps_every_declared_start_and_reports_the_same_fit(data, options):
     X, Y, init = data
@@ -90,6 +91,7 @@ def test_generic_em_keeps_every_start(data):
     assert kept.starts_.loglik.shape == (2 * 2,)
 
 
+@pytest.mark.slow
 def test_top_k_added_starts_are_kept_with_their_replicate():
     """A Top-K split start gets an added idle-atom start (generic_starts.idle_atom_starts): kept after the
     declared ones, owned by its replicate, and in the pick as the estimator makes it."""

@@ -50,6 +50,7 @@ def _over(n, R, seed, k=3):
     return X, Y, init
 
 
+@pytest.mark.slow
 def test_polish_certifies_where_em_crawls_and_scipy_finds_nothing_higher():
     # over-fitted K = 3 (two atoms share a cell): 150 SQUAREM iterations leave EM short of the
     # maximum; the polish reaches the certificate, and a quasi-Newton run of scipy started there

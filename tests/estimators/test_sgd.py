@@ -31,6 +31,7 @@ def test_sgd_lowers_objective_and_reports_gradient():
     assert ESTIMATORS["sgd"] is SGDMoE
 
 
+@pytest.mark.slow
 def test_polish_reaches_a_stationary_point():
     sc, X, Y, init = _data()
     plain = SGDMoE(sc.model, 3, epochs=2, random_state=0).fit(X, Y, init=init)

@@ -45,6 +45,7 @@ def test_untrained_bpc_is_near_log2_vocab_and_routing_stats_are_bits():
     assert ev2["n_symbols"] == 80
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router", ["linear", "perturbed"])
 def test_tiny_training_run_loss_falls(router):
     torch.set_num_threads(1)

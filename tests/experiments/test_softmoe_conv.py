@@ -101,6 +101,7 @@ def test_digit_inputs_share_the_one_split_and_validation_is_inside_train():
     assert all(tuple(r.flatten().tolist()) in flat for r in Xv)  # validation images come from train
 
 
+@pytest.mark.slow
 def test_cli_conv_tiny_run(tmp_path, capsys):
     out = tmp_path / "conv"
     rc = run_main(main, ["subsets", "--dataset", "digits", "--experts", "4", "--epochs", "1", "--model-seeds", "1",

@@ -52,6 +52,7 @@ def test_witness_pairs_follow_the_proof(phi1, case, ratio):
         assert gaps[0] > gaps[1] > gaps[2] and float(gaps[2]) < 1e-5
 
 
+@pytest.mark.slow
 def test_single_expert_cannot_separate_the_pairs_but_the_bound_is_tight_only_for_n1():
     """For n = 1 the prediction gap on the pairs vanishes, so the error is at least ~norm gap / 2,
     far above Theorem 1's tolerance max{1, t/20} (holds for any weights, trained or not)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 import torch
@@ -29,6 +30,7 @@ def test_load_task_from_generated_conll_files_with_glove(tmp_path):
     assert "SYNTHETIC" not in task.description
 
 
+@pytest.mark.slow
 def test_demo_run_every_gate_resume_and_table(tmp_path):
     task = load_task("conll", demo_train=40, demo_val=16)
     assert "SYNTHETIC DEMO" in task.description

@@ -86,6 +86,7 @@ def test_laplace_parameterisation():
                                rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.slow
 def test_laplace_scenario_file_runs(tmp_path, capsys):
     """The example file: a tiny ``rates --estimator mle`` sweep writes finite losses, ``check`` exits 0."""
     out = tmp_path / "run"

@@ -87,6 +87,7 @@ def test_matched_mlp_parameter_count():
     assert count_parameters(mlp) == (784 + 1) * H + (H + 1) * 10
 
 
+@pytest.mark.slow
 def test_fit_learns_digits_and_keeps_best_epoch():
     from moestat.data.images import load_dataset
 

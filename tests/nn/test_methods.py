@@ -18,6 +18,7 @@ def toy():
     return make_toy_classification(1200, 600, random_state=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_each_method_beats_chance_quickly(toy, name):
     model = toy_model(name, 3, "classification", random_state=1)
@@ -33,6 +34,7 @@ def test_each_method_beats_chance_quickly(toy, name):
     assert len(res.history) == 12
 
 
+@pytest.mark.slow
 def test_regression_toy_recovers_R_and_S():
     # Sec. 3.1.2: with the output mixture one expert converges to R and the other to S.
     d = make_toy_regression(2000, 500, random_state=0)

@@ -12,6 +12,7 @@ BASE = {"n_min": 100, "n_max": 400, "n_points": 3, "reps": 2, "max_iter": 10, "h
         "chunk": 2, "quiet": True}
 
 
+@pytest.mark.slow
 def test_adaptive_grows_to_the_budget_and_equals_a_plain_sweep(tmp_path):
     s = run_rates(RatesConfig.from_dict({**BASE, "max_reps": 5, "halfwidth": 0.01}), tmp_path / "ad")
     ad = s["adaptive"]

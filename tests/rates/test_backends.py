@@ -129,6 +129,7 @@ def test_a_unit_whose_worker_died_before_its_rows_were_gathered_does_not_hang_th
     assert got == [] and len(LostFuture.waited) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, OSError])
 def test_a_loky_sweep_stopped_while_rows_are_handed_over_prints_no_joblib_warning(stop):
     # issue 35: Ctrl-C with --n-jobs 2 printed joblib's 2-line "N tasks which were still being
@@ -152,6 +153,7 @@ def test_a_loky_sweep_stopped_while_rows_are_handed_over_prints_no_joblib_warnin
     assert [str(w.message) for w in seen] == ["another warning"]
 
 
+@pytest.mark.slow
 def test_loky_workers_leave_ctrl_c_to_the_parent():
     # issue 35: a terminal's Ctrl-C reached the workers too, and one printed its KeyboardInterrupt
     # traceback (13 lines) after the door's one line
@@ -174,6 +176,7 @@ def _compile_threads_seen(unit):
     return [(os.environ.get("TORCHINDUCTOR_COMPILE_THREADS"), config.compile_threads)] * len(unit)
 
 
+@pytest.mark.slow
 def test_loky_workers_compile_without_their_own_pool_of_compile_processes(monkeypatch):
     # issue 36: every worker of a sweep started Inductor's pool of cpu_count compile processes
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
@@ -200,6 +203,7 @@ def _malloc_kept(unit):
     return [threads._KEPT == [True]] * len(unit)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt (Linux)")
 def test_loky_workers_keep_freed_memory_in_the_heap():
     # issue 36: eager EM steps at n = 1e5 spent 78% of their CPU time in the kernel, zeroing the
@@ -223,6 +227,7 @@ def _fails_in_a_worker(unit):
     return [unit]
 
 
+@pytest.mark.slow
 def test_a_shared_sweep_runs_units_in_this_process_and_in_a_worker_each_once():
     # issue 36: the sweep's own process fits units beside n_jobs - 1 loky workers, so that the
     # second core is used while the worker starts up, and no unit is lost or run twice
@@ -236,6 +241,7 @@ def test_a_shared_sweep_runs_units_in_this_process_and_in_a_worker_each_once():
     assert os.getpid() in pids and len(pids) == 2  # the first unit here, the second in the worker
 
 
+@pytest.mark.slow
 def test_a_shared_sweep_runs_its_first_unit_in_this_process():
     # the units come largest first and this process is ready before any worker has started:
     # handing the first unit to a starting worker left this process idle at the end
@@ -255,6 +261,7 @@ def test_a_bug_in_a_workers_unit_stops_a_shared_sweep_with_that_error():
         execute(_fails_in_a_worker, units, lambda unit, rows: None, n_jobs=2, progress=False, total_fits=4, share=True)
 
 
+@pytest.mark.slow
 def test_joblib_still_runs_after_a_shared_sweep_in_the_same_process():
     # the shared sweep uses joblib's own loky pool: loky's bare reusable executor replaced it, and
     # the next joblib Parallel call failed ('_ReusablePoolExecutor' has no '_temp_folder_manager')
@@ -285,6 +292,7 @@ def _mark_written(unit, rows):
     Path(unit[1], f"{unit[0]}.written").write_text(str(rows))
 
 
+@pytest.mark.slow
 def test_a_workers_rows_are_written_while_this_process_still_fits_its_unit(tmp_path):
     # a kill during this process's long unit lost the workers' finished units: their rows waited
     # in memory until this process's unit ended (before, this test timed out after 60 s)

@@ -118,6 +118,7 @@ def test_no_fixed_margin_decides_a_contrast():
     assert cat.contrast_verdict(None, {"slope": -0.5})["category"] == "inconclusive"
 
 
+@pytest.mark.slow
 def test_reproduce_end_to_end_on_a_tiny_grid(tmp_path):
     e = cat.entry("gmoe-exact")
     runs = [(r, cat.run_config(r, True, quiet=True).replace(**TINY, starts=1, max_iter=100).validate()) for r in e.runs]
@@ -214,6 +215,7 @@ def test_list_describes_each_run_from_the_scenario_it_builds(capsys):
 NEW = {"laplace-gmoe": "runnable", "topk-over": "runnable", "shared-sigmoid": "runnable"}
 
 
+@pytest.mark.slow
 def test_the_new_entries_load_and_list_with_their_status(capsys):
     rc, out, _ = _run(["reproduce", "--list"], capsys)
     assert rc == 0
@@ -246,6 +248,7 @@ def test_laplace_predictions_are_marked_as_figure_3_slopes_not_theorem_exponents
         assert "NOT a theorem's exponent" in cat.catalogue_file(name).read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["laplace-gmoe", "topk-over", "shared-sigmoid"])
 def test_the_new_truths_meet_their_theorem_and_the_grids_start_above_n_ok(key):
     from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
@@ -264,6 +267,7 @@ def test_the_new_truths_meet_their_theorem_and_the_grids_start_above_n_ok(key):
         assert n_ok is not None and n_ok < min(run.quick["n_min"], run.full["n_min"]), (key, run.label, n_ok)
 
 
+@pytest.mark.slow
 def test_the_catalogue_window_starts_at_the_first_size_above_the_preflight_n_ok():
     """Issue 33 Scope 4 (declared in HYPOTHESES.md): a run is judged from its first grid size at or above the
     largest finite pre-flight n_ok of its routers; a grid already above it, or one that would keep fewer than 3

@@ -1,6 +1,7 @@
 """The multinomial-moe catalogue entry (issue 33, Scope 4): its truths meet their hypotheses, its
 arms differ only in the first expert's slopes, and both grids start above the pre-flight's n_ok."""
 
+import pytest
 import tomllib
 
 import numpy as np
@@ -35,6 +36,7 @@ def test_every_experts_class_probabilities_stay_above_one_percent():
                 assert p.min() >= 0.01, (name, a, x, p)
 
 
+@pytest.mark.slow
 def test_the_truths_meet_their_theorem_and_the_grids_start_above_n_ok():
     from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
     from moestat.rates.preflight import preflight

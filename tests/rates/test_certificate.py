@@ -1,5 +1,6 @@
 """Optimum certificate and cell errors in extras.csv: results.csv unchanged, chunking-independent."""
 
+import pytest
 import pandas as pd
 
 from moestat.rates import RatesConfig
@@ -17,6 +18,7 @@ def _sweep(tmp_path, name, **kw):
     return tmp_path / name
 
 
+@pytest.mark.slow
 def test_certificate_leaves_results_alone_and_does_not_depend_on_chunking(tmp_path):
     d0 = _sweep(tmp_path, "plain")
     d1 = _sweep(tmp_path, "cert", extra_starts=3, cell_errors=True)
@@ -61,6 +63,7 @@ def _file_sweep(tmp_path, name, source, **kw):
     return _sweep(tmp_path, name, scenario_file=source, **kw)
 
 
+@pytest.mark.slow
 def test_certificate_starts_follow_a_scenario_files_conventions(tmp_path):
     """The extra starts of a scenario file are drawn in its own conventions (issue 33): a gate
     without a reference atom (sigmoid), a mixture-noise file with per-atom variances and a Laplace gate,
@@ -100,6 +103,7 @@ def test_a_file_scenarios_random_start_has_its_experts_width():
     assert np.array_equal(a.eta, b.eta) and np.array_equal(a.beta1, b.beta1)
 
 
+@pytest.mark.slow
 def test_declared_losses_at_the_best_fit_and_a_resume_of_an_older_extras_file(tmp_path, capsys):
     """A scenario file's declared losses get their ``best_<loss>`` column too (the loss at the
     certificate's best fit; the same value where no extra start won), as the last columns; an

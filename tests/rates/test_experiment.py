@@ -1,5 +1,6 @@
 """The rates run's background imports (issue 36): ready for the rate fits and the figures when the sweep ends."""
 
+import pytest
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ def _probe(formats: tuple) -> str:
     return res.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_fits_modules_are_imported_in_the_background_and_matplotlib_only_for_figures():
     # nothing of it on the import path of the rates run itself: the thread is what imports them
     assert _probe(("png",)) == "[] [True, True] [True]"
@@ -39,6 +41,7 @@ print([m in sys.modules for m in ("statsmodels", "scipy.stats")])
 """
 
 
+@pytest.mark.slow
 def test_a_rates_run_fits_and_draws_without_statsmodels_or_scipy_stats(tmp_path):
     # issue 36: the rate fits compute statsmodels' OLS and scipy's Theil-Sen with NumPy and
     # scipy.special (moestat.rates.verdicts.ols, theil_sen), so the process that fits the rates --

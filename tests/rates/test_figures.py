@@ -59,6 +59,7 @@ def test_legends_name_router_and_loss_in_words_with_slope_and_ci(fig):
     assert any(t.startswith("perturbed cosine: slope") for t in _legend_texts(reg))  # not a Voronoi loss: no D
 
 
+@pytest.mark.slow
 def test_bars_are_the_replicate_percentiles_and_never_clipped(fig):
     f, df = fig
     ax = f.axes[0]
@@ -70,6 +71,7 @@ def test_bars_are_the_replicate_percentiles_and_never_clipped(fig):
     assert "10th to 90th percentile" in " ".join(t.get_text() for t in f.texts)
 
 
+@pytest.mark.slow
 def test_ticks_title_and_legend_placement(fig):
     f, _ = fig
     ax_reg = f.axes[1]
@@ -85,6 +87,7 @@ def test_ticks_title_and_legend_placement(fig):
         assert leg.y1 <= ax.get_window_extent().y0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("losses", [["voronoi"], ["voronoi", "regression_l2"], ["voronoi"] * 4])
 def test_the_legend_lies_under_the_x_label_and_the_note_under_the_legend(losses):
     """One panel, one row and two rows: the legend starts below the x-label (the old anchor, a
@@ -209,6 +212,7 @@ def _png(f) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rc", [{}, {"figure.autolayout": True}, {"figure.constrained_layout.use": True}])
 def test_the_figure_leaves_without_a_layout_engine_and_saves_the_same_pixels(rc):
     """Issue 36: ``tight_layout`` left a placeholder layout engine on the figure, and ``savefig``,
@@ -229,6 +233,7 @@ def test_the_figure_leaves_without_a_layout_engine_and_saves_the_same_pixels(rc)
     plt.close(f)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ncols", [1, 3])
 def test_a_long_y_label_stays_below_the_title(ncols):
     """param_multi's label ("parameter error, multi-atom cells (mass-weighted RMS)") ran up into the

@@ -104,6 +104,7 @@ class _Unit:
         self.key = ("u", i)
 
 
+@pytest.mark.slow
 @linux_only
 def test_forked_workers_give_the_rows_of_one_process(tmp_path, monkeypatch, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -132,6 +133,7 @@ def test_forked_workers_give_the_rows_of_one_process(tmp_path, monkeypatch, fork
     assert prov["runs"][-1]["workers"]["processes"] == 2
 
 
+@pytest.mark.slow
 @linux_only
 def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tmp_path, monkeypatch, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -157,6 +159,7 @@ def test_run_rates_takes_the_fork_path_and_the_loky_path_when_fork_is_refused(tm
         assert (tmp_path / "fork" / name).read_bytes() == (tmp_path / "loky" / name).read_bytes()
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_scenario_that_pickle_cannot_carry_is_fitted_and_drawn_in_this_process(tmp_path, forkable):
     """The forked workers are given the experiment by fork, so a user's expert written as a closure (the
@@ -185,6 +188,7 @@ def test_a_scenario_that_pickle_cannot_carry_is_fitted_and_drawn_in_this_process
         assert (tmp_path / "fork" / name).read_bytes() == (tmp_path / "one" / name).read_bytes()
 
 
+@pytest.mark.slow
 @linux_only
 def test_with_forked_workers_the_sweeps_process_imports_neither_statsmodels_nor_matplotlib(tmp_path):
     # the worker imports them while this process fits units, and reads the rows (pandas), runs the
@@ -205,6 +209,7 @@ def test_with_forked_workers_the_sweeps_process_imports_neither_statsmodels_nor_
     assert (tmp_path / "out" / "convergence.png").exists() and (tmp_path / "out" / "convergence_all.png").exists()
 
 
+@pytest.mark.slow
 @linux_only
 def test_call_runs_in_the_worker_after_what_was_posted_and_raises_its_errors_here(forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -254,6 +259,7 @@ def test_fork_is_refused_off_linux_and_while_another_thread_runs(monkeypatch):
     assert ForkedWorkers.start(0) is None  # nothing to fork for one process
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_worker_error_is_raised_here_with_its_traceback_and_stops_the_pool(monkeypatch, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -275,6 +281,7 @@ def test_a_worker_error_is_raised_here_with_its_traceback_and_stops_the_pool(mon
     assert len(got) < 6  # stopped before every unit ran
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_workers_rows_are_written_while_this_process_still_fits_its_unit(tmp_path, forkable):
     # a kill during this process's long unit lost the workers' finished units: their rows waited
@@ -290,6 +297,7 @@ def test_a_workers_rows_are_written_while_this_process_still_fits_its_unit(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0.written", "1.written"]
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_fault_of_on_result_for_a_workers_unit_is_raised_here_and_stops_the_pool(monkeypatch, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -316,6 +324,7 @@ def _pid_unit(unit):
     return [os.getpid()]
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_worker_that_dies_is_reported(monkeypatch, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -329,6 +338,7 @@ def test_a_worker_that_dies_is_reported(monkeypatch, forkable):
         pool.close()
 
 
+@pytest.mark.slow
 @linux_only
 def test_draw_in_fork_runs_the_jobs_in_two_processes_and_reruns_a_failed_one_here(tmp_path, forkable):
     if forkable:  # run and passed in a fresh interpreter (the fixture)
@@ -358,6 +368,7 @@ def test_draw_in_fork_runs_the_jobs_in_two_processes_and_reruns_a_failed_one_her
     assert len(pids) == 2 and pids[-1] == os.getpid() and pids[0] != os.getpid()
 
 
+@pytest.mark.slow
 @linux_only
 def test_a_fork_after_a_multithreaded_torch_region_runs_units(tmp_path):
     # The parent ran an intra-op parallel region on two threads before forking (OpenMP is not
@@ -384,6 +395,7 @@ def test_a_fork_after_a_multithreaded_torch_region_runs_units(tmp_path):
     assert len(_rows(tmp_path / "results.csv")) == 1 + 3 * 3  # header and 3 sizes x 3 replicates
 
 
+@pytest.mark.slow
 @linux_only
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc to find the workers")
 def test_forked_workers_end_when_the_main_process_is_killed(tmp_path):

@@ -38,6 +38,7 @@ def test_exact_model1_runs_with_the_theorem_predictions(tmp_path):
     assert res["param_multi"].isna().all()  # exact fit: every atom alone in its cell
 
 
+@pytest.mark.slow
 def test_over_fitted_k3_has_shared_cells_and_their_prediction(tmp_path):
     s = run_rates(RatesConfig.from_dict({**TINY, "setting": "over", "k_fit": 3}).validate(), tmp_path / "o")
     fits = {f["loss"]: f for f in s["fits"]}
@@ -62,6 +63,7 @@ def test_over_fitted_scenarios_get_the_polish_and_exact_ones_do_not():
     assert (exact.polish_iter, exact.accelerate) == (0, False)
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_workers(tmp_path):
     base = [*ARGS, "--setting", "over", "--k-fit", "3", "--chunk", "1"]
     assert main([*base, "--n-jobs", "1", "--out", str(tmp_path / "a")]) == 0
@@ -121,6 +123,7 @@ def test_peer_grid_inputs_and_schedule(tmp_path):
     assert np.isfinite(res["voronoi"]).all()
 
 
+@pytest.mark.slow
 def test_random_partition_starts(tmp_path):
     # --init random: each replicate starts from a random partition of its own (x, y), then jittered copies
     s = run_rates(RatesConfig.from_dict({**TINY, "init": "random"}).validate(), tmp_path / "o")

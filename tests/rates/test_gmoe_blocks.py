@@ -95,6 +95,7 @@ def test_an_exact_fit_or_another_model_gets_no_block_column():
     assert reg.setting == "over" and block_columns(reg) == () and block_predicted(reg) == {}
 
 
+@pytest.mark.slow
 def test_a_sweep_of_an_over_fitted_model_1_records_the_blocks_with_their_predictions(tmp_path):
     """The sweep writes the four columns to extras.csv, they are the fits' own (their squares add up to
     results.csv's param_multi, K = 3: one shared cell) and they are fitted with Theorem 2's exponents."""

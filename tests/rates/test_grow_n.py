@@ -41,6 +41,7 @@ def test_ladder_continues_the_grid_ratio():
     assert RatesConfig.from_dict({**FLAT, "grow_n": 0}).grid.ladder == []
 
 
+@pytest.mark.slow
 def test_grows_n_max_to_the_limit_and_says_why_it_stopped(tmp_path, monkeypatch):
     _force_plan(monkeypatch, True)
     s = run_rates(RatesConfig.from_dict(FLAT).validate(), tmp_path / "o")
@@ -64,6 +65,7 @@ def test_nothing_asking_means_no_growth(tmp_path, monkeypatch):
     assert sorted(set(pd.read_csv(tmp_path / "o" / "results.csv")["n"])) == [100, 200, 400]
 
 
+@pytest.mark.slow
 def test_resume_continues_a_grown_sweep_and_refuses_sizes_off_the_ladder(tmp_path, capsys, monkeypatch):
     _force_plan(monkeypatch, True)
     out = tmp_path / "o"

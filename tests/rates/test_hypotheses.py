@@ -37,6 +37,7 @@ def _scaled_gelu(normalisation: str = "softmax"):
     return dataclasses.replace(sc, truth=truth, model=ProtocolModel(gate, ex))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sigmoid", "gelu", "tanh"])
 def test_bias_inside_the_activation_gives_the_pde_under_a_linear_gate(kind):
     """x_u dh/db = dh/da_u for every phi(a^T x + b): flagged, named, and strong identifiability fails."""
@@ -53,6 +54,7 @@ def test_bias_inside_the_activation_gives_the_pde_under_a_linear_gate(kind):
     assert "lse-polynomial" not in th  # the slow theorem speaks of polynomial experts only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalisation", ["softmax", "sigmoid"])
 def test_scaled_gelu_without_bias_is_strongly_identifiable(normalisation):
     """eta2 * GELU(eta1^T x): no gate-expert relation, by a wide margin; its theorem's hypotheses are met."""
@@ -67,6 +69,7 @@ def test_scaled_gelu_without_bias_is_strongly_identifiable(normalisation):
     assert "d2h/deta_2^2" in c["expert_hessian_nonzero"]["detail"]
 
 
+@pytest.mark.slow
 def test_linear_independence_on_known_sets():
     x = np.random.default_rng(0).uniform(-1, 1, size=(400, 2))
     dep = np.stack([x[:, 0], x[:, 1], np.ones(400), 2 * x[:, 0] - 3 * x[:, 1] + 0.5], 1)
@@ -84,6 +87,7 @@ def test_linear_independence_on_known_sets():
     assert c["expert_hessian_nonzero"]["holds"] is False and "d2h/db^2" in c["expert_hessian_nonzero"]["detail"]
 
 
+@pytest.mark.slow
 def test_radial_pde_holds_for_the_cosine_router_only():
     from moestat.data.synthetic import make_scenario
 
@@ -94,6 +98,7 @@ def test_radial_pde_holds_for_the_cosine_router_only():
     assert per["weak_def2"]["holds"] is True and cos["weak_def2"]["holds"] is False
 
 
+@pytest.mark.slow
 def test_vanishing_expert_slopes_are_found():
     m = _softmax_truth("multinomial")
     m["expert"]["classes"] = 3
@@ -106,12 +111,14 @@ def test_vanishing_expert_slopes_are_found():
     assert rep["met"] == ["multinomial-vanishing"]
 
 
+@pytest.mark.slow
 def test_deterministic_given_the_seed():
     sc = scenario_from_mapping(_softmax_truth("tanh"))
     a, b = conditions(sc, n=600, seed=3), conditions(sc, n=600, seed=3)
     assert [(c["holds"], c["value"]) for c in a.values()] == [(c["holds"], c["value"]) for c in b.values()]
 
 
+@pytest.mark.slow
 def test_cli_check_names_the_violated_condition(tmp_path, capsys):
     p = tmp_path / "s.toml"
     p.write_text("""name = "ffn"
@@ -145,6 +152,7 @@ eta = [-0.7, 1.2, -0.4]
     assert len(err) == 1 and "Traceback" not in err[0]
 
 
+@pytest.mark.slow
 def test_gaussian_gate_with_a_known_common_variance_is_not_identifiable():
     """A common shift of the centres (beta0 adjusted) adds t x / v to every logit: the weights do not move."""
     from moestat.data.scenario_files import load_scenario
@@ -156,6 +164,7 @@ def test_gaussian_gate_with_a_known_common_variance_is_not_identifiable():
     assert ok["holds"] is True and ok["value"] > 1e6 * ok["tol"]
 
 
+@pytest.mark.slow
 def test_a_theorem_outside_its_model_class_is_not_met():
     """An exact fit is not the over-specified strong-identifiability theorem's case, whatever its expert."""
     m = _softmax_truth("tanh")
@@ -166,6 +175,7 @@ def test_a_theorem_outside_its_model_class_is_not_met():
     assert not t["met"] and "not of the theorem's class" in t["failing"][0]
 
 
+@pytest.mark.slow
 def test_every_catalogue_expert_contrast_truth_meets_its_own_theorem():
     """Issue 33, Scope 2: the replacement truths eta2 * phi(eta1^T x) wired into the catalogue files
     meet the strong condition of their theorem (the former phi(a^T x + b) failed it by the PDE)."""
@@ -191,6 +201,7 @@ def test_the_joint_gllim_run_is_reported_as_not_checked_not_as_met():
     assert row["run"] == "gllim" and row["met"] is None and "not checked" in row["failing"][0]
 
 
+@pytest.mark.slow
 def test_check_on_a_joint_gllim_file_says_not_checked_instead_of_crashing(tmp_path):
     """`moestat check` on the Gaussian-gated entry's GLLiM file stopped with an internal
     AttributeError (the GLLiM scenario has no conditional model); it now names why nothing is checked."""

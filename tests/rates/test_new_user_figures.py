@@ -87,6 +87,7 @@ def test_table_columns_are_as_wide_as_a_long_router_label():
     assert rows[0].index("consistent") == head.index("category")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_panels", [11])
 def test_a_tall_grid_keeps_its_title_above_every_panel(n_panels):
     import matplotlib.pyplot as plt

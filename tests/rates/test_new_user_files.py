@@ -42,6 +42,7 @@ def test_the_label_is_the_files_name_else_its_stem(tmp_path):
     assert other.router == ("file:sigmoid-exact",)
 
 
+@pytest.mark.slow
 def test_a_renamed_copy_resumes_and_a_finished_resume_says_it_only_reanalyses(tmp_path, capsys):
     src = tmp_path / "a.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
@@ -62,6 +63,7 @@ def test_a_renamed_copy_resumes_and_a_finished_resume_says_it_only_reanalyses(tm
     assert "summary_median.json" in captured.err and f"wrote {out / 'summary_median.json'}" in captured.out
 
 
+@pytest.mark.slow
 def test_a_renamed_copy_without_name_is_refused_for_its_label_not_a_missing_digest(tmp_path, capsys):
     src = tmp_path / "a.toml"
     src.write_text(_without_name((EXAMPLES / "sigmoid_exact.toml").read_text()))
@@ -76,6 +78,7 @@ def test_a_renamed_copy_without_name_is_refused_for_its_label_not_a_missing_dige
     assert "does not record the scenario file's digest" not in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_folder_labelled_by_the_path_before_still_resumes(tmp_path, capsys):
     src = tmp_path / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
@@ -114,6 +117,7 @@ def test_the_default_losses_and_the_voronoi_column_of_a_mixture_file_are_named_a
     assert "``noise.model = \"mixture\"`` it is the file's *first* loss" in own_model
 
 
+@pytest.mark.slow
 def test_plot_draws_a_cell_error_the_run_wrote_to_extras_csv(tmp_path, monkeypatch):
     """``moestat plot --losses weighted_single`` of a ``--cell-errors`` run: drawn (it was refused as
     an unknown loss), with no prediction on a scenario file (no theorem covers a user's model)."""

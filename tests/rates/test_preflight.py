@@ -32,6 +32,7 @@ eta = [1.0, 0.52, 0.2]
 """
 
 
+@pytest.mark.slow
 def test_cramer_rao_sd_matches_the_fits():
     """At n = 20000 the least-squares fits' spread equals the Cramér--Rao sd within 30%."""
     from moestat.data.synthetic import make_scenario
@@ -150,6 +151,7 @@ def test_a_mixture_noise_file_gets_the_likelihood_fisher_information_of_its_own_
     assert np.linalg.eigvalsh(Q.T @ info_g @ Q)[0] > 1e-4 * scale
 
 
+@pytest.mark.slow
 def test_cli_check_prints_the_table_and_writes_json(tmp_path, capsys):
     p = tmp_path / "ns.toml"
     p.write_text(NEAR_SINGULAR)

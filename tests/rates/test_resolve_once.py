@@ -42,6 +42,7 @@ def _count_digests(monkeypatch) -> list:
     return calls
 
 
+@pytest.mark.slow
 def test_a_scenario_file_is_read_and_hashed_once_per_run(tmp_path, monkeypatch):
     # before the experiment was resolved once, every scenario_key() and result_fields() hashed the
     # file again: the validation, the store's resume guard and hash, the units, the predictions

@@ -18,6 +18,7 @@ TINY = {"n_min": 200, "n_max": 800, "n_points": 3, "reps": 2, "max_iter": 30, "h
 pytestmark = pytest.mark.usefixtures("no_figures")  # tests/rates/conftest.py
 
 
+@pytest.mark.slow
 def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predictions(tmp_path):
     src = tmp_path / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
@@ -35,6 +36,7 @@ def test_a_toml_scenario_runs_through_the_sweep_with_its_own_losses_and_predicti
     assert set(res["router"]) == {"file:sigmoid-exact"} and set(res["scenario"]) == {"sigmoid-exact"}
 
 
+@pytest.mark.slow
 def test_resume_refuses_an_edited_scenario_file_and_bad_files_are_usage_errors(tmp_path, capsys):
     src = tmp_path / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
@@ -58,6 +60,7 @@ def test_resume_refuses_an_edited_scenario_file_and_bad_files_are_usage_errors(t
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow
 def test_the_summary_names_the_scenario_file(tmp_path):
     src = tmp_path / "s.toml"
     shutil.copy(EXAMPLES / "sigmoid_exact.toml", src)
@@ -66,6 +69,7 @@ def test_the_summary_names_the_scenario_file(tmp_path):
     assert summary["config"]["scenario_file"] == str(src)
 
 
+@pytest.mark.slow
 def test_a_moved_scenario_file_resumes_when_its_digest_was_recorded(tmp_path, capsys):
     """The same bytes at another path are the same sweep: the path enters no data stream and no row, so
     a resume from a moved copy continues (provenance then names the new path).  A run that did not

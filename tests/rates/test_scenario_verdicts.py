@@ -15,6 +15,7 @@ SMALL = {"router": "perturbed", "n_min": 200, "n_max": 800, "n_points": 3, "reps
          "holdout": 256, "n_boot": 100, "quiet": True}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [{"d": 2}, {"k_true": 2}, {"expert": "tanh"}, {"k_active": 2}],
                          ids=["d2", "kstar2", "tanh", "top2"])
 def test_no_confidently_wrong_verdict(variant, tmp_path):

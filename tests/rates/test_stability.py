@@ -1,5 +1,6 @@
 """Split-half stability and the slow-rate rule (moestat.rates.stability) on synthetic losses of known law."""
 
+import pytest
 import math
 
 import numpy as np
@@ -88,6 +89,7 @@ def test_start_sensitivity_is_named_in_the_reason():
     assert not g["start_sensitivity"]["moves"] and "start moves" not in g["reason"]
 
 
+@pytest.mark.slow
 def test_alt_start_sweep_writes_alt_columns(tmp_path):
     """A tiny sweep with --alt-init-scale: results.csv as without it, alt_<loss> in extras.csv."""
     import pandas as pd

@@ -76,6 +76,7 @@ def test_store_roundtrip_is_exact_and_skips_torn_lines(tmp_path):
     assert store.done() == {("perturbed", 10, 2)}
 
 
+@pytest.mark.slow
 def test_done_reads_no_dataframe_and_refuses_what_read_refuses(tmp_path):
     # issue 36: done() runs before the sweep's first unit; a pandas import there delayed it
     import subprocess
@@ -99,6 +100,7 @@ def test_done_reads_no_dataframe_and_refuses_what_read_refuses(tmp_path):
         store.done()
 
 
+@pytest.mark.slow
 def test_n_jobs_1_and_2_give_identical_results(tmp_path):
     cfg = tiny(router=["perturbed", "cosine"], chunk=2)
     a = run_sweep(cfg, tmp_path / "a", progress=False) if (tmp_path / "a").mkdir() is None else None

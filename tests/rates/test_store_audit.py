@@ -71,6 +71,7 @@ def _tamper(out: Path, kind: str) -> None:
         fh.write(_line(extra))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,word", [("replicate", "replicate 25"), ("n", "n = 12345"), ("router", "router 'linear'"),
                                        ("duplicate", "duplicate"), ("garbage", "unreadable")])
 def test_resume_refuses_a_store_with_foreign_rows_in_one_line_and_runs_nothing(run, kind, word, capsys):
@@ -83,6 +84,7 @@ def test_resume_refuses_a_store_with_foreign_rows_in_one_line_and_runs_nothing(r
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # nothing written
 
 
+@pytest.mark.slow
 def test_a_foreign_row_never_enters_a_summary(run):
     cfg = RatesConfig.from_dict(json.loads((run / "summary.json").read_text())["config"])
     _tamper(run, "replicate")

@@ -86,6 +86,7 @@ def test_a_row_that_does_not_fit_raises_disk_full_and_leaves_no_part_of_it(tmp_p
     assert path.read_text() == "first row\n"  # the 5 bytes that landed were cut again
 
 
+@pytest.mark.slow
 def test_a_full_disk_stops_the_sweep_in_one_line_and_resume_completes_it(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     args = [*TINY, "--router", "perturbed,cosine", "--chunk", "1"]
@@ -125,6 +126,7 @@ def _edit(run: Path, line: int, column: str, change) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("column,change", [("voronoi", lambda v: repr(float(v) * 10)),
                                            ("converged", lambda v: "0" if v == "1" else "1")])
 def test_an_edited_row_is_refused_by_plot_and_resume_naming_the_line(run, capsys, column, change):
@@ -137,6 +139,7 @@ def test_an_edited_row_is_refused_by_plot_and_resume_naming_the_line(run, capsys
     assert _snapshot(run) == before  # summary.json not rewritten
 
 
+@pytest.mark.slow
 def test_a_summary_not_computed_from_the_rows_is_refused_by_plot(run, capsys):
     # a forger who also recomputes the row checksum: the digest in summary.json still differs
     path = run / "results.csv"
@@ -149,6 +152,7 @@ def test_a_summary_not_computed_from_the_rows_is_refused_by_plot(run, capsys):
     assert rc == 2 and err.count("\n") == 1 and "summary.json was not computed from the rows" in err
 
 
+@pytest.mark.slow
 def test_a_truncated_folder_is_plotted_with_its_own_fits_and_says_so(run, capsys):
     from moestat.rates.figures import prepare_redraw
 
@@ -174,6 +178,7 @@ def test_the_caption_counts_the_replicates_each_point_has(run):
     assert "mean over 2 to 3 replicates" in text
 
 
+@pytest.mark.slow
 def test_a_folder_written_before_row_checksums_is_plotted_and_resumed_with_a_note(run, capsys):
     path = run / "results.csv"
     lines = path.read_text().splitlines()
@@ -190,6 +195,7 @@ def test_a_folder_written_before_row_checksums_is_plotted_and_resumed_with_a_not
 # -------------------------------------------------------------------------------------------------
 # the scheduler is reached while validating
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_refused_before_anything_is_written(tmp_path, capsys):
     pytest.importorskip("distributed")
     import socket
@@ -222,6 +228,7 @@ def _forge(run: Path, index: int = 3) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_a_row_forged_with_its_checksum_is_refused_by_resume_as_by_plot(run, capsys):
     _forge(run)
     before = _snapshot(run)
@@ -239,6 +246,7 @@ def test_a_row_forged_with_its_checksum_is_refused_by_resume_as_by_plot(run, cap
     assert rc == 0, err
 
 
+@pytest.mark.slow
 def test_rows_deleted_after_the_summary_are_recomputed_by_resume(run, capsys):
     path = run / "results.csv"
     lines = path.read_text().splitlines()
@@ -271,6 +279,7 @@ def test_a_full_disk_while_a_figure_is_written_is_one_line_not_an_internal_error
     assert _snapshot(run) == before and not [p for p in run.iterdir() if p.name.startswith(".convergence")]
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_cut_with_one_line_on_stderr(run, capsys):
     path = run / "results.csv"
     with open(path, "a") as fh:
@@ -280,6 +289,7 @@ def test_a_torn_last_line_is_cut_with_one_line_on_stderr(run, capsys):
     assert path.read_text().endswith("\n") and read_results(path).shape[0] == 18
 
 
+@pytest.mark.slow
 def test_an_empty_results_file_is_refused_with_the_way_out(run, capsys):
     (run / "results.csv").write_text("")
     for rc, err in (_rates([*TINY, "--router", "perturbed,cosine", "--out", str(run), "--resume"], capsys), _plot([str(run)], capsys)):

@@ -37,6 +37,7 @@ def test_auto_is_one_process_on_an_accelerator(monkeypatch):
     assert auto_n_jobs(make_units(cfg), cfg) == 1
 
 
+@pytest.mark.slow
 def test_auto_with_two_processes_gives_the_rows_of_one(tmp_path, monkeypatch):
     # the sweep's own process and one loky worker share the units (moestat.rates.backends._execute_shared)
     monkeypatch.setattr(sweep, "AUTO_SAMPLES_PER_PROCESS", 1)

@@ -156,6 +156,7 @@ def test_least_squares_fits_are_compared_by_their_sum_of_squares():
 # -------------------------------------------------------------------------------------------------
 # the summary's counts (the recorded files written before the truth columns: tests/records/test_truth_check_records.py)
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_summary_counts_the_fits_found_answered_and_remaining(tmp_path, monkeypatch):
     from moestat.rates import run_rates
     from moestat.rates.experiment import format_table
@@ -176,6 +177,7 @@ def test_the_summary_counts_the_fits_found_answered_and_remaining(tmp_path, monk
 # -------------------------------------------------------------------------------------------------
 # every fit of a unit: one seam, one stream each
 # -------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_every_fit_of_a_unit_goes_through_fit_starts_with_its_own_stream(monkeypatch):
     """The reported fit, the optimum certificate and the start sensitivity (and the answer, when a
     fit is worse than the truth) each build the unit's estimator once through

@@ -102,6 +102,7 @@ def test_vanilla_fit_keeps_the_start_radius():
     np.testing.assert_allclose(m["fit_radial"], m["start_radial"], atol=1e-10)
 
 
+@pytest.mark.slow
 def test_lecam_checks_pass_and_can_fail(tmp_path, monkeypatch):
     from moestat.experiments.theory import lecam
     from moestat.experiments.theory.framework import Context

@@ -142,6 +142,7 @@ def test_consistent_category_implies_the_interval_rule(p, lo, w):
         assert verdict(p, lo, hi, 0.15)["consistent"]
 
 
+@pytest.mark.slow
 def test_smoke_preset_fits_converge(tmp_path):
     """The smoke preset does what its name says (issue 35): a seconds-long run whose fits are the
     least-squares estimates (every fit stopped on a convergence criterion), so no verdict blames
@@ -157,6 +158,7 @@ def test_smoke_preset_fits_converge(tmp_path):
     assert vor["ci_high"] - vor["ci_low"] > 1 and vor["category"] == "inconclusive" and "wide" in vor["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quiet", [True])
 def test_unconverged_fits_never_say_consistent(tmp_path, quiet):
     from moestat.rates import RatesConfig, run_rates

@@ -72,6 +72,7 @@ def test_dsc_picks_k_star_from_a_split_truth_at_large_n(k_bar):
         assert list(path["k"]) == list(range(k_bar, 1, -1))
 
 
+@pytest.mark.slow
 def test_dsc_picks_k_star_on_a_fitted_over_specified_model1():
     sc = model1_scenario("over", 3)
     n = 4000

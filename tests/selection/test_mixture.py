@@ -73,6 +73,7 @@ def test_em_reaches_the_maximum_found_by_an_independent_optimiser():
     assert np.isclose(fit.loglik, mixture_loglik(X, fit.weights, fit.means), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_dsc_picks_k_star_on_a_large_well_separated_sample():
     rng = np.random.default_rng(11)
     X = sample_location_mixture(3000, [0.5, 0.5], [[-4.0], [4.0]], rng)
@@ -125,6 +126,7 @@ def test_a_start_stopped_by_max_iter_is_reported_not_dropped():
     assert fit.loglik == max(fit.start_loglik)
 
 
+@pytest.mark.slow
 def test_merged_loss_figure_without_a_fitted_rate_says_why_and_draws_no_empty_legend(tmp_path, monkeypatch):
     """With fewer than three sample sizes no rate is fitted: the panel says so (the summary's reason)
     instead of calling an empty legend (a matplotlib warning on the user's screen)."""

@@ -1,5 +1,6 @@
 """Theory checks take the rates engine's verdict categories and may only tighten their rules."""
 
+import pytest
 from moestat.experiments.theory.framework import apply_category, slope_verdict, verdict
 
 
@@ -273,6 +274,7 @@ def test_cell_rule_judges_single_cells_and_requires_the_refit_to_match(tmp_path)
     assert not bad_ok and bad["refit_matches_recorded"] == "0/30"
 
 
+@pytest.mark.slow
 def test_cell_mechanism_refits_the_recorded_vanilla_fits(tmp_path):
     """The refit of (c') runs the sweep's own data, start and estimator streams: on a tiny
     over-specified run its largest direction error equals the recorded ``beta1_direction``."""
