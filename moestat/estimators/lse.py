@@ -367,6 +367,9 @@ class LeastSquaresMoE(MoEEstimator):
         # piecewise constant in beta1, so its Jacobian misses the first-order effect of moving
         # the selection boundary and a local method stalls near its start -- and (b) the hard
         # gate directly, which wins when the start already has the right selection boundaries.
+        # (b) accepts only decreases of the hard objective (the Top-K of eq. (9) as the data
+        # see it), so a fit started at the truth never ends worse than the truth; the
+        # continuation alone gives no such guarantee (its smoothed problems move the start).
         paths = [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
