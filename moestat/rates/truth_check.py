@@ -36,8 +36,9 @@ For every fit of a sweep (:func:`moestat.rates.sweep.run_unit`) ``results.csv`` 
     estimator on additive-noise data, whose truth has no likelihood in the fitted model);
     ``unknown`` for a file written before these columns.
 
-**The estimator's own check** comes first (:func:`truth_start_faults`): where the fitted model
-contains the truth as it is (exact fit, the true gate), each fit worse than the truth is refitted
+**The estimator's own check** comes first (:func:`truth_start_faults`): for least squares
+(:data:`TRUTH_START_ESTIMATORS`), where the fitted model contains the truth as it is (exact fit,
+the true gate), each fit worse than the truth is refitted
 once from the truth itself.  A descent method started at a point never ends above that point's
 criterion, so a fit from the truth that ends worse than the truth is a fault of the estimator,
 not a local optimum: more starts cannot mend it, the answer below skips it, and its row is
@@ -70,6 +71,7 @@ from moestat.rates.labels import LOSS_NAMES
 __all__ = [
     "LOGLIK_ESTIMATORS",
     "SSE_ESTIMATORS",
+    "TRUTH_START_ESTIMATORS",
     "TRUTH_RTOL",
     "TRUTH_ATOL",
     "unit_estimator",
@@ -93,6 +95,12 @@ __all__ = [
 LOGLIK_ESTIMATORS = ("mle", "em")
 #: Estimators judged by the sum of squared residuals.
 SSE_ESTIMATORS = ("lse", "sgd")
+#: Estimators checked from the truth itself (:func:`truth_start_faults`): those that accept a step
+#: only where it lowers the criterion on the data, so that a fit started at the truth cannot end
+#: worse than the truth.  Levenberg-Marquardt does (its gain ratio uses the actual decrease); SGD
+#: does not (its steps follow minibatches), and an EM whose M-step is approximate (a Newton step, a
+#: Top-K gate) need not either.
+TRUTH_START_ESTIMATORS = ("lse",)
 #: A fit is *worse than the truth* when its gap is below ``-(TRUTH_ATOL + TRUTH_RTOL * |truth|)``.
 #: Why so small: a global optimum is never worse than the truth (the truth is a feasible point), so
 #: the only allowance is the rounding of a float64 sum of ``n`` terms (relative ~1e-12 for
@@ -299,8 +307,8 @@ def truth_start_faults(unit, scenario, X: np.ndarray, Y: np.ndarray, criterion: 
 
     One fit per replicate worse than the truth (``criterion [R]`` against ``truth [R]``), from the
     scenario's near-truth start of scale 0 (the truth in the scenario's own conventions), in one
-    batch; nothing is fitted where the fitted model does not contain the truth
-    (:func:`truth_is_representable`).  Why a fault: the truth is the start, and a descent method
+    batch; nothing is fitted for an estimator outside :data:`TRUTH_START_ESTIMATORS` or where the
+    fitted model does not contain the truth (:func:`truth_is_representable`).  Why a fault: the truth is the start, and a descent method
     never ends with a criterion worse than its start's.  The fits are diagnostics, never reported.
 
     Returns
@@ -310,7 +318,7 @@ def truth_start_faults(unit, scenario, X: np.ndarray, Y: np.ndarray, criterion: 
     R = len(truth)
     fault = np.zeros(R, dtype=bool)
     todo = np.flatnonzero(is_below(truth_gap(kind, criterion, truth), truth))
-    if todo.size == 0 or not truth_is_representable(scenario):
+    if todo.size == 0 or unit.estimator not in TRUTH_START_ESTIMATORS or not truth_is_representable(scenario):
         return fault
     # scale 0 draws no noise; the generator is only the start method's argument
     starts = [scenario.near_truth_start(0.0, np.random.default_rng(0), n=unit.n) for _ in todo]

@@ -183,7 +183,7 @@ def test_a_fit_from_the_truth_that_ends_worse_than_the_truth_is_an_estimator_fau
     assert [c for c in calls if c and c[0] in (8, 10)] == [(10,)]  # one diagnostic batch, no restarts
 
 
-def test_the_least_squares_fit_from_the_truth_is_no_fault():
+def test_the_least_squares_fit_from_the_truth_is_no_fault(monkeypatch):
     # the real estimator, one iteration from the truth: never worse than the truth (LM accepts only
     # decreases), so the fits worse than the truth are local optima, left to the answer
     unit = _unit(SPARSE)
@@ -194,6 +194,10 @@ def test_the_least_squares_fit_from_the_truth_is_no_fault():
     first = tc.fit_criterion(sc, "sse", est, X, Y)
     assert tc.is_below(tc.truth_gap("sse", first, truth), truth).all()
     assert not tc.truth_start_faults(unit, sc, X, Y, first, "sse", truth).any()
+    # SGD is not a descent method on the data's criterion: it is not checked from the truth
+    calls = []
+    monkeypatch.setattr(tc, "fit_starts", lambda *a: calls.append(a))
+    assert not tc.truth_start_faults(replace(unit, estimator="sgd"), sc, X, Y, first, "sse", truth).any() and not calls
     assert tc.truth_is_representable(sc)
     assert not tc.truth_is_representable(build_scenario(_unit({**SPARSE, "setting": "over"}).scenario_key))
 
