@@ -128,7 +128,9 @@ class LeastSquaresMoE(MoEEstimator):
         on the exact hard gate, whose objective is the one reported.  ``"auto"`` walks the
         ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``, at most 30 iterations each) and
         leaves it, per replicate, once the smoothed and the hard objectives agree
-        (:data:`STAGE_AGREE_RTOL`); a given sequence is run in full.  ``None`` fits the hard gate
+        (:data:`STAGE_AGREE_RTOL`), and its hard stage starts from the start or from the
+        continuation's end, whichever has the lower hard objective; a given sequence is run in
+        full, beside a hard-gate fit from the start.  ``None`` fits the hard gate
         only (a local method then stalls near its start, see the user guide).  Ignored for a
         dense gate.
 
@@ -284,6 +286,7 @@ class LeastSquaresMoE(MoEEstimator):
         adaptive = isinstance(self.topk_temperatures, str)  # "auto": leave the ladder on agreement
         hard_forward = kernel_forward if kernel is None else kernel.forward
         work = torch.arange(R, device=theta.device)  # the replicates still on the ladder
+        start = theta
         for T in path:
             every = work.numel() == R
             th_w = theta if every else theta[work]
@@ -306,6 +309,14 @@ class LeastSquaresMoE(MoEEstimator):
                 work = work[~agree]
                 if not work.numel():
                     break
+        if adaptive and path:
+            # The hard stage starts from the start itself where the continuation did not lower
+            # the hard objective (e.g. a start at the truth, whose selection is already right):
+            # Levenberg-Marquardt accepts only decreases, so the fit then never ends worse than
+            # its start -- what the separate hard-gate path gave, for one forward pass.
+            F_start, _ = hard_forward(self.model, data, start, k, None, keep=False)
+            F_cont, _ = hard_forward(self.model, data, theta, k, None, keep=False)
+            theta = torch.where((F_start <= F_cont).unsqueeze(-1), start, theta)
         res = levenberg_marquardt(
             self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
             data=data, kernel=kernel,
@@ -362,15 +373,17 @@ class LeastSquaresMoE(MoEEstimator):
             data = kernel.build(self.model, Xt, Yt, n_components=k)
         temps = self._temperatures()
         best = None
-        # With a sparse gate every start is fitted along two paths, kept per replicate by the
-        # hard objective: (a) continuation on the Top-K temperature -- the hard mask is
-        # piecewise constant in beta1, so its Jacobian misses the first-order effect of moving
-        # the selection boundary and a local method stalls near its start -- and (b) the hard
-        # gate directly, which wins when the start already has the right selection boundaries.
-        # (b) accepts only decreases of the hard objective (the Top-K of eq. (9) as the data
-        # see it), so a fit started at the truth never ends worse than the truth; the
-        # continuation alone gives no such guarantee (its smoothed problems move the start).
-        paths = [temps, ()] if temps else [()]
+        # With a sparse gate a start needs (a) continuation on the Top-K temperature -- the hard
+        # mask is piecewise constant in beta1, so its Jacobian misses the first-order effect of
+        # moving the selection boundary and a local method stalls near its start -- and (b) the
+        # hard gate from the start itself, which wins when the start already has the right
+        # selection boundaries: it accepts only decreases of the hard objective (the Top-K of
+        # eq. (9) as the data see it), so a fit started at the truth never ends worse than the
+        # truth, which the continuation alone does not guarantee (its smoothed problems move the
+        # start).  A given schedule fits both paths and keeps, per replicate, the lower hard
+        # objective; the auto ladder fits one path whose hard stage starts from the better of
+        # the start and the continuation's end (_fit_path): (b)'s guarantee without a second fit.
+        paths = [temps] if (temps and isinstance(self.topk_temperatures, str)) else [temps, ()] if temps else [()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
             cur = self._fit_path(Xt, Yt, pack(G0.torch(device=dev), reference), path, (lower, upper), (ftol, xtol, gtol),
