@@ -34,7 +34,8 @@ from moestat.estimators.validation import (
 from moestat.estimators import jacobians as jac
 from moestat.model.protocol import ProtocolModel
 
-__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_AGREE_RTOL", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL", "on_box"]
+__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_AGREE_RTOL", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL",
+           "on_box"]
 
 _INIT_NAMES = ("random",)
 #: The ladder of the default (``"auto"``) continuation for sparse (Top-K) gates: temperatures of
@@ -383,7 +384,12 @@ class LeastSquaresMoE(MoEEstimator):
         # start).  A given schedule fits both paths and keeps, per replicate, the lower hard
         # objective; the auto ladder fits one path whose hard stage starts from the better of
         # the start and the continuation's end (_fit_path): (b)'s guarantee without a second fit.
-        paths = [temps] if (temps and isinstance(self.topk_temperatures, str)) else [temps, ()] if temps else [()]
+        if not temps:
+            paths = [()]
+        elif isinstance(self.topk_temperatures, str):  # "auto"
+            paths = [temps]
+        else:
+            paths = [temps, ()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
             cur = self._fit_path(Xt, Yt, pack(G0.torch(device=dev), reference), path, (lower, upper), (ftol, xtol, gtol),

@@ -31,24 +31,24 @@ For every fit of a sweep (:func:`moestat.rates.sweep.run_unit`) ``results.csv`` 
 ``truth_check``
     ``above`` (not worse than the truth), ``answered`` (the first fit was worse, the answer
     found one that is not), ``below_truth`` (still worse after the answer: its ``status`` is
-    ``below_truth``, or ``estimator_fault`` (below), and it does not count as converged), ``nonfinite`` (a criterion is not
-    finite) or ``n/a`` (no comparable criterion: the ``null`` estimator, or a likelihood
-    estimator on additive-noise data, whose truth has no likelihood in the fitted model);
+    ``below_truth``, or ``estimator_fault`` (below), and it does not count as converged),
+    ``nonfinite`` (a criterion is not finite) or ``n/a`` (no comparable criterion: the ``null``
+    estimator, or a likelihood estimator on additive-noise data, whose truth has no likelihood in
+    the fitted model);
     ``unknown`` for a file written before these columns.
 
 **The estimator's own check** comes first (:func:`truth_start_faults`): for least squares
 (:data:`TRUTH_START_ESTIMATORS`), where the fitted model contains the truth as it is (exact fit,
-the true gate), each fit worse than the truth is refitted
-once from the truth itself.  A descent method started at a point never ends above that point's
-criterion, so a fit from the truth that ends worse than the truth is a fault of the estimator,
+the true gate, inside the box), each fit worse than the truth is refitted once from the truth
+itself.  A descent method started at a point never ends above that point's criterion, so a fit from the truth that ends worse than the truth is a fault of the estimator,
 not a local optimum: more starts cannot mend it, the answer below skips it, and its row is
 reported once with the status ``estimator_fault`` (and ``truth_check = below_truth``).  This fit
 is a diagnostic only; it is never the reported fit.  Its stream is
 ``SeedSequence(seed, spawn_key=(n, first replicate, 10))`` (the estimator's).
 
-**The answer** (:func:`answer_below_truth`), for the other fits worse than the truth, is what a careful
-analyst would do without knowing ``G*``: more starts of the kinds the design already declares
--- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
+**The answer** (:func:`answer_below_truth`), for the other fits worse than the truth, is what a
+careful analyst would do without knowing ``G*``: more starts of the kinds the design already
+declares -- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
 (:data:`PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
 starts -- and :data:`ANSWER_JITTER` restarts from the best fit so far, perturbed; then, for what is
 still worse, :data:`ANSWER_ROUNDS` - 1 more rounds of restarts from the best fit so far.  The
@@ -83,6 +83,7 @@ __all__ = [
     "truth_criterion",
     "truth_gap",
     "is_below",
+    "truth_is_representable",
     "truth_start_faults",
     "answer_below_truth",
     "truth_columns",
@@ -292,12 +293,19 @@ def _jitter_fit(G, scale: float, rng: np.random.Generator, gaussian_variance: bo
 def truth_is_representable(scenario) -> bool:
     """Whether the fitted model contains the truth as it is: an exact fit (``k_fit == k*``) with the
     true model's gate (e.g. the same Top-K; a scenario without ``model``/``fit_model`` counts as
-    the same).  Over-specified, the truth is only approached by splitting an atom, and under a
-    larger K-bar the fitted gate may not reproduce ``g_{G*}`` at all."""
+    the same), the truth inside the parameter box where the scenario has one.  Over-specified, the
+    truth is only approached by splitting an atom, under a larger K-bar the fitted gate may not
+    reproduce ``g_{G*}`` at all, and a start outside the box is projected onto it."""
     if getattr(scenario, "k_fit", None) != getattr(scenario, "k_true", None):
         return False
     model, fitted = getattr(scenario, "model", None), getattr(scenario, "fit_model", None)
-    return model is None or fitted is None or model == fitted
+    if not (model is None or fitted is None or model == fitted):
+        return False
+    box, truth = getattr(scenario, "box", None), getattr(scenario, "truth", None)
+    if box is None or truth is None or not callable(getattr(box, "clip", None)):
+        return True
+    inside, G = box.clip(truth), truth.numpy()
+    return all(np.array_equal(getattr(inside, a), getattr(G, a)) for a in ("beta0", "beta1", "eta"))
 
 
 def truth_start_faults(unit, scenario, X: np.ndarray, Y: np.ndarray, criterion: np.ndarray, kind: str,
@@ -308,8 +316,9 @@ def truth_start_faults(unit, scenario, X: np.ndarray, Y: np.ndarray, criterion: 
     One fit per replicate worse than the truth (``criterion [R]`` against ``truth [R]``), from the
     scenario's near-truth start of scale 0 (the truth in the scenario's own conventions), in one
     batch; nothing is fitted for an estimator outside :data:`TRUTH_START_ESTIMATORS` or where the
-    fitted model does not contain the truth (:func:`truth_is_representable`).  Why a fault: the truth is the start, and a descent method
-    never ends with a criterion worse than its start's.  The fits are diagnostics, never reported.
+    fitted model does not contain the truth (:func:`truth_is_representable`).  Why a fault: the
+    truth is the start, and a descent method never ends with a criterion worse than its start's.
+    The fits are diagnostics, never reported.
 
     Returns
     -------
