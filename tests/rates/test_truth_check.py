@@ -200,6 +200,9 @@ def test_the_least_squares_fit_from_the_truth_is_no_fault(monkeypatch):
     assert not tc.truth_start_faults(replace(unit, estimator="sgd"), sc, X, Y, first, "sse", truth).any() and not calls
     assert tc.truth_is_representable(sc)
     assert not tc.truth_is_representable(build_scenario(_unit({**SPARSE, "setting": "over"}).scenario_key))
+    from moestat.model.mixing import ParameterBox
+
+    assert not tc.truth_is_representable(replace(sc, box=ParameterBox(beta1=0.05)))  # the truth outside the box
 
 
 # -------------------------------------------------------------------------------------------------
