@@ -22,7 +22,7 @@ from moestat.model.regression import MoEModel
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.layout import bounds, pack, unpack
 from moestat.estimators.levenberg_marquardt import levenberg_marquardt
-from moestat.estimators.lse_kernel import Design
+from moestat.estimators.lse_kernel import Design, forward as kernel_forward
 from moestat.estimators.starts import random_starts
 from moestat.estimators.validation import (
     check_model,
@@ -34,11 +34,23 @@ from moestat.estimators.validation import (
 from moestat.estimators import jacobians as jac
 from moestat.model.protocol import ProtocolModel
 
-__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL", "on_box"]
+__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_AGREE_RTOL", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL",
+           "on_box"]
 
 _INIT_NAMES = ("random",)
-#: Default continuation schedule for sparse (Top-K) gates: temperatures of the smoothed mask.
-AUTO_TEMPERATURES = (0.1, 0.01, 0.001)
+#: The ladder of the default (``"auto"``) continuation for sparse (Top-K) gates: temperatures of
+#: the smoothed mask, tenfold apart.  A replicate leaves the ladder after the first stage at whose
+#: end the smoothed and the hard objectives agree (:data:`STAGE_AGREE_RTOL`), so the smallest
+#: temperatures run only where a sample still lies within ``T`` of a selection boundary.
+AUTO_TEMPERATURES = (0.1, 0.01, 0.001, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+#: The smoothed and the hard objective agree at a stage's end when they differ by at most this
+#: much relative to the hard one: every sample then lies so far from its selection boundary that
+#: its smoothed mask is the hard one to rounding, and further stages would fit the hard objective.
+#: Why the ladder must run this far: with ``T`` fixed, the smoothed objective at the truth
+#: exceeds the hard one by about ``n T`` times a constant (the samples within ``T`` of a
+#: boundary), so a schedule that stops at a fixed ``T`` leaves the selection boundary where the
+#: smoothed problem puts it, and the hard stage cannot move it (its Jacobian does not see it).
+STAGE_AGREE_RTOL = 1e-8
 #: Stopping tolerance and iteration cap of the smoothed stages (they only need to carry the
 #: fit across the selection boundaries; the final hard stage uses ftol/xtol/gtol/max_iter).
 STAGE_FTOL = 1e-6
@@ -114,9 +126,14 @@ class LeastSquaresMoE(MoEEstimator):
     topk_temperatures : "auto", None or sequence of float
         Continuation schedule for a sparse gate (``K < k``): the fit first runs on the smoothed
         Top-K gate (mask ``sigmoid((s_i - t(x)) / T)``) for each temperature ``T`` in turn, then
-        on the exact hard gate, whose objective is the one reported.  ``"auto"`` is
-        ``(0.1, 0.01, 0.001)`` (at most 30 iterations each); ``None`` fits the hard gate only (a local method
-        then stalls near its start, see the user guide).  Ignored for a dense gate.
+        on the exact hard gate, whose objective is the one reported.  ``"auto"`` walks the
+        ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``, at most 30 iterations each) and
+        leaves it, per replicate, once the smoothed and the hard objectives agree
+        (:data:`STAGE_AGREE_RTOL`), and its hard stage starts from the start or from the
+        continuation's end, whichever has the lower hard objective; a given sequence is run in
+        full, beside a hard-gate fit from the start.  ``None`` fits the hard gate
+        only (a local method then stalls near its start, see the user guide).  Ignored for a
+        dense gate.
 
     Attributes
     ----------
@@ -267,14 +284,40 @@ class LeastSquaresMoE(MoEEstimator):
         lower, upper = bounds
         ftol, xtol, gtol = tols
         iters = torch.zeros(R, dtype=torch.long, device=theta.device)
+        adaptive = isinstance(self.topk_temperatures, str)  # "auto": leave the ladder on agreement
+        hard_forward = kernel_forward if kernel is None else kernel.forward
+        work = torch.arange(R, device=theta.device)  # the replicates still on the ladder
+        start = theta
         for T in path:
+            every = work.numel() == R
+            th_w = theta if every else theta[work]
+            d_w = data if every else data.select(work)
+            X_w, Y_w = (Xt, Yt) if every else (Xt[work], Yt[work])
             st = levenberg_marquardt(
-                self.model, Xt, Yt, theta, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
-                ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=data, kernel=kernel,
+                self.model, X_w, Y_w, th_w, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
+                ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=d_w, kernel=kernel,
             )
-            ok = torch.isfinite(st["F"]).unsqueeze(-1)
-            theta = torch.where(ok, st["theta"], theta)
-            iters += st["n_iter"]
+            ok = torch.isfinite(st["F"])
+            th_w = torch.where(ok.unsqueeze(-1), st["theta"], th_w)
+            theta = th_w if every else theta.index_copy(0, work, th_w)
+            iters.index_add_(0, work, st["n_iter"])
+            if adaptive:
+                # The hard objective at the stage's end (one forward pass): where it equals the
+                # smoothed one no sample is within reach of the smoothing, and the hard stage
+                # below takes over; a non-finite stage also leaves (its start is kept).
+                Fh, _ = hard_forward(self.model, d_w, th_w, k, None, keep=False)
+                agree = ~ok | ((st["F"] - Fh).abs() <= STAGE_AGREE_RTOL * Fh.abs())
+                work = work[~agree]
+                if not work.numel():
+                    break
+        if adaptive and path:
+            # The hard stage starts from the start itself where the continuation did not lower
+            # the hard objective (e.g. a start at the truth, whose selection is already right):
+            # Levenberg-Marquardt accepts only decreases, so the fit then never ends worse than
+            # its start -- what the separate hard-gate path gave, for one forward pass.
+            F_start, _ = hard_forward(self.model, data, start, k, None, keep=False)
+            F_cont, _ = hard_forward(self.model, data, theta, k, None, keep=False)
+            theta = torch.where((F_start <= F_cont).unsqueeze(-1), start, theta)
         res = levenberg_marquardt(
             self.model, Xt, Yt, theta, k, lower, upper, max_iter=self.max_iter, ftol=ftol, xtol=xtol, gtol=gtol,
             data=data, kernel=kernel,
@@ -331,12 +374,22 @@ class LeastSquaresMoE(MoEEstimator):
             data = kernel.build(self.model, Xt, Yt, n_components=k)
         temps = self._temperatures()
         best = None
-        # With a sparse gate every start is fitted along two paths, kept per replicate by the
-        # hard objective: (a) continuation on the Top-K temperature -- the hard mask is
-        # piecewise constant in beta1, so its Jacobian misses the first-order effect of moving
-        # the selection boundary and a local method stalls near its start -- and (b) the hard
-        # gate directly, which wins when the start already has the right selection boundaries.
-        paths = [temps, ()] if temps else [()]
+        # With a sparse gate a start needs (a) continuation on the Top-K temperature -- the hard
+        # mask is piecewise constant in beta1, so its Jacobian misses the first-order effect of
+        # moving the selection boundary and a local method stalls near its start -- and (b) the
+        # hard gate from the start itself, which wins when the start already has the right
+        # selection boundaries: it accepts only decreases of the hard objective (the Top-K of
+        # eq. (9) as the data see it), so a fit started at the truth never ends worse than the
+        # truth, which the continuation alone does not guarantee (its smoothed problems move the
+        # start).  A given schedule fits both paths and keeps, per replicate, the lower hard
+        # objective; the auto ladder fits one path whose hard stage starts from the better of
+        # the start and the continuation's end (_fit_path): (b)'s guarantee without a second fit.
+        if not temps:
+            paths = [()]
+        elif isinstance(self.topk_temperatures, str):  # "auto"
+            paths = [temps]
+        else:
+            paths = [temps, ()]
         candidates = [(G0, path) for G0 in starts for path in paths]
         for G0, path in candidates:
             cur = self._fit_path(Xt, Yt, pack(G0.torch(device=dev), reference), path, (lower, upper), (ftol, xtol, gtol),

@@ -31,14 +31,24 @@ For every fit of a sweep (:func:`moestat.rates.sweep.run_unit`) ``results.csv`` 
 ``truth_check``
     ``above`` (not worse than the truth), ``answered`` (the first fit was worse, the answer
     found one that is not), ``below_truth`` (still worse after the answer: its ``status`` is
-    ``below_truth`` and it does not count as converged), ``nonfinite`` (a criterion is not
-    finite) or ``n/a`` (no comparable criterion: the ``null`` estimator, or a likelihood
-    estimator on additive-noise data, whose truth has no likelihood in the fitted model);
+    ``below_truth``, or ``estimator_fault`` (below), and it does not count as converged),
+    ``nonfinite`` (a criterion is not finite) or ``n/a`` (no comparable criterion: the ``null``
+    estimator, or a likelihood estimator on additive-noise data, whose truth has no likelihood in
+    the fitted model);
     ``unknown`` for a file written before these columns.
 
-**The answer** (:func:`answer_below_truth`), for the fits worse than the truth, is what a careful
-analyst would do without knowing ``G*``: more starts of the kinds the design already declares
--- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
+**The estimator's own check** comes first (:func:`truth_start_faults`): for least squares
+(:data:`TRUTH_START_ESTIMATORS`), where the fitted model contains the truth as it is (exact fit,
+the true gate, inside the box), each fit worse than the truth is refitted once from the truth
+itself.  A descent method started at a point never ends above that point's criterion, so a fit from the truth that ends worse than the truth is a fault of the estimator,
+not a local optimum: more starts cannot mend it, the answer below skips it, and its row is
+reported once with the status ``estimator_fault`` (and ``truth_check = below_truth``).  This fit
+is a diagnostic only; it is never the reported fit.  Its stream is
+``SeedSequence(seed, spawn_key=(n, first replicate, 10))`` (the estimator's).
+
+**The answer** (:func:`answer_below_truth`), for the other fits worse than the truth, is what a
+careful analyst would do without knowing ``G*``: more starts of the kinds the design already
+declares -- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
 (:data:`PERTURB_SCALES`) and :data:`ANSWER_RANDOM` random (data-driven)
 starts -- and :data:`ANSWER_JITTER` restarts from the best fit so far, perturbed; then, for what is
 still worse, :data:`ANSWER_ROUNDS` - 1 more rounds of restarts from the best fit so far.  The
@@ -61,6 +71,7 @@ from moestat.rates.labels import LOSS_NAMES
 __all__ = [
     "LOGLIK_ESTIMATORS",
     "SSE_ESTIMATORS",
+    "TRUTH_START_ESTIMATORS",
     "TRUTH_RTOL",
     "TRUTH_ATOL",
     "unit_estimator",
@@ -72,6 +83,8 @@ __all__ = [
     "truth_criterion",
     "truth_gap",
     "is_below",
+    "truth_is_representable",
+    "truth_start_faults",
     "answer_below_truth",
     "truth_columns",
     "more_starts",
@@ -83,6 +96,12 @@ __all__ = [
 LOGLIK_ESTIMATORS = ("mle", "em")
 #: Estimators judged by the sum of squared residuals.
 SSE_ESTIMATORS = ("lse", "sgd")
+#: Estimators checked from the truth itself (:func:`truth_start_faults`): those that accept a step
+#: only where it lowers the criterion on the data, so that a fit started at the truth cannot end
+#: worse than the truth.  Levenberg-Marquardt does (its gain ratio uses the actual decrease); SGD
+#: does not (its steps follow minibatches), and an EM whose M-step is approximate (a Newton step, a
+#: Top-K gate) need not either.
+TRUTH_START_ESTIMATORS = ("lse",)
 #: A fit is *worse than the truth* when its gap is below ``-(TRUTH_ATOL + TRUTH_RTOL * |truth|)``.
 #: Why so small: a global optimum is never worse than the truth (the truth is a feasible point), so
 #: the only allowance is the rounding of a float64 sum of ``n`` terms (relative ~1e-12 for
@@ -112,7 +131,8 @@ def unit_estimator(unit, scenario, *stream: int):
     Its internal randomness (restarts) gets its own child ``SeedSequence(seed, spawn_key=(n, first
     replicate, *stream))``, fixed by the unit's composition, never by the router or the worker:
     ``stream`` ``(2,)`` for the reported fit, ``(4,)`` for the optimum certificate's, ``(6,)`` for the
-    start sensitivity's and ``(8, round)`` for the answer's (:func:`answer_below_truth`).
+    start sensitivity's, ``(8, round)`` for the answer's (:func:`answer_below_truth`) and ``(10,)``
+    for the fit from the truth (:func:`truth_start_faults`).
     """
     est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], *stream))
     est = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
@@ -163,12 +183,15 @@ def against_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
     truth = truth_criterion(scenario, kind, X, Y, est)
     first = fit_criterion(scenario, kind, est, X, Y)
     state["criterion"] = first.copy()
+    fault = np.zeros(len(truth), dtype=bool)
     if kind is not None:
-        answer_below_truth(unit, scenario, X, Y, state, kind, truth)
+        fault = truth_start_faults(unit, scenario, X, Y, first, kind, truth)
+        answer_below_truth(unit, scenario, X, Y, state, kind, truth, skip=fault)
     state["truth"] = truth_columns(kind, first, state["criterion"], truth)
     for i, t in enumerate(state["truth"]):
         if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
-            state["status"][i], state["converged"][i] = "below_truth", False
+            state["status"][i] = "estimator_fault" if fault[i] else "below_truth"
+            state["converged"][i] = False
     return state
 
 
@@ -267,8 +290,55 @@ def _jitter_fit(G, scale: float, rng: np.random.Generator, gaussian_variance: bo
     return MixingMeasure(b0, b1, eta)
 
 
+def truth_is_representable(scenario) -> bool:
+    """Whether the fitted model contains the truth as it is: an exact fit (``k_fit == k*``) with the
+    true model's gate (e.g. the same Top-K; a scenario without ``model``/``fit_model`` counts as
+    the same), the truth inside the parameter box where the scenario has one.  Over-specified, the
+    truth is only approached by splitting an atom, under a larger K-bar the fitted gate may not
+    reproduce ``g_{G*}`` at all, and a start outside the box is projected onto it."""
+    if getattr(scenario, "k_fit", None) != getattr(scenario, "k_true", None):
+        return False
+    model, fitted = getattr(scenario, "model", None), getattr(scenario, "fit_model", None)
+    if not (model is None or fitted is None or model == fitted):
+        return False
+    box, truth = getattr(scenario, "box", None), getattr(scenario, "truth", None)
+    if box is None or truth is None or not callable(getattr(box, "clip", None)):
+        return True
+    inside, G = box.clip(truth), truth.numpy()
+    return all(np.array_equal(getattr(inside, a), getattr(G, a)) for a in ("beta0", "beta1", "eta"))
+
+
+def truth_start_faults(unit, scenario, X: np.ndarray, Y: np.ndarray, criterion: np.ndarray, kind: str,
+                       truth: np.ndarray) -> np.ndarray:
+    """Which fits worse than the truth are faults of the estimator: its fit from the truth itself
+    is worse than the truth too.
+
+    One fit per replicate worse than the truth (``criterion [R]`` against ``truth [R]``), from the
+    scenario's near-truth start of scale 0 (the truth in the scenario's own conventions), in one
+    batch; nothing is fitted for an estimator outside :data:`TRUTH_START_ESTIMATORS` or where the
+    fitted model does not contain the truth (:func:`truth_is_representable`).  Why a fault: the
+    truth is the start, and a descent method never ends with a criterion worse than its start's.
+    The fits are diagnostics, never reported.
+
+    Returns
+    -------
+    ndarray of bool, shape ``[R]``
+    """
+    R = len(truth)
+    fault = np.zeros(R, dtype=bool)
+    todo = np.flatnonzero(is_below(truth_gap(kind, criterion, truth), truth))
+    if todo.size == 0 or unit.estimator not in TRUTH_START_ESTIMATORS or not truth_is_representable(scenario):
+        return fault
+    # scale 0 draws no noise; the generator is only the start method's argument
+    starts = [scenario.near_truth_start(0.0, np.random.default_rng(0), n=unit.n) for _ in todo]
+    ex = fit_starts(unit, scenario, X[todo], Y[todo], starts, 10)
+    crit = fit_criterion(scenario, kind, ex, X[todo], Y[todo])
+    fault[todo] = is_below(truth_gap(kind, crit, truth[todo]), truth[todo])
+    return fault
+
+
 def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict[str, Any], kind: str,
-                       truth: np.ndarray) -> dict[str, Any]:
+                       truth: np.ndarray, skip: np.ndarray | None = None) -> dict[str, Any]:
     """Refit the replicates whose fit is worse than the truth; keep each replicate's best fit.
 
     Parameters
@@ -282,6 +352,9 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
     kind : {"loglik", "sse"}
     truth : ndarray, shape ``[R]``
         The truth's criterion.
+    skip : ndarray of bool, shape ``[R]``, optional
+        Replicates not to refit (:func:`truth_start_faults`: restarts cannot mend an estimator
+        that loses the truth's criterion from the truth itself).
 
     Returns
     -------
@@ -295,7 +368,8 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
     rounds = 0
     for rnd in range(ANSWER_ROUNDS):
         gap = truth_gap(kind, state["criterion"], truth)
-        todo = np.flatnonzero(is_below(gap, truth))
+        below = is_below(gap, truth)
+        todo = np.flatnonzero(below if skip is None else below & ~skip)
         if todo.size == 0:
             break
         rounds += 1

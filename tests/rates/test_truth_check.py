@@ -150,7 +150,54 @@ def test_least_squares_fits_are_compared_by_their_sum_of_squares():
         assert r["fit_objective"] == pytest.approx(unit.n * r["objective"], rel=1e-12)
         assert r["truth_gap"] == pytest.approx(r["truth_objective"] - r["fit_objective"], rel=1e-12, abs=1e-12)
         assert r["truth_check"] in ("above", "answered", "below_truth")
-        assert (r["truth_check"] == "below_truth") == (r["status"] == "below_truth")
+        assert (r["truth_check"] == "below_truth") == (r["status"] in ("below_truth", "estimator_fault"))
+
+
+SPARSE = {"router": "perturbed", "k_active": 2, "expert": "tanh", "n_min": 200, "n_max": 800, "n_points": 3, "reps": 2,
+          "max_iter": 1, "init_scale": 1.0, "holdout": 64, "quiet": True}
+
+
+def test_a_fit_from_the_truth_that_ends_worse_than_the_truth_is_an_estimator_fault_reported_once(monkeypatch):
+    # One least-squares iteration from far starts leaves both fits worse than the truth.  The fit
+    # from the truth itself is made to fail (its start swapped for a far one, as an estimator that
+    # walks away from its start would): each row is reported once, status estimator_fault, after
+    # exactly one diagnostic fit and without the answer's restarts.
+    calls = []
+    fit_starts = tc.fit_starts
+
+    def spy(unit, scenario, X, Y, starts, *stream):
+        calls.append(stream)
+        if stream == (10,):
+            starts = [scenario.near_truth_start(1.0, np.random.default_rng(i), n=unit.n) for i in range(len(starts))]
+        return fit_starts(unit, scenario, X, Y, starts, *stream)
+
+    monkeypatch.setattr(tc, "fit_starts", spy)
+    rows = run_unit(_unit(SPARSE))
+    assert [r["truth_check"] for r in rows] == ["below_truth", "below_truth"]
+    assert all(r["status"] == "estimator_fault" and r["converged"] is False and r["truth_gap"] < 0 for r in rows)
+    assert [c for c in calls if c and c[0] in (8, 10)] == [(10,)]  # one diagnostic batch, no restarts
+
+
+def test_the_least_squares_fit_from_the_truth_is_no_fault(monkeypatch):
+    # the real estimator, one iteration from the truth: never worse than the truth (LM accepts only
+    # decreases), so the fits worse than the truth are local optima, left to the answer
+    unit = _unit(SPARSE)
+    sc = build_scenario(unit.scenario_key)
+    X, Y = _data(unit, sc)
+    est = tc.fit_starts(unit, sc, X, Y, [sc.near_truth_start(1.0, np.random.default_rng(i), n=unit.n) for i in range(2)], 2)
+    truth = tc.truth_criterion(sc, "sse", X, Y)
+    first = tc.fit_criterion(sc, "sse", est, X, Y)
+    assert tc.is_below(tc.truth_gap("sse", first, truth), truth).all()
+    assert not tc.truth_start_faults(unit, sc, X, Y, first, "sse", truth).any()
+    # SGD is not a descent method on the data's criterion: it is not checked from the truth
+    calls = []
+    monkeypatch.setattr(tc, "fit_starts", lambda *a: calls.append(a))
+    assert not tc.truth_start_faults(replace(unit, estimator="sgd"), sc, X, Y, first, "sse", truth).any() and not calls
+    assert tc.truth_is_representable(sc)
+    assert not tc.truth_is_representable(build_scenario(_unit({**SPARSE, "setting": "over"}).scenario_key))
+    from moestat.model.mixing import ParameterBox
+
+    assert not tc.truth_is_representable(replace(sc, box=ParameterBox(beta1=0.05)))  # the truth outside the box
 
 
 # -------------------------------------------------------------------------------------------------
