@@ -258,6 +258,7 @@ def _figure(path: Path, per_n: list[dict], slopes: dict) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     ns = np.array([r["n"] for r in per_n], float)
     fig, ax = plt.subplots(figsize=(9, 4.2))
@@ -270,6 +271,8 @@ def _figure(path: Path, per_n: list[dict], slopes: dict) -> None:
                   label="lowest of the 7 box-10 fits (descriptive)")
     y0 = per_n[0]["median_D2"]["B10"]
     ax.loglog(ns, y0 * (ns / ns[0]) ** -0.5, "k--", lw=1, label="slope -1/2 (Theorem 5)")
+    ax.set_xticks(ns, [f"{int(n):,}".replace(",", " ") for n in ns])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("n")
     ax.set_ylabel("median D2 (sweep's near-truth start)")
     ax.set_title("Figure 1(b) over-specified perturbed fit: D2 by box bound |beta1_ij| <= B", fontsize=9)
