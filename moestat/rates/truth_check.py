@@ -119,6 +119,8 @@ def unit_estimator(unit, scenario, *stream: int):
                              device=unit.device)
     if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
         est.compile = unit.compile
+    if hasattr(est, "max_memory"):  # a likelihood fit: replicates in chunks within the budget (same fits)
+        est.max_memory = getattr(unit, "max_memory", "auto")
     return est
 
 
