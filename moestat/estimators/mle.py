@@ -482,7 +482,12 @@ class MLEGaussianMoE(MoEEstimator):
         d = Xn.shape[2]
         status = [res["status"][i] for i in pick]
         self.params_, self.n_features_in_, self.model_ = params, d, model
-        objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
+        # by chunks of replicates as the fit ran (the mean function's [R, n, k] temporaries); each
+        # replicate's row is computed by the same operations, so the objective is the same bits
+        R, n = Yn.shape
+        per = memory.entries_per_chunk(n, params.n_atoms, d, self.max_memory)
+        objective = np.concatenate([np.mean((Yn[a:b] - self._predict(torch.as_tensor(Xn[a:b]), slice(a, b))) ** 2, axis=1)
+                                    for a, b in memory.chunks(R, per)])
         self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
 
@@ -574,12 +579,17 @@ class MLEGaussianMoE(MoEEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""
-        Xt = self._check_X(X)
+        return self._predict(self._check_X(X), slice(None))
+
+    def _predict(self, Xt: torch.Tensor, rows: slice) -> np.ndarray:
+        """:meth:`predict` of the replicates ``rows`` on their inputs ``Xt [len(rows), n, d]``."""
         p = self.params_
+        p = MixingMeasure(p.beta0[rows], p.beta1[rows], p.eta[rows])
+        variances = self.variances_[rows]
         if self.model_ is not None:  # the generic EM's model
-            full = p if (self.eta_variance or not np.isfinite(self.variances_).all()) else MixingMeasure(
-                p.beta0, p.beta1, np.concatenate([p.eta, self.variances_[..., None]], -1))
+            full = p if (self.eta_variance or not np.isfinite(variances).all()) else MixingMeasure(
+                p.beta0, p.beta1, np.concatenate([p.eta, variances[..., None]], -1))
             return self.model_.predict(Xt, full).numpy()
         G = MixingMeasure(p.beta0, p.beta1, np.concatenate([p.eta[..., : self.n_features_in_ + 1],
-                                                            self.variances_[..., None]], axis=-1))
+                                                            variances[..., None]], axis=-1))
         return mean_function(Xt, G)
