@@ -156,3 +156,21 @@ def test_parse_memory_and_chunk_rule():
 def test_max_memory_is_validated():
     with pytest.raises(ValueError, match="max_memory"):
         MLEGaussianMoE(2, max_memory="a lot").fit(np.zeros((1, 50, 1)), np.zeros((1, 50)))
+
+
+def test_check_and_rates_print_the_estimate(tmp_path, capsys):
+    from moestat.cli.cmd_check import main as check_main
+    from moestat.rates import RatesConfig, run_rates
+
+    path = tmp_path / "sigmoid_gmoe.toml"
+    path.write_text(SIGMOID_GMOE)
+    check_main([str(path), "--draws", "500", "--n-max", "1000000", "--max-memory", "1.5G"])
+    out = capsys.readouterr().out
+    assert "memory: the likelihood fit of 20 replicates x starts at n = 1000000 (k = 2, d = 2)" in out
+    assert "fitted 1 at a time under --max-memory 1.5 GiB" in out
+    cfg = RatesConfig.from_dict({"scenario_file": str(path), "estimator": "mle", "n_min": 200, "n_max": 400, "n_points": 3,
+                                 "reps": 2, "max_iter": 50, "max_memory": "1G"})
+    run_rates(cfg, tmp_path / "out", figure_formats="none")
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("memory:")]
+    assert lines == ["memory: the likelihood fit of 2 replicates x starts at n = 400 (k = 2, d = 2) holds about 0.00119 GiB "
+                     "of per-sample arrays; fitted in one batch within --max-memory 1 GiB"]
