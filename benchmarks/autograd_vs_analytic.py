@@ -18,6 +18,7 @@ import platform
 import time
 
 import numpy as np
+import moestat  # noqa: F401  (before torch: it sets the OpenMP wait policy torch's runtime reads once, moestat.threads)
 import torch
 
 

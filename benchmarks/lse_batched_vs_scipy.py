@@ -31,15 +31,29 @@ Usage::
 
     python benchmarks/lse_batched_vs_scipy.py --n 2000 --reps 20 --json bench.json
     python benchmarks/lse_batched_vs_scipy.py --n 1000,2000,8000,32000 --threads 1
+    python benchmarks/lse_batched_vs_scipy.py --batched-only --repeat 7 --json fit.json
+
+``--batched-only`` times the batched fit alone, on ``--threads`` (no scipy loop): every timed
+run's seconds, their median and minimum, and a SHA-256 of the fitted parameters and objectives
+(the same digest means the same fits, bit for bit); ``benchmarks/busy_ab.py`` runs it quiet and
+beside a busy process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
+import statistics
 import sys
 import time
 
+# moestat before torch: importing moestat sets OMP_WAIT_POLICY=PASSIVE (moestat.threads), and the
+# OpenMP runtime that torch loads reads it once, when torch is first imported.  With torch first,
+# the 2-thread fit ran with spinning threads: 3.4x its quiet time beside one busy process instead
+# of about 2x (docs/guide/performance.rst, "Threads on a shared machine").
+import moestat  # noqa: F401  (first: the wait policy)
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
@@ -147,6 +161,40 @@ def run_benchmark(
     return res
 
 
+def batched_only(router: str = "perturbed", n: int = 2000, reps: int = 20, seed: int = 0, init_scale: float = 0.05,
+                 repeat: int = 7, threads: int = 2) -> dict:
+    """The batched fit alone on ``threads`` threads: one warm-up, then ``repeat`` timed fits.
+
+    Same data and starts as :func:`run_benchmark` (the same draws from ``seed``).  Returns every
+    run's seconds, their median and minimum, and ``digest``: SHA-256 of the fitted parameters and
+    objectives of the last fit (equal digests: bit-identical fits).
+    """
+    sc = make_scenario(router, "exact")
+    rng = np.random.default_rng(seed)
+    XY = [sc.sample(n, rng) for _ in range(reps)]
+    X = np.stack([a for a, _ in XY])
+    Y = np.stack([b for _, b in XY])
+    model = sc.model.with_k_active(sc.k_active_fit)
+    init = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, init_scale, rng) for _ in range(reps)])
+    torch.set_num_threads(threads)
+
+    def batched():
+        return LeastSquaresMoE(model, sc.k_fit, box=sc.box).fit(X, Y, init=init)
+
+    est = batched()  # warm-up: first-call allocations and kernel selection are not what is measured
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        est = batched()
+        times.append(time.perf_counter() - t0)
+    h = hashlib.sha256()
+    for a in (est.params_.beta0, est.params_.beta1, est.params_.eta, est.objective_):
+        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return {"times_s": times, "median_s": statistics.median(times), "min_s": min(times), "digest": h.hexdigest()[:16],
+            "threads": threads, "n": n, "reps": reps, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "load_average_at_end": list(os.getloadavg())}
+
+
 def _n_list(text: str) -> list[int]:
     try:
         vals = [int(v) for v in text.split(",") if v.strip()]
@@ -169,8 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=positive_int, default=3, help="timed runs per method; the minimum is kept")
     p.add_argument("--no-2point", action="store_true", help="skip the (slow) finite-difference scipy baseline")
     p.add_argument("--json", default=None, help="write the figures to this JSON file")
+    p.add_argument("--batched-only", action="store_true",
+                   help="time the batched fit alone on --threads (median of --repeat runs; no scipy loop)")
     args = p.parse_args(argv)
     ns = _n_list(args.n)
+    if args.batched_only:
+        res = batched_only(args.router, ns[0], args.reps, args.seed, repeat=args.repeat, threads=args.threads)
+        print(json.dumps(res), flush=True)
+        if args.json:
+            atomic_write_json(args.json, res)
+        return 0
     cells = []
     for n in ns:
         res = run_benchmark(

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import moestat  # noqa: F401  (before torch: it sets the OpenMP wait policy torch's runtime reads once, moestat.threads)
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+import moestat  # noqa: F401  (before torch: it sets the OpenMP wait policy torch's runtime reads once, moestat.threads)
 import torch
 
 from moestat.data.gaussian_scenarios import gaussian_voronoi, model1_scenario

@@ -29,6 +29,7 @@ import sys
 import time
 
 import numpy as np
+import moestat  # noqa: F401  (before torch: it sets the OpenMP wait policy torch's runtime reads once, moestat.threads)
 import torch
 
 from moestat.data.gaussian_scenarios import model1_scenario

@@ -30,6 +30,7 @@ import sys
 import time
 
 import numpy as np
+import moestat  # noqa: F401  (before torch: it sets the OpenMP wait policy torch's runtime reads once, moestat.threads)
 import torch
 
 from moestat.selection.study import SelectConfig, run_unit

@@ -14,7 +14,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from moestat.cli.common import ArgumentParser, NOTHING_KEPT, name_choice, positive_int, usage_errors
+from moestat.cli.common import ArgumentParser, NOTHING_KEPT, argtype, name_choice, positive_int, usage_errors
+from moestat.estimators.memory import parse_memory, scenario_line
 from moestat.io import atomic_write_json, check_output_file, ensure_writable_dir
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
@@ -81,6 +82,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n-min", type=positive_int, default=S, help="smallest sample size of the grid; default 2000")
     p.add_argument("--n-max", type=positive_int, default=S, help="largest sample size of the grid; default 128000")
     p.add_argument("--n-points", type=positive_int, default=S, help="number of log-spaced sample sizes; default 7")
+    p.add_argument("--reps", type=positive_int, default=S, help="replicates per sample size (the memory line); default 20")
+    p.add_argument("--max-memory", type=argtype(parse_memory), default="auto",
+                   help="the likelihood fit's memory budget, as moestat rates --max-memory (the memory line); default auto")
     p.add_argument("--fraction", type=_fraction, default=FRACTION,
                    help=f"target sd as a fraction of the true atoms' separation (default {FRACTION:g})")
     p.add_argument("--draws", type=positive_int, default=MC_DRAWS, help=f"Monte Carlo draws (default {MC_DRAWS})")
@@ -93,7 +97,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat check``."""
     args = build_parser().parse_args(argv)
-    keys = {k: v for k, v in vars(args).items() if k in ("router", "setting", "family", "n_min", "n_max", "n_points")}
+    keys = {k: v for k, v in vars(args).items() if k in ("router", "setting", "family", "n_min", "n_max", "n_points", "reps")}
     if args.scenario:
         keys["scenario_file"] = args.scenario
     with usage_errors():
@@ -115,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"moestat check: warning: {w}\n")
     rep["hypotheses"] = check_hypotheses(scenario, theorem=args.theorem)
     print(format_hypotheses(rep["hypotheses"]))
+    if getattr(scenario, "likelihood", False) or getattr(scenario, "gaussian_moe", False):
+        # fitted by maximum likelihood: what the largest grid size holds (moestat rates prints the same line)
+        print(scenario_line(scenario, max(cfg.ns), cfg.reps, args.max_memory))
     if args.json:
         atomic_write_json(args.json, rep)
     return 0

@@ -31,6 +31,7 @@ from moestat.cli.common import (
     prepare_out,
     usage_errors,
 )
+from moestat.estimators.memory import parse_memory
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
@@ -160,6 +161,10 @@ def _add_execution_options(g) -> None:
                    help="run on dask workers whose moestat, torch or numpy differ from this client's (recorded)")
     for key, what in (("ca-file", "CA certificate"), ("cert", "client certificate"), ("key", "client private key")):
         g.add_argument(f"--tls-{key}", metavar="FILE", help=f"{what} (PEM) for a tls:// scheduler; default: dask's configuration")
+    g.add_argument("--max-memory", type=argtype(parse_memory),
+                   help="memory a likelihood fit's per-sample arrays may hold in one process (e.g. 1.5G, 800M): the "
+                        "replicates of a work unit are fitted in chunks within it, with the same rows; default auto "
+                        "(1 GiB, or half the available memory if less)")
     add_device(g, None)
     add_out(g, "rates")
     add_resume(g)

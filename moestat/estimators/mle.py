@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from moestat.devices import resolve_device
-from moestat.estimators import generic_starts as gs, mle_generic as mg
+from moestat.estimators import generic_starts as gs, memory, mle_generic as mg
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.mle_fused import _COMPILED, _em_pass, _pass_function, fit_em, pass_loglik  # noqa: F401 (re-exported)
 from moestat.estimators.starts import random_partition_init
@@ -96,6 +96,26 @@ class StartResults:
     params: MixingMeasure
     variances: np.ndarray
     chosen: np.ndarray
+
+
+def _concat_results(parts: list[dict]) -> dict:
+    """The result dict of :func:`fit_em` / :func:`~moestat.estimators.mle_generic.fit_generic` over
+    consecutive chunks of entries, as one batch's: arrays and lists joined in order; ``kernel`` the
+    first chunk's, ``"compiled"``-style only if every chunk ran compiled (an eager fallback is global)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for key, first in parts[0].items():
+        if key == "kernel":
+            kinds = [p[key] for p in parts]
+            out[key] = first if len(set(kinds)) == 1 else min(kinds, key=len)
+        elif isinstance(first, list):
+            out[key] = [x for p in parts for x in p[key]]
+        elif isinstance(first, np.ndarray):
+            out[key] = np.concatenate([p[key] for p in parts])
+        else:
+            out[key] = first
+    return out
 
 
 def _needs_generic_em(model) -> bool:
@@ -189,6 +209,13 @@ class MLEGaussianMoE(MoEEstimator):
         :mod:`moestat.model.laplace_gate`), by the generic EM with each gate step projected onto it;
         ``None`` (default): over all of ``R^m``.  A scenario file asks for it with ``[fit]
         gate_in_box = true`` and states the set in ``[box]``.
+    max_memory : int, str or None
+        Budget (bytes, or ``"1.5G"``-style text) of the EM's per-sample arrays: the batch entries
+        (replicates x starts) are fitted in chunks whose estimate
+        (:func:`moestat.estimators.memory.fit_bytes`) stays within it, with the same fits as one
+        batch (the entries are independent and the compile decision is the whole batch's).
+        ``"auto"`` (default): :data:`~moestat.estimators.memory.DEFAULT_MAX_MEMORY`, or half the
+        available memory where that is less.  One entry is never cut.
 
     Attributes
     ----------
@@ -250,6 +277,7 @@ class MLEGaussianMoE(MoEEstimator):
         generic: bool = False,
         keep_starts: bool = False,
         gate_box: ParameterBox | None = None,
+        max_memory: int | str | None = "auto",
     ) -> None:
         self.model = model
         self.n_components = n_components
@@ -268,6 +296,7 @@ class MLEGaussianMoE(MoEEstimator):
         self.generic = generic
         self.keep_starts = keep_starts
         self.gate_box = gate_box
+        self.max_memory = max_memory
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
@@ -321,6 +350,7 @@ class MLEGaussianMoE(MoEEstimator):
             raise ValueError(f"keep_starts must be True or False, got {self.keep_starts!r}")
         if self.compile not in (True, False, "auto", "all"):
             raise ValueError(f"compile must be True, False, 'auto' or 'all', got {self.compile!r}")
+        memory.parse_memory("auto" if self.max_memory is None else self.max_memory)
         resolve_device(self.device)
         self._rng()
 
@@ -392,16 +422,22 @@ class MLEGaussianMoE(MoEEstimator):
         if self._use_generic():
             return self._fit_generic(Xt, Yt, init, k)
         V0, E0, s20 = self._starts(Xn, Yn, init, k)
-        res = fit_em(
-            # torch.tensor copies: a start broadcast from one init is a read-only NumPy view, which
-            # torch.as_tensor would wrap with a warning (fit_em clones its starts anyway)
-            Xt.to(dev), Yt.to(dev), torch.tensor(V0, device=dev), torch.tensor(E0, device=dev),
-            None if s20 is None else torch.tensor(s20, device=dev),
-            shared=self.variance == "shared", max_iter=int(self.max_iter), tol=float(self.tol),
-            var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
-            polish_iter=int(self.polish_iter),
-        )
         S = V0.shape[1]
+        # replicates in chunks within the memory budget (whole replicates: fit_em batches its S starts
+        # itself); the compile decision is the whole batch's, so every chunk runs the same pass
+        per = max(1, memory.entries_per_chunk(n, k, d, self.max_memory) // S)
+        parts = []
+        for a, b in memory.chunks(R, per):
+            parts.append(fit_em(
+                # torch.tensor copies: a start broadcast from one init is a read-only NumPy view, which
+                # torch.as_tensor would wrap with a warning (fit_em clones its starts anyway)
+                Xt[a:b].to(dev), Yt[a:b].to(dev), torch.tensor(V0[a:b], device=dev), torch.tensor(E0[a:b], device=dev),
+                None if s20 is None else torch.tensor(s20[a:b], device=dev),
+                shared=self.variance == "shared", max_iter=int(self.max_iter), tol=float(self.tol),
+                var_floor=float(self.var_floor), compile=self.compile, accelerate=bool(self.accelerate),
+                polish_iter=int(self.polish_iter), compile_size=R * S * n,
+            ))
+        res = _concat_results(parts)
         pick = self._best_starts(res, R, S)
         V, E, s2 = res["V"][pick], res["E"][pick], res["s2"][pick]
         eta = np.concatenate([E, s2[..., None]], axis=-1) if self.eta_variance else E
@@ -446,7 +482,12 @@ class MLEGaussianMoE(MoEEstimator):
         d = Xn.shape[2]
         status = [res["status"][i] for i in pick]
         self.params_, self.n_features_in_, self.model_ = params, d, model
-        objective = np.mean((Yn - self.predict(Xn)) ** 2, axis=1)
+        # by chunks of replicates as the fit ran (the mean function's [R, n, k] temporaries); each
+        # replicate's row is computed by the same operations, so the objective is the same bits
+        R, n = Yn.shape
+        per = memory.entries_per_chunk(n, params.n_atoms, d, self.max_memory)
+        objective = np.concatenate([np.mean((Yn[a:b] - self._predict(torch.as_tensor(Xn[a:b]), slice(a, b))) ** 2, axis=1)
+                                    for a, b in memory.chunks(R, per)])
         self._set_fit(params, objective, np.array([s in ("tol", "newton") for s in status]), res["n_iter"][pick], status, d)
         return self
 
@@ -482,9 +523,19 @@ class MLEGaussianMoE(MoEEstimator):
             owner = np.concatenate([owner, owner[extra_of]])
         fv, eta, ls2 = gs.to_free(em, flat)
         rep = torch.as_tensor(owner)
-        res = mg.fit_generic(model, Xt[rep], Yt[rep], fv, eta, ls2, max_iter=int(self.max_iter), tol=float(self.tol),
-                             var_floor=float(self.var_floor), accelerate=bool(self.accelerate), polish_iter=int(self.polish_iter),
-                             compile=self.compile, gate_box=self.gate_box)
+        # the entries in chunks within the memory budget, each chunk's data copied for it alone; the
+        # starts are all drawn above and the compile decision is the whole batch's (compile_size), so
+        # every entry's fit is the one it gets in a single batch.  A Top-K gate's score search refits
+        # the entries it moved as one batch whose compile decision depends on how many moved: cut
+        # into chunks, that set (hence the pass that refits it) would change, so it stays whole.
+        E = int(rep.numel())
+        per = E if em.topk else memory.entries_per_chunk(n, k, d, self.max_memory)
+        parts = [mg.fit_generic(model, Xt[rep[a:b]], Yt[rep[a:b]], fv[a:b], eta[a:b], ls2[a:b], max_iter=int(self.max_iter),
+                                tol=float(self.tol), var_floor=float(self.var_floor), accelerate=bool(self.accelerate),
+                                polish_iter=int(self.polish_iter), compile=self.compile, gate_box=self.gate_box,
+                                compile_size=E * n)
+                 for a, b in memory.chunks(E, per)]
+        res = _concat_results(parts)
         pick = self._best_starts(res, R, S, owner if extra is not None else None)
         if self.gate_box is not None:
             self.on_box_ = res["on_box"][pick]
@@ -528,12 +579,17 @@ class MLEGaussianMoE(MoEEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Fitted mean function ``sum_i pi_i(x) h(x, eta_i)`` (linear experts: ``a_i^T x + b_i``), shape ``[R, n]``."""
-        Xt = self._check_X(X)
+        return self._predict(self._check_X(X), slice(None))
+
+    def _predict(self, Xt: torch.Tensor, rows: slice) -> np.ndarray:
+        """:meth:`predict` of the replicates ``rows`` on their inputs ``Xt [len(rows), n, d]``."""
         p = self.params_
+        p = MixingMeasure(p.beta0[rows], p.beta1[rows], p.eta[rows])
+        variances = self.variances_[rows]
         if self.model_ is not None:  # the generic EM's model
-            full = p if (self.eta_variance or not np.isfinite(self.variances_).all()) else MixingMeasure(
-                p.beta0, p.beta1, np.concatenate([p.eta, self.variances_[..., None]], -1))
+            full = p if (self.eta_variance or not np.isfinite(variances).all()) else MixingMeasure(
+                p.beta0, p.beta1, np.concatenate([p.eta, variances[..., None]], -1))
             return self.model_.predict(Xt, full).numpy()
         G = MixingMeasure(p.beta0, p.beta1, np.concatenate([p.eta[..., : self.n_features_in_ + 1],
-                                                            self.variances_[..., None]], axis=-1))
+                                                            variances[..., None]], axis=-1))
         return mean_function(Xt, G)

@@ -596,7 +596,7 @@ def pass_loglik(X: torch.Tensor, Y: torch.Tensor, V: torch.Tensor, E: torch.Tens
 
 
 def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_floor=1e-6, compile="auto",
-           accelerate: bool = False, polish_iter: int = 0) -> dict:
+           accelerate: bool = False, polish_iter: int = 0, compile_size: int | None = None) -> dict:
     """Batched EM from ``S`` starts per replicate, run by :func:`moestat.estimators.em_driver.run_em`.
 
     Each iteration: the experts and variances by their exact M-step (weighted least squares on
@@ -625,6 +625,10 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
         Newton iterations (:func:`moestat.estimators.mle_newton.polish_starts`) for every finite start
         after EM; one that reaches the Newton-decrement certificate gets status ``"newton"``, the
         others keep EM's.  0 (default): none.
+    compile_size : int or None
+        The size ``"auto"`` compares with :data:`COMPILE_MIN_SAMPLES` (default ``R S n``): a chunk
+        of a larger batch passes the whole batch's, so that it runs the pass the whole batch would
+        (:class:`~moestat.estimators.mle.MLEGaussianMoE`'s ``max_memory``).
 
     Returns
     -------
@@ -645,7 +649,7 @@ def fit_em(X, Y, V, E, s2=None, *, shared=False, max_iter=1000, tol=1e-10, var_f
     if s2 is None or shared:  # a shared-variance EM starts inside its model: one pooled variance
         s2 = _start_variances(Xd, ya, V, E, shared)
     s2 = torch.maximum(s2.reshape(B, k), fa.unsqueeze(-1)).clone()
-    em_pass, kernel = _pass_function(compile, B * n, X.device)
+    em_pass, kernel = _pass_function(compile, B * n if compile_size is None else int(compile_size), X.device)
     steps = _FusedSteps(em_pass, Xd, ya, fa, shared, kernel)
     out = run_em(steps, (V, E, s2), n=n, max_iter=max_iter, tol=tol, accelerate=accelerate, compile=compile)
     (V, E, s2), status, paths = out["state"], out["status"], out["paths"]

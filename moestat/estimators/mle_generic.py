@@ -734,7 +734,8 @@ class _GenericSteps:
 
 
 def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, tol=1e-10, var_floor=1e-6,
-                accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto", gate_box=None) -> dict:
+                accelerate=False, polish_iter=0, search_rounds: int = 50, compile="auto", gate_box=None,
+                compile_size: int | None = None) -> dict:
     """Batched generalised EM (module docstring) from ``B`` starts by :func:`~moestat.estimators.em_driver.run_em`;
     then :func:`topk_search` for a Top-K gate, and the Newton polish (:func:`polish`).
 
@@ -754,6 +755,10 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
         Maximise over the compact set the gate family's ``box_limits`` take from it (a dense gate,
         e.g. :class:`~moestat.model.laplace_gate.LaplaceGate`): the starts, every gate step, SQUAREM's
         extrapolations and the polish's steps projected onto it.  ``None``: over all of ``R^mg``.
+    compile_size : int or None
+        The size :func:`use_compiled` judges (default ``B n``): a chunk of a larger batch passes the
+        whole batch's, so that it runs the E-step the whole batch would
+        (:class:`~moestat.estimators.mle.MLEGaussianMoE`'s ``max_memory``).
 
     Returns
     -------
@@ -766,7 +771,7 @@ def fit_generic(model: LikelihoodModel, X, Y, fv, eta, ls2, *, max_iter=1000, to
     k = eta.shape[1]
     em = GenericEM(model, k, d, X.dtype, gate_box)
     fv = em.clamp_gate(fv)
-    compiled = use_compiled(em, compile, B * n, X.device)
+    compiled = use_compiled(em, compile, B * n if compile_size is None else int(compile_size), X.device)
     floor = var_floor * Y.var(dim=1).clamp_min(1e-300)
     ls2 = torch.log(torch.maximum(torch.exp(ls2), floor.unsqueeze(-1))) if em.gaussian else torch.zeros(B, k, dtype=X.dtype)
     lam0 = torch.full((B,), _LAM0, dtype=X.dtype)

@@ -45,6 +45,7 @@ from typing import Any
 from moestat.data.scenario_files import scenario_digest
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.devices import resolve_device
+from moestat.estimators.memory import parse_memory
 from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
@@ -377,12 +378,18 @@ class ExecutionSpec:
         ``dask.distributed`` scheduler address (``backend="dask"`` only).
     quiet : bool
         No progress bar and no printed table.
+    max_memory : int or str
+        Budget of a likelihood fit's per-sample arrays in one process (bytes, or ``"1.5G"``-style
+        text): the maximum-likelihood fits of a work unit run their replicates in chunks within it,
+        with the same rows (:mod:`moestat.estimators.memory`); ``"auto"`` (default): 1 GiB, or half
+        the available memory where that is less.
     """
 
     n_jobs: int | str = 1
     backend: str = "loky"
     scheduler: str | None = None
     quiet: bool = False
+    max_memory: int | str = "auto"
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -393,6 +400,7 @@ class ExecutionSpec:
                 raise ValueError(f"n_jobs must be a positive integer or 'auto', got {self.n_jobs!r}") from None
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
+        parse_memory(self.max_memory)
         if self.backend == "dask" and not self.scheduler:
             raise ValueError("backend 'dask' needs a scheduler address (--scheduler tcp://HOST:PORT)")
         if self.backend != "dask" and self.scheduler:
@@ -461,7 +469,7 @@ FLAT_KEYS = (
     "input_law", "truth_seed", "n_min", "n_max", "n_points", "reps", "estimator", "max_iter", "init",
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
-    "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale", "statistic",
+    "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale", "statistic", "max_memory",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
+from moestat.estimators.memory import scenario_line
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig
@@ -285,6 +286,11 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         for w in rep["warnings"]:
             sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
         pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+    c = experiment.config
+    if c.estimator == "mle" and not c.quiet:
+        # one line: what the largest unit's likelihood fit holds, and the chunks --max-memory asks for
+        sc = experiment.scenarios[c.router[0]]
+        print(scenario_line(sc, max(c.ns), min(c.reps, c.chunk or c.reps), c.max_memory), flush=True)
     # The sweep's workers are forked first, while no other thread runs (moestat.rates.forked).  With
     # them, the first worker imports what the rate fits and the figures need and runs both after the
     # sweep: this process only fits units (a background import here competed with its units for the

@@ -27,6 +27,7 @@ from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.data.scenario_files import load_scenario, scenario_digest
 from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS
+from moestat.estimators.memory import entries_per_chunk
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
 from moestat.rates.gmoe_blocks import block_columns, block_predicted
 from moestat.rates.labels import LOSS_NAMES
@@ -198,7 +199,10 @@ class Experiment:
             self.estimator(sc, 0)
             if builtin and c.estimator != "null":
                 check_enough_samples(min(c.ns), sc.k_fit, sc.d)
-            check_scenario_memory(sc, max(c.ns), min(c.reps, c.chunk or c.reps))
+            reps = min(c.reps, c.chunk or c.reps)
+            if c.estimator == "mle":  # a likelihood fit holds one chunk of its replicates at a time
+                reps = min(reps, entries_per_chunk(max(c.ns), sc.k_fit, sc.d, c.max_memory))
+            check_scenario_memory(sc, max(c.ns), reps)
         return self
 
     def estimator(self, scenario, random_state: int):

@@ -103,6 +103,9 @@ class WorkUnit:
     #: every EM fit's ``compile`` (:func:`moestat.estimators.em_driver.sweep_compile`: one decision
     #: per sweep from its design, so the rows never depend on which worker compiled)
     compile: bool | str = "auto"
+    #: the likelihood fits' memory budget (:class:`~moestat.rates.config.ExecutionSpec`); it sets how
+    #: many replicates a fit holds at once, never a number of the rows
+    max_memory: int | str = "auto"
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -130,6 +133,7 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
                         experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter,
                         config.init, float(config.init_scale), config.seed, config.holdout, config.device,
                         int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale), comp,
+                        config.max_memory,
                     )
                 )
     return units

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from moestat.estimators.memory import chunks, entries_per_chunk
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL
 from moestat.rates.labels import LOSS_NAMES
@@ -139,6 +140,8 @@ def unit_estimator(unit, scenario, *stream: int):
                              device=unit.device)
     if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
         est.compile = unit.compile
+    if hasattr(est, "max_memory"):  # a likelihood fit: replicates in chunks within the budget (same fits)
+        est.max_memory = getattr(unit, "max_memory", "auto")
     return est
 
 
@@ -240,8 +243,20 @@ def fit_criterion(scenario, kind: str | None, est, X: np.ndarray, Y: np.ndarray)
         out[mine] = own[mine]
         ok = ok & ~mine  # finite parameters whose trace ended non-finite: the scenario's likelihood, as before
     if ok.any():
-        out[ok] = scenario.loglik_at(X[ok], Y[ok], _take(G, ok), fitted=True)
+        out[ok] = _loglik_in_chunks(scenario, X[ok], Y[ok], _take(G, ok), True, getattr(est, "max_memory", "auto"))
     return out
+
+
+def _loglik_in_chunks(scenario, X: np.ndarray, Y: np.ndarray, G, fitted: bool, max_memory) -> np.ndarray:
+    """``scenario.loglik_at`` ``[R]`` by chunks of replicates within the likelihood fit's memory budget
+    (:mod:`moestat.estimators.memory`): its per-sample temporaries are ``[R, n, k]``; a replicate's
+    sum is computed by the same operations in any chunk, so the values are the same bits."""
+    R, n = np.asarray(Y).shape
+    per = entries_per_chunk(n, np.shape(G.beta0)[-1], np.shape(X)[-1], max_memory)
+    batched = np.ndim(G.beta0) > 1
+    parts = [scenario.loglik_at(X[a:b], Y[a:b], _take(G, slice(a, b)) if batched else G, fitted=fitted)
+             for a, b in chunks(R, per)]
+    return np.concatenate([np.atleast_1d(p) for p in parts])
 
 
 def truth_criterion(scenario, kind: str | None, X: np.ndarray, Y: np.ndarray, est=None) -> np.ndarray:
@@ -255,7 +270,7 @@ def truth_criterion(scenario, kind: str | None, X: np.ndarray, Y: np.ndarray, es
         return np.sum((np.asarray(Y, float) - scenario.regression_function(X)) ** 2, axis=-1)
     if est is not None and _by_the_fits_pass(scenario, kind, est):
         return np.asarray(est.loglik_of(X, Y, scenario.truth), dtype=float)
-    return scenario.loglik_at(X, Y, scenario.truth, fitted=False)
+    return _loglik_in_chunks(scenario, X, Y, scenario.truth, False, getattr(est, "max_memory", "auto"))
 
 
 def truth_gap(kind: str | None, fit: np.ndarray, truth: np.ndarray) -> np.ndarray:
