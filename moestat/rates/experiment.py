@@ -31,7 +31,7 @@ from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, 
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.forked import NotSendable
-from moestat.rates.labels import former_definition
+from moestat.rates.labels import former_definition, undefined_fits, undefined_reason
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, read_run, stored_file_label
@@ -537,8 +537,6 @@ def _fmt(v, spec=".3f") -> str:
 def format_table(summary: dict[str, Any]) -> str:
     """The slope table printed by the command: one line per router and loss with its category,
     then one reason line and one Monte Carlo planning line per fit."""
-    from moestat.rates.labels import undefined_fits, undefined_reason
-
     # a loss with no value in this setting is one line below the table, not a row of dashes
     undefined = undefined_fits(summary["fits"])
     shown = [f for f in summary["fits"] if not any(f is u for u in undefined)]
