@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,11 @@ from moestat.rates.catalogue import (ENTRIES, STATISTIC, Entry, _report, entry, 
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
+from moestat.rates.labels import REDEFINED, former_definition
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 
 __all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded", "REDEFINED", "former_definition"]
-
-#: Loss columns whose definition changed after runs were recorded with them: the change's commit
-#: time (UTC), its commit, and what the column held before.  A recorded row holds the quantity of
-#: its day, so judging it against a prediction written for today's quantity would be judging a
-#: different number (e.g. an unweighted shared-cell maximum judged against Theorem 5's ``n^-1/4``
-#: for the mass-weighted error).
-REDEFINED: dict[str, tuple[str, str, str]] = {
-    "param_multi": ("2026-11-26T05:44:26+00:00", "0a31535",
-                    "the unweighted maximum of ||omega_i - omega*_j|| over the atoms of shared cells"),
-}
-
 
 def describe_scenario(sc) -> str:
     """One line of a built scenario's model: gate (Top-K of k*), experts, noise, d, k*, fitted k."""
@@ -82,20 +71,6 @@ def format_list() -> str:
         lines.append(f"{'':<20} read at: {e.paper.read_at}")  # the copy of the paper the entry was written from
         lines.append(f"{'':<20} status: {entry_status(e)}")
     return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
-
-
-def former_definition(loss: str, started: str | None) -> str | None:
-    """Why a run started at ``started`` (ISO 8601) holds a former definition of ``loss``, or None.
-
-    A run whose start is unknown is taken as current (every recorded run has one).
-    """
-    if loss not in REDEFINED or not started:
-        return None
-    when, commit, before = REDEFINED[loss]
-    if datetime.fromisoformat(started) >= datetime.fromisoformat(when):
-        return None
-    return (f"not judged: recorded {started[:10]}, before {commit} ({when[:10]}) redefined {loss}; the rows hold "
-            f"{before}, not the quantity the prediction is for")
 
 
 def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, 
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.forked import NotSendable
-from moestat.rates.labels import undefined_fits, undefined_reason
+from moestat.rates.labels import former_definition, undefined_fits, undefined_reason
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, read_run, stored_file_label
@@ -337,20 +337,10 @@ def analysis_suffix(out: Path, config: RatesConfig, resume: bool) -> str:
     return "" if before == config.statistic else f"_{config.statistic}"
 
 
-def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path,
-             suffix: str = "") -> dict[str, Any]:
-    """Write ``summary<suffix>.json`` of a finished sweep and return its content (as read back)."""
-    config = experiment.config
-    setting = experiment.setting
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "config": config.to_dict(),
-        # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
-        # flag, is ignored for it and kept as given so that the configuration round-trips)
-        "setting": setting,
-        "config_hash": experiment.hash,
-        "sample_sizes": config.ns,
-        "tolerance": config.tolerance,
+def rule_fields(config: RatesConfig) -> dict[str, Any]:
+    """The fields of ``summary.json`` that say by which rules its fits were judged (``verdict_rule``,
+    ``category_rule``, ``default_tolerance``, ``max_ci_width``): those of today, for ``config``'s statistic."""
+    return {
         "verdict_rule": (
             "moestat.rates.verdicts.judge_interval: consistent = the CI covers the prediction (sided 'upper', a worst-case "
             "upper bound: the CI reaches it or its steep side); near = the CI excludes it by at most the tolerance (never "
@@ -375,6 +365,24 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         ),
         "default_tolerance": DEFAULT_TOLERANCE,
         "max_ci_width": MAX_CI_WIDTH,
+    }
+
+
+def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path,
+             suffix: str = "") -> dict[str, Any]:
+    """Write ``summary<suffix>.json`` of a finished sweep and return its content (as read back)."""
+    config = experiment.config
+    setting = experiment.setting
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "config": config.to_dict(),
+        # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
+        # flag, is ignored for it and kept as given so that the configuration round-trips)
+        "setting": setting,
+        "config_hash": experiment.hash,
+        "sample_sizes": config.ns,
+        "tolerance": config.tolerance,
+        **rule_fields(config),
         "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
         "counts": rows.counts,
         # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
@@ -388,6 +396,141 @@ def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
     path = atomic_write_json(out / f"summary{suffix}.json", summary)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+#: What :func:`rejudge_run` writes as ``rejudged.rule``: the rule the new fits were judged by.
+REJUDGE_RULE = (f"moestat.rates.verdicts.judge_interval: consistent only when the 95% CI covers the prediction "
+                f"(sided 'upper': reaches it or its steep side), near within the tolerance band, inconsistent beyond, "
+                f"inconclusive when the CI is wider than MAX_CI_WIDTH = {MAX_CI_WIDTH:g}")
+
+
+def rejudge_run(run_dir, *, date: str | None = None) -> dict[str, Any]:
+    """Judge a recorded rates run folder again under today's rules, without refitting a model.
+
+    Reads the folder's ``results.csv`` (and ``extras.csv``) and ``provenance.json``, fits the rates
+    exactly as :func:`run_rates` does after its sweep (:func:`moestat.rates.store.read_run`, then
+    :func:`moestat.rates.fit.fit_experiment` with the run's own configuration: its statistic, its
+    window, its tolerance), and rewrites ``summary.json`` atomically with the new ``fits`` and the
+    rule fields of today (``verdict_rule``, ``category_rule``, ``default_tolerance``,
+    ``max_ci_width``); every other field is kept as it was, and a field ``rejudged``
+    (``rule``, ``date``, the former ``max_ci_width`` and the former and new category counts) records
+    the re-judging.  No row of ``results.csv`` or ``extras.csv`` is touched.
+
+    The configuration is the one stored with the results (``provenance.json``); the statistic is
+    that of the analysis ``summary.json`` holds (a folder resumed with another ``--statistic`` wrote
+    that analysis beside it, :func:`analysis_suffix`).  A loss column whose definition changed after
+    the run started (:data:`moestat.rates.labels.REDEFINED`) keeps its slope and gets no category,
+    as in :func:`moestat.rates.catalogue_views.recorded_fits`.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        An output folder of ``moestat rates`` (or one run of ``moestat reproduce`` / ``moestat
+        theory``) holding ``results.csv``, ``provenance.json`` and ``summary.json``.
+    date : str, optional
+        The date recorded in ``rejudged`` (ISO 8601); default: now, in UTC.
+
+    Returns
+    -------
+    dict
+        The new content of ``summary.json`` (as read back).
+
+    Raises
+    ------
+    FileNotFoundError
+        A file of the three is missing.
+    ValueError
+        ``results.csv`` holds rows that are not this run's (:func:`~moestat.rates.store.read_run`),
+        or rows other than those ``summary.json`` summarised (its ``rows.sha256``).
+
+    Examples
+    --------
+    >>> from moestat.rates.experiment import rejudge_run
+    >>> summary = rejudge_run("runs/exact")  # doctest: +SKIP
+    >>> summary["rejudged"]["rule"]  # doctest: +SKIP
+    'moestat.rates.verdicts.judge_interval: consistent only when ...'
+    """
+    from datetime import datetime, timezone
+
+    out = Path(run_dir)
+    for name in ("results.csv", "provenance.json", "summary.json"):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"no {name} in {out}: not a finished moestat rates folder")
+    prov = json.loads((out / "provenance.json").read_text(encoding="utf-8"))
+    config = RatesConfig.from_dict(prov["config"])
+    lock_out(out, "rates")
+    tmp = None
+    try:
+        recorded_file = config.scenario_file
+        if recorded_file and not Path(recorded_file).is_file():
+            # a run records its scenario file by the absolute path of the checkout that ran it: read the
+            # file as run (scenario_as_run.toml beside the rows, where the shipped file changed since),
+            # else the shipped file of the same name, under the recorded name (the curve label is its stem)
+            import importlib.resources
+            import tempfile
+
+            name = Path(recorded_file).name
+            src = out / "scenario_as_run.toml"
+            if not src.is_file():
+                src = Path(str(importlib.resources.files("moestat.rates") / "catalogue_files" / name))
+            if not src.is_file():
+                raise FileNotFoundError(f"{out / 'provenance.json'}: its scenario file {recorded_file} does not exist, and "
+                                        f"neither {out / 'scenario_as_run.toml'} nor a shipped file of that name")
+            tmp = tempfile.TemporaryDirectory()
+            (Path(tmp.name) / name).write_bytes(src.read_bytes())
+            config = config.replace(scenario_file=str(Path(tmp.name) / name))
+        old = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        statistic = (old.get("config") or {}).get("statistic", "mean")
+        if statistic != config.statistic:
+            config = config.replace(statistic=statistic)
+        config = stored_file_label(out, config)
+        experiment = config.resolve()
+        rows = read_run(out, experiment)
+        recorded = (old.get("rows") or {}).get("sha256")
+        if recorded is not None and recorded != rows.audit.digest:
+            raise ValueError(f"{out / 'summary.json'} summarises other rows than {out / 'results.csv'} holds "
+                             f"(sha256 {recorded[:12]}... against {rows.audit.digest[:12]}...): run moestat rates --resume")
+        # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:
+        # the fits are those of the columns it wrote (as moestat.rates.catalogue_views.recorded_fits)
+        missing = [c for c in experiment.losses if c not in rows.df]
+        if missing:
+            experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in rows.df))
+        fits = fit_experiment(rows.df, experiment)
+        started = (prov.get("runs") or [{}])[0].get("started")
+        for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
+            why = former_definition(f["loss"], started)
+            if why is not None:
+                f.update(category=None, reason=why)
+                f.pop("mean_statistic", None)
+
+        def tally(fs) -> dict[str, int]:
+            out_: dict[str, int] = {}
+            for f in fs:
+                if f.get("category") is not None:
+                    out_[f["category"]] = out_.get(f["category"], 0) + 1
+            return out_
+
+        new = dict(old)
+        new.update(rule_fields(config))
+        new["fits"] = fits
+        new["rejudged"] = {
+            "rule": REJUDGE_RULE,
+            "date": date or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "max_ci_width_before": old.get("max_ci_width"),
+            "categories_before": tally(old.get("fits") or []),
+            "categories_after": tally(fits),
+        }
+        if missing:
+            new["rejudged"]["losses_not_in_rows"] = missing
+        if tmp is not None:
+            new["rejudged"]["scenario_file_read"] = (src.name if src.parent == out
+                                                     else f"moestat/rates/catalogue_files/{src.name}")
+        path = atomic_write_json(out / "summary.json", new)
+    finally:
+        unlock_out(out)
+        if tmp is not None:
+            tmp.cleanup()
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -12,7 +12,11 @@ loss, so that two curves measured in different losses never share a label.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
+    "REDEFINED",
+    "former_definition",
     "ROUTER_NAMES",
     "LOSS_NAMES",
     "LOSS_LABELS",
@@ -154,3 +158,28 @@ def run_title(loss_words: str, setting: str, estimator: str) -> str:
     """``Voronoi loss against sample size: over-specified (k > k*), least squares``."""
     parts = [SETTING_NAMES.get(setting, setting), ESTIMATOR_NAMES.get(estimator, estimator)]
     return f"{loss_words} against sample size: " + ", ".join(p for p in parts if p)
+
+
+#: Loss columns whose definition changed after runs were recorded with them: the change's commit
+#: time (UTC), its commit, and what the column held before.  A recorded row holds the quantity of
+#: its day, so judging it against a prediction written for today's quantity would be judging a
+#: different number (e.g. an unweighted shared-cell maximum judged against Theorem 5's ``n^-1/4``
+#: for the mass-weighted error).
+REDEFINED: dict[str, tuple[str, str, str]] = {
+    "param_multi": ("2026-11-26T05:44:26+00:00", "0a31535",
+                    "the unweighted maximum of ||omega_i - omega*_j|| over the atoms of shared cells"),
+}
+
+
+def former_definition(loss: str, started: str | None) -> str | None:
+    """Why a run started at ``started`` (ISO 8601) holds a former definition of ``loss``, or None.
+
+    A run whose start is unknown is taken as current (every recorded run has one).
+    """
+    if loss not in REDEFINED or not started:
+        return None
+    when, commit, before = REDEFINED[loss]
+    if datetime.fromisoformat(started) >= datetime.fromisoformat(when):
+        return None
+    return (f"not judged: recorded {started[:10]}, before {commit} ({when[:10]}) redefined {loss}; the rows hold "
+            f"{before}, not the quantity the prediction is for")

@@ -285,10 +285,27 @@ def cells_design(cells: dict, root: Path, router: str) -> dict:
     per_n: dict[int, int] = {}
     for r in rows:
         per_n[int(r["n"])] = per_n.get(int(r["n"]), 0) + 1
-    seed = int(json.loads((root / run / "summary.json").read_text())["config"]["seed"])
+    seed = int(json.loads((_moved(root, run) / "summary.json").read_text())["config"]["seed"])
     return {"preset": run.parent.name, "seed": seed, "run": run.as_posix(), "n": sorted(per_n),
             "replicates": [min(per_n.values()), max(per_n.values())],
             "refit_matches_recorded": cells["refit_matches_recorded"]}
+
+
+def _moved(root: Path, recorded: Path) -> Path:
+    """Where a path a record names (written before issue 58 moved ``simulations/`` to ``records/``)
+    lives now under ``root``: mapped through ``records/index.toml``'s ``former_path`` fields (the longest
+    matching one wins); a path that was not moved is returned as is."""
+    import tomllib
+
+    rec = Path(recorded).as_posix()
+    if (root / rec).exists():
+        return root / rec
+    former = {}
+    for r in tomllib.loads((root / "records" / "index.toml").read_text(encoding="utf-8"))["record"]:
+        for old, new in zip(r.get("former_path", []), [r["path"], *r.get("files", [])]):
+            former[old] = new
+    best = max((o for o in former if rec == o or rec.startswith(o + "/")), key=len, default=None)
+    return root / (former[best] + rec[len(best):] if best else rec)
 
 
 def bound_curve(c: dict) -> dict:
