@@ -13,31 +13,16 @@ prediction by at most the tolerance, ``inconsistent`` by more.
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from moestat.rates.verdicts import DEFAULT_TOLERANCE, MAX_CI_WIDTH
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
-INDEX = tomllib.loads((ROOT / "records" / "index.toml").read_text(encoding="utf-8"))["record"]
 #: Rounding allowance of the comparisons (the rule compares the same floats; JSON keeps them exactly).
 EPS = 1e-9
-
-
-def current_run_folders() -> list[Path]:
-    """Every rates run folder under a current record (nested records listed once)."""
-    found: set[Path] = set()
-    for rec in INDEX:
-        path = ROOT / rec["path"]
-        if rec["status"] != "current" or not path.is_dir():
-            continue
-        for s in path.rglob("summary.json"):
-            d = s.parent
-            if (d / "results.csv").is_file() and (d / "provenance.json").is_file():
-                found.add(d)
-    return sorted(found)
 
 
 def fit_problems(fit: dict, tolerance: float = DEFAULT_TOLERANCE, max_width: float = MAX_CI_WIDTH) -> list[str]:
@@ -67,7 +52,8 @@ def fit_problems(fit: dict, tolerance: float = DEFAULT_TOLERANCE, max_width: flo
     return out
 
 
-FOLDERS = current_run_folders()
+#: the folders the re-judging tool walks: the test checks exactly what it re-judged
+FOLDERS = load_script(ROOT / "studies" / "tools" / "rejudge_records.py").current_run_folders(ROOT)
 
 
 def test_the_walk_finds_the_recorded_runs():
