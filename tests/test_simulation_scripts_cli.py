@@ -70,6 +70,7 @@ CASES = [
     ("records/figure1/fig1b40w_median.py", ["--json", "{tmp}/absent/m.json"], "absent"),
     ("records/archive/figure1/fig1b_runaway.py", ["--ns", "abc", "--json", "{tmp}/r.json"], "--ns"),
     ("studies/tools/theory_full_index.py", ["--root", "{tmp}/absent"], "absent"),
+    ("studies/tools/rejudge_records.py", ["--bogus"], "--bogus"),
     ("studies/probes/over_direction_cells.py", ["cosine", "abc", "4"], "abc"),
     ("studies/probes/split_triangle_probe.py", ["--bogus"], "--bogus"),
     ("studies/probes/two_point_expert_triangle_probe.py", ["--bogus"], "--bogus"),
@@ -164,12 +165,14 @@ def test_the_driver_answers_as_a_real_run(answers, tmp_path):
 
 #: The scripts under studies/ and records/ not in :data:`CASES`: a module of functions (``proposals.py``,
 #: ``recorded_refit.py``), or a script whose bad input another test covers (the renderers, ``boundary.py``,
-#: the certificate analyses, which take one positional folder).
+#: the certificate analyses, which take one positional folder; ``recompute_slopes.py``, which takes no
+#: argument and is run whole by tests/records/test_recompute_slopes.py).
 NOT_CASES = {
     "records/archive/catalogue/sigmoid-vs-softmax/certificate20/analyse.py",
     "records/catalogue/hypotheses/proposals.py",
     "records/catalogue/laplace-gmoe/boundary.py",
     "records/catalogue/sigmoid-vs-softmax/certificate40/analyse.py",
+    "records/recompute_slopes.py",
     "studies/tools/recorded_refit.py",
     "studies/tools/render_catalogue_rst.py",
     "studies/tools/render_realdata_rst.py",

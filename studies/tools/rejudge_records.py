@@ -23,7 +23,6 @@ Usage (from the repository root)::
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import tomllib
@@ -98,7 +97,9 @@ def rejudge_theory_report(folder: Path, key: str, date: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from moestat.cli.common import ArgumentParser
+
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])  # the doors' parser: a bad option is one line, exit 2
     ap.add_argument("--date", default=None, help="the date recorded in each 'rejudged' field (default: now, UTC)")
     ap.add_argument("--dry-run", action="store_true", help="list the folders, write nothing")
     args = ap.parse_args()
