@@ -65,6 +65,9 @@ __all__ = [
     "reproduce",
     "contrast_verdict",
     "category_counts",
+    "standing_counts",
+    "format_standing_counts",
+    "STANDINGS",
     "format_report",
 ]
 
@@ -75,6 +78,25 @@ REPORT_SCHEMA = "moestat.catalogue.report/1"
 #: catalogue uses the per-``n`` median; the mean's slope and category are reported beside each row.
 STATISTIC = "median"
 SLOWER = "slower than any polynomial rate"
+#: Where each prediction comes from (:attr:`Prediction.standing`), strongest first:
+#:
+#: - ``full text``: the theorem read in the paper's full text;
+#: - ``abstract``: only the abstract was read (or a summary page, a repository's README or a page
+#:   quoting the paper: the paper's own words, second-hand or in summary, not its theorem);
+#: - ``digest``: a digest of a seed text whose mathematics was stripped in extraction (the
+#:   cosine-router theorems of Nguyen et al. 2024, read in a reconstructed digest);
+#: - ``figure slope``: a slope read from a figure, not a theorem's exponent;
+#: - ``own derivation``: moestat's own derivation -- the classical parametric ``n^-1/2`` of a regular
+#:   fit, or an exponent borrowed from another theorem (the prediction's ``source`` says which);
+#: - ``not read``: the paper's statement was not read, so there is no exponent: the loss is reported.
+#:
+#: Only a ``consistent`` row of standing ``full text`` counts as a theorem reproduction
+#: (:func:`standing_counts`); the others are qualitative claims or of lower standing.
+STANDINGS = ("full text", "abstract", "digest", "figure slope", "own derivation", "not read")
+#: The standing of a theorem read in full, the only one whose consistent rows reproduce a theorem.
+THEOREM_STANDING = "full text"
+#: The standing of a prediction whose exponent could not be read.
+UNREAD_STANDING = "not read"
 
 
 @dataclass(frozen=True)
@@ -113,10 +135,14 @@ class Prediction:
     sided: str = "two"
     #: why ``sided`` (required for ``"upper"``)
     sided_reason: str = "a rate the estimator attains: tested two-sided"
+    #: where the prediction comes from, one of :data:`STANDINGS` (required)
+    standing: str = ""
 
     def __post_init__(self) -> None:
         if self.sided not in ("two", "upper"):
             raise ValueError(f"Prediction.sided must be 'two' or 'upper', got {self.sided!r}")
+        if self.standing not in STANDINGS:
+            raise ValueError(f"Prediction.standing must be one of {', '.join(STANDINGS)}, got {self.standing!r}")
 
     @property
     def text(self) -> str:
@@ -251,10 +277,10 @@ _add(Entry(
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "exact", "chunk": 5},
          {"n_min": 2000, "n_max": 128000, "n_points": 7, "reps": 20},
          {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 6}),),
-    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 6"),
-     Prediction("routers", "cosine voronoi", None, "Theorem 2"),
-     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1"),
-     Prediction("routers", "cosine regression_l2", _HALF, "Theorem 1")),
+    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 6", standing="digest"),
+     Prediction("routers", "cosine voronoi", None, "Theorem 2", standing="digest"),
+     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1", standing="digest"),
+     Prediction("routers", "cosine regression_l2", _HALF, "Theorem 1", standing="digest")),
     # the vanilla router's statement (Theorem 2) is about every estimator: judged by Le Cam's two points along the
     # radial witness of its proof, the perturbed router's bound on the same pair as the control
     # (moestat.rates.cosine_two_point, docs/guide/two_point.rst); the fixed-truth slope is reported beside it
@@ -275,10 +301,10 @@ _add(Entry(
     (Run("routers", {"router": ["perturbed", "cosine"], "setting": "over", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _COSINE_OVER_REPS},
          dict(_OWN_QUICK)),),
-    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)"),
-     Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5", sided="upper", sided_reason=_SHARED_CELL_BOUND),
-     Prediction("routers", "cosine voronoi", None, "Theorem 3"),
-     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1")),
+    (Prediction("routers", "perturbed voronoi", _HALF, "Theorem 5 (D2)", standing="digest"),
+     Prediction("routers", "perturbed param_multi", _QUARTER, "Theorem 5", sided="upper", sided_reason=_SHARED_CELL_BOUND, standing="digest"),
+     Prediction("routers", "cosine voronoi", None, "Theorem 3", standing="digest"),
+     Prediction("routers", "perturbed regression_l2", _HALF, "Theorem 1", standing="digest")),
     # Theorem 3 is a minimax statement too: the split witness of its proof (App. B.3), the perturbed router's
     # bound on the same split as the control (Theorem 5); the fixed-truth slope is reported beside it
     judge="moestat.rates.cosine_two_point:judge_over",
@@ -296,9 +322,9 @@ _add(Entry(
     "the peers' code CRPE-SGaME uses 150 sizes for K = 2",
     (_gmoe("exact", None, {"n_min": 100, "n_max": 100_000, "n_points": 150, "reps": 40, "starts": 5, "chunk": 10},
            {"n_min": 200, "n_max": 20_000, "n_points": 8, "reps": 10, "starts": 2, "chunk": 5}),),
-    (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 1 (D1)"),
-     Prediction("gaussian-moe", "param_single", _HALF, "Theorem 1"),
-     Prediction("gaussian-moe", "mass", _HALF, "Theorem 1")),
+    (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 1 (D1)", standing="abstract"),
+     Prediction("gaussian-moe", "param_single", _HALF, "Theorem 1", standing="abstract"),
+     Prediction("gaussian-moe", "mass", _HALF, "Theorem 1", standing="abstract")),
     recorded="the catalogue's gmoe-exact records (and the gmoe_exact preset's sweep)",
 ))
 # replicates per n of the full design, per K: at least 40 for an over-specified design (the peers' CRPE-SGaME
@@ -323,22 +349,22 @@ for _k in (3, 4):
         (_gmoe("over", _k, {"n_min": 200, "n_max": _OVER_NMAX[_k], "n_points": _OVER_NPOINTS[_k], "reps": _OVER_REPS[_k],
                             "starts": 2, "chunk": 5},
                {"n_min": 200, "n_max": 5_000, "n_points": 5, "reps": 6, "starts": 2, "chunk": 3}),),
-        (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 2 (D2)"),
-         Prediction("gaussian-moe", "param_single", _HALF, "Theorem 2"),
+        (Prediction("gaussian-moe", "voronoi", _HALF, "Theorem 2 (D2)", standing="abstract"),
+         Prediction("gaussian-moe", "param_single", _HALF, "Theorem 2", standing="abstract"),
          # the exp(beta0) block: every cell's summed weight sum_{i in A_j} exp(beta0_i) at n^-1/2 (Theorem 2;
          # restated per block in Han et al. 2024, FuseMoE, Table 2) -- the run's `mass` column
          Prediction("gaussian-moe", "mass", _HALF, "Theorem 2: exp(beta0) cell sums at n^{-1/2} (Han et al. 2024, FuseMoE, "
-                    "Table 2)"),
+                    "Table 2)", standing="abstract"),
          # the slowest block of a cell of two (K = 3, k* = 2: the only over-fitted cell has 2 atoms): gate slope and
          # expert intercept at n^{-1/(2 rbar(2))}, rbar(2) = 4; for K = 4 the cell sizes (2 + 2 or 3 + 1) are the
          # fit's, not the design's, so no single exponent is stated
          *((Prediction("gaussian-moe", "param_multi", -0.125, "Theorem 2, rbar(2) = 4: n^{-1/(2 rbar)}", sided="upper",
-                       sided_reason=_SHARED_CELL_BOUND),) if _k == 3 else ()),
+                       sided_reason=_SHARED_CELL_BOUND, standing="abstract"),) if _k == 3 else ()),
          # every block of the cell of two (K = 3): gate slope and b at n^{-1/(2 rbar)}, a and the variance at
          # n^{-1/rbar}, rbar(2) = 4 (Theorem 2; Han et al. 2024, FuseMoE, Table 2) -- moestat.rates.gmoe_blocks
          *((Prediction("gaussian-moe", col, x, f"Theorem 2, rbar(2) = 4: the {BLOCKS[col][0]} block at "
                        f"n^{{-1/{'(2 rbar)' if BLOCKS[col][1] == 'rbar' else 'rbar'}}} (Han et al. 2024, FuseMoE, Table 2)",
-                       sided="upper", sided_reason=_SHARED_CELL_BOUND)
+                       sided="upper", sided_reason=_SHARED_CELL_BOUND, standing="abstract")
             for col, x in block_predictions(2).items()) if _k == 3 else ())),
         recorded=f"the gmoe_over{_k} preset's sweep and the catalogue's gmoe-over{_k} records",
     ))
@@ -360,10 +386,10 @@ _add(Entry(
      Run("linear", {"catalogue_file": "lse_linear_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "n_max": 128000, "n_points": 8, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK))),
-    (Prediction("ffn-sigmoid", "D2_ls", _HALF, "strongly identifiable experts: D2-shaped loss at n^{-1/2}"),
-     Prediction("linear", "D2_ls", None, "polynomial experts: slower than any polynomial rate", by_contrast=True),
-     Prediction("ffn-sigmoid", "regression_l2", _HALF, "regression rate"),
-     Prediction("linear", "regression_l2", _HALF, "regression rate")),
+    (Prediction("ffn-sigmoid", "D2_ls", _HALF, "strongly identifiable experts: D2-shaped loss at n^{-1/2}", standing="abstract"),
+     Prediction("linear", "D2_ls", None, "polynomial experts: slower than any polynomial rate", by_contrast=True, standing="abstract"),
+     Prediction("ffn-sigmoid", "regression_l2", _HALF, "regression rate (moestat's: the parametric rate of the least-squares regression function)", standing="own derivation"),
+     Prediction("linear", "regression_l2", _HALF, "regression rate (moestat's: the parametric rate of the least-squares regression function)", standing="own derivation")),
     contrast=("linear", "ffn-sigmoid", "D2_ls"),
     # the slow arm's statement is about every estimator: judged by Le Cam's two points along the split of an
     # expert (moestat.rates.expert_two_point, docs/guide/two_point.rst), the contrast reported beside it
@@ -387,14 +413,14 @@ _add(Entry(
      Run("softmax", {"catalogue_file": "gate_softmax_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK))),
-    (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (eta2 * GELU(eta1^T x)) experts (Nguyen, Ho & Rinaldo 2024, least squares)"),
+    (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (eta2 * GELU(eta1^T x)) experts (Nguyen, Ho & Rinaldo 2024, least squares)", standing="own derivation"),
      Prediction("softmax", "param_multi", None, "softmax gating, strongly identifiable experts: atoms sharing a cell at "
-                "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True),
+                "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True, standing="own derivation"),
      Prediction("sigmoid", "param_multi", None, "the paper: sigmoid gating estimates experts faster than softmax",
-                claim="faster than softmax (no exponent transcribed)"),
-     Prediction("sigmoid", "regression_l2", _HALF, "regression rate (their parametric regression bound)",
-                sided_reason=_REGRESSION_TWO),
-     Prediction("softmax", "regression_l2", _HALF, "regression rate")),
+                claim="faster than softmax (no exponent transcribed)", standing="abstract"),
+     Prediction("sigmoid", "regression_l2", _HALF, "regression rate (their parametric regression bound; moestat's: the paper's bound not read)",
+                sided_reason=_REGRESSION_TWO, standing="own derivation"),
+     Prediction("softmax", "regression_l2", _HALF, "regression rate (moestat's: the parametric rate of the least-squares regression function)", standing="own derivation")),
     contrast=("softmax", "sigmoid", "param_multi"),
     notes="the paper compares both gates on one data set; moestat fits each gate on data from its own truth (a scenario "
           "file has one gate). The contrast: softmax's multi-atom parameter error flatter than sigmoid's. Both arms' "
@@ -413,7 +439,7 @@ _add(Entry(
          {"n_min": 2000, "n_max": 16000, "n_points": 5, "reps": 12},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6},
          requires="Top-K Gaussian-MoE maximum likelihood from a mixture-noise scenario file"),),
-    (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric"),),
+    (Prediction("topk-exact", "D1", _HALF, "exact-specified: parametric", standing="abstract"),),
     notes="the generic EM's gate step moves beta0 (Newton on Q_g) and beta1 (ECME on the likelihood); the likelihood "
           "jumps where a boundary crosses a sample, and boundaries are moved by the score search; fits below the "
           "truth's likelihood are answered and counted (truth_check)",
@@ -440,12 +466,12 @@ _add(Entry(
     # temperature and other model parameters via some partial differential equations, the convergence rates of
     # parameter estimations are slower than any polynomial rates, and could be as slow as O(1/log(n))"
     (Prediction("temperature", "D1", None, "abstract: 'slower than any polynomial rates, and could be as slow as "
-                "O(1/log(n))' (temperature-parameter interaction via PDEs)", by_contrast=True),
+                "O(1/log(n))' (temperature-parameter interaction via PDEs)", by_contrast=True, standing="abstract"),
      # "activation dense-to-sparse gate ... the parameter estimation rates are significantly improved to polynomial
      # rates" (abstract): no exponent read in the paper; the -1/2 of the gating parameters is the stored page's TL;DR
      Prediction("activation", "D1", None, "abstract: 'the parameter estimation rates are significantly improved to "
                 "polynomial rates' (no exponent read; the stored page's third-party TL;DR says O~(n^-1/2) for gating)",
-                claim="polynomial (no exponent read)")),
+                claim="polynomial (no exponent read)", standing="abstract")),
     contrast=("temperature", "activation", "D1"),
     judge="moestat.rates.temperature_two_point:judge",
     notes="tau is fitted as beta1[-1, 0] (the reference atom's row, whose logit is 0), so the D1 loss's beta1 block "
@@ -473,9 +499,9 @@ _add(Entry(
          {"n_min": 5000, "n_max": 80000, "n_points": 5, "reps": 40},
          {"n_min": 5000, "n_max": 20000, "n_points": 3, "reps": 4},
          requires="multinomial-logistic experts fitted by maximum likelihood")),
-    (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric"),
+    (Prediction("nonvanishing", "D1", _HALF, "no vanishing expert parameter: parametric (moestat's: the classical n^-1/2 of a regular exact fit; the abstract as read states the vanishing case only)", standing="own derivation"),
      Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
-                by_contrast=True)),
+                by_contrast=True, standing="abstract")),
     contrast=("vanishing", "nonvanishing", "D1"),
     notes="the truth is moestat's (the paper's parameters were not recovered), chosen by the pre-flight alone: "
           "gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000",
@@ -500,7 +526,7 @@ _add(Entry(
          # cannot size; 40 x 5 fits cost about 14 CPU-minutes (127 CPU-s for 30).
          {"n_min": 2000, "n_max": 16000, "n_points": 5, "reps": 40},
          {"n_min": 1000, "n_max": 8000, "n_points": 4, "reps": 4, "starts": 2}),),
-    (Prediction("gllim", "Dbar", _HALF, "Type I: D-bar at n^{-1/2}"),),
+    (Prediction("gllim", "Dbar", _HALF, "Type I: D-bar at n^{-1/2}", standing="abstract"),),
     notes="the paper's joint GLLiM (x modelled through the gate's mixture, per-atom gate covariances) fitted by its "
           "joint maximum likelihood (moestat.estimators.gllim). The conditional variant -- a Gaussian gate with a "
           "known common kernel variance and x not modelled (catalogue_files/gaussian_gate_over.toml) -- is kept only "
@@ -530,8 +556,8 @@ _add(Entry(
      Run("over", {"catalogue_file": "laplace_gmoe_over_box.toml", "estimator": "mle", "max_iter": 4000},
          {"n_min": 1000, "n_max": 16000, "n_points": 5, "reps": 40},
          {"n_min": 500, "n_max": 4000, "n_points": 4, "reps": 6})),
-    (Prediction("exact", "D1", -0.49, _FIG3 + ": exact-specified"),
-     Prediction("over", "D2", -0.47, _FIG3 + ": over-specified")),
+    (Prediction("exact", "D1", -0.49, _FIG3 + ": exact-specified", standing="figure slope"),
+     Prediction("over", "D2", -0.47, _FIG3 + ": over-specified", standing="figure slope")),
     notes="the predictions are the paper's measured slopes as read from its Figure 3, not exponents of Theorem 3.2 "
           "(not read); the losses are moestat's (D1, and D2 with the block exponents of Nguyen, Nguyen & Ho 2023, "
           "Theorem 2), the paper's Laplace-gate losses not having been read; pre-flight n_ok 396 (moestat check), "
@@ -550,9 +576,9 @@ _add(Entry(
          {"n_min": 2000, "n_max": 4000, "n_points": 3, "reps": 3}),),
     (Prediction("topk-over", "regression_l2", _HALF, "the abstract: the density estimation rate remains parametric when "
                 "over-specified (the regression function's L2 distance is bounded by a constant times the conditional "
-                "densities' Hellinger distance)", sided_reason=_REGRESSION_TWO),
+                "densities' Hellinger distance)", sided_reason=_REGRESSION_TWO, standing="abstract"),
      Prediction("topk-over", "D2", None, "the abstract: parameter estimation rates become substantially slow",
-                claim="slower than n^-1/2 (no exponent read)")),
+                claim="slower than n^-1/2 (no exponent read)", standing="abstract")),
     notes="the fitted gate selects K-bar = 3 experts: the abstract requires it to exceed the total cardinality of certain "
           "Voronoi cells (2 + 1 for a 4-atom fit; read as 'reach'); the truth is topk-gmoe's",
 ))
@@ -573,10 +599,10 @@ _add(Entry(
      Run("over", {"catalogue_file": "shared_sigmoid_over.toml"},
          {"n_min": 2000, "n_max": 32000, "n_points": 5, "reps": 40},
          {"n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 4})),
-    (Prediction("exact", "D3", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)"),
-     Prediction("over", "D2", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)"),
-     Prediction("exact", "regression_l2", _HALF, _LSE_L2),
-     Prediction("over", "regression_l2", _HALF, _LSE_L2)),
+    (Prediction("exact", "D3", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)", standing="not read"),
+     Prediction("over", "D2", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)", standing="not read"),
+     Prediction("exact", "regression_l2", _HALF, _LSE_L2, standing="own derivation"),
+     Prediction("over", "regression_l2", _HALF, _LSE_L2, standing="own derivation")),
     notes="fitted with the gates normalised-sigmoid and shared-sigmoid of "
           "moestat.model.gate_registry.GATES; the paper's statements were not read, so the entry reproduces nothing: "
           "its Voronoi rates are measured and reported for a reader who has the paper; the regression rows are "
@@ -806,6 +832,7 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         router, loss = (p.loss.split(" ", 1) if " " in p.loss else (None, p.loss))
         f = _fit_of(s, loss, router)
         row = {"run": p.run, "loss": p.loss, "predicted": p.exponent, "prediction": p.text, "source": p.source,
+               "standing": p.standing,
                "by_contrast": p.by_contrast, "sided": None if p.exponent is None else p.sided,
                "sided_reason": None if p.exponent is None else p.sided_reason,
                "slope": None, "ci": None, "category": None, "reason": "loss not in the run's fits"}
@@ -851,7 +878,7 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         "theorem": e.theorem, "figure": e.figure, "model": e.model, "estimator": e.estimator,
         "paper_design": e.paper_design, "notes": e.notes,
         "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
-        "predictions": rows, "counts": category_counts(rows), "contrast": contrast, "instrument": instrument,
+        "predictions": rows, "counts": category_counts(rows), "standing_counts": standing_counts(rows), "contrast": contrast, "instrument": instrument,
         "wall_s": round(sum(r["wall_s"] for r in runs), 2),
     }
 
@@ -872,6 +899,48 @@ def category_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
         out[c if c in out else "none"] += 1
     out["reproduced"] = out["consistent"]
     return out
+
+
+def standing_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The prediction rows split by where they come from (:data:`STANDINGS`).
+
+    ``theorem_reproductions``: rows ``consistent`` whose standing is :data:`THEOREM_STANDING` (a
+    theorem read in full); ``lower_standing``: rows of any other standing read (a qualitative claim,
+    an abstract, a digest, a figure's slope, moestat's own derivation), ``lower_consistent`` those
+    of them ``consistent``; ``unread``: rows whose exponent could not be read
+    (:data:`UNREAD_STANDING`).  ``by_standing`` counts the rows of each standing; a row without a
+    standing (a report written before the field) is counted as ``unstated``, in none of the three.
+    """
+    by = dict.fromkeys(STANDINGS, 0)
+    out = {"theorem_reproductions": 0, "theorem_rows": 0, "lower_consistent": 0, "lower_standing": 0, "unread": 0,
+           "unstated": 0}
+    for r in rows:
+        st, ok = r.get("standing"), r.get("category") == "consistent"
+        if st not in by:
+            out["unstated"] += 1
+            continue
+        by[st] += 1
+        if st == THEOREM_STANDING:
+            out["theorem_rows"] += 1
+            out["theorem_reproductions"] += ok
+        elif st == UNREAD_STANDING:
+            out["unread"] += 1
+        else:
+            out["lower_standing"] += 1
+            out["lower_consistent"] += ok
+    out["by_standing"] = by
+    return out
+
+
+def format_standing_counts(counts: Mapping[str, Any]) -> str:
+    """The count line of :func:`standing_counts`: theorem reproductions, lower standing, unread."""
+    by = counts["by_standing"]
+    lower = ", ".join(f"{k} {by[k]}" for k in STANDINGS if k not in (THEOREM_STANDING, UNREAD_STANDING) and by[k])
+    line = (f"sources: theorem reproductions {counts['theorem_reproductions']} of {counts['theorem_rows']} rows read in "
+            f"{THEOREM_STANDING}; qualitative claims / lower standing {counts['lower_consistent']} consistent of "
+            f"{counts['lower_standing']} rows" + (f" ({lower})" if lower else "")
+            + f"; exponent not read {counts['unread']} rows")
+    return line + (f"; source not stated {counts['unstated']} rows" if counts.get("unstated") else "")
 
 
 def _fmt(v: Any) -> str:
@@ -914,7 +983,8 @@ def quick_grid_note(report: dict[str, Any]) -> str | None:
 def format_report(report: dict[str, Any]) -> str:
     """The table printed by ``moestat reproduce``: one line per prediction, then the contrast.
 
-    Columns are as wide as their content, the prediction text shortened to
+    Columns are as wide as their content (``source``: the prediction's standing, :data:`STANDINGS`;
+    the count line after the categories splits the rows by it, :func:`standing_counts`), the prediction text shortened to
     :data:`PREDICTION_WIDTH` characters (full in ``catalogue.json``).  Where an instrument (a
     two-point bound) decides a row, its verdict and the slope rule's stand in two columns,
     ``two-point`` and ``slope rule``; a ``--quick`` report whose intervals cannot separate the
@@ -929,16 +999,16 @@ def format_report(report: dict[str, Any]) -> str:
             verdicts = ((ft["category"] if ft else r["category"]) or "-", (r["category"] if ft else None) or "-")
         else:
             verdicts = (r["category"] or "-",)
-        cells.append((str(r["run"]), str(r["loss"]), _short(str(r["prediction"]), PREDICTION_WIDTH), r.get("sided") or "-",
-                      _fmt(r["slope"]), ci, *verdicts))
-    titles = ("run", "loss", "predicted", "sided", "slope", "95% CI",
+        cells.append((str(r["run"]), str(r["loss"]), _short(str(r["prediction"]), PREDICTION_WIDTH), r.get("standing") or "-",
+                      r.get("sided") or "-", _fmt(r["slope"]), ci, *verdicts))
+    titles = ("run", "loss", "predicted", "source", "sided", "slope", "95% CI",
               *(("slope rule", "two-point") if instrument else ("category",)))
     w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
 
     def row(c) -> str:
-        out = (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:<{w[2]}} {c[3]:<{w[3]}} {c[4]:>{w[4]}}  {c[5]:<{w[5]}} "
-               f"{c[6]:<{w[6]}}")
-        return (out + (f" {c[7]}" if len(c) > 7 else "")).rstrip()
+        out = (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:<{w[2]}} {c[3]:<{w[3]}} {c[4]:<{w[4]}} {c[5]:>{w[5]}}  "
+               f"{c[6]:<{w[6]}} {c[7]:<{w[7]}}")
+        return (out + (f" {c[8]}" if len(c) > 8 else "")).rstrip()
 
     head = row(titles)
     lines = [f"{report['key']} ({report['mode']}): {report['paper']['authors']} ({report['paper']['year']}), "
@@ -968,6 +1038,7 @@ def format_report(report: dict[str, Any]) -> str:
     counts = report.get("counts") or category_counts(report["predictions"])
     lines.append("categories: " + ", ".join(f"{k} {counts[k]}" for k in COUNTED if counts.get(k))
                  + " (only consistent counts as reproduced; near: the interval excludes the prediction, within the tolerance)")
+    lines.append(format_standing_counts(report.get("standing_counts") or standing_counts(report["predictions"])))
     runs = ", ".join(f"{r['label']} {r['wall_s']:.1f} s ({r['counts']['converged']}/{r['counts']['expected']} converged)"
                      for r in report["runs"])
     lines.append(f"wall: {report['wall_s']:.1f} s; {runs}")

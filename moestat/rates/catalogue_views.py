@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from moestat.rates.catalogue import (ENTRIES, STATISTIC, Entry, _report, entry, entry_status, run_config,
-                                    with_preflight_window)
+from moestat.rates.catalogue import (ENTRIES, STANDINGS, STATISTIC, THEOREM_STANDING, UNREAD_STANDING, Entry,
+                                    _report, entry, entry_status, run_config, with_preflight_window)
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
@@ -59,18 +59,32 @@ def run_models(e: Entry) -> list[str]:
 
 def format_list() -> str:
     """The ``moestat reproduce --list`` table: key, paper, theorem/figure, the model of every run
-    (generated from the scenario it builds: :func:`run_models`),
-    predictions, where the paper was read (``Paper.read_at``), status."""
+    (generated from the scenario it builds: :func:`run_models`), the estimator, one line per
+    prediction (run/loss, prediction, ``source``: its standing, :data:`moestat.rates.catalogue.STANDINGS`;
+    the columns as wide as their content over the whole list), where the paper was read
+    (``Paper.read_at``), status; then the predictions counted by standing."""
     lines = []
+    preds = [(f"{p.run}/{p.loss}", p.text, p.standing) for e in ENTRIES.values() for p in e.predictions]
+    w0, w1 = (max(len(c[i]) for c in preds) for i in (0, 1))
     for e in ENTRIES.values():
-        preds = "; ".join(f"{p.run}/{p.loss}: {p.text}" for p in e.predictions)
         lines.append(f"{e.key:<20} {e.paper.cite}, {e.figure} -- {e.theorem}")
         for i, m in enumerate(run_models(e)):  # from the scenario each run builds: never stale
             lines.append(f"{'':<20} {'model: ' if i == 0 else '       '}{m}")
-        lines.append(f"{'':<20} estimator: {e.estimator}; predicted: {preds}")
+        lines.append(f"{'':<20} estimator: {e.estimator}")
+        for i, p in enumerate(e.predictions):
+            lines.append(f"{'':<20} {'predicted: ' if i == 0 else '           '}{p.run + '/' + p.loss:<{w0}}  {p.text:<{w1}}  "
+                         f"source: {p.standing}")
         lines.append(f"{'':<20} read at: {e.paper.read_at}")  # the copy of the paper the entry was written from
         lines.append(f"{'':<20} status: {entry_status(e)}")
-    return "\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
+    by = {s: sum(p.standing == s for e in ENTRIES.values() for p in e.predictions) for s in STANDINGS}
+    full = [e.key for e in ENTRIES.values() if any(p.standing == THEOREM_STANDING for p in e.predictions)]
+    unread = [e.key for e in ENTRIES.values() if any(p.standing == UNREAD_STANDING for p in e.predictions)]
+    lower = ", ".join(f"{s} {by[s]}" for s in STANDINGS if s not in (THEOREM_STANDING, UNREAD_STANDING) and by[s])
+    return ("\n".join(lines) + f"\n{len(ENTRIES)} entries; run one with: moestat reproduce KEY [--quick] --out DIR"
+            f"\npredictions by source: {THEOREM_STANDING} {by[THEOREM_STANDING]} (the only rows whose consistent verdict "
+            f"reproduces a theorem{': ' + ', '.join(full) if full else ''}); qualitative claims / lower standing "
+            f"{sum(by[s] for s in STANDINGS if s not in (THEOREM_STANDING, UNREAD_STANDING))} ({lower}); "
+            f"exponent not read {by[UNREAD_STANDING]}" + (f" (entries: {', '.join(unread)})" if unread else ""))
 
 
 def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -138,19 +138,20 @@ def _category(cur: dict, rec: dict | None) -> str:
 
 
 def full_table(reps: dict) -> str:
-    """The full runs' table: one row per prediction, its category under the current rules."""
+    """The full runs' table: one row per prediction, its source (the prediction's standing,
+    :data:`moestat.rates.catalogue.STANDINGS`) and its category under the current rules."""
     rows = []
     for key, (cur, rec, wall) in reps.items():
         old = {(r["run"], r["loss"]): r for r in rec["predictions"]}
         for i, r in enumerate(cur["predictions"]):
             ci = f"[{_num(r['ci'][0])}, {_num(r['ci'][1])}]" if r.get("ci") and r["ci"][0] is not None else ""
             run = r["run"] + (" (former truth)" if former_truth(key, r["run"]) else "")
-            rows.append([f"``{key}``" if i == 0 else "", f"{run} ``{r['loss']}``", r["prediction"],
+            rows.append([f"``{key}``" if i == 0 else "", f"{run} ``{r['loss']}``", r["prediction"], r.get("standing") or "-",
                          f"{_num(r['slope'])} {ci}".strip(), _category(r, old.get((r["run"], r["loss"]))),
                          f"{wall:.0f} s" if i == 0 else ""])
     return _table("Full runs (recorded in records/catalogue/), judged under the current rules",
-                  ["entry", "run and loss", "prediction", "slope of the per-n median [95% CI]", "category", "wall"], rows,
-                  "14 22 18 22 14 10")
+                  ["entry", "run and loss", "prediction", "source", "slope of the per-n median [95% CI]", "category", "wall"],
+                  rows, "13 20 17 9 20 13 8")
 
 
 def verdicts(reps: dict) -> str:

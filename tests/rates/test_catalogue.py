@@ -289,3 +289,89 @@ def test_the_catalogue_window_starts_at_the_first_size_above_the_preflight_n_ok(
     assert topk.window_min is None  # designed above its n_ok (1 766 < 2 000)
     # a router with a singular Fisher information (the temperature gate) sets no window
     assert all(c.window_min is None for _, c in cat.plan("temperature-gmoe"))
+
+
+def test_every_prediction_states_the_standing_of_its_source_from_the_vocabulary():
+    assert cat.STANDINGS[0] == cat.THEOREM_STANDING == "full text" and cat.UNREAD_STANDING in cat.STANDINGS
+    assert {"full text", "abstract", "digest", "figure slope", "own derivation"} <= set(cat.STANDINGS)
+    src = (ROOT / "moestat" / "rates" / "catalogue.py").read_text(encoding="utf-8")
+    for s in cat.STANDINGS:
+        assert f"#: - ``{s}``:" in src, s  # the definitions live beside the constant
+    for e in cat.ENTRIES.values():
+        for p in e.predictions:
+            assert p.standing in cat.STANDINGS, (e.key, p.run, p.loss)
+            if p.standing == cat.UNREAD_STANDING:  # nothing read: no exponent
+                assert p.exponent is None and "not read" in p.text, (e.key, p.loss)
+    # the texts the standings were read from
+    assert {p.standing for p in cat.entry("cosine-exact").predictions} == {"digest"}
+    assert {p.standing for p in cat.entry("laplace-gmoe").predictions} == {"figure slope"}
+    assert {p.standing for p in cat.entry("temperature-gmoe").predictions} == {"abstract"}
+    for p in cat.entry("sigmoid-vs-softmax").predictions:  # borrowed exponents name where from
+        if p.standing == "own derivation" and p.loss != "regression_l2":
+            assert "Nguyen, Ho & Rinaldo 2024, least squares" in p.source
+    p = cat.entry("gmoe-exact").predictions[0]
+    with pytest.raises(ValueError, match="standing must be one of"):
+        dataclasses.replace(p, standing="")
+    with pytest.raises(ValueError, match="standing must be one of"):
+        dataclasses.replace(p, standing="theorem")
+
+
+def test_list_shows_each_predictions_source_in_an_aligned_column(capsys):
+    from moestat.rates.catalogue_views import format_list
+
+    text = format_list()
+    lines = text.splitlines()
+    srcs = [line for line in lines if line.startswith(" ") and "source: " in line]
+    assert len(srcs) == sum(len(e.predictions) for e in cat.ENTRIES.values())
+    assert len({line.index("source: ") for line in srcs}) == 1  # one column over the whole list
+    for e in cat.ENTRIES.values():
+        block = text[text.index(f"\n{e.key} ") if not text.startswith(e.key) else 0:]
+        block = block[: block.index("status: ")]
+        for p in e.predictions:
+            assert any(f"{p.run}/{p.loss} " in line and line.rstrip().endswith(f"source: {p.standing}")
+                       for line in block.splitlines()), (e.key, p.loss)
+    last = lines[-1]
+    assert last.startswith("predictions by source: full text 0") and "exponent not read 2 (entries: shared-sigmoid)" in last
+    rc, out, _ = _run(["reproduce", "--list"], capsys)
+    assert rc == 0 and out.strip() == text.strip()
+
+
+def test_the_count_line_splits_consistent_rows_by_standing():
+    def row(loss, standing, category):
+        return {"run": "r", "loss": loss, "predicted": -0.5, "prediction": "n^-0.5", "standing": standing,
+                "slope": -0.5, "ci": [-0.6, -0.4], "category": category, "reason": "-"}
+
+    rows = [row("a", "full text", "consistent"), row("b", "full text", "inconclusive"),
+            row("c", "abstract", "consistent"), row("d", "digest", "consistent"), row("e", "figure slope", "inconclusive"),
+            row("f", "own derivation", "consistent"), {**row("g", "not read", None), "predicted": None}]
+    c = cat.standing_counts(rows)
+    assert (c["theorem_reproductions"], c["theorem_rows"]) == (1, 2)
+    assert (c["lower_consistent"], c["lower_standing"], c["unread"], c["unstated"]) == (3, 4, 1, 0)
+    assert c["by_standing"] == {"full text": 2, "abstract": 1, "digest": 1, "figure slope": 1, "own derivation": 1,
+                                "not read": 1}
+    assert cat.category_counts(rows)["reproduced"] == 4  # the category count is unchanged: consistent rows
+    report = {"key": "k", "mode": "full", "paper": {"authors": "A", "year": 2024}, "figure": "Fig. 1",
+              "predictions": rows, "contrast": None, "instrument": None, "runs": [], "wall_s": 1.0}
+    text = cat.format_report(report)
+    line = next(x for x in text.splitlines() if x.startswith("sources: "))
+    assert line == ("sources: theorem reproductions 1 of 2 rows read in full text; qualitative claims / lower standing "
+                    "3 consistent of 4 rows (abstract 1, digest 1, figure slope 1, own derivation 1); exponent not read 1 rows")
+    head = text.splitlines()[1]
+    assert "source" in head and all(x.index(r["standing"]) == head.index("source") for x, r in
+                                    zip(text.splitlines()[3:10], rows))
+    # a report written before the field: its rows are counted apart, never as a reproduction
+    old = cat.standing_counts([{k: v for k, v in r.items() if k != "standing"} for r in rows])
+    assert old["unstated"] == 7 and old["theorem_reproductions"] == 0
+    assert "source not stated 7 rows" in cat.format_standing_counts(old)
+
+
+def test_a_report_carries_each_rows_standing():
+    e = cat.entry("gmoe-exact")
+    fits = [{"router": "gaussian-moe", "loss": "voronoi", "slope": -0.5, "ci_low": -0.55, "ci_high": -0.45,
+             "predicted": -0.5, "sided": "two", "category": "consistent", "reason": "inside"}]
+    runs = [{"label": "gaussian-moe", "wall_s": 0.0, "counts": {"converged": 1, "expected": 1}, "summary": {"fits": fits}}]
+    report = cat._report(e, False, runs)
+    assert [r["standing"] for r in report["predictions"]] == [p.standing for p in e.predictions]
+    assert report["standing_counts"]["theorem_reproductions"] == 0
+    assert report["standing_counts"]["lower_consistent"] == 1
+    json.dumps(report)
