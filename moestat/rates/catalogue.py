@@ -211,17 +211,23 @@ class Entry:
 COSINE = Paper("Nguyen et al.", 2024, "Statistical Advantages of Perturbing Cosine Router in Mixture of Experts",
                "ICLR 2025", "2405.14131", "shared/reference/cosine_router_004.md (digest of the paper)")
 SOFTMAX_GMOE = Paper("Nguyen, Nguyen & Ho", 2023, "Demystifying Softmax Gating Function in Gaussian Mixture of Experts",
-                     "NeurIPS 2023", "2305.03288", "https://ri.k117.org/papers/demystifying_softmax_gating_function_in_gaussian_mixture_of_experts__948e786d")
+                     "NeurIPS 2023", "2305.03288", "https://ri.k117.org/papers/demystifying_softmax_gating_function_in_gaussian_mixture_of_experts__948e786d "
+                     "(a reproducibility page quoting the paper; its theorems not read in full text)")
 LSE = Paper("Nguyen, Ho & Rinaldo", 2024, "On Least Squares Estimation in Softmax Gating Mixture of Experts",
-            "ICML 2024", "2402.02952", "https://ar5iv.labs.arxiv.org/html/2402.02952")
+            "ICML 2024", "2402.02952", "https://ar5iv.labs.arxiv.org/html/2402.02952 (the abstract and "
+            "introduction read; not the theorems)")
 SIGMOID = Paper("Nguyen, Ho & Rinaldo", 2024, "Sigmoid Gating is More Sample Efficient than Softmax Gating in Mixture of Experts",
-                "NeurIPS 2024", "2405.13997", "https://arxiv.org/html/2405.13997v2")
+                "NeurIPS 2024", "2405.13997", "https://arxiv.org/html/2405.13997v2 (the abstract and the "
+                "Figure 1 caption read; not the theorems)")
 TOPK = Paper("Nguyen, Akbarian, Yan & Ho", 2024, "Statistical Perspective of Top-K Sparse Softmax Gating Mixture of Experts",
-             "ICLR 2024", "2309.13850", "https://api-inference.pages.dev/papers/2309.13850.md")
+             "ICLR 2024", "2309.13850", "https://api-inference.pages.dev/papers/2309.13850.md (the "
+             "abstract and a reproducibility page read; not the theorems)")
 TEMPERATURE = Paper("Nguyen, Akbarian & Ho", 2024, "Is Temperature Sample Efficient for Softmax Gaussian Mixture of Experts?",
-                    "ICML 2024", "2401.13875", "https://www.sciencestack.ai/paper/2401.13875")
+                    "ICML 2024", "2401.13875", "https://www.sciencestack.ai/paper/2401.13875 (the abstract and "
+                    "a third-party summary read; not the theorems)")
 MULTINOMIAL = Paper("Nguyen, Akbarian, Nguyen & Ho", 2024, "A General Theory for Softmax Gating Multinomial Logistic Mixture of Experts",
-                    "ICML 2024", "2310.14188", "https://huggingface.datasetlab.ai/papers/2310.14188.md")
+                    "ICML 2024", "2310.14188", "https://huggingface.datasetlab.ai/papers/2310.14188.md (the "
+                    "abstract read; not the theorems)")
 GAUSSIAN_GATE = Paper("Nguyen, Nguyen, Nguyen & Ho", 2024,
                       "Towards Convergence Rates for Parameter Estimation in Gaussian-gated Mixture of Experts",
                       "AISTATS 2024", "2305.07572", "github:Trung-TinNGUYEN/CRPE-GMoE (README, models.py, experiment.py at e04efe2)")

@@ -375,3 +375,11 @@ def test_a_report_carries_each_rows_standing():
     assert report["standing_counts"]["theorem_reproductions"] == 0
     assert report["standing_counts"]["lower_consistent"] == 1
     json.dumps(report)
+
+
+def test_where_a_paper_was_read_says_what_was_read_when_no_theorem_was_read_in_full():
+    """``--list``'s "read at" agrees with the standings: a paper none of whose predictions was read in its
+    full text names what was read (an abstract, a digest, a README, a page quoting it, nothing)."""
+    for e in cat.ENTRIES.values():
+        if all(p.standing != cat.THEOREM_STANDING for p in e.predictions):
+            assert any(w in e.paper.read_at for w in ("abstract", "digest", "README", "quoting", "title and authors only")), e.key
