@@ -1045,8 +1045,9 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("categories: " + ", ".join(f"{k} {counts[k]}" for k in COUNTED if counts.get(k))
                  + " (only consistent counts as reproduced; near: the interval excludes the prediction, within the tolerance)")
     lines.append(format_standing_counts(report.get("standing_counts") or standing_counts(report["predictions"])))
+    # a report re-judged from recorded rows (rejudge_recorded) fitted nothing: its runs carry no counts
     runs = ", ".join(f"{r['label']} {r['wall_s']:.1f} s ({r['counts']['converged']}/{r['counts']['expected']} converged)"
-                     for r in report["runs"])
+                     if r.get("counts") else f"{r['label']} (judged from its recorded rows)" for r in report["runs"])
     lines.append(f"wall: {report['wall_s']:.1f} s; {runs}")
     return "\n".join(lines)
 
