@@ -735,7 +735,7 @@ def figure(rec: dict, stem: Path) -> None:
         ax.grid(True, which="major", color="0.9", lw=0.6)
     a, b = rec["exact"], rec["over"]
     fig.suptitle(
-        "Nguyen et al. (2024), Figure 1 reproduced: (a) exact-specified k = k* (Theorems 2, 6); (b) over-specified "
+        "Nguyen et al. (2024), Figure 1 as measured (panel (b) not reproduced as a contrast of the routers, see the docs): (a) exact-specified k = k* (Theorems 2, 6); (b) over-specified "
         "k = k* + 1 (Theorems 3, 5).\nd = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5 (perturbed); least "
         "squares started near the truth (noise 0.05).\n"
         f"Converged fits: (a1) {a['converged']['cosine']} vanilla, {a['converged']['perturbed']} perturbed; "
