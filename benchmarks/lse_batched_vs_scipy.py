@@ -78,6 +78,19 @@ def _best_time(fn, repeat: int):
     return best, out
 
 
+def _problem(router: str, n: int, reps: int, seed: int, init_scale: float):
+    """The benchmark's scenario, data ``X [R, n, d]``, ``Y [R, n]``, fitted model and near-truth starts
+    ``[R]``, all drawn from ``seed`` in one order (both timings fit the same problem)."""
+    sc = make_scenario(router, "exact")
+    rng = np.random.default_rng(seed)
+    XY = [sc.sample(n, rng) for _ in range(reps)]
+    X = np.stack([a for a, _ in XY])
+    Y = np.stack([b for _, b in XY])
+    model = sc.model.with_k_active(sc.k_active_fit)
+    init = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, init_scale, rng) for _ in range(reps)])
+    return sc, X, Y, model, init
+
+
 def run_benchmark(
     router: str = "perturbed",
     n: int = 2000,
@@ -89,13 +102,7 @@ def run_benchmark(
     threads: int = 2,
 ) -> dict:
     """Time both fits on the same data and starts; return the figures as a dict."""
-    sc = make_scenario(router, "exact")
-    rng = np.random.default_rng(seed)
-    XY = [sc.sample(n, rng) for _ in range(reps)]
-    X = np.stack([a for a, _ in XY])
-    Y = np.stack([b for _, b in XY])
-    model = sc.model.with_k_active(sc.k_active_fit)
-    init = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, init_scale, rng) for _ in range(reps)])
+    sc, X, Y, model, init = _problem(router, n, reps, seed, init_scale)
     sparse = model.gate.k_active is not None and model.gate.k_active < sc.k_fit
     temps = AUTO_TEMPERATURES if sparse else ()
 
@@ -169,13 +176,7 @@ def batched_only(router: str = "perturbed", n: int = 2000, reps: int = 20, seed:
     run's seconds, their median and minimum, and ``digest``: SHA-256 of the fitted parameters and
     objectives of the last fit (equal digests: bit-identical fits).
     """
-    sc = make_scenario(router, "exact")
-    rng = np.random.default_rng(seed)
-    XY = [sc.sample(n, rng) for _ in range(reps)]
-    X = np.stack([a for a, _ in XY])
-    Y = np.stack([b for _, b in XY])
-    model = sc.model.with_k_active(sc.k_active_fit)
-    init = MixingMeasure.stack([near_truth_init(sc.truth, sc.k_fit, init_scale, rng) for _ in range(reps)])
+    sc, X, Y, model, init = _problem(router, n, reps, seed, init_scale)
     torch.set_num_threads(threads)
 
     def batched():

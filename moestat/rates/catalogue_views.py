@@ -17,7 +17,7 @@ from moestat.rates.catalogue import (ENTRIES, STANDINGS, STATISTIC, THEOREM_STAN
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
-from moestat.rates.labels import REDEFINED, former_definition
+from moestat.rates.labels import REDEFINED, former_definition, withhold_former_definitions
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 
@@ -118,14 +118,7 @@ def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:
     # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:
     # its prediction reads "loss not in the run's fits"
     experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in df))
-    fits = fit_experiment(df, experiment)
-    started = (prov.get("runs") or [{}])[0].get("started")
-    for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
-        why = former_definition(f["loss"], started)
-        if why is not None:
-            f.update(category=None, reason=why)
-            f.pop("mean_statistic", None)
-    return fits
+    return withhold_former_definitions(fit_experiment(df, experiment), prov)
 
 
 def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:

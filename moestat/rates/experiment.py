@@ -32,7 +32,7 @@ from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, 
 from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.forked import NotSendable
-from moestat.rates.labels import former_definition, undefined_fits, undefined_reason
+from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, read_run, stored_file_label
@@ -496,13 +496,7 @@ def rejudge_run(run_dir, *, date: str | None = None) -> dict[str, Any]:
         missing = [c for c in experiment.losses if c not in rows.df]
         if missing:
             experiment = dataclasses.replace(experiment, losses=tuple(c for c in experiment.losses if c in rows.df))
-        fits = fit_experiment(rows.df, experiment)
-        started = (prov.get("runs") or [{}])[0].get("started")
-        for f in fits:  # a column recorded under a former definition keeps its slope, loses its verdict
-            why = former_definition(f["loss"], started)
-            if why is not None:
-                f.update(category=None, reason=why)
-                f.pop("mean_statistic", None)
+        fits = withhold_former_definitions(fit_experiment(rows.df, experiment), prov)
 
         def tally(fs) -> dict[str, int]:
             out_: dict[str, int] = {}

@@ -17,6 +17,7 @@ from datetime import datetime
 __all__ = [
     "REDEFINED",
     "former_definition",
+    "withhold_former_definitions",
     "ROUTER_NAMES",
     "LOSS_NAMES",
     "LOSS_LABELS",
@@ -183,3 +184,16 @@ def former_definition(loss: str, started: str | None) -> str | None:
         return None
     return (f"not judged: recorded {started[:10]}, before {commit} ({when[:10]}) redefined {loss}; the rows hold "
             f"{before}, not the quantity the prediction is for")
+
+
+def withhold_former_definitions(fits: list[dict], provenance: dict) -> list[dict]:
+    """``fits`` of a recorded run (``provenance`` its ``provenance.json``), each fit of a column the
+    run recorded under a former definition keeping its slope and losing its verdict (category
+    ``None``, :func:`former_definition`'s reason); changed in place and returned."""
+    started = (provenance.get("runs") or [{}])[0].get("started")
+    for f in fits:
+        why = former_definition(f["loss"], started)
+        if why is not None:
+            f.update(category=None, reason=why)
+            f.pop("mean_statistic", None)
+    return fits
