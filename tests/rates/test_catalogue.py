@@ -50,19 +50,13 @@ def test_declared_exponents_are_the_ones_the_rates_pipeline_applies():
     # the catalogue's predictions must not drift from the verdicts of moestat rates
     from moestat.rates.experiment import _file_predictions
 
+    from catalogue_cases import stated_predictions
+
     checked = 0
-    for e in cat.ENTRIES.values():
-        if cat.entry_status(e) != "runnable":
-            continue
-        runs = {r.label: r for r in e.runs}
-        for p in e.predictions:
-            if p.exponent is None:
-                continue
-            cfg = cat.run_config(runs[p.run], quick=True)
-            router, loss = p.loss.split(" ", 1) if " " in p.loss else (cfg.router[0], p.loss)
-            got = predicted_exponent(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg))
-            assert got == p.exponent, (e.key, p)
-            checked += 1
+    for e, p, router, loss, cfg in stated_predictions():
+        got = predicted_exponent(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg))
+        assert got == p.exponent, (e.key, p)
+        checked += 1
     assert checked >= 10
 
 

@@ -232,24 +232,17 @@ def test_no_module_reimplements_the_interval_rule():
 
 
 def test_catalogue_sided_agrees_with_the_rates_pipeline_and_says_why():
-    from moestat.rates import catalogue as cat
+    from catalogue_cases import stated_predictions
+
     from moestat.rates.experiment import _file_predictions
     from moestat.rates.fit import predicted_sided
 
     uppers = []
-    for e in cat.ENTRIES.values():
-        if cat.entry_status(e) != "runnable":
-            continue
-        runs = {r.label: r for r in e.runs}
-        for p in e.predictions:
-            if p.exponent is None:
-                continue
-            cfg = cat.run_config(runs[p.run], quick=True)
-            router, loss = p.loss.split(" ", 1) if " " in p.loss else (cfg.router[0], p.loss)
-            assert predicted_sided(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg)) == p.sided, (e.key, p)
-            if p.sided == "upper":
-                assert "upper bound" in p.sided_reason and "upper bound" in p.text
-                uppers.append((e.key, p.loss))
+    for e, p, router, loss, cfg in stated_predictions():
+        assert predicted_sided(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg)) == p.sided, (e.key, p)
+        if p.sided == "upper":
+            assert "upper bound" in p.sided_reason and "upper bound" in p.text
+            uppers.append((e.key, p.loss))
     assert ("cosine-over", "perturbed param_multi") in uppers and ("gmoe-over3", "param_multi") in uppers
     assert all(loss != "regression_l2" for _, loss in uppers)
 
