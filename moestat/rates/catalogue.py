@@ -787,7 +787,7 @@ def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, 
 
 
 def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bool = False,
-              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None) -> dict[str, Any]:
+              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None, protocol: bool = False) -> dict[str, Any]:
     """Run catalogue entry ``key`` into ``out`` and return the report written to ``out/catalogue.json``.
 
     Parameters
@@ -804,7 +804,11 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     resume : bool
         Continue runs already in ``out`` (the rates resume guard applies to each).
     runs : list, optional
-        The output of :func:`plan` (the command validates first, then runs).
+        The output of :func:`plan` (the command validates first, then runs), or of
+        :func:`moestat.rates.catalogue_protocol.protocol_plan` with ``protocol=True``.
+    protocol : bool
+        Run under the catalogue's one protocol (:mod:`moestat.rates.catalogue_protocol`) instead of the
+        entry's own full design; the report's ``mode`` is then ``"protocol"`` and ``protocol`` states it.
 
     Raises
     ------
@@ -813,8 +817,14 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     """
 
     e = entry(key)
+    if protocol and quick:
+        raise ValueError("the protocol is a full design: give protocol or quick, not both")
     if runs is None:
-        runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
+        if protocol:
+            from moestat.rates.catalogue_protocol import protocol_plan  # it builds on this module
+            runs = protocol_plan(key, n_jobs=n_jobs, quiet=quiet)
+        else:
+            runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
     out = Path(out)
     done = []
     for run, cfg in runs:
@@ -824,6 +834,9 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
         done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
                      "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary})
     report = _report(e, quick, done, out)
+    if protocol:
+        from moestat.rates.catalogue_protocol import describe
+        report["mode"], report["protocol"] = "protocol", describe()
     atomic_write_json(out / "catalogue.json", report)
     return report
 
