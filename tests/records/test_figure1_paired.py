@@ -77,3 +77,16 @@ def test_panel_verdict_needs_every_seed_above_zero():
     assert mod.panel_verdict([down, down]) == "opposite"
     with pytest.raises(ValueError):
         mod.panel_verdict([])
+
+
+def test_recorded_window_is_the_runs_one_and_refuses_two(tmp_path):
+    import json
+
+    for name, lo in (("a", 2000), ("b", 2000), ("c", 4000)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"window": {"n_min": lo, "n_max": 32000}}))
+    assert mod.recorded_window(tmp_path, ["a", "b"]) == (2000, 32000)
+    with pytest.raises(ValueError, match="different windows"):
+        mod.recorded_window(tmp_path, ["a", "c"])
+    rows = _rows(0, 10, {"cosine": -0.2, "perturbed": -0.5}, np.random.default_rng(4))
+    assert mod.contrast(rows, rows, "voronoi", n_boot=200, window=(4000, None))["ns"] == [4000, 16000, 64000]
