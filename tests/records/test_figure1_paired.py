@@ -90,3 +90,21 @@ def test_recorded_window_is_the_runs_one_and_refuses_two(tmp_path):
         mod.recorded_window(tmp_path, ["a", "c"])
     rows = _rows(0, 10, {"cosine": -0.2, "perturbed": -0.5}, np.random.default_rng(4))
     assert mod.contrast(rows, rows, "voronoi", n_boot=200, window=(4000, None))["ns"] == [4000, 16000, 64000]
+
+
+def test_theory_docs_quote_the_recorded_paired_contrasts_and_verdicts():
+    """docs/guide/theory.rst states each seed's and the pooled paired contrast as the record holds them,
+    and calls a panel reproduced exactly where the record's verdict is ``reproduced``."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rec = json.loads((root / "records" / "figure1" / "figure1_paired.json").read_text())
+    doc = " ".join((root / "docs" / "guide" / "theory.rst").read_text(encoding="utf-8").split())
+    for setting, panel in (("exact", "(a)"), ("over", "(b)")):
+        P = rec[setting]
+        for loss in mod.LOSSES:
+            for c in [*P["per_seed"][loss], P["pooled"][loss]]:
+                assert mod._fmt(c).replace("+", "") in doc.replace("+", ""), (setting, loss, mod._fmt(c))
+        said = f"**Panel {panel}, " + ("exact fit: reproduced" if setting == "exact" else "over-specified fit: reproduced")
+        assert (said in doc) == (P["verdict"]["voronoi"] == "reproduced"), (setting, P["verdict"])
