@@ -209,7 +209,7 @@ def format_theorem_report(report: Mapping[str, Any]) -> list[str]:
         else:
             lines.append(f"theorem met: {t['cite']}: no exponent tabulated for a file's losses (see the catalogue)")
     for t in report["failed"]:
-        lines.append(f"theorem not applied (hypotheses fail): {t['cite']}: {'; '.join(t['failing'])}")
+        lines.append(f"theorem not applied (hypotheses fail): {t['cite']} ({t['claim']}): {'; '.join(t['failing'])}")
     if not report["met"] and not report["failed"]:
         lines.append(f"theorems: none of the catalogue speaks of this model class in the {report['setting']} setting")
     return lines

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from moestat.cli.main import main
 from moestat.data.scenario_files import load_scenario
