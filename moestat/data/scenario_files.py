@@ -144,6 +144,9 @@ class FileScenario(ScenarioBase):
     #: ``[[losses]]`` but whose model meets a theorem's hypotheses; see
     #: :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
     prediction_sources: Mapping[str, str] = field(default_factory=dict)
+    #: The name of the loss the file got by default (it declares no ``[[losses]]``), else ``None``: the
+    #: loss that a theorem met by the truth predicts as its own D1/D2/D3 (:mod:`moestat.rates.file_theorems`).
+    default_loss: str | None = None
 
     @property
     def likelihood(self) -> bool:
@@ -205,6 +208,7 @@ class FileScenario(ScenarioBase):
             else:
                 b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
                 object.__setattr__(self, "losses", (replace(b, mass=mass),))
+            object.__setattr__(self, "default_loss", self.losses[0].name)
         names = [s.name for s in self.losses]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate loss names {names}")

@@ -56,6 +56,12 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
     logits in the free gate parameters has full rank.  ``atoms_distinct``, ``gate_input_dependent``
     (some ``beta1 != 0``, (A.4)) and ``gate_centres_nonzero`` (Gaussian gate) are read off the
     atoms.  The two x-dependence checks compare RMS ratios with 1e-12: a vanishing slope gives 0.
+``fisher_nonsingular``
+    only for a maximum-likelihood fit of the classical theorem's setting (exact, ``k = k*``): the
+    pre-flight's Fisher information of the truth (:func:`fisher_condition`) is nonsingular.
+
+Each theorem speaks of exact or over-specified fits or both (:attr:`Theorem.setting`); only those of
+the fit's setting are listed.
 
 Rank decision
 -------------
@@ -89,8 +95,8 @@ from moestat.model.gates import Gate, gate_scores
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
 from moestat.model.protocol import FunctionExpert, linear_score
 
-__all__ = ["EPS", "N_X", "THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
-           "format_hypotheses"]
+__all__ = ["EPS", "N_X", "THEOREMS", "CLASSICAL_KEY", "CLASSICAL_CITE", "rank_tol", "independence", "conditions",
+           "check_hypotheses", "fisher_condition", "in_setting", "format_hypotheses"]
 
 EPS = float(np.finfo(np.float64).eps)
 #: Inputs drawn from the scenario's law (at least 10 times the columns of the largest family).
@@ -549,7 +555,9 @@ class Theorem:
 
     ``applies(parts)`` says whether the model class is the theorem's (gate, expert family,
     estimator); ``requires`` maps a condition key to the value the theorem needs; ``read`` says
-    where its statement was read (a digest, or only an abstract).
+    where its statement was read (a digest, or only an abstract); ``setting`` the fits it speaks
+    of: ``"exact"`` (``k = k*``), ``"over"`` (``k > k*``) or ``"any"`` -- a theorem of the other
+    setting is not listed for a fit (:func:`check_hypotheses`).
     """
 
     key: str
@@ -558,17 +566,28 @@ class Theorem:
     applies: Callable[[_Parts], bool]
     requires: dict
     read: str
+    setting: str = "any"
 
+
+#: The classical theorem: an exact fit (``k = k*``) by maximum likelihood whose Fisher information is
+#: nonsingular at the truth is asymptotically normal at ``n^-1/2`` in every parameter (the textbook
+#: asymptotics of a regular maximum-likelihood estimate, e.g. van der Vaart 1998, Theorem 5.39), and so
+#: is every loss that is Lipschitz in the parameters near the truth.
+CLASSICAL_KEY = "classical-mle"
+CLASSICAL_CITE = "classical: regular MLE (nonsingular Fisher information)"
+#: Monte Carlo draws of the Fisher information behind ``fisher_nonsingular`` (an exact singularity -- a
+#: model invariant along a direction -- leaves an eigenvalue at round-off whatever the draws).
+FISHER_DRAWS = 4000
 
 _ABSTRACT = ("abstract only (no digest holds the definition); the condition is this package's reading of Nguyen et al. "
              "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives")
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("cosine-thm6", "Nguyen et al. (2024), Theorem 6", "perturbed cosine router, exact fit: D3 at n^-1/2",
             lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"weak_def2": True, "atoms_distinct": True, "gate_identifiable": True},
-            "digest (Definition 2, RECON-med)"),
+            "digest (Definition 2, RECON-med)", setting="exact"),
     Theorem("cosine-thm5", "Nguyen et al. (2024), Theorem 5", "perturbed cosine router, over-specified: D2 at n^-1/2",
             lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"strong_def1": True, "atoms_distinct": True, "gate_identifiable": True},
-            "digest (Definition 1, RECON-med)"),
+            "digest (Definition 1, RECON-med)", setting="over"),
     Theorem("cosine-thm2-3", "Nguyen et al. (2024), Theorems 2 and 3", "vanilla cosine router: no polynomial rate",
             lambda p: p.score_kind == "cosine" and p.likelihood is None, {"radial_pde": True}, "digest (PDE (4), RECON-high)"),
     Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)",
@@ -597,7 +616,7 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("topk-gmoe", "Nguyen, Akbarian, Yan & Ho (2024)", "Top-K sparse softmax Gaussian MoE, linear experts, exact fit",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is not None and p.likelihood == "gaussian",
             {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
-            "abstract and a reproducibility page (model class)"),
+            "abstract and a reproducibility page (model class)", setting="exact"),
     Theorem("topk-gmoe-over", "Nguyen, Akbarian, Yan & Ho (2024)",
             "Top-K sparse softmax Gaussian MoE, linear experts, over-specified: density parametric, parameters slow",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is not None and p.likelihood == "gaussian"
@@ -617,8 +636,46 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("gaussian-gate-type1", "Nguyen, Nguyen, Nguyen & Ho (2024)", "Gaussian-gated MoE, Type I: D-bar at n^-1/2",
             lambda p: p.normalisation == "gaussian", {"gate_centres_nonzero": True, "atoms_distinct": True, "gate_identifiable": True},
             "the catalogue entry's statement (every gate mean nonzero); Type I was not read in a digest"),
+    Theorem(CLASSICAL_KEY, CLASSICAL_CITE,
+            "exact fit by maximum likelihood, Fisher information nonsingular at the truth: every parameter block at n^-1/2",
+            lambda p: p.likelihood is not None, {"fisher_nonsingular": True},
+            "own derivation (textbook asymptotics of a regular maximum-likelihood estimate)", setting="exact"),
 )
 _BY_KEY = {t.key: t for t in THEOREMS}
+_SETTING_WORDS = {"exact": "exact fits (k = k*)", "over": "over-specified fits (k > k*)"}
+
+
+def in_setting(th: Theorem, setting: str) -> bool:
+    """Whether ``th`` speaks of fits of ``setting`` (``"exact"`` or ``"over"``)."""
+    return th.setting in ("any", setting)
+
+
+def fisher_condition(scenario, m: int = FISHER_DRAWS, seed: int = 0) -> dict:
+    """``fisher_nonsingular``: the Fisher information of the truth (:func:`moestat.rates.preflight.fisher_information`,
+    ``m`` draws) is nonsingular.
+
+    The matrix is scaled to unit diagonal (a zero diagonal entry, a parameter the likelihood does not
+    see, is singular) and its smallest eigenvalue over the largest compared with ``rank_tol(m, P)``:
+    an exact invariance of the model makes every sampled score ``s`` orthogonal to one direction, so
+    ``E[s s^T]`` keeps an eigenvalue at round-off; an identified truth, even ill-conditioned
+    (condition numbers up to 1e8 over the catalogue's truths), stays far above it.
+    """
+    from moestat.rates.preflight import fisher_information  # the pre-flight's matrix, not a second one
+
+    info, _ = fisher_information(scenario, m=m, seed=seed)
+    info = 0.5 * (info + info.T)
+    diag = np.diag(info)
+    tol = rank_tol(m, info.shape[0])
+    if np.any(diag <= 0):
+        return _cond("fisher_nonsingular", "Fisher information of the truth nonsingular (regular maximum likelihood)",
+                     False, 0.0, tol, "a parameter with zero Fisher information")
+    c = info / np.sqrt(np.outer(diag, diag))
+    w = np.linalg.eigvalsh(c)
+    ratio = float(w[0] / w[-1])
+    return _cond("fisher_nonsingular", "Fisher information of the truth nonsingular (regular maximum likelihood)",
+                 ratio > tol, ratio, tol, f"{m} draws; smallest over largest eigenvalue at unit diagonal"
+                 + ("" if ratio > tol else ": at round-off, a direction of the parameters the likelihood does not see"))
+
 
 def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
     failing = [f"{c} {'holds' if conds[c]['holds'] else 'fails'} (needs {'holds' if want else 'fails'})"
@@ -626,7 +683,9 @@ def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
                for c, want in th.requires.items() if c in conds and conds[c]["holds"] is not None and conds[c]["holds"] != want]
     missing = [f"{c} not applicable" for c in th.requires if c not in conds or conds[c]["holds"] is None]
     other = [] if th.applies(P) else [f"the model is not of the theorem's class ({th.claim.split(':')[0]})"]
-    return {"theorem": th.key, "cite": th.cite, "claim": th.claim, "read": th.read,
+    if not in_setting(th, P.setting):
+        other.append(f"the fit is {_SETTING_WORDS[P.setting]}; the theorem speaks of {_SETTING_WORDS[th.setting]}")
+    return {"theorem": th.key, "cite": th.cite, "claim": th.claim, "read": th.read, "setting": th.setting,
             "requires": {c: ("holds" if w else "fails") for c, w in th.requires.items()},
             "met": not failing and not missing and not other, "failing": other + failing + missing}
 
@@ -641,7 +700,9 @@ def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | No
         Inputs drawn from the scenario's law.
     theorem : str, optional
         A key of :data:`THEOREMS` to judge (the truth's "own" theorem, e.g. a catalogue entry's);
-        otherwise every theorem whose model class is the scenario's.
+        otherwise every theorem whose model class is the scenario's and whose setting (exact or
+        over-specified, :attr:`Theorem.setting`) is the fit's.  A theorem requiring
+        ``fisher_nonsingular`` (the classical one) adds that condition (:func:`fisher_condition`).
 
     Returns
     -------
@@ -659,7 +720,9 @@ def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | No
                                "conditional gate-expert model g(x) = sum w_i(x) h(x, eta_i), so none is checked"}
     conds = conditions(scenario, n=n, seed=seed)
     P = _parts(scenario, 8, seed)
-    ths = [_BY_KEY[theorem]] if theorem is not None else [t for t in THEOREMS if t.applies(P)]
+    ths = [_BY_KEY[theorem]] if theorem is not None else [t for t in THEOREMS if t.applies(P) and in_setting(t, P.setting)]
+    if any("fisher_nonsingular" in t.requires and t.applies(P) and in_setting(t, P.setting) for t in ths):
+        conds = {**conds, "fisher_nonsingular": fisher_condition(scenario, seed=seed)}
     judged = [_judge(t, conds, P) for t in ths]
     return {"n_inputs": int(n), "seed": int(seed), "score": P.score_kind, "normalisation": P.normalisation,
             "conditions": conds, "theorems": judged, "met": [j["theorem"] for j in judged if j["met"]]}
