@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moestat.data.synthetic import ScenarioBase
-from moestat.estimators.starts import random_partition_init
 from moestat.losses.voronoi import weighted_multi_error
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec, cell_terms_from_spec
+from moestat.model.declaration import FitDeclaration
 from moestat.model.gaussian_moe import log_likelihood, mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
@@ -133,10 +133,11 @@ class GaussianMoEScenario(ScenarioBase):
         """The log-likelihood ``[R]`` of model 1 (:func:`moestat.model.gaussian_moe.log_likelihood`)."""
         return np.asarray(log_likelihood(X, Y, G), dtype=float)
 
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A data-driven random start: a random partition of ``(x, y)``
-        (:func:`moestat.estimators.starts.random_partition_init`)."""
-        return random_partition_init(X, Y, self.k_fit, rng)
+    @property
+    def declaration(self) -> FitDeclaration:
+        """Model 1's family (``gaussian-moe``: the dense softmax gate with linear Gaussian experts, one
+        variance per expert) with ``k_fit`` atoms, fitted by maximum likelihood alone (``--estimator mle``)."""
+        return FitDeclaration("gaussian-moe", None, int(self.k_fit), self.d, self.d + 2, ("mle",), int(self.n_starts))
 
     def losses(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
         """The sweep's loss columns for a batch of fits ``[R]`` (see the module docstring).

@@ -73,12 +73,11 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
     _number,
     parse_losses,
 )
-from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, check_likelihood_estimator, regression_loss_columns
-from moestat.estimators.generic_starts import random_start as generic_random_start
-from moestat.estimators.starts import random_init
+from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, regression_loss_columns
 from moestat.io import note_input, regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
 from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
+from moestat.model.declaration import FitDeclaration
 from moestat.model.gate_registry import GATES, SCORES, score_function
 from moestat.model.gates import Gate
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert, linear_expert
@@ -276,19 +275,19 @@ class FileScenario(ScenarioBase):
             return likelihood_loss_columns(self, fitted, X_holdout)
         return regression_loss_columns(self, fitted, X_holdout)
 
-    def estimator_class(self, name: str) -> type:
-        """The registry's estimator, once it fits the file's noise model."""
-        check_likelihood_estimator(self.likelihood, self.n_starts, name)
-        return super().estimator_class(name)
-
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A random start (``--init random``): data-driven for a mixture-noise scenario
-        (:func:`moestat.estimators.generic_starts.random_start`), else data-free."""
-        if not self.likelihood:
-            # the expert's own width (an MLP expert has more than d + 1 parameters); d + 1 draws as before
-            q = self.model.n_expert_params(self.d) if self._protocol else self.d + 1
-            return random_init(int(self.k_fit), self.d, rng, n_eta=q)
-        return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
+    @property
+    def declaration(self) -> FitDeclaration:
+        """What the file fits: with ``[noise] model = "mixture"`` the ``likelihood`` family of its
+        :class:`~moestat.model.likelihood.LikelihoodModel`, by maximum likelihood alone; else the
+        ``regression`` family, by least squares alone (a likelihood estimator is refused: the file
+        states no per-atom variance).  ``n_eta``: the expert's parameters (then the variance)."""
+        if self.likelihood:
+            return FitDeclaration("likelihood", self.fit_model, int(self.k_fit), self.d, self.model.n_eta(self.d), ("mle",),
+                                  int(self.n_starts), 'this scenario file (noise.model = "mixture")')
+        # the expert's own width (an MLP expert has more than d + 1 parameters)
+        q = self.model.n_expert_params(self.d) if self._protocol else self.d + 1
+        return FitDeclaration("regression", self.fit_model, int(self.k_fit), self.d, q, ("lse",), int(self.n_starts),
+                              'this scenario file (noise.model = "additive")')
 
     def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:

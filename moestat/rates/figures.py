@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from moestat.estimators.choice import LIKELIHOOD_ESTIMATORS
 from moestat.folder_lock import holder, holder_alive
 from moestat.io import atomic_savefig, check_output_file, ensure_writable_dir
 from moestat.model.gates import canonical_name
@@ -165,7 +166,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ns_all: list[int] = []
     handles, labels = [], []
     drew_fit = False
-    likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em"))
+    likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in LIKELIHOOD_ESTIMATORS)
     for i, router in enumerate(routers):
         agg = _per_n(df, loss, router, _statistic(fits_by_key))
         if not agg:

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.data.scenario_files import load_scenario, scenario_digest
 from moestat.data.synthetic import make_scenario
-from moestat.estimators import ESTIMATORS
+from moestat.estimators import ESTIMATORS, estimator_for
 from moestat.estimators.memory import entries_per_chunk
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
 from moestat.rates.gmoe_blocks import block_columns, block_predicted
@@ -75,8 +75,9 @@ def estimator_registry() -> dict:
 
 def build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
     """The estimator ``name`` for ``scenario``; a one-line ``ValueError`` when they do not go together
-    (:meth:`moestat.data.synthetic.ScenarioBase.estimator`)."""
-    return scenario.estimator(name, max_iter=max_iter, random_state=random_state, device=device)
+    (:func:`moestat.estimators.choice.estimator_for`: the scenario declares its model, the registry's
+    rule picks the class)."""
+    return estimator_for(scenario, name, max_iter=max_iter, random_state=random_state, device=device)
 
 
 def declared_losses(scenario) -> tuple:
