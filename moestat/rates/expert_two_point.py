@@ -88,7 +88,11 @@ __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "en
            "slope_interval", "flat_verdict", "rate_verdict", "NS", "T_MAX", "FLAT_RATIO", "SLOPE", "T_SLOPE", "BAND",
            "TAIL_N", "LINEAR_FILE", "FFN_FILE"]
 
-#: The entry's two scenario files (catalogue ``lse-ffn-vs-linear``).
+#: The entry's linear arm (catalogue ``lse-ffn-vs-linear``) and the instrument's FFN control.  The control is
+#: the entry's former FFN truth ``eta2 * sigmoid(eta1^T x)`` (``lse_sigmoid_over.toml``): along directions
+#: that move ``eta1`` its bound falls, which is all the rule asks of a control, and along ``eta2`` it is flat
+#: (the ``d2h/deta2^2 = 0`` for which declaration 24 replaced it as the entry's fitted arm by
+#: ``sigmoid(a^T x)``, ``lse_bare_sigmoid_over.toml``; ``moestat check`` fails it on ``expert_strong_second_order``).
 LINEAR_FILE, FFN_FILE = "lse_linear_over.toml", "lse_sigmoid_over.toml"
 #: Sample sizes of the bound (five decades, as the cosine router's instrument).
 NS = np.logspace(2, 7, 11)
