@@ -956,7 +956,9 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
     for row in rows:
         router = row["loss"].split(" ", 1)[0] if " " in row["loss"] else None
         why = _failing_hypotheses(runs, row["run"], router)
-        if why is None and row["by_contrast"] and contrast is not None:
+        # a row the contrast decides is not judged when either arm fails; one an instrument decided does not
+        # depend on the contrast's arms (the two-point bound of its own run's truth)
+        if why is None and row["by_contrast"] and contrast is not None and not row.get("fixed_truth"):
             why = _failing_hypotheses(runs, contrast["slow"], None) or _failing_hypotheses(runs, contrast["fast"], None)
         if why is not None:
             row["unjudged"] = {"category": row["category"], "reason": row["reason"]}
