@@ -76,6 +76,8 @@ def format_list() -> str:
                          f"source: {p.standing}")
         lines.append(f"{'':<20} read at: {e.paper.read_at}")  # the copy of the paper the entry was written from
         lines.append(f"{'':<20} status: {entry_status(e)}")
+        for label, why in e.untested.items():  # not fitted by reproduce, never judged (Entry.untested)
+            lines.append(f"{'':<20} untested: {label} -- {why}")
     by = {s: sum(p.standing == s for e in ENTRIES.values() for p in e.predictions) for s in STANDINGS}
     full = [e.key for e in ENTRIES.values() if any(p.standing == THEOREM_STANDING for p in e.predictions)]
     unread = [e.key for e in ENTRIES.values() if any(p.standing == UNREAD_STANDING for p in e.predictions)]

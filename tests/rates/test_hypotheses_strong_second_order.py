@@ -122,3 +122,19 @@ def test_multinomial_slow_arm_is_untested_with_its_preflight():
     eig = float(why.split("smallest Fisher eigenvalue ")[1].split(",")[0])
     assert n_ok > 0 and eig > 0
     assert rep["contrast"]["category"] == cat.UNTESTED and rep["counts"][cat.UNTESTED] == 1
+
+
+def test_bare_expert_values_and_bad_input():
+    import torch
+
+    from moestat.model.protocol import bare_expert
+
+    h = bare_expert("bare_tanh", 2)
+    x = torch.tensor([[0.5, -1.0], [1.0, 2.0]], dtype=torch.float64)
+    a = torch.tensor([[2.0, 1.0]], dtype=torch.float64)
+    torch.testing.assert_close(h(x, a)[:, 0], torch.tanh(x @ a[0]))  # no bias, no outer coefficient
+    assert h.n_params == 2
+    with pytest.raises(ValueError, match="unknown bare expert kind"):
+        bare_expert("bare_relu6", 2)
+    with pytest.raises(ValueError, match="eta must have 2 entries"):
+        scenario_from_mapping(_truth("bare_sigmoid", [[1.0, 0.5, 0.2], [-0.7, 1.2, -0.4]]))
