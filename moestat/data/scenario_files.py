@@ -18,6 +18,7 @@ TOML layout (every key is checked; an error names the key and the file)::
     [expert]
     kind = "gelu"             # identity (linear) | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
                               # | scaled_gelu | scaled_tanh | scaled_sigmoid: eta2 * phi(eta1^T x), eta = (eta1, eta2)
+                              # | bare_gelu | bare_tanh | bare_sigmoid: phi(a^T x), eta = a (no bias, no scale)
                               # | multinomial (classes = C; noise.model = "mixture" only)
     [noise]
     model = "additive"        # additive: y = g(x) + N(0, variance); mixture: y drawn from the mixture
@@ -76,13 +77,13 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
 from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, regression_loss_columns
 from moestat.io import note_input, regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
-from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
+from moestat.model.experts import ACTIVATIONS, BARE_KINDS, Expert, SCALED_KINDS, activation_fn
 from moestat.model.declaration import FitDeclaration
 from moestat.model.gate_registry import GATES, SCORES, score_function
 from moestat.model.gates import Gate
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert, linear_expert
 from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.protocol import FunctionExpert, ProtocolGate, ProtocolModel, mlp_expert, scaled_expert
+from moestat.model.protocol import FunctionExpert, ProtocolGate, ProtocolModel, bare_expert, mlp_expert, scaled_expert
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 
@@ -359,6 +360,8 @@ def _expert(expert: Mapping[str, Any], d: int, where: str):
         return linear_expert(d)
     if kind in SCALED_KINDS:
         return scaled_expert(kind, d)
+    if kind in BARE_KINDS:
+        return bare_expert(kind, d)
     phi = activation_fn(kind, int(expert.get("degree", 2)))
     return FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
 
@@ -372,7 +375,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
     act = gate.get("activation")
     kind = str(expert.get("kind", "gelu"))
     kind = "identity" if kind == "linear" else kind
-    kinds = ACTIVATIONS + SCALED_KINDS + ("linear", "mlp", "multinomial")
+    kinds = ACTIVATIONS + SCALED_KINDS + BARE_KINDS + ("linear", "mlp", "multinomial")
     if score not in SCORES:
         raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
     if kind not in kinds:

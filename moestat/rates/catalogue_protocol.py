@@ -1,7 +1,7 @@
 """One protocol for every catalogue entry, fixed before any run: sizes, replicates, window, statistic.
 
 The catalogue's own designs (:attr:`moestat.rates.catalogue.Run.full`) grew entry by entry: grids
-extended and replicates raised where a first result failed.  Each step was declared before its run,
+extended and replicates raised where a first result failed.  Each step was fixed before its run,
 but a sequence of steps taken only where a result disappointed is tuning.  The protocol replaces
 every entry's grid by one rule applied alike, so that no entry's design depends on its results:
 

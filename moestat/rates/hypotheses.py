@@ -23,6 +23,15 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
     no ``d2h/deta_m deta_m'`` is identically zero (``d2h/db2 = 0`` is why linear experts are not
     strongly identifiable in Definition 1 of Nguyen et al. 2024; ``eta2 * GELU(eta1^T x)`` has
     ``d2h/deta2^2 = 0`` too).
+``expert_strong_second_order``
+    ``{dh/deta_m(x, eta_j), d2h/deta_m deta_m'(x, eta_j) : j, m <= m'}`` linearly independent over
+    the atoms, no member identically zero: strong identifiability of the experts as this package
+    reads Nguyen, Ho & Rinaldo (2024, least squares, arXiv 2402.02952; abstract and a secondary
+    summary only, not the definition itself): the expert's parameter derivatives of first and second
+    order independent at distinct parameters.  ``eta2 * phi(eta1^T x)`` fails it (``d2h/deta2^2 =
+    0``), linear experts fail it (every second derivative is zero), ``phi(a^T x + b)`` and
+    ``phi(a^T x)`` with ``phi`` sigmoid, tanh or GELU meet it.  Evidence: the smallest relative
+    singular value of the column-scaled family against :func:`rank_tol` (0 with a zero member).
 ``expert_euler``
     ``h`` is not a combination of its own derivatives (Euler's identity of experts homogeneous in
     a parameter: constant, linear, ``eta2 * phi(eta1^T x)``).  Reported, required by no theorem here.
@@ -89,7 +98,7 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
-from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
+from moestat.model.experts import ACTIVATIONS, BARE_KINDS, SCALED_KINDS, Expert
 from moestat.model.gate_registry import GATES
 from moestat.model.gates import Gate, gate_scores
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
@@ -166,6 +175,8 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         names = [f"a_{u}" for u in range(d)] + ["b"]
     elif kind in SCALED_KINDS and q == d + 1:  # eta2 * phi(eta1^T x) (moestat.model.protocol.scaled_expert)
         names = [f"eta1_{u}" for u in range(d)] + ["eta2"]
+    elif kind in BARE_KINDS and q == d:  # phi(a^T x) (moestat.model.protocol.bare_expert)
+        names = [f"a_{u}" for u in range(d)]
     elif kind == "multinomial":
         names = [f"A{c}_{u}" if u < d else f"b{c}" for c in range(classes - 1) for u in range(d + 1)]
     else:
@@ -317,6 +328,16 @@ def conditions(scenario, n: int = N_X, seed: int = 0) -> dict[str, dict]:
     out["expert_hessian_nonzero"] = _cond("expert_hessian_nonzero", "no second derivative d2h/deta2 identically zero",
                                           not zero_h, float(rms.min() / scale_ref) if scale_ref > 0 else 0.0, tolh,
                                           ("identically zero: " + ", ".join(zero_h)) if zero_h else "")
+    # expert_strong_second_order: first and second derivatives of h, every atom, one family
+    J2 = torch.cat([torch.cat([J[j], torch.stack([H[j][:, u, v] for u, v in pairs], 1)], 1) for j in range(k)], 1)
+    ok2, sv2, tol2 = independence(J2)
+    why2 = []
+    if not ok2:
+        why2.append(f"identically zero: {', '.join(zero_h)}" if zero_h else "a linear relation among the first and "
+                    "second derivatives over the atoms")
+    out["expert_strong_second_order"] = _cond(
+        "expert_strong_second_order", "expert derivatives of orders 1 and 2 linearly independent over the atoms "
+        "(this package's reading of strong identifiability, Nguyen, Ho & Rinaldo 2024)", ok2, sv2, tol2, "; ".join(why2))
     # expert_euler
     sines = []
     for j in range(k):
@@ -579,8 +600,10 @@ CLASSICAL_CITE = "classical: regular MLE (nonsingular Fisher information)"
 #: model invariant along a direction -- leaves an eigenvalue at round-off whatever the draws).
 FISHER_DRAWS = 4000
 
-_ABSTRACT = ("abstract only (no digest holds the definition); the condition is this package's reading of Nguyen et al. "
-             "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives")
+_ABSTRACT = ("abstract only (no digest holds the definition); the conditions are this package's reading: of Nguyen et al. "
+             "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives; and of the "
+             "strong identifiability of Nguyen, Ho & Rinaldo (2024, least squares; abstract and a secondary summary): "
+             "the expert's first and second parameter derivatives independent at distinct atoms")
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("cosine-thm6", "Nguyen et al. (2024), Theorem 6", "perturbed cosine router, exact fit: D3 at n^-1/2",
             lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"weak_def2": True, "atoms_distinct": True, "gate_identifiable": True},
@@ -593,7 +616,8 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)",
             "over-specified, strongly identifiable experts under softmax gating: fast rates",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over",
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
+            _ABSTRACT),
     Theorem("lse-polynomial", "Nguyen, Ho & Rinaldo (2024, least squares)",
             "over-specified, polynomial experts: slower than any polynomial rate",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over"
@@ -601,14 +625,16 @@ THEOREMS: tuple[Theorem, ...] = (
             {"gate_expert_pde": True}, "abstract only (polynomial experts are slow); the PDE x * dh/db = dh/da is their mechanism"),
     Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "over-specified sigmoid gating, strongly identifiable experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None and p.setting == "over",
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
+            _ABSTRACT),
     Theorem("shared-sigmoid", "Nguyen, Doan, Pham, Bui, Ho & Rinaldo (2025, arXiv 2505.10860), Theorem 1",
             "shared expert and normalised sigmoid gating, strongly identifiable experts (rates not read)",
             lambda p: p.score_kind == "linear" and p.normalisation in ("shared-sigmoid", "normalised-sigmoid")
             and p.likelihood is None,
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True},
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
             "title only (no stored copy of its sections); the conditions are this package's reading of its Definition 1: "
-            "no x * dh/db = dh/da, independent expert derivatives"),
+            "no x * dh/db = dh/da, independent expert derivatives of orders 1 and 2 (the strong identifiability of "
+            "Nguyen, Ho & Rinaldo 2024, least squares, as read from its abstract and a secondary summary)"),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",
             {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
