@@ -66,8 +66,9 @@ def _run_n_oks(run: Run) -> dict[str, float | None]:
 
 def entry_n_ok(e: Entry) -> tuple[int | None, dict[str, dict[str, float | None]]]:
     """The largest finite pre-flight ``n_ok`` (at most :data:`N_OK_CAP`) over the entry's runs and
-    routers, and every ``n_ok`` by run label and router (``None``: singular Fisher information)."""
-    per_run = {run.label: _run_n_oks(run) for run in e.runs}
+    routers, and every ``n_ok`` by run label and router (``None``: singular Fisher information); a run
+    the entry leaves untested (:attr:`Entry.untested`: not fitted) does not count."""
+    per_run = {run.label: _run_n_oks(run) for run in e.runs if run.label not in e.untested}
     finite = [float(v) for oks in per_run.values() for v in oks.values()
               if v is not None and math.isfinite(float(v)) and float(v) <= N_OK_CAP]
     return (int(math.ceil(max(finite))) if finite else None), per_run
@@ -102,7 +103,7 @@ def protocol_plan(key: str, **execution: Any) -> list[tuple[Run, Any]]:
         raise ValueError(f"catalogue entry {key} cannot run: {status}")
     grid = {k: v for k, v in protocol_grid(e).items() if k in GRID_KEYS}
     planned = []
-    for run in e.runs:
+    for run in (r for r in e.runs if r.label not in e.untested):  # an untested run is not fitted (as in plan)
         full = {k: v for k, v in run.full.items() if k not in GRID_KEYS}
         run_p = Run(run.label, run.base, {**full, **grid}, run.quick, run.requires)
         planned.append((run, with_preflight_window(run_config(run_p, quick=False, **execution).validate())))

@@ -45,3 +45,10 @@ def test_cli_refuses_protocol_with_quick(capsys, tmp_path):
     assert moestat_main(["reproduce", "cosine-exact", "--protocol", "--quick", "--out", str(tmp_path / "o")]) == 2
     assert "--protocol or --quick" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_an_untested_run_is_neither_planned_nor_counted_in_the_grid():
+    e = ENTRIES["multinomial-moe"]
+    assert e.untested, "the entry leaves its slow arm untested"
+    assert [run.label for run, _ in cp.protocol_plan("multinomial-moe")] == [r.label for r in e.runs if r.label not in e.untested]
+    assert set(cp.protocol_grid(e)["n_ok_by_run"]) == {r.label for r in e.runs} - set(e.untested)
