@@ -10,7 +10,13 @@ yet is listed as such; nothing is counted for it.
 
 Usage (from the repository root)::
 
-    PYTHONPATH=. python studies/catalogue/protocol_table.py
+    PYTHONPATH=. python studies/catalogue/protocol_table.py                      # the table
+    PYTHONPATH=. python studies/catalogue/protocol_table.py --record KEY OUTROOT  # record a finished run
+
+``--record`` copies ``OUTROOT/KEY`` (written by ``run_protocol.sh``) into
+``records/catalogue_protocol/KEY`` with a ``how.json`` (the command, the source commit from
+``$SRC/COMMIT``, the dates from ``OUTROOT/log.txt``, wall and CPU from ``OUTROOT/KEY.time``) and adds
+its ``[[record]]`` to ``records/index.toml``.
 """
 
 from __future__ import annotations
@@ -96,9 +102,105 @@ def table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _time_v(path: Path) -> dict:
+    """Wall, user and system seconds and peak resident memory from ``/usr/bin/time -v``."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, _, val = line.strip().partition(": ")
+        if key == "User time (seconds)":
+            out["user_s"] = float(val)
+        elif key == "System time (seconds)":
+            out["sys_s"] = float(val)
+        elif key.startswith("Elapsed (wall clock) time"):
+            parts = [float(x) for x in val.split(":")]
+            out["wall_s"] = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+        elif key == "Maximum resident set size (kbytes)":
+            out["peak_rss_gb"] = round(int(val) / 1024 ** 2, 2)
+        elif key == "Exit status":
+            out["exit_status"] = int(val)
+    return out
+
+
+def record(key: str, outroot: Path, src: Path) -> None:
+    import shutil
+
+    folder, dest = outroot / key, RECORD / key
+    rep = json.loads((folder / "catalogue.json").read_text(encoding="utf-8"))
+    if rep.get("mode") != "protocol":
+        raise SystemExit(f"{folder}: not a protocol run")
+    timing = _time_v(outroot / f"{key}.time")
+    if timing.get("exit_status") != 0:
+        raise SystemExit(f"{key}: the run did not exit 0 ({timing})")
+    log = [ln for ln in (outroot / "log.txt").read_text(encoding="utf-8").splitlines() if f"== {key} " in ln]
+    commit = (src / "COMMIT").read_text().strip() if (src / "COMMIT").is_file() else "see the declaration"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(folder, dest)
+    how = {"command": f"SRC=<git archive of {commit}> OUTROOT=<folder> studies/catalogue/run_protocol.sh {key} "
+                      f"(OMP_NUM_THREADS=1 nice -n 10 python -m moestat reproduce {key} --protocol --n-jobs 2 --quiet "
+                      "--out OUTROOT/KEY, timed by /usr/bin/time -v)",
+           "commit": commit, "log": log, "time": timing,
+           "machine": "the project's 2-core machine, shared with other jobs (load average 6 to 11 during the runs)",
+           "declaration": "records/declarations/catalogue/24-one-protocol-for-every-entry.md"}
+    (dest / "how.json").write_text(json.dumps(how, indent=1) + "\n", encoding="utf-8")
+    index = ROOT / "records" / "index.toml"
+    text = index.read_text(encoding="utf-8")
+    rid = f"catalogue_protocol/{key}"
+    if f'id = "{rid}"' not in text:
+        date = log[-1].split()[-1][:10] if log else ""
+        text += (f'\n[[record]]\nid = "{rid}"\npath = "records/catalogue_protocol/{key}"\nkind = "run"\n'
+                 f'serves = ["catalogue-protocol:{key}", "docs/guide/catalogue.rst"]\nstatus = "current"\n'
+                 f'declaration = "records/declarations/catalogue/24-one-protocol-for-every-entry.md"\n'
+                 f'made_by = {{ command = "studies/catalogue/run_protocol.sh {key} (how.json)", commit = "{commit}", date = "{date}" }}\n'
+                 f'made_by_from = ["catalogue_protocol/{key}/how.json"]\nrecorded_in = "this commit"\nformer_path = []\n')
+    text = _declaration_lists(text, rid)
+    index.write_text(text, encoding="utf-8")
+    print(f"recorded {dest} ({timing})")
+
+
+DECLARATION = "records/declarations/catalogue/24-one-protocol-for-every-entry.md"
+
+
+def _declaration_lists(text: str, rid: str) -> str:
+    """The protocol declaration's ``records`` list in the index, with ``rid`` in it."""
+    import re
+
+    m = re.search(r'(\[\[declaration\]\]\npath = "' + re.escape(DECLARATION) + r'"\n(?:.*\n)*?records = )\[(.*)\]', text)
+    if m is None:
+        raise SystemExit(f"the index lists no declaration {DECLARATION}")
+    ids = [x.strip().strip('"') for x in m.group(2).split(",") if x.strip()]
+    if rid not in ids:
+        ids.append(rid)
+    return text[:m.start()] + m.group(1) + "[" + ", ".join(f'"{i}"' for i in ids) + "]" + text[m.end():]
+
+
+def record_table() -> None:
+    """The cross-entry table's record (``table.txt`` with ``summary.json``) in the index."""
+    index = ROOT / "records" / "index.toml"
+    text = index.read_text(encoding="utf-8")
+    rid = "catalogue_protocol/table"
+    if f'id = "{rid}"' not in text:
+        text += (f'\n[[record]]\nid = "{rid}"\npath = "records/catalogue_protocol/table.txt"\n'
+                 'files = ["records/catalogue_protocol/summary.json"]\nkind = "report"\n'
+                 'serves = ["catalogue-protocol", "docs/guide/catalogue.rst"]\nstatus = "current"\n'
+                 f'declaration = "{DECLARATION}"\n'
+                 'made_by = { command = "PYTHONPATH=. python studies/catalogue/protocol_table.py", commit = "this commit", date = "2026-12-06" }\n'
+                 'made_by_from = ["studies/catalogue/protocol_table.py"]\nrecorded_in = "this commit"\nformer_path = []\n')
+        index.write_text(_declaration_lists(text, rid), encoding="utf-8")
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--record":
+        if len(sys.argv) != 4:
+            raise SystemExit("usage: protocol_table.py --record KEY OUTROOT (SRC from the environment)")
+        import os
+
+        record(sys.argv[2], Path(sys.argv[3]), Path(os.environ.get("SRC", "/nonexistent")))
+        return 0
     summary = build()
     RECORD.mkdir(parents=True, exist_ok=True)
+    if RECORD == ROOT / "records" / "catalogue_protocol":
+        record_table()
     (RECORD / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
     text = table(summary)
     (RECORD / "table.txt").write_text(text, encoding="utf-8")
