@@ -168,8 +168,8 @@ def draw(summary: dict, stem: Path) -> list[Path]:
             ax.grid(True, which="major", lw=0.3, alpha=0.5)
             legend(ax, handles, labels, fontsize=5.2, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16),
                    handlelength=2.4)
-        fig.suptitle("Figure 1 by the paper's procedure (SGD, 20 epochs, constant lr 0.01, one near-truth start) beside "
-                     "the main job's least squares (Levenberg-Marquardt), same data and starts", fontsize=7)
+        fig.suptitle("Figure 1 by the paper's procedure (SGD, 20 epochs, constant lr 0.01, one near-truth start)\n"
+                     "beside the main job's least squares (Levenberg-Marquardt), same data and starts", fontsize=7)
         note = (f"markers: mean over {summary['replicates']} replicates (open squares: SGD, filled circles: LSE); bars: "
                 "mean +- 2 SD of the replicates" + (" (a lower end at or below 0 is drawn to the bottom edge, open "
                                                     "triangle)" if clipped_any else "")
@@ -179,7 +179,7 @@ def draw(summary: dict, stem: Path) -> list[Path]:
         import textwrap
 
         fig.text(0.5, 0.005, "\n".join(textwrap.wrap(note, 175)), ha="center", va="bottom", fontsize=5, color="0.3")
-        fig.tight_layout(rect=(0, 0.04, 1, 0.97))
+        fig.tight_layout(rect=(0, 0.04, 1, 0.95))
         files = [atomic_savefig(fig, stem.with_suffix(".png"), dpi=200), atomic_savefig(fig, stem.with_suffix(".pdf"))]
         plt.close(fig)
     return files
