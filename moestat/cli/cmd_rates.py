@@ -35,7 +35,7 @@ from moestat.estimators.memory import parse_memory
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
-from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
+from moestat.rates.config import BARS, FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
 from moestat.rates.store import check_resumable, stored_file_label
 from moestat.rates.verdicts import STATISTICS
@@ -143,6 +143,14 @@ def _add_sweep_options(g) -> None:
     g.add_argument("--alt-init-scale", type=nonneg_float,
                    help="start sensitivity: refit every replicate from a near-truth start of this noise scale (extras.csv "
                         "alt_<loss>) and say in each verdict's reason when the start moves the slope; default 0 (off)")
+    g.add_argument("--no-answer", dest="answer", action="store_false", default=argparse.SUPPRESS,
+                   help="report every fit as its one start left it: no more starts for a fit worse than the truth "
+                        "(still counted below_truth, not converged); default: answered")
+    g.add_argument("--sgd-lr", type=_float, help="learning rate of --estimator sgd; default 0.01")
+    g.add_argument("--sgd-batch", type=positive_int, help="minibatch size of --estimator sgd; default 64")
+    g.add_argument("--sgd-epochs", type=positive_int, help="epochs of --estimator sgd (its whole budget: SGD has no "
+                                                           "stopping rule); default 20")
+    g.add_argument("--sgd-schedule", help="learning-rate schedule of --estimator sgd: constant, cosine or step; default cosine")
     g.add_argument("--cell-errors", action="store_true", default=argparse.SUPPRESS,
                    help="also record Theorem 5's mass-weighted cell errors and the beta1 radial/direction split in extras.csv")
 
@@ -187,6 +195,9 @@ def _add_rate_fit_options(g) -> None:
     g.add_argument("--tolerance", type=nonneg_float, help="band within which a prediction the CI excludes is 'near' (never consistent); default 0.15")
     g.add_argument("--n-boot", type=positive_int, help="bootstrap resamples; default 1000")
     g.add_argument("--halfwidth", type=nonneg_float, help="target half-width of the slope CI for the replicate plan; default 0.05")
+    g.add_argument("--bars", choices=BARS,
+                   help="error bars of the figures: percentile (10th to 90th of the replicates; default) or sd2 (the "
+                        "mean +- 2 standard deviations, Nguyen et al. (2024), Figure 1); changes no number")
     g.add_argument("--statistic", choices=tuple(STATISTICS),
                    help="fit the slope to the log of the per-n mean (the expected loss; default) or median (the theorems' "
                         "O_P statements bound quantiles); with median the mean's slope and category are reported beside")

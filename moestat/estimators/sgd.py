@@ -35,10 +35,13 @@ from moestat.estimators.validation import (
     prepare_init,
 )
 
-__all__ = ["SGDMoE", "LR_SCHEDULES", "POLISH_METHODS"]
+__all__ = ["SGDMoE", "LR_SCHEDULES", "POLISH_METHODS", "SGD_DEFAULTS"]
 
 LR_SCHEDULES = ("constant", "cosine", "step")
 POLISH_METHODS = (None, "lbfgs", "lm")
+#: The defaults of :class:`SGDMoE` that ``moestat rates`` exposes (``--sgd-lr``, ``--sgd-batch``,
+#: ``--sgd-epochs``, ``--sgd-schedule``; :class:`moestat.rates.config.FittingSpec`).
+SGD_DEFAULTS = {"lr": 1e-2, "batch_size": 64, "epochs": 20, "lr_schedule": "cosine"}
 
 
 def _predict(model: MoEModel, X: torch.Tensor, beta0, beta1, eta) -> torch.Tensor:
@@ -93,9 +96,12 @@ class SGDMoE(MoEEstimator):
     ----------
     params_, objective_, converged_, n_iter_, status_, grad_norm_, init_, n_features_in_
         As in :class:`~moestat.estimators.lse.LeastSquaresMoE`; ``n_iter_`` counts SGD steps
-        (plus polish iterations) and ``status_`` is ``"grad_tol"`` (converged),
-        ``"not_converged"`` or ``"nonfinite"`` (failed; a non-finite replicate is left out of
-        the polish so that it cannot spoil the others' line search).
+        (plus polish iterations).  SGD always runs its whole budget of ``epochs`` (it has no
+        stopping rule of its own), and ``status_`` says where that budget left it: ``"grad_tol"``
+        (converged: the full-batch gradient norm at the end is at most ``tol``), ``"max_epochs"``
+        (stopped by the epoch budget with a larger gradient; not converged) or ``"nonfinite"``
+        (failed; a non-finite replicate is left out of the polish so that it cannot spoil the
+        others' line search).  ``grad_norm_`` holds the final gradient norms.
 
     Notes
     -----
@@ -123,10 +129,10 @@ class SGDMoE(MoEEstimator):
         model: MoEModel,
         n_components: int,
         *,
-        lr: float = 1e-2,
-        batch_size: int = 64,
-        epochs: int = 20,
-        lr_schedule: str = "cosine",
+        lr: float = SGD_DEFAULTS["lr"],
+        batch_size: int = SGD_DEFAULTS["batch_size"],
+        epochs: int = SGD_DEFAULTS["epochs"],
+        lr_schedule: str = SGD_DEFAULTS["lr_schedule"],
         polish: str | None = None,
         tol: float = 1e-3,
         box: ParameterBox = ParameterBox(),
@@ -237,7 +243,7 @@ class SGDMoE(MoEEstimator):
         obj, gn = obj.cpu().numpy(), gn.cpu().numpy()
         finite = np.isfinite(obj) & np.isfinite(gn)
         converged = finite & (gn <= self.tol)
-        status = ["nonfinite" if not fi else ("grad_tol" if c else "not_converged") for fi, c in zip(finite, converged)]
+        status = ["nonfinite" if not fi else ("grad_tol" if c else "max_epochs") for fi, c in zip(finite, converged)]
         self._set_fit(G, np.where(finite, obj, np.nan), converged, n_iter, status, d)
         self.init_ = G0
         self.grad_norm_ = gn

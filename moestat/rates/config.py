@@ -11,10 +11,11 @@ attribute        spec                      flat keys (the long flags of ``moesta
 ``grid``         :class:`GridSpec`         ``n_min n_max n_points reps seed chunk holdout
                                            max_reps``
 ``fitting``      :class:`FittingSpec`      ``estimator max_iter init init_scale device
-                                           extra_starts cell_errors alt_init_scale``
+                                           extra_starts cell_errors alt_init_scale answer
+                                           sgd_lr sgd_batch sgd_epochs sgd_schedule``
 ``execution``    :class:`ExecutionSpec`    ``n_jobs backend scheduler quiet``
 ``analysis``     :class:`AnalysisSpec`     ``window_min window_max tolerance n_boot halfwidth
-                                           statistic``
+                                           statistic bars``
 ===============  ========================  =========================================================
 
 Presets, TOML files and command-line flags speak the flat keys; :meth:`RatesConfig.from_dict`
@@ -46,6 +47,7 @@ from moestat.data.scenario_files import scenario_digest
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.devices import resolve_device
 from moestat.estimators.memory import parse_memory
+from moestat.estimators.sgd import LR_SCHEDULES, SGD_DEFAULTS
 from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
@@ -73,6 +75,8 @@ __all__ = [
 
 INITS = ("near", "peer", "random")
 BACKENDS = ("loky", "dask")
+#: Error bars of the convergence figures (:attr:`AnalysisSpec.bars`).
+BARS = ("percentile", "sd2")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,6 +334,16 @@ class FittingSpec:
         split (:mod:`moestat.losses.cell_errors`) in ``extras.csv``.
     alt_init_scale : float
         Start sensitivity (0: off): a second near-truth fit with this noise scale, its losses as ``alt_<loss>`` in ``extras.csv``.
+    answer : bool
+        Refit a fit worse than the truth's criterion from more starts and keep the best
+        (:func:`moestat.rates.truth_check.answer_below_truth`; the default).  ``False`` reports each
+        fit from its one start as it is (its ``truth_check`` still says ``below_truth``, and it is
+        not counted as converged): the one-start procedure of Nguyen et al. (2024), App. E.1, whose
+        fits are not answered.
+    sgd_lr, sgd_batch, sgd_epochs, sgd_schedule : float, int, int, str
+        Learning rate, minibatch size, epochs and learning-rate schedule (``constant``, ``cosine``,
+        ``step``) of ``estimator = "sgd"`` (:class:`~moestat.estimators.sgd.SGDMoE`; its defaults);
+        a value other than the default with another estimator is an error.
     """
 
     estimator: str = "lse"
@@ -340,6 +354,20 @@ class FittingSpec:
     extra_starts: int = 0
     cell_errors: bool = False
     alt_init_scale: float = 0.0
+    answer: bool = True
+    sgd_lr: float = SGD_DEFAULTS["lr"]
+    sgd_batch: int = SGD_DEFAULTS["batch_size"]
+    sgd_epochs: int = SGD_DEFAULTS["epochs"]
+    sgd_schedule: str = SGD_DEFAULTS["lr_schedule"]
+
+    @property
+    def estimator_options(self) -> tuple[tuple[str, Any], ...]:
+        """``(name, value)`` pairs set on the estimator of every work unit (the SGD settings for
+        ``estimator = "sgd"``; none for another estimator)."""
+        if self.estimator != "sgd":
+            return ()
+        return (("lr", float(self.sgd_lr)), ("batch_size", int(self.sgd_batch)), ("epochs", int(self.sgd_epochs)),
+                ("lr_schedule", str(self.sgd_schedule)))
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -352,6 +380,18 @@ class FittingSpec:
             raise ValueError(f"alt_init_scale must be a finite number >= 0, got {self.alt_init_scale!r}")
         if self.init not in INITS:
             raise ValueError(f"unknown init {self.init!r}; expected one of {', '.join(INITS)}")
+        if not isinstance(self.answer, bool):
+            raise ValueError(f"answer must be true or false, got {self.answer!r}")
+        if not _is_number(self.sgd_lr) or not math.isfinite(self.sgd_lr) or self.sgd_lr <= 0:
+            raise ValueError(f"sgd_lr must be a finite number > 0, got {self.sgd_lr!r}")
+        _positive_ints(self, ("sgd_batch", "sgd_epochs"))
+        if self.sgd_schedule not in LR_SCHEDULES:
+            raise ValueError(f"unknown sgd_schedule {self.sgd_schedule!r}; expected one of {', '.join(LR_SCHEDULES)}")
+        if self.estimator != "sgd":
+            for name, key in (("sgd_lr", "lr"), ("sgd_batch", "batch_size"), ("sgd_epochs", "epochs"),
+                              ("sgd_schedule", "lr_schedule")):
+                if getattr(self, name) != SGD_DEFAULTS[key]:
+                    raise ValueError(f"{name} applies to --estimator sgd only (the estimator is {self.estimator!r})")
         if not _is_number(self.init_scale) or not math.isfinite(self.init_scale) or self.init_scale < 0:
             raise ValueError(f"init_scale must be a finite number >= 0, got {self.init_scale!r}")
         registry = estimator_registry()
@@ -428,6 +468,10 @@ class AnalysisSpec:
         the log of the mean over replicates (the expected loss; the default), or of the median
         (the ``O_P`` statements of the theorems bound quantiles, not means).  With ``median`` each
         fit also reports the mean's slope and category beside it (``mean_statistic``).
+    bars : {"percentile", "sd2"}
+        The error bars of the convergence figures (:mod:`moestat.rates.figures`): the 10th to 90th
+        percentile of the replicates (the default), or the mean +- 2 standard deviations, the bars
+        of Nguyen et al. (2024), Figure 1 (:func:`moestat.rates.figures.mean_sd_bars`).
     """
 
     window_min: int | None = None
@@ -436,6 +480,7 @@ class AnalysisSpec:
     n_boot: int = 1000
     halfwidth: float = 0.05
     statistic: str = "mean"
+    bars: str = "percentile"
 
     def validate(self) -> None:
         """Check every field; raise a one-line ``ValueError`` naming the first bad one."""
@@ -446,6 +491,8 @@ class AnalysisSpec:
             raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"statistic must be {' or '.join(repr(k) for k in STATISTICS)}, got {self.statistic!r}")
+        if self.bars not in BARS:
+            raise ValueError(f"bars must be {' or '.join(repr(k) for k in BARS)}, got {self.bars!r}")
         for name in ("window_min", "window_max"):
             v = getattr(self, name)
             if v is not None and (not _is_int(v) or v < 1):
@@ -470,6 +517,7 @@ FLAT_KEYS = (
     "init_scale", "seed", "chunk", "holdout", "n_jobs", "backend", "scheduler", "device", "quiet",
     "window_min", "window_max", "tolerance", "n_boot", "halfwidth", "extra_starts", "cell_errors", "max_reps",
     "scenario_file", "family", "starts", "grow_n", "grown", "alt_init_scale", "statistic", "max_memory",
+    "answer", "sgd_lr", "sgd_batch", "sgd_epochs", "sgd_schedule", "bars",
 )
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
@@ -701,7 +749,9 @@ class RatesConfig:
         skip = {f.name for g in ("execution", "analysis") for f in dataclasses.fields(_GROUPS[g])}
         # keys added after results existed count only when set, so earlier folders stay resumable
         optional = {"extra_starts": 0, "cell_errors": False, "alt_init_scale": 0.0, "max_reps": 0, "scenario_file": "", "family": "regression",
-                    "starts": 1, "grow_n": 0, "grown": 0}
+                    "starts": 1, "grow_n": 0, "grown": 0, "answer": True, "sgd_lr": SGD_DEFAULTS["lr"],
+                    "sgd_batch": SGD_DEFAULTS["batch_size"], "sgd_epochs": SGD_DEFAULTS["epochs"],
+                    "sgd_schedule": SGD_DEFAULTS["lr_schedule"]}
         if self.max_reps:  # an adaptive sweep grows reps: the starting count does not name its results
             skip = skip | {"reps"}
         skip = skip | {"grown"}  # nor does the number of sizes a growing sweep has added so far

@@ -307,7 +307,7 @@ def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
         config = experiment.config
         options = dict(headline=experiment.headline, routers=config.router,
                        title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
-                       voronoi_holds=experiment.voronoi_holds, suffix=suffix)
+                       voronoi_holds=experiment.voronoi_holds, suffix=suffix, bars=config.bars)
         if workers is not None and rows.df is None:
             if formats:  # drawn by the worker that holds the rows' table (read_and_fit)
                 workers.call(functools.partial(plot_kept, **options), summary["fits"], out)

@@ -3,7 +3,10 @@
 Each panel shows, for every router, the mean loss over replicates (the median where the run's
 slopes were fitted to it, ``--statistic median``) (markers) with a bar from
 the 10th to the 90th percentile of the replicates (a band that is positive wherever the losses
-are, so it needs no clipping on a log axis), the fitted line of the log-of-mean regression over
+are, so it needs no clipping on a log axis) -- or, with ``--bars sd2``, the bars of Nguyen et al.
+(2024), Figure 1: the mean +- 2 standard deviations (:func:`mean_sd_bars`; a lower end at or below
+0 cannot be drawn on a log axis and is drawn to the panel's bottom edge, marked by an open
+triangle, the note says so) -- the fitted line of the log-of-mean regression over
 the declared window, and a dashed grey line with the theorem's predicted slope (starting
 :data:`DASHED_LIFT` times above the first curve's marker at the smallest n; the note under the
 panels says so).  The legend names each curve in words with its loss (``perturbed cosine, D3``) and
@@ -35,13 +38,16 @@ from moestat.rates.labels import axis_label, curve_label, loss_name, run_title, 
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, read_audited, summary_rows_changed
 
-__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
+__all__ = ["ROUTER_COLOURS", "BAND", "SD_BARS", "mean_sd_bars", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
 
 #: One colour per router (colour-blind safe pair for the two cosine routers).
 ROUTER_COLOURS = {"perturbed": "#0072B2", "cosine": "#D55E00", "linear": "#009E73"}
 #: Percentiles of the replicates spanned by the error bars.
 BAND = (10, 90)
+#: Standard deviations on either side of the mean spanned by the bars of ``bars = "sd2"`` (Nguyen et
+#: al. (2024), Section 5.1: "Error bars representing two standard deviations").
+SD_BARS = 2.0
 #: Above this many sample sizes per curve the bars and markers are drawn thin and small, so that
 #: the fitted line stays visible (the peers' 150 sizes of gmoe-exact).
 DENSE_SIZES = 30
@@ -54,14 +60,59 @@ def _frac(p: float) -> str:
     return known.get(round(p, 6), f"{p:g}")
 
 
-def _per_n(df, loss: str, router: str, statistic: str = "mean") -> list[tuple[int, float, float, float, int]]:
+def mean_sd_bars(values: Sequence[float] | np.ndarray, k: float = SD_BARS) -> tuple[float, float, float, float]:
+    """The mean of ``values`` and the bar ``mean -+ k * sd`` (``sd`` the sample standard deviation,
+    ``ddof = 1``): the bars of Nguyen et al. (2024), Figure 1 (``k = 2``).
+
+    Parameters
+    ----------
+    values : array-like, shape ``(R,)``
+        The replicates' losses at one sample size (``R >= 2``; non-finite values are left out).
+    k : float
+        Standard deviations on either side (default :data:`SD_BARS`).
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, sd, mean - k sd, mean + k sd)``; the lower end may be at or below 0 (a loss is
+        positive, a symmetric bar need not be), which a log axis cannot show.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 finite values, or ``k`` not a finite number >= 0.
+
+    Examples
+    --------
+    >>> mean_sd_bars([1.0, 2.0, 3.0])
+    (2.0, 1.0, 0.0, 4.0)
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        raise ValueError(f"mean_sd_bars needs at least 2 finite values, got {v.size}")
+    if not (isinstance(k, (int, float)) and math.isfinite(k) and k >= 0):
+        raise ValueError(f"k must be a finite number >= 0, got {k!r}")
+    m, sd = float(v.mean()), float(v.std(ddof=1))
+    return m, sd, m - k * sd, m + k * sd
+
+
+def _per_n(df, loss: str, router: str, statistic: str = "mean",
+           bars: str = "percentile") -> list[tuple[int, float, float, float, int]]:
     """``(n, centre, lower, upper, count)`` per sample size: the mean (or, with ``statistic="median"``,
     the median: the statistic the slopes were fitted to) of the finite, positive values and the
-    :data:`BAND` percentiles of the replicates."""
+    :data:`BAND` percentiles of the replicates; with ``bars="sd2"`` the mean of the finite values and
+    :func:`mean_sd_bars` (the lower end may be <= 0: the caller clips it to the axis)."""
     sub = df[df["router"] == router]
     rows = []
     for n, g in sub.groupby("n"):
         v = g[loss].to_numpy(float)
+        if bars == "sd2":
+            v = v[np.isfinite(v)]
+            if v.size >= 2:
+                m, _, lo, hi = mean_sd_bars(v)
+                rows.append((int(n), m, lo, hi, int(v.size)))
+            continue
         v = v[np.isfinite(v) & (v > 0)]
         if v.size:
             lo, hi = np.percentile(v, BAND)
@@ -153,7 +204,7 @@ DASHED_LIFT = 1.6
 
 
 def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting: str,
-           voronoi_holds: str | None = None) -> dict:
+           voronoi_holds: str | None = None, bars: str = "percentile") -> dict:
     """Draw one loss; returns what was drawn: ``ns``, legend ``handles`` and ``labels`` (one entry
     per router: its marker, bar and fit line as one key; the theorem's line last), ``fit`` and
     ``theorem`` (whether such lines were drawn, for the note)."""
@@ -166,13 +217,16 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ns_all: list[int] = []
     handles, labels = [], []
     drew_fit = False
+    clipped: list[tuple[float, float, str]] = []  # (n, mean, colour) of sd2 bars whose lower end is <= 0
     likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in LIKELIHOOD_ESTIMATORS)
     for i, router in enumerate(routers):
-        agg = _per_n(df, loss, router, _statistic(fits_by_key))
+        agg = _per_n(df, loss, router, _statistic(fits_by_key), bars)
         if not agg:
             continue
         colour = ROUTER_COLOURS.get(router) or _extra_colour(i)
         n, m, lo, hi, _ = (np.array(c, float) for c in zip(*agg))
+        if bars == "sd2":
+            lo = _clip_lower(n, m, lo, colour, clipped)
         ns_all += [int(x) for x in n]
         # bars drawn as segments, not yerr: a skewed sample can put its mean outside the band
         dense = n.size > DENSE_SIZES  # e.g. gmoe-exact's 150 sizes: full-size marks would hide the fitted line
@@ -213,8 +267,24 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ax.set_xlabel("sample size $n$")
     ax.set_ylabel(_axis_label(axis_label(loss, setting, likelihood, voronoi_holds)))
     ax.grid(True, which="major", lw=0.3, alpha=0.5)
+    if clipped:  # after the autoscale: those bars run down to the bottom edge, an open triangle there
+        bottom = ax.get_ylim()[0]
+        for x, mean, colour in clipped:
+            ax.vlines([x], bottom, mean, color=colour, lw=0.7)
+            ax.plot([x], [bottom], "v", mfc="none", mec=colour, ms=3, mew=0.6, clip_on=False)
+        ax.set_ylim(bottom=bottom)
     return {"ns": ns_all, "handles": handles, "labels": labels, "fit": drew_fit,
-            "predictions": {kind for kinds in anchored.values() for kind in kinds}}
+            "predictions": {kind for kinds in anchored.values() for kind in kinds},
+            "clipped": bool(clipped)}
+
+
+def _clip_lower(n: np.ndarray, m: np.ndarray, lo: np.ndarray, colour: str, clipped: list) -> np.ndarray:
+    """The lower ends of mean +- 2 SD bars for a log axis: an end at or below 0 is set to the mean
+    (nothing is drawn below the marker yet) and appended to ``clipped`` as ``(n, mean, colour)``;
+    :func:`_panel` draws that bar down to the panel's bottom edge once the limits are known."""
+    bad = ~(lo > 0)
+    clipped.extend((float(x), float(mm), colour) for x, mm in zip(n[bad], m[bad]))
+    return np.where(bad, m, lo)
 
 
 #: Characters of a y-label's line: a 2.3-inch panel's axes (about 1.5 inches tall) hold about 30
@@ -272,13 +342,19 @@ def _extra_colour(i: int) -> str:
     return PALETTE[(3 + i) % len(PALETTE)]  # past the three router colours
 
 
-def _note(reps: int | str, drew_fit: bool, predictions: set, statistic: str = "mean") -> str:
+def _note(reps: int | str, drew_fit: bool, predictions: set, statistic: str = "mean", bars: str = "percentile",
+          clipped: bool = False) -> str:
     """What the markers, bars and lines are; a line is named only when some panel draws it
     (``reps``: a count, or ``"19 to 20"`` for an incomplete run; ``predictions``: the kinds of
     dashed line drawn, ``{"theorem", "predicted"}`` or a part of it; ``statistic``: what the markers
     and the solid line are of, ``"mean"`` or ``"median"``)."""
-    parts = [f"markers: {statistic} over {reps} replicate{'s' if reps != 1 else ''}",
-             f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
+    if bars == "sd2":
+        parts = [f"markers: mean over {reps} replicate{'s' if reps != 1 else ''}",
+                 f"bars: mean +- {SD_BARS:g} standard deviations of the replicates"
+                 + (" (a lower end at or below 0 is drawn to the bottom edge, open triangle)" if clipped else "")]
+    else:
+        parts = [f"markers: {statistic} over {reps} replicate{'s' if reps != 1 else ''}",
+                 f"bars: {BAND[0]}th to {BAND[1]}th percentile of the replicates"]
     if drew_fit:
         parts.append(f"solid: least-squares fit of log {statistic} on log n (slope, 95% CI)")
     kinds = set(predictions)
@@ -335,6 +411,7 @@ def plot_convergence(
     formats: Sequence[str] = FIGURE_FORMATS,
     voronoi_holds: str | None = None,
     not_drawn: Sequence[str] = (),
+    bars: str = "percentile",
 ) -> list[Path]:
     """Draw the convergence figure once and write it as ``<out_stem>.<format>`` per format
     (default ``<out_stem>.pdf`` and ``<out_stem>.png``).
@@ -364,6 +441,9 @@ def plot_convergence(
     not_drawn : sequence of str
         Losses left out with their reason (``"param_multi (no shared cells in an exact fit)"``),
         named in the note under the panels so that no panel is missing unexplained.
+    bars : {"percentile", "sd2"}
+        The error bars (:attr:`moestat.rates.config.AnalysisSpec.bars`): the :data:`BAND`
+        percentiles, or the mean +- :data:`SD_BARS` standard deviations (:func:`mean_sd_bars`).
 
     Returns
     -------
@@ -376,7 +456,7 @@ def plot_convergence(
     import matplotlib.pyplot as plt
 
     fig = draw_convergence(df, fits, losses=losses, routers=routers, title=title, voronoi_holds=voronoi_holds,
-                           not_drawn=not_drawn)
+                           not_drawn=not_drawn, bars=bars)
     try:
         out_stem = Path(out_stem)
         with plt.rc_context({"pdf.fonttype": 42}):  # TrueType in the PDF: editable text, as journals ask
@@ -388,11 +468,11 @@ def plot_convergence(
 
 def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str], routers: Sequence[str],
              title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS, voronoi_holds: str | None = None,
-             suffix: str = "") -> None:
+             suffix: str = "", bars: str = "percentile") -> None:
     """The figures of a rates run (what :func:`moestat.rates.run_rates` draws), each by
     :func:`plot_convergence`: ``convergence`` (the ``headline`` losses) and ``convergence_all``
     (every loss of the first router that has a slope in ``fits``; not drawn when none has).
-    ``title``, ``formats``, ``voronoi_holds`` as :func:`plot_convergence`; ``suffix`` ends both
+    ``title``, ``formats``, ``voronoi_holds``, ``bars`` as :func:`plot_convergence`; ``suffix`` ends both
     file stems (``convergence_median``: a re-analysis beside the run's first one).
 
     The two figures are drawn at the same time, the second in a forked child
@@ -406,13 +486,14 @@ def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headlin
     if not check_figure_formats(formats):
         return
     draw_in_fork([functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
-                                    title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn)
+                                    title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn,
+                                    bars=bars)
                  for stem, losses, not_drawn in drawn])
 
 
 def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),
                      routers: Sequence[str] | None = None, title: str | None = None, voronoi_holds: str | None = None,
-                     not_drawn: Sequence[str] = ()):
+                     not_drawn: Sequence[str] = (), bars: str = "percentile"):
     """The figure of :func:`plot_convergence`, not saved (a :class:`matplotlib.figure.Figure`;
     the caller closes it).  Same parameters."""
     import matplotlib
@@ -445,7 +526,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
         # no blank slot: a short last row is centred (moestat.plotting.panel_grid)
         axes = panel_grid(fig, len(losses), ncols)
         by_key = {(f["router"], f["loss"]): f for f in fits}
-        drawn = [_panel(ax, df, by_key, loss, routers, setting, voronoi_holds) for ax, loss in zip(axes, losses)]
+        drawn = [_panel(ax, df, by_key, loss, routers, setting, voronoi_holds, bars) for ax, loss in zip(axes, losses)]
         # one tick style for the whole figure: 2k everywhere or 2000 everywhere, 0.05 or 5x10^-2
         shown = {n for d in drawn for n in _x_shown(d["ns"])}
         y_style = _y_style([ax.get_ylim() for ax in axes])
@@ -458,7 +539,7 @@ def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str
             legend(ax, d["handles"], d["labels"], fontsize=5.5 if ncols == 1 else 5.2, frameon=False, loc="upper center",
                    bbox_to_anchor=(0.5, 0.0), bbox_transform=ax.transAxes + below, handlelength=2.2, borderaxespad=0.0)
         note = _note(reps, any(d["fit"] for d in drawn), set().union(*(d["predictions"] for d in drawn)),
-                     _statistic(by_key))
+                     _statistic(by_key), bars, any(d["clipped"] for d in drawn))
         if not_drawn:
             note += "; not drawn: " + ", ".join(not_drawn)
         import textwrap
@@ -686,7 +767,7 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
                          n_boot=cfg.n_boot, seed=cfg.seed, predicted=plan.predicted)
     routers = None if plan.routers is None else list(plan.routers)
     return plot_convergence(df, fits, plan.out_stem, losses=list(plan.losses), routers=routers,
-                            voronoi_holds=plan.voronoi_holds)
+                            voronoi_holds=plan.voronoi_holds, bars=getattr(cfg, "bars", "percentile"))
 
 
 def redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,

@@ -106,6 +106,11 @@ class WorkUnit:
     #: the likelihood fits' memory budget (:class:`~moestat.rates.config.ExecutionSpec`); it sets how
     #: many replicates a fit holds at once, never a number of the rows
     max_memory: int | str = "auto"
+    #: ``(name, value)`` settings of the estimator (:attr:`~moestat.rates.config.FittingSpec.estimator_options`:
+    #: SGD's learning rate, batch, epochs and schedule)
+    estimator_options: tuple = ()
+    #: whether fits worse than the truth are answered with more starts (:attr:`~moestat.rates.config.FittingSpec.answer`)
+    answer: bool = True
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -133,7 +138,7 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
                         experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter,
                         config.init, float(config.init_scale), config.seed, config.holdout, config.device,
                         int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale), comp,
-                        config.max_memory,
+                        config.max_memory, tuple(config.fitting.estimator_options), bool(config.answer),
                     )
                 )
     return units

@@ -53,7 +53,10 @@ declares -- :data:`ANSWER_NEAR` near-truth starts *with noise* at larger scales
 starts -- and :data:`ANSWER_JITTER` restarts from the best fit so far, perturbed; then, for what is
 still worse, :data:`ANSWER_ROUNDS` - 1 more rounds of restarts from the best fit so far.  The
 best fit by the criterion is kept.  No start is ever placed at the truth.  What remains below
-the truth is counted (``truth_check = below_truth``), never dropped.  Every start has its own
+the truth is counted (``truth_check = below_truth``), never dropped.  A sweep with ``answer = false``
+(:attr:`moestat.rates.config.FittingSpec.answer`, ``--no-answer``) skips the answer: every fit is
+reported as its one start left it, and one worse than the truth is ``below_truth`` -- the one-start
+procedure of Nguyen et al. (2024), App. E.1 (``--preset fig1_paper``).  Every start has its own
 stream ``SeedSequence(seed, spawn_key=(n, replicate, 7, round, s))``.
 """
 
@@ -145,6 +148,9 @@ def unit_estimator(unit, scenario, *stream: int):
         est.compile = unit.compile
     if hasattr(est, "max_memory"):  # a likelihood fit: replicates in chunks within the budget (same fits)
         est.max_memory = getattr(unit, "max_memory", "auto")
+    options = dict(getattr(unit, "estimator_options", ()))
+    if options:  # the configured settings of the estimator (SGD's lr, batch, epochs, schedule)
+        est.set_params(**options)
     return est
 
 
@@ -193,7 +199,8 @@ def against_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, est) -> dict:
     fault = np.zeros(len(truth), dtype=bool)
     if kind is not None:
         fault = truth_start_faults(unit, scenario, X, Y, first, kind, truth)
-        answer_below_truth(unit, scenario, X, Y, state, kind, truth, skip=fault)
+        if getattr(unit, "answer", True):  # else: each fit as its one start left it (still judged below)
+            answer_below_truth(unit, scenario, X, Y, state, kind, truth, skip=fault)
     state["truth"] = truth_columns(kind, first, state["criterion"], truth)
     for i, t in enumerate(state["truth"]):
         if t["truth_check"] == "below_truth":  # not the estimate: counted, never dropped
