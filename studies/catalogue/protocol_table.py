@@ -131,6 +131,12 @@ def record(key: str, outroot: Path, src: Path) -> None:
     timing = _time_v(outroot / f"{key}.time")
     if timing.get("exit_status") != 0:
         raise SystemExit(f"{key}: the run did not exit 0 ({timing})")
+    parts = sorted(outroot.glob(f"{key}.time.part*"))  # a run stopped (SIGTERM) and continued with --resume
+    if parts:
+        earlier = [_time_v(p) for p in parts]
+        timing = {"parts": earlier + [timing], "resumed": len(parts),
+                  **{k: round(sum(t.get(k, 0.0) for t in earlier + [timing]), 2) for k in ("wall_s", "user_s", "sys_s")},
+                  "peak_rss_gb": max(t.get("peak_rss_gb", 0.0) for t in earlier + [timing]), "exit_status": 0}
     log = [ln for ln in (outroot / "log.txt").read_text(encoding="utf-8").splitlines() if f"== {key} " in ln]
     commit = (src / "COMMIT").read_text().strip() if (src / "COMMIT").is_file() else "see the declaration"
     if dest.exists():
