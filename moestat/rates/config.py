@@ -506,6 +506,25 @@ def legacy_file_label(source: str) -> str:
     return f"{FILE_PREFIX}{Path(source).stem}"
 
 
+def stored_file_label(out_dir: Path, config: RatesConfig) -> RatesConfig:
+    """``config`` with the curve label a scenario-file run in ``out_dir`` was written with, when that
+    is the label earlier versions took from the file's path (``file:<stem>``) and the file is at
+    the same path: such a folder's rows are labelled so, and it stays resumable now that the label
+    comes from the file's ``name`` (:func:`file_label`).  Otherwise ``config``
+    unchanged (:func:`moestat.rates.store.check_resumable` then reports any difference)."""
+    if not config.scenario_file:
+        return config
+    try:
+        prev = json.loads((Path(out_dir) / "provenance.json").read_text(encoding="utf-8"))
+        stored = tuple(prev["config"]["router"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return config
+    legacy = (legacy_file_label(config.scenario_file),)
+    if stored == legacy and config.router != legacy:
+        return config.replace(router=list(stored))
+    return config
+
+
 def _toml_name(path: str) -> str | None:
     """The ``name`` string of a TOML scenario file, or ``None`` (no such key, or the file cannot be
     read or parsed here; loading the scenario reports that with its own one-line error)."""

@@ -398,12 +398,12 @@ def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headlin
     (:func:`moestat.rates.forked.draw_in_fork`; one after the other where fork is not used):
     about 1 CPU-s each on the project's 2-core machine, after the sweep, when the second core
     is otherwise idle.  The files are the same either way."""
+    if not check_figure_formats(formats):
+        return
     every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
     missing = tuple(f"{f['loss']} ({undefined_reason(f['loss'], str(f.get('setting')))})"
                     for f in undefined_fits(fits) if f["router"] == routers[0])
     drawn = [(f"convergence{suffix}", list(headline), ())] + ([(f"convergence_all{suffix}", every, missing)] if every else [])
-    if not check_figure_formats(formats):
-        return
     draw_in_fork([functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
                                     title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn)
                  for stem, losses, not_drawn in drawn])
