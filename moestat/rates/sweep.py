@@ -120,10 +120,12 @@ def make_units(experiment: Experiment) -> list[WorkUnit]:
     :attr:`SweepPlan.units` of :func:`plan_sweep`.
 
     The composition of each unit depends only on the configuration (``reps`` and ``chunk``),
-    never on ``n_jobs``.  ``experiment``: a resolved :class:`~moestat.rates.resolve.Experiment`
-    (or a :class:`~moestat.rates.config.RatesConfig`, resolved here).
+    never on ``n_jobs`` or the device's kind, which is not resolved here (a recorded run's units
+    are rebuilt on any machine, :func:`recorded_unit`).  ``experiment``: a resolved
+    :class:`~moestat.rates.resolve.Experiment` (or a :class:`~moestat.rates.config.RatesConfig`,
+    resolved here).
     """
-    return list(plan_sweep(experiment).units)
+    return list(plan_sweep(experiment, on_cpu=True).units)
 
 
 def recorded_unit(run: str | os.PathLike, n: int, replicate: int,
