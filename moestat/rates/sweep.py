@@ -259,7 +259,7 @@ def plan_sweep(experiment: Experiment, out_dir: str | os.PathLike | None = None,
     todo = tuple(u for u, s in zip(units, shapes) if s in todo_shapes)
     # n_jobs="auto": one process on an accelerator (auto_n_jobs); an integer is kept as given
     n_jobs = (cpu_jobs if on_cpu else 1) if config.n_jobs == "auto" else int(config.n_jobs)
-    forks = min(n_jobs, len(todo)) - 1 if config.backend == "loky" and on_cpu else 0
+    forks = max(0, min(n_jobs, len(todo)) - 1) if config.backend == "loky" and on_cpu else 0
     return SweepPlan(experiment, units, done, todo, on_cpu, n_jobs, forks, line)
 
 
