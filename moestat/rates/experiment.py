@@ -1,10 +1,12 @@
 """A rate experiment end to end: a scenario in, a convergence plot and an honest slope table out.
 
 :func:`run_rates` (what ``moestat rates`` calls) chains :mod:`moestat.rates.sweep`
-(seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
-resumable ``results.csv``, ``provenance.json``),
-:mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
-:mod:`moestat.rates.figures` (``convergence.png``, other formats on request).  From Python::
+(seeds, work units, the sweep planned once; run by :mod:`moestat.rates.backends` or
+:mod:`moestat.rates.forked`, stored by :mod:`moestat.rates.store`: resumable ``results.csv``,
+``provenance.json``), :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity,
+verdicts), :mod:`moestat.rates.summary` (``summary.json``) and :mod:`moestat.rates.figures`
+(``convergence.png``, other formats on request), everything after the sweep in its own process.
+From Python::
 
     from moestat.rates import RatesConfig, run_rates
     summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")

@@ -242,8 +242,9 @@ def plan_sweep(experiment: Experiment, out_dir: str | os.PathLike | None = None,
     shapes = [(n, router, c, tuple(range(start, min(start + chunk, config.reps))))
               for n in sorted(config.ns, reverse=True) for router in config.router
               for c, start in enumerate(range(0, config.reps, chunk))]
-    todo_shapes = [s for s in shapes if any((s[1], s[0], r) not in done for r in s[3])]
-    cpu_jobs = _processes(sum(n * len(reps) for n, _, _, reps in todo_shapes) * int(config.starts or 1), len(todo_shapes))
+    left = [any((router, n, r) not in done for r in reps) for n, router, _, reps in shapes]  # a replicate to fit
+    work = sum(n * len(reps) for (n, _, _, reps), to_fit in zip(shapes, left) if to_fit) * int(config.starts or 1)
+    cpu_jobs = _processes(work, sum(left))
     # one compile decision for every unit (sweep_compile), from the design alone
     comp = sweep_compile(int(config.starts or 1) * config.reps * len(config.router) * sum(config.ns), config.device)
     line = None
@@ -256,7 +257,7 @@ def plan_sweep(experiment: Experiment, out_dir: str | os.PathLike | None = None,
                            float(config.init_scale), config.seed, config.holdout, config.device, int(config.extra_starts),
                            bool(config.cell_errors), float(config.alt_init_scale), comp, config.max_memory)
                   for n, router, c, reps in shapes)
-    todo = tuple(u for u, s in zip(units, shapes) if s in todo_shapes)
+    todo = tuple(u for u, to_fit in zip(units, left) if to_fit)
     # n_jobs="auto": one process on an accelerator (auto_n_jobs); an integer is kept as given
     n_jobs = (cpu_jobs if on_cpu else 1) if config.n_jobs == "auto" else int(config.n_jobs)
     forks = max(0, min(n_jobs, len(todo)) - 1) if config.backend == "loky" and on_cpu else 0
@@ -415,7 +416,7 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     ``cluster`` (:class:`moestat.rates.backends.ClusterOptions`) sets the timeouts and the
     environment check of a dask sweep; the workers' environments are recorded in
     ``provenance.json`` (``runs[-1]["workers"]``).  ``forked``: processes forked from this one
-    (:class:`moestat.rates.forked.ForkedWorkers`, :meth:`SweepPlan.fork`), used instead of loky
+    (:class:`moestat.rates.forked.ForkedWorkers`, :attr:`SweepPlan.forks` of them), used instead of loky
     workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.  ``plan``: the
     sweep's :class:`SweepPlan` (:func:`plan_sweep` of ``experiment`` in ``out_dir``, made just
     before: its ``done`` rows are those of ``results.csv``; made here when not given).
