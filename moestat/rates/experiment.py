@@ -29,7 +29,7 @@ from typing import Any, Iterator, Sequence
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig, stored_file_label
-from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
+from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, figure_jobs
 from moestat.rates.fit import fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
@@ -37,7 +37,7 @@ from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
 from moestat.rates.store import analysis_suffix, check_resumable, read_run  # noqa: F401 - analysis_suffix: re-exported
-from moestat.rates.forked import ForkedWorkers
+from moestat.rates.forked import ForkedWorkers, draw_in_fork
 from moestat.rates.sweep import SweepPlan, plan_sweep, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
@@ -157,7 +157,8 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     once, its processes and whether they are forked), its rounds (each one's rows read back and
     fitted here, :func:`moestat.rates.fit.fit_experiment`), ``summary.json``
     (:func:`moestat.rates.summary.write_summary`) and the figures
-    (:func:`moestat.rates.figures.plot_run`).
+    (:func:`moestat.rates.figures.figure_jobs`, the second drawn in a forked child:
+    :func:`moestat.rates.forked.draw_in_fork`).
 
     Parameters
     ----------
@@ -240,9 +241,11 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
                 workers.close()
         summary = write_summary(experiment, rows, fits, adaptive, growth, pre, t0, out, suffix)
         config = experiment.config
-        plot_run(rows.df, summary["fits"], out, headline=experiment.headline, routers=config.router,
-                 title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
-                 voronoi_holds=experiment.voronoi_holds, suffix=suffix)
+        # the figures at the same time, the second in a forked child (one after the other where fork
+        # is refused): the second core is otherwise idle after the sweep
+        draw_in_fork(figure_jobs(rows.df, summary["fits"], out, headline=experiment.headline, routers=config.router,
+                                 title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
+                                 voronoi_holds=experiment.voronoi_holds, suffix=suffix))
         return summary
 
 

@@ -19,7 +19,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -29,12 +29,11 @@ from moestat.model.gates import canonical_name
 from moestat.rates.config import FILE_PREFIX, ROUTERS, RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_rates
-from moestat.rates.forked import draw_in_fork
 from moestat.rates.labels import axis_label, curve_label, loss_name, run_title, slope_label, undefined_fits, undefined_reason
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import LOSS_NAMES, SUMMARY_RECOVERY, read_audited, summary_rows_changed
 
-__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
+__all__ = ["ROUTER_COLOURS", "BAND", "plot_convergence", "figure_jobs", "plot_run", "draw_convergence", "RedrawPlan", "prepare_redraw", "draw_redraw", "redraw",
            "COLUMN_WIDTH_IN"]
 
 #: One colour per router (colour-blind safe pair for the two cosine routers).
@@ -385,28 +384,40 @@ def plot_convergence(
         plt.close(fig)
 
 
-def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str], routers: Sequence[str],
-             title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS, voronoi_holds: str | None = None,
-             suffix: str = "") -> None:
-    """The figures of a rates run (what :func:`moestat.rates.run_rates` draws), each by
-    :func:`plot_convergence`: ``convergence`` (the ``headline`` losses) and ``convergence_all``
-    (every loss of the first router that has a slope in ``fits``; not drawn when none has).
+def figure_jobs(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str],
+                routers: Sequence[str], title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS,
+                voronoi_holds: str | None = None, suffix: str = "") -> list[Callable[[], list[Path]]]:
+    """The figures of a rates run as jobs without arguments, each a :func:`plot_convergence`:
+    ``convergence`` (the ``headline`` losses) and ``convergence_all`` (every loss of the first
+    router that has a slope in ``fits``; no job when none has); none when ``formats`` is empty.
     ``title``, ``formats``, ``voronoi_holds`` as :func:`plot_convergence`; ``suffix`` ends both
     file stems (``convergence_median``: a re-analysis beside the run's first one).
 
-    The two figures are drawn at the same time, the second in a forked child
-    (:func:`moestat.rates.forked.draw_in_fork`; one after the other where fork is not used):
-    about 1 CPU-s each on the project's 2-core machine, after the sweep, when the second core
-    is otherwise idle.  The files are the same either way."""
+    Why jobs: :func:`moestat.rates.experiment.run_rates` draws them at the same time, the second in
+    a forked child (:func:`moestat.rates.forked.draw_in_fork`: about 1 CPU-s each on the project's
+    2-core machine, after the sweep, when the second core is otherwise idle); this module draws,
+    and forks nothing (:func:`plot_run`).  Each job writes its files atomically, so running one
+    again gives the same files."""
     if not check_figure_formats(formats):
-        return
+        return []
     every = [f["loss"] for f in fits if f["router"] == routers[0] and f["slope"] is not None]
     missing = tuple(f"{f['loss']} ({undefined_reason(f['loss'], str(f.get('setting')))})"
                     for f in undefined_fits(fits) if f["router"] == routers[0])
     drawn = [(f"convergence{suffix}", list(headline), ())] + ([(f"convergence_all{suffix}", every, missing)] if every else [])
-    draw_in_fork([functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
-                                    title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn)
-                 for stem, losses, not_drawn in drawn])
+    return [functools.partial(plot_convergence, df, fits, Path(out_dir) / stem, losses=losses, routers=routers,
+                              title=title, formats=formats, voronoi_holds=voronoi_holds, not_drawn=not_drawn)
+            for stem, losses, not_drawn in drawn]
+
+
+def plot_run(df, fits: Sequence[dict[str, Any]], out_dir: str | Path, *, headline: Sequence[str], routers: Sequence[str],
+             title: str | None = None, formats: Sequence[str] = FIGURE_FORMATS, voronoi_holds: str | None = None,
+             suffix: str = "") -> None:
+    """The figures of a rates run (those :func:`moestat.rates.run_rates` draws): every job of
+    :func:`figure_jobs` (same arguments), one after the other in this process.  The files are
+    those of ``run_rates``, which draws the two at the same time."""
+    for job in figure_jobs(df, fits, out_dir, headline=headline, routers=routers, title=title, formats=formats,
+                           voronoi_holds=voronoi_holds, suffix=suffix):
+        job()
 
 
 def draw_convergence(df, fits: Sequence[dict[str, Any]], *, losses: Sequence[str] = ("voronoi",),

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moestat.io import atomic_write_json
-from moestat.rates.config import RatesConfig
 from moestat.rates.fit import DEFAULT_TOLERANCE
-from moestat.rates.resolve import Experiment
-from moestat.rates.store import RunRows
 from moestat.rates.verdicts import MAX_CI_WIDTH
+
+if TYPE_CHECKING:  # names of the annotations only: the analysis reads what the engine hands it
+    from moestat.rates.config import RatesConfig
+    from moestat.rates.resolve import Experiment
+    from moestat.rates.store import RunRows
 
 __all__ = ["SUMMARY_SCHEMA", "rule_fields", "write_summary"]
 
