@@ -46,6 +46,7 @@ from moestat.data.scenario_files import scenario_digest
 from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.devices import resolve_device
 from moestat.estimators.memory import parse_memory
+from moestat.rates.labels import FILE_PREFIX  # noqa: F401 - re-exported: a scenario file's curve label prefix
 from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
@@ -474,8 +475,6 @@ FLAT_KEYS = (
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
 
-#: The prefix of a scenario file's curve label (:func:`file_label`); a router named so is a file's.
-FILE_PREFIX = "file:"
 
 
 def file_label(source: str) -> str:
