@@ -63,6 +63,8 @@ CASES = [
     ("studies/figure1/figure1.py", ["--out", "{tmp}/f", "--n-mc", "abc"], "--n-mc"),
     ("studies/figure1/figure1_cells.py", ["--run", "{tmp}/absent", "--json", "{tmp}/c.json"], "absent"),
     ("studies/figure1/figure1_composite.py", ["--out", "{tmp}/f", "--seed", "x"], "--seed"),
+    ("studies/figure1/figure1_paired.py", ["--out", "{tmp}/f", "--figure-only"], "--figure-only"),
+    ("studies/figure1/figure1_paired.py", ["--root", "{tmp}/absent", "--out", "{tmp}/f"], "absent"),
     ("studies/figure1/runoff_box.py", ["--out", "{tmp}/r", "--reps", "x"], "--reps"),
     ("studies/two_point/two_point.py", ["--out", "{tmp}/t", "--reps", "x"], "--reps"),
     ("records/archive/figure1/fig1b40_window.py", ["--json", "{tmp}/absent/w.json"], "absent"),

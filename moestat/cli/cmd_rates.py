@@ -123,7 +123,9 @@ def _add_sweep_options(g) -> None:
     g.add_argument("--n-max", type=positive_int, help="largest sample size; default 128000")
     g.add_argument("--n-points", type=positive_int, help="number of log-spaced sample sizes; default 7")
     g.add_argument("--reps", type=positive_int, help="replicates per sample size (>= 2); default 20")
-    g.add_argument("--estimator", help="lse, sgd, null, em, or mle (the gaussian-moe family's maximum likelihood); default lse, mle for --family gaussian-moe")
+    g.add_argument("--estimator", help="lse, sgd, null, em, mle (maximum likelihood of y drawn from the mixture) or gllim (the joint "
+                   "Gaussian-gated MoE of a file with [input] law = \"gate\"; mle picks it there too); default lse, mle for a "
+                   "mixture-noise scenario (docs/guide/estimators.rst: which estimator to use when)")
     g.add_argument("--max-iter", type=positive_int, help="estimator iteration budget; default 200")
     g.add_argument("--init", help="near (truth + N(0, s^2)), peer (s n^-0.083, the peer artefact) or random (gaussian-moe: a random "
                                   "partition of the data); default near")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, prepare_out, usage_errors
-from moestat.rates import catalogue, catalogue_views
+from moestat.rates import catalogue, catalogue_protocol, catalogue_views
 from moestat.rates.store import check_resumable
 
 __all__ = ["build_parser", "main"]
@@ -23,6 +23,7 @@ examples:
   moestat reproduce cosine-exact --quick --out runs/cosine-exact-quick
   moestat reproduce lse-ffn-vs-linear --n-jobs 2 --out runs/lse
   moestat reproduce gmoe-over3 --out runs/gmoe-over3 --resume
+  moestat reproduce cosine-over --protocol --out runs/cosine-over-protocol
 """
 
 
@@ -35,6 +36,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the entries with their papers, predictions and status")
     p.add_argument("--quick", action="store_true", help="the reduced grid (at most 5 minutes on 2 cores) instead of "
                    "the paper's design")
+    p.add_argument("--protocol", action="store_true", help="the catalogue's one protocol (sizes from the truth's "
+                   "pre-flight n_ok, adaptive replicates, median; moestat.rates.catalogue_protocol) instead of the "
+                   "entry's own full design")
     add_n_jobs(p)
     add_out(p, "reproduce")
     add_resume(p)
@@ -53,13 +57,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if not args.key:
             raise ValueError("name an entry (moestat reproduce --list shows them) or pass --list")
-        runs = catalogue.plan(args.key, quick=args.quick, n_jobs=args.n_jobs, quiet=args.quiet)
+        if args.protocol and args.quick:
+            raise ValueError("give --protocol or --quick, not both")
+        if args.protocol:
+            runs = catalogue_protocol.protocol_plan(args.key, n_jobs=args.n_jobs, quiet=args.quiet)
+        else:
+            runs = catalogue.plan(args.key, quick=args.quick, n_jobs=args.n_jobs, quiet=args.quiet)
         out = Path(args.out)
         for run, cfg in runs:
             if (out / run.label).is_dir():
                 check_resumable(out / run.label, cfg, args.resume)
         prepare_out(out, args.resume)
-    report = catalogue.reproduce(args.key, out, quick=args.quick, resume=args.resume, runs=runs)
+    report = catalogue.reproduce(args.key, out, quick=args.quick, resume=args.resume, runs=runs, protocol=args.protocol)
     print(catalogue.format_report(report))
     print(f"wrote {out / 'catalogue.json'} and one folder per run")
     return 0

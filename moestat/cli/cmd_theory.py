@@ -14,7 +14,7 @@ from typing import Sequence
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.io import check_run_config, read_run_config, write_run_config
 from moestat.rates.store import audit_stored_runs
-from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, run_checks, totals_line, write_report
+from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, merge_reports, run_checks, totals_line, write_report
 from moestat.experiments.theory.grids import GRIDS, check_grid_memory
 
 __all__ = ["build_parser", "main"]
@@ -40,6 +40,8 @@ def build_parser() -> ArgumentParser:
     add_quiet(p)
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
+    p.add_argument("--merge", nargs="+", metavar="FOLDER", help="run nothing: merge the reports of runs that each ran part "
+                   "of the checks (--only) into one report in --out; every check once, in the package's order")
     return p
 
 
@@ -48,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print("\n".join(CHECK_NAMES))
         return 0
+    if args.merge:
+        return _merge(args, argv)
     with usage_errors():
         _validate(args)
     # the checks run outside usage_errors: an exception there is a bug, not bad input (and each
@@ -62,6 +66,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{totals_line(results)}; wrote {mpath} and {jpath}; exit {code} "
           "(0 all passed, 1 a failure/inconclusive/error, 3 skips only)")
     return code
+
+
+def _merge(args, argv) -> int:
+    """``--merge FOLDER...``: one report of the reports' mode (``--full`` by default) in ``--out``."""
+    # the mode's default is quick for a run; the reports one merges are the --full ones unless --quick is given
+    mode = "quick" if "--quick" in list(sys.argv[1:] if argv is None else argv) else "full"
+    with usage_errors():
+        if args.only or args.resume:
+            raise ValueError("--merge runs nothing: give it without --only and --resume")
+        results, commands, elapsed = merge_reports(args.merge, mode=mode)
+        prepare_out(args.out, False)
+    command = f"assembled from {len(commands)} runs: " + " ; ".join(commands)
+    mpath, _ = write_report(results, args.out, mode, command, elapsed)
+    print(f"wrote {mpath}: {len(results)} checks, elapsed {elapsed:.0f} s summed over the runs (nothing run)")
+    return exit_code(results, args.allow_skips)
 
 
 def _validate(args) -> None:

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moestat.data.synthetic import ScenarioBase
-from moestat.estimators.starts import random_partition_init
 from moestat.losses.voronoi import weighted_multi_error
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec, cell_terms_from_spec
+from moestat.model.declaration import FitDeclaration
 from moestat.model.gaussian_moe import log_likelihood, mean_function, sample_y
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
-__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gaussian_voronoi", "declared_voronoi", "gaussian_loss_spec", "RBAR",
+__all__ = ["GaussianMoEScenario", "model1_truth", "model1_scenario", "gmoe_predicted", "gaussian_voronoi", "declared_voronoi", "gaussian_loss_spec", "RBAR",
            "INPUT_LAWS"]
 
 #: rbar(#A_j) for cells of 1, 2, 3 atoms (Nguyen, Nguyen & Ho 2023, Theorem 2); cells of more
@@ -133,10 +133,11 @@ class GaussianMoEScenario(ScenarioBase):
         """The log-likelihood ``[R]`` of model 1 (:func:`moestat.model.gaussian_moe.log_likelihood`)."""
         return np.asarray(log_likelihood(X, Y, G), dtype=float)
 
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A data-driven random start: a random partition of ``(x, y)``
-        (:func:`moestat.estimators.starts.random_partition_init`)."""
-        return random_partition_init(X, Y, self.k_fit, rng)
+    @property
+    def declaration(self) -> FitDeclaration:
+        """Model 1's family (``gaussian-moe``: the dense softmax gate with linear Gaussian experts, one
+        variance per expert) with ``k_fit`` atoms, fitted by maximum likelihood alone (``--estimator mle``)."""
+        return FitDeclaration("gaussian-moe", None, int(self.k_fit), self.d, self.d + 2, ("mle",), int(self.n_starts))
 
     def losses(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
         """The sweep's loss columns for a batch of fits ``[R]`` (see the module docstring).
@@ -288,11 +289,27 @@ def model1_scenario(setting: str = "exact", k_fit: int | None = None, input_law:
     k = 2 if setting == "exact" else (3 if k_fit is None else int(k_fit))
     if setting == "exact" and k_fit not in (None, 2):
         raise ValueError(f"the exact-fitted model 1 has k_fit = 2, got {k_fit!r}")
-    predicted = {"voronoi": -0.5, "param_single": -0.5, "mass": -0.5, "regression_l2": -0.5}
-    if setting == "over":
-        # a cell of 2 atoms: rbar = 4, gate slope and intercept at n^{-1/(2 rbar)}; of 3: rbar = 6
-        predicted["param_multi"] = -1.0 / (2 * RBAR[min(k - 1, len(RBAR)) - 1]) if k == 3 else None
+    predicted = gmoe_predicted(k, 2)
     return GaussianMoEScenario(f"gaussian-moe-model1-{setting}-k{k}", model1_truth(), k, input_law, predicted, n_starts)
+
+
+def gmoe_predicted(k_fit: int, k_true: int) -> dict[str, float | None]:
+    """The predicted exponents of the loss columns of a dense softmax-gated Gaussian MoE with linear
+    experts fitted with ``k_fit`` atoms for ``k_true`` (Nguyen, Nguyen & Ho 2023, Theorems 1 and 2).
+
+    D1 (exact) or D2 (over-fitted) -- the ``voronoi`` column --, an atom alone in its cell, the cells'
+    summed weights and the regression function at -1/2; over-fitted with ``k_fit = k_true + 1`` the one
+    shared cell has two atoms, whose slowest blocks (gate slope, expert intercept) are at
+    ``n^{-1/(2 rbar(2))} = n^{-1/8}``; a larger ``k_fit`` splits the atoms into cells whose sizes are
+    the fit's, not the design's: ``param_multi`` ``None`` (no exponent stated).  The one table of
+    model 1 (:func:`model1_scenario`) and of a user's file meeting the theorems' hypotheses
+    (:mod:`moestat.rates.file_theorems`).
+    """
+    predicted = {"voronoi": -0.5, "param_single": -0.5, "mass": -0.5, "regression_l2": -0.5}
+    if k_fit > k_true:
+        # a cell of 2 atoms: rbar = 4, gate slope and intercept at n^{-1/(2 rbar)}; of 3: rbar = 6
+        predicted["param_multi"] = -1.0 / (2 * RBAR[1]) if k_fit == k_true + 1 else None
+    return predicted
 
 
 # ---- per-block errors of the over-fitted cells (moestat.rates.gmoe_blocks) ---------------------------------

@@ -5,7 +5,8 @@ Gaussian-gated Mixture of Experts") study the joint model of ``(x, y)``::
 
     x ~ sum_i pi_i N(c_i, Gamma_i),      y | x, i ~ N(a_i^T x + b_i, nu_i),
 
-estimated by the joint maximum likelihood (:class:`moestat.estimators.gllim.GLLiMEM`).  Their
+estimated by the joint maximum likelihood (:class:`moestat.estimators.gllim.GLLiMEM`, ``--estimator gllim``
+or ``mle``; the scenario declares the family ``gllim`` and leaves the choice to the estimators).  Their
 over-specified Type I setting (every true centre ``c*_j`` nonzero) has the loss D-bar of the
 authors' code (CRPE-GMoE ``discrepancies.py: gauss_loss_GLLiM1``): fitted atoms go to the true atom
 at the smallest *sum of block norms* ``|dc| + |dGamma| + |da| + |db| + |dnu|`` (every block: the
@@ -54,9 +55,10 @@ import numpy as np
 
 from moestat.data.gaussian_scenarios import declared_voronoi
 from moestat.data.scenario_tables import ScenarioFileError, parse_losses
-from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, check_likelihood_estimator
-from moestat.estimators.gllim import GLLiMEM, gllim_loglik, gllim_mean, join_measure, random_gllim_start, split_measure
+from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
+from moestat.model.declaration import FitDeclaration
+from moestat.model.gllim import gllim_loglik, gllim_mean, join_measure, split_measure
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -93,7 +95,7 @@ class GLLiMScenario(ScenarioBase):
     Parameters
     ----------
     truth : MixingMeasure
-        Unbatched, GLLiM layout (:func:`moestat.estimators.gllim.split_measure`): ``beta0 = log pi``
+        Unbatched, GLLiM layout (:func:`moestat.model.gllim.split_measure`): ``beta0 = log pi``
         (``exp`` summing to one), ``beta1 = c``, ``eta = (a, b, nu, vec Gamma)``.
     k_fit : int
         Fitted atoms (``k*``: exact; more: over-specified).
@@ -121,8 +123,7 @@ class GLLiMScenario(ScenarioBase):
     #: ``y`` is drawn from the mixture and fitted by maximum likelihood (``--estimator mle``)
     likelihood: bool = True
     noise_model: str = "mixture"
-    #: the joint GLLiM (``x`` modelled too): :func:`moestat.rates.resolve.build_estimator` fits it
-    #: with :class:`~moestat.estimators.gllim.GLLiMEM`
+    #: the joint GLLiM (``x`` modelled too): the family ``gllim`` of its :attr:`declaration`
     gllim: bool = True
     input_law: str = "gate"
     box = None
@@ -187,13 +188,13 @@ class GLLiMScenario(ScenarioBase):
         """The declared losses (``[[losses]]``, D-bar by default)."""
         return tuple(self.losses or ())
 
-    def estimator_class(self, name: str) -> type:
-        """Its own closed-form EM (:class:`~moestat.estimators.gllim.GLLiMEM`), asked for as ``mle``."""
-        check_likelihood_estimator(True, self.n_starts, name)
-        if name != "mle":
-            raise ValueError(f"a joint GLLiM scenario ([input] law = \"gate\") is fitted by its joint maximum likelihood: "
-                             f"use --estimator mle, not {name!r}")
-        return GLLiMEM
+    @property
+    def declaration(self) -> FitDeclaration:
+        """The joint GLLiM with ``k_fit`` atoms, fitted by maximum likelihood alone (family ``gllim``:
+        :class:`~moestat.estimators.gllim.GLLiMEM`, ``--estimator gllim`` or ``mle``)."""
+        d = self.d
+        return FitDeclaration("gllim", None, int(self.k_fit), d, d + 2 + d * d, ("mle",), int(self.n_starts),
+                              "this scenario file (noise.model = \"mixture\")")
 
     def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
         """The joint log-likelihood ``[R]`` of ``(x, y)`` (:meth:`loglik`): the criterion the joint
@@ -222,10 +223,6 @@ class GLLiMScenario(ScenarioBase):
         bb = b[owner] + scale * rng.normal(size=k)
         nn = nu[owner] * np.exp(scale * rng.normal(size=k))
         return join_measure(lp, cc, GG, AA, bb, nn)
-
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A data-driven random start (:func:`moestat.estimators.gllim.random_gllim_start`)."""
-        return random_gllim_start(np.asarray(X, float), np.asarray(Y, float), int(self.k_fit), rng)
 
     # ---- losses -------------------------------------------------------------------------------
     def loss_columns(self, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:

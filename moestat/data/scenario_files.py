@@ -18,6 +18,7 @@ TOML layout (every key is checked; an error names the key and the file)::
     [expert]
     kind = "gelu"             # identity (linear) | gelu | relu | tanh | sigmoid | poly (degree) | mlp (hidden)
                               # | scaled_gelu | scaled_tanh | scaled_sigmoid: eta2 * phi(eta1^T x), eta = (eta1, eta2)
+                              # | bare_gelu | bare_tanh | bare_sigmoid: phi(a^T x), eta = a (no bias, no scale)
                               # | multinomial (classes = C; noise.model = "mixture" only)
     [noise]
     model = "additive"        # additive: y = g(x) + N(0, variance); mixture: y drawn from the mixture
@@ -73,17 +74,16 @@ from moestat.data.scenario_tables import (  # noqa: F401 - ScenarioFileError, KN
     _number,
     parse_losses,
 )
-from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, check_likelihood_estimator, regression_loss_columns
-from moestat.estimators.generic_starts import random_start as generic_random_start
-from moestat.estimators.starts import random_init
+from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase, regression_loss_columns
 from moestat.io import note_input, regular_file
 from moestat.losses.voronoi_spec import LossSpec, builtin_spec
-from moestat.model.experts import ACTIVATIONS, Expert, SCALED_KINDS, activation_fn
+from moestat.model.experts import ACTIVATIONS, BARE_KINDS, Expert, SCALED_KINDS, activation_fn
+from moestat.model.declaration import FitDeclaration
 from moestat.model.gate_registry import GATES, SCORES, score_function
 from moestat.model.gates import Gate
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert, linear_expert
 from moestat.model.mixing import MixingMeasure, ParameterBox
-from moestat.model.protocol import FunctionExpert, ProtocolGate, ProtocolModel, mlp_expert, scaled_expert
+from moestat.model.protocol import FunctionExpert, ProtocolGate, ProtocolModel, bare_expert, mlp_expert, scaled_expert
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 
@@ -144,6 +144,9 @@ class FileScenario(ScenarioBase):
     #: ``[[losses]]`` but whose model meets a theorem's hypotheses; see
     #: :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
     prediction_sources: Mapping[str, str] = field(default_factory=dict)
+    #: The name of the loss the file got by default (it declares no ``[[losses]]``), else ``None``: the
+    #: loss that a theorem met by the truth predicts as its own D1/D2/D3 (:mod:`moestat.rates.file_theorems`).
+    default_loss: str | None = None
 
     @property
     def likelihood(self) -> bool:
@@ -205,6 +208,7 @@ class FileScenario(ScenarioBase):
             else:
                 b = builtin_spec("D3" if k_fit == t.n_atoms else "D2", k_active=K)
                 object.__setattr__(self, "losses", (replace(b, mass=mass),))
+            object.__setattr__(self, "default_loss", self.losses[0].name)
         names = [s.name for s in self.losses]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate loss names {names}")
@@ -272,19 +276,19 @@ class FileScenario(ScenarioBase):
             return likelihood_loss_columns(self, fitted, X_holdout)
         return regression_loss_columns(self, fitted, X_holdout)
 
-    def estimator_class(self, name: str) -> type:
-        """The registry's estimator, once it fits the file's noise model."""
-        check_likelihood_estimator(self.likelihood, self.n_starts, name)
-        return super().estimator_class(name)
-
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A random start (``--init random``): data-driven for a mixture-noise scenario
-        (:func:`moestat.estimators.generic_starts.random_start`), else data-free."""
-        if not self.likelihood:
-            # the expert's own width (an MLP expert has more than d + 1 parameters); d + 1 draws as before
-            q = self.model.n_expert_params(self.d) if self._protocol else self.d + 1
-            return random_init(int(self.k_fit), self.d, rng, n_eta=q)
-        return generic_random_start(self.model, X, Y, int(self.k_fit), rng)
+    @property
+    def declaration(self) -> FitDeclaration:
+        """What the file fits: with ``[noise] model = "mixture"`` the ``likelihood`` family of its
+        :class:`~moestat.model.likelihood.LikelihoodModel`, by maximum likelihood alone; else the
+        ``regression`` family, by least squares alone (a likelihood estimator is refused: the file
+        states no per-atom variance).  ``n_eta``: the expert's parameters (then the variance)."""
+        if self.likelihood:
+            return FitDeclaration("likelihood", self.fit_model, int(self.k_fit), self.d, self.model.n_eta(self.d), ("mle",),
+                                  int(self.n_starts), 'this scenario file (noise.model = "mixture")')
+        # the expert's own width (an MLP expert has more than d + 1 parameters)
+        q = self.model.n_expert_params(self.d) if self._protocol else self.d + 1
+        return FitDeclaration("regression", self.fit_model, int(self.k_fit), self.d, q, ("lse",), int(self.n_starts),
+                              'this scenario file (noise.model = "additive")')
 
     def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
@@ -356,6 +360,8 @@ def _expert(expert: Mapping[str, Any], d: int, where: str):
         return linear_expert(d)
     if kind in SCALED_KINDS:
         return scaled_expert(kind, d)
+    if kind in BARE_KINDS:
+        return bare_expert(kind, d)
     phi = activation_fn(kind, int(expert.get("degree", 2)))
     return FunctionExpert(lambda x, eta: phi(x @ eta[:-1] + eta[-1]), d + 1, kind)
 
@@ -369,7 +375,7 @@ def _model(gate: Mapping[str, Any], expert: Mapping[str, Any], d: int, where: st
     act = gate.get("activation")
     kind = str(expert.get("kind", "gelu"))
     kind = "identity" if kind == "linear" else kind
-    kinds = ACTIVATIONS + SCALED_KINDS + ("linear", "mlp", "multinomial")
+    kinds = ACTIVATIONS + SCALED_KINDS + BARE_KINDS + ("linear", "mlp", "multinomial")
     if score not in SCORES:
         raise _err(where, f"gate.score must be linear, cosine or perturbed, got {score!r}")
     if kind not in kinds:

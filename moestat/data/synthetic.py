@@ -23,14 +23,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from moestat.estimators import ESTIMATORS
-from moestat.estimators.layout import n_params
-from moestat.estimators.starts import near_truth_init, random_init
 from moestat.losses import cell_parameter_errors, regression_l2_error, voronoi_loss
 from moestat.losses.voronoi_spec import voronoi_loss_from_spec
+from moestat.model.declaration import FitDeclaration
 from moestat.model.experts import ACTIVATIONS, Expert
 from moestat.model.gates import GATE_KINDS, Gate
 from moestat.model.mixing import MixingMeasure, ParameterBox
+from moestat.model.near_truth import near_truth_init
 from moestat.model.regression import MoEModel
 from moestat.seeding import numpy_generator
 
@@ -40,8 +39,6 @@ __all__ = [
     "SETTINGS",
     "Scenario",
     "ScenarioBase",
-    "LIKELIHOOD_ESTIMATORS",
-    "check_likelihood_estimator",
     "regression_loss_columns",
     "draw_truth",
     "make_scenario",
@@ -89,13 +86,6 @@ class TruthDescriptors:
         return "exact" if self.k_fit == self.k_true else "over"
 
 
-#: ``max_iter`` of ``moestat rates`` for an exact fit (:class:`moestat.rates.config.FittingSpec`);
-#: an over-specified one gets :data:`OVER_MAX_ITER`.
-DEFAULT_MAX_ITER = 200
-#: ``max_iter`` of ``moestat rates`` for an over-specified fit (the budget rule of
-#: :mod:`moestat.rates.presets`, applied to scenario files too): its slow directions need the
-#: longer budget to stop on a convergence criterion.
-OVER_MAX_ITER = 1000
 #: ``init_scale`` of ``moestat rates``: the near-truth start's noise (:meth:`ScenarioBase.near_truth_start`).
 DEFAULT_INIT_SCALE = 0.05
 
@@ -106,11 +96,13 @@ class ScenarioBase(TruthDescriptors):
     (:class:`~moestat.data.gllim_scenarios.GLLiMScenario`) and file
     (:class:`~moestat.data.scenario_files.FileScenario`).
 
-    What the sweep asks of a scenario -- its data (``sample``, ``holdout``), its starts, the loss
-    columns of a batch of fits, the losses it declares, the estimator that fits it, how its fits
-    are judged against the truth -- is asked here, so :mod:`moestat.rates` never checks which kind
-    it holds.  The defaults are the least-squares regression MoE of Nguyen et al. (2024); a kind
-    overrides what differs.
+    What the sweep asks of a scenario -- its data (``sample``, ``holdout``), its near-truth start,
+    the loss columns of a batch of fits, the losses it declares, the model it fits
+    (:attr:`declaration`), how its fits are judged against the truth -- is asked here, so
+    :mod:`moestat.rates` never checks which kind it holds.  A scenario declares its model and
+    never picks an estimator: :func:`moestat.estimators.choice.estimator_for` reads the declaration
+    (as do the random starts, :func:`moestat.estimators.choice.random_start_for`).  The defaults
+    are the least-squares regression MoE of Nguyen et al. (2024); a kind overrides what differs.
     """
 
     #: The Gaussian MoE of Nguyen, Nguyen & Ho (2023) (model 1): its own log-likelihood and losses.
@@ -145,10 +137,14 @@ class ScenarioBase(TruthDescriptors):
         """Every loss column of a batch of fits ``[R]``: :func:`regression_loss_columns`."""
         return regression_loss_columns(self, fitted, X_holdout)
 
-    def estimator_class(self, name: str) -> type:
-        """The estimator class that fits this scenario by ``name`` (a one-line ``ValueError`` when
-        they do not go together)."""
-        return ESTIMATORS[name]
+    @property
+    def declaration(self) -> FitDeclaration:
+        """What is fitted (:class:`~moestat.model.declaration.FitDeclaration`): the regression MoE of
+        :attr:`fit_model` (K-bar activated experts) with ``k_fit`` atoms; the estimators pick their
+        class from it (:func:`moestat.estimators.choice.estimator_class_for`).  The built-in
+        scenario's Gaussian noise is fitted by least squares and, for the decomposition study
+        (``docs/guide/decomposition.rst``), by EM: both objectives are allowed."""
+        return FitDeclaration("regression", self.fit_model, int(self.k_fit), self.d, self.d + 1, ("lse", "mle"))
 
     def loglik_at(self, X: np.ndarray, Y: np.ndarray, G: MixingMeasure, *, fitted: bool) -> np.ndarray:
         """The observed-data log-likelihood ``[R]`` of ``G`` (batch ``[R]``, or unbatched) on
@@ -160,49 +156,9 @@ class ScenarioBase(TruthDescriptors):
             ll = model.loglik(torch.as_tensor(np.asarray(X, float)), torch.as_tensor(np.asarray(Y, float)), G)
         return np.asarray(ll.numpy(), dtype=float)
 
-    def estimator(self, name: str | None = None, *, max_iter: int | None = None, random_state=None,
-                  device: str = "cpu"):
-        """The estimator ``name`` built for this scenario (:meth:`estimator_class`; every estimator
-        takes what it needs from the same keywords, the estimator contract).
-
-        Every argument has the default of ``moestat rates``, so that a notebook can write
-        ``sc.estimator().fit(X, Y, init=sc.near_truth_start())``.
-
-        Parameters
-        ----------
-        name : {"lse", "mle", "em", "sgd", "null", "reference"}, optional
-            Default: ``"mle"`` for a scenario whose ``y`` is drawn from the mixture
-            (:attr:`mixture_data`), else ``"lse"`` (the batched least squares).
-        max_iter : int, optional
-            Iteration budget; default that of ``moestat rates``: :data:`DEFAULT_MAX_ITER` for an
-            exact fit, :data:`OVER_MAX_ITER` for an over-specified one.
-        random_state : None, int, SeedSequence or Generator
-            Seed of the estimator's own randomness (random starts); ``None``: fresh entropy.
-        device : str
-            ``cpu`` (default), ``cuda``, ``cuda:N`` or ``auto``.
-
-        Returns
-        -------
-        MoEEstimator
-            Call ``fit(X [R, n, d], Y [R, n], init=...)``.  Without ``init`` an estimator uses its own
-            start: least squares a data-free random start (``init="random"`` of
-            :class:`~moestat.estimators.lse.LeastSquaresMoE`), maximum likelihood a random
-            data-driven start per replicate; ``moestat rates`` passes :meth:`near_truth_start`.
-        """
-        if name is None:
-            name = "mle" if self.mixture_data else "lse"
-        if max_iter is None:
-            max_iter = OVER_MAX_ITER if self.setting == "over" else DEFAULT_MAX_ITER
-        return self.estimator_class(name).for_scenario(self, max_iter=max_iter, random_state=random_state, device=device)
-
-    def random_start(self, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> MixingMeasure:
-        """A random start (``--init random``): data-free, from the law the truth is drawn from
-        (:func:`moestat.estimators.starts.random_init`)."""
-        return random_init(self.k_fit, self.d, rng)
-
     def near_truth_start(self, scale: float = DEFAULT_INIT_SCALE, rng=None, *, n: int | None = None,
                          peer: bool = False) -> MixingMeasure:
-        """The truth plus noise of scale ``scale`` (:func:`moestat.estimators.starts.near_truth_init`;
+        """The truth plus noise of scale ``scale`` (:func:`moestat.model.near_truth.near_truth_init`;
         ``peer``: the peer code's ``scale * n^-0.083``).
 
         Parameters
@@ -223,25 +179,6 @@ class ScenarioBase(TruthDescriptors):
         rng = numpy_generator(0 if rng is None else rng)
         return near_truth_init(self.truth, self.k_fit, scale, rng, n=n, schedule="peer" if peer else "constant",
                                log_last=self.variance_last)
-
-
-#: Estimators of the likelihood (y drawn from the mixture); ``null`` returns its start, whatever the noise.
-LIKELIHOOD_ESTIMATORS = ("mle", "em")
-
-
-def check_likelihood_estimator(likelihood: bool, n_starts: int, name: str) -> None:
-    """Refuse an estimator that does not fit a scenario file's noise model, in one line: maximum
-    likelihood for a file that draws ``y = g(x) + noise``, least squares for one that draws ``y``
-    from the mixture, several starts for anything but ``mle``."""
-    if not likelihood and name in LIKELIHOOD_ESTIMATORS:
-        raise ValueError(f"--estimator {name} is maximum likelihood, but this scenario file draws y = g(x) + noise "
-                         "(noise.model = \"additive\"); use --estimator lse, or declare [noise] model = \"mixture\" "
-                         "with a variance in every [[atoms]] table")
-    if likelihood and name not in LIKELIHOOD_ESTIMATORS + ("null",):
-        raise ValueError(f"this scenario file draws y from the mixture (noise.model = \"mixture\"): fit it by maximum "
-                         f"likelihood with --estimator mle, not {name!r}")
-    if n_starts > 1 and name != "mle":
-        raise ValueError(f"--starts > 1 is for --estimator mle (the least-squares sweeps have --extra-starts), not {name!r}")
 
 
 def regression_loss_columns(scenario, fitted: MixingMeasure, X_holdout: np.ndarray) -> dict[str, np.ndarray]:
@@ -356,11 +293,6 @@ class Scenario(ScenarioBase):
     def fit_model(self) -> MoEModel:
         """The model used for fitting: same gate and experts, K-bar activated experts."""
         return self.model.with_k_active(self.k_active_fit)
-
-    def n_free_params(self) -> int:
-        """Free parameters of the fitted model: the reference atom's router is fixed (A.3)."""
-        d = self.d
-        return n_params(int(self.k_fit), d, d + 1, True)  # linear experts: q = d + 1
 
     def with_router(self, router: str, tau: float | None = None) -> "Scenario":
         """The same truth, experts and data law under another router (same data seeds)."""

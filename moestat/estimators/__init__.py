@@ -12,15 +12,22 @@ reported per replicate, :meth:`~moestat.estimators.base.MoEEstimator.for_scenari
 * :class:`EMGaussianMoE` -- EM for the Gaussian mixture of linear experts.
 * :class:`MLEGaussianMoE` -- batched torch EM (maximum likelihood) for the Gaussian MoE with
   per-expert variances (:mod:`~moestat.estimators.mle`).
+* :class:`GLLiMEM` -- the joint maximum likelihood of the Gaussian-gated MoE of ``(x, y)`` (GLLiM)
+  by closed-form EM (:mod:`~moestat.estimators.gllim`).
 * :class:`NullEstimator` -- returns its start (the control of the rate experiments).
 * :mod:`~moestat.estimators.starts` -- starting points; :mod:`~moestat.estimators.validation` --
   the input checks they share.
 
-``ESTIMATORS`` maps the command-line names to the classes.
+``ESTIMATORS`` maps the command-line names to the classes; :mod:`~moestat.estimators.choice` holds
+it with the one rule that picks the class a scenario's declared model is fitted by
+(:func:`~moestat.estimators.choice.estimator_for`), and ``docs/guide/estimators.rst`` has the table
+"Which estimator to use when".
 """
 
 from moestat.estimators.base import FAILURE_STATUSES, MoEEstimator
+from moestat.estimators.choice import ESTIMATORS, estimator_class_for, estimator_for, random_start_for
 from moestat.estimators.em import EMGaussianMoE
+from moestat.estimators.gllim import GLLiMEM
 from moestat.estimators.lse import LeastSquaresMoE
 from moestat.estimators.mle import MLEGaussianMoE
 from moestat.estimators.null import NullEstimator
@@ -34,18 +41,13 @@ __all__ = [
     "SGDMoE",
     "EMGaussianMoE",
     "MLEGaussianMoE",
+    "GLLiMEM",
     "NullEstimator",
     "near_truth_init",
     "random_init",
     "random_starts",
     "ESTIMATORS",
+    "estimator_class_for",
+    "estimator_for",
+    "random_start_for",
 ]
-
-#: Command-line name -> estimator class (``moestat rates --estimator NAME``).
-ESTIMATORS: dict[str, type[MoEEstimator]] = {
-    "lse": LeastSquaresMoE,
-    "sgd": SGDMoE,
-    "null": NullEstimator,
-    "em": EMGaussianMoE,
-    "mle": MLEGaussianMoE,
-}

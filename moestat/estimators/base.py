@@ -20,8 +20,9 @@ The conventions are scikit-learn's (as in ``sklearn/mixture/_base.py``), adapted
   gets a status in :data:`FAILURE_STATUSES`, ``objective_ = NaN`` and ``converged_ = False``;
   the batch never raises because of it and the other replicates are fitted as usual.  (Bad
   *input* -- wrong shapes, NaN in ``X`` or ``Y`` -- is still a ``ValueError`` at ``fit``.)
-* :meth:`~MoEEstimator.for_scenario` builds an estimator for a synthetic scenario; it is the one
-  constructor the rates sweep calls.
+* :meth:`~MoEEstimator.for_scenario` builds an estimator for a synthetic scenario; the rates sweep
+  calls it through :func:`moestat.estimators.choice.estimator_for`, which picks the class from the
+  scenario's declared model (:class:`~moestat.model.declaration.FitDeclaration`).
 """
 
 from __future__ import annotations
@@ -138,8 +139,9 @@ class MoEEstimator(_ParamsAPI):
 
         Parameters
         ----------
-        scenario : moestat.data.synthetic.Scenario
-            Supplies ``fit_model``, ``k_fit`` and ``box``.
+        scenario : moestat.data.synthetic.ScenarioBase
+            Supplies ``declaration`` (the model family, starts per replicate), ``fit_model``,
+            ``k_fit``, ``setting`` and ``box``.
         max_iter : int
             Iteration budget, for estimators that have one.
         random_state : None, int, SeedSequence or Generator

@@ -48,7 +48,7 @@ class EMGaussianMoE(MLEGaussianMoE):
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "EMGaussianMoE":
-        if getattr(scenario, "likelihood", False) or getattr(scenario, "gaussian_moe", False):
+        if scenario.declaration.family != "regression":
             raise ValueError("--estimator em fits one shared variance; this scenario's atoms have their own: use --estimator mle")
         # one start per replicate (the sweep's): jittered copies would be drawn for the whole batch at once
         return cls(scenario.fit_model, scenario.k_fit, max_iter=max_iter, random_state=random_state, n_init=1, device=device)

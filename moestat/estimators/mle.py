@@ -52,7 +52,7 @@ from moestat.model.likelihood import LikelihoodModel, linear_expert
 from moestat.model.mixing import MixingMeasure, ParameterBox
 from moestat.model.protocol import ProtocolGate
 
-__all__ = ["MLEGaussianMoE", "StartResults", "VARIANCES"]
+__all__ = ["MLEGaussianMoE", "StartResults", "VARIANCES", "EM_ENGINES", "em_engine"]
 
 VARIANCES = ("per_expert", "shared")
 _LOG2PI = math.log(2.0 * math.pi)
@@ -118,10 +118,43 @@ def _concat_results(parts: list[dict]) -> dict:
     return out
 
 
-def _needs_generic_em(model) -> bool:
-    """Whether ``model`` is fitted by the generic EM: any gate and expert but the linear softmax with
-    linear Gaussian experts, which the fused EM fits."""
-    return isinstance(model, LikelihoodModel) and not model.is_linear_softmax
+#: The two batched EM engines behind :class:`MLEGaussianMoE` (:func:`em_engine` says which fits a model).
+EM_ENGINES = ("fused", "generic")
+
+
+def em_engine(model, generic: bool = False) -> str:
+    """Which batched EM fits ``model``: the one rule behind :class:`MLEGaussianMoE` (``--estimator mle``).
+
+    * ``"fused"`` (:mod:`moestat.estimators.mle_fused`): the softmax-gated Gaussian MoE with linear
+      experts -- ``model`` ``None``, a dense linear softmax :class:`~moestat.model.regression.MoEModel`
+      with identity experts, or a :class:`~moestat.model.likelihood.LikelihoodModel` that is that
+      model (``is_linear_softmax``).  One fused pass over the data per iteration (CPU: compiled),
+      per-expert or shared variances, the CUDA path; the fastest.
+    * ``"generic"`` (:mod:`moestat.estimators.mle_generic`): every other
+      :class:`~moestat.model.likelihood.LikelihoodModel` (Top-K, Gaussian, Laplace, temperature or
+      sigmoid gates; polynomial, FFN, MLP or multinomial-logistic experts): autograd-free closed
+      forms where they exist, Newton steps on the gate, per-expert variances, CPU.
+    * ``generic=True`` asks for the generic EM where the fused one applies (the check of one
+      against the other, and its benchmark).
+
+    Parameters
+    ----------
+    model : LikelihoodModel, MoEModel or None
+    generic : bool
+
+    Returns
+    -------
+    str
+        ``"fused"`` or ``"generic"`` (:data:`EM_ENGINES`).
+
+    Examples
+    --------
+    >>> em_engine(None)
+    'fused'
+    """
+    if generic or (isinstance(model, LikelihoodModel) and not model.is_linear_softmax):
+        return "generic"
+    return "fused"
 
 
 def _check_model(model, k: int) -> None:
@@ -151,8 +184,9 @@ class MLEGaussianMoE(MoEEstimator):
         :class:`~moestat.model.likelihood.LikelihoodModel`: any gate and expert of the protocol
         (Top-K, Gaussian, temperature or sigmoid gates; polynomial, FFN, MLP or multinomial-logistic
         experts), fitted by the generic EM (:mod:`moestat.estimators.mle_generic`) -- except the
-        dense linear softmax gate with linear experts, which keeps the fused EM.  An integer here is
-        read as ``n_components``.
+        dense linear softmax gate with linear experts, which keeps the fused EM.  The rule is
+        :func:`em_engine` (public, so a reader can ask which engine fits a model); ``kernel_`` says
+        which one ran.  An integer here is read as ``n_components``.
     n_components : int
         Number of atoms ``k`` (default 2).
     variance : {"per_expert", "shared"}
@@ -300,9 +334,10 @@ class MLEGaussianMoE(MoEEstimator):
 
     @classmethod
     def _from_scenario(cls, scenario, *, max_iter, random_state, device) -> "MLEGaussianMoE":
-        # a Gaussian-MoE scenario has atoms (a, b, sigma^2); a regression scenario has (a, b)
-        gaussian = bool(getattr(scenario, "gaussian_moe", False)) or bool(getattr(scenario, "likelihood", False))
-        model = None if getattr(scenario, "gaussian_moe", False) else scenario.fit_model
+        # a scenario of y drawn from the mixture has atoms (a, b, sigma^2); a regression scenario (a, b)
+        declared = scenario.declaration
+        gaussian = declared.family in ("gaussian-moe", "likelihood")
+        model = None if declared.family == "gaussian-moe" else scenario.fit_model
         # over-fitted Gaussian MoE: EM is sublinear where atoms share a cell, so SQUAREM steps, then
         # Newton steps to the second-order certificate, which EM alone does not reach above n ~ 3 000
         # in 5 000 iterations (docs/guide/gaussian_moe.rst); exact fits converge in a few EM steps
@@ -311,7 +346,7 @@ class MLEGaussianMoE(MoEEstimator):
         # crawl on exact fits too: a multinomial-logistic MoE took 300-900 EM steps and stopped on the
         # per-sample tolerance up to 0.013 nats below the optimum SQUAREM reached in 90-200
         return cls(model, scenario.k_fit, eta_variance=gaussian, max_iter=max_iter, random_state=random_state,
-                   device=device, n_init=getattr(scenario, "n_starts", 1), accelerate=over or _needs_generic_em(model),
+                   device=device, n_init=declared.n_starts, accelerate=over or em_engine(model) == "generic",
                    polish_iter=OVER_POLISH_ITER if over else 0,
                    gate_box=scenario.box if getattr(scenario, "gate_in_box", False) else None)
 
@@ -497,7 +532,7 @@ class MLEGaussianMoE(MoEEstimator):
         return LikelihoodModel(ProtocolGate(name="linear"), linear_expert(self.n_features_in_))
 
     def _use_generic(self) -> bool:
-        return bool(self.generic) or _needs_generic_em(self.model)
+        return em_engine(self.model, bool(self.generic)) == "generic"
 
     def _fit_generic(self, Xt: torch.Tensor, Yt: torch.Tensor, init, k: int) -> "MLEGaussianMoE":
         """Fit with :func:`moestat.estimators.mle_generic.fit_generic` (per-expert variances, CPU)."""

@@ -13,7 +13,11 @@ A bias inside the activation makes ``phi(a^T x + b)`` satisfy ``x_u dh/db = dh/d
 2505.10860, Definition 1) use to exclude linear experts from strong identifiability.  Their strongly
 identifiable example has no bias inside the activation and an output scale instead,
 ``h(x, (eta1, eta2)) = eta2 * phi(eta1^T x)`` (:func:`scaled_expert`, the scenario-file kinds
-:data:`SCALED_KINDS`); :mod:`moestat.rates.hypotheses` checks which form a truth meets.
+:data:`SCALED_KINDS`); :mod:`moestat.rates.hypotheses` checks which form a truth meets.  That form is
+linear in ``eta2`` (``d2h/deta2^2 = 0``), so it fails the second-order half of strong
+identifiability as this package reads Nguyen, Ho & Rinaldo (2024, least squares)
+(``expert_strong_second_order``); the form with neither a bias nor an outer coefficient,
+``h(x, a) = phi(a^T x)`` (:func:`bare_expert`, the kinds :data:`BARE_KINDS`), meets both halves.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ import torch
 if TYPE_CHECKING:  # the annotation alias only; experts do not depend on gates
     from moestat.model.gates import TensorLike
 
-__all__ = ["ACTIVATIONS", "SCALED_KINDS", "Expert", "activation_fn"]
+__all__ = ["ACTIVATIONS", "SCALED_KINDS", "BARE_KINDS", "Expert", "activation_fn"]
 
 ACTIVATIONS = ("identity", "gelu", "relu", "tanh", "sigmoid", "poly")
 #: scenario-file expert kinds ``eta2 * phi(eta1^T x)`` (:func:`scaled_expert`): ``scaled_<phi>``
 SCALED_KINDS = ("scaled_gelu", "scaled_tanh", "scaled_sigmoid")
+#: scenario-file expert kinds ``phi(a^T x)`` (:func:`bare_expert`): no bias inside ``phi``, no outer
+#: coefficient, ``eta = a`` (``q = d``): ``bare_<phi>``
+BARE_KINDS = ("bare_gelu", "bare_tanh", "bare_sigmoid")
 
 
 def activation_fn(name: str, degree: int = 2) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -41,7 +41,7 @@ from typing import Callable
 
 import torch
 
-from moestat.model.experts import SCALED_KINDS, Expert, activation_fn
+from moestat.model.experts import BARE_KINDS, SCALED_KINDS, Expert, activation_fn
 from moestat.model.gate_families import GateFamily
 from moestat.model.gate_registry import GATES, score_function
 from moestat.model.gates import Gate, ScoreFn, cosine_score, linear_score, perturbed_score
@@ -57,6 +57,7 @@ __all__ = [
     "linear_score",
     "mlp_expert",
     "scaled_expert",
+    "bare_expert",
     "perturbed_score",
     "protocol_from_builtin",
     "sigmoid_gate",
@@ -214,7 +215,8 @@ def scaled_expert(kind: str, d: int) -> "FunctionExpert":
     example ``eta2 * GELU(eta1^T x)``): with no bias inside the activation, the identity
     ``x_u dh/db = dh/da_u`` of ``phi(a^T x + b)`` -- a gate-expert PDE under a linear-score gate --
     has no counterpart.  It is linear in ``eta2`` (``d2h/deta2^2 = 0``, ``h = eta2 dh/deta2``),
-    which the linear-gate condition allows (:mod:`moestat.rates.hypotheses`).
+    which the linear-gate condition allows but the second-order condition
+    ``expert_strong_second_order`` of :mod:`moestat.rates.hypotheses` does not (:func:`bare_expert`).
 
     Parameters
     ----------
@@ -242,6 +244,43 @@ def scaled_expert(kind: str, d: int) -> "FunctionExpert":
         raise ValueError(f"input dimension must be a positive integer, got {d!r}")
     phi = activation_fn(kind.removeprefix("scaled_"))
     return FunctionExpert(lambda x, eta: eta[-1] * phi(x @ eta[:-1]), int(d) + 1, kind)
+
+
+def bare_expert(kind: str, d: int) -> "FunctionExpert":
+    """The expert ``h(x, a) = phi(a^T x)``, ``eta = a [d]``: no bias inside ``phi``, no outer coefficient.
+
+    A one-neuron feed-forward expert that is strongly identifiable in both halves of this package's
+    reading (:mod:`moestat.rates.hypotheses`): without a bias there is no ``x_u dh/db = dh/da_u``
+    (the gate-expert PDE of ``phi(a^T x + b)`` under a linear-score gate), and without an outer
+    coefficient no second derivative is identically zero (``eta2 * phi(eta1^T x)`` has
+    ``d2h/deta2^2 = 0``): ``d2h/da_u da_v = x_u x_v phi''(a^T x)``.
+
+    Parameters
+    ----------
+    kind : {"bare_gelu", "bare_tanh", "bare_sigmoid"}
+        ``bare_<phi>``, one of :data:`BARE_KINDS`.
+    d : int
+        Input dimension; the expert has ``q = d`` parameters.
+
+    Returns
+    -------
+    FunctionExpert
+        ``h(x [n, d], eta [d]) -> [n]`` named ``kind``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> h = bare_expert("bare_sigmoid", 2)
+    >>> x = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    >>> h(x, torch.tensor([[2.0, 2.0]], dtype=torch.float64))  # sigmoid(0)
+    tensor([[0.5000]], dtype=torch.float64)
+    """
+    if kind not in BARE_KINDS:
+        raise ValueError(f"unknown bare expert kind {kind!r}; expected one of {BARE_KINDS}")
+    if isinstance(d, bool) or int(d) != d or d < 1:
+        raise ValueError(f"input dimension must be a positive integer, got {d!r}")
+    phi = activation_fn(kind.removeprefix("bare_"))
+    return FunctionExpert(lambda x, eta: phi(x @ eta), int(d), kind)
 
 
 def mlp_expert(d: int, hidden: int, activation: Callable[[torch.Tensor], torch.Tensor] = torch.tanh) -> FunctionExpert:

@@ -32,6 +32,7 @@ refused by :func:`reproduce`; nothing is faked.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -203,6 +204,10 @@ class Entry:
     #: {"category", "reason", "loss", ...}}``, whose category and reason replace the slope's or the
     #: contrast's for the one prediction of that run and loss (kept in the row as ``fixed_truth``)
     judge: str = ""
+    #: run label -> why the run is not tested: it is not fitted by :func:`reproduce` and never judged; its
+    #: rows (and a contrast naming it) are categorised ``untested`` with this reason and the run's
+    #: pre-flight (``n_ok``, smallest Fisher eigenvalue), computed when the report is written
+    untested: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,16 +380,18 @@ for _k in (3, 4):
         recorded=f"the gmoe_over{_k} preset's sweep and the catalogue's gmoe-over{_k} records",
     ))
 _add(Entry(
-    "lse-ffn-vs-linear", LSE, "strongly identifiable experts (FFN eta2 * sigmoid(eta1^T x)) vs polynomial experts (slow rate)", "Figure 1",
-    "softmax-gated regression MoE, d = 2, k* = 2, k = 3 (over-specified); experts eta2 * sigmoid(eta1^T x) (no bias inside "
-    "the activation: Nguyen et al. 2025, arXiv 2505.10860, Definition 1) vs linear a^T x + b",
+    "lse-ffn-vs-linear", LSE, "strongly identifiable experts (FFN sigmoid(a^T x)) vs polynomial experts (slow rate)", "Figure 1",
+    "softmax-gated regression MoE, d = 2, k* = 2, k = 3 (over-specified); experts sigmoid(a^T x) (no bias inside the "
+    "activation, no outer coefficient: strongly identifiable as moestat check computes it) vs linear a^T x + b",
     "least squares (Levenberg-Marquardt, max_iter 1000)",
     "not recovered from the stored excerpts (abstract and introduction read); moestat's design: 6 log-spaced n, "
     "1 000 to 32 000 (the linear arm 8, to 128 000: 5 sizes above its n_ok), 40 replicates (the peers' number for "
     "contrasts)",
     # 40 replicates, a contrast's count; streams are keyed by (n, replicate), so replicates 0-11 are a
     # 12-replicate run's fits
-    (Run("ffn-sigmoid", {"catalogue_file": "lse_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
+    # the FFN truth chosen once before any fit of it: the former eta2 * sigmoid(eta1^T x)
+    # (lse_sigmoid_over.toml) fails expert_strong_second_order (d2h/deta2^2 = 0)
+    (Run("ffn-sigmoid", {"catalogue_file": "lse_bare_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK)),
      # 8 sizes to 128 000: five sizes above its n_ok (5 524), where the first six sizes leave 3 in the window;
@@ -401,25 +408,31 @@ _add(Entry(
     # expert (moestat.rates.expert_two_point, docs/guide/two_point.rst), the contrast reported beside it
     judge="moestat.rates.expert_two_point:judge",
     notes="the truth is moestat's (the paper's parameters were not recovered); the FFN arm's expert is "
-          "eta2 * sigmoid(eta1^T x), not sigmoid(a^T x + b), which meets x_u dh/db = dh/da_u (the PDE of the slow class)",
+          "sigmoid(a^T x): sigmoid(a^T x + b) meets x_u dh/db = dh/da_u (the PDE of the slow class) and the former "
+          "eta2 * sigmoid(eta1^T x) has d2h/deta2^2 = 0 (expert_strong_second_order fails: a flat ridge of the "
+          "over-specified fit), so neither is strongly identifiable as moestat check computes it",
 ))
 _add(Entry(
-    "sigmoid-vs-softmax", SIGMOID, "expert estimation under sigmoid vs softmax gating (over-specified, FFN experts eta2 * GELU(eta1^T x))",
-    "Figure 1", "regression MoE, d = 2, k* = 2, k = 3, experts eta2 * GELU(eta1^T x) (no bias inside the activation); "
-    "sigmoid gate (no reference atom) vs softmax gate",
-    "least squares (Levenberg-Marquardt on autograd Jacobians: the scaled experts are protocol models under both gates, max_iter 1000)",
+    "sigmoid-vs-softmax", SIGMOID, "expert estimation under sigmoid vs softmax gating (over-specified, FFN experts GELU(a^T x))",
+    "Figure 1", "regression MoE, d = 2, k* = 2, k = 3, experts GELU(a^T x) (no bias inside the activation, no outer "
+    "coefficient); one truth written in both gate families (softmax with the reference atom last; sigmoid with atom 1's "
+    "router minus atom 0's: the same weights), both gates fitted to the same data",
+    "least squares (Levenberg-Marquardt on autograd Jacobians: the bare experts are protocol models under both gates, max_iter 1000)",
     "not recovered (the figure caption reads: empirical averages of the Voronoi losses, sigmoid vs softmax on the same "
     "data, with fitted lines); moestat's design: 6 log-spaced n, 1 000 to 32 000, 40 replicates (the peers' number "
-    "for contrasts), one truth per gate",
+    "for contrasts), one truth and one data set for both gates",
     # 40 replicates per arm, a contrast's count; streams are keyed by (n, replicate), so replicates 0-11 are a
     # 12-replicate run's fits
-    (Run("sigmoid", {"catalogue_file": "gate_sigmoid_over.toml", "max_iter": 1000, "chunk": 4},
+    # one truth in both gate families, so that the data streams, keyed by (seed, n, replicate) only,
+    # give both arms the same x and the same noise (the former gate_*_over.toml were two truths of
+    # eta2 * GELU(eta1^T x), which fails expert_strong_second_order); both arms keep the default seed
+    (Run("sigmoid", {"catalogue_file": "gate_sigmoid_bare_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK)),
-     Run("softmax", {"catalogue_file": "gate_softmax_over.toml", "max_iter": 1000, "chunk": 4},
+     Run("softmax", {"catalogue_file": "gate_softmax_bare_over.toml", "max_iter": 1000, "chunk": 4},
          {**_OWN_FULL, "reps": _CONTRAST_REPS},
          dict(_OWN_QUICK))),
-    (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (eta2 * GELU(eta1^T x)) experts (Nguyen, Ho & Rinaldo 2024, least squares)", standing="own derivation"),
+    (Prediction("softmax", "D2_gate", _HALF, "softmax gating, strongly identifiable (GELU(a^T x)) experts (Nguyen, Ho & Rinaldo 2024, least squares)", standing="own derivation"),
      Prediction("softmax", "param_multi", None, "softmax gating, strongly identifiable experts: atoms sharing a cell at "
                 "n^{-1/4} (Nguyen, Ho & Rinaldo 2024, least squares)", claim="n^-1/4, slower than sigmoid", by_contrast=True, standing="own derivation"),
      Prediction("sigmoid", "param_multi", None, "the paper: sigmoid gating estimates experts faster than softmax",
@@ -428,10 +441,13 @@ _add(Entry(
                 sided_reason=_REGRESSION_TWO, standing="own derivation"),
      Prediction("softmax", "regression_l2", _HALF, "regression rate (moestat's: the parametric rate of the least-squares regression function)", standing="own derivation")),
     contrast=("softmax", "sigmoid", "param_multi"),
-    notes="the paper compares both gates on one data set; moestat fits each gate on data from its own truth (a scenario "
-          "file has one gate). The contrast: softmax's multi-atom parameter error flatter than sigmoid's. Both arms' "
-          "experts are eta2 * GELU(eta1^T x), not GELU(a^T x + b): the bias inside the "
-          "activation gives the slow-class PDE x_u dh/db = dh/da_u",
+    notes="the paper compares both gates on one data set, and so does moestat: a 2-expert softmax gate with the "
+          "reference atom last has weights (w, 1 - w), w = sigmoid(beta1_0^T x + beta0_0), which a sigmoid gate with atom "
+          "1's router minus atom 0's writes too, so both files hold one regression function and the streams keyed by "
+          "(seed, n, replicate) give both gates the same x and y (equal to rounding); each Voronoi loss is against its "
+          "own gate's parametrisation. The contrast: softmax's multi-atom parameter error flatter than sigmoid's. Both "
+          "arms' experts are GELU(a^T x): GELU(a^T x + b) meets the slow-class PDE x_u dh/db = dh/da_u and "
+          "eta2 * GELU(eta1^T x) has d2h/deta2^2 = 0",
 ))
 # ---- likelihood entries: fitted by the generic maximum likelihood (moestat.estimators.mle_generic) ----
 _add(Entry(
@@ -509,8 +525,14 @@ _add(Entry(
      Prediction("vanishing", "D1", None, "vanishing expert parameters: PDE interaction with the softmax gate",
                 by_contrast=True, standing="abstract")),
     contrast=("vanishing", "nonvanishing", "D1"),
+    # the slow statement is not about this setting (an exact fit at a regular point)
+    untested={"vanishing": "the exact fit with vanishing slopes is a regular point: its Fisher information is "
+                           "nonsingular, so the pre-flight predicts root-n there, not the abstract's slower-than-"
+                           "polynomial rate; an over-specified fit is singular for both arms, so its singularity would "
+                           "not isolate the vanishing parameters: no setting of the statement is run"},
     notes="the truth is moestat's (the paper's parameters were not recovered), chosen by the pre-flight alone: "
-          "gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000",
+          "gate slopes (12, -6), expert logit gaps <= 4.25; no truth of this model had n_ok < 1 000. The vanishing arm is "
+          "untested (not fitted, never judged): its exact fit has a nonsingular Fisher information",
 ))
 _add(Entry(
     "gaussian-gated-moe", GAUSSIAN_GATE, "Type I setting (every gate mean nonzero), over-specified: D-bar at n^{-1/2}",
@@ -596,13 +618,14 @@ _add(Entry(
     "shared-sigmoid", SHARED, "Theorem 1 / Table 1 (shared experts with normalised sigmoid gating; not read)", "not read",
     "DeepSeek's MoE layer in moestat's gates (moestat.model.sigmoid_normalised): a shared expert (weight one, the last "
     "atom) beside routed experts weighted by a normalised sigmoid gate sigmoid(beta1_i^T x + beta0_i) / sum_j "
-    "sigmoid(beta1_j^T x + beta0_j); experts eta2 * GELU(eta1^T x); d = 2, 2 routed atoms + 1 shared (moestat's truth)",
+    "sigmoid(beta1_j^T x + beta0_j); experts GELU(a^T x); d = 2, 2 routed atoms + 1 shared (moestat's truth)",
     "least squares (Levenberg-Marquardt, torch.func Jacobians)",
-    "not read; moestat's design: 5 log-spaced n, 2 000 to 32 000 (above the pre-flight n_ok 1 136), 40 replicates",
-    (Run("exact", {"catalogue_file": "shared_sigmoid_exact.toml"},
+    "not read; moestat's design: 5 log-spaced n, 2 000 to 32 000 (above the pre-flight n_ok 1 873), 40 replicates",
+    # GELU(eta1^T x) for the former eta2 * GELU(eta1^T x) (expert_strong_second_order)
+    (Run("exact", {"catalogue_file": "shared_sigmoid_bare_exact.toml"},
          {"n_min": 2000, "n_max": 32000, "n_points": 5, "reps": 40},
          {"n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 4}),
-     Run("over", {"catalogue_file": "shared_sigmoid_over.toml"},
+     Run("over", {"catalogue_file": "shared_sigmoid_bare_over.toml"},
          {"n_min": 2000, "n_max": 32000, "n_points": 5, "reps": 40},
          {"n_min": 2000, "n_max": 8000, "n_points": 3, "reps": 4})),
     (Prediction("exact", "D3", None, _NOT_READ, claim="not read: the paper's exponent is unknown here (reported)", standing="not read"),
@@ -783,11 +806,12 @@ def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, 
     status = entry_status(e)
     if status != "runnable":
         raise ValueError(f"catalogue entry {key} cannot run: {status}")
-    return [(run, with_preflight_window(run_config(run, quick, **execution).validate())) for run in e.runs]
+    return [(run, with_preflight_window(run_config(run, quick, **execution).validate())) for run in e.runs
+            if run.label not in e.untested]
 
 
 def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bool = False,
-              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None) -> dict[str, Any]:
+              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None, protocol: bool = False) -> dict[str, Any]:
     """Run catalogue entry ``key`` into ``out`` and return the report written to ``out/catalogue.json``.
 
     Parameters
@@ -804,7 +828,11 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     resume : bool
         Continue runs already in ``out`` (the rates resume guard applies to each).
     runs : list, optional
-        The output of :func:`plan` (the command validates first, then runs).
+        The output of :func:`plan` (the command validates first, then runs), or of
+        :func:`moestat.rates.catalogue_protocol.protocol_plan` with ``protocol=True``.
+    protocol : bool
+        Run under the catalogue's one protocol (:mod:`moestat.rates.catalogue_protocol`) instead of the
+        entry's own full design; the report's ``mode`` is then ``"protocol"`` and ``protocol`` states it.
 
     Raises
     ------
@@ -813,8 +841,14 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     """
 
     e = entry(key)
+    if protocol and quick:
+        raise ValueError("the protocol is a full design: give protocol or quick, not both")
     if runs is None:
-        runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
+        if protocol:
+            from moestat.rates.catalogue_protocol import protocol_plan  # it builds on this module
+            runs = protocol_plan(key, n_jobs=n_jobs, quiet=quiet)
+        else:
+            runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
     out = Path(out)
     done = []
     for run, cfg in runs:
@@ -822,17 +856,67 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
         summary = run_rates(cfg, out / run.label, resume=resume)
         wall = time.perf_counter() - t0
         done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
-                     "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary})
+                     "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary,
+                     "hypotheses": run_hypotheses_of(e.key, run.label, cfg)})
     report = _report(e, quick, done, out)
+    if protocol:
+        from moestat.rates.catalogue_protocol import describe
+        report["mode"], report["protocol"] = "protocol", describe()
     atomic_write_json(out / "catalogue.json", report)
     return report
 
 
+def run_hypotheses_of(key: str, label: str, run) -> list[dict[str, Any]]:
+    """The computed hypotheses of a run's truth (:func:`moestat.rates.catalogue_hypotheses.run_hypotheses`),
+    without the full condition tables: ``router``, ``theorem``, ``cite``, ``met``, ``failing``.
+    ``run`` is the run's configuration or its :class:`~moestat.rates.resolve.Experiment`."""
+    from moestat.rates.catalogue_hypotheses import run_hypotheses  # it imports this module
+
+    ex = run if isinstance(run, Experiment) else Experiment.of(run)
+    return [{k: v for k, v in h.items() if k != "report"} for h in run_hypotheses(key, label, ex)]
+
+
+def untested_reason(e: Entry, label: str, quick: bool = False) -> str:
+    """Why run ``label`` of ``e`` is untested (:attr:`Entry.untested`), with its pre-flight computed now:
+    ``n_ok``, the smallest eigenvalue and the condition number of the Fisher information per sample."""
+    run = next(r for r in e.runs if r.label == label)
+    cfg = run_config(run, quick)
+    ex = Experiment.of(cfg)
+    pf = preflight(ex.scenarios[cfg.router[0]], cfg.ns)
+    n_ok = "none (singular)" if pf["n_ok"] is None else f"{int(pf['n_ok'])}"
+    return (f"untested: {e.untested[label]} (pre-flight: n_ok {n_ok}, smallest Fisher eigenvalue "
+            f"{pf['min_eigenvalue']:.3g}, condition number {pf['condition_number']:.3g})")
+
+
+#: The category of a row whose run's truth fails the hypotheses of its theorem (computed by
+#: :func:`moestat.rates.catalogue_hypotheses.run_hypotheses`): not judged, counted apart.
+UNMET_CATEGORY = "hypotheses not met"
+#: The category of a row of an untested run (:attr:`Entry.untested`): not fitted, never judged.
+UNTESTED = "untested"
+
+
+def _failing_hypotheses(runs: list[dict], label: str, router: str | None) -> str | None:
+    """The reason a run (one router of it, or any when ``router`` is None) is not judged, or None."""
+    for r in runs:
+        if r["label"] != label:
+            continue
+        for h in r.get("hypotheses") or []:
+            if h.get("met") is False and (router is None or h["router"] == router or len(r["hypotheses"]) == 1):
+                return f"the truth fails the hypotheses of {h['theorem']} ({h['cite']}): " + "; ".join(h["failing"])
+    return None
+
+
 def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) -> dict[str, Any]:
     by_label = {r["label"]: r["summary"] for r in runs}
+    untested = {label: untested_reason(e, label, quick) for label in e.untested}
     rows = []
     for p in e.predictions:
         s = by_label.get(p.run)
+        if p.run in untested:
+            rows.append({"run": p.run, "loss": p.loss, "predicted": p.exponent, "prediction": p.text, "source": p.source,
+                         "standing": p.standing, "by_contrast": False, "sided": None, "sided_reason": None,
+                         "slope": None, "ci": None, "category": UNTESTED, "reason": untested[p.run]})
+            continue
         if s is None:
             continue
         router, loss = (p.loss.split(" ", 1) if " " in p.loss else (None, p.loss))
@@ -857,6 +941,9 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         both = (_paired(out, slow, fast, loss, fs, ff, stat) if out is not None and slow in by_label and fast in by_label
                 else None)
         contrast = {"slow": slow, "fast": fast, "loss": loss, **contrast_verdict(fs, ff, *(both or (None,)))}
+        if slow in untested or fast in untested:
+            contrast = {"slow": slow, "fast": fast, "loss": loss, "category": UNTESTED,
+                        "reason": untested.get(slow) or untested[fast]}
         for row in rows:  # the slow case's prediction is judged by the contrast
             if row["by_contrast"]:
                 row.update(category=contrast["category"], reason="contrast: " + contrast["reason"])
@@ -877,6 +964,24 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
             if j is not None and j["loss"] == row["loss"]:
                 row["fixed_truth"] = {"category": row["category"], "reason": row["reason"]}
                 row.update(category=j["category"], reason="two-point: " + j["reason"])
+    # a run whose truth fails its theorem's hypotheses is not judged against it: its rows (and a contrast
+    # naming it) say which condition failed; the verdict the rules would have given is kept as `unjudged`
+    for row in rows:
+        router = row["loss"].split(" ", 1)[0] if " " in row["loss"] else None
+        why = _failing_hypotheses(runs, row["run"], router)
+        # a row the contrast decides is not judged when either arm fails; one an instrument decided does not
+        # depend on the contrast's arms (the two-point bound of its own run's truth)
+        if why is None and row["by_contrast"] and contrast is not None and not row.get("fixed_truth"):
+            why = _failing_hypotheses(runs, contrast["slow"], None) or _failing_hypotheses(runs, contrast["fast"], None)
+        if why is not None:
+            row["unjudged"] = {"category": row["category"], "reason": row["reason"]}
+            row.update(category=UNMET_CATEGORY, reason=why)
+    if contrast is not None and contrast["category"] != UNTESTED:
+        why = _failing_hypotheses(runs, contrast["slow"], None) or _failing_hypotheses(runs, contrast["fast"], None)
+        if why is not None:
+            contrast["unjudged"] = {"category": contrast["category"], "reason": contrast["reason"]}
+            contrast.update(category=UNMET_CATEGORY, reason=why)
+    hypotheses = {r["label"]: r["hypotheses"] for r in runs if r.get("hypotheses") is not None}
     return {
         "schema": REPORT_SCHEMA, "key": e.key, "mode": "quick" if quick else "full",
         "paper": {"authors": e.paper.authors, "year": e.paper.year, "title": e.paper.title, "venue": e.paper.venue,
@@ -884,13 +989,15 @@ def _report(e: Entry, quick: bool, runs: list[dict], out: Path | None = None) ->
         "theorem": e.theorem, "figure": e.figure, "model": e.model, "estimator": e.estimator,
         "paper_design": e.paper_design, "notes": e.notes,
         "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
+        "hypotheses": hypotheses, "untested": untested,
         "predictions": rows, "counts": category_counts(rows), "standing_counts": standing_counts(rows), "contrast": contrast, "instrument": instrument,
         "wall_s": round(sum(r["wall_s"] for r in runs), 2),
     }
 
 
 #: The order of :func:`category_counts` (``none``: a row without a category, e.g. a rate not stated).
-COUNTED = ("consistent", "near", "inconsistent", "inconclusive", "floor", "pre-asymptotic", "none")
+COUNTED = ("consistent", "near", "inconsistent", "inconclusive", "floor", "pre-asymptotic", UNMET_CATEGORY, UNTESTED,
+           "none")
 
 
 def category_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -1037,6 +1144,12 @@ def format_report(report: dict[str, Any]) -> str:
         if m:  # the slopes above are of the per-n median (STATISTIC); the expected loss's verdict beside it
             slope = f"slope {_fmt(m.get('slope'))} [{_fmt(m.get('ci_low'))}, {_fmt(m.get('ci_high'))}], " if m.get("slope") is not None else ""
             lines.append(f"  {r['run']} {r['loss']} (the mean, reported): {slope}{m.get('category') or '-'}")
+    for label, hs in (report.get("hypotheses") or {}).items():  # the computed hypotheses of each run's truth
+        for h in hs:
+            who = label if len(hs) == 1 else f"{label} {h['router']}"
+            state = "not checked" if h["met"] is None else ("MEETS" if h["met"] else "FAILS")
+            lines.append(f"hypotheses: {who} {state} {h['theorem'] or '-'}"
+                         + ("" if h["met"] else " -- " + "; ".join(h["failing"])))
     if report.get("contrast"):
         c = report["contrast"]
         what = "fixed-truth contrast (reported; the two-point instrument decides)" if report.get("instrument") else "contrast"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from moestat.rates.catalogue import (ENTRIES, STANDINGS, STATISTIC, THEOREM_STANDING, UNREAD_STANDING, Entry,
-                                    _report, entry, entry_status, run_config, with_preflight_window)
+                                    _report, entry, entry_status, run_config, run_hypotheses_of, with_preflight_window)
 from moestat.rates.config import RatesConfig
 from moestat.rates.extras import merge_extras
 from moestat.rates.fit import fit_experiment
@@ -76,6 +76,8 @@ def format_list() -> str:
                          f"source: {p.standing}")
         lines.append(f"{'':<20} read at: {e.paper.read_at}")  # the copy of the paper the entry was written from
         lines.append(f"{'':<20} status: {entry_status(e)}")
+        for label, why in e.untested.items():  # not fitted by reproduce, never judged (Entry.untested)
+            lines.append(f"{'':<20} untested: {label} -- {why}")
     by = {s: sum(p.standing == s for e in ENTRIES.values() for p in e.predictions) for s in STANDINGS}
     full = [e.key for e in ENTRIES.values() if any(p.standing == THEOREM_STANDING for p in e.predictions)]
     unread = [e.key for e in ENTRIES.values() if any(p.standing == UNREAD_STANDING for p in e.predictions)]
@@ -121,6 +123,12 @@ def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:
     return withhold_former_definitions(fit_experiment(df, experiment), prov)
 
 
+def _recorded_hypotheses(key: str, label: str, run_dir: Path) -> list[dict[str, Any]]:
+    """The computed hypotheses of the truth a recorded run was fitted to (its ``provenance.json``)."""
+    prov = json.loads((run_dir / "provenance.json").read_text(encoding="utf-8"))
+    return run_hypotheses_of(key, label, RatesConfig.from_dict(prov["config"]))
+
+
 def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
     """The report of an entry's recorded full run, judged again under the *current* rules.
 
@@ -144,6 +152,10 @@ def rejudge_recorded(key: str, folder: str | Path) -> dict[str, Any]:
         ``contrast``), with ``wall_s`` 0.
     """
     e = entry(key)
-    runs = [{"label": run.label, "wall_s": 0.0, "summary": {"fits": recorded_fits(Path(folder) / run.label)}}
-            for run in e.runs]
+    # an untested run (Entry.untested) is not judged, recorded or not; each recorded run carries the computed
+    # hypotheses of the truth it was fitted to (its provenance's configuration), so a run whose truth fails
+    # them is not judged either
+    runs = [{"label": run.label, "wall_s": 0.0, "summary": {"fits": recorded_fits(Path(folder) / run.label)},
+             "hypotheses": _recorded_hypotheses(key, run.label, Path(folder) / run.label)}
+            for run in e.runs if run.label not in e.untested]
     return _report(e, False, runs, Path(folder))  # the folder: a contrast's paired interval reads its rows

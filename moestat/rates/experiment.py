@@ -448,22 +448,30 @@ def format_table(summary: dict[str, Any]) -> str:
             cat += "*"
         rob = (f.get("robust") or {}).get("slope")
         win = f"{f['window'][0]}-{f['window'][1]}" if f.get("window") else "-"
+        pred = "slower" if f.get("prediction_claim") else _fmt(f.get("predicted"), ".2f")
+        theorem = f"{f['prediction_theorem']} [{f['prediction_standing']}]" if f.get("prediction_theorem") else "-"
         cells.append((str(f["router"]), str(f["loss"]), _fmt(f.get("slope")), ci, _fmt(rob),
-                      _fmt(f.get("predicted"), ".2f"), f.get("sided") or "-", cat, win))
+                      pred, f.get("sided") or "-", cat, win, theorem))
     # columns as wide as their longest entry: a scenario file's name or a declared loss's can be
     # longer than any built-in one, and a fixed width would shift the rest of its row
-    titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "sided", "category", "window")
+    titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "sided", "category", "window", "theorem [standing]")
     w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
+    # the theorem beside each prediction, where a scenario file's truth meets one (moestat.rates.file_theorems)
+    named = any(c[9] != "-" for c in cells)
 
     def row(c) -> str:
         return (f"{c[0]:<{w[0]}} {c[1]:<{w[1]}} {c[2]:>{w[2]}}  {c[3]:<{w[3]}} {c[4]:>{w[4]}} {c[5]:>{w[5]}}  "
-                f"{c[6]:<{w[6]}} {c[7]:<{w[7]}} {c[8]}").rstrip()
+                f"{c[6]:<{w[6]}} {c[7]:<{w[7]}} {c[8]:<{w[8]}}" + (f"  {c[9]}" if named else "")).rstrip()
 
     head = row(titles)
     lines = [head, "-" * len(head)] + [row(c) for c in cells]
     for loss in dict.fromkeys(f["loss"] for f in undefined):  # one line per loss, whatever the routers
         f = next(u for u in undefined if u["loss"] == loss)
         lines.append(f"not shown: {loss}: {undefined_reason(loss, str(f.get('setting')))}")
+    if summary.get("theorems"):
+        from moestat.rates.file_theorems import format_theorem_report
+
+        lines.extend(format_theorem_report(summary["theorems"]))
     lines.append("")
     lines.append("reasons and plans:")
     median = any(f.get("statistic") == "median" for f in summary["fits"])

@@ -1,5 +1,8 @@
 """Le Cam's two points for experts under a softmax gate: the over-specified split of an expert.
 
+(The entry's fitted FFN arm is ``sigmoid(a^T x)``; the FFN curves below are
+of its former truth ``eta2 * sigmoid(eta1^T x)``, kept as the instrument's control, :data:`FFN_FILE`.)
+
 The catalogue entry ``lse-ffn-vs-linear`` (Nguyen, Ho & Rinaldo (2024), least squares, softmax
 gate, ``k* = 2`` true atoms fitted with ``k = 3``) predicts that polynomial experts, linear ones
 included, have estimation rates slower than any polynomial rate.  That is a statement about every
@@ -88,7 +91,11 @@ __all__ = ["expert_split_witness", "split_separation", "expert_split_curve", "en
            "slope_interval", "flat_verdict", "rate_verdict", "NS", "T_MAX", "FLAT_RATIO", "SLOPE", "T_SLOPE", "BAND",
            "TAIL_N", "LINEAR_FILE", "FFN_FILE"]
 
-#: The entry's two scenario files (catalogue ``lse-ffn-vs-linear``).
+#: The entry's linear arm (catalogue ``lse-ffn-vs-linear``) and the instrument's FFN control.  The control is
+#: the entry's former FFN truth ``eta2 * sigmoid(eta1^T x)`` (``lse_sigmoid_over.toml``): along directions
+#: that move ``eta1`` its bound falls, which is all the rule asks of a control, and along ``eta2`` it is flat
+#: (the ``d2h/deta2^2 = 0`` for which the catalogue replaced it as the entry's fitted arm by
+#: ``sigmoid(a^T x)``, ``lse_bare_sigmoid_over.toml``; ``moestat check`` fails it on ``expert_strong_second_order``).
 LINEAR_FILE, FFN_FILE = "lse_linear_over.toml", "lse_sigmoid_over.toml"
 #: Sample sizes of the bound (five decades, as the cosine router's instrument).
 NS = np.logspace(2, 7, 11)
@@ -289,7 +296,8 @@ def judge(quick: bool = True) -> dict[str, dict[str, Any]]:
     cat = ("consistent" if falls else "inconclusive") if flat else "inconsistent"
     reason = (f"Le Cam bound on the minimax D2_ls risk along the over-specified split of an expert (eta -+ t u, same gate, "
               f"half weights): linear experts LB(1e7)/LB(1e2) = {r_lin:.3g} (flat if >= {FLAT_RATIO:g}; max KL per sample "
-              f"{kl_text(np.abs(c['linear'].kappa).max())}); the FFN arm on the same construction falls, tail slope {det['slope']:.3f} "
+              f"{kl_text(np.abs(c['linear'].kappa).max())}); the FFN control (the former FFN truth eta2 * sigmoid(eta1^T x), "
+              f"{FFN_FILE}) on the same construction falls, tail slope {det['slope']:.3f} "
               f"[{det['ci_low']:.3f}, {det['ci_high']:.3f}] (must lie in {SLOPE:g} +- {BAND:g}: the instrument sees a rate); "
               f"along eta2 the FFN bound is flat as well (ratio {r_eta2:.3g}: eta2 * sigmoid(eta1^T x) is affine in eta2)")
     return {"linear": {"category": cat, "reason": reason, "loss": "D2_ls", "ratio": r_lin,

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from moestat.estimators.choice import LIKELIHOOD_ESTIMATORS
 from moestat.io import atomic_savefig
 from moestat.rates.labels import (FILE_PREFIX, LOSS_NAMES, axis_label, curve_label, loss_name, run_title, slope_label,
                                   undefined_fits, undefined_reason)
@@ -157,7 +158,7 @@ def _panel(ax, df, fits_by_key: dict, loss: str, routers: Sequence[str], setting
     ns_all: list[int] = []
     handles, labels = [], []
     drew_fit = False
-    likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in ("mle", "em"))
+    likelihood = bool("estimator" in df.columns and len(df) and str(df["estimator"].iloc[0]) in LIKELIHOOD_ESTIMATORS)
     for i, router in enumerate(routers):
         agg = _per_n(df, loss, router, _statistic(fits_by_key))
         if not agg:

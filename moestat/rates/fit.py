@@ -436,8 +436,10 @@ def fit_experiment(df, experiment) -> list[dict[str, Any]]:
     """:func:`fit_rates` of every loss of a resolved :class:`~moestat.rates.resolve.Experiment`.
 
     The loss columns, the setting, the predictions and the analysis settings are the
-    experiment's; a prediction the scenario file did not state but a theorem gives names its
-    theorem (``prediction_source``).
+    experiment's; a prediction the scenario file did not state but a theorem its truth meets gives
+    (:mod:`moestat.rates.file_theorems`) names its theorem (``prediction_theorem``, the short name;
+    ``prediction_source``, its statement; ``prediction_standing``, one of
+    :data:`moestat.rates.catalogue.STANDINGS`; ``prediction_claim`` where it states no exponent).
     """
     c = experiment.config
     # a declared loss's best_<loss> is absent from an extras.csv written before moestat recorded it
@@ -458,10 +460,18 @@ def fit_experiment(df, experiment) -> list[dict[str, Any]]:
         alt_start=(c.init_scale, c.alt_init_scale) if c.alt_init_scale > 0 else None,
         statistic=c.statistic,
     )
-    sources = experiment.prediction_sources
-    for f in fits:  # a prediction the file did not state but a theorem gives: name the theorem
-        if f["loss"] in sources and f.get("predicted") is not None:
-            f["prediction_source"] = sources[f["loss"]]
+    th = experiment.theorems
+    details = th["details"] if th else {}
+    for f in fits:  # a prediction the file did not state but a theorem its truth meets gives: name the theorem
+        base = f["loss"][len("best_"):] if f["loss"].startswith("best_") else f["loss"]
+        d = details.get(f["loss"], details.get(base))
+        if d is None or f.get("predicted") != th["predicted"].get(f["loss"], th["predicted"].get(base)):
+            continue  # the file's own exponent (or none) stands
+        f["prediction_source"] = d["source"]
+        f["prediction_theorem"] = d["name"]
+        f["prediction_standing"] = d["standing"]
+        if "claim" in d:  # "slower than any polynomial rate": no exponent, the theorem's words
+            f["prediction_claim"] = d["claim"]
     return fits
 
 

@@ -23,6 +23,15 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
     no ``d2h/deta_m deta_m'`` is identically zero (``d2h/db2 = 0`` is why linear experts are not
     strongly identifiable in Definition 1 of Nguyen et al. 2024; ``eta2 * GELU(eta1^T x)`` has
     ``d2h/deta2^2 = 0`` too).
+``expert_strong_second_order``
+    ``{dh/deta_m(x, eta_j), d2h/deta_m deta_m'(x, eta_j) : j, m <= m'}`` linearly independent over
+    the atoms, no member identically zero: strong identifiability of the experts as this package
+    reads Nguyen, Ho & Rinaldo (2024, least squares, arXiv 2402.02952; abstract and a secondary
+    summary only, not the definition itself): the expert's parameter derivatives of first and second
+    order independent at distinct parameters.  ``eta2 * phi(eta1^T x)`` fails it (``d2h/deta2^2 =
+    0``), linear experts fail it (every second derivative is zero), ``phi(a^T x + b)`` and
+    ``phi(a^T x)`` with ``phi`` sigmoid, tanh or GELU meet it.  Evidence: the smallest relative
+    singular value of the column-scaled family against :func:`rank_tol` (0 with a zero member).
 ``expert_euler``
     ``h`` is not a combination of its own derivatives (Euler's identity of experts homogeneous in
     a parameter: constant, linear, ``eta2 * phi(eta1^T x)``).  Reported, required by no theorem here.
@@ -56,6 +65,12 @@ Conditions (each ``holds`` True/False, or None where it does not apply)
     logits in the free gate parameters has full rank.  ``atoms_distinct``, ``gate_input_dependent``
     (some ``beta1 != 0``, (A.4)) and ``gate_centres_nonzero`` (Gaussian gate) are read off the
     atoms.  The two x-dependence checks compare RMS ratios with 1e-12: a vanishing slope gives 0.
+``fisher_nonsingular``
+    only for a maximum-likelihood fit of the classical theorem's setting (exact, ``k = k*``): the
+    pre-flight's Fisher information of the truth (:func:`fisher_condition`) is nonsingular.
+
+Each theorem speaks of exact or over-specified fits or both (:attr:`Theorem.setting`); only those of
+the fit's setting are listed.
 
 Rank decision
 -------------
@@ -83,14 +98,14 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
-from moestat.model.experts import ACTIVATIONS, SCALED_KINDS, Expert
+from moestat.model.experts import ACTIVATIONS, BARE_KINDS, SCALED_KINDS, Expert
 from moestat.model.gate_registry import GATES
 from moestat.model.gates import Gate, gate_scores
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
 from moestat.model.protocol import FunctionExpert, linear_score
 
-__all__ = ["EPS", "N_X", "THEOREMS", "rank_tol", "independence", "conditions", "check_hypotheses",
-           "format_hypotheses"]
+__all__ = ["EPS", "N_X", "THEOREMS", "CLASSICAL_KEY", "CLASSICAL_CITE", "rank_tol", "independence", "conditions",
+           "check_hypotheses", "fisher_condition", "in_setting", "format_hypotheses"]
 
 EPS = float(np.finfo(np.float64).eps)
 #: Inputs drawn from the scenario's law (at least 10 times the columns of the largest family).
@@ -160,6 +175,8 @@ def _parts(scenario, n: int, seed: int) -> _Parts:
         names = [f"a_{u}" for u in range(d)] + ["b"]
     elif kind in SCALED_KINDS and q == d + 1:  # eta2 * phi(eta1^T x) (moestat.model.protocol.scaled_expert)
         names = [f"eta1_{u}" for u in range(d)] + ["eta2"]
+    elif kind in BARE_KINDS and q == d:  # phi(a^T x) (moestat.model.protocol.bare_expert)
+        names = [f"a_{u}" for u in range(d)]
     elif kind == "multinomial":
         names = [f"A{c}_{u}" if u < d else f"b{c}" for c in range(classes - 1) for u in range(d + 1)]
     else:
@@ -311,6 +328,16 @@ def conditions(scenario, n: int = N_X, seed: int = 0) -> dict[str, dict]:
     out["expert_hessian_nonzero"] = _cond("expert_hessian_nonzero", "no second derivative d2h/deta2 identically zero",
                                           not zero_h, float(rms.min() / scale_ref) if scale_ref > 0 else 0.0, tolh,
                                           ("identically zero: " + ", ".join(zero_h)) if zero_h else "")
+    # expert_strong_second_order: first and second derivatives of h, every atom, one family
+    J2 = torch.cat([torch.cat([J[j], torch.stack([H[j][:, u, v] for u, v in pairs], 1)], 1) for j in range(k)], 1)
+    ok2, sv2, tol2 = independence(J2)
+    why2 = []
+    if not ok2:
+        why2.append(f"identically zero: {', '.join(zero_h)}" if zero_h else "a linear relation among the first and "
+                    "second derivatives over the atoms")
+    out["expert_strong_second_order"] = _cond(
+        "expert_strong_second_order", "expert derivatives of orders 1 and 2 linearly independent over the atoms "
+        "(this package's reading of strong identifiability, Nguyen, Ho & Rinaldo 2024)", ok2, sv2, tol2, "; ".join(why2))
     # expert_euler
     sines = []
     for j in range(k):
@@ -549,7 +576,9 @@ class Theorem:
 
     ``applies(parts)`` says whether the model class is the theorem's (gate, expert family,
     estimator); ``requires`` maps a condition key to the value the theorem needs; ``read`` says
-    where its statement was read (a digest, or only an abstract).
+    where its statement was read (a digest, or only an abstract); ``setting`` the fits it speaks
+    of: ``"exact"`` (``k = k*``), ``"over"`` (``k > k*``) or ``"any"`` -- a theorem of the other
+    setting is not listed for a fit (:func:`check_hypotheses`).
     """
 
     key: str
@@ -558,23 +587,37 @@ class Theorem:
     applies: Callable[[_Parts], bool]
     requires: dict
     read: str
+    setting: str = "any"
 
 
-_ABSTRACT = ("abstract only (no digest holds the definition); the condition is this package's reading of Nguyen et al. "
-             "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives")
+#: The classical theorem: an exact fit (``k = k*``) by maximum likelihood whose Fisher information is
+#: nonsingular at the truth is asymptotically normal at ``n^-1/2`` in every parameter (the textbook
+#: asymptotics of a regular maximum-likelihood estimate, e.g. van der Vaart 1998, Theorem 5.39), and so
+#: is every loss that is Lipschitz in the parameters near the truth.
+CLASSICAL_KEY = "classical-mle"
+CLASSICAL_CITE = "classical: regular MLE (nonsingular Fisher information)"
+#: Monte Carlo draws of the Fisher information behind ``fisher_nonsingular`` (an exact singularity -- a
+#: model invariant along a direction -- leaves an eigenvalue at round-off whatever the draws).
+FISHER_DRAWS = 4000
+
+_ABSTRACT = ("abstract only (no digest holds the definition); the conditions are this package's reading: of Nguyen et al. "
+             "(2025, arXiv 2505.10860, Definition 1): no x * dh/db = dh/da, independent expert derivatives; and of the "
+             "strong identifiability of Nguyen, Ho & Rinaldo (2024, least squares; abstract and a secondary summary): "
+             "the expert's first and second parameter derivatives independent at distinct atoms")
 THEOREMS: tuple[Theorem, ...] = (
     Theorem("cosine-thm6", "Nguyen et al. (2024), Theorem 6", "perturbed cosine router, exact fit: D3 at n^-1/2",
             lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"weak_def2": True, "atoms_distinct": True, "gate_identifiable": True},
-            "digest (Definition 2, RECON-med)"),
+            "digest (Definition 2, RECON-med)", setting="exact"),
     Theorem("cosine-thm5", "Nguyen et al. (2024), Theorem 5", "perturbed cosine router, over-specified: D2 at n^-1/2",
             lambda p: p.score_kind == "perturbed" and p.likelihood is None, {"strong_def1": True, "atoms_distinct": True, "gate_identifiable": True},
-            "digest (Definition 1, RECON-med)"),
+            "digest (Definition 1, RECON-med)", setting="over"),
     Theorem("cosine-thm2-3", "Nguyen et al. (2024), Theorems 2 and 3", "vanilla cosine router: no polynomial rate",
             lambda p: p.score_kind == "cosine" and p.likelihood is None, {"radial_pde": True}, "digest (PDE (4), RECON-high)"),
     Theorem("lse-strong", "Nguyen, Ho & Rinaldo (2024, least squares)",
             "over-specified, strongly identifiable experts under softmax gating: fast rates",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over",
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
+            _ABSTRACT),
     Theorem("lse-polynomial", "Nguyen, Ho & Rinaldo (2024, least squares)",
             "over-specified, polynomial experts: slower than any polynomial rate",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.likelihood is None and p.setting == "over"
@@ -582,14 +625,16 @@ THEOREMS: tuple[Theorem, ...] = (
             {"gate_expert_pde": True}, "abstract only (polynomial experts are slow); the PDE x * dh/db = dh/da is their mechanism"),
     Theorem("sigmoid-strong", "Nguyen, Ho & Rinaldo (2024, sigmoid gating)", "over-specified sigmoid gating, strongly identifiable experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "sigmoid" and p.likelihood is None and p.setting == "over",
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True}, _ABSTRACT),
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
+            _ABSTRACT),
     Theorem("shared-sigmoid", "Nguyen, Doan, Pham, Bui, Ho & Rinaldo (2025, arXiv 2505.10860), Theorem 1",
             "shared expert and normalised sigmoid gating, strongly identifiable experts (rates not read)",
             lambda p: p.score_kind == "linear" and p.normalisation in ("shared-sigmoid", "normalised-sigmoid")
             and p.likelihood is None,
-            {"strong_linear_gate": True, "atoms_distinct": True, "gate_identifiable": True},
+            {"strong_linear_gate": True, "expert_strong_second_order": True, "atoms_distinct": True, "gate_identifiable": True},
             "title only (no stored copy of its sections); the conditions are this package's reading of its Definition 1: "
-            "no x * dh/db = dh/da, independent expert derivatives"),
+            "no x * dh/db = dh/da, independent expert derivatives of orders 1 and 2 (the strong identifiability of "
+            "Nguyen, Ho & Rinaldo 2024, least squares, as read from its abstract and a secondary summary)"),
     Theorem("gmoe-softmax", "Nguyen, Nguyen & Ho (2023), Theorems 1 and 2", "softmax-gated Gaussian MoE, linear experts",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is None and p.likelihood == "gaussian",
             {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
@@ -597,7 +642,7 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("topk-gmoe", "Nguyen, Akbarian, Yan & Ho (2024)", "Top-K sparse softmax Gaussian MoE, linear experts, exact fit",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is not None and p.likelihood == "gaussian",
             {"expert_affine_in_x": True, "atoms_distinct": True, "gate_identifiable": True, "gate_input_dependent": True},
-            "abstract and a reproducibility page (model class)"),
+            "abstract and a reproducibility page (model class)", setting="exact"),
     Theorem("topk-gmoe-over", "Nguyen, Akbarian, Yan & Ho (2024)",
             "Top-K sparse softmax Gaussian MoE, linear experts, over-specified: density parametric, parameters slow",
             lambda p: p.score_kind == "linear" and p.normalisation == "softmax" and p.k_active is not None and p.likelihood == "gaussian"
@@ -617,8 +662,46 @@ THEOREMS: tuple[Theorem, ...] = (
     Theorem("gaussian-gate-type1", "Nguyen, Nguyen, Nguyen & Ho (2024)", "Gaussian-gated MoE, Type I: D-bar at n^-1/2",
             lambda p: p.normalisation == "gaussian", {"gate_centres_nonzero": True, "atoms_distinct": True, "gate_identifiable": True},
             "the catalogue entry's statement (every gate mean nonzero); Type I was not read in a digest"),
+    Theorem(CLASSICAL_KEY, CLASSICAL_CITE,
+            "exact fit by maximum likelihood, Fisher information nonsingular at the truth: every parameter block at n^-1/2",
+            lambda p: p.likelihood is not None, {"fisher_nonsingular": True},
+            "own derivation (textbook asymptotics of a regular maximum-likelihood estimate)", setting="exact"),
 )
 _BY_KEY = {t.key: t for t in THEOREMS}
+_SETTING_WORDS = {"exact": "exact fits (k = k*)", "over": "over-specified fits (k > k*)"}
+
+
+def in_setting(th: Theorem, setting: str) -> bool:
+    """Whether ``th`` speaks of fits of ``setting`` (``"exact"`` or ``"over"``)."""
+    return th.setting in ("any", setting)
+
+
+def fisher_condition(scenario, m: int = FISHER_DRAWS, seed: int = 0) -> dict:
+    """``fisher_nonsingular``: the Fisher information of the truth (:func:`moestat.rates.preflight.fisher_information`,
+    ``m`` draws) is nonsingular.
+
+    The matrix is scaled to unit diagonal (a zero diagonal entry, a parameter the likelihood does not
+    see, is singular) and its smallest eigenvalue over the largest compared with ``rank_tol(m, P)``:
+    an exact invariance of the model makes every sampled score ``s`` orthogonal to one direction, so
+    ``E[s s^T]`` keeps an eigenvalue at round-off; an identified truth, even ill-conditioned
+    (condition numbers up to 1e8 over the catalogue's truths), stays far above it.
+    """
+    from moestat.rates.preflight import fisher_information  # the pre-flight's matrix, not a second one
+
+    info, _ = fisher_information(scenario, m=m, seed=seed)
+    info = 0.5 * (info + info.T)
+    diag = np.diag(info)
+    tol = rank_tol(m, info.shape[0])
+    if np.any(diag <= 0):
+        return _cond("fisher_nonsingular", "Fisher information of the truth nonsingular (regular maximum likelihood)",
+                     False, 0.0, tol, "a parameter with zero Fisher information")
+    c = info / np.sqrt(np.outer(diag, diag))
+    w = np.linalg.eigvalsh(c)
+    ratio = float(w[0] / w[-1])
+    return _cond("fisher_nonsingular", "Fisher information of the truth nonsingular (regular maximum likelihood)",
+                 ratio > tol, ratio, tol, f"{m} draws; smallest over largest eigenvalue at unit diagonal"
+                 + ("" if ratio > tol else ": at round-off, a direction of the parameters the likelihood does not see"))
+
 
 def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
     failing = [f"{c} {'holds' if conds[c]['holds'] else 'fails'} (needs {'holds' if want else 'fails'})"
@@ -626,7 +709,9 @@ def _judge(th: Theorem, conds: dict[str, dict], P: _Parts) -> dict[str, Any]:
                for c, want in th.requires.items() if c in conds and conds[c]["holds"] is not None and conds[c]["holds"] != want]
     missing = [f"{c} not applicable" for c in th.requires if c not in conds or conds[c]["holds"] is None]
     other = [] if th.applies(P) else [f"the model is not of the theorem's class ({th.claim.split(':')[0]})"]
-    return {"theorem": th.key, "cite": th.cite, "claim": th.claim, "read": th.read,
+    if not in_setting(th, P.setting):
+        other.append(f"the fit is {_SETTING_WORDS[P.setting]}; the theorem speaks of {_SETTING_WORDS[th.setting]}")
+    return {"theorem": th.key, "cite": th.cite, "claim": th.claim, "read": th.read, "setting": th.setting,
             "requires": {c: ("holds" if w else "fails") for c, w in th.requires.items()},
             "met": not failing and not missing and not other, "failing": other + failing + missing}
 
@@ -641,7 +726,9 @@ def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | No
         Inputs drawn from the scenario's law.
     theorem : str, optional
         A key of :data:`THEOREMS` to judge (the truth's "own" theorem, e.g. a catalogue entry's);
-        otherwise every theorem whose model class is the scenario's.
+        otherwise every theorem whose model class is the scenario's and whose setting (exact or
+        over-specified, :attr:`Theorem.setting`) is the fit's.  A theorem requiring
+        ``fisher_nonsingular`` (the classical one) adds that condition (:func:`fisher_condition`).
 
     Returns
     -------
@@ -659,7 +746,9 @@ def check_hypotheses(scenario, *, n: int = N_X, seed: int = 0, theorem: str | No
                                "conditional gate-expert model g(x) = sum w_i(x) h(x, eta_i), so none is checked"}
     conds = conditions(scenario, n=n, seed=seed)
     P = _parts(scenario, 8, seed)
-    ths = [_BY_KEY[theorem]] if theorem is not None else [t for t in THEOREMS if t.applies(P)]
+    ths = [_BY_KEY[theorem]] if theorem is not None else [t for t in THEOREMS if t.applies(P) and in_setting(t, P.setting)]
+    if any("fisher_nonsingular" in t.requires and t.applies(P) and in_setting(t, P.setting) for t in ths):
+        conds = {**conds, "fisher_nonsingular": fisher_condition(scenario, seed=seed)}
     judged = [_judge(t, conds, P) for t in ths]
     return {"n_inputs": int(n), "seed": int(seed), "score": P.score_kind, "normalisation": P.normalisation,
             "conditions": conds, "theorems": judged, "met": [j["theorem"] for j in judged if j["met"]]}

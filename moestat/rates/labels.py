@@ -68,6 +68,7 @@ ESTIMATOR_NAMES = {
     "lse": "least squares",
     "mle": "maximum likelihood",
     "em": "EM",
+    "gllim": "joint maximum likelihood (GLLiM)",
     "sgd": "SGD",
     "null": "no fit (the start)",
     "reference": "scipy least squares",

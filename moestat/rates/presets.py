@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from moestat.data.scenario_files import load_scenario
-from moestat.data.synthetic import OVER_MAX_ITER  # noqa: F401 - the over-specified budget rule, public here too
+from moestat.estimators.choice import OVER_MAX_ITER  # noqa: F401 - the over-specified budget rule, public here too
 from moestat.io import regular_file
 from moestat.model.protocol import ProtocolModel
 

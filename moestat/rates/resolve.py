@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.data.scenario_files import load_scenario, scenario_digest
 from moestat.data.synthetic import make_scenario
-from moestat.estimators import ESTIMATORS
+from moestat.estimators import ESTIMATORS, estimator_for
 from moestat.estimators.memory import entries_per_chunk
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
 from moestat.rates.gmoe_blocks import block_columns, block_predicted
@@ -75,8 +75,9 @@ def estimator_registry() -> dict:
 
 def build_estimator(name: str, scenario, max_iter: int, random_state: int, device: str):
     """The estimator ``name`` for ``scenario``; a one-line ``ValueError`` when they do not go together
-    (:meth:`moestat.data.synthetic.ScenarioBase.estimator`)."""
-    return scenario.estimator(name, max_iter=max_iter, random_state=random_state, device=device)
+    (:func:`moestat.estimators.choice.estimator_for`: the scenario declares its model, the registry's
+    rule picks the class)."""
+    return estimator_for(scenario, name, max_iter=max_iter, random_state=random_state, device=device)
 
 
 def declared_losses(scenario) -> tuple:
@@ -113,8 +114,15 @@ class Experiment:
     predicted : dict or None
         A scenario file's (or the Gaussian-MoE family's) predicted exponents, loss name ->
         exponent or None; ``None`` for the built-in routers (Nguyen et al. (2024)'s table applies).
+        A property: for a scenario file, the exponents of the theorems its truth meets
+        (:attr:`theorems`) under the file's own.
+    own_predicted : dict or None
+        The exponents the scenario states itself (a file's ``[[losses]]``, the Gaussian-MoE family's
+        table), over the pipeline's defaults; ``None`` for the built-in routers.
     prediction_sources : dict
-        Loss name -> the theorem of a default prediction the file did not state.
+        Loss name -> the theorem of a default prediction the file did not state (a property).
+    theorem_key : str or None
+        A scenario file's key, by which :attr:`theorems` judges its truth (once per process).
     declared : tuple of str
         Names of the losses a scenario file declares (one ``extras.csv`` column each).
     extra_columns : tuple of str
@@ -137,8 +145,7 @@ class Experiment:
     scenarios: Mapping[str, Any]
     digest: str | None
     setting: str
-    predicted: dict | None
-    prediction_sources: dict
+    own_predicted: dict | None
     declared: tuple[str, ...]
     extra_columns: tuple[str, ...]
     losses: tuple[str, ...]
@@ -146,6 +153,7 @@ class Experiment:
     result_fields: dict
     hash: str
     expected: Mapping[str, tuple[str, str]]
+    theorem_key: str | None = None
 
     @classmethod
     def of(cls, config: Any) -> "Experiment":
@@ -166,17 +174,52 @@ class Experiment:
                                 block_columns(first))
         losses = (*LOSS_NAMES, *(c for c in ex_cols if c not in KEY and c not in CERTIFICATE_COLUMNS
                                  and not c.startswith(ALT_PREFIX)))
-        # what a file does not state has no prediction: the built-in table is Nguyen et al. (2024)'s
-        # for their routers, not the user's model -- except the regression error's parametric -1/2
-        predicted = None if builtin else {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **dict(first.predicted),
-                                    **block_predicted(first)}
-        sources = dict(first.prediction_sources or {}) if spec.scenario_file else {}
+        own = {} if builtin else dict(first.predicted)
+        if spec.scenario_file:  # a file's default prediction comes from the theorems its truth meets (below)
+            own = {k: v for k, v in own.items() if k not in (first.prediction_sources or {})}
+        predicted = None if builtin else {**own, **block_predicted(first)}
         fields = config.result_fields(digest)
         return cls(config=config, keys=keys, scenarios=scenarios, digest=digest,
-                   setting=spec.setting if builtin else first.setting, predicted=predicted,
-                   prediction_sources=sources, declared=declared, extra_columns=tuple(ex_cols), losses=losses,
+                   setting=spec.setting if builtin else first.setting, own_predicted=predicted,
+                   declared=declared, extra_columns=tuple(ex_cols), losses=losses,
                    headline=declared or ("voronoi",), result_fields=fields, hash=fields_hash(fields),
-                   expected={r: (str(sc.name), str(sc.setting)) for r, sc in scenarios.items()})
+                   expected={r: (str(sc.name), str(sc.setting)) for r, sc in scenarios.items()},
+                   theorem_key=keys[config.router[0]] if spec.scenario_file else None)
+
+    @property
+    def theorems(self) -> dict[str, Any] | None:
+        """A scenario file's theorems (:func:`moestat.rates.file_theorems.file_theorems`):
+        ``predicted``, ``details`` (loss -> theorem, standing, source) and ``report`` (the theorems
+        met and those whose hypotheses fail, with the condition); ``None`` without a file.
+        Judged on first use (autograd on the truth, about a second), once per process and file."""
+        if self.theorem_key is None:
+            return None
+        from moestat.rates.file_theorems import file_theorems  # reads the catalogue: not at import time
+
+        first = self.scenarios[self.config.router[0]]
+        default = getattr(first, "default_loss", None)
+        # voronoi holds the file's own first loss only where it declared one (else its default, the theorem's)
+        return file_theorems(self.theorem_key, default, self.own_predicted or {},
+                             self.voronoi_holds is not None and default is None)
+
+    @property
+    def predicted(self) -> dict | None:
+        """Loss name -> predicted exponent (see the class docstring); ``None`` for the built-in routers.
+
+        What a file does not state and no theorem its truth meets gives has no prediction: the
+        built-in table is Nguyen et al. (2024)'s for their routers, not the user's model -- except
+        the regression error's parametric -1/2."""
+        if self.own_predicted is None:
+            return None
+        th = self.theorems
+        return {**{k: None for k in LOSS_NAMES}, "regression_l2": -0.5, **(th["predicted"] if th else {}),
+                **self.own_predicted}
+
+    @property
+    def prediction_sources(self) -> dict[str, str]:
+        """Loss name -> the theorem (its source text) of a prediction the file did not state."""
+        th = self.theorems
+        return {k: d["source"] for k, d in th["details"].items()} if th else {}
 
     @property
     def voronoi_holds(self) -> str | None:

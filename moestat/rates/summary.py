@@ -107,5 +107,7 @@ def write_summary(experiment: Experiment, rows: RunRows, fits: list, adaptive: d
         "fits": fits,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
+    if experiment.theorems is not None:  # a scenario file: the theorems its truth meets, and those it fails
+        summary["theorems"] = experiment.theorems["report"]
     path = atomic_write_json(out / f"summary{suffix}.json", summary)
     return json.loads(path.read_text(encoding="utf-8"))

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from moestat.estimators.choice import LIKELIHOOD_ESTIMATORS, estimator_for, random_start_for
 from moestat.estimators.memory import chunks, entries_per_chunk
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.extras import ALT_PREFIX, BEATEN_RTOL
@@ -93,8 +94,9 @@ __all__ = [
     "alt_start",
 ]
 
-#: Estimators judged by the log-likelihood (the data are drawn from the mixture).
-LOGLIK_ESTIMATORS = ("mle", "em")
+#: Estimators judged by the log-likelihood (the data are drawn from the mixture): the registry's
+#: maximum-likelihood entries (``mle``, ``em``, ``gllim``).
+LOGLIK_ESTIMATORS = LIKELIHOOD_ESTIMATORS
 #: Estimators judged by the sum of squared residuals.
 SSE_ESTIMATORS = ("lse", "sgd")
 #: Estimators checked from the truth itself (:func:`truth_start_faults`): those that accept a step
@@ -126,7 +128,8 @@ JITTER_SCALES = (0.1, 0.3)
 
 
 def unit_estimator(unit, scenario, *stream: int):
-    """A work unit's estimator (:meth:`moestat.data.synthetic.ScenarioBase.estimator`), with the
+    """A work unit's estimator (:func:`moestat.estimators.choice.estimator_for`: the class the
+    scenario's declared model is fitted by), with the
     sweep's one ``compile`` decision (:attr:`moestat.rates.sweep.WorkUnit.compile`) for an EM.
 
     Its internal randomness (restarts) gets its own child ``SeedSequence(seed, spawn_key=(n, first
@@ -136,8 +139,8 @@ def unit_estimator(unit, scenario, *stream: int):
     for the fit from the truth (:func:`truth_start_faults`).
     """
     est_ss = np.random.SeedSequence(unit.seed, spawn_key=(unit.n, unit.replicates[0], *stream))
-    est = scenario.estimator(unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
-                             device=unit.device)
+    est = estimator_for(scenario, unit.estimator, max_iter=unit.max_iter, random_state=int(est_ss.generate_state(1)[0]),
+                        device=unit.device)
     if hasattr(est, "compile"):  # an EM: the sweep's one compile decision
         est.compile = unit.compile
     if hasattr(est, "max_memory"):  # a likelihood fit: replicates in chunks within the budget (same fits)
@@ -146,10 +149,11 @@ def unit_estimator(unit, scenario, *stream: int):
 
 
 def unit_start(unit, scenario, n: int, rng: np.random.Generator, X=None, Y=None):
-    """The start of one replicate: the scenario's own random or near-truth start
-    (:class:`moestat.data.synthetic.ScenarioBase`; a scenario knows its own gate's conventions)."""
+    """The start of one replicate: the scenario's own near-truth start
+    (:class:`moestat.data.synthetic.ScenarioBase`; a scenario knows its own gate's conventions), or the
+    random start of its declared model (:func:`moestat.estimators.choice.random_start_for`)."""
     if unit.init == "random":
-        return scenario.random_start(X, Y, rng)
+        return random_start_for(scenario.declaration, X, Y, rng)
     return scenario.near_truth_start(unit.init_scale, rng, n=n, peer=unit.init == "peer")
 
 
@@ -407,7 +411,7 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
                 elif what == "near":
                     starts.append(scenario.near_truth_start(PERTURB_SCALES[j % len(PERTURB_SCALES)], g, n=n))
                 else:
-                    starts.append(scenario.random_start(X[i], Y[i], g))
+                    starts.append(random_start_for(scenario.declaration, X[i], Y[i], g))
                 owner.append(i)
                 s += 1
         owner = np.asarray(owner)
@@ -480,7 +484,7 @@ def _extra_start(scenario, n: int, s: int, rng: np.random.Generator, X: np.ndarr
     scenario, :func:`moestat.estimators.starts.random_init`; from the replicate's ``X [n, d]``,
     ``Y [n]`` for a mixture-noise file)."""
     if s % 2 == 1:
-        return scenario.random_start(X, Y, rng)
+        return random_start_for(scenario.declaration, X, Y, rng)
     return scenario.near_truth_start(PERTURB_SCALES[(s // 2) % len(PERTURB_SCALES)], rng, n=n)
 
 

@@ -123,12 +123,14 @@ def _table(title: str, header: list[str], rows: list[list[str]], widths: str) ->
 def _category(cur: dict, rec: dict | None) -> str:
     c = cur["category"] or "-"
     notes = []
+    if cur.get("unjudged"):  # the truth fails its theorem's hypotheses (issue 59): the rules' verdict, not counted
+        notes.append(f"not judged; the rules would give: {cur['unjudged']['category'] or '-'}")
     if cur.get("fixed_truth"):  # judged by the entry's instrument; the fixed-truth rule's verdict stays beside it
         notes.append(f"two-point bound; the fixed-truth rule: {cur['fixed_truth']['category'] or '-'}")
     m = cur.get("mean_statistic")
     # the expected loss's verdict, when it differs from the median's (for an instrument's row: from the
     # median's fixed-truth verdict, the one the mean is the counterpart of)
-    if m and m.get("category") != (cur.get("fixed_truth") or cur)["category"]:
+    if m and m.get("category") != (cur.get("fixed_truth") or cur.get("unjudged") or cur)["category"]:
         notes.append(f"the mean: {m.get('category') or '-'}")
     if rec is None:  # a prediction added after the run: judged on the recorded rows
         notes.append("a prediction added since the run")

@@ -62,9 +62,10 @@ def test_every_argument_a_user_need_not_choose_has_a_default():
     import inspect
 
     from moestat.data.scenario_files import FileScenario
+    from moestat.estimators import estimator_for
     from moestat.rates.fit import slope_with_interval
 
-    for fn, names in ((FileScenario.estimator, ("name", "max_iter", "random_state", "device")),
+    for fn, names in ((estimator_for, ("name", "max_iter", "random_state", "device")),
                       (FileScenario.near_truth_start, ("scale", "rng")),
                       (slope_with_interval, ("rng", "n_boot", "statistic"))):
         params = inspect.signature(fn).parameters

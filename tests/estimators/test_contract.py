@@ -1,8 +1,10 @@
 """The estimator contract (moestat.estimators.base), checked for every entry of ``ESTIMATORS``.
 
 A new estimator added to the registry is picked up by every test here automatically.  The data
-come from the dense linear-gate scenario with identity experts, the one model every estimator
-(EM included) accepts; each estimator is built through ``for_scenario``, as the rates sweep does.
+come from the dense linear-gate scenario with identity experts, the one regression model every
+estimator (EM included) accepts -- except for ``gllim``, the joint GLLiM's EM, which models ``x``
+too and is fitted to data of a joint Gaussian-gated MoE (:data:`SCENARIO_OF`); each estimator is
+built through ``for_scenario``, as the rates sweep does.
 """
 
 import numpy as np
@@ -11,8 +13,12 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
+from moestat.data.gllim_scenarios import GLLiMScenario
 from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS, FAILURE_STATUSES, MoEEstimator, random_starts
+from moestat.estimators.gllim import random_gllim_start
+from moestat.model.gllim import join_measure
+from moestat.model.mixing import MixingMeasure
 
 NAMES = sorted(ESTIMATORS)
 R, N, D = 3, 120, 2
@@ -21,26 +27,58 @@ R, N, D = 3, 120, 2
 #: class): SGD draws its minibatch order for the whole ``[R, n]`` batch, so removing a replicate
 #: changes the others' order; their independence of the other replicates' *data* is still checked.
 BATCH_COUPLED = {"sgd"}
+#: The entries fitted to another model's data than the regression scenario's (name -> scenario kind).
+SCENARIO_OF = {"gllim": "gllim"}
 
 
-@pytest.fixture(scope="module")
-def scenario():
-    return make_scenario("linear", "exact", d=D, k_true=2, expert="identity")
+def _gllim_scenario():
+    """A joint GLLiM with two well-separated atoms in d = 2 (weights 0.4 / 0.6)."""
+    truth = join_measure(np.log([0.4, 0.6]), np.array([[-1.0, 0.5], [1.0, -0.5]]),
+                         np.array([np.diag([0.3, 0.2]), np.diag([0.2, 0.4])]), np.array([[1.0, -1.0], [-0.5, 2.0]]),
+                         np.array([0.5, -0.5]), np.array([0.05, 0.1]))
+    return GLLiMScenario(truth)
 
 
-@pytest.fixture(scope="module")
-def data(scenario):
+SCENARIOS = {"regression": make_scenario("linear", "exact", d=D, k_true=2, expert="identity"), "gllim": _gllim_scenario()}
+
+
+def _data(kind):
+    sc = SCENARIOS[kind]
     rng = np.random.default_rng(0)
-    XY = [scenario.sample(N, rng) for _ in range(R)]
+    XY = [sc.sample(N, rng) for _ in range(R)]
     X = np.stack([a for a, _ in XY])
     Y = np.stack([b for _, b in XY])
-    init = random_starts(R, scenario.k_fit, D, np.random.default_rng(1))
+    if kind == "gllim":  # a start in the GLLiM layout, drawn from each replicate's data
+        g = np.random.default_rng(1)
+        init = MixingMeasure.stack([random_gllim_start(X[r], Y[r], sc.k_fit, g) for r in range(R)])
+    else:
+        init = random_starts(R, sc.k_fit, D, np.random.default_rng(1))
     return X, Y, init
+
+
+DATA = {kind: _data(kind) for kind in SCENARIOS}
+
+
+@pytest.fixture
+def scenario(request):
+    return SCENARIOS[SCENARIO_OF.get(request.getfixturevalue("name"), "regression")]
+
+
+@pytest.fixture
+def data(request):
+    return DATA[SCENARIO_OF.get(request.getfixturevalue("name"), "regression")]
 
 
 def build(name, scenario, random_state=0, **params):
     est = ESTIMATORS[name].for_scenario(scenario, max_iter=30, random_state=random_state, device="cpu")
     return est.set_params(**params) if params else est
+
+
+def construct(name, scenario, n_components, **params):
+    """The class of ``name`` built directly: ``(model, n_components)``, or ``n_components`` alone for
+    the joint GLLiM (its model is fixed by the class)."""
+    cls = ESTIMATORS[name]
+    return cls(n_components, **params) if name in SCENARIO_OF else cls(scenario.fit_model, n_components, **params)
 
 
 def same_fit(a, b, idx_a=slice(None), idx_b=slice(None), rtol=0.0):
@@ -65,7 +103,7 @@ def one_thread():
 
 
 def test_registry_is_the_contract():
-    assert NAMES == ["em", "lse", "mle", "null", "sgd"]
+    assert NAMES == ["em", "gllim", "lse", "mle", "null", "sgd"]
     for cls in ESTIMATORS.values():
         assert issubclass(cls, MoEEstimator)
 
@@ -77,7 +115,7 @@ def test_fit_returns_self_with_common_attributes(name, scenario, data):
     assert est.fit(X, Y, init=init) is est
     G = est.params_
     assert G.batch_shape == (R,) and isinstance(G.beta0, np.ndarray)
-    assert G.beta0.shape == (R, 2) and G.beta1.shape == (R, 2, D) and G.eta.shape == (R, 2, D + 1)
+    assert G.beta0.shape == (R, 2) and G.beta1.shape == (R, 2, D) and G.eta.shape == (R, 2, init.eta.shape[-1])
     assert est.objective_.shape == (R,) and est.objective_.dtype == np.float64
     assert est.converged_.shape == (R,) and est.converged_.dtype == bool
     assert est.n_iter_.shape == (R,) and est.n_iter_.dtype.kind == "i"
@@ -116,15 +154,14 @@ def test_unfitted_predict_and_score_raise(name, scenario, data):
 @pytest.mark.parametrize("name", NAMES)
 def test_init_only_stores_and_fit_validates(name, scenario, data):
     X, Y, _ = data
-    cls = ESTIMATORS[name]
     # no check in __init__: any value is stored as given ...
-    est = cls(scenario.fit_model, 0, random_state="not a seed")
+    est = construct(name, scenario, 0, random_state="not a seed")
     assert est.get_params()["n_components"] == 0 and est.random_state == "not a seed"
     # ... and fit refuses it
     with pytest.raises(ValueError, match="n_components"):
         est.fit(X, Y)
     with pytest.raises(TypeError, match="random_state"):
-        cls(scenario.fit_model, 2, random_state="not a seed").fit(X, Y)
+        construct(name, scenario, 2, random_state="not a seed").fit(X, Y)
     # scikit-learn's parameter API: clone, set_params, repr
     good = build(name, scenario, random_state=3)
     twin = clone(good)
@@ -200,10 +237,13 @@ def test_bad_input_is_a_value_error_at_fit(name, scenario, data):
 def test_for_scenario_builds_the_fit_model(name, scenario):
     est = build(name, scenario, random_state=5)
     assert type(est) is ESTIMATORS[name]
-    assert est.model == scenario.fit_model and est.n_components == scenario.k_fit and est.random_state == 5
+    assert est.n_components == scenario.k_fit and est.random_state == 5
+    if name not in SCENARIO_OF:  # the joint GLLiM's model is its class's
+        assert est.model == scenario.fit_model
 
 
-def test_em_starts_reach_torch_without_its_read_only_warning(scenario, data):
+@pytest.mark.parametrize("name", ["em"])
+def test_em_starts_reach_torch_without_its_read_only_warning(name, scenario, data):
     """A start given per replicate (batch shape ``(R,)``) or once for all (``()``) is broadcast to the
     fused EM's ``[R, S]`` layout by a read-only NumPy view; handing such a view to torch must not put
     torch's "non-writable array ... undefined behavior" warning on a user's screen.  (torch warns once

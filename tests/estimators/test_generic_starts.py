@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from moestat.data.scenario_files import load_scenario
+from moestat.estimators import estimator_for
 from moestat.estimators.generic_starts import IDLE_DROP, idle_atom_starts
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file, plan
@@ -80,7 +81,7 @@ def test_the_design_fit_below_the_truth_is_lifted_by_the_idle_start():
     X, Y = sc.sample(4000, np.random.default_rng(data_ss))
     start = sc.near_truth_start(0.05, np.random.default_rng(init_ss))
     torch.set_num_threads(1)
-    est = sc.estimator("mle", max_iter=1000, random_state=0, device="cpu")
+    est = estimator_for(sc, "mle", max_iter=1000, random_state=0, device="cpu")
     est.compile = False
     est.fit(X[None], Y[None], init=_batch(start))
     truth = sc.loglik_at(X[None], Y[None], sc.truth, fitted=False)[0]

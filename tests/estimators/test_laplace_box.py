@@ -11,6 +11,7 @@ import torch
 from scipy.optimize import minimize
 
 from moestat.data.scenario_files import ScenarioFileError, load_scenario, scenario_from_mapping
+from moestat.estimators import estimator_for
 from moestat.estimators.generic_starts import to_free
 from moestat.estimators.mle import MLEGaussianMoE
 from moestat.estimators.mle_generic import GenericEM, fit_generic
@@ -138,11 +139,11 @@ def test_scenario_file_and_estimator_wiring():
     sc = load_scenario(str(OVER_BOX))
     assert sc.gate_in_box and sc.box == ParameterBox(beta0=10.0, beta1=2.0, eta=10.0)
     assert sc.box.contains(sc.truth)
-    est = sc.estimator("mle", max_iter=10, random_state=0, device="cpu")
+    est = estimator_for(sc, "mle", max_iter=10, random_state=0, device="cpu")
     assert est.gate_box == sc.box
     # the former file: unbounded, as recorded in laplace-gmoe/former_estimator/
     old = load_scenario(str(OVER))
-    assert not old.gate_in_box and old.estimator("mle", max_iter=10, random_state=0, device="cpu").gate_box is None
+    assert not old.gate_in_box and estimator_for(old, "mle", max_iter=10, random_state=0, device="cpu").gate_box is None
     with pytest.raises(ScenarioFileError, match="gate_in_box must be true or false"):
         scenario_from_mapping({"gate": {"normalisation": "laplace"}, "expert": {"kind": "linear"},
                                "noise": {"model": "mixture"}, "fit": {"gate_in_box": 1},

@@ -15,7 +15,7 @@ import torch
 
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.data.scenario_files import load_scenario
-from moestat.estimators import memory, mle_fused, mle_generic
+from moestat.estimators import estimator_for, memory, mle_fused, mle_generic
 from moestat.estimators.mle import MLEGaussianMoE
 from moestat.model.mixing import MixingMeasure
 
@@ -77,9 +77,9 @@ def _sigmoid_data(tmp_path, R: int, n: int):
 def test_generic_em_chunks_give_the_same_fits(tmp_path, budget):
     sc, X, Y, G0 = _sigmoid_data(tmp_path, R=5, n=300)
     # budget 1 byte: one entry per chunk; 1.2 MB: two (8 x 300 x 200 bytes = 480 kB each)
-    whole = sc.estimator("mle", max_iter=200, random_state=0, device="cpu")
+    whole = estimator_for(sc, "mle", max_iter=200, random_state=0, device="cpu")
     whole.set_params(n_init=2, max_memory="1T", keep_starts=True)  # jittered starts: drawn before any chunk
-    cut = sc.estimator("mle", max_iter=200, random_state=0, device="cpu")
+    cut = estimator_for(sc, "mle", max_iter=200, random_state=0, device="cpu")
     cut.set_params(n_init=2, max_memory=budget, keep_starts=True)
     whole.fit(X, Y, init=G0)
     cut.fit(X, Y, init=G0)
@@ -109,7 +109,7 @@ def test_chunks_take_the_whole_batch_compile_decision(tmp_path, monkeypatch):
         return real(em, False, size, device)  # record the size judged; stay eager (no compiler needed)
 
     monkeypatch.setattr(mle_generic, "use_compiled", spy)
-    est = sc.estimator("mle", max_iter=50, random_state=0, device="cpu")
+    est = estimator_for(sc, "mle", max_iter=50, random_state=0, device="cpu")
     est.set_params(max_memory=1).fit(X, Y, init=G0)
     assert seen == [4 * 200] * 4  # four chunks of one entry, each judged as the batch of four
 

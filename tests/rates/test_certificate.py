@@ -91,15 +91,17 @@ def test_a_file_scenarios_random_start_has_its_experts_width():
     from moestat.data.scenario_files import load_scenario
     from pathlib import Path
 
+    from moestat.estimators import random_start_for
+
     ex = Path(__file__).resolve().parents[2] / "examples"
     sc = load_scenario(f"{ex / 'mlp_expert.py'}:scenario")
-    G = sc.random_start(None, None, np.random.default_rng(0))
+    G = random_start_for(sc.declaration, None, None, np.random.default_rng(0))
     assert G.eta.shape == (sc.k_fit, sc.model.n_expert_params(sc.d)) and sc.model.n_expert_params(sc.d) != sc.d + 1
     # a built-in width draws the start it always drew
     from moestat.estimators.starts import random_init
 
     lin = load_scenario(str(ex / "softmax_linear.toml"))
-    a, b = lin.random_start(None, None, np.random.default_rng(3)), random_init(lin.k_fit, lin.d, np.random.default_rng(3))
+    a, b = random_start_for(lin.declaration, None, None, np.random.default_rng(3)), random_init(lin.k_fit, lin.d, np.random.default_rng(3))
     assert np.array_equal(a.eta, b.eta) and np.array_equal(a.beta1, b.beta1)
 
 

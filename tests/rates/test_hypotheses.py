@@ -56,14 +56,17 @@ def test_bias_inside_the_activation_gives_the_pde_under_a_linear_gate(kind):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("normalisation", ["softmax", "sigmoid"])
-def test_scaled_gelu_without_bias_is_strongly_identifiable(normalisation):
-    """eta2 * GELU(eta1^T x): no gate-expert relation, by a wide margin; its theorem's hypotheses are met."""
+def test_scaled_gelu_has_no_pde_but_fails_the_second_order_condition(normalisation):
+    """eta2 * GELU(eta1^T x): no gate-expert relation, by a wide margin, but linear in eta2, so
+    d2h/deta2^2 = 0 and expert_strong_second_order fails: its theorem's hypotheses are not met (issue 59)."""
     rep = check_hypotheses(_scaled_gelu(normalisation), n=N)
     c = rep["conditions"]
     assert c["gate_expert_pde"]["holds"] is False
     assert c["gate_expert_pde"]["value"] > 1e6 * c["gate_expert_pde"]["tol"]
     assert c["strong_linear_gate"]["holds"] is True
-    assert ("lse-strong" if normalisation == "softmax" else "sigmoid-strong") in rep["met"]
+    assert c["expert_strong_second_order"]["holds"] is False and c["expert_strong_second_order"]["value"] == 0.0
+    th = {t["theorem"]: t for t in rep["theorems"]}["lse-strong" if normalisation == "softmax" else "sigmoid-strong"]
+    assert not th["met"] and th["failing"][0].startswith("expert_strong_second_order fails")
     # reported facts of this expert: linear in eta2 (Euler) and d2h/deta2^2 = 0
     assert c["expert_euler"]["holds"] is False
     assert "d2h/deta_2^2" in c["expert_hessian_nonzero"]["detail"]
@@ -177,8 +180,8 @@ def test_a_theorem_outside_its_model_class_is_not_met():
 
 @pytest.mark.slow
 def test_every_catalogue_expert_contrast_truth_meets_its_own_theorem():
-    """Issue 33, Scope 2: the replacement truths eta2 * phi(eta1^T x) wired into the catalogue files
-    meet the strong condition of their theorem (the former phi(a^T x + b) failed it by the PDE)."""
+    """Issue 59 (declaration 24): the truths phi(a^T x) wired into the catalogue files meet the strong
+    conditions of their theorem (phi(a^T x + b) fails it by the PDE, eta2 * phi(eta1^T x) by d2h/deta2^2 = 0)."""
     from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
 
     rows = catalogue_hypotheses(["lse-ffn-vs-linear", "sigmoid-vs-softmax"], n=N)
@@ -189,7 +192,8 @@ def test_every_catalogue_expert_contrast_truth_meets_its_own_theorem():
     for key in (("lse-ffn-vs-linear", "ffn-sigmoid"), ("sigmoid-vs-softmax", "sigmoid"), ("sigmoid-vs-softmax", "softmax")):
         c = by[key]["report"]["conditions"]
         assert c["gate_expert_pde"]["holds"] is False and c["gate_expert_pde"]["value"] > 1e6 * c["gate_expert_pde"]["tol"]
-        assert "d2h/deta2^2" in c["expert_hessian_nonzero"]["detail"]  # parameters named eta1_u, eta2
+        assert c["expert_strong_second_order"]["holds"] is True
+        assert c["expert_strong_second_order"]["value"] > 1e6 * c["expert_strong_second_order"]["tol"]
     # the slow arm keeps its bias inside (linear experts): the PDE holds there, as its theorem needs
     assert by[("lse-ffn-vs-linear", "linear")]["report"]["conditions"]["gate_expert_pde"]["holds"] is True
 

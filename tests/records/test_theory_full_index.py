@@ -41,7 +41,7 @@ def test_gathers_in_quick_order_and_names_the_source(tmp_path):
 def test_missing_or_doubled_check_fails(tmp_path):
     _report(tmp_path / "quick", "quick", ["a", "b"])
     _report(tmp_path / "full_x", "full", ["a"])
-    with pytest.raises(SystemExit, match="no --full record for: b"):
+    with pytest.raises(SystemExit, match="no report holds: b"):
         _load().gather(tmp_path)
     _report(tmp_path / "full_y", "full", ["a", "b"])
     with pytest.raises(SystemExit, match="recorded twice"):

@@ -23,7 +23,7 @@ from moestat.experiments.theory import (exact_weak, expert_split, lecam, null_co
                                         softmoe_witness, vanilla_slow)
 from moestat.experiments.theory.framework import CheckResult, Context, run_guarded
 
-__all__ = ["MODULES", "CHECK_NAMES", "run_checks", "write_report", "exit_code"]
+__all__ = ["MODULES", "CHECK_NAMES", "run_checks", "write_report", "exit_code", "merge_reports"]
 
 #: Check modules in run order (cheap, engine-free checks first).
 MODULES = [pde, lecam, expert_split, prop1, softmoe_witness, regression_rate, exact_weak, vanilla_slow, over_strong, null_control]
@@ -149,3 +149,59 @@ def write_report(results: Sequence[CheckResult], out_dir: str | Path, mode: str,
     mpath = out / "theory_report.md"
     atomic_write_text(mpath, "\n".join(lines))
     return mpath, jpath
+
+
+def merge_reports(folders: Sequence[str | Path], order: Sequence[str] | None = None,
+                  mode: str = "full") -> tuple[list[CheckResult], list[str], float]:
+    """One report from several ``moestat theory`` runs that each ran part of the checks (``--only``).
+
+    A paper-scale (``--full``) run of every check takes CPU-hours on a small machine, so it is run
+    module by module; this gathers their ``theory_report.json`` into one, running nothing: each check
+    keeps the verdict, numbers and details of the run that made it, and its ``note`` names that
+    folder and command.
+
+    Parameters
+    ----------
+    folders : sequence of path-like
+        Folders each holding a ``theory_report.json`` of mode ``mode``.
+    order : sequence of str, optional
+        The checks every report together must hold, in the merged report's order (default:
+        :data:`CHECK_NAMES`); checks outside it follow, sorted.
+    mode : str
+        The mode every report must have been run in.
+
+    Returns
+    -------
+    tuple
+        ``(results, commands, elapsed_s)``: the checks, each folder's command, the summed time.
+
+    Raises
+    ------
+    ValueError
+        A folder without a report, a report of another mode, a check held by two reports, or a check
+        of ``order`` held by none -- a merged report never drops or doubles a check silently.
+    """
+    order = list(CHECK_NAMES if order is None else order)
+    found: dict[str, CheckResult] = {}
+    commands, elapsed = [], 0.0
+    for folder in map(Path, folders):
+        path = folder / "theory_report.json"
+        if not path.is_file():
+            raise ValueError(f"{folder}: no theory_report.json")
+        rep = json.loads(path.read_text(encoding="utf-8"))
+        if rep.get("mode") != mode:
+            raise ValueError(f"{folder}: not a --{mode} report (mode {rep.get('mode')!r})")
+        commands.append(rep["command"])
+        elapsed += float(rep["elapsed_s"])
+        for c in rep["checks"]:
+            if c["name"] in found:
+                raise ValueError(f"check {c['name']} recorded twice (second in {folder.name})")
+            r = CheckResult(**c)
+            src = f"recorded in {folder.name}/ by `{rep['command']}`"
+            r.note = f"{r.note}; {src}" if r.note else src
+            found[c["name"]] = r
+    missing = [n for n in order if n not in found]
+    if missing:
+        raise ValueError(f"no report holds: {', '.join(missing)}")
+    extra = sorted(set(found) - set(order))
+    return [found[n] for n in order + extra], commands, elapsed

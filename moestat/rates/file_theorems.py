@@ -1,0 +1,215 @@
+"""Theorems for a user's scenario file: the predictions of every theorem whose hypotheses its truth meets.
+
+``moestat check`` judges a truth against the theorems of its model class and setting
+(:func:`moestat.rates.hypotheses.check_hypotheses`).  ``moestat rates --scenario FILE`` uses the same
+judgement: for each theorem met, its predicted exponents are attached to the loss columns it speaks
+of, named by the theorem (:func:`file_theorems`), and the theorems whose hypotheses fail are reported
+with the condition that failed -- they give no prediction.
+
+Where the exponents come from (one place each, no figure written here)
+-----------------------------------------------------------------------
+- Nguyen et al. (2024), Theorems 6 (perturbed cosine router, exact) and 5 (over-specified): the rates
+  pipeline's table of the perturbed router, :func:`moestat.rates.fit.predicted_exponent` (D3/D2, the
+  single-atom cells, the masses at ``n^-1/2``; the shared cells at ``n^-1/4``, an upper bound), the
+  table the built-in perturbed router is judged by and the catalogue's ``cosine-exact`` and
+  ``cosine-over`` entries are tested against.
+- Nguyen, Nguyen & Ho (2023), Theorems 1 and 2 (softmax-gated Gaussian MoE, linear experts):
+  :func:`moestat.data.gaussian_scenarios.gmoe_predicted`, the table of their model 1 (the
+  ``gmoe-exact``/``gmoe-over`` entries).
+- A theorem that states only "slower than any polynomial rate" (the vanilla cosine router's
+  Theorems 2 and 3; polynomial experts under softmax gating; vanishing multinomial expert
+  parameters) labels its Voronoi loss and the parameter errors so, with no exponent.
+- The classical theorem (:data:`moestat.rates.hypotheses.CLASSICAL_KEY`): an exact fit by maximum
+  likelihood with a nonsingular Fisher information at the truth -> ``n^-1/2`` on every parameter
+  loss and the regression function (standing ``own derivation``).  It fills the losses no named
+  theorem of the truth speaks of.
+
+The standing of each prediction (:data:`moestat.rates.catalogue.STANDINGS`) is the catalogue entry's
+for the same theorem (its headline prediction), so a file's row says as much as the catalogue's.
+
+Theorems met whose exponents are not tabulated here (Top-K, Laplace and Gaussian gates, the strongly
+identifiable least-squares theorems, shared experts, non-vanishing multinomial experts) are reported
+as met with no prediction attached: their exponents are stated in the catalogue only for the
+catalogue's own declared losses.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Mapping
+
+from moestat.rates.hypotheses import CLASSICAL_CITE, CLASSICAL_KEY, check_hypotheses
+from moestat.rates.labels import LOSS_NAMES
+
+__all__ = ["PARAMETER_LOSSES", "file_theorems", "judge_scenario", "format_theorem_report"]
+
+#: The built-in loss columns that measure the parameters (every one but the regression function's).
+PARAMETER_LOSSES = tuple(c for c in LOSS_NAMES if c != "regression_l2")
+#: The columns a "slower than any polynomial rate" theorem labels: its Voronoi loss and the parameter errors.
+_SLOW_COLUMNS = ("voronoi", "param_single", "param_multi")
+#: theorem key -> (catalogue entry for exact fits, for over-specified fits, the entry's prediction holding
+#: the theorem's headline): where a file's row takes its standing (and a slow theorem its words) from
+_CATALOGUE = {
+    "cosine-thm6": ("cosine-exact", None, "perturbed voronoi"),
+    "cosine-thm5": (None, "cosine-over", "perturbed voronoi"),
+    "cosine-thm2-3": ("cosine-exact", "cosine-over", "cosine voronoi"),
+    "gmoe-softmax": ("gmoe-exact", "gmoe-over3", "voronoi"),
+    "lse-polynomial": (None, "lse-ffn-vs-linear", "D2_ls"),
+    "multinomial-vanishing": ("multinomial-moe", "multinomial-moe", "D1"),
+}
+#: the catalogue prediction of a slow theorem, by run (an entry holding a fast and a slow arm)
+_SLOW_RUN = {"lse-polynomial": "linear", "multinomial-vanishing": "vanishing"}
+_CLASSICAL_STANDING = "own derivation"
+_CLASSICAL_SOURCE = (f"{CLASSICAL_CITE}: an exact fit's maximum-likelihood estimate is asymptotically normal at "
+                     "n^-1/2 in every parameter (textbook asymptotics of a regular MLE, e.g. van der Vaart 1998, "
+                     "Theorem 5.39), so is every loss Lipschitz in the parameters near the truth")
+
+
+def _catalogue_prediction(theorem: str, setting: str):
+    """The catalogue's :class:`~moestat.rates.catalogue.Prediction` of ``theorem``'s headline loss."""
+    from moestat.rates.catalogue import ENTRIES  # the catalogue imports the rates pipeline: read lazily
+
+    exact, over, loss = _CATALOGUE[theorem]
+    entry = ENTRIES[exact if setting == "exact" else over]
+    run = _SLOW_RUN.get(theorem)
+    return next(p for p in entry.predictions if p.loss == loss and (run is None or p.run == run))
+
+
+def _table(theorem: str, scenario) -> dict[str, float | None]:
+    """Column -> exponent (``None``: slower than any polynomial rate) of a met theorem; ``{}`` if none is tabulated."""
+    if theorem in ("cosine-thm6", "cosine-thm5"):
+        from moestat.rates.fit import predicted_exponent  # the pipeline's table of the perturbed router
+
+        table = {c: predicted_exponent("perturbed", scenario.setting, c) for c in PARAMETER_LOSSES}
+        return {c: v for c, v in table.items() if v is not None}
+    if theorem == "gmoe-softmax":
+        from moestat.data.gaussian_scenarios import gmoe_predicted
+
+        table = gmoe_predicted(int(scenario.k_fit), int(scenario.truth.n_atoms))
+        return {c: v for c, v in table.items() if v is not None}
+    if theorem in ("cosine-thm2-3", "lse-polynomial", "multinomial-vanishing"):
+        return {c: None for c in _SLOW_COLUMNS}
+    if theorem == CLASSICAL_KEY:
+        return {c: -0.5 for c in ("voronoi", "param_single", "mass", "regression_l2")}
+    return {}
+
+
+def _where(theorem: str, cite: str, setting: str) -> tuple[str, str, str]:
+    """``(name, standing, source)`` of a theorem's predictions in a file's table."""
+    if theorem == CLASSICAL_KEY:
+        return CLASSICAL_CITE, _CLASSICAL_STANDING, _CLASSICAL_SOURCE
+    p = _catalogue_prediction(theorem, setting)
+    if theorem == "gmoe-softmax":  # Theorems 1 and 2: the setting's one
+        from moestat.data.likelihood_losses import THEOREM_1_GMOE
+
+        name = "Nguyen, Nguyen & Ho (2023), Theorem " + ("1" if setting == "exact" else "2")
+        return name, p.standing, THEOREM_1_GMOE if setting == "exact" else f"{name}: over-specified softmax-gated " \
+            "Gaussian MoE with linear experts, D2 and the single-atom cells at n^{-1/2}, a cell of two atoms at n^{-1/8}"
+    if theorem == "cosine-thm2-3":
+        name = "Nguyen et al. (2024), Theorem " + ("2" if setting == "exact" else "3")
+        return name, p.standing, f"{name}: the vanilla cosine router, {p.text}"
+    return cite, p.standing, f"{cite}: {p.text if p.exponent is None else p.source}"
+
+
+def judge_scenario(scenario) -> dict[str, Any]:
+    """The theorems of ``scenario``'s model class and setting, met or not, and what each attaches.
+
+    Parameters
+    ----------
+    scenario : FileScenario
+        A user's scenario (any object :func:`~moestat.rates.hypotheses.check_hypotheses` reads).
+
+    Returns
+    -------
+    dict
+        ``met``: list of ``{theorem, cite, name, standing, source, losses}`` (``losses``: column ->
+        exponent or ``None`` for "slower than any polynomial rate", before the file's own losses
+        override); ``failed``: list of ``{theorem, cite, claim, failing}`` (no prediction from them);
+        ``setting``; ``not_checked`` where the hypotheses are not checked (the joint GLLiM).
+    """
+    rep = check_hypotheses(scenario)
+    out: dict[str, Any] = {"setting": str(scenario.setting), "met": [], "failed": []}
+    if rep.get("not_checked"):
+        out["not_checked"] = rep["not_checked"]
+        return out
+    for t in rep["theorems"]:
+        if not t["met"]:
+            out["failed"].append({"theorem": t["theorem"], "cite": t["cite"], "claim": t["claim"], "failing": t["failing"]})
+            continue
+        table = _table(t["theorem"], scenario)
+        name, standing, source = _where(t["theorem"], t["cite"], scenario.setting) if table else (t["cite"], "", "")
+        out["met"].append({"theorem": t["theorem"], "cite": t["cite"], "name": name, "standing": standing,
+                           "source": source, "losses": table})
+    return out
+
+
+@lru_cache(maxsize=16)
+def _judge_key(key: str) -> dict[str, Any]:
+    from moestat.rates.resolve import build_scenario
+
+    return judge_scenario(build_scenario(key))
+
+
+def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], voronoi_is_own: bool) -> dict[str, Any]:
+    """The predictions the theorems met attach to a scenario file's losses, and the report.
+
+    Parameters
+    ----------
+    key : str
+        The scenario's key (:meth:`moestat.rates.config.RatesConfig.scenario_key`; cached by it, so
+        a file is judged once per process).
+    default_loss : str or None
+        The name of the loss the file got by default (it declares no ``[[losses]]``): it takes the
+        theorem's ``voronoi`` prediction (it is the theorem's D1/D2/D3); ``None`` when it declares losses.
+    own : mapping
+        Loss name -> exponent the file states itself (its ``[[losses]]``): these override.
+    voronoi_is_own : bool
+        The ``voronoi`` column holds the file's own first loss (a mixture-noise file that declares
+        losses): no theorem speaks of it.
+
+    Returns
+    -------
+    dict
+        ``predicted`` (loss -> exponent or ``None``), ``details`` (loss -> ``{theorem, name, standing,
+        source, claim}``; ``claim`` "slower than any polynomial rate" where there is no exponent), and
+        ``report`` (:func:`judge_scenario`'s, each met theorem's ``attached`` columns added).
+    """
+    from moestat.rates.catalogue import SLOWER
+
+    rep = _judge_key(key)
+    predicted: dict[str, float | None] = {}
+    details: dict[str, dict[str, Any]] = {}
+    report = {**rep, "met": []}
+    for t in rep["met"]:  # the named theorems in the catalogue's order, the classical one (listed last) fills the rest
+        attached = []
+        for col, x in t["losses"].items():
+            targets = [col] + ([default_loss] if col == "voronoi" and default_loss else [])
+            for c in targets:
+                if c in own or c in details or (c == "voronoi" and voronoi_is_own):
+                    continue
+                predicted[c] = x
+                details[c] = {"theorem": t["theorem"], "name": t["name"], "standing": t["standing"],
+                              "source": t["source"], **({"claim": SLOWER} if x is None else {})}
+                attached.append(c)
+        report["met"].append({**t, "attached": attached})
+    return {"predicted": predicted, "details": details, "report": report}
+
+
+def format_theorem_report(report: Mapping[str, Any]) -> list[str]:
+    """The lines ``moestat rates`` prints under its table: each theorem met and the losses it
+    predicts, then each theorem of the model's class whose hypotheses fail, with the condition."""
+    if report.get("not_checked"):
+        return [f"theorems: not checked: {report['not_checked']}"]
+    lines = []
+    for t in report["met"]:
+        if t["attached"]:
+            lines.append(f"theorem met: {t['name']} ({t['standing']}): predicts {', '.join(t['attached'])}")
+        elif t["losses"]:
+            lines.append(f"theorem met: {t['name']}: every loss it speaks of is predicted by the file or a theorem above")
+        else:
+            lines.append(f"theorem met: {t['cite']}: no exponent tabulated for a file's losses (see the catalogue)")
+    for t in report["failed"]:
+        lines.append(f"theorem not applied (hypotheses fail): {t['cite']} ({t['claim']}): {'; '.join(t['failing'])}")
+    if not report["met"] and not report["failed"]:
+        lines.append(f"theorems: none of the catalogue speaks of this model class in the {report['setting']} setting")
+    return lines
