@@ -1,5 +1,5 @@
-"""``moestat plot DIR``: argument parsing for :func:`moestat.rates.figures.prepare_redraw` (the run
-folder is read and checked: bad input, exit 2) and :func:`~moestat.rates.figures.draw_redraw` (the
+"""``moestat plot DIR``: argument parsing for :func:`moestat.rates.redraw.prepare_redraw` (the run
+folder is read and checked: bad input, exit 2) and :func:`~moestat.rates.redraw.draw_redraw` (the
 work: any error there is an internal one, exit 1)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, NOTHING_KEPT, usage_errors
-from moestat.rates.figures import draw_redraw, prepare_redraw
+from moestat.rates.redraw import draw_redraw, prepare_redraw
 
 # The figures are written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of them.
 ON_INTERRUPT = NOTHING_KEPT

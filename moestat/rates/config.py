@@ -48,6 +48,7 @@ from moestat.data.synthetic import ROUTERS, SETTINGS
 from moestat.devices import resolve_device
 from moestat.estimators.memory import parse_memory
 from moestat.estimators.sgd import LR_SCHEDULES, SGD_DEFAULTS
+from moestat.rates.labels import FILE_PREFIX  # noqa: F401 - re-exported: a scenario file's curve label prefix
 from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
@@ -522,8 +523,6 @@ FLAT_KEYS = (
 assert set(FLAT_KEYS) == {"router", *_GROUP_OF}, "every flat key belongs to exactly one spec"
 
 
-#: The prefix of a scenario file's curve label (:func:`file_label`); a router named so is a file's.
-FILE_PREFIX = "file:"
 
 
 def file_label(source: str) -> str:
@@ -552,6 +551,25 @@ def legacy_file_label(source: str) -> str:
     if sep and head.endswith(".py"):
         return f"{FILE_PREFIX}{Path(head).stem}.{tail}"
     return f"{FILE_PREFIX}{Path(source).stem}"
+
+
+def stored_file_label(out_dir: Path, config: RatesConfig) -> RatesConfig:
+    """``config`` with the curve label a scenario-file run in ``out_dir`` was written with, when that
+    is the label earlier versions took from the file's path (``file:<stem>``) and the file is at
+    the same path: such a folder's rows are labelled so, and it stays resumable now that the label
+    comes from the file's ``name`` (:func:`file_label`).  Otherwise ``config``
+    unchanged (:func:`moestat.rates.store.check_resumable` then reports any difference)."""
+    if not config.scenario_file:
+        return config
+    try:
+        prev = json.loads((Path(out_dir) / "provenance.json").read_text(encoding="utf-8"))
+        stored = tuple(prev["config"]["router"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return config
+    legacy = (legacy_file_label(config.scenario_file),)
+    if stored == legacy and config.router != legacy:
+        return config.replace(router=list(stored))
+    return config
 
 
 def _toml_name(path: str) -> str | None:

@@ -1,10 +1,12 @@
 """A rate experiment end to end: a scenario in, a convergence plot and an honest slope table out.
 
 :func:`run_rates` (what ``moestat rates`` calls) chains :mod:`moestat.rates.sweep`
-(seeds, work units; run by :mod:`moestat.rates.backends`, stored by :mod:`moestat.rates.store`:
-resumable ``results.csv``, ``provenance.json``),
-:mod:`moestat.rates.fit` (slopes with intervals, window sensitivity, verdicts) and
-:mod:`moestat.rates.figures` (``convergence.png``, other formats on request).  From Python::
+(seeds, work units, the sweep planned once; run by :mod:`moestat.rates.backends` or
+:mod:`moestat.rates.forked`, stored by :mod:`moestat.rates.store`: resumable ``results.csv``,
+``provenance.json``), :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity,
+verdicts), :mod:`moestat.rates.summary` (``summary.json``) and :mod:`moestat.rates.figures`
+(``convergence.png``, other formats on request), everything after the sweep in its own process.
+From Python::
 
     from moestat.rates import RatesConfig, run_rates
     summary = run_rates(RatesConfig.from_dict({"router": "perturbed,cosine", "reps": 10}), "out/")
@@ -12,8 +14,8 @@ resumable ``results.csv``, ``provenance.json``),
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import importlib
 import json
 import math
@@ -21,80 +23,54 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 
-from moestat.estimators.memory import scenario_line
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
-from moestat.rates.config import RatesConfig
-from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, plot_run
-from moestat.rates.fit import DEFAULT_TOLERANCE, fit_experiment
+from moestat.rates.config import RatesConfig, stored_file_label
+from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, figure_jobs
+from moestat.rates.fit import fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
-from moestat.rates.forked import NotSendable
 from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
-from moestat.rates.store import check_resumable, read_run, stored_file_label
-from moestat.rates.sweep import fork_workers, run_sweep_rows
+from moestat.rates.summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
+from moestat.rates.store import analysis_suffix, check_resumable, read_run  # noqa: F401 - analysis_suffix: re-exported
+from moestat.rates.forked import ForkedWorkers, draw_in_fork
+from moestat.rates.sweep import SweepPlan, plan_sweep, run_sweep_rows
 
 __all__ = ["RatesConfig", "run_rates", "format_table"]
 
-SUMMARY_SCHEMA = "moestat.rates.summary/1"
 
-
-def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
-    """Run (or resume) the sweep, fit every loss; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
-    ``results.csv`` joined with ``extras.csv``, its audit and tallies).  ``workers``: the forked
-    processes of :func:`moestat.rates.sweep.fork_workers`, or ``None``; with them the rows are read
-    and fitted in the first worker, which keeps their table for the figures (:func:`read_and_fit`),
-    and ``rows.df`` is ``None`` here."""
-    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None, cluster=cluster,
-                          forked=workers, read=workers is None)
-    if workers is not None:  # the worker that imported pandas and scipy.special (same code, same rows)
-        try:
-            return workers.call(read_and_fit, out, experiment)
-        except NotSendable:
-            # the experiment cannot be pickled (an expert or gate of a user's scenario written as a lambda
-            # or closure; the workers were forked with it, so the units ran): read and fit here, and the
-            # figures are drawn here from the table returned (run_rates)
-            rows = read_run(out, experiment)
+def _sweep_and_fit(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None,
+                   plan: SweepPlan | None = None):
+    """One round: run (or resume) the sweep of ``experiment``, read its rows back and fit every loss,
+    here in the sweep's own process; ``(rows, fits)`` (:class:`~moestat.rates.store.RunRows`:
+    ``results.csv`` joined with ``extras.csv``, its audit and tallies).  ``plan``: the sweep's
+    :class:`~moestat.rates.sweep.SweepPlan`, that of an earlier round made again for
+    ``experiment`` on the same device (:meth:`~moestat.rates.sweep.SweepPlan.grown`); ``None``:
+    planned by :func:`~moestat.rates.sweep.run_sweep_rows`.  ``workers``: the processes forked for
+    the sweep, or ``None``."""
+    if plan is not None and plan.experiment is not experiment:  # a later round: more replicates or sizes
+        plan = plan.grown(experiment, out)
+    rows = run_sweep_rows(experiment, out, resume=resume, progress=False if experiment.config.quiet else None,
+                          cluster=cluster, forked=workers, plan=plan)
     return rows, fit_experiment(rows.df, experiment)
 
 
-#: The rows table of the last :func:`read_and_fit` in this process (a forked worker), by output folder.
-_KEPT: dict[str, Any] = {}
-
-
-def read_and_fit(out: Path, experiment: Experiment):
-    """:func:`moestat.rates.store.read_run` of ``out`` and :func:`moestat.rates.fit.fit_experiment`
-    of its rows; ``(rows without their table, fits)``, the table kept here for :func:`plot_kept`.
-
-    Why: run by the first forked worker after the sweep.  Reading the rows needs pandas
-    (about 0.4 CPU-s to import on the project's 2-core machine), which the worker has imported
-    (:data:`WARM_MODULES`) while the sweep's process fitted units; read in the sweep's process, that
-    import sat between the last unit and the rate fits, with the other core idle.  The same
-    functions on the same file give the same rows, tallies and fits.
-    """
-    rows = read_run(out, experiment)
-    _KEPT.clear()  # one run at a time: the table of an earlier round is not needed again
-    _KEPT[str(out)] = rows.df
-    return dataclasses.replace(rows, df=None), fit_experiment(rows.df, experiment)
-
-
-def plot_kept(fits: Sequence[dict], out: Path, **options: Any) -> None:
-    """:func:`moestat.rates.figures.plot_run` of the rows that :func:`read_and_fit` kept for ``out``."""
-    plot_run(_KEPT[str(out)], fits, out, **options)
-
-
-def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None, workers=None):
+def _sweep_rounds(plan: SweepPlan, out: Path, resume: bool, cluster=None, workers=None):
     """Run (or resume) the sweep, join ``extras.csv`` and fit every loss, in rounds while an
     adaptive plan asks for more: first replicates (``max_reps``), then sizes (``grow_n``).
 
     Adaptive replicates grow ``reps`` (at most doubling per round) while the Monte Carlo plan of
     a predicted rate asks for more; adaptive n-max then adds the next size of the grid's ladder
     while a predicted rate's plan asks for a larger n.  Replicate ``r`` of size ``n`` has the same
-    streams in every round, so the store only gains rows.
+    streams in every round, so the store only gains rows.  ``plan``: the first round's
+    :class:`~moestat.rates.sweep.SweepPlan`; a later round's is made on its device
+    (:meth:`~moestat.rates.sweep.SweepPlan.grown`).  ``workers``: the processes forked for the
+    plan (:meth:`~moestat.rates.forked.ForkedWorkers.start` of ``plan.forks``), or ``None``.  Each
+    round's rows are read and fitted in this process (:func:`_sweep_and_fit`).
 
     Returns
     -------
@@ -102,12 +78,13 @@ def _sweep_rounds(experiment: Experiment, out: Path, resume: bool, cluster=None,
         ``(experiment, rows, fits, adaptive, growth)``: the experiment of the last round, its rows
         (:class:`~moestat.rates.store.RunRows`) and fits, and the record of each adaptive loop (``None`` when off).
     """
+    experiment = plan.experiment
     c = experiment.config
     adaptive = {"max_reps": c.max_reps, "halfwidth": c.halfwidth, "rounds": []} if c.max_reps else None
     growth = {"grow_n": c.grow_n, "ladder": c.grid.ladder, "rounds": []} if c.grow_n else None
     more_reps = adaptive is not None
     while True:
-        rows, fits = _sweep_and_fit(experiment, out, resume, cluster, workers)
+        rows, fits = _sweep_and_fit(experiment, out, resume, cluster, workers, plan)
         resume = True
         if more_reps:
             need = max((f["plan"]["reps_needed"] for f in fits if f.get("plan") and f.get("predicted") is not None),
@@ -154,9 +131,34 @@ def _file_predictions(config: RatesConfig) -> dict | None:
     return Experiment.of(config).predicted
 
 
+@contextlib.contextmanager
+def _locked(out: Path, resume: bool) -> Iterator[None]:
+    """``out`` made writable and locked for ``moestat rates`` while the block runs (re-entrant:
+    ``moestat rates`` took the lock while validating); on resume, a folder holding links or written
+    by another door is refused first (:func:`moestat.folder_lock.check_door`)."""
+    ensure_writable_dir(out)
+    lock_out(out, "rates")
+    try:
+        if resume:
+            refuse_links_in(out)  # results.csv linked elsewhere must not be appended to
+            check_door(out, "rates")
+        yield
+    finally:
+        unlock_out(out)
+
+
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
               figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
+
+    In this process, in order: the configuration resolved once (:meth:`RatesConfig.resolve`), the
+    folder checked and locked, the pre-flight of a scenario file (:mod:`moestat.rates.preflight`),
+    the sweep planned once (:func:`moestat.rates.sweep.plan_sweep`: its units, its device resolved
+    once, its processes and whether they are forked), its rounds (each one's rows read back and
+    fitted here, :func:`moestat.rates.fit.fit_experiment`), ``summary.json``
+    (:func:`moestat.rates.summary.write_summary`) and the figures
+    (:func:`moestat.rates.figures.figure_jobs`, the second drawn in a forked child:
+    :func:`moestat.rates.forked.draw_in_fork`).
 
     Parameters
     ----------
@@ -205,15 +207,46 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")
-    ensure_writable_dir(out)
-    lock_out(out, "rates")  # re-entrant: ``moestat rates`` took it while validating
-    try:
-        if resume:
-            refuse_links_in(out)  # results.csv linked elsewhere must not be appended to
-            check_door(out, "rates")
-        return _run_locked(experiment, out, resume, cluster, formats)
-    finally:
-        unlock_out(out)
+    with _locked(out, resume):
+        check_resumable(out, experiment, resume)
+        suffix = analysis_suffix(out, experiment, resume)  # read before the sweep rewrites anything
+        if suffix:
+            sys.stderr.write(f"moestat rates: summary.json holds another statistic's analysis; this one is written "
+                             f"beside it: summary{suffix}.json, convergence{suffix}.png\n")
+        mark_door(out, "rates")
+        t0 = time.perf_counter()
+        pre = None
+        if experiment.config.scenario_file:
+            # the pre-flight (moestat.rates.preflight): preflight.json; its warnings to stderr (a grid
+            # below n_ok measures no rate) and, shortened, into summary.json
+            rep = preflight(experiment.scenarios[experiment.config.router[0]], experiment.config.ns)
+            atomic_write_json(out / "preflight.json", rep)
+            for w in rep["warnings"]:
+                sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
+            pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+        # the sweep planned once: its units, its device (resolved here, once), its processes and
+        # whether they are forked (moestat.rates.sweep.SweepPlan)
+        plan = plan_sweep(experiment, out)
+        if plan.memory_line and not experiment.config.quiet:
+            print(plan.memory_line, flush=True)  # what the largest unit's likelihood fit holds
+        # The sweep's workers are forked first, while no other thread runs (moestat.rates.forked); then
+        # this process imports what reading the rows, the rate fits and the figures need in a
+        # background thread (_warm_imports), and does all three itself after the sweep.
+        workers = ForkedWorkers.start(plan.forks)
+        try:
+            _warm_imports(formats)
+            experiment, rows, fits, adaptive, growth = _sweep_rounds(plan, out, resume, cluster, workers)
+        finally:
+            if workers is not None:
+                workers.close()
+        summary = write_summary(experiment, rows, fits, adaptive, growth, pre, t0, out, suffix)
+        config = experiment.config
+        # the figures at the same time, the second in a forked child (one after the other where fork
+        # is refused): the second core is otherwise idle after the sweep
+        draw_in_fork(figure_jobs(rows.df, summary["fits"], out, headline=experiment.headline, routers=config.router,
+                                 title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
+                                 voronoi_holds=experiment.voronoi_holds, suffix=suffix, bars=config.bars))
+        return summary
 
 
 #: Imported while the sweep runs (:func:`_warm_imports`): what reading the rows and the rate fits
@@ -264,141 +297,6 @@ def import_quietly(names: Sequence[str]) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - reported by the step that imports it for use
             return
-
-
-def _run_locked(experiment: Experiment, out: Path, resume: bool, cluster=None,
-                formats: tuple[str, ...] = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
-    """The body of :func:`run_rates`, with ``out`` locked: the folder checked, the pre-flight of a
-    scenario file, the sweep and its fits in rounds, ``summary.json`` and the figures."""
-    check_resumable(out, experiment, resume)
-    suffix = analysis_suffix(out, experiment.config, resume)  # read before the sweep rewrites anything
-    if suffix:
-        sys.stderr.write(f"moestat rates: summary.json holds another statistic's analysis; this one is written "
-                         f"beside it: summary{suffix}.json, convergence{suffix}.png\n")
-    mark_door(out, "rates")
-    t0 = time.perf_counter()
-    pre = None
-    if experiment.config.scenario_file:
-        # the pre-flight (moestat.rates.preflight): preflight.json; its warnings to stderr (a grid
-        # below n_ok measures no rate) and, shortened, into summary.json
-        rep = preflight(experiment.scenarios[experiment.config.router[0]], experiment.config.ns)
-        atomic_write_json(out / "preflight.json", rep)
-        for w in rep["warnings"]:
-            sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
-        pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
-    c = experiment.config
-    if c.estimator == "mle" and not c.quiet:
-        # one line: what the largest unit's likelihood fit holds, and the chunks --max-memory asks for
-        sc = experiment.scenarios[c.router[0]]
-        print(scenario_line(sc, max(c.ns), min(c.reps, c.chunk or c.reps), c.max_memory), flush=True)
-    # The sweep's workers are forked first, while no other thread runs (moestat.rates.forked).  With
-    # them, the first worker imports what the rate fits and the figures need and runs both after the
-    # sweep: this process only fits units (a background import here competed with its units for the
-    # GIL and a core).
-    # Without them, this process imports those modules in a background thread (_warm_imports).
-    workers = fork_workers(experiment)
-    try:
-        if workers is not None:
-            workers.post(import_quietly, warm_modules(formats))
-        else:
-            _warm_imports(formats)
-        experiment, rows, fits, adaptive, growth = _sweep_rounds(experiment, out, resume, cluster, workers)
-        summary = _summary(experiment, rows, fits, adaptive, growth, pre, t0, out, suffix)
-        config = experiment.config
-        options = dict(headline=experiment.headline, routers=config.router,
-                       title=f"{experiment.setting}-specified, {config.estimator}", formats=formats,
-                       voronoi_holds=experiment.voronoi_holds, suffix=suffix, bars=config.bars)
-        if workers is not None and rows.df is None:
-            if formats:  # drawn by the worker that holds the rows' table (read_and_fit)
-                workers.call(functools.partial(plot_kept, **options), summary["fits"], out)
-        else:
-            plot_run(rows.df, summary["fits"], out, **options)
-    finally:
-        if workers is not None:
-            workers.close()
-    return summary
-
-
-def analysis_suffix(out: Path, config: RatesConfig, resume: bool) -> str:
-    """``""`` or ``"_<statistic>"``: the suffix of the summary and figures a run writes.
-
-    A resumed folder whose ``summary.json`` was analysed with another ``--statistic`` keeps that
-    analysis: the new one is written beside it (``summary_median.json``, ``convergence_median.png``,
-    ``convergence_all_median.png``) instead of over it.  ``summary.json`` is the analysis of the
-    statistic the run was first made with; a folder without one (a first run, an interrupted one)
-    gets it."""
-    if not resume:
-        return ""
-    try:
-        prev = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-        before = (prev.get("config") or {}).get("statistic", "mean")
-    except (OSError, ValueError, AttributeError):
-        return ""
-    return "" if before == config.statistic else f"_{config.statistic}"
-
-
-def rule_fields(config: RatesConfig) -> dict[str, Any]:
-    """The fields of ``summary.json`` that say by which rules its fits were judged (``verdict_rule``,
-    ``category_rule``, ``default_tolerance``, ``max_ci_width``): those of today, for ``config``'s statistic."""
-    return {
-        "verdict_rule": (
-            "moestat.rates.verdicts.judge_interval: consistent = the CI covers the prediction (sided 'upper', a worst-case "
-            "upper bound: the CI reaches it or its steep side); near = the CI excludes it by at most the tolerance (never "
-            "counted as consistent); inconsistent = beyond; inconclusive = CI wider than max_ci_width; "
-            "within_band = [ci_low, ci_high] inside [predicted - tolerance, predicted + tolerance]; "
-            "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-mean fit"
-            if config.statistic == "mean" else
-            "CI = envelope of the replicate bootstrap and the OLS t-interval of the log-of-median fit (the slope is that "
-            "of the per-n median: the theorems' O_P bounds are statements about quantiles); the log-of-mean slope and "
-            "its category are reported beside each fit (mean_statistic)"
-        ),
-        "category_rule": (
-            "a loss whose theorem states no rate gets no category (reason: no rate stated by the theorem); otherwise the "
-            "first that applies: inconclusive (< 3 sizes, < 90% of fits converged, CI wider than 1); floor (Theil-Sen slope over the upper half of the window "
-            "contains 0 and excludes the prediction - tolerance); pre-asymptotic (significant quadratic curvature in "
-            "log-log with a local-slope change > tolerance); inconclusive (CI wider than max_ci_width, CI contains the prediction "
-            "and 0, or OLS and Theil-Sen disagree on covering it); consistent / near / inconsistent (the interval rule, "
-            "Theil-Sen agreeing); "
-            "no polynomial rate (Thms 2/3): the slow-rate rule of moestat.rates.stability (floor, or local slopes flattening "
-            "with the fast router's tail steeper); every category only when two independent halves of the replicates "
-            "(even / odd replicate) reach the same one, else inconclusive"
-        ),
-        "default_tolerance": DEFAULT_TOLERANCE,
-        "max_ci_width": MAX_CI_WIDTH,
-    }
-
-
-def _summary(experiment: Experiment, rows, fits: list, adaptive, growth, pre, t0: float, out: Path,
-             suffix: str = "") -> dict[str, Any]:
-    """Write ``summary<suffix>.json`` of a finished sweep and return its content (as read back)."""
-    config = experiment.config
-    setting = experiment.setting
-    summary = {
-        "schema": SUMMARY_SCHEMA,
-        "config": config.to_dict(),
-        # the setting of the fits: a scenario file decides it itself (config.setting, the --setting
-        # flag, is ignored for it and kept as given so that the configuration round-trips)
-        "setting": setting,
-        "config_hash": experiment.hash,
-        "sample_sizes": config.ns,
-        "tolerance": config.tolerance,
-        **rule_fields(config),
-        "window": {"n_min": config.window_min or config.ns[0], "n_max": config.window_max or config.ns[-1]},
-        "counts": rows.counts,
-        # what the fits were computed from: ``moestat plot`` refuses a summary whose rows changed
-        "rows": {"file": "results.csv", "count": rows.audit.rows, "sha256": rows.audit.digest},
-        "certificate": rows.certificate,
-        "truth_check": rows.truth_check,
-        "adaptive": adaptive,
-        "growth": growth,
-        "preflight": pre,
-        "fits": fits,
-        "elapsed_s": round(time.perf_counter() - t0, 3),
-    }
-    if experiment.theorems is not None:  # a scenario file: the theorems its truth meets, and those it fails
-        summary["theorems"] = experiment.theorems["report"]
-    path = atomic_write_json(out / f"summary{suffix}.json", summary)
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 #: What :func:`rejudge_run` writes as ``rejudged.rule``: the rule the new fits were judged by.

@@ -98,6 +98,16 @@ class ExtrasStore:
         self.legacy = None if legacy is None or tuple(legacy) == self.columns else tuple(legacy)
         self.adopted_legacy = False
 
+    @classmethod
+    def of_run(cls, out_dir: str | os.PathLike, experiment) -> "ExtrasStore | None":
+        """The ``extras.csv`` of a run in ``out_dir``: the columns of ``experiment`` (a resolved
+        :class:`~moestat.rates.resolve.Experiment`: its ``extra_columns``, and the
+        :func:`legacy_columns` of its ``declared`` losses), or ``None`` when it writes none."""
+        if not experiment.extra_columns:
+            return None
+        legacy = legacy_columns(experiment.extra_columns, experiment.declared)
+        return cls(Path(out_dir) / "extras.csv", experiment.extra_columns, legacy)
+
     def create(self) -> None:
         """Write the header (new file) or cut a torn last line; refuse a file with another header.
 

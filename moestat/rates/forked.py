@@ -19,12 +19,12 @@ Fork is used only where it is safe and available (:func:`fork_refusal`): Linux (
 libraries are not fork-safe, Windows has no fork), no other live thread, and not disabled by
 ``MOESTAT_SWEEP_FORK=0``; everywhere else the sweep takes the loky path as before.
 
-After the sweep the first worker also serves :func:`moestat.rates.experiment.run_rates`: it is told
-to import what the rate fits and the figures need before its first unit (:meth:`ForkedWorkers.post`)
-and runs both once the rows are written (:meth:`ForkedWorkers.call`), so that the sweep's own
-process, which fits the largest unit, does neither.  :func:`draw_in_fork` draws the second figure
-in a child forked for it while the first is drawn (same rules; the worker's watch of its parent is
-the one thread it tolerates).
+After each round of a sweep :func:`moestat.rates.experiment.run_rates` reads the rows and fits the
+rates in its own process, and draws the figures there once the workers are closed (issue 58: no
+post-sweep work in a worker, no table kept in one between calls); :meth:`ForkedWorkers.call`
+and :meth:`ForkedWorkers.post` still run a function in the first worker for a caller that wants
+one.  :func:`draw_in_fork` draws the second figure in a child forked for it while the first is
+drawn (same rules; the worker's watch of its parent is the one thread it tolerates).
 """
 
 from __future__ import annotations
@@ -144,8 +144,9 @@ class ForkedWorkers:
         self.broken = False
         for _ in range(int(count)):
             here, there = ctx.Pipe(duplex=True)
-            # not daemonic: a worker forks a child of its own to draw a figure (draw_in_fork); it is
-            # always ended by close() (run_rates calls it in a finally) or when this process dies
+            # not daemonic: what call() runs in a worker may fork a child of its own (draw_in_fork),
+            # which a daemonic process may not; a worker is always ended by close() (run_rates calls
+            # it in a finally) or when this process dies
             proc = ctx.Process(target=_serve, args=(there, [*self.conns, here], self.parent), name="moestat-sweep-worker",
                                daemon=False)
             proc.start()

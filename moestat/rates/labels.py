@@ -21,6 +21,7 @@ __all__ = [
     "ROUTER_NAMES",
     "LOSS_NAMES",
     "LOSS_LABELS",
+    "FILE_PREFIX",
     "SETTING_NAMES",
     "ESTIMATOR_NAMES",
     "VORONOI_VARIANT",
@@ -54,6 +55,9 @@ LOSS_LABELS = {
 #: The loss columns of ``results.csv``, in order (the one list; :mod:`moestat.rates.store` and the
 #: sweep's loss columns of every scenario read it).
 LOSS_NAMES = tuple(LOSS_LABELS)
+#: The prefix of a scenario file's curve label (:func:`moestat.rates.config.file_label`); a router
+#: named so is a file's.
+FILE_PREFIX = "file:"
 #: Settings of the fitted model.
 SETTING_NAMES = {
     "exact": "exact-specified (k = k*)",

@@ -34,8 +34,8 @@ import numpy as np
 
 from moestat import __version__
 from moestat.io import append_line, atomic_write_json, atomic_write_text, not_text, refuse_links_in, sync_file
-from moestat.rates.config import RatesConfig, legacy_file_label
-from moestat.rates.extras import certificate_summary, merge_extras
+from moestat.rates.config import RatesConfig, stored_file_label  # noqa: F401 - stored_file_label: its name before it moved
+from moestat.rates.extras import ExtrasStore, certificate_summary, merge_extras
 from moestat.rates.resolve import Experiment, fields_hash
 from moestat.rates.labels import LOSS_NAMES  # the one list of loss columns, re-exported
 
@@ -49,11 +49,13 @@ __all__ = [
     "FILE_COLUMNS",
     "row_check",
     "ResultStore",
+    "RunStore",
     "read_results",
     "read_run",
     "RunRows",
     "write_provenance",
     "check_resumable",
+    "analysis_suffix",
     "config_hash",
     "audit_results",
     "read_audited",
@@ -262,6 +264,60 @@ class ResultStore:
             raise ValueError(msg)
         i_router, i_n, i_rep = (RESULT_COLUMNS.index(c) for c in ("router", "n", "replicate"))
         return {(r[i_router], int(r[i_n]), int(r[i_rep])) for r in rows}
+
+
+class RunStore:
+    """The files a sweep appends its rows to, written together: ``results.csv``
+    (:class:`ResultStore`) and, when the run writes one, ``extras.csv``
+    (:class:`~moestat.rates.extras.ExtrasStore`).
+
+    Why one object: a unit's rows went to two stores, each created, appended and checked by the
+    sweep in turn; here one :meth:`append` writes a unit's rows to both, ``results.csv`` first
+    (a kill between the two loses at most that unit's extras: :mod:`moestat.rates.extras`).
+
+    Parameters
+    ----------
+    out_dir : path-like
+        The run's folder.
+    extras : ExtrasStore or None
+        The run's ``extras.csv`` (:meth:`~moestat.rates.extras.ExtrasStore.of_run`), or ``None``.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, extras: ExtrasStore | None = None):
+        self.results = ResultStore(Path(out_dir) / "results.csv")
+        self.extras = extras
+
+    def open(self) -> list[str]:
+        """Create the files (headers) or repair a torn last line of each (:meth:`ResultStore.create`,
+        :meth:`~moestat.rates.extras.ExtrasStore.create`); return the notes the sweep prints about
+        what was found (one line each: rows given checksums, a torn line cut, an old extras header)."""
+        notes = []
+        if self.results.create():
+            notes.append(f"note: {self.results.path} had no row checksums (written by an earlier moestat); its rows "
+                         "are taken as they are and now carry them")
+        if self.results.repaired:
+            notes.append(f"note: {self.results.path}: cut a partial last line left by an interrupted write; its unit "
+                         "is run again")
+        if self.extras is not None:
+            self.extras.create()
+            if self.extras.adopted_legacy:
+                notes.append(f"note: {self.extras.path} was written before moestat recorded the declared losses at the "
+                             "best fit; it is continued with its own columns (no best_<declared loss>)")
+        return notes
+
+    def done(self) -> set[tuple[str, int, int]]:
+        """:meth:`ResultStore.done` of ``results.csv``."""
+        return self.results.done()
+
+    def append(self, rows: list[dict]) -> None:
+        """A unit's rows: to ``results.csv``, then (their extras columns) to ``extras.csv``."""
+        self.results.append(rows)
+        if self.extras is not None:
+            self.extras.append(rows)
+
+    def sort(self) -> None:
+        """:meth:`ResultStore.sort`: the canonical row order, whatever ran the units."""
+        self.results.sort()
 
 
 @dataclass
@@ -708,25 +764,6 @@ def write_provenance(out_dir: Path, config: RatesConfig | Experiment, *, started
     return prov
 
 
-def stored_file_label(out_dir: Path, config: RatesConfig) -> RatesConfig:
-    """``config`` with the curve label a scenario-file run in ``out_dir`` was written with, when that
-    is the label earlier versions took from the file's path (``file:<stem>``) and the file is at
-    the same path: such a folder's rows are labelled so, and it stays resumable now that the label
-    comes from the file's ``name`` (:func:`moestat.rates.config.file_label`).  Otherwise ``config``
-    unchanged (:func:`check_resumable` then reports any difference)."""
-    if not config.scenario_file:
-        return config
-    try:
-        prev = json.loads((Path(out_dir) / "provenance.json").read_text(encoding="utf-8"))
-        stored = tuple(prev["config"]["router"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return config
-    legacy = (legacy_file_label(config.scenario_file),)
-    if stored == legacy and config.router != legacy:
-        return config.replace(router=list(stored))
-    return config
-
-
 def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: bool) -> dict | None:
     """Refuse an output folder that belongs to another sweep; return its provenance on resume.
 
@@ -802,6 +839,26 @@ def check_resumable(out_dir: Path, config: RatesConfig | Experiment, resume: boo
             raise ValueError(f"--resume: {summary_rows_changed(summary_path, rows, audit)}; nothing was run -- "
                              f"{SUMMARY_RECOVERY}, or start a new --out")
     return prev
+
+
+def analysis_suffix(out: Path, config: RatesConfig | Experiment, resume: bool) -> str:
+    """``""`` or ``"_<statistic>"``: the suffix of the summary and figures a run writes.
+
+    A resumed folder whose ``summary.json`` was analysed with another ``--statistic`` keeps that
+    analysis: the new one is written beside it (``summary_median.json``, ``convergence_median.png``,
+    ``convergence_all_median.png``) instead of over it.  ``summary.json`` is the analysis of the
+    statistic the run was first made with; a folder without one (a first run, an interrupted one)
+    gets it.  ``config``: a :class:`~moestat.rates.config.RatesConfig` or its resolved
+    :class:`~moestat.rates.resolve.Experiment`."""
+    if not resume:
+        return ""
+    try:
+        prev = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        before = (prev.get("config") or {}).get("statistic", "mean")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    statistic = (config.config if isinstance(config, Experiment) else config).statistic
+    return "" if before == statistic else f"_{statistic}"
 
 
 def audit_stored_runs(root: str | os.PathLike) -> None:

@@ -28,11 +28,12 @@ from threadpoolctl import threadpool_limits
 
 from moestat.devices import resolve_device
 from moestat.estimators.em_driver import sweep_compile
+from moestat.estimators.memory import scenario_line
 from moestat.losses.cell_errors import beta1_split, weighted_cell_errors
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.backends import execute
 from moestat.rates.config import RatesConfig
-from moestat.rates.extras import ExtrasStore, legacy_columns
+from moestat.rates.extras import ExtrasStore
 from moestat.rates.forked import ForkedWorkers
 from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scenario, estimator_registry re-exported
     Experiment,
@@ -40,7 +41,7 @@ from moestat.rates.resolve import (  # noqa: F401 - build_estimator, build_scena
     build_scenario,
     estimator_registry,
 )
-from moestat.rates.store import LOSS_NAMES, ResultStore, RunRows, read_run, utc_now, write_provenance
+from moestat.rates.store import LOSS_NAMES, ResultStore, RunRows, RunStore, read_run, utc_now, write_provenance
 from moestat.rates import truth_check as tc
 from moestat.rates.truth_check import against_truth as _against_truth  # noqa: F401 - its name before it moved
 from moestat.rates.truth_check import unit_estimator as _estimator  # noqa: F401 - its name before it moved
@@ -56,6 +57,8 @@ __all__ = [
     "estimator_registry",
     "compute_losses",
     "auto_n_jobs",
+    "SweepPlan",
+    "plan_sweep",
     "fork_workers",
     "run_unit",
     "run_sweep",
@@ -118,30 +121,16 @@ class WorkUnit:
 
 
 def make_units(experiment: Experiment) -> list[WorkUnit]:
-    """All work units of a sweep, largest ``n`` first (the slowest start first balances the pool).
+    """All work units of a sweep, largest ``n`` first (the slowest start first balances the pool):
+    :attr:`SweepPlan.units` of :func:`plan_sweep`.
 
     The composition of each unit depends only on the configuration (``reps`` and ``chunk``),
-    never on ``n_jobs``.  ``experiment``: a resolved :class:`~moestat.rates.resolve.Experiment`
-    (or a :class:`~moestat.rates.config.RatesConfig`, resolved here).
+    never on ``n_jobs`` or the device's kind, which is not resolved here (a recorded run's units
+    are rebuilt on any machine, :func:`recorded_unit`).  ``experiment``: a resolved
+    :class:`~moestat.rates.resolve.Experiment` (or a :class:`~moestat.rates.config.RatesConfig`,
+    resolved here).
     """
-    experiment = Experiment.of(experiment)
-    config = experiment.config
-    chunk = config.chunk or config.reps
-    comp = sweep_compile(int(config.starts or 1) * config.reps * len(config.router) * sum(config.ns), config.device)
-    units = []
-    for n in sorted(config.ns, reverse=True):
-        for router in config.router:
-            for c, start in enumerate(range(0, config.reps, chunk)):
-                reps = tuple(range(start, min(start + chunk, config.reps)))
-                units.append(
-                    WorkUnit(
-                        experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter,
-                        config.init, float(config.init_scale), config.seed, config.holdout, config.device,
-                        int(config.extra_starts), bool(config.cell_errors), float(config.alt_init_scale), comp,
-                        config.max_memory, tuple(config.fitting.estimator_options), bool(config.answer),
-                    )
-                )
-    return units
+    return list(plan_sweep(experiment, on_cpu=True).units)
 
 
 def recorded_unit(run: str | os.PathLike, n: int, replicate: int,
@@ -177,28 +166,120 @@ def auto_n_jobs(units: list[WorkUnit], config) -> int:
     (:func:`moestat.threads.available_cores`), at most one per work unit, and at most one per
     :data:`AUTO_SAMPLES_PER_PROCESS` samples x replicates x starts of ``units``; 1 on an
     accelerator (one device, which the processes would share).  Never changes a number: units
-    have a fixed composition and run on one thread wherever they run."""
+    have a fixed composition and run on one thread wherever they run.  A sweep resolves its
+    device once (:func:`plan_sweep`); this resolves ``config.device`` for a caller without a plan."""
     if resolve_device(config.device).type != "cpu":
         return 1
-    work = sum(u.n * len(u.replicates) for u in units) * int(config.starts or 1)
-    return max(1, min(available_cores(), len(units), work // AUTO_SAMPLES_PER_PROCESS))
+    return _processes(sum(u.n * len(u.replicates) for u in units) * int(config.starts or 1), len(units))
 
 
-def fork_workers(experiment: Experiment) -> ForkedWorkers | None:
-    """The workers of ``experiment``'s sweep forked from this process now, or ``None`` (one
-    process, the dask backend, an accelerator, or fork refused: :func:`moestat.rates.forked.fork_refusal`).
+def _processes(work: int, n_units: int) -> int:
+    """:func:`auto_n_jobs` on the CPU of ``n_units`` units holding ``work`` samples x replicates x
+    starts."""
+    return max(1, min(available_cores(), n_units, work // AUTO_SAMPLES_PER_PROCESS))
 
-    Called by :func:`moestat.rates.experiment.run_rates` before it starts any thread, with the
-    processes of the whole design (``n_jobs``, or :func:`auto_n_jobs` of every unit; a resumed
-    sweep may then use fewer).  The caller closes them (:meth:`~moestat.rates.forked.ForkedWorkers.close`).
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep planned once (:func:`plan_sweep`): its units, the units still to fit, its device,
+    its processes and whether they are forked, decided together.
+
+    Why one plan: the units, the job count and the fork decision were each made by a function
+    of their own that resolved the device and made the units again; made once, they cannot
+    disagree, and the sweep, its forked workers and ``provenance.json`` read the same decision.
+    None of it changes a number: units have a fixed composition whatever runs them (module
+    docstring).
+
+    Attributes
+    ----------
+    experiment : Experiment
+        The resolved experiment planned.
+    units : tuple of WorkUnit
+        Every unit of the design, largest ``n`` first.
+    done : frozenset of (router, n, replicate)
+        The rows the run's ``results.csv`` held when the plan was made (empty for a new run).
+    todo : tuple of WorkUnit
+        The units with a replicate not in ``done``, in the order of ``units``.
+    on_cpu : bool
+        ``config.device`` resolved (:func:`moestat.devices.resolve_device`) is the CPU.
+    n_jobs : int
+        The processes of ``todo``: ``config.n_jobs``, or :func:`auto_n_jobs` of ``todo``.
+    forks : int
+        The workers to fork from the sweep's process
+        (:meth:`moestat.rates.forked.ForkedWorkers.start`): ``min(n_jobs, len(todo)) - 1`` on loky
+        and the CPU; 0 on dask (a cluster has its own workers) or an accelerator (a CUDA context
+        does not survive a fork).
+    memory_line : str or None
+        What the largest unit's likelihood fit holds and the chunks ``--max-memory`` asks for
+        (:func:`moestat.estimators.memory.scenario_line`), for ``--estimator mle``; else ``None``.
+    """
+
+    experiment: Experiment
+    units: tuple[WorkUnit, ...]
+    done: frozenset
+    todo: tuple[WorkUnit, ...]
+    on_cpu: bool
+    n_jobs: int
+    forks: int
+    memory_line: str | None = None
+
+    def grown(self, experiment: Experiment, out_dir: str | os.PathLike) -> "SweepPlan":
+        """The plan of ``experiment`` (a later round of an adaptive sweep: more replicates or sizes)
+        in ``out_dir``, on the device of this plan (not resolved again)."""
+        return plan_sweep(experiment, out_dir, on_cpu=self.on_cpu)
+
+
+def plan_sweep(experiment: Experiment, out_dir: str | os.PathLike | None = None, *,
+               on_cpu: bool | None = None) -> SweepPlan:
+    """The :class:`SweepPlan` of ``experiment`` (a resolved :class:`~moestat.rates.resolve.Experiment`,
+    or a :class:`~moestat.rates.config.RatesConfig`, resolved here) into ``out_dir``.
+
+    ``out_dir``: the run's folder, whose ``results.csv`` (if any) says which rows are done; ``None``:
+    none is.  ``on_cpu``: the device already resolved (:meth:`SweepPlan.grown`); by default
+    ``config.device`` is resolved here, once for the sweep.
     """
     experiment = Experiment.of(experiment)
     config = experiment.config
-    if config.backend != "loky" or resolve_device(config.device).type != "cpu":
-        return None  # a dask cluster has its own workers; a CUDA context does not survive a fork
-    units = make_units(experiment)
-    n_jobs = auto_n_jobs(units, config) if config.n_jobs == "auto" else int(config.n_jobs)
-    return ForkedWorkers.start(min(n_jobs, len(units)) - 1)
+    results = None if out_dir is None else Path(out_dir) / "results.csv"
+    done = frozenset(ResultStore(results).done()) if results is not None and results.exists() else frozenset()
+    chunk = config.chunk or config.reps
+    # the units' composition, (n, router, chunk index, replicates), from the configuration alone
+    shapes = [(n, router, c, tuple(range(start, min(start + chunk, config.reps))))
+              for n in sorted(config.ns, reverse=True) for router in config.router
+              for c, start in enumerate(range(0, config.reps, chunk))]
+    left = [any((router, n, r) not in done for r in reps) for n, router, _, reps in shapes]  # a replicate to fit
+    work = sum(n * len(reps) for (n, _, _, reps), to_fit in zip(shapes, left) if to_fit) * int(config.starts or 1)
+    cpu_jobs = _processes(work, sum(left))
+    # one compile decision for every unit (sweep_compile), from the design alone
+    comp = sweep_compile(int(config.starts or 1) * config.reps * len(config.router) * sum(config.ns), config.device)
+    line = None
+    if config.estimator == "mle":
+        line = scenario_line(experiment.scenarios[config.router[0]], max(config.ns), min(config.reps, chunk),
+                             config.max_memory)
+    if on_cpu is None:
+        on_cpu = resolve_device(config.device).type == "cpu"
+    units = tuple(WorkUnit(experiment.keys[router], router, n, reps, c, config.estimator, config.max_iter, config.init,
+                           float(config.init_scale), config.seed, config.holdout, config.device, int(config.extra_starts),
+                           bool(config.cell_errors), float(config.alt_init_scale), comp, config.max_memory,
+                           tuple(config.fitting.estimator_options), bool(config.answer))
+                  for n, router, c, reps in shapes)
+    todo = tuple(u for u, to_fit in zip(units, left) if to_fit)
+    # n_jobs="auto": one process on an accelerator (auto_n_jobs); an integer is kept as given
+    n_jobs = (cpu_jobs if on_cpu else 1) if config.n_jobs == "auto" else int(config.n_jobs)
+    forks = max(0, min(n_jobs, len(todo)) - 1) if config.backend == "loky" and on_cpu else 0
+    return SweepPlan(experiment, units, done, todo, on_cpu, n_jobs, forks, line)
+
+
+def fork_workers(experiment: Experiment | SweepPlan) -> ForkedWorkers | None:
+    """The workers of a sweep forked from this process now: :attr:`SweepPlan.forks` of
+    ``experiment``'s plan (or of the plan given), or ``None`` (one process, the dask backend, an
+    accelerator, or fork refused: :func:`moestat.rates.forked.fork_refusal`).
+
+    Called before any other thread of the process starts.  The caller closes them
+    (:meth:`~moestat.rates.forked.ForkedWorkers.close`).
+    """
+    plan = experiment if isinstance(experiment, SweepPlan) else plan_sweep(experiment)
+    return ForkedWorkers.start(plan.forks)
 
 
 def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
@@ -331,7 +412,7 @@ def run_sweep(experiment: Experiment, out_dir: str | os.PathLike, *, resume: boo
 
 
 def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume: bool = False, progress: bool | None = None,
-                   cluster=None, forked: ForkedWorkers | None = None, read: bool = True) -> RunRows | None:
+                   cluster=None, forked: ForkedWorkers | None = None, plan: SweepPlan | None = None) -> RunRows:
     """Run (or resume) the sweep of ``experiment`` into ``out_dir``; return the run's rows with
     their audit and tallies (:func:`moestat.rates.store.read_run`).
 
@@ -341,15 +422,16 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     ``cluster`` (:class:`moestat.rates.backends.ClusterOptions`) sets the timeouts and the
     environment check of a dask sweep; the workers' environments are recorded in
     ``provenance.json`` (``runs[-1]["workers"]``).  ``forked``: processes forked from this one
-    (:class:`moestat.rates.forked.ForkedWorkers`, :func:`fork_workers`), used instead of loky
-    workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.  ``read=False``: the
-    rows are written and sorted but not read back (``None`` is returned; the caller reads them
-    elsewhere, :func:`moestat.rates.experiment.read_and_fit`).
+    (:class:`moestat.rates.forked.ForkedWorkers`, :attr:`SweepPlan.forks` of them), used instead of loky
+    workers when the sweep runs on loky with ``n_jobs - 1`` of them or fewer.  ``plan``: the
+    sweep's :class:`SweepPlan` (:func:`plan_sweep` of ``experiment`` in ``out_dir``, made just
+    before: its ``done`` rows are those of ``results.csv``; made here when not given).
     """
-    experiment = Experiment.of(experiment)
+    plan = plan if plan is not None else plan_sweep(experiment, out_dir)
+    experiment = plan.experiment
     config = experiment.config
-    units = make_units(experiment)
     out_dir = Path(out_dir)
+    extras = ExtrasStore.of_run(out_dir, experiment)
     prev = None
     prov_path = out_dir / "provenance.json"
     if resume and prov_path.exists():
@@ -363,37 +445,22 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
         workers.update(envs)
         write_provenance(out_dir, experiment, started=started, previous=prev, workers=envs)
 
-    store = ResultStore(out_dir / "results.csv")
-    if store.create():
-        sys.stderr.write(f"note: {store.path} had no row checksums (written by an earlier moestat); its rows are "
-                         "taken as they are and now carry them\n")
-    if store.repaired:
-        sys.stderr.write(f"note: {store.path}: cut a partial last line left by an interrupted write; its unit is run again\n")
-    done = store.done()
-    todo = []
-    for u in units:
-        missing = [r for r in u.replicates if (u.router, u.n, r) not in done]
-        if missing:
-            todo.append(u)
+    store = RunStore(out_dir, extras)  # results.csv and extras.csv, appended together
+    for note in store.open():
+        sys.stderr.write(note + "\n")
+    done, todo, n_jobs = plan.done, list(plan.todo), plan.n_jobs
     total = sum(len(u.replicates) for u in todo)
     if resume and not todo:
         # a resumed run that was finished: the summary and figures are rewritten from its rows, and
         # the user is told so rather than left to wonder whether anything was fitted
         sys.stderr.write(f"moestat rates: nothing to fit: all {len(done)} rows present; re-analysing\n")
-    extras = None
-    if experiment.extra_columns:
-        legacy = legacy_columns(experiment.extra_columns, experiment.declared)
-        extras = ExtrasStore(out_dir / "extras.csv", experiment.extra_columns, legacy)
 
     # off a terminal (a log file, a batch job) tqdm draws nothing: one line per finished unit instead
     lines = progress is None and not sys.stderr.isatty()
     t_start, written = time.perf_counter(), [0]
 
     def on_result(unit: WorkUnit, rows: list[dict]) -> None:
-        new = [r for r in rows if (r["router"], r["n"], r["replicate"]) not in done]
-        store.append(new)
-        if extras is not None:
-            extras.append(new)
+        store.append([r for r in rows if (r["router"], r["n"], r["replicate"]) not in done])
         written[0] += len(rows)
         if lines:
             conv = sum(bool(r["converged"]) for r in rows)
@@ -402,12 +469,6 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
                              f"{time.perf_counter() - t_start:.0f} s\n")
             sys.stderr.flush()
 
-    if extras is not None:
-        extras.create()
-        if extras.adopted_legacy:
-            sys.stderr.write(f"note: {extras.path} was written before moestat recorded the declared losses at the best "
-                             "fit; it is continued with its own columns (no best_<declared loss>)\n")
-    n_jobs = auto_n_jobs(todo, config) if config.n_jobs == "auto" else config.n_jobs
     if forked is not None and config.backend == "loky" and len(todo) > 1 and 2 <= n_jobs <= forked.size + 1:
         # the processes forked after this one's imports: no worker imports torch again
         on_workers({"client": environment(), "workers": "processes forked from the client", "processes": n_jobs,
@@ -418,4 +479,4 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
                 progress=progress, total_fits=total, cluster=cluster, on_workers=on_workers, share=True)
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
-    return read_run(out_dir, experiment) if read else None
+    return read_run(out_dir, experiment)

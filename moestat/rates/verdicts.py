@@ -163,7 +163,7 @@ def _ols_regular(X: np.ndarray, y: np.ndarray, robust: bool, alpha: float) -> di
     """:func:`ols` in the regular case, statsmodels' operations in statsmodels' order; ``None``
     where the case is not regular (see :func:`ols`)."""
     # imported here: this module is on the sweep's start-up path (0.2-0.3 CPU-s of scipy.special
-    # there, serial); the worker that fits the rates imports it during the sweep (WARM_MODULES)
+    # there, serial); a rates run imports it in a background thread during the sweep (WARM_MODULES)
     from scipy.special import ndtri, stdtrit
 
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or not (np.isfinite(X).all() and np.isfinite(y).all()):

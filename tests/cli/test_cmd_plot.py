@@ -67,7 +67,7 @@ def file_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_scenario_file_run_is_redrawn_with_its_declared_loss_and_prediction(file_run, capsys):
-    from moestat.rates.figures import prepare_redraw
+    from moestat.rates.redraw import prepare_redraw
 
     plan = prepare_redraw(file_run)  # the default: the run's headline, as the sweep's own figure
     assert plan.losses == ("D1",) and "D1" in plan.df.columns and plan.predicted["D1"] == -0.49
@@ -83,7 +83,7 @@ def test_a_scenario_file_run_is_redrawn_with_its_declared_loss_and_prediction(fi
 def test_a_refit_redraw_uses_the_files_predictions(file_run, tmp_path):
     import shutil
 
-    from moestat.rates.figures import draw_redraw, prepare_redraw
+    from moestat.rates.redraw import draw_redraw, prepare_redraw
 
     run = tmp_path / "run"
     shutil.copytree(file_run, run)
@@ -128,7 +128,7 @@ def test_a_declared_loss_without_finite_values_names_extras_csv(file_run, tmp_pa
 
     import pandas as pd
 
-    from moestat.rates.figures import prepare_redraw
+    from moestat.rates.redraw import prepare_redraw
 
     run = tmp_path / "run"
     shutil.copytree(file_run, run)

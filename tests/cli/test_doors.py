@@ -266,7 +266,7 @@ def test_plot_writes_beside_the_sweep_figure_unless_overwrite(rates_copy, capsys
 @pytest.mark.slow
 def test_plot_refits_with_the_stored_configuration_not_the_defaults(rates_copy, capsys):
     # without summary.json the figure is refitted: with the run's routers and bootstrap settings
-    from moestat.rates.figures import prepare_redraw
+    from moestat.rates.redraw import prepare_redraw
 
     (rates_copy / "summary.json").unlink()
     plan = prepare_redraw(rates_copy)

@@ -191,9 +191,8 @@ def test_plot_run_draws_the_headline_and_every_loss_with_a_slope(monkeypatch, tm
 
     calls = []
     monkeypatch.setattr(figures, "plot_convergence", lambda df, fits, stem, **kw: calls.append((stem.name, kw["losses"])))
-    # both figures in this process, where the calls are recorded (the second is otherwise drawn in a
+    # both figures in this process, where the calls are recorded (run_rates draws the second in a
     # forked child: moestat.rates.forked.draw_in_fork, tested in test_forked.py)
-    monkeypatch.setenv("MOESTAT_SWEEP_FORK", "0")
     df = _df()
     fits = _fits(df, losses=("voronoi", "regression_l2", "mass"))
     fits[2]["slope"] = None  # perturbed mass: no slope, so not in convergence_all

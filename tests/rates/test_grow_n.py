@@ -42,6 +42,30 @@ def test_ladder_continues_the_grid_ratio():
 
 
 @pytest.mark.slow
+def test_a_sweep_of_three_rounds_resolves_its_device_once(tmp_path, monkeypatch):
+    # issue 58: run_rates plans the sweep once on the device resolved once; a later round's plan
+    # (moestat.rates.sweep.SweepPlan.grown) keeps it
+    import torch
+
+    import moestat.rates.sweep as sweep
+
+    calls = []
+    monkeypatch.setattr(sweep, "resolve_device", lambda device: calls.append(device) or torch.device("cpu"))
+    real = experiment.fit_experiment
+
+    def asking(df, exp):  # every round's voronoi fit asks for a larger n (as _force_plan, one level down)
+        fits = real(df, exp)
+        for f in fits:
+            if f.get("plan"):
+                f["plan"]["larger_n_needed"] = f["loss"] == "voronoi"
+        return fits
+
+    monkeypatch.setattr(experiment, "fit_experiment", asking)
+    s = run_rates(RatesConfig.from_dict({**FLAT, "n_jobs": "auto"}).validate(), tmp_path / "o")
+    assert [r["n_max"] for r in s["growth"]["rounds"]] == [400, 800, 1600] and calls == ["cpu"]
+
+
+@pytest.mark.slow
 def test_grows_n_max_to_the_limit_and_says_why_it_stopped(tmp_path, monkeypatch):
     _force_plan(monkeypatch, True)
     s = run_rates(RatesConfig.from_dict(FLAT).validate(), tmp_path / "o")

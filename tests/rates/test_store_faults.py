@@ -154,7 +154,7 @@ def test_a_summary_not_computed_from_the_rows_is_refused_by_plot(run, capsys):
 
 @pytest.mark.slow
 def test_a_truncated_folder_is_plotted_with_its_own_fits_and_says_so(run, capsys):
-    from moestat.rates.figures import prepare_redraw
+    from moestat.rates.redraw import prepare_redraw
 
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rows"]["count"] == 18 and len(summary["rows"]["sha256"]) == 64

@@ -37,6 +37,55 @@ def test_auto_is_one_process_on_an_accelerator(monkeypatch):
     assert auto_n_jobs(make_units(cfg), cfg) == 1
 
 
+def _counting_devices(monkeypatch, kind="cpu"):
+    """``sweep.resolve_device`` counted (and answering ``kind``): how often the sweep resolves its device."""
+    import torch
+
+    calls = []
+    monkeypatch.setattr(sweep, "resolve_device", lambda device: calls.append(device) or torch.device(kind))
+    return calls
+
+
+def test_the_plan_decides_units_jobs_and_forks_together_on_the_device_resolved_once(monkeypatch):
+    # issue 58: one plan, the device resolved once; an adaptive round's plan does not resolve it again
+    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    calls = _counting_devices(monkeypatch)
+    main_job = RatesConfig.from_dict({"router": "perturbed", "n_jobs": "auto"})
+    plan = sweep.plan_sweep(main_job)
+    assert calls == ["cpu"] and plan.on_cpu
+    assert plan.units == plan.todo == tuple(make_units(main_job)) and not plan.done
+    assert calls == ["cpu"]  # make_units resolves no device
+    assert plan.n_jobs == 2 and plan.forks == 1  # this process and one forked worker
+    grown = plan.grown(main_job.resolve().replace(reps=40), None)  # the next round of --max-reps
+    assert calls == ["cpu"] and [len(u.replicates) for u in grown.units] == [40] * len(plan.units)
+    one = sweep.plan_sweep(main_job.replace(n_jobs=1))
+    assert one.n_jobs == 1 and one.forks == 0
+    assert sweep.plan_sweep(main_job.replace(backend="dask")).forks == 0  # a cluster has its own workers
+
+
+def test_the_plan_of_an_accelerator_is_one_process_and_no_fork(monkeypatch):
+    monkeypatch.setattr(sweep, "available_cores", lambda: 16)
+    calls = _counting_devices(monkeypatch, "cuda")
+    plan = sweep.plan_sweep(RatesConfig.from_dict({"router": "perturbed", "n_jobs": "auto"}))
+    assert calls == ["cpu"] and not plan.on_cpu and plan.n_jobs == 1 and plan.forks == 0
+
+
+def test_a_resumed_plan_runs_the_units_left_and_counts_its_processes_on_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "available_cores", lambda: 2)
+    cfg = tiny(router=["perturbed"], chunk=1, n_jobs="auto")
+    monkeypatch.setattr(sweep, "AUTO_SAMPLES_PER_PROCESS", 1)  # a process per unit, up to the cores
+    (tmp_path / "out").mkdir()
+    run_sweep(cfg.replace(n_max=40, n_points=1), tmp_path / "out", progress=False)  # n = 40 done, replicates 0-2
+    plan = sweep.plan_sweep(cfg, tmp_path / "out")
+    assert {u.n for u in plan.units} == {40, 60, 90} and {u.n for u in plan.todo} == {60, 90}
+    assert len(plan.done) == 3 and all(n == 40 for _, n, _ in plan.done)
+    assert plan.n_jobs == 2 and plan.forks == 1
+    # every unit done: nothing to fit, no process to fork
+    run_sweep(cfg.replace(n_jobs=1), tmp_path / "out", resume=True, progress=False)
+    left = sweep.plan_sweep(cfg, tmp_path / "out")
+    assert left.todo == () and left.n_jobs == 1 and left.forks == 0
+
+
 @pytest.mark.slow
 def test_auto_with_two_processes_gives_the_rows_of_one(tmp_path, monkeypatch):
     # the sweep's own process and one loky worker share the units (moestat.rates.backends._execute_shared)
