@@ -68,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (out / run.label).is_dir():
                 check_resumable(out / run.label, cfg, args.resume)
         prepare_out(out, args.resume)
-    report = catalogue.reproduce(args.key, out, quick=args.quick, resume=args.resume, runs=runs, protocol=args.protocol)
+    if args.protocol:
+        report = catalogue_protocol.reproduce_protocol(args.key, out, resume=args.resume, runs=runs)
+    else:
+        report = catalogue.reproduce(args.key, out, quick=args.quick, resume=args.resume, runs=runs)
     print(catalogue.format_report(report))
     print(f"wrote {out / 'catalogue.json'} and one folder per run")
     return 0

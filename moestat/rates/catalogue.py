@@ -811,7 +811,7 @@ def plan(key: str, *, quick: bool = False, **execution: Any) -> list[tuple[Run, 
 
 
 def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bool = False,
-              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None, protocol: bool = False) -> dict[str, Any]:
+              quiet: bool = True, runs: list[tuple[Run, Any]] | None = None, protocol: str | None = None) -> dict[str, Any]:
     """Run catalogue entry ``key`` into ``out`` and return the report written to ``out/catalogue.json``.
 
     Parameters
@@ -829,10 +829,11 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
         Continue runs already in ``out`` (the rates resume guard applies to each).
     runs : list, optional
         The output of :func:`plan` (the command validates first, then runs), or of
-        :func:`moestat.rates.catalogue_protocol.protocol_plan` with ``protocol=True``.
-    protocol : bool
-        Run under the catalogue's one protocol (:mod:`moestat.rates.catalogue_protocol`) instead of the
-        entry's own full design; the report's ``mode`` is then ``"protocol"`` and ``protocol`` states it.
+        :func:`moestat.rates.catalogue_protocol.protocol_plan` with ``protocol``.
+    protocol : str, optional
+        The statement of the protocol ``runs`` were planned under
+        (:func:`moestat.rates.catalogue_protocol.reproduce_protocol` passes it with its plan); the
+        report's ``mode`` is then ``"protocol"`` and ``protocol`` holds the statement.
 
     Raises
     ------
@@ -843,12 +844,10 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     e = entry(key)
     if protocol and quick:
         raise ValueError("the protocol is a full design: give protocol or quick, not both")
+    if protocol and runs is None:
+        raise ValueError("a protocol run needs its plan (moestat.rates.catalogue_protocol.reproduce_protocol)")
     if runs is None:
-        if protocol:
-            from moestat.rates.catalogue_protocol import protocol_plan  # it builds on this module
-            runs = protocol_plan(key, n_jobs=n_jobs, quiet=quiet)
-        else:
-            runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
+        runs = plan(key, quick=quick, n_jobs=n_jobs, quiet=quiet)
     out = Path(out)
     done = []
     for run, cfg in runs:
@@ -860,8 +859,7 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
                      "hypotheses": run_hypotheses_of(e.key, run.label, cfg)})
     report = _report(e, quick, done, out)
     if protocol:
-        from moestat.rates.catalogue_protocol import describe
-        report["mode"], report["protocol"] = "protocol", describe()
+        report["mode"], report["protocol"] = "protocol", protocol
     atomic_write_json(out / "catalogue.json", report)
     return report
 

@@ -32,12 +32,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moestat.rates.catalogue import Entry, Run, entry, entry_status, run_config, with_preflight_window
+from moestat.rates.catalogue import Entry, Run, entry, entry_status, reproduce, run_config, with_preflight_window
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 
 __all__ = ["N_FLOOR", "SPAN", "N_POINTS", "REPS", "MAX_REPS", "HALFWIDTH", "N_OK_CAP", "GRID_KEYS",
-           "entry_n_ok", "protocol_grid", "protocol_plan", "describe"]
+           "entry_n_ok", "protocol_grid", "protocol_plan", "describe", "reproduce_protocol"]
 
 #: The smallest size of any grid, and the base of the size ladder ``N_FLOOR * 2**j``.
 N_FLOOR = 1000
@@ -116,3 +116,12 @@ def describe() -> str:
             f"pre-flight n_ok (<= {N_OK_CAP:,}) to {SPAN}x that; replicates: {REPS}, grown by the adaptive plan to a 95% "
             f"half-width of {HALFWIDTH:g}, at most {MAX_REPS}; window: the whole grid; statistic: median; categories: "
             "judge_interval")
+
+
+def reproduce_protocol(key: str, out, *, n_jobs: int = 1, resume: bool = False, quiet: bool = True,
+                       runs: list[tuple[Run, Any]] | None = None) -> dict[str, Any]:
+    """Run catalogue entry ``key`` under the protocol into ``out`` (:func:`moestat.rates.catalogue.reproduce`
+    with :func:`protocol_plan`); ``runs``: a plan made already (the command validates first)."""
+    if runs is None:
+        runs = protocol_plan(key, n_jobs=n_jobs, quiet=quiet)
+    return reproduce(key, out, resume=resume, runs=runs, protocol=describe())

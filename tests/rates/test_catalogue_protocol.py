@@ -52,3 +52,25 @@ def test_an_untested_run_is_neither_planned_nor_counted_in_the_grid():
     assert e.untested, "the entry leaves its slow arm untested"
     assert [run.label for run, _ in cp.protocol_plan("multinomial-moe")] == [r.label for r in e.runs if r.label not in e.untested]
     assert set(cp.protocol_grid(e)["n_ok_by_run"]) == {r.label for r in e.runs} - set(e.untested)
+
+
+def test_a_protocol_report_needs_its_plan(tmp_path):
+    from moestat.rates.catalogue import reproduce
+
+    with pytest.raises(ValueError, match="needs its plan"):
+        reproduce("cosine-exact", tmp_path / "o", protocol=cp.describe())
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_the_door_runs_an_entry_on_the_protocol_grid(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "o"
+    assert moestat_main(["reproduce", "cosine-exact", "--protocol", "--quiet", "--n-jobs", "1", "--out", str(out)]) == 0
+    rep = json.loads((out / "catalogue.json").read_text())
+    grid = cp.protocol_grid(ENTRIES["cosine-exact"])
+    assert rep["mode"] == "protocol" and rep["protocol"] == cp.describe()
+    (run,) = rep["runs"]
+    assert run["sample_sizes"][0] == grid["n_min"] and run["sample_sizes"][-1] == grid["n_max"]
+    assert cp.REPS <= run["reps"] <= cp.MAX_REPS
