@@ -41,7 +41,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--allow-skips", action="store_true", help="exit 0 when checks were skipped but none failed")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     p.add_argument("--merge", nargs="+", metavar="FOLDER", help="run nothing: merge the reports of runs that each ran part "
-                   "of the checks (--only) into one report in --out; every check once, in the package's order")
+                   "of the checks (--only) into one report in --out; every check once, in the package's order (default: run the checks)")
     return p
 
 
