@@ -58,7 +58,7 @@ from moestat.data.scenario_tables import ScenarioFileError, parse_losses
 from moestat.data.synthetic import DEFAULT_INIT_SCALE, ScenarioBase
 from moestat.losses.voronoi_spec import BlockSpec, ExponentTable, LossSpec
 from moestat.model.declaration import FitDeclaration
-from moestat.model.gllim import gllim_loglik, gllim_mean, join_measure, split_measure
+from moestat.model.gllim_model import gllim_loglik, gllim_mean, join_measure, split_measure
 from moestat.model.mixing import MixingMeasure
 from moestat.seeding import numpy_generator
 
@@ -95,7 +95,7 @@ class GLLiMScenario(ScenarioBase):
     Parameters
     ----------
     truth : MixingMeasure
-        Unbatched, GLLiM layout (:func:`moestat.model.gllim.split_measure`): ``beta0 = log pi``
+        Unbatched, GLLiM layout (:func:`moestat.model.gllim_model.split_measure`): ``beta0 = log pi``
         (``exp`` summing to one), ``beta1 = c``, ``eta = (a, b, nu, vec Gamma)``.
     k_fit : int
         Fitted atoms (``k*``: exact; more: over-specified).

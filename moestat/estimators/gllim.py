@@ -41,7 +41,7 @@ parameters and status -- nothing is dropped.
 The measure layout (:class:`~moestat.model.mixing.MixingMeasure`): ``beta0 = log pi``, ``beta1 =
 c``, ``eta = (a [d], b, nu, vec Gamma [d*d])`` (row-major), so ``eta[:d]``, ``eta[d]``,
 ``eta[d+1]`` and ``eta[d+2:]`` are the blocks of the D-bar loss (:mod:`moestat.data.gllim_scenarios`);
-the model's layout, density and mean function are :mod:`moestat.model.gllim`.
+the model's layout, density and mean function are :mod:`moestat.model.gllim_model`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import torch
 
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.validation import prepare_data
-from moestat.model.gllim import gllim_loglik, gllim_mean, join_measure, split_measure
+from moestat.model.gllim_model import gllim_loglik, gllim_mean, join_measure, split_measure
 from moestat.model.mixing import MixingMeasure
 
 __all__ = ["GLLiMEM", "fit_gllim_em", "random_gllim_start"]
@@ -320,7 +320,7 @@ class GLLiMEM(MoEEstimator):
         M-steps of the best start in which a covariance or variance floor bound (0: the floors
         never changed the fit).
     objective_ : ndarray ``[R]``
-        The contract's mean squared residual of ``E[y | x]`` (:func:`~moestat.model.gllim.gllim_mean`).
+        The contract's mean squared residual of ``E[y | x]`` (:func:`~moestat.model.gllim_model.gllim_mean`).
     converged_, n_iter_, n_starts_
     """
 
@@ -383,7 +383,7 @@ class GLLiMEM(MoEEstimator):
         X : array or Tensor ``[R, n, d]`` (or ``[n, d]``)
         Y : array or Tensor ``[R, n]`` (or ``[n]``)
         init : MixingMeasure, optional
-            Batch ``()``, ``(R,)`` or ``(R, S)``, GLLiM layout (:func:`~moestat.model.gllim.split_measure`).
+            Batch ``()``, ``(R,)`` or ``(R, S)``, GLLiM layout (:func:`~moestat.model.gllim_model.split_measure`).
 
         Returns
         -------
@@ -420,12 +420,12 @@ class GLLiMEM(MoEEstimator):
         return self
 
     def predict(self, X) -> np.ndarray:
-        """The fitted regression function ``E[y | x]`` (:func:`~moestat.model.gllim.gllim_mean`), ``[R, n]``."""
+        """The fitted regression function ``E[y | x]`` (:func:`~moestat.model.gllim_model.gllim_mean`), ``[R, n]``."""
         Xt = self._check_X(X)
         return gllim_mean(Xt.numpy(), self.params_)
 
     def loglik(self, X, Y) -> np.ndarray:
-        """The joint log-likelihood of the fit on ``(X, Y)`` (:func:`~moestat.model.gllim.gllim_loglik`), ``[R]``."""
+        """The joint log-likelihood of the fit on ``(X, Y)`` (:func:`~moestat.model.gllim_model.gllim_loglik`), ``[R]``."""
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "params_")

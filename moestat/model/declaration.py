@@ -17,7 +17,7 @@ The four families (and the objective each is fitted by):
   :class:`~moestat.model.likelihood.LikelihoodModel` (any gate; Gaussian or multinomial experts):
   maximum likelihood.
 * ``gllim`` -- the joint Gaussian-gated MoE of ``(x, y)`` (Nguyen, Nguyen, Nguyen & Ho 2024;
-  :mod:`moestat.model.gllim`): joint maximum likelihood.
+  :mod:`moestat.model.gllim_model`): joint maximum likelihood.
 """
 
 from __future__ import annotations

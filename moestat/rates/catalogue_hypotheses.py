@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from moestat.rates.catalogue import ENTRIES, run_config
+from moestat.rates.catalogue_config import run_config
+from moestat.rates.catalogue_entries import ENTRIES
 from moestat.rates.hypotheses import N_X, THEOREMS, check_hypotheses
 from moestat.rates.resolve import Experiment
 

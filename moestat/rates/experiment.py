@@ -4,7 +4,7 @@
 (seeds, work units, the sweep planned once; run by :mod:`moestat.rates.backends` or
 :mod:`moestat.rates.forked`, stored by :mod:`moestat.rates.store`: resumable ``results.csv``,
 ``provenance.json``), :mod:`moestat.rates.fit` (slopes with intervals, window sensitivity,
-verdicts), :mod:`moestat.rates.summary` (``summary.json``) and :mod:`moestat.rates.figures`
+verdicts), :mod:`moestat.rates.run_summary` (``summary.json``) and :mod:`moestat.rates.figures`
 (``convergence.png``, other formats on request), everything after the sweep in its own process.
 From Python::
 
@@ -30,12 +30,13 @@ from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig, stored_file_label
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, figure_jobs
+from moestat.rates.file_theorems import format_theorem_report
 from moestat.rates.fit import fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
 from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
-from moestat.rates.summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
+from moestat.rates.run_summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
 from moestat.rates.store import analysis_suffix, check_resumable, read_run  # noqa: F401 - analysis_suffix: re-exported
 from moestat.rates.forked import ForkedWorkers, draw_in_fork
 from moestat.rates.sweep import SweepPlan, plan_sweep, run_sweep_rows
@@ -156,7 +157,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     the sweep planned once (:func:`moestat.rates.sweep.plan_sweep`: its units, its device resolved
     once, its processes and whether they are forked), its rounds (each one's rows read back and
     fitted here, :func:`moestat.rates.fit.fit_experiment`), ``summary.json``
-    (:func:`moestat.rates.summary.write_summary`) and the figures
+    (:func:`moestat.rates.run_summary.write_summary`) and the figures
     (:func:`moestat.rates.figures.figure_jobs`, the second drawn in a forked child:
     :func:`moestat.rates.forked.draw_in_fork`).
 
@@ -469,8 +470,6 @@ def format_table(summary: dict[str, Any]) -> str:
         f = next(u for u in undefined if u["loss"] == loss)
         lines.append(f"not shown: {loss}: {undefined_reason(loss, str(f.get('setting')))}")
     if summary.get("theorems"):
-        from moestat.rates.file_theorems import format_theorem_report
-
         lines.extend(format_theorem_report(summary["theorems"]))
     lines.append("")
     lines.append("reasons and plans:")

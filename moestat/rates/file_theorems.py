@@ -35,9 +35,12 @@ catalogue's own declared losses.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from moestat.data.gaussian_scenarios import gmoe_predicted
+from moestat.data.likelihood_losses import THEOREM_1_GMOE
+from moestat.rates.catalogue_entries import ENTRIES, SLOWER
+from moestat.rates.fit import predicted_exponent
 from moestat.rates.hypotheses import CLASSICAL_CITE, CLASSICAL_KEY, check_hypotheses
 from moestat.rates.labels import LOSS_NAMES
 
@@ -67,8 +70,6 @@ _CLASSICAL_SOURCE = (f"{CLASSICAL_CITE}: an exact fit's maximum-likelihood estim
 
 def _catalogue_prediction(theorem: str, setting: str):
     """The catalogue's :class:`~moestat.rates.catalogue.Prediction` of ``theorem``'s headline loss."""
-    from moestat.rates.catalogue import ENTRIES  # the catalogue imports the rates pipeline: read lazily
-
     exact, over, loss = _CATALOGUE[theorem]
     entry = ENTRIES[exact if setting == "exact" else over]
     run = _SLOW_RUN.get(theorem)
@@ -78,13 +79,9 @@ def _catalogue_prediction(theorem: str, setting: str):
 def _table(theorem: str, scenario) -> dict[str, float | None]:
     """Column -> exponent (``None``: slower than any polynomial rate) of a met theorem; ``{}`` if none is tabulated."""
     if theorem in ("cosine-thm6", "cosine-thm5"):
-        from moestat.rates.fit import predicted_exponent  # the pipeline's table of the perturbed router
-
         table = {c: predicted_exponent("perturbed", scenario.setting, c) for c in PARAMETER_LOSSES}
         return {c: v for c, v in table.items() if v is not None}
     if theorem == "gmoe-softmax":
-        from moestat.data.gaussian_scenarios import gmoe_predicted
-
         table = gmoe_predicted(int(scenario.k_fit), int(scenario.truth.n_atoms))
         return {c: v for c, v in table.items() if v is not None}
     if theorem in ("cosine-thm2-3", "lse-polynomial", "multinomial-vanishing"):
@@ -100,8 +97,6 @@ def _where(theorem: str, cite: str, setting: str) -> tuple[str, str, str]:
         return CLASSICAL_CITE, _CLASSICAL_STANDING, _CLASSICAL_SOURCE
     p = _catalogue_prediction(theorem, setting)
     if theorem == "gmoe-softmax":  # Theorems 1 and 2: the setting's one
-        from moestat.data.likelihood_losses import THEOREM_1_GMOE
-
         name = "Nguyen, Nguyen & Ho (2023), Theorem " + ("1" if setting == "exact" else "2")
         return name, p.standing, THEOREM_1_GMOE if setting == "exact" else f"{name}: over-specified softmax-gated " \
             "Gaussian MoE with linear experts, D2 and the single-atom cells at n^{-1/2}, a cell of two atoms at n^{-1/8}"
@@ -143,14 +138,20 @@ def judge_scenario(scenario) -> dict[str, Any]:
     return out
 
 
-@lru_cache(maxsize=16)
-def _judge_key(key: str) -> dict[str, Any]:
-    from moestat.rates.resolve import build_scenario
-
-    return judge_scenario(build_scenario(key))
+#: scenario key -> :func:`judge_scenario`'s report: a file is judged once per process (autograd on its truth)
+_JUDGED: dict[str, dict[str, Any]] = {}
 
 
-def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], voronoi_is_own: bool) -> dict[str, Any]:
+def _judge_key(key: str, scenario: Callable[[], Any]) -> dict[str, Any]:
+    if key not in _JUDGED:
+        if len(_JUDGED) >= 16:
+            _JUDGED.pop(next(iter(_JUDGED)))
+        _JUDGED[key] = judge_scenario(scenario())
+    return _JUDGED[key]
+
+
+def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], voronoi_is_own: bool,
+                  scenario: Callable[[], Any]) -> dict[str, Any]:
     """The predictions the theorems met attach to a scenario file's losses, and the report.
 
     Parameters
@@ -166,6 +167,8 @@ def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], vo
     voronoi_is_own : bool
         The ``voronoi`` column holds the file's own first loss (a mixture-noise file that declares
         losses): no theorem speaks of it.
+    scenario : callable
+        Returns the scenario of ``key`` (called only when the file was not judged yet in this process).
 
     Returns
     -------
@@ -174,9 +177,7 @@ def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], vo
         source, claim}``; ``claim`` "slower than any polynomial rate" where there is no exponent), and
         ``report`` (:func:`judge_scenario`'s, each met theorem's ``attached`` columns added).
     """
-    from moestat.rates.catalogue import SLOWER
-
-    rep = _judge_key(key)
+    rep = _judge_key(key, scenario)
     predicted: dict[str, float | None] = {}
     details: dict[str, dict[str, Any]] = {}
     report = {**rep, "met": []}

@@ -103,6 +103,7 @@ from moestat.model.gate_registry import GATES
 from moestat.model.gates import Gate, gate_scores
 from moestat.model.likelihood import LikelihoodModel, MultinomialExpert
 from moestat.model.protocol import FunctionExpert, linear_score
+from moestat.rates.preflight import fisher_information  # the pre-flight's matrix, not a second one
 
 __all__ = ["EPS", "N_X", "THEOREMS", "CLASSICAL_KEY", "CLASSICAL_CITE", "rank_tol", "independence", "conditions",
            "check_hypotheses", "fisher_condition", "in_setting", "format_hypotheses"]
@@ -686,8 +687,6 @@ def fisher_condition(scenario, m: int = FISHER_DRAWS, seed: int = 0) -> dict:
     ``E[s s^T]`` keeps an eigenvalue at round-off; an identified truth, even ill-conditioned
     (condition numbers up to 1e8 over the catalogue's truths), stays far above it.
     """
-    from moestat.rates.preflight import fisher_information  # the pre-flight's matrix, not a second one
-
     info, _ = fisher_information(scenario, m=m, seed=seed)
     info = 0.5 * (info + info.T)
     diag = np.diag(info)

@@ -40,7 +40,7 @@ from torch.func import jacfwd
 
 from moestat.estimators.jacobians import free_parameters
 from moestat.model.gaussian_moe import component_log_joint
-from moestat.model.gllim import gllim_log_components, split_measure
+from moestat.model.gllim_model import gllim_log_components, split_measure
 from moestat.model.protocol import ProtocolModel
 
 __all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "format_preflight"]

@@ -29,6 +29,7 @@ from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS, estimator_for
 from moestat.estimators.memory import entries_per_chunk
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
+from moestat.rates.file_theorems import file_theorems
 from moestat.rates.gmoe_blocks import block_columns, block_predicted
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory
@@ -194,13 +195,11 @@ class Experiment:
         Judged on first use (autograd on the truth, about a second), once per process and file."""
         if self.theorem_key is None:
             return None
-        from moestat.rates.file_theorems import file_theorems  # reads the catalogue: not at import time
-
         first = self.scenarios[self.config.router[0]]
         default = getattr(first, "default_loss", None)
         # voronoi holds the file's own first loss only where it declared one (else its default, the theorem's)
         return file_theorems(self.theorem_key, default, self.own_predicted or {},
-                             self.voronoi_holds is not None and default is None)
+                             self.voronoi_holds is not None and default is None, lambda: first)
 
     @property
     def predicted(self) -> dict | None:

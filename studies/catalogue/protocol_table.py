@@ -195,13 +195,20 @@ def record_table() -> None:
         index.write_text(_declaration_lists(text, rid), encoding="utf-8")
 
 
-def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "--record":
-        if len(sys.argv) != 4:
-            raise SystemExit("usage: protocol_table.py --record KEY OUTROOT (SRC from the environment)")
-        import os
+def main(argv: list[str] | None = None) -> int:
+    import os
 
-        record(sys.argv[2], Path(sys.argv[3]), Path(os.environ.get("SRC", "/nonexistent")))
+    from moestat.cli.common import ArgumentParser  # the doors' parser: a bad option is one line, exit 2
+
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", nargs=2, metavar=("KEY", "OUTROOT"), help="copy the finished run OUTROOT/KEY into the "
+                    "records (SRC from the environment names its source); default: write the cross-entry table")
+    args = ap.parse_args(argv)
+    if args.record:
+        key, outroot = args.record
+        if not (Path(outroot) / key / "catalogue.json").is_file():
+            ap.error(f"{outroot}/{key}: no catalogue.json (not a finished run)")
+        record(key, Path(outroot), Path(os.environ.get("SRC", "/nonexistent")))
         return 0
     summary = build()
     RECORD.mkdir(parents=True, exist_ok=True)

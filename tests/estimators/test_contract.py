@@ -17,7 +17,7 @@ from moestat.data.gllim_scenarios import GLLiMScenario
 from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS, FAILURE_STATUSES, MoEEstimator, random_starts
 from moestat.estimators.gllim import random_gllim_start
-from moestat.model.gllim import join_measure
+from moestat.model.gllim_model import join_measure
 from moestat.model.mixing import MixingMeasure
 
 NAMES = sorted(ESTIMATORS)

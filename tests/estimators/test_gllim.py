@@ -10,7 +10,7 @@ from scipy.special import logsumexp
 from moestat.data.gllim_scenarios import GLLiMScenario, gllim_dbar_spec
 from moestat.data.scenario_files import ScenarioFileError, load_scenario, scenario_from_mapping
 from moestat.estimators.gllim import GLLiMEM
-from moestat.model.gllim import gllim_loglik, join_measure, split_measure
+from moestat.model.gllim_model import gllim_loglik, join_measure, split_measure
 from moestat.model.mixing import MixingMeasure
 from moestat.rates.catalogue import catalogue_file
 

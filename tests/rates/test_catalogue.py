@@ -288,7 +288,7 @@ def test_the_catalogue_window_starts_at_the_first_size_above_the_preflight_n_ok(
 def test_every_prediction_states_the_standing_of_its_source_from_the_vocabulary():
     assert cat.STANDINGS[0] == cat.THEOREM_STANDING == "full text" and cat.UNREAD_STANDING in cat.STANDINGS
     assert {"full text", "abstract", "digest", "figure slope", "own derivation"} <= set(cat.STANDINGS)
-    src = (ROOT / "moestat" / "rates" / "catalogue.py").read_text(encoding="utf-8")
+    src = (ROOT / "moestat" / "rates" / "catalogue_entries.py").read_text(encoding="utf-8")
     for s in cat.STANDINGS:
         assert f"#: - ``{s}``:" in src, s  # the definitions live beside the constant
     for e in cat.ENTRIES.values():

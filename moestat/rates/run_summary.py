@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # names of the annotations only: the analysis reads what the 
 __all__ = ["SUMMARY_SCHEMA", "rule_fields", "write_summary"]
 
 #: The ``schema`` field of ``summary.json``.
-SUMMARY_SCHEMA = "moestat.rates.summary/1"
+SUMMARY_SCHEMA = "moestat.rates.run_summary/1"
 
 
 def rule_fields(config: RatesConfig) -> dict[str, Any]:
