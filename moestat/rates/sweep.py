@@ -50,6 +50,10 @@ from moestat.threads import available_cores
 
 __all__ = [
     "WorkUnit",
+    "draw_unit",
+    "draw_unit_with_mean",
+    "unit_holdout",
+    "unit_scenario",
     "replicate_streams",
     "make_units",
     "run_sweep_rows",
@@ -291,13 +295,15 @@ def compute_losses(scenario, fitted, X_holdout) -> dict[str, np.ndarray]:
 
 
 @lru_cache(maxsize=16)
-def _holdout(key: str, m: int) -> np.ndarray:
-    # the fixed held-out inputs of a unit's scenario, drawn once per process (the key names the scenario)
-    return _scenario(key).holdout(m)
+def unit_holdout(key: str, m: int) -> np.ndarray:
+    """The fixed held-out inputs (``m`` of them) of the scenario a work unit names: those its losses
+    are computed on."""
+    # drawn once per process (the key names the scenario)
+    return unit_scenario(key).holdout(m)
 
 
-def _scenario(key: str):
-    """The scenario a work unit names, rebuilt from its key once per worker process."""
+def unit_scenario(key: str):
+    """The scenario a work unit names (:attr:`WorkUnit.scenario_key`), rebuilt from its key once per worker process."""
     return build_scenario(key)
 
 
@@ -312,9 +318,9 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     torch.set_num_threads(1)
     blas = threadpool_limits(limits=1)  # numpy's BLAS too: its spinning pool collapses on a busy machine
     try:
-        scenario = _scenario(unit.scenario_key)
-        holdout = _holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0, mean = _draw_with_mean(unit, scenario)
+        scenario = unit_scenario(unit.scenario_key)
+        holdout = unit_holdout(unit.scenario_key, unit.holdout)
+        X, Y, G0, mean = draw_unit_with_mean(unit, scenario)
         t0 = time.perf_counter()
         est = tc.fit_starts(unit, scenario, X, Y, G0, 2)
         # the truth's criterion reuses g_{G*}(X) of the draw (Scenario.knowing_mean; same numbers)
@@ -329,14 +335,14 @@ def run_unit(unit: WorkUnit) -> list[dict]:
     return _rows(unit, scenario, state, losses, elapsed, extras)
 
 
-def _draw(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure]:
+def draw_unit(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure]:
     """The unit's data ``X [R, n, d]``, ``Y [R, n]`` and starts ``[R]``, each replicate from its
     own streams (:func:`replicate_streams`)."""
-    return _draw_with_mean(unit, scenario)[:3]
+    return draw_unit_with_mean(unit, scenario)[:3]
 
 
-def _draw_with_mean(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure, np.ndarray | None]:
-    """:func:`_draw`'s ``X``, ``Y`` and starts, and the truth's regression function at ``X``,
+def draw_unit_with_mean(unit: WorkUnit, scenario) -> tuple[np.ndarray, np.ndarray, MixingMeasure, np.ndarray | None]:
+    """:func:`draw_unit`'s ``X``, ``Y`` and starts, and the truth's regression function at ``X``,
     ``[R, n]``, where the scenario gives it with its draws (``Scenario.sample_with_mean``; else
     ``None``)."""
     with_mean = getattr(scenario, "sample_with_mean", None)
@@ -480,3 +486,8 @@ def run_sweep_rows(experiment: Experiment, out_dir: str | os.PathLike, *, resume
     write_provenance(out_dir, experiment, started=started, finished=utc_now(), previous=prev, workers=workers or None)
     store.sort()  # canonical row order: the file does not depend on n_jobs or the backend
     return read_run(out_dir, experiment)
+
+
+# The names of these functions before they were public: the one-off analyses kept beside their records
+# under records/ call them so, and a refactor must not break history.
+_draw, _draw_with_mean, _holdout, _scenario = draw_unit, draw_unit_with_mean, unit_holdout, unit_scenario

@@ -8,7 +8,7 @@ the run; writes ``records/figure1/runoff_box/``.
 The scenario and starts are the ``fig1b`` preset's perturbed-router unit (d = 4, k* = 3 fitted with
 k = 4, dense gate, GELU experts, nu = 0.01, least squares by Levenberg-Marquardt, ``max_iter`` 1000,
 near-truth start of scale 0.05), rebuilt with :func:`moestat.rates.sweep.make_units` and drawn with
-:func:`moestat.rates.sweep._draw`: the data and start of ``(n, replicate)`` come from
+:func:`moestat.rates.sweep.draw_unit`: the data and start of ``(n, replicate)`` come from
 ``SeedSequence(seed, spawn_key=(n, replicate, 0 | 1))``, the sweep's own streams, so every arm below
 fits the very same ``(X, Y)``.  Arms, per ``(n, replicate)``, each a plain fit of the unit's estimator
 (:func:`moestat.rates.truth_check.unit_estimator`, stream 2; no answer-below-truth refit):
@@ -57,13 +57,13 @@ def _unit(n: int, reps: int, seed: int):
     from moestat.rates.config import RatesConfig
     from moestat.rates.presets import preset_dict
     from moestat.rates.resolve import build_scenario
-    from moestat.rates.sweep import _draw, make_units
+    from moestat.rates.sweep import draw_unit, make_units
 
     d = preset_dict("fig1b") | {"router": ["perturbed"], "n_min": n, "n_max": n, "n_points": 1, "reps": reps,
                                 "chunk": reps, "seed": seed}
     (unit,) = make_units(RatesConfig.from_dict(d))
     sc = build_scenario(unit.scenario_key)
-    return (unit, sc, *_draw(unit, sc))
+    return (unit, sc, *draw_unit(unit, sc))
 
 
 def _split(T, j: int):

@@ -29,13 +29,14 @@ def _fit_unit(unit) -> list[dict]:
     from threadpoolctl import threadpool_limits
 
     from moestat.rates.resolve import build_scenario
-    from moestat.rates.sweep import _draw, _estimator, compute_losses
+    from moestat.rates.sweep import compute_losses, draw_unit
+    from moestat.rates.truth_check import unit_estimator
 
     torch.set_num_threads(1)
     with threadpool_limits(limits=1):
         sc = build_scenario(unit.scenario_key)
-        X, Y, starts = _draw(unit, sc)  # the sweep's own data streams and starts
-        est = _estimator(unit, sc, 2)  # stream 2: the reported fit's
+        X, Y, starts = draw_unit(unit, sc)  # the sweep's own data streams and starts
+        est = unit_estimator(unit, sc, 2)  # stream 2: the reported fit's
         est.fit(X, Y, init=starts)
         dbar = compute_losses(sc, est.params_, sc.holdout(unit.holdout))["Dbar"]
         ll_true = sc.loglik(X, Y)

@@ -72,12 +72,12 @@ def refit_keeping_starts(unit) -> dict:
     """
     from moestat.model.mixing import MixingMeasure
     from moestat.rates import truth_check as tc
-    from moestat.rates.sweep import _draw, _holdout, _scenario, compute_losses
+    from moestat.rates.sweep import compute_losses, draw_unit, unit_holdout, unit_scenario
 
     with one_thread():
-        sc = _scenario(unit.scenario_key)
-        holdout = _holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0 = _draw(unit, sc)
+        sc = unit_scenario(unit.scenario_key)
+        holdout = unit_holdout(unit.scenario_key, unit.holdout)
+        X, Y, G0 = draw_unit(unit, sc)
         est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
         est.set_params(keep_starts=True)  # the same fit, every start's result kept
         est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts

@@ -23,7 +23,7 @@ def _script():
 
 
 def _scenario(arm: str):
-    from moestat.rates.sweep import _scenario as build, recorded_unit
+    from moestat.rates.sweep import recorded_unit, unit_scenario as build
 
     mod = _script()
     unit, _ = recorded_unit(RUNS / arm, 1000, 0, scenario_dir=mod.SCENARIO_DIR)

@@ -68,7 +68,8 @@ from moestat.rates import RatesConfig
 from moestat.rates.fit import slope_with_interval
 from moestat.rates.verdicts import judge_interval
 from moestat.rates.resolve import build_scenario
-from moestat.rates.sweep import _draw, _estimator, make_units
+from moestat.rates.sweep import draw_unit, make_units
+from moestat.rates.truth_check import unit_estimator
 from moestat.experiments.theory.framework import (CheckResult, Context, find_fit, per_n_means, slope_verdict,
                                                   verdict)
 from moestat.experiments.theory import lecam  # module attribute: the tests replace lecam.curves
@@ -107,7 +108,7 @@ def _mechanism(s: dict) -> tuple[bool, dict]:
 REFIT_RTOL = 1e-6
 
 
-def _refit_unit(unit) -> list[dict]:
+def refit_unit_cells(unit) -> list[dict]:
     """Refit one work unit as :func:`moestat.rates.sweep.run_unit` does; per-atom beta1 errors per replicate.
 
     Returns one dict per replicate: ``n``, ``replicate``, ``radial`` (``| ||b_i|| - ||b*_j|| |``,
@@ -119,8 +120,8 @@ def _refit_unit(unit) -> list[dict]:
     try:
         with threadpool_limits(limits=1):
             sc = build_scenario(unit.scenario_key)
-            X, Y, G0 = _draw(unit, sc)  # the sweep's own data streams and starts
-            est = _estimator(unit, sc, 2)  # stream 2: the reported fit's
+            X, Y, G0 = draw_unit(unit, sc)  # the sweep's own data streams and starts
+            est = unit_estimator(unit, sc, 2)  # stream 2: the reported fit's
             est.fit(X, Y, init=G0)
             G = est.params_.numpy()
             dec = beta1_decomposition(G, sc.truth)
@@ -176,7 +177,7 @@ def cell_mechanism(ctx: Context, key: str, summary: dict) -> list[dict]:
         cfg = RatesConfig.from_dict({k: v for k, v in summary["config"].items() if k != "n_jobs"})
         units = [u for u in make_units(cfg) if u.router == "cosine"]
         ctx.log(f"  thm3 (c'): refitting {sum(len(u.replicates) for u in units)} vanilla fits of {key} per cell")
-        rows = [r for rs in Parallel(n_jobs=ctx.n_jobs)(delayed(_refit_unit)(u) for u in units) for r in rs]
+        rows = [r for rs in Parallel(n_jobs=ctx.n_jobs)(delayed(refit_unit_cells)(u) for u in units) for r in rs]
         path = Path(ctx.out_dir) / "rates" / key / "extras.csv"
         ex = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["router", "n", "replicate", "beta1_direction"])
         rec = ex[ex["router"] == "cosine"].set_index(["n", "replicate"])["beta1_direction"]
