@@ -204,7 +204,7 @@ def _copy_and_fit(src: Path, dst: Path, config, missing: list[int]) -> list[int]
         raise
     lock_out(dst, "rates")
     try:
-        run_sweep_rows(config, dst, resume=True, read=False)
+        run_sweep_rows(config, dst, resume=True)  # the rows are read back (and audited) as it returns
     finally:
         unlock_out(dst)
     return missing
