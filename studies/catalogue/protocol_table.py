@@ -31,7 +31,7 @@ RECORD = ROOT / "records" / "catalogue_protocol"
 
 
 def _hypotheses(key: str, report: dict) -> list[dict]:
-    carried = [{"run": r["label"], **r["hypotheses"]} for r in report.get("runs", []) if r.get("hypotheses")]
+    carried = [{"run": r["label"], **h} for r in report.get("runs", []) for h in (r.get("hypotheses") or [])]
     if carried:
         return carried
     from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
