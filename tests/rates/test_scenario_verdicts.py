@@ -2,7 +2,7 @@
 
 Small sweeps (seconds): every loss with a polynomial prediction must get a category that agrees
 with the prediction or says why it cannot tell yet -- never ``inconsistent`` -- and every reason
-is one line.  The larger runs behind the docs table are in docs/guide/rates.rst.
+is one line.  The larger runs of the same four variants are in records/rates/history.rst.
 """
 
 import pytest
