@@ -36,7 +36,9 @@ from moestat.rates.backends import ClusterOptions, check_scheduler, require_clus
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.config import BARS, FAMILIES, ROUTERS, SETTINGS, RatesConfig
+from moestat.rates.preflight import scenario_preflight
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
+from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, stored_file_label
 from moestat.rates.verdicts import STATISTICS
 
@@ -277,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_resumable(out, config, resume)  # again, now that no other run can be writing it
     formats = getattr(ns, "figure_formats", DEFAULT_FIGURE_FORMATS)
     suffix = analysis_suffix(out, config, resume)  # as run_rates decides it, before it writes
-    summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats)
+    # the pre-flight of a scenario file's truth (a theorem instrument: the door runs it, the engine writes it)
+    pre = scenario_preflight(Experiment.of(config)) if config.scenario_file else None
+    summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats, preflight=pre)
     if not config.quiet:
         print(format_table(summary))
         figs = f" and convergence{suffix}.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"

@@ -47,7 +47,7 @@ from moestat.rates.catalogue_config import run_config
 from moestat.rates.catalogue_hypotheses import run_hypotheses
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
-from moestat.rates.preflight import preflight
+from moestat.rates.preflight import preflight, scenario_preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
 from moestat.rates.verdicts import paired_arrays, paired_contrast
@@ -249,7 +249,8 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     done = []
     for run, cfg in runs:
         t0 = time.perf_counter()
-        summary = run_rates(cfg, out / run.label, resume=resume)
+        pre = scenario_preflight(Experiment.of(cfg)) if cfg.scenario_file else None  # as the rates door does
+        summary = run_rates(cfg, out / run.label, resume=resume, preflight=pre)
         wall = time.perf_counter() - t0
         done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
                      "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary,

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 
 from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
@@ -34,7 +34,6 @@ from moestat.rates.file_theorems import format_theorem_report
 from moestat.rates.fit import fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
-from moestat.rates.preflight import preflight
 from moestat.rates.resolve import Experiment
 from moestat.rates.run_summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
 from moestat.rates.store import analysis_suffix, check_resumable, read_run  # noqa: F401 - analysis_suffix: re-exported
@@ -149,11 +148,12 @@ def _locked(out: Path, resume: bool) -> Iterator[None]:
 
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
-              figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS) -> dict[str, Any]:
+              figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS,
+              preflight: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     In this process, in order: the configuration resolved once (:meth:`RatesConfig.resolve`), the
-    folder checked and locked, the pre-flight of a scenario file (:mod:`moestat.rates.preflight`),
+    folder checked and locked, the pre-flight report handed in (``preflight``) written,
     the sweep planned once (:func:`moestat.rates.sweep.plan_sweep`: its units, its device resolved
     once, its processes and whether they are forked), its rounds (each one's rows read back and
     fitted here, :func:`moestat.rates.fit.fit_experiment`), ``summary.json``
@@ -181,6 +181,11 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         more to write than the png);
         ``()`` or ``"none"``: no figure (``moestat plot OUT`` draws them later from the results).
         Never part of the configuration: it changes no number.
+    preflight : mapping, optional
+        The pre-flight report of a scenario file's truth (:func:`moestat.rates.preflight.scenario_preflight`;
+        the doors ``moestat rates`` and ``moestat reproduce`` compute it): written to ``preflight.json``,
+        its warnings (a grid below ``n_ok`` measures no rate) to stderr and, shortened, into
+        ``summary.json``.  The pre-flight is a theorem instrument: the engine writes it, never computes it.
 
     Returns
     -------
@@ -217,14 +222,11 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         mark_door(out, "rates")
         t0 = time.perf_counter()
         pre = None
-        if experiment.config.scenario_file:
-            # the pre-flight (moestat.rates.preflight): preflight.json; its warnings to stderr (a grid
-            # below n_ok measures no rate) and, shortened, into summary.json
-            rep = preflight(experiment.scenarios[experiment.config.router[0]], experiment.config.ns)
-            atomic_write_json(out / "preflight.json", rep)
-            for w in rep["warnings"]:
+        if preflight is not None:
+            atomic_write_json(out / "preflight.json", dict(preflight))
+            for w in preflight["warnings"]:
                 sys.stderr.write(f"moestat rates: pre-flight warning: {w}\n")
-            pre = {k: rep[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
+            pre = {k: preflight[k] for k in ("min_eigenvalue", "condition_number", "separation", "target_sd", "n_ok", "warnings")}
         # the sweep planned once: its units, its device (resolved here, once), its processes and
         # whether they are forked (moestat.rates.sweep.SweepPlan)
         plan = plan_sweep(experiment, out)

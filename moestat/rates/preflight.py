@@ -43,7 +43,7 @@ from moestat.model.gaussian_moe import component_log_joint
 from moestat.model.gllim_model import gllim_log_components, split_measure
 from moestat.model.protocol import ProtocolModel
 
-__all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "format_preflight"]
+__all__ = ["FRACTION", "COND_WARN", "MC_DRAWS", "fisher_information", "preflight", "scenario_preflight", "format_preflight"]
 
 #: The predicted sd must fall below this fraction of the atoms' separation (``n_ok``).
 FRACTION = 0.1
@@ -175,6 +175,22 @@ def fisher_information(scenario, m: int = MC_DRAWS, seed: int = 0, chunk: int = 
         blocks = [(name, [i - sum(j < i for j in drops) for i in idx if i not in drops]) for name, idx in blocks]
         blocks = [(name, idx) for name, idx in blocks if idx]
     return info, blocks
+
+
+def scenario_preflight(experiment) -> dict[str, Any] | None:
+    """The pre-flight of a rates run on a scenario file, as the doors hand it to
+    :func:`moestat.rates.run_rates` (``preflight=``): :func:`preflight` of its first router's scenario on
+    its grid; ``None`` for the built-in scenarios (the package's own truths, checked by their tests).
+
+    Parameters
+    ----------
+    experiment : moestat.rates.resolve.Experiment
+        The resolved run (``config.scenario_file``, ``config.router``, ``config.ns`` and ``scenarios``).
+    """
+    c = experiment.config
+    if not c.scenario_file:
+        return None
+    return preflight(experiment.scenarios[c.router[0]], c.ns)
 
 
 def preflight(scenario, ns: Sequence[int], *, fraction: float = FRACTION, m: int = MC_DRAWS, seed: int = 0) -> dict[str, Any]:
