@@ -191,3 +191,25 @@ def test_cli_check_never_replaces_a_json_path_that_is_not_a_regular_file(tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--json {path} exists and is a " in err, err
     assert os.lstat(path).st_mode == mode and (kind != "symlink" or target.read_text() == "keep\n")
+
+
+@pytest.mark.slow
+def test_the_door_hands_the_preflight_to_the_engine_which_writes_it(tmp_path):
+    import json
+
+    from moestat.cli.main import main
+    from moestat.rates import RatesConfig, run_rates
+
+    root = Path(__file__).resolve().parents[2]
+    grid = ["--n-min", "300", "--n-max", "600", "--n-points", "3", "--reps", "2", "--quiet"]
+    scenario = str(root / "examples" / "sigmoid_over.toml")
+    assert main(["rates", "--scenario", scenario, *grid, "--out", str(tmp_path / "door")]) == 0
+    rep = json.loads((tmp_path / "door" / "preflight.json").read_text())
+    summary = json.loads((tmp_path / "door" / "summary.json").read_text())
+    assert summary["preflight"]["n_ok"] == rep["n_ok"] and summary["preflight"]["warnings"] == rep["warnings"]
+    # the engine computes no pre-flight of its own: without one handed in, it writes none
+    cfg = RatesConfig.from_dict({"scenario_file": scenario, "n_min": 300, "n_max": 600, "n_points": 3, "reps": 2,
+                                 "quiet": True})
+    run_rates(cfg, tmp_path / "api", figure_formats="none")
+    assert not (tmp_path / "api" / "preflight.json").exists()
+    assert json.loads((tmp_path / "api" / "summary.json").read_text()).get("preflight") is None
