@@ -157,6 +157,14 @@ def _paired(out: Path, slow: str, fast: str, loss: str, fs: dict | None, ff: dic
             None if statistic == "mean" else paired_contrast(*arrays, seed=0, statistic="mean"))
 
 
+def router_n_oks(run) -> dict[str, float | None]:
+    """Router -> the pre-flight ``n_ok`` of its scenario on the run's grid (``None``: a singular Fisher
+    information); ``run`` is a configuration or its :class:`~moestat.rates.resolve.Experiment`."""
+    experiment = run if isinstance(run, Experiment) else Experiment.of(run)
+    cfg = experiment.config
+    return {r: preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router}
+
+
 def preflight_window(run) -> tuple[int | None, int | None]:
     """``(window_min, n_ok)``: the catalogue's fitting window of a run; ``run`` is its configuration or,
     resolved already, its :class:`~moestat.rates.resolve.Experiment`.
@@ -171,7 +179,7 @@ def preflight_window(run) -> tuple[int | None, int | None]:
     """
     experiment = run if isinstance(run, Experiment) else Experiment.of(run)
     cfg = experiment.config
-    oks = [preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router]
+    oks = router_n_oks(experiment).values()
     finite = [int(n) for n in oks if n is not None]
     if not finite:
         return None, None

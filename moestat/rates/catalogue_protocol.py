@@ -32,9 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moestat.rates.catalogue import Entry, Run, entry, entry_status, reproduce, run_config, with_preflight_window
-from moestat.rates.preflight import preflight
-from moestat.rates.resolve import Experiment
+from moestat.rates.catalogue import Entry, Run, entry, entry_status, reproduce, router_n_oks, run_config
 
 __all__ = ["N_FLOOR", "SPAN", "N_POINTS", "REPS", "MAX_REPS", "HALFWIDTH", "N_OK_CAP", "GRID_KEYS",
            "entry_n_ok", "protocol_grid", "protocol_plan", "describe", "reproduce_protocol"]
@@ -59,9 +57,7 @@ GRID_KEYS = ("n_min", "n_max", "n_points", "reps", "max_reps", "halfwidth", "win
 
 
 def _run_n_oks(run: Run) -> dict[str, float | None]:
-    cfg = run_config(run, quick=False).validate()
-    experiment = Experiment.of(cfg)
-    return {r: preflight(experiment.scenarios[r], cfg.ns)["n_ok"] for r in cfg.router}
+    return router_n_oks(run_config(run, quick=False).validate())
 
 
 def entry_n_ok(e: Entry) -> tuple[int | None, dict[str, dict[str, float | None]]]:
@@ -106,7 +102,8 @@ def protocol_plan(key: str, **execution: Any) -> list[tuple[Run, Any]]:
     for run in (r for r in e.runs if r.label not in e.untested):  # an untested run is not fitted (as in plan)
         full = {k: v for k, v in run.full.items() if k not in GRID_KEYS}
         run_p = Run(run.label, run.base, {**full, **grid}, run.quick, run.requires)
-        planned.append((run, with_preflight_window(run_config(run_p, quick=False, **execution).validate())))
+        # no pre-flight window: the grid starts at or above every router's n_ok already (the whole grid)
+        planned.append((run, run_config(run_p, quick=False, **execution).validate()))
     return planned
 
 

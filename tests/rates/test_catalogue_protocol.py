@@ -74,3 +74,11 @@ def test_the_door_runs_an_entry_on_the_protocol_grid(tmp_path, capsys):
     (run,) = rep["runs"]
     assert run["sample_sizes"][0] == grid["n_min"] and run["sample_sizes"][-1] == grid["n_max"]
     assert cp.REPS <= run["reps"] <= cp.MAX_REPS
+
+
+def test_the_protocol_grid_needs_no_preflight_window():
+    # the grid starts at or above every router's n_ok, so the catalogue's pre-flight window keeps it whole
+    from moestat.rates.catalogue import with_preflight_window
+
+    for run, cfg in cp.protocol_plan("lse-ffn-vs-linear"):
+        assert cfg.window_min is None and with_preflight_window(cfg) == cfg, run.label
