@@ -1,5 +1,7 @@
 """The catalogue under the one protocol, entry by entry: writes ``records/catalogue_protocol/summary.json``
-and ``table.txt`` from each entry's ``records/catalogue_protocol/KEY/catalogue.json``.
+``table.txt``, ``count.rst`` (the count as the catalogue page includes it) and ``forest.png`` (every
+prediction with an exponent against its measured slope) from each entry's
+``records/catalogue_protocol/KEY/catalogue.json``.
 
 Per entry and per prediction: the category as it fell, the prediction's standing (where its exponent
 comes from), and the hypotheses of each run's truth as ``moestat check`` computes them for the run's
@@ -53,7 +55,7 @@ def build() -> dict:
         rep = json.loads(path.read_text(encoding="utf-8"))
         if rep.get("mode") != "protocol":
             raise ValueError(f"{path} was not written under the protocol (mode {rep.get('mode')!r})")
-        rows = [{"entry": key, **{k: p.get(k) for k in ("run", "loss", "prediction", "standing", "sided", "slope", "ci",
+        rows = [{"entry": key, **{k: p.get(k) for k in ("run", "loss", "prediction", "predicted", "standing", "sided", "slope", "ci",
                                                         "category", "reason")},
                  "fixed_truth": (p.get("fixed_truth") or {}).get("category")} for p in rep["predictions"]]
         rows_all += rows
@@ -100,6 +102,74 @@ def table(summary: dict) -> str:
             lines.append(f"{'':<20} hypotheses of {h['run']}{' ' + h['router'] if h.get('router') else ''} "
                          f"against {h['theorem']}: {met}" + ("" if h["met"] else f" ({'; '.join(h['failing'])[:160]})"))
     return "\n".join(lines) + "\n"
+
+
+def count_rst(summary: dict) -> str:
+    """The count as it fell, in reStructuredText (``docs/guide/catalogue.rst`` includes it).
+
+    A theorem reproduction is a ``consistent`` row whose prediction was read in the paper's full text
+    (``moestat.rates.catalogue_entries.THEOREM_STANDING``); every other consistent row is a qualitative
+    claim or of lower standing, and rows whose exponent was not read are counted apart."""
+    from moestat.rates.catalogue_entries import THEOREM_STANDING, UNREAD_STANDING
+
+    rows = [r for e in summary["entries"] if e["run"] for r in e["predictions"]]
+    cons = [r for r in rows if r["category"] == "consistent"]
+    theorem = [r for r in cons if r["standing"] == THEOREM_STANDING]
+    unread = [r for r in rows if r["standing"] == UNREAD_STANDING]
+    cats = Counter(r["category"] or "none" for r in rows)
+    run, total = summary["entries_run"], summary["entries_total"]
+    every = summary["entries_all_consistent"]
+    lines = [f"**The count, as it fell** ({run} of {total} entries run"
+             + (f"; not run: {', '.join('``' + k + '``' for k in summary['not_run'])}" if summary["not_run"] else "")
+             + f").  Entries whose every prediction is *consistent*: **{len(every)} of {run}**"
+             + (f" ({', '.join('``' + k + '``' for k in every)})" if every else "") + ".  "
+             f"Prediction rows: {len(rows)}, of which "
+             + ", ".join(f"{v} *{k}*" for k, v in sorted(cats.items(), key=lambda kv: (-kv[1], kv[0]))) + ".  "
+             f"Theorem reproductions (a *consistent* row whose prediction was read in the paper's full text): "
+             f"**{len(theorem)}**; the other {len(cons) - len(theorem)} *consistent* rows are qualitative claims or of "
+             f"lower standing; {len(unread)} rows have no exponent (``{UNREAD_STANDING}``) and are reported, not judged.",
+             "", ".. list-table:: Prediction rows by standing and category (the protocol's records)",
+             "   :header-rows: 1", ""]
+    order = sorted(cats, key=lambda c: (-cats[c], c))
+    lines += ["   * - standing"] + [f"     - {c}" for c in order] + ["     - rows"]
+    for st, c in summary["rows_by_standing_and_category"].items():
+        lines += [f"   * - {st}"] + [f"     - {c.get(k, 0)}" for k in order] + [f"     - {sum(c.values())}"]
+    return "\n".join(lines) + "\n"
+
+
+def forest(summary: dict, path: Path) -> None:
+    """Every prediction with an exponent: measured slope and 95% interval beside the predicted exponent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"consistent": "tab:green", "near": "tab:olive", "inconsistent": "tab:red", "inconclusive": "tab:grey",
+               "pre-asymptotic": "tab:orange", "floor": "tab:purple", "hypotheses not met": "black"}
+    rows = [r for e in summary["entries"] if e["run"] for r in e["predictions"]
+            if isinstance(r.get("predicted"), (int, float)) and r["slope"] is not None and r["ci"] and r["ci"][0] is not None]
+    fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(rows) + 1.6))
+    for i, r in enumerate(reversed(rows)):
+        c = colours.get(r["category"], "tab:blue")
+        ax.plot(r["ci"], [i, i], color=c, lw=2.2)
+        ax.plot(r["slope"], i, "o", color=c, ms=5)
+        if r.get("sided") == "upper":  # one-sided: any slope at or below the bound is consistent with it
+            ax.annotate("", xy=(r["predicted"] - 0.12, i), xytext=(r["predicted"], i),
+                        arrowprops=dict(arrowstyle="->", color="k", lw=0.9))
+        ax.plot(r["predicted"], i, "x", color="k", ms=7, mew=1.6)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{r['entry']} {r['run']} {r['loss']}" for r in reversed(rows)], fontsize=7)
+    ax.axvline(0, color="k", lw=0.5)
+    ax.set_xlabel("slope of log(per-n median loss) on log n, 95% interval (x: the predicted exponent)")
+    handles = [plt.Line2D([], [], color=c, lw=2.2, label=k) for k, c in colours.items()
+               if any(r["category"] == k for r in rows)]
+    handles.append(plt.Line2D([], [], color="k", marker="x", lw=0, label="predicted"))
+    ax.legend(handles=handles, fontsize=7, loc="lower left")
+    ax.set_title(f"The catalogue under the one protocol: {len(rows)} predictions with an exponent "
+                 f"({summary['entries_run']} of {summary['entries_total']} entries run)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
 
 
 def _time_v(path: Path) -> dict:
@@ -187,7 +257,8 @@ def record_table() -> None:
     rid = "catalogue_protocol/table"
     if f'id = "{rid}"' not in text:
         text += (f'\n[[record]]\nid = "{rid}"\npath = "records/catalogue_protocol/table.txt"\n'
-                 'files = ["records/catalogue_protocol/summary.json"]\nkind = "report"\n'
+                 'files = ["records/catalogue_protocol/summary.json", "records/catalogue_protocol/count.rst", '
+                 '"records/catalogue_protocol/forest.png"]\nkind = "report"\n'
                  'serves = ["catalogue-protocol", "docs/guide/catalogue.rst"]\nstatus = "current"\n'
                  f'declaration = "{DECLARATION}"\n'
                  'made_by = { command = "PYTHONPATH=. python studies/catalogue/protocol_table.py", commit = "this commit", date = "2026-12-06" }\n'
@@ -217,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     (RECORD / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n", encoding="utf-8")
     text = table(summary)
     (RECORD / "table.txt").write_text(text, encoding="utf-8")
+    (RECORD / "count.rst").write_text(count_rst(summary), encoding="utf-8")
+    forest(summary, RECORD / "forest.png")
     sys.stdout.write(text)
     return 0
 

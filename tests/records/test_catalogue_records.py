@@ -39,27 +39,28 @@ def test_recorded_contrast_is_rejudged_by_the_paired_interval():
     assert c["paired"]["difference"] == pytest.approx(slope["linear"] - slope["ffn-sigmoid"], abs=1e-9)
 
 
-def test_the_docs_say_of_figure_1a_what_the_current_rules_say_of_its_recorded_rows():
-    """Issue 33: catalogue.rst said "Figure 1(a) reproduced" while the current rules judged the recorded
-    vanilla-router rows inconsistent.  The row is now judged by the two-point instrument (issue 34) and the
-    fixed-truth rule reported beside it: the bullet must state both verdicts and the instrument's measured
-    slope, and may say "reproduced" of the fixed-truth curve only when that rule agrees."""
-    rep = rejudge_recorded("cosine-exact", ROOT / "records" / "catalogue" / "cosine-exact")
-    # the re-judged report prints as a run's does (it fitted nothing, so its runs carry no counts)
-    from moestat.rates.catalogue import format_report
+def test_the_docs_say_of_figure_1_what_the_paired_contrast_says():
+    """Issue 33: catalogue.rst once said "Figure 1(a) reproduced" while the current rules judged the recorded
+    vanilla-router rows inconsistent; issue 60: a panel is reproduced only where the paired contrast of both
+    routers on the same draws excludes 0 in the paper's direction.  The page's cosine paragraph quotes each
+    panel's pooled contrast as the record holds it and calls a panel reproduced exactly when the record does;
+    the two-point row is still the catalogue row's verdict, with the fixed-truth rule beside it."""
+    import json
 
-    assert "routers (judged from its recorded rows)" in format_report(rep)
-    rows = {r["loss"]: r for r in rep["predictions"]}
-    van, ft = rows["cosine voronoi"], rows["cosine voronoi"]["fixed_truth"]
-    doc = (ROOT / "docs" / "guide" / "catalogue.rst").read_text()
-    bullet = doc[doc.index("- ``cosine-exact``: Figure 1(a)"):]
-    bullet = " ".join(bullet[: bullet.index("\n- ``")].split())
-    assert van["reason"].startswith("two-point:") and f"*{van['category']}*" in bullet and "two-point" in bullet
-    assert f"{rep['instrument']['routers']['perturbed']['slope']:.3f}" in bullet  # the number the instrument measured
-    assert f"judges those rows {ft['category']}" in bullet
-    if ft["category"] != "consistent":
-        assert "Figure 1(a) reproduced." not in bullet and "only in part" in bullet
-    assert rows["perturbed voronoi"]["category"] == "consistent" and "D3 is at -0.56 (consistent)" in bullet
+    rec = json.loads((ROOT / "records" / "figure1" / "figure1_paired.json").read_text(encoding="utf-8"))
+    doc = " ".join((ROOT / "docs" / "guide" / "catalogue.rst").read_text(encoding="utf-8").split())
+    para = doc[doc.index("``cosine-exact`` and ``cosine-over`` (Nguyen et al. 2024)"):]
+    para = para[: para.index("From Python::")]
+    for setting, panel in (("exact", "(a)"), ("over", "(b)")):
+        pooled = rec[setting]["pooled"]["voronoi"]
+        lo, hi = pooled["ci"]
+        assert f"{pooled['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}]".replace("+", "") in para.replace("+", ""), setting
+        reproduced = rec[setting]["verdict"]["voronoi"] == "reproduced"
+        assert (f"**panel {panel} reproduced" in para) == reproduced, (setting, rec[setting]["verdict"])
+        assert (f"**panel {panel} not reproduced**" in para) == (not reproduced), setting
+    rep = rejudge_recorded("cosine-exact", ROOT / "records" / "catalogue" / "cosine-exact")
+    van = {r["loss"]: r for r in rep["predictions"]}["cosine voronoi"]
+    assert van["reason"].startswith("two-point:") and van["fixed_truth"]["category"]
 
 
 def test_a_column_recorded_under_a_former_definition_is_not_judged():
