@@ -128,6 +128,7 @@ def count_rst(summary: dict) -> str:
              f"Theorem reproductions (a *consistent* row whose prediction was read in the paper's full text): "
              f"**{len(theorem)}**; the other {len(cons) - len(theorem)} *consistent* rows are qualitative claims or of "
              f"lower standing; {len(unread)} rows have no exponent (``{UNREAD_STANDING}``) and are reported, not judged.",
+             "", "Why the *inconclusive* rows are: " + "; ".join(f"{v} {k}" for k, v in _why_inconclusive(rows).items()) + ".",
              "", ".. list-table:: Prediction rows by standing and category (the protocol's records)",
              "   :header-rows: 1", ""]
     order = sorted(cats, key=lambda c: (-cats[c], c))
@@ -135,6 +136,21 @@ def count_rst(summary: dict) -> str:
     for st, c in summary["rows_by_standing_and_category"].items():
         lines += [f"   * - {st}"] + [f"     - {c.get(k, 0)}" for k in order] + [f"     - {sum(c.values())}"]
     return "\n".join(lines) + "\n"
+
+
+#: The reasons an interval leaves a rate undecided, as :func:`moestat.rates.verdicts.judge_interval` and the
+#: paired contrast word them (first match wins).
+_WHY = (("wide (> the cap", "an interval wider than the cap 0.25 (even at the replicates the plan reached)"),
+        ("independent halves", "the two independent halves of the replicates disagree"),
+        ("contains 0", "a paired contrast whose interval contains 0"))
+
+
+def _why_inconclusive(rows: list[dict]) -> dict[str, int]:
+    out: Counter = Counter()
+    for r in rows:
+        if r["category"] == "inconclusive":
+            out[next((w for key, w in _WHY if key in (r.get("reason") or "")), "another reason (see the row's reason)")] += 1
+    return dict(out)
 
 
 def forest(summary: dict, path: Path) -> None:
