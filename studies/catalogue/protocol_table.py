@@ -241,16 +241,27 @@ def record(key: str, outroot: Path, src: Path) -> None:
     if f'id = "{rid}"' not in text:
         date = log[-1].split()[-1][:10] if log else ""
         text += (f'\n[[record]]\nid = "{rid}"\npath = "records/catalogue_protocol/{key}"\nkind = "run"\n'
-                 f'serves = ["catalogue-protocol:{key}", "docs/guide/catalogue.rst"]\nstatus = "current"\n'
+                 f'serves = ["catalogue:{key}", "docs/guide/catalogue.rst"]\nstatus = "current"\n'
                  f'declaration = "records/declarations/catalogue/24-one-protocol-for-every-entry.md"\n'
                  f'made_by = {{ command = "studies/catalogue/run_protocol.sh {key} (how.json)", commit = "{commit}", date = "{date}" }}\n'
                  f'made_by_from = ["catalogue_protocol/{key}/how.json"]\nrecorded_in = "this commit"\nformer_path = []\n')
+    # the protocol run is now the entry's catalogue record; its own-design run stays current as the design's record
+    text = _design_serves(text, key)
     text = _declaration_lists(text, rid)
     index.write_text(text, encoding="utf-8")
     print(f"recorded {dest} ({timing})")
 
 
 DECLARATION = "records/declarations/catalogue/24-one-protocol-for-every-entry.md"
+
+
+def _design_serves(text: str, key: str) -> str:
+    """The index with the entry's own-design record (``records/catalogue/KEY``) serving ``catalogue-design:KEY``."""
+    start = text.index(f'[[record]]\nid = "catalogue/{key}"\n')
+    end = text.find("\n[[", start + 1)
+    end = len(text) if end < 0 else end
+    block = text[start:end].replace(f'"catalogue:{key}"', f'"catalogue-design:{key}"')
+    return text[:start] + block + text[end:]
 
 
 def _declaration_lists(text: str, rid: str) -> str:

@@ -101,8 +101,13 @@ def test_superseded_chains_end_at_a_current_record():
 
 @pytest.mark.parametrize("key", sorted(ENTRIES))
 def test_each_catalogue_entry_has_exactly_one_current_record(key):
+    """The catalogue's record of an entry is its run under the one protocol once that has run
+    (``records/catalogue_protocol/KEY``); the entry's own-design run stays current as ``catalogue-design:KEY``."""
     runs = [r for r in INDEX if r["kind"] == "run" and r["status"] == "current" and f"catalogue:{key}" in r["serves"]]
-    assert [r["path"] for r in runs] == [f"records/catalogue/{key}"]
+    protocol = (RECORDS / "catalogue_protocol" / key / "catalogue.json").is_file()
+    assert [r["path"] for r in runs] == [f"records/catalogue_protocol/{key}" if protocol else f"records/catalogue/{key}"]
+    design = [r for r in INDEX if r["kind"] == "run" and r["status"] == "current" and f"catalogue-design:{key}" in r["serves"]]
+    assert [r["path"] for r in design] == ([f"records/catalogue/{key}"] if protocol else [])
     for run in ENTRIES[key].runs:  # the folders the catalogue's renderer reads
         assert (RECORDS / "catalogue" / key / run.label / "results.csv").is_file(), (key, run.label)
 
