@@ -858,7 +858,7 @@ def figure(rec: dict, stem: Path) -> None:
                      f"{what}\n({tag}3) two-point lower bound (not a simulation)\n{wit}, band kappa +- 2 SE")
     mech = "mechanism: the fit's $\\beta_1$ error split into radial and direction parts"
     a4 = M["exact"]
-    _mechanism_exact_panel(axes[0, 3], a4, f"{rows[0][2]}\n(a4) {mech}\ntwo_point.json's paired start/fit record "
+    _mechanism_exact_panel(axes[0, 3], a4, f"{rows[0][2]}\n(a4) {mech}\ntwo_point.json's paired start/fit record\n"
                            f"({a4['replicates']['cosine']} replicates, start noise {a4['init_scale']:g}, its own fits, not (a1)'s)")
     b4 = M["over"]
     des, dflt = b4["design"], b4["default_seed"]
