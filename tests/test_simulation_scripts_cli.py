@@ -62,7 +62,7 @@ CASES = [
     ("records/catalogue/hypotheses/check_catalogue.py", ["--bogus"], "--bogus"),
     ("studies/figure1/figure1.py", ["--out", "{tmp}/f", "--n-mc", "abc"], "--n-mc"),
     ("studies/figure1/figure1_cells.py", ["--run", "{tmp}/absent", "--json", "{tmp}/c.json"], "absent"),
-    ("studies/figure1/figure1_composite.py", ["--out", "{tmp}/f", "--seed", "x"], "--seed"),
+    ("records/archive/figure1/figure1_composite.py", ["--out", "{tmp}/f", "--seed", "x"], "--seed"),
     ("studies/figure1/figure1_paired.py", ["--out", "{tmp}/f", "--figure-only"], "--figure-only"),
     ("studies/figure1/figure1_paired.py", ["--root", "{tmp}/absent", "--out", "{tmp}/f"], "absent"),
     ("studies/figure1/runoff_box.py", ["--out", "{tmp}/r", "--reps", "x"], "--reps"),

@@ -44,7 +44,11 @@ Nothing is refitted here: the script reads the records, computes intervals and s
 ``figure1_composite.json`` (every plotted number) and ``figure1_composite.png``/``.pdf``
 (``--figure-only`` redraws from the JSON).  About 20 s::
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python studies/figure1/figure1_composite.py
+    OMP_NUM_THREADS=1 PYTHONPATH=. python records/archive/figure1/figure1_composite.py --figure-only
+
+Superseded (issues 58 and 60): ``studies/figure1/figure1_paired.py`` draws Figure 1 with both routers on
+the same draws and, in its column 4, this figure's mechanism column (the same numbers, moved with the
+functions that compute them); this script and its outputs were moved here unchanged but for their paths.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ import numpy as np
 from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # records/archive/figure1/ -> the repository root
 ROUTERS = ("cosine", "perturbed")
 NAME = {"cosine": "vanilla", "perturbed": "perturbed"}
 
@@ -756,7 +760,7 @@ def figure(rec: dict, stem: Path) -> None:
 def main(argv=None) -> int:
     p = ArgumentParser(description=__doc__.splitlines()[0])  # the doors' parser: a bad option is one line, exit 2
     p.add_argument("--root", type=Path, default=ROOT, help="the repository root the records are read from")
-    p.add_argument("--out", type=Path, default=ROOT / "records" / "figure1")
+    p.add_argument("--out", type=Path, default=ROOT / "records" / "archive" / "figure1")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap intervals")
     p.add_argument("--figure-only", action="store_true", help="redraw from <out>/figure1_composite.json")
     args = p.parse_args(argv)
