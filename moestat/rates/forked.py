@@ -20,7 +20,7 @@ libraries are not fork-safe, Windows has no fork), no other live thread, and not
 ``MOESTAT_SWEEP_FORK=0``; everywhere else the sweep takes the loky path as before.
 
 After each round of a sweep :func:`moestat.rates.experiment.run_rates` reads the rows and fits the
-rates in its own process, and draws the figures there once the workers are closed (issue 58: no
+rates in its own process, and draws the figures there once the workers are closed (no
 post-sweep work in a worker, no table kept in one between calls); :meth:`ForkedWorkers.call`
 and :meth:`ForkedWorkers.post` still run a function in the first worker for a caller that wants
 one.  :func:`draw_in_fork` draws the second figure in a child forked for it while the first is

@@ -39,7 +39,7 @@ Budget rule for over-specified fits: ``max_iter = 1000`` (5 times the exact-spec
 Over-specified least squares is near-singular at the truth (the split atoms of a cell can trade
 mass and location almost freely), so Levenberg-Marquardt needs more, not different, iterations:
 with 200, 16 of the 72 perturbed fits of ``fig1b`` stopped at ``max_iter``; with 1000, all 144
-fits (both routers) stopped on ``ftol``, the slowest after 821 iterations (issue 16's measurement,
+fits (both routers) stopped on ``ftol``, the slowest after 821 iterations (the measurement
 "Convergence of over-specified fits", kept in the history that docs/guide/rates.rst links).
 """
 

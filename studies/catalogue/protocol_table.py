@@ -3,7 +3,7 @@ and ``table.txt`` from each entry's ``records/catalogue_protocol/KEY/catalogue.j
 
 Per entry and per prediction: the category as it fell, the prediction's standing (where its exponent
 comes from), and the hypotheses of each run's truth as ``moestat check`` computes them for the run's
-own theorem (:func:`moestat.rates.catalogue_hypotheses.catalogue_hypotheses`, on this checkout's
+own theorem (:func:`moestat.theorems.catalogue_hypotheses.catalogue_hypotheses`, on this checkout's
 package; a report that carries its own hypotheses is read as it is).  The count: entries whose every
 prediction is ``consistent``, and prediction rows by category, split by standing.  An entry not run
 yet is listed as such; nothing is counted for it.
@@ -34,7 +34,7 @@ def _hypotheses(key: str, report: dict) -> list[dict]:
     carried = [{"run": r["label"], **h} for r in report.get("runs", []) for h in (r.get("hypotheses") or [])]
     if carried:
         return carried
-    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+    from moestat.theorems.catalogue_hypotheses import catalogue_hypotheses
 
     return [{"run": h["run"], "router": h["router"], "theorem": h["theorem"], "met": h["met"], "failing": h["failing"]}
             for h in catalogue_hypotheses([key])]

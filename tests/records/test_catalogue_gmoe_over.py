@@ -51,7 +51,7 @@ def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan()
     import math
     from pathlib import Path
 
-    from moestat.rates.catalogue_entries import _OVER_REPS
+    from moestat.theorems.registry import _OVER_REPS
     from moestat.rates.catalogue_views import recorded_fits
 
     d = Path(__file__).resolve().parents[2] / "records" / "archive" / "catalogue" / "gmoe-over4" / "design40" / "gaussian-moe"
@@ -106,7 +106,7 @@ def test_cosine_over_replicates_follow_the_declared_rule_from_its_recorded_plan(
     import math
     from pathlib import Path
 
-    from moestat.rates.catalogue_entries import _COSINE_OVER_REPS
+    from moestat.theorems.registry import _COSINE_OVER_REPS
 
     root = Path(__file__).resolve().parents[2] / "records" / "archive" / "catalogue" / "cosine-over" / "design40"
     fits = json.loads((root / "routers" / "summary.json").read_text())["fits"]
