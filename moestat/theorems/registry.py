@@ -348,9 +348,9 @@ def load(files: list[Path] | None = None) -> tuple[dict[str, Entry], tuple[Theor
     return entries, tuple(theorems.values()), runs_theorems
 
 
-#: The catalogue: entry key -> :class:`Entry`, in the data files' order.
-#: The theorems, in the data files' order (the classical theorem last).
-#: (catalogue entry, run label, router or None) -> the theorem whose hypotheses the run's truth must meet.
+# ENTRIES: entry key -> Entry, in the data files' order; THEOREMS: in the files' order (the classical
+# theorem last); CATALOGUE_THEOREMS: (entry, run label, router or None) -> the theorem whose hypotheses
+# the run's truth must meet.  Loaded once, at import: every reader sees the same registry.
 ENTRIES, THEOREMS, CATALOGUE_THEOREMS = load()
 _BY_KEY = {t.key: t for t in THEOREMS}
 
