@@ -3,7 +3,7 @@
 Parses a scenario (a file, a built-in router or the Gaussian-MoE family) and the grid, prints the
 Fisher information of the truth, the Cramér--Rao sd of every parameter block at each ``n`` and
 the warnings (also on stderr), then the theorem hypotheses of the truth
-(:mod:`moestat.rates.hypotheses`: identifiability conditions and PDE identities by autograd, and
+(:mod:`moestat.theorems.hypotheses`: identifiability conditions and PDE identities by autograd, and
 which theorem's hypotheses the truth meets); ``--json`` writes both reports.  Bad input: one
 line, exit 2.
 """
@@ -18,7 +18,7 @@ from moestat.cli.common import ArgumentParser, NOTHING_KEPT, argtype, name_choic
 from moestat.estimators.memory import parse_memory, scenario_line
 from moestat.io import atomic_write_json, check_output_file, ensure_writable_dir
 from moestat.rates.config import FAMILIES, ROUTERS, SETTINGS, RatesConfig
-from moestat.rates.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
+from moestat.theorems.hypotheses import THEOREMS, check_hypotheses, format_hypotheses
 from moestat.rates.preflight import FRACTION, MC_DRAWS, format_preflight, preflight
 from moestat.rates.resolve import Experiment
 from moestat.resources import check_memory

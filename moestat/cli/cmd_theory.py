@@ -1,4 +1,4 @@
-"""``moestat theory``: argument parsing for :func:`moestat.experiments.theory.run_checks`.
+"""``moestat theory``: argument parsing for :func:`moestat.theorems.checks.run_checks`.
 
 Exit status: 0 when every check passed; 1 when any check failed, was inconclusive or raised; 3
 when none failed but some were skipped (``--allow-skips`` turns that into 0); 2 for bad arguments.
@@ -14,8 +14,8 @@ from typing import Sequence
 from moestat.cli.common import ArgumentParser, add_n_jobs, add_out, add_quiet, add_resume, add_seed, positive_int, prepare_out, usage_errors
 from moestat.io import check_run_config, read_run_config, write_run_config
 from moestat.rates.store import audit_stored_runs
-from moestat.experiments.theory.runner import CHECK_NAMES, MODULES, exit_code, merge_reports, run_checks, totals_line, write_report
-from moestat.experiments.theory.grids import GRIDS, check_grid_memory
+from moestat.theorems.checks.runner import CHECK_NAMES, MODULES, exit_code, merge_reports, run_checks, totals_line, write_report
+from moestat.theorems.checks.grids import GRIDS, check_grid_memory
 
 __all__ = ["build_parser", "main"]
 

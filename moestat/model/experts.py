@@ -13,7 +13,7 @@ A bias inside the activation makes ``phi(a^T x + b)`` satisfy ``x_u dh/db = dh/d
 2505.10860, Definition 1) use to exclude linear experts from strong identifiability.  Their strongly
 identifiable example has no bias inside the activation and an output scale instead,
 ``h(x, (eta1, eta2)) = eta2 * phi(eta1^T x)`` (:func:`scaled_expert`, the scenario-file kinds
-:data:`SCALED_KINDS`); :mod:`moestat.rates.hypotheses` checks which form a truth meets.  That form is
+:data:`SCALED_KINDS`); :mod:`moestat.theorems.hypotheses` checks which form a truth meets.  That form is
 linear in ``eta2`` (``d2h/deta2^2 = 0``), so it fails the second-order half of strong
 identifiability as this package reads Nguyen, Ho & Rinaldo (2024, least squares)
 (``expert_strong_second_order``); the form with neither a bias nor an outer coefficient,

@@ -216,7 +216,7 @@ def scaled_expert(kind: str, d: int) -> "FunctionExpert":
     ``x_u dh/db = dh/da_u`` of ``phi(a^T x + b)`` -- a gate-expert PDE under a linear-score gate --
     has no counterpart.  It is linear in ``eta2`` (``d2h/deta2^2 = 0``, ``h = eta2 dh/deta2``),
     which the linear-gate condition allows but the second-order condition
-    ``expert_strong_second_order`` of :mod:`moestat.rates.hypotheses` does not (:func:`bare_expert`).
+    ``expert_strong_second_order`` of :mod:`moestat.theorems.hypotheses` does not (:func:`bare_expert`).
 
     Parameters
     ----------
@@ -250,7 +250,7 @@ def bare_expert(kind: str, d: int) -> "FunctionExpert":
     """The expert ``h(x, a) = phi(a^T x)``, ``eta = a [d]``: no bias inside ``phi``, no outer coefficient.
 
     A one-neuron feed-forward expert that is strongly identifiable in both halves of this package's
-    reading (:mod:`moestat.rates.hypotheses`): without a bias there is no ``x_u dh/db = dh/da_u``
+    reading (:mod:`moestat.theorems.hypotheses`): without a bias there is no ``x_u dh/db = dh/da_u``
     (the gate-expert PDE of ``phi(a^T x + b)`` under a linear-score gate), and without an outer
     coefficient no second derivative is identically zero (``eta2 * phi(eta1^T x)`` has
     ``d2h/deta2^2 = 0``): ``d2h/da_u da_v = x_u x_v phi''(a^T x)``.

@@ -20,7 +20,7 @@ data streams; :func:`moestat.rates.verdicts.paired_contrast`) lies above 0.  Whe
 slow-rate rule (:mod:`moestat.rates.stability`: curvature, the fast router in the same run, split
 halves -- the vanilla cosine router's Voronoi loss), that category is taken as it is.  An
 entry may name a judging instrument (:attr:`Entry.judge`, e.g. the two-point bounds of
-:mod:`moestat.rates.temperature_two_point` and :mod:`moestat.rates.cosine_two_point`, the latter for
+:mod:`moestat.theorems.judges.temperature_two_point` and :mod:`moestat.theorems.judges.cosine_two_point`, the latter for
 the vanilla cosine router's row in place of the slow-rate rule); its category and reason then replace the slope's and
 the contrast's for the one row of each ``(run, loss)`` it names, whose fixed-truth verdict stays in
 the report beside it (``fixed_truth``).
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from moestat.io import atomic_write_json
-from moestat.rates.catalogue_entries import (ENTRIES, REPORT_SCHEMA, SLOWER, STANDINGS, STATISTIC, THEOREM_STANDING,
+from moestat.theorems.registry import (ENTRIES, REPORT_SCHEMA, SLOWER, STANDINGS, STATISTIC, THEOREM_STANDING,
                                              UNREAD_STANDING, Entry, Paper, Prediction, Run, catalogue_file, entry)
 from moestat.rates.catalogue_config import run_config
-from moestat.rates.catalogue_hypotheses import run_hypotheses
+from moestat.theorems.catalogue_hypotheses import run_hypotheses
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
 from moestat.rates.preflight import preflight, scenario_preflight
@@ -271,7 +271,7 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
 
 
 def run_hypotheses_of(key: str, label: str, run) -> list[dict[str, Any]]:
-    """The computed hypotheses of a run's truth (:func:`moestat.rates.catalogue_hypotheses.run_hypotheses`),
+    """The computed hypotheses of a run's truth (:func:`moestat.theorems.catalogue_hypotheses.run_hypotheses`),
     without the full condition tables: ``router``, ``theorem``, ``cite``, ``met``, ``failing``.
     ``run`` is the run's configuration or its :class:`~moestat.rates.resolve.Experiment`."""
     ex = run if isinstance(run, Experiment) else Experiment.of(run)
@@ -291,7 +291,7 @@ def untested_reason(e: Entry, label: str, quick: bool = False) -> str:
 
 
 #: The category of a row whose run's truth fails the hypotheses of its theorem (computed by
-#: :func:`moestat.rates.catalogue_hypotheses.run_hypotheses`): not judged, counted apart.
+#: :func:`moestat.theorems.catalogue_hypotheses.run_hypotheses`): not judged, counted apart.
 UNMET_CATEGORY = "hypotheses not met"
 #: The category of a row of an untested run (:attr:`Entry.untested`): not fitted, never judged.
 UNTESTED = "untested"

@@ -1,7 +1,7 @@
 """The rates configuration of a catalogue run (:func:`run_config`).
 
 Apart from :mod:`moestat.rates.catalogue` so that what checks a run's truth
-(:mod:`moestat.rates.catalogue_hypotheses`) builds the run's configuration without importing the
+(:mod:`moestat.theorems.catalogue_hypotheses`) builds the run's configuration without importing the
 module that runs and reports it.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moestat.rates.catalogue_entries import STATISTIC, Run, catalogue_file
+from moestat.theorems.registry import STATISTIC, Run, catalogue_file
 from moestat.rates.config import RatesConfig
 
 __all__ = ["run_config"]

@@ -1,7 +1,7 @@
 """Theorems for a user's scenario file: the predictions of every theorem whose hypotheses its truth meets.
 
 ``moestat check`` judges a truth against the theorems of its model class and setting
-(:func:`moestat.rates.hypotheses.check_hypotheses`).  ``moestat rates --scenario FILE`` uses the same
+(:func:`moestat.theorems.hypotheses.check_hypotheses`).  ``moestat rates --scenario FILE`` uses the same
 judgement: for each theorem met, its predicted exponents are attached to the loss columns it speaks
 of, named by the theorem (:func:`file_theorems`), and the theorems whose hypotheses fail are reported
 with the condition that failed -- they give no prediction.
@@ -19,13 +19,15 @@ Where the exponents come from (one place each, no figure written here)
 - A theorem that states only "slower than any polynomial rate" (the vanilla cosine router's
   Theorems 2 and 3; polynomial experts under softmax gating; vanishing multinomial expert
   parameters) labels its Voronoi loss and the parameter errors so, with no exponent.
-- The classical theorem (:data:`moestat.rates.hypotheses.CLASSICAL_KEY`): an exact fit by maximum
+- The classical theorem (:data:`moestat.theorems.hypotheses.CLASSICAL_KEY`): an exact fit by maximum
   likelihood with a nonsingular Fisher information at the truth -> ``n^-1/2`` on every parameter
   loss and the regression function (standing ``own derivation``).  It fills the losses no named
   theorem of the truth speaks of.
 
-The standing of each prediction (:data:`moestat.rates.catalogue.STANDINGS`) is the catalogue entry's
-for the same theorem (its headline prediction), so a file's row says as much as the catalogue's.
+The standing of each prediction (:data:`moestat.theorems.registry.STANDINGS`) is the catalogue entry's
+for the same theorem (its headline prediction, :attr:`moestat.theorems.registry.Theorem.headline`), so a
+file's row says as much as the catalogue's; which table a theorem attaches is its
+:attr:`~moestat.theorems.registry.Theorem.file_table`.
 
 Theorems met whose exponents are not tabulated here (Top-K, Laplace and Gaussian gates, the strongly
 identifiable least-squares theorems, shared experts, non-vanishing multinomial experts) are reported
@@ -39,10 +41,11 @@ from typing import Any, Callable, Mapping
 
 from moestat.data.gaussian_scenarios import gmoe_predicted
 from moestat.data.likelihood_losses import THEOREM_1_GMOE
-from moestat.rates.catalogue_entries import ENTRIES, SLOWER
 from moestat.rates.fit import predicted_exponent
-from moestat.rates.hypotheses import CLASSICAL_CITE, CLASSICAL_KEY, check_hypotheses
+from moestat.theorems.hypotheses import CLASSICAL_CITE, CLASSICAL_KEY, check_hypotheses
 from moestat.rates.labels import LOSS_NAMES
+from moestat.theorems.registry import SLOWER, headline_prediction
+from moestat.theorems.registry import theorem as registry_theorem
 
 __all__ = ["PARAMETER_LOSSES", "file_theorems", "judge_scenario", "format_theorem_report"]
 
@@ -50,43 +53,25 @@ __all__ = ["PARAMETER_LOSSES", "file_theorems", "judge_scenario", "format_theore
 PARAMETER_LOSSES = tuple(c for c in LOSS_NAMES if c != "regression_l2")
 #: The columns a "slower than any polynomial rate" theorem labels: its Voronoi loss and the parameter errors.
 _SLOW_COLUMNS = ("voronoi", "param_single", "param_multi")
-#: theorem key -> (catalogue entry for exact fits, for over-specified fits, the entry's prediction holding
-#: the theorem's headline): where a file's row takes its standing (and a slow theorem its words) from
-_CATALOGUE = {
-    "cosine-thm6": ("cosine-exact", None, "perturbed voronoi"),
-    "cosine-thm5": (None, "cosine-over", "perturbed voronoi"),
-    "cosine-thm2-3": ("cosine-exact", "cosine-over", "cosine voronoi"),
-    "gmoe-softmax": ("gmoe-exact", "gmoe-over3", "voronoi"),
-    "lse-polynomial": (None, "lse-ffn-vs-linear", "D2_ls"),
-    "multinomial-vanishing": ("multinomial-moe", "multinomial-moe", "D1"),
-}
-#: the catalogue prediction of a slow theorem, by run (an entry holding a fast and a slow arm)
-_SLOW_RUN = {"lse-polynomial": "linear", "multinomial-vanishing": "vanishing"}
 _CLASSICAL_STANDING = "own derivation"
 _CLASSICAL_SOURCE = (f"{CLASSICAL_CITE}: an exact fit's maximum-likelihood estimate is asymptotically normal at "
                      "n^-1/2 in every parameter (textbook asymptotics of a regular MLE, e.g. van der Vaart 1998, "
                      "Theorem 5.39), so is every loss Lipschitz in the parameters near the truth")
 
 
-def _catalogue_prediction(theorem: str, setting: str):
-    """The catalogue's :class:`~moestat.rates.catalogue.Prediction` of ``theorem``'s headline loss."""
-    exact, over, loss = _CATALOGUE[theorem]
-    entry = ENTRIES[exact if setting == "exact" else over]
-    run = _SLOW_RUN.get(theorem)
-    return next(p for p in entry.predictions if p.loss == loss and (run is None or p.run == run))
-
-
 def _table(theorem: str, scenario) -> dict[str, float | None]:
-    """Column -> exponent (``None``: slower than any polynomial rate) of a met theorem; ``{}`` if none is tabulated."""
-    if theorem in ("cosine-thm6", "cosine-thm5"):
+    """Column -> exponent (``None``: slower than any polynomial rate) of a met theorem; ``{}`` if none is tabulated
+    (the theorem's :attr:`~moestat.theorems.registry.Theorem.file_table`)."""
+    kind = registry_theorem(theorem).file_table
+    if kind == "perturbed-router":
         table = {c: predicted_exponent("perturbed", scenario.setting, c) for c in PARAMETER_LOSSES}
         return {c: v for c, v in table.items() if v is not None}
-    if theorem == "gmoe-softmax":
+    if kind == "gmoe":
         table = gmoe_predicted(int(scenario.k_fit), int(scenario.truth.n_atoms))
         return {c: v for c, v in table.items() if v is not None}
-    if theorem in ("cosine-thm2-3", "lse-polynomial", "multinomial-vanishing"):
+    if kind == "slow":
         return {c: None for c in _SLOW_COLUMNS}
-    if theorem == CLASSICAL_KEY:
+    if kind == "classical":
         return {c: -0.5 for c in ("voronoi", "param_single", "mass", "regression_l2")}
     return {}
 
@@ -95,7 +80,7 @@ def _where(theorem: str, cite: str, setting: str) -> tuple[str, str, str]:
     """``(name, standing, source)`` of a theorem's predictions in a file's table."""
     if theorem == CLASSICAL_KEY:
         return CLASSICAL_CITE, _CLASSICAL_STANDING, _CLASSICAL_SOURCE
-    p = _catalogue_prediction(theorem, setting)
+    p = headline_prediction(theorem, setting)
     if theorem == "gmoe-softmax":  # Theorems 1 and 2: the setting's one
         name = "Nguyen, Nguyen & Ho (2023), Theorem " + ("1" if setting == "exact" else "2")
         return name, p.standing, THEOREM_1_GMOE if setting == "exact" else f"{name}: over-specified softmax-gated " \
@@ -112,7 +97,7 @@ def judge_scenario(scenario) -> dict[str, Any]:
     Parameters
     ----------
     scenario : FileScenario
-        A user's scenario (any object :func:`~moestat.rates.hypotheses.check_hypotheses` reads).
+        A user's scenario (any object :func:`~moestat.theorems.hypotheses.check_hypotheses` reads).
 
     Returns
     -------

@@ -248,7 +248,7 @@ def slope_with_interval(
     exponent ``a`` of a loss that decays as ``n^a``.  The interval is the envelope of the replicate
     bootstrap (:func:`bootstrap_slope`) and the OLS t-interval of the log-of-mean fit
     (:func:`log_mean_fit`): never narrower than either.  Used by :func:`fit_rates` for every rate in
-    ``summary.json`` and by the theory checks (:mod:`moestat.experiments.theory`); judging the slope
+    ``summary.json`` and by the theory checks (:mod:`moestat.theorems.checks`); judging the slope
     against a prediction is :func:`fit_rates`' (the verdicts), not this function's.
 
     Parameters

@@ -5,7 +5,7 @@ prediction with an exponent against its measured slope) from each entry's
 
 Per entry and per prediction: the category as it fell, the prediction's standing (where its exponent
 comes from), and the hypotheses of each run's truth as ``moestat check`` computes them for the run's
-own theorem (:func:`moestat.rates.catalogue_hypotheses.catalogue_hypotheses`, on this checkout's
+own theorem (:func:`moestat.theorems.catalogue_hypotheses.catalogue_hypotheses`, on this checkout's
 package; a report that carries its own hypotheses is read as it is).  The count: entries whose every
 prediction is ``consistent``, and prediction rows by category, split by standing.  An entry not run
 yet is listed as such; nothing is counted for it.
@@ -36,7 +36,7 @@ def _hypotheses(key: str, report: dict) -> list[dict]:
     carried = [{"run": r["label"], **h} for r in report.get("runs", []) for h in (r.get("hypotheses") or [])]
     if carried:
         return carried
-    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+    from moestat.theorems.catalogue_hypotheses import catalogue_hypotheses
 
     return [{"run": h["run"], "router": h["router"], "theorem": h["theorem"], "met": h["met"], "failing": h["failing"]}
             for h in catalogue_hypotheses([key])]
@@ -108,9 +108,9 @@ def count_rst(summary: dict) -> str:
     """The count as it fell, in reStructuredText (``docs/guide/catalogue.rst`` includes it).
 
     A theorem reproduction is a ``consistent`` row whose prediction was read in the paper's full text
-    (``moestat.rates.catalogue_entries.THEOREM_STANDING``); every other consistent row is a qualitative
+    (``moestat.theorems.registry.THEOREM_STANDING``); every other consistent row is a qualitative
     claim or of lower standing, and rows whose exponent was not read are counted apart."""
-    from moestat.rates.catalogue_entries import THEOREM_STANDING, UNREAD_STANDING
+    from moestat.theorems.registry import THEOREM_STANDING, UNREAD_STANDING
 
     rows = [r for e in summary["entries"] if e["run"] for r in e["predictions"]]
     cons = [r for r in rows if r["category"] == "consistent"]

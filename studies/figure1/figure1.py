@@ -7,7 +7,7 @@ For each panel:
 * top: the fixed-truth curves of the paper's Voronoi loss for both routers (least squares started
   near the truth, mean +- 2 SE per n; ``D_3 = D_{1,1}`` exact, ``D_2`` over-specified, as the rates
   engine computes them), and the Le Cam two-point lower bounds on the minimax risk
-  (:mod:`moestat.rates.two_point`; radial witness of App. B.2 in (a), split witness of App. B.3 in
+  (:mod:`moestat.theorems.judges.two_point`; radial witness of App. B.2 in (a), split witness of App. B.3 in
   (b); vanilla loss ``D_{1,1}``, perturbed ``D_3`` in (a) and ``D_2`` in (b)) with their Monte
   Carlo bands (kappa +- 2 SE);
 * bottom: the decomposition of the ``beta1`` error of the same fits, radial
@@ -85,8 +85,8 @@ def rate_runs(args) -> dict[str, Path]:
                     raise SystemExit(f"figure1: {src / f} is missing (run moestat theory --quick --out {args.rates_from} first)")
                 shutil.copyfile(src / f, dest / f)
         else:
-            from moestat.experiments.theory.framework import Context
-            from moestat.experiments.theory.grids import exact_run, over_run
+            from moestat.theorems.checks.framework import Context
+            from moestat.theorems.checks.grids import exact_run, over_run
 
             # the theory checks' own configurations (grids.py), so the figure shows the data they judge
             ctx = Context("quick", args.out / "_theory", seed=args.seed, resume=True)
@@ -123,7 +123,7 @@ def fixed_truth(folder: Path) -> dict:
 def bounds(args) -> dict:
     """Two-point curves, radial witness (exact) and split witness (over), both routers."""
     from moestat.data.synthetic import make_scenario
-    from moestat.rates.two_point import loglog_slope, two_point_curve
+    from moestat.theorems.judges.two_point import loglog_slope, two_point_curve
 
     ns = np.logspace(2, 7, 21)
     rec = {}

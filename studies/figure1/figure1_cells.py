@@ -13,7 +13,7 @@ the vanilla router, their direction is.
 
 This script refits every fit of a finished rate run (every router it ran, or ``--routers``),
 exactly as the sweep fitted it -- the sweep's own data streams, starts and estimator seeds, one thread
-(:func:`moestat.experiments.theory.vanilla_slow.refit_unit_cells`, the code behind ``thm3``'s rule
+(:func:`moestat.theorems.checks.vanilla_slow.refit_unit_cells`, the code behind ``thm3``'s rule
 (c')) -- and writes one row per fit with the per-atom errors
 (:func:`moestat.losses.cell_errors.beta1_decomposition`), the size of each atom's own cell and its
 mass ``exp(beta0_i)``.  It also compares the refit's largest radial and directional errors with
@@ -62,7 +62,7 @@ def refit_rows(run: Path, routers: tuple[str, ...], ns: list[int] | None) -> lis
     Returns one dict per fit: ``router``, ``n``, ``replicate``, ``radial``, ``direction``,
     ``cell_size``, ``mass`` (lists of length ``k``, one entry per fitted atom).
     """
-    from moestat.experiments.theory.vanilla_slow import refit_unit_cells
+    from moestat.theorems.checks.vanilla_slow import refit_unit_cells
     from moestat.rates import RatesConfig
     from moestat.rates.sweep import make_units
 

@@ -33,7 +33,7 @@ Columns: the paper's Voronoi loss of the least-squares fit (``D_3`` in (a), whic
 ``D_2`` in (b)); the same loss with every ``beta1`` replaced by its direction (``voronoi_direction``,
 :func:`moestat.losses.direction_only`: the part the vanilla router identifies, PDE (4)), with the vanilla
 router's full loss drawn beside it; the Le Cam two-point lower bounds on the minimax risk
-(:mod:`moestat.rates.two_point`; radial witness of App. B.2 in (a), ``records/two_point/two_point.json``;
+(:mod:`moestat.theorems.judges.two_point`; radial witness of App. B.2 in (a), ``records/two_point/two_point.json``;
 split witness of App. B.3 in (b), ``records/figure1/figure1.json``), which are computed, not simulated;
 and the **mechanism** (column 4, the JSON's key ``mechanism``; column 2 of the retired composite figure, whose script and
 outputs are in ``records/archive/figure1/``): the ``beta1`` error split into its radial part

@@ -2,7 +2,7 @@
 
 Record: none (a print-only check; its printed numbers are quoted in docs/guide/theory.rst).
 
-For the pair (G, G'_t) of :func:`moestat.rates.two_point.split_witness` (atom 1 of the default
+For the pair (G, G'_t) of :func:`moestat.theorems.judges.two_point.split_witness` (atom 1 of the default
 over-specified scenario), prints the smallest ratio ``[D2(Gh, G) + D2(Gh, G'_t)] / D2(G'_t, G)``
 over two families of candidate estimates ``Gh``: 20 000 split measures (radii ``1 - a``, ``1 + b``
 with ``|a|, |b| <= 2t``, masses ``w/2 (1 -+ m)`` with ``|m| <= 0.5``, every coordinate jittered) and
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from moestat.data.synthetic import make_scenario  # noqa: E402
 from moestat.model.mixing import MixingMeasure  # noqa: E402
 from moestat.losses.voronoi import voronoi_loss  # noqa: E402
-from moestat.rates.two_point import split_witness  # noqa: E402
+from moestat.theorems.judges.two_point import split_witness  # noqa: E402
 sc = make_scenario("perturbed", "over"); G = sc.truth.numpy(); j = 1
 rng = np.random.default_rng(0)
 for t in (0.3, 0.1, 0.03, 0.01, 0.003, 0.001):

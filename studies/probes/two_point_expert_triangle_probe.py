@@ -2,7 +2,7 @@
 
 Record: none (a print-only check; its printed numbers are quoted in docs/guide/theory.rst).
 
-For the pair (G, G'_t) of :func:`moestat.rates.expert_two_point.expert_split_witness` (atom 0 of the
+For the pair (G, G'_t) of :func:`moestat.theorems.judges.expert_two_point.expert_split_witness` (atom 0 of the
 entry's linear truth, ``u = (1, 1, 1) / sqrt 3``), prints the smallest ratio
 ``[D2_ls(Gh, G) + D2_ls(Gh, G'_t)] / D2_ls(G'_t, G)`` over two families of candidate estimates ``Gh``:
 20 000 split measures (halves at ``eta - a u`` and ``eta + b u`` with ``a, b`` in ``[-2t, 2t]``, masses
@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 from moestat.losses.voronoi_spec import voronoi_loss_from_spec  # noqa: E402
 from moestat.model.mixing import MixingMeasure  # noqa: E402
-from moestat.rates.expert_two_point import LINEAR_FILE, entry_scenario, expert_split_witness  # noqa: E402
+from moestat.theorems.judges.expert_two_point import LINEAR_FILE, entry_scenario, expert_split_witness  # noqa: E402
 
 
 def rep(G, M):

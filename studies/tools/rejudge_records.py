@@ -6,7 +6,7 @@ No model is refitted and no row of ``results.csv`` / ``extras.csv`` changes:
   ``provenance.json`` and ``summary.json`` is re-judged by :func:`moestat.rates.experiment.rejudge_run`
   (its ``summary.json`` rewritten with the new fits and a ``rejudged`` field);
 * ``records/theory/quick/theory_report.json`` (and ``.md``): the five Theorem 5 checks of
-  :mod:`moestat.experiments.theory.over_strong` recomputed from the re-judged
+  :mod:`moestat.theorems.checks.over_strong` recomputed from the re-judged
   ``rates/quick-over-thm5/summary.json`` beside it, exactly as
   ``tests/records/test_over_strong_causes_records.py`` recomputes them; the report's other checks were
   judged on runs whose rows were not kept, and are left as recorded (the report's ``rejudged`` field
@@ -50,9 +50,9 @@ def current_run_folders(root: Path = ROOT) -> list[Path]:
 def rejudge_theory_report(folder: Path, key: str, date: str) -> dict:
     """Recompute the over_strong checks of ``folder/theory_report.json`` from ``rates/<key>/summary.json``
     and rewrite the report (json and md); returns the new report."""
-    from moestat.experiments.theory import over_strong
-    from moestat.experiments.theory.framework import CheckResult, Context
-    from moestat.experiments.theory.runner import write_report
+    from moestat.theorems.checks import over_strong
+    from moestat.theorems.checks.framework import CheckResult, Context
+    from moestat.theorems.checks.runner import write_report
 
     old = json.loads((folder / "theory_report.json").read_text(encoding="utf-8"))
     summary = json.loads((folder / "rates" / key / "summary.json").read_text(encoding="utf-8"))

@@ -4,7 +4,7 @@
 several CPU-hours, so it was recorded module by module (``moestat theory --full --only MODULE``, the
 folders ``records/theory/full_*``).  This gathers those reports into ``records/theory/full/`` with the
 package's door, ``moestat theory --merge FOLDER... --out DIR``
-(:func:`moestat.experiments.theory.runner.merge_reports`), running nothing: each check keeps the
+(:func:`moestat.theorems.checks.runner.merge_reports`), running nothing: each check keeps the
 verdict, numbers and details of the run that recorded it, and its ``note`` names that folder and
 command.  Checks come in the quick report's order; a check of the quick report with no full record,
 or held by two records, is refused (exit 2), so the index cannot silently drop one.
@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from moestat.cli.common import ArgumentParser
-from moestat.experiments.theory.framework import CheckResult
-from moestat.experiments.theory.runner import merge_reports, write_report
+from moestat.theorems.checks.framework import CheckResult
+from moestat.theorems.checks.runner import merge_reports, write_report
 
 HERE = Path(__file__).resolve().parents[2] / "records" / "theory"
 

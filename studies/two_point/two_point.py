@@ -4,10 +4,10 @@ Two measurements, both routers, the default exact-specified scenario (``make_sce
 "exact")``: d = 4, k* = 3, dense gate, GELU experts, nu = 0.01, tau = 0.5):
 
 1. **Le Cam two-point lower bound** along the proof's radial witness (App. B.2):
-   :func:`moestat.rates.two_point.two_point_curve` for n = 1e2 .. 1e7 (no fitting: the bound is a
+   :func:`moestat.theorems.judges.two_point.two_point_curve` for n = 1e2 .. 1e7 (no fitting: the bound is a
    property of the model).  Loss ``D_{1,1}`` for the vanilla router (Theorem 2), ``D_3`` (eq. 16,
    Theorem 6) for the perturbed one.
-2. **The mechanism per fit**: :func:`moestat.rates.two_point.radial_mechanism` -- the radial and
+2. **The mechanism per fit**: :func:`moestat.theorems.judges.two_point.radial_mechanism` -- the radial and
    directional beta1 errors of the near-truth start and of the least-squares fit, paired per
    replicate, on the rates engine's streams.
 
@@ -30,7 +30,7 @@ from moestat.cli.common import ArgumentParser, positive_int
 from moestat.data.synthetic import make_scenario
 from moestat.io import atomic_write_json
 from moestat.rates.fit import slope_with_interval
-from moestat.rates.two_point import loglog_slope, radial_mechanism, two_point_curve
+from moestat.theorems.judges.two_point import loglog_slope, radial_mechanism, two_point_curve
 
 ROUTERS = ("cosine", "perturbed")
 LABEL = {"cosine": "vanilla cosine", "perturbed": "perturbed cosine (tau = 0.5)"}

@@ -29,7 +29,7 @@ def _part_report(folder, mode, names, command):
 def test_merge_gathers_partial_full_runs_in_the_package_order(tmp_path, capsys):
     import json
 
-    from moestat.experiments.theory.runner import CHECK_NAMES
+    from moestat.theorems.checks.runner import CHECK_NAMES
 
     names = list(CHECK_NAMES)
     _part_report(tmp_path / "b", "full", names[1:], "moestat theory --full --only rest")
@@ -42,7 +42,7 @@ def test_merge_gathers_partial_full_runs_in_the_package_order(tmp_path, capsys):
 
 def test_merge_refuses_a_missing_or_doubled_check_in_one_line(tmp_path, capsys):
     from moestat.cli.main import main as moestat_main
-    from moestat.experiments.theory.runner import CHECK_NAMES
+    from moestat.theorems.checks.runner import CHECK_NAMES
 
     names = list(CHECK_NAMES)
     _part_report(tmp_path / "a", "full", names[:-1], "x")

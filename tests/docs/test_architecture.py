@@ -10,7 +10,7 @@ PACKAGE = ROOT / "moestat"
 
 def _table_rows() -> set[tuple[str, str]]:
     """``(package, file name)`` of every row of the page's module table; the package is the bold
-    heading row above it (``moestat/`` for the top level, ``experiments/theory/`` for a subpackage)."""
+    heading row above it (``moestat/`` for the top level, ``theorems/checks/`` for a subpackage)."""
     lines = PAGE.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if re.match(r"module\s+holds$", line))
     border = lines[start - 1]
@@ -43,7 +43,7 @@ def _modules() -> set[tuple[str, str]]:
 def test_the_table_parses():
     rows = _table_rows()
     assert ("moestat/", "io.py") in rows and ("rates/", "sweep.py") in rows
-    assert ("experiments/theory/", "over_strong.py") in rows
+    assert ("theorems/checks/", "over_strong.py") in rows
 
 
 def test_the_architecture_page_names_every_module():

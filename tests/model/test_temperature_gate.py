@@ -16,7 +16,7 @@ from moestat.model.temperature_gate import TEMPERATURE
 from moestat.rates import catalogue as cat
 from moestat.rates.config import RatesConfig
 from moestat.rates.resolve import build_scenario
-from moestat.rates.temperature_two_point import scale_two_point, scale_witness
+from moestat.theorems.judges.temperature_two_point import scale_two_point, scale_witness
 
 t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
 

@@ -245,7 +245,7 @@ def test_laplace_predictions_are_marked_as_figure_3_slopes_not_theorem_exponents
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["laplace-gmoe", "topk-over", "shared-sigmoid"])
 def test_the_new_truths_meet_their_theorem_and_the_grids_start_above_n_ok(key):
-    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+    from moestat.theorems.catalogue_hypotheses import catalogue_hypotheses
     from moestat.rates.preflight import preflight
     from moestat.rates.resolve import build_scenario
 
@@ -288,7 +288,7 @@ def test_the_catalogue_window_starts_at_the_first_size_above_the_preflight_n_ok(
 def test_every_prediction_states_the_standing_of_its_source_from_the_vocabulary():
     assert cat.STANDINGS[0] == cat.THEOREM_STANDING == "full text" and cat.UNREAD_STANDING in cat.STANDINGS
     assert {"full text", "abstract", "digest", "figure slope", "own derivation"} <= set(cat.STANDINGS)
-    src = (ROOT / "moestat" / "rates" / "catalogue_entries.py").read_text(encoding="utf-8")
+    src = (ROOT / "moestat" / "theorems" / "registry.py").read_text(encoding="utf-8")
     for s in cat.STANDINGS:
         assert f"#: - ``{s}``:" in src, s  # the definitions live beside the constant
     for e in cat.ENTRIES.values():

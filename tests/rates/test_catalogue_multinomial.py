@@ -38,7 +38,7 @@ def test_every_experts_class_probabilities_stay_above_one_percent():
 
 @pytest.mark.slow
 def test_the_truths_meet_their_theorem_and_the_grids_start_above_n_ok():
-    from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
+    from moestat.theorems.catalogue_hypotheses import catalogue_hypotheses
     from moestat.rates.preflight import preflight
     from moestat.rates.resolve import build_scenario
 

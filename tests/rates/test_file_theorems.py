@@ -14,7 +14,7 @@ from moestat.data.scenario_files import load_scenario
 from moestat.rates import RatesConfig
 from moestat.rates.experiment import format_table
 from moestat.rates.fit import fit_experiment
-from moestat.rates.hypotheses import CLASSICAL_CITE, check_hypotheses
+from moestat.theorems.hypotheses import CLASSICAL_CITE, check_hypotheses
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import RESULT_COLUMNS
 

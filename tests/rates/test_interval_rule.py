@@ -169,8 +169,8 @@ def test_rates_door_judges_a_declared_log_factor_against_both_slopes():
 
 
 def test_theory_door_reports_near_and_never_passes_it():
-    from moestat.experiments.theory.framework import slope_verdict
-    from moestat.experiments.theory.runner import exit_code, totals_line
+    from moestat.theorems.checks.framework import slope_verdict
+    from moestat.theorems.checks.runner import exit_code, totals_line
 
     fit = {"slope": -0.32, "ci_low": -0.40, "ci_high": -0.24, "predicted": -0.5, "sided": "two", "consistent": False,
            "category": "near", "reason": "from the engine"}
@@ -226,8 +226,8 @@ def test_no_module_reimplements_the_interval_rule():
                 offenders.append(f"{path}: MAX_CI_WIDTH assigned")
     assert not offenders, offenders
     # and the doors import the rule
-    for rel in ("moestat/rates/stability.py", "moestat/experiments/theory/framework.py",
-                "moestat/experiments/theory/vanilla_slow.py"):
+    for rel in ("moestat/rates/stability.py", "moestat/theorems/checks/framework.py",
+                "moestat/theorems/checks/vanilla_slow.py"):
         assert "judge_interval" in (ROOT / rel).read_text(encoding="utf-8"), rel
 
 
@@ -270,8 +270,8 @@ def test_categorize_says_contains_both_only_when_the_interval_covers_the_predict
 def test_theory_report_counts_near_apart_and_shows_sided(tmp_path):
     import json
 
-    from moestat.experiments.theory.framework import slope_verdict
-    from moestat.experiments.theory.runner import write_report
+    from moestat.theorems.checks.framework import slope_verdict
+    from moestat.theorems.checks.runner import write_report
 
     fit = {"slope": -0.32, "ci_low": -0.40, "ci_high": -0.24, "predicted": -0.5, "sided": "two", "category": "near",
            "reason": "engine"}

@@ -51,7 +51,6 @@ def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan()
     import math
     from pathlib import Path
 
-    from moestat.rates.catalogue_entries import _OVER_REPS
     from moestat.rates.catalogue_views import recorded_fits
 
     d = Path(__file__).resolve().parents[2] / "records" / "archive" / "catalogue" / "gmoe-over4" / "design40" / "gaussian-moe"
@@ -59,7 +58,7 @@ def test_gmoe_over4_replicates_follow_the_declared_rule_from_its_recorded_plan()
     assert config["reps"] == 40 and config["chunk"] == 5
     fits = recorded_fits(d)
     needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None)
-    assert 5 * math.ceil(needed / 4 / 5) == _OVER_REPS[4] == _full("gmoe-over4")["reps"] == 85
+    assert 5 * math.ceil(needed / 4 / 5) == _full("gmoe-over4")["reps"] == 85  # the entry's data file
 
 
 def _cell_script():
@@ -106,12 +105,10 @@ def test_cosine_over_replicates_follow_the_declared_rule_from_its_recorded_plan(
     import math
     from pathlib import Path
 
-    from moestat.rates.catalogue_entries import _COSINE_OVER_REPS
-
     root = Path(__file__).resolve().parents[2] / "records" / "archive" / "catalogue" / "cosine-over" / "design40"
     fits = json.loads((root / "routers" / "summary.json").read_text())["fits"]
     needed = max(f["plan"]["reps_needed"] for f in fits if f["predicted"] is not None and f["router"] == "perturbed")
-    assert 4 * math.ceil(needed / 4 / 4) == _COSINE_OVER_REPS == _full("cosine-over")["reps"] == 324
+    assert 4 * math.ceil(needed / 4 / 4) == _full("cosine-over")["reps"] == 324  # the entry's data file
 
 
 def test_gmoe_over4_record_is_the_20k_record_grown_by_its_two_ladder_sizes():

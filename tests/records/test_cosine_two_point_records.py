@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 import pytest
 from moestat.rates import catalogue as cat
-from moestat.rates import cosine_two_point as ctp
+from moestat.theorems.judges import cosine_two_point as ctp
 
 ROOT = Path(__file__).resolve().parents[2]
 

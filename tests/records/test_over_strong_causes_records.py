@@ -2,8 +2,8 @@
 
 import pytest
 from json_close import same_numbers
-from moestat.experiments.theory import over_strong
-from moestat.experiments.theory.framework import Context
+from moestat.theorems.checks import over_strong
+from moestat.theorems.checks.framework import Context
 
 
 @pytest.mark.parametrize("folder, key", [("quick_thm5_causes", "quick-over"), ("quick", "quick-over-thm5")])
@@ -63,7 +63,7 @@ def test_thm5_quick_reps_is_the_recorded_pilots_count():
     # the check rule's width cap when the count was derived (since replaced by the interval rule's
     # moestat.rates.verdicts.MAX_CI_WIDTH of 1/4): the count recomputes from the cap it was sized for
     MAX_CI_WIDTH = 1.0
-    from moestat.experiments.theory.grids import GRIDS, THM5_QUICK_REPS, thm5_quick_reps
+    from moestat.theorems.checks.grids import GRIDS, THM5_QUICK_REPS, thm5_quick_reps
 
     root = Path(__file__).resolve().parents[2] / "records" / "archive" / "theory" / "quick_thm5_causes"
     checks = {c["name"]: c for c in json.loads((root / "theory_report.json").read_text())["checks"]}

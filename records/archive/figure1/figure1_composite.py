@@ -35,7 +35,7 @@ least squares started near the truth with noise 0.05).  Columns:
    design (40 replicates, n = 4000 .. 65000): the perturbed router from ``fig1b40w``
    (``cells_fig1b40w_seed0.json``), the vanilla router from ``fig1b40wv``
    (``cells_fig1b40wv_seed0.json``), paired fit by fit (same data and starts).
-3. **two-point (Le Cam) lower bounds** on the minimax risk (:mod:`moestat.rates.two_point`):
+3. **two-point (Le Cam) lower bounds** on the minimax risk (:mod:`moestat.theorems.judges.two_point`):
    (a) the radial witness of App. B.2 (``two_point.json``, m = 1e5 Monte Carlo inputs), (b) the
    split witness of App. B.3 (``figure1.json``, m = 5e4); the band is ``kappa +- 2 SE`` of the
    Monte Carlo KL rate (zero for the vanilla router: KL = 0 exactly by PDE (4)).

@@ -1,7 +1,7 @@
 """Every catalogue run's truth against its own theorem's hypotheses, and the proposed replacements.
 
-Runs :func:`moestat.rates.catalogue_hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
-reproduce`` builds them) and :func:`moestat.rates.hypotheses.check_hypotheses` on the proposals of
+Runs :func:`moestat.theorems.catalogue_hypotheses.catalogue_hypotheses` (the shipped truths, as ``moestat
+reproduce`` builds them) and :func:`moestat.theorems.hypotheses.check_hypotheses` on the proposals of
 ``proposals.py``; writes ``hypotheses.json`` next to this file and prints one line per run
 (see ``records/declarations/catalogue/README.md``)::
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from moestat.cli.common import ArgumentParser
 from moestat.io import atomic_write_json
-from moestat.rates.catalogue_hypotheses import catalogue_hypotheses
-from moestat.rates.hypotheses import check_hypotheses
+from moestat.theorems.catalogue_hypotheses import catalogue_hypotheses
+from moestat.theorems.hypotheses import check_hypotheses
 
 HERE = Path(__file__).resolve().parent
 #: proposal function -> (entry, run, theorem)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
         props.append({"proposal": f"proposals.py:{fn}", "entry": entry, "run": run, "theorem": th, "met": t["met"],
                       "failing": t["failing"], "conditions": _short(rep)})
         print(f"proposal {fn:<28} {entry}/{run}: {th} {'MEETS' if t['met'] else 'FAILS'} {'; '.join(t['failing'])}")
-    out = {"rule": "moestat.rates.hypotheses", "runs": rows, "proposals": props}
+    out = {"rule": "moestat.theorems.hypotheses", "runs": rows, "proposals": props}
     atomic_write_json(HERE / "hypotheses.json", out)
     return out
 
