@@ -24,6 +24,7 @@ its ``[[record]]`` to ``records/index.toml``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -229,7 +230,7 @@ def record(key: str, outroot: Path, src: Path) -> None:
         shutil.rmtree(dest)
     shutil.copytree(folder, dest)
     how = {"command": f"SRC=<git archive of {commit}> OUTROOT=<folder> studies/catalogue/run_protocol.sh {key} "
-                      f"(OMP_NUM_THREADS=1 nice -n 10 python -m moestat reproduce {key} --protocol --n-jobs 2 --quiet "
+                      f"(OMP_NUM_THREADS=1 nice -n 10 python -m moestat reproduce {key} --protocol --n-jobs {os.environ.get('N_JOBS', '2')} --quiet "
                       "--out OUTROOT/KEY, timed by /usr/bin/time -v)",
            "commit": commit, "log": log, "time": timing,
            "machine": "the project's 2-core machine, shared with other jobs (load average 6 to 11 during the runs)",
