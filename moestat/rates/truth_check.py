@@ -58,6 +58,13 @@ the truth is counted (``truth_check = below_truth``), never dropped.  A sweep wi
 reported as its one start left it, and one worse than the truth is ``below_truth`` -- the one-start
 procedure of Nguyen et al. (2024), App. E.1 (``--preset fig1_paper``).  Every start has its own
 stream ``SeedSequence(seed, spawn_key=(n, replicate, 7, round, s))``.
+
+**What a fit worse than the truth costs, at most**: one fit from the truth (least squares, where
+the truth is representable) and ``ANSWER_ROUNDS`` rounds of ``ANSWER_JITTER + ANSWER_NEAR +
+ANSWER_RANDOM`` starts, i.e. at most 17 more fits per replicate, then its row is written once --
+never refitted in a loop.  The answer's fits run in batches of at most the unit's number of
+replicates (:func:`_fit_in_batches`), so its peak memory is the unit's own fit's, whatever the
+number of fits found worse than the truth.
 """
 
 from __future__ import annotations

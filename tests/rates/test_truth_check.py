@@ -199,6 +199,8 @@ def test_the_answer_is_bounded_and_fits_in_batches_of_the_units_size(monkeypatch
     per_replicate = tc.ANSWER_JITTER + tc.ANSWER_NEAR + tc.ANSWER_RANDOM
     assert sum(b[1] for b in answer) <= tc.ANSWER_ROUNDS * per_replicate * found
     assert len([b for b in batches if b[0] == (10,)]) <= 1  # the truth-start check: one batch at most
+    # the bound the module states is the constants' (docs/guide/rates.rst states it too)
+    assert f"at most {1 + tc.ANSWER_ROUNDS * per_replicate} more fits" in " ".join(tc.__doc__.split())
 
 
 def test_the_answer_keeps_the_same_fits_whatever_the_batch():
