@@ -44,7 +44,8 @@ def scipy_reference_fit(
     :func:`~moestat.estimators.levenberg_marquardt.predict_and_jacobian`, checked against
     autograd), the same start, the same box (``method="trf"``; ``"lm"`` ignores the box) and,
     if ``temperatures`` is given, the same continuation stages (each stage with
-    ``ftol = xtol = 1e-6`` and at most 30 Jacobian evaluations, as in
+    ``ftol = xtol =`` :data:`~moestat.estimators.lse.STAGE_FTOL` and at most
+    :data:`~moestat.estimators.lse.STAGE_MAX_ITER` function evaluations, as in
     :class:`~moestat.estimators.lse.LeastSquaresMoE`).
 
     Parameters

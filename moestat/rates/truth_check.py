@@ -58,6 +58,13 @@ the truth is counted (``truth_check = below_truth``), never dropped.  A sweep wi
 reported as its one start left it, and one worse than the truth is ``below_truth`` -- the one-start
 procedure of Nguyen et al. (2024), App. E.1 (``--preset fig1_paper``).  Every start has its own
 stream ``SeedSequence(seed, spawn_key=(n, replicate, 7, round, s))``.
+
+**What a fit worse than the truth costs, at most**: one fit from the truth (least squares, where
+the truth is representable) and ``ANSWER_ROUNDS`` rounds of ``ANSWER_JITTER + ANSWER_NEAR +
+ANSWER_RANDOM`` starts, i.e. at most 17 more fits per replicate, then its row is written once --
+never refitted in a loop.  The answer's fits run in batches of at most the unit's number of
+replicates (:func:`_fit_in_batches`), so its peak memory is the unit's own fit's, whatever the
+number of fits found worse than the truth.
 """
 
 from __future__ import annotations
@@ -422,10 +429,9 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
                 owner.append(i)
                 s += 1
         owner = np.asarray(owner)
-        ex = fit_starts(unit, scenario, X[owner], Y[owner], starts, 8, rnd)
-        crit = fit_criterion(scenario, kind, ex, X[owner], Y[owner])
+        fits = _fit_in_batches(unit, scenario, X, Y, owner, starts, kind, (8, rnd))
+        crit = fits["criterion"]
         sign = -1.0 if kind == "sse" else 1.0  # larger is better after the sign
-        P = ex.params_.numpy()
         for i in todo:
             mine = np.flatnonzero(owner == i)
             starts_tried[i] += mine.size
@@ -434,14 +440,52 @@ def answer_below_truth(unit, scenario, X: np.ndarray, Y: np.ndarray, state: dict
             cur = sign * state["criterion"][i] if np.isfinite(state["criterion"][i]) else -np.inf
             if np.isfinite(crit[j]) and sign * crit[j] > cur:
                 for name in ("beta0", "beta1", "eta"):
-                    getattr(state["params"], name)[i] = getattr(P, name)[j]
+                    getattr(state["params"], name)[i] = fits[name][j]
                 state["criterion"][i] = crit[j]
-                state["objective"][i] = float(np.asarray(ex.objective_)[j])
-                state["converged"][i] = bool(np.asarray(ex.converged_)[j])
-                state["n_iter"][i] = int(np.asarray(ex.n_iter_)[j])
-                state["status"][i] = str(ex.status_[j])
+                state["objective"][i] = float(fits["objective"][j])
+                state["converged"][i] = bool(fits["converged"][j])
+                state["n_iter"][i] = int(fits["n_iter"][j])
+                state["status"][i] = str(fits["status"][j])
     state["rounds"], state["starts"] = rounds, starts_tried
     return state
+
+
+def _fit_in_batches(unit, scenario, X: np.ndarray, Y: np.ndarray, owner: np.ndarray, starts: list, kind: str,
+                    stream: tuple[int, ...]) -> dict[str, Any]:
+    """The answer's fits (start ``starts[j]`` on replicate ``owner[j]`` of ``X [R, n, d]``, ``Y [R, n]``)
+    in batches of at most ``R = len(unit.replicates)`` entries; their criteria and results, one entry
+    per start.
+
+    Why batches: the answer fits ``ANSWER_JITTER + ANSWER_NEAR + ANSWER_RANDOM = 8`` starts per
+    replicate worse than the truth, and one batch of all of them held ``8 R`` copies of the
+    unit's data, features and per-sample temporaries at once -- eight times the unit's own fit,
+    the peak of a sweep whose fits are mostly worse than the truth (a sparse gate).  In batches
+    of ``R`` the answer's peak memory is the unit's own fit's.  Every replicate is fitted by
+    itself (Levenberg-Marquardt and EM are per replicate; the batch only changes the order of
+    the sums over samples, i.e. rounding).
+
+    Returns
+    -------
+    dict
+        ``criterion``, ``objective``, ``converged``, ``n_iter`` (arrays ``[S]``), ``status``
+        (list), ``beta0``, ``beta1``, ``eta`` (the fitted parameters, leading axis ``[S]``).
+    """
+    size = max(1, len(unit.replicates))
+    parts: dict[str, list] = {key: [] for key in ("criterion", "objective", "converged", "n_iter", "status",
+                                                  "beta0", "beta1", "eta")}
+    for a in range(0, len(owner), size):
+        rows = owner[a:a + size]
+        ex = fit_starts(unit, scenario, X[rows], Y[rows], starts[a:a + size], *stream)
+        P = ex.params_.numpy()
+        parts["criterion"].append(fit_criterion(scenario, kind, ex, X[rows], Y[rows]))
+        parts["objective"].append(np.asarray(ex.objective_, dtype=float))
+        parts["converged"].append(np.asarray(ex.converged_, dtype=bool))
+        parts["n_iter"].append(np.asarray(ex.n_iter_, dtype=np.int64))
+        parts["status"].append(np.asarray([str(t) for t in ex.status_], dtype=object))
+        for name in ("beta0", "beta1", "eta"):
+            parts[name].append(np.asarray(getattr(P, name)))
+        del ex  # the batch's fit (its data copies) goes before the next batch is fitted
+    return {key: np.concatenate(val) for key, val in parts.items()}
 
 
 def truth_columns(kind: str | None, first: np.ndarray, final: np.ndarray, truth: np.ndarray) -> list[dict[str, Any]]:

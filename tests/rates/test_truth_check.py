@@ -178,6 +178,45 @@ def test_a_fit_from_the_truth_that_ends_worse_than_the_truth_is_an_estimator_fau
     assert [c for c in calls if c and c[0] in (8, 10)] == [(10,)]  # one diagnostic batch, no restarts
 
 
+def test_the_answer_is_bounded_and_fits_in_batches_of_the_units_size(monkeypatch):
+    # A fit worse than the truth is answered by a declared, bounded number of starts (at most
+    # ANSWER_ROUNDS rounds of ANSWER_JITTER + ANSWER_NEAR + ANSWER_RANDOM), each batch no larger
+    # than the unit's own (the answer's memory is the unit's fit's), and its row is written once
+    batches = []
+    fit_starts = tc.fit_starts
+
+    def spy(unit, scenario, X, Y, starts, *stream):
+        batches.append((stream, len(X), len(X)))
+        return fit_starts(unit, scenario, X, Y, starts, *stream)
+
+    monkeypatch.setattr(tc, "fit_starts", spy)
+    unit = _unit({**SPARSE, "reps": 3})
+    rows = run_unit(unit)
+    assert len(rows) == 3 and sorted(r["replicate"] for r in rows) == list(unit.replicates)
+    answer = [b for b in batches if b[0][0] == 8]
+    assert answer and all(b[1] <= len(unit.replicates) for b in answer)
+    found = sum(r["first_gap"] < 0 for r in rows)
+    per_replicate = tc.ANSWER_JITTER + tc.ANSWER_NEAR + tc.ANSWER_RANDOM
+    assert sum(b[1] for b in answer) <= tc.ANSWER_ROUNDS * per_replicate * found
+    assert len([b for b in batches if b[0] == (10,)]) <= 1  # the truth-start check: one batch at most
+    # the bound the module states is the constants' (docs/guide/rates.rst states it too)
+    assert f"at most {1 + tc.ANSWER_ROUNDS * per_replicate} more fits" in " ".join(tc.__doc__.split())
+
+
+def test_the_answer_keeps_the_same_fits_whatever_the_batch():
+    # each replicate is fitted by itself: batches of the unit's size give the fits of one batch
+    unit = _unit({**SPARSE, "reps": 3})
+    sc = build_scenario(unit.scenario_key)
+    X, Y = _data(unit, sc)
+    starts = [sc.near_truth_start(0.5, np.random.default_rng(i), n=unit.n) for i in range(7)]
+    owner = np.array([0, 0, 1, 1, 2, 2, 0])
+    small = tc._fit_in_batches(unit, sc, X, Y, owner, starts, "sse", (8, 0))
+    one = tc._fit_in_batches(replace(unit, replicates=tuple(range(len(owner)))), sc, X, Y, owner, starts, "sse", (8, 0))
+    assert list(small["status"]) == list(one["status"])
+    np.testing.assert_allclose(small["criterion"], one["criterion"], rtol=1e-9)
+    np.testing.assert_array_equal(small["n_iter"], one["n_iter"])
+
+
 def test_the_least_squares_fit_from_the_truth_is_no_fault(monkeypatch):
     # the real estimator, one iteration from the truth: never worse than the truth (LM accepts only
     # decreases), so the fits worse than the truth are local optima, left to the answer
