@@ -1,5 +1,6 @@
-"""studies/tools/grow_record.py on a damaged record or a failing disk: one line, nothing
-copied (everything is checked before the copy, and the copy is whole or absent)."""
+"""Growing a damaged record or onto a failing disk (``moestat rates --grow-from``, the package's
+:mod:`moestat.rates.grow`): one line, nothing copied (everything is checked before the copy, and
+the copy is whole or absent)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.script_loader import load_script
+from moestat.cli.cmd_rates import main as rates_main
+from moestat.cli.common import run_main
+from moestat.rates import grow
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(d=2, n_min=40, n_max=160, n_points=3, reps=2, chunk=2, max_iter=5, holdout=256, n_boot=100, quiet=True,
             extra_starts=1, n_jobs=1)
-
-
-@pytest.fixture(scope="module")
-def grow():
-    return load_script(ROOT / "studies" / "tools" / "grow_record.py")
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +34,9 @@ def src(record, tmp_path):
     return Path(shutil.copytree(record, tmp_path / "small"))
 
 
-def _grow(grow, src, dst, capsys):
-    try:
-        rc = grow.main(["--run", str(src), str(dst), "--reps", "4"])
-    except SystemExit as exc:  # the parser's one-line error
-        rc = exc.code
+def _grow(src, dst, capsys):
+    rc = run_main(rates_main, ["--grow-from", str(src), "--out", str(dst), "--reps", "4", "--figure-formats", "none"],
+                  prog="moestat rates")
     return rc, capsys.readouterr().err
 
 
@@ -66,35 +61,35 @@ def _edit(path: Path) -> None:
     (lambda s: (s / "results.csv").write_text((s / "results.csv").read_text() + "10,cosine,1,"), "last line is torn"),
     (lambda s: (s / "notes.txt").symlink_to(s / "absent"), "notes.txt, which is a symbolic link"),
 ], ids=["edited row", "truncated provenance", "binary results", "torn last line", "dangling link in the record"])
-def test_a_damaged_record_is_refused_before_anything_is_copied(grow, src, tmp_path, damage, word, capsys):
+def test_a_damaged_record_is_refused_before_anything_is_copied(src, tmp_path, damage, word, capsys):
     damage(src)
     dst = tmp_path / "grown"
-    rc, err = _grow(grow, src, dst, capsys)
+    rc, err = _grow(src, dst, capsys)
     assert rc == 2 and err.count("\n") == 1 and word in err and "Traceback" not in err, err
     assert not dst.exists() and _left(tmp_path) == ["small"]
 
 
-def test_a_dangling_link_at_the_new_folder_is_refused(grow, src, tmp_path, capsys):
+def test_a_dangling_link_at_the_new_folder_is_refused(src, tmp_path, capsys):
     dst = tmp_path / "grown"
     dst.symlink_to(tmp_path / "nowhere")
-    rc, err = _grow(grow, src, dst, capsys)
+    rc, err = _grow(src, dst, capsys)
     assert rc == 2 and err.count("\n") == 1 and "exists" in err, err
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_two_growths_into_one_folder_only_one_copies(grow, src, tmp_path):
+def test_two_growths_into_one_folder_only_one_copies(src, tmp_path):
     from moestat.rates.config import RatesConfig
 
     dst = tmp_path / "grown"
     dst.mkdir()  # the other growth claimed it after both checked that it was free
     config = RatesConfig.from_dict(TINY).validate()
     with pytest.raises(grow.GrowError, match="another growth"):
-        grow._copy_and_fit(src, dst, config, [])
+        grow.copy_and_fit(src, dst, config, [])
     assert _left(dst) == []
 
 
 @pytest.mark.parametrize("code,word,rc", [(errno.ENOSPC, "disk full", 1), (errno.EROFS, "Read-only", 1)])
-def test_a_disk_failing_during_the_copy_leaves_no_torn_copy(grow, src, tmp_path, monkeypatch, capsys, code, word, rc):
+def test_a_disk_failing_during_the_copy_leaves_no_torn_copy(src, tmp_path, monkeypatch, capsys, code, word, rc):
     import os
 
     real = shutil.copy2
@@ -108,6 +103,6 @@ def test_a_disk_failing_during_the_copy_leaves_no_torn_copy(grow, src, tmp_path,
 
     monkeypatch.setattr(grow.shutil, "copy2", copy2)
     dst = tmp_path / "grown"
-    got, err = _grow(grow, src, dst, capsys)
+    got, err = _grow(src, dst, capsys)
     assert got == rc and err.count("\n") == 1 and word in err and "Traceback" not in err, err
     assert not dst.exists() and _left(tmp_path) == ["small"]  # neither the copy nor its temporary folder

@@ -4,6 +4,12 @@ The flags are the flat keys of :class:`moestat.rates.config.RatesConfig`.  The c
 built and validated, and ``--out`` checked, inside :func:`~moestat.cli.common.usage_errors` (bad
 input: one line, exit 2, nothing written); the sweep runs outside it, where any exception is an
 internal error (exit 1 with its traceback).
+
+``--grow-from RECORD --out OUT`` grows a recorded run folder: its own configuration
+(``provenance.json``) with only the grid (``--n-min``, ``--n-max``, ``--n-points``) and ``--reps``
+given here; the record is checked (:func:`moestat.rates.grow.check_growable`) and ``OUT`` must be
+new before anything is written, its rows are copied, only the missing ``(n, replicate)`` units
+fitted, and the summary written as ``--resume`` writes it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from moestat.estimators.memory import parse_memory
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
+from moestat.rates.grow import GRID_KEYS, check_folders, check_growable, copy_and_fit, recorded_config
 from moestat.rates.config import BARS, FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.preflight import scenario_preflight
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
@@ -54,6 +61,7 @@ examples:
   moestat rates --router perturbed --estimator null --out runs/null
   moestat rates --preset fig1a --backend dask --scheduler tcp://10.0.0.5:8786 --out runs/fig1a
   moestat rates --preset fig1a --scheduler-file ~/scheduler.json --out runs/fig1a --resume
+  moestat rates --grow-from runs/fig1a --n-points 9 --reps 40 --out runs/fig1a-grown
 
 Flags override --config, which overrides --preset, which overrides the defaults.
 """
@@ -180,6 +188,10 @@ def _add_execution_options(g) -> None:
     add_device(g, None)
     add_out(g, "rates")
     add_resume(g)
+    g.add_argument("--grow-from", metavar="RECORD", type=Path,
+                   help="grow this recorded run folder by its own configuration: only --n-min, --n-max, --n-points, "
+                        "--reps (and --n-jobs, --quiet, --figure-formats) may be given; its rows are copied into the new "
+                        "--out and only the missing (n, replicate) units fitted; default none")
     # the list is read from the presets themselves, so that a new preset cannot be missing from --help
     g.add_argument("--preset", help=f"named preset: {', '.join(PRESETS)}; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
@@ -257,11 +269,39 @@ def config_from_args(ns: argparse.Namespace) -> RatesConfig:
     return RatesConfig.from_dict(scenario_file_defaults(data))
 
 
+#: Flags ``--grow-from`` takes beside the grid: they change no number of the grown run.
+GROW_FLAGS = ("grow_from", "out", "n_jobs", "quiet", *OUTPUT_FLAGS)
+
+
+def grown_config(ns: argparse.Namespace) -> RatesConfig:
+    """The configuration ``--grow-from RECORD`` grows to: the record's own, with the grid and
+    replicates given (:data:`moestat.rates.grow.GRID_KEYS`), ``--n-jobs`` and ``--quiet``.
+
+    Raises
+    ------
+    ValueError
+        Any other flag (another sweep is not a growth), ``--resume``, a missing record, or an
+        impossible grid: one line.
+    """
+    other = sorted(f"--{k.replace('_', '-')}" for k in vars(ns) if k not in GROW_FLAGS and k not in GRID_KEYS)
+    if other:
+        raise ValueError(f"--grow-from keeps the record's configuration: only --n-min, --n-max, --n-points, --reps, "
+                         f"--n-jobs, --quiet and --figure-formats may be given, not {', '.join(other)} (a stopped "
+                         "growth is continued by the grown run's own options and --resume)")
+    record = ns.grow_from
+    if not record.is_dir():
+        raise ValueError(f"--grow-from {record}: no such folder")
+    changes = {k: getattr(ns, k) for k in ("n_jobs", "quiet", *sorted(GRID_KEYS)) if hasattr(ns, k)}
+    return recorded_config(record).replace(**{"n_jobs": "auto", "quiet": False, **changes}).validate()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``moestat rates`` (and ``python -m moestat.rates``)."""
     ns = build_parser().parse_args(argv)
     out = Path(ns.out)
     resume = getattr(ns, "resume", False)
+    if hasattr(ns, "grow_from"):
+        return _grow(ns, out)
     with usage_errors():
         config = config_from_args(ns)
         if config.backend == "dask":
@@ -286,4 +326,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(summary))
         figs = f" and convergence{suffix}.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"
         print(f"wrote {out / f'summary{suffix}.json'}{figs} ({summary['elapsed_s']:.1f} s)")
+    return 0
+
+
+def _grow(ns: argparse.Namespace, out: Path) -> int:
+    """``moestat rates --grow-from RECORD --out OUT`` (see the module's docstring)."""
+    with usage_errors():
+        config = grown_config(ns)
+        check_folders(ns.grow_from, out, f"moestat rates with the grown run's options, --resume --out {out}")
+        missing = check_growable(ns.grow_from, config)  # the whole record read and checked before the copy
+    copy_and_fit(ns.grow_from, out, config, missing)
+    prepare_out(out, True)  # the grown folder is now a rates run to resume: its lock for the summary
+    formats = getattr(ns, "figure_formats", DEFAULT_FIGURE_FORMATS)
+    suffix = analysis_suffix(out, config, True)
+    pre = scenario_preflight(Experiment.of(config)) if config.scenario_file else None  # as a plain run does
+    summary = run_rates(config, out, resume=True, figure_formats=formats, preflight=pre)
+    if not config.quiet:
+        print(f"{out.name}: copied from {ns.grow_from}, fitted sizes {missing}")
+        print(format_table(summary))
+        print(f"wrote {out / f'summary{suffix}.json'} ({summary['elapsed_s']:.1f} s)")
     return 0

@@ -135,7 +135,8 @@ def test_gmoe_over4_record_is_the_20k_record_grown_by_its_two_ladder_sizes():
     ((_, config),) = plan("gmoe-over4")
     prov = json.loads((grown / "provenance.json").read_text())
     assert RatesConfig.from_dict(prov["config"]).result_fields() == config.result_fields()
-    grow = load_script(Path(__file__).resolve().parents[2] / "studies" / "tools" / "grow_record.py")
+    from moestat.rates import grow
+
     assert grow.check_growable(grown, config) == []
     assert grow.check_growable(former, config) == [31_698, 50_238]
 
@@ -166,25 +167,23 @@ def test_gmoe_over3_record_is_the_entrys_sweep_on_the_13_sizes_every_fit_above_t
 
 
 def test_a_run_grown_by_sizes_and_replicates_has_the_rows_of_the_grown_sweep_run_afresh(tmp_path):
-    # grow_record.py --run: the record's rows are kept and only the missing (n, replicate) fitted, so the grown
-    # folder must hold exactly the rows a fresh sweep of the grown configuration writes (streams keyed by
-    # (seed, n, replicate), whole chunks kept); a record whose last chunk is partial is refused
-    from pathlib import Path
-
+    # moestat.rates.grow.grow_run (moestat rates --grow-from): the record's rows are kept and only the missing
+    # (n, replicate) fitted, so the grown folder must hold exactly the rows a fresh sweep of the grown configuration
+    # writes (streams keyed by (seed, n, replicate), whole chunks kept); a record whose last chunk is partial is refused
     import pandas as pd
     import pytest
 
+    from moestat.rates import grow
     from moestat.rates.config import RatesConfig
     from moestat.rates.sweep import run_sweep_rows
 
-    grow = load_script(Path(__file__).resolve().parents[2] / "studies" / "tools" / "grow_record.py")
     tiny = dict(d=2, n_min=40, n_max=160, n_points=3, reps=2, chunk=2, max_iter=5, holdout=256, n_boot=100, quiet=True,
                 extra_starts=1, n_jobs=1)
     small = RatesConfig.from_dict(tiny).validate()
     for f in ("small", "fresh", "odd"):
         (tmp_path / f).mkdir()
     run_sweep_rows(small, tmp_path / "small", progress=False)
-    grown = grow.grow_run(tmp_path / "small", tmp_path / "grown", 1, n_min=20, n_points=4, reps=4)
+    grown = grow.grow_run(tmp_path / "small", tmp_path / "grown", n_jobs=1, n_min=20, n_points=4, reps=4)
     big = small.replace(n_min=20, n_points=4, reps=4)
     assert set(small.ns) < set(big.ns) and grown == big.ns
     run_sweep_rows(big, tmp_path / "fresh", progress=False)
@@ -197,5 +196,5 @@ def test_a_run_grown_by_sizes_and_replicates_has_the_rows_of_the_grown_sweep_run
     odd = RatesConfig.from_dict({**tiny, "reps": 3}).validate()
     run_sweep_rows(odd, tmp_path / "odd", progress=False)
     with pytest.raises(grow.GrowError, match="whole chunks"):
-        grow.grow_run(tmp_path / "odd", tmp_path / "odd_grown", 1, reps=4)
+        grow.grow_run(tmp_path / "odd", tmp_path / "odd_grown", n_jobs=1, reps=4)
     assert not (tmp_path / "odd_grown").exists()
