@@ -23,9 +23,11 @@ Every door's ``--threads`` means the same: threads per worker, ``0`` = this defa
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 __all__ = ["configure_environment", "available_cores", "default_threads", "limit_threads", "resolve_threads",
-           "keep_freed_memory", "KEEP_FREED_BYTES"]
+           "keep_freed_memory", "KEEP_FREED_BYTES", "one_thread"]
 
 
 def configure_environment() -> None:
@@ -71,6 +73,27 @@ def limit_threads(threads: int) -> int:
         torch.set_num_threads(threads)
     threadpool_limits(limits=threads)
     return threads
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch thread and one BLAS thread (threadpoolctl) inside the block; both restored after.
+
+    :func:`moestat.rates.sweep.run_unit` fits every work unit so (one worker, one core), and a
+    refit of a recorded unit repeats the recorded numbers only with the same single-thread
+    arithmetic (:func:`moestat.rates.replay.refit_unit`): a reduction split over more threads sums
+    in another order.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(old_threads)
 
 
 #: Blocks up to this size come from the heap and freed memory up to this size is kept there

@@ -10,12 +10,18 @@ internal error (exit 1 with its traceback).
 given here; the record is checked (:func:`moestat.rates.grow.check_growable`) and ``OUT`` must be
 new before anything is written, its rows are copied, only the missing ``(n, replicate)`` units
 fitted, and the summary written as ``--resume`` writes it.
+
+``--replay RUN --n N --replicate R [--router NAME] [--out FILE.json]`` refits one recorded fit of a
+run folder exactly as its sweep did (:func:`moestat.rates.replay.replay_unit`), prints its starts
+and whether the recorded row is reproduced, and writes the report to ``--out`` when given; nothing
+else is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,12 +44,14 @@ from moestat.cli.common import (
     usage_errors,
 )
 from moestat.estimators.memory import parse_memory
+from moestat.io import atomic_write_json, check_output_file
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.grow import GRID_KEYS, check_folders, check_growable, copy_and_fit, recorded_config
 from moestat.rates.config import BARS, FAMILIES, ROUTERS, SETTINGS, RatesConfig
 from moestat.rates.preflight import scenario_preflight
+from moestat.rates.replay import format_replay, replay_unit
 from moestat.rates.presets import PRESETS, load_toml, preset_dict, scenario_file_defaults
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import check_resumable, stored_file_label
@@ -62,6 +70,7 @@ examples:
   moestat rates --preset fig1a --backend dask --scheduler tcp://10.0.0.5:8786 --out runs/fig1a
   moestat rates --preset fig1a --scheduler-file ~/scheduler.json --out runs/fig1a --resume
   moestat rates --grow-from runs/fig1a --n-points 9 --reps 40 --out runs/fig1a-grown
+  moestat rates --replay runs/fig1a --n 2000 --replicate 7 --out replay.json
 
 Flags override --config, which overrides --preset, which overrides the defaults.
 """
@@ -192,6 +201,14 @@ def _add_execution_options(g) -> None:
                    help="grow this recorded run folder by its own configuration: only --n-min, --n-max, --n-points, "
                         "--reps (and --n-jobs, --quiet, --figure-formats) may be given; its rows are copied into the new "
                         "--out and only the missing (n, replicate) units fitted; default none")
+    g.add_argument("--replay", metavar="RUN", type=Path,
+                   help="refit one recorded fit of this run folder exactly as its sweep did (with --n and --replicate; "
+                        "--router where it fits several; --out FILE.json writes the report) and say whether its row is "
+                        "reproduced; default none")
+    g.add_argument("--n", dest="replay_n", type=positive_int, metavar="N",
+                   help="sample size of the fit --replay refits; no default (required with --replay)")
+    g.add_argument("--replicate", dest="replay_replicate", type=nonneg_int, metavar="R",
+                   help="replicate of the fit --replay refits; no default (required with --replay)")
     # the list is read from the presets themselves, so that a new preset cannot be missing from --help
     g.add_argument("--preset", help=f"named preset: {', '.join(PRESETS)}; default none")
     g.add_argument("--config", metavar="FILE.toml", help="TOML file of settings (keys as the long flags, - or _); default none")
@@ -302,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     resume = getattr(ns, "resume", False)
     if hasattr(ns, "grow_from"):
         return _grow(ns, out)
+    if hasattr(ns, "replay") or hasattr(ns, "replay_n") or hasattr(ns, "replay_replicate"):
+        return _replay(ns, argv)
     with usage_errors():
         config = config_from_args(ns)
         if config.backend == "dask":
@@ -345,4 +364,42 @@ def _grow(ns: argparse.Namespace, out: Path) -> int:
         print(f"{out.name}: copied from {ns.grow_from}, fitted sizes {missing}")
         print(format_table(summary))
         print(f"wrote {out / f'summary{suffix}.json'} ({summary['elapsed_s']:.1f} s)")
+    return 0
+
+
+#: Flags ``--replay`` takes: the fit and where its report goes (a replay changes nothing of the record).
+REPLAY_FLAGS = ("replay", "replay_n", "replay_replicate", "router", "out")
+
+
+def _replay(ns: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """``moestat rates --replay RUN --n N --replicate R [--out FILE.json]`` (see the module's docstring)."""
+    given = sys.argv[1:] if argv is None else list(argv)
+    out_given = any(a == "--out" or a.startswith("--out=") for a in given)  # --out has a folder default otherwise
+    with usage_errors():
+        other = sorted(f"--{k.replace('_', '-')}" for k in vars(ns) if k not in REPLAY_FLAGS)
+        if other:
+            raise ValueError(f"--replay refits a recorded fit by the record's own configuration: only --n, --replicate, "
+                             f"--router and --out may be given, not {', '.join(other)}")
+        missing = [f for f, k in (("--replay RUN", "replay"), ("--n", "replay_n"), ("--replicate", "replay_replicate"))
+                   if not hasattr(ns, k)]
+        if missing:
+            raise ValueError(f"--replay needs {', '.join(missing)}")
+        router = getattr(ns, "router", None)
+        if router is not None and len(router) != 1:
+            raise ValueError(f"--replay refits one fit: --router names one router, got {','.join(router)}")
+        target = None
+        if out_given:
+            target = Path(ns.out)
+            if target.suffix != ".json":
+                raise ValueError(f"--out {target}: --replay writes a JSON report; name a FILE.json")
+            if not target.parent.is_dir():
+                raise ValueError(f"--out {target}: no folder {target.parent}")
+            if ns.replay.resolve() in target.resolve().parents:  # a replay never writes into the record it reads
+                raise ValueError(f"--out {target} is inside the record {ns.replay}; choose a path outside it")
+            check_output_file(target, "--out")
+        report = replay_unit(ns.replay, ns.replay_n, ns.replay_replicate, router=router[0] if router else None)
+    print(format_replay(report))
+    if target is not None:
+        atomic_write_json(target, report)
+        print(f"wrote {target}")
     return 0

@@ -1,16 +1,15 @@
-"""What the catalogue's refit diagnostics share: a recorded unit's refit, their command line, and standard JSON.
+"""What the catalogue's refit diagnostics share: their command line, a posterior, and standard JSON.
 
 * :func:`refit_keeping_starts`: a recorded work unit refitted exactly as the sweep fitted it, every
-  start's result kept (``gmoe_over4_outliers.py``, ``laplace_over_outliers.py``): the unit's own data
-  streams, starts and estimator seed (:func:`moestat.rates.sweep.run_unit`'s reported fit: one torch
-  and one BLAS thread, :func:`moestat.rates.truth_check.fit_starts`) with the estimator's public
-  ``keep_starts`` option (:class:`moestat.estimators.mle.StartResults`; the fit itself is unchanged).
-  The unit comes from :func:`moestat.rates.sweep.recorded_unit`.
+  start's result kept (``gmoe_over4_outliers.py``, ``laplace_over_outliers.py``): the package's
+  :func:`moestat.rates.replay.refit_unit` (the door ``moestat rates --replay RUN --n N --replicate R``
+  replays one recorded fit and checks its row).  The unit comes from
+  :func:`moestat.rates.sweep.recorded_unit`.
 * :func:`refit_main`: the ``main()`` of the three outlier scripts (``gllim_outliers.py`` too): the
   run folder, the selection rule fixed before any parameter is looked at, the refit loop and the
   JSON report.
-* :func:`one_thread`: one torch and one BLAS thread for a block (the sweep's reported fit's arithmetic,
-  so a refit repeats its numbers); every refit of the catalogue's diagnostics runs inside it.
+* :func:`one_thread`: one torch and one BLAS thread for a block (the package's
+  :func:`moestat.threads.one_thread`); every refit of the catalogue's diagnostics runs inside it.
 * :func:`gaussian_expert_posterior`: gate weights, posteriors and log-likelihood of Gaussian linear
   experts under a fit's log gate weights (the softmax gate of ``gmoe_over4_outliers.py``, the Laplace
   gate of ``laplace_over_outliers.py``).
@@ -27,14 +26,15 @@ import json
 import math
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
 from moestat.cli.common import ArgumentParser
+from moestat.rates.replay import refit_unit
+from moestat.threads import one_thread  # noqa: F401 - the scripts import it from here
 
 #: The strings that stand for non-finite numbers in the JSON this module writes.
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -42,50 +42,8 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 NON_FINITE_NOTE = 'non-finite numbers are written as the strings "inf", "-inf" and "nan" (standard JSON has none)'
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """One torch thread and one BLAS thread (threadpoolctl) inside the block; torch's count restored after.
-
-    :func:`moestat.rates.sweep.run_unit` fits every unit so (one worker, one core), and a refit
-    repeats the recorded numbers only with the same single-thread arithmetic.
-    """
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1):
-            yield
-    finally:
-        torch.set_num_threads(old_threads)
-
-
-def refit_keeping_starts(unit) -> dict:
-    """Refit ``unit`` (a :class:`moestat.rates.sweep.WorkUnit`) as the sweep's reported fit.
-
-    Returns ``scenario``, ``X [B, n, d]``, ``Y [B, n]``, the fitted estimator ``est``, ``starts``
-    (its :class:`~moestat.estimators.mle.StartResults`: every start's log-likelihood, status,
-    iterations and parameters, ``E`` entries with their replicate position), ``first_loglik [B]``
-    (the estimator's log-likelihoods before the truth check answers anything), ``state``
-    (:func:`moestat.rates.truth_check.against_truth`) and ``losses`` (per loss, ``[B]``).
-    """
-    from moestat.model.mixing import MixingMeasure
-    from moestat.rates import truth_check as tc
-    from moestat.rates.sweep import compute_losses, draw_unit, unit_holdout, unit_scenario
-
-    with one_thread():
-        sc = unit_scenario(unit.scenario_key)
-        holdout = unit_holdout(unit.scenario_key, unit.holdout)
-        X, Y, G0 = draw_unit(unit, sc)
-        est = tc.unit_estimator(unit, sc, 2)  # the recorded unit's estimator seed, as tc.fit_starts
-        est.set_params(keep_starts=True)  # the same fit, every start's result kept
-        est.fit(X, Y, init=MixingMeasure.stack(G0))  # exactly tc.fit_starts
-        first_ll = np.array(est.loglik_, dtype=float)
-        state = tc.against_truth(unit, sc, X, Y, est)
-        losses = compute_losses(sc, state["params"], holdout)
-    return {"scenario": sc, "X": X, "Y": Y, "est": est, "starts": est.starts_, "first_loglik": first_ll,
-            "state": state, "losses": losses}
+#: Refit a recorded unit keeping every start (the package's function, under the name the scripts use).
+refit_keeping_starts = refit_unit
 
 
 def gaussian_expert_posterior(log_gate: np.ndarray, X: np.ndarray, Y: np.ndarray,

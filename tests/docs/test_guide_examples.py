@@ -1,7 +1,7 @@
 """The Python blocks of the guide marked ``.. example-run`` (issue 35: the facts a user had to guess:
 the layout of ``eta``, ``[fit] k_active``, exponent lists, the built-in D2 in a likelihood file,
 what a mixture file needs, how DSC picks ``k``; issue 58: the performance page's thread and memory
-rules, and the catalogue page's growing of a record) run as printed; each block asserts its own claims."""
+rules, and the catalogue page's growing of a record, the rates page's replay of a recorded fit) run as printed; each block asserts its own claims."""
 
 import re
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide"
-PAGES = ("own_model.rst", "own_gmoe.rst", "selection.rst", "performance.rst", "catalogue.rst")
+PAGES = ("own_model.rst", "own_gmoe.rst", "selection.rst", "performance.rst", "catalogue.rst", "rates.rst")
 
 
 def _blocks(page: str) -> list[str]:
