@@ -141,7 +141,7 @@ def count_rst(summary: dict) -> str:
 
 #: The reasons an interval leaves a rate undecided, as :func:`moestat.rates.verdicts.judge_interval` and the
 #: paired contrast word them (first match wins).
-_WHY = (("wide (> the cap", "an interval wider than the cap 0.25 (even at the replicates the plan reached)"),
+_WHY = (("wide (>", "an interval wider than the cap 0.25 (even at the replicates the plan reached)"),
         ("independent halves", "the two independent halves of the replicates disagree"),
         ("contains 0", "a paired contrast whose interval contains 0"))
 
