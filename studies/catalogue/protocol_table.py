@@ -98,6 +98,8 @@ def table(summary: dict) -> str:
             lines.append(f"{e['key']:<20} {r['run']:<14} {r['loss']:<26} {r['prediction'][:34]:<34} {r['standing']:<14} "
                          f"{sl:>7}  {ci:<17} {r['category']}"
                          + (f" (by its two-point judge; the fixed-truth fit's own: {r['fixed_truth']})" if r["fixed_truth"] else ""))
+        if not e["hypotheses"]:
+            lines.append(f"{'':<20} hypotheses: its runs name no theorem whose conditions moestat check computes")
         for h in e["hypotheses"]:
             met = {True: "met", False: "NOT met", None: "not checked"}[h["met"]]
             lines.append(f"{'':<20} hypotheses of {h['run']}{' ' + h['router'] if h.get('router') else ''} "
