@@ -473,9 +473,9 @@ def _fit_in_batches(unit, scenario, X: np.ndarray, Y: np.ndarray, owner: np.ndar
     size = max(1, len(unit.replicates))
     parts: dict[str, list] = {key: [] for key in ("criterion", "objective", "converged", "n_iter", "status",
                                                   "beta0", "beta1", "eta")}
-    for a in range(0, len(owner), size):
-        rows = owner[a:a + size]
-        ex = fit_starts(unit, scenario, X[rows], Y[rows], starts[a:a + size], *stream)
+    for a, b in chunks(len(owner), size):
+        rows = owner[a:b]
+        ex = fit_starts(unit, scenario, X[rows], Y[rows], starts[a:b], *stream)
         P = ex.params_.numpy()
         parts["criterion"].append(fit_criterion(scenario, kind, ex, X[rows], Y[rows]))
         parts["objective"].append(np.asarray(ex.objective_, dtype=float))
