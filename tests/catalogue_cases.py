@@ -22,3 +22,12 @@ def stated_predictions() -> Iterator[tuple]:
             cfg = cat.run_config(runs[p.run], quick=True)
             router, loss = p.loss.split(" ", 1) if " " in p.loss else (cfg.router[0], p.loss)
             yield e, p, router, loss, cfg
+
+
+def file_predictions(cfg):
+    """A catalogue run's predictions as ``moestat reproduce`` judges them: its own, then those of the
+    theorems its scenario file's truth meets (handed in as the door hands them to ``run_rates``)."""
+    from moestat.rates.resolve import Experiment
+    from moestat.theorems.file_theorems import scenario_theorems
+
+    return Experiment.of(cfg).with_theorems(scenario_theorems).predicted

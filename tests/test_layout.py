@@ -254,3 +254,59 @@ if __name__ == "__main__":
         print(f"    {_importer!r}: {tuple(sorted(current[_importer]))!r},")
     for _cycle in _cycles(graph):
         print("cycle:", _cycle_path(_cycle, graph))
+
+
+#: ``moestat/rates/`` in its jobs (docs/architecture.rst, "The rates folder's jobs").  The engine plans,
+#: runs and stores the sweep; the analysis fits and judges slopes and draws them; the drivers chain
+#: the two (``run_rates`` reads, fits and draws in the parent after the sweep); the catalogue runs the
+#: registry's entries through the drivers.  ``labels`` is the vocabulary both sides speak (loss,
+#: router and statistic names; it imports nothing).
+RATES_JOBS = {
+    "engine": ("config", "spec_checks", "presets", "resolve", "sweep", "backends", "forked", "worker_env", "store",
+               "truth_check", "extras", "gmoe_blocks"),
+    "vocabulary": ("labels",),
+    "analysis": ("fit", "interval_rule", "verdicts", "stability", "figures", "run_summary"),
+    "drivers": ("experiment", "grow", "replay", "redraw"),
+    "catalogue": ("catalogue", "catalogue_config", "catalogue_grow", "catalogue_protocol", "catalogue_views"),
+    "instruments": ("preflight",),
+    "doors": ("__init__", "__main__"),
+}
+
+
+def _rates_job(module: str) -> str | None:
+    if not module.startswith("moestat.rates"):
+        return None
+    short = module[len("moestat.rates."):] if module != "moestat.rates" else "__init__"
+    return next((job for job, names in RATES_JOBS.items() if short in names), "unclassified")
+
+
+def test_every_rates_module_has_one_job():
+    listed = [m for names in RATES_JOBS.values() for m in names]
+    assert len(listed) == len(set(listed)), "a module listed under two jobs"
+    here = {p.stem for p in (PKG / "rates").glob("*.py")}
+    assert here == set(listed), f"rates modules not in RATES_JOBS: {sorted(here - set(listed))}; " \
+                                f"listed but gone: {sorted(set(listed) - here)}"
+
+
+def test_the_engine_imports_neither_the_analysis_nor_the_theorems():
+    # The engine takes what the theorems and the analysis make as data (a scenario file's theorems and
+    # its pre-flight are handed to run_rates by the doors), so the theorem registry can import the
+    # engine without a two-way dependency, and a change to a rule cannot change a sweep.
+    wrong = []
+    for importer, imported, line, _ in _imports():
+        job = _rates_job(importer)
+        if job == "engine" and (_rates_job(imported) not in ("engine", "vocabulary", None)
+                                or imported.startswith("moestat.theorems")):
+            wrong.append(f"{NAMES[importer].relative_to(ROOT)}:{line} imports {imported} ({_rates_job(imported) or 'theorems'})")
+        elif job in ("analysis", "drivers", "vocabulary") and imported.startswith("moestat.theorems"):
+            wrong.append(f"{NAMES[importer].relative_to(ROOT)}:{line} imports {imported} (theorems)")
+        elif job in ("engine", "analysis", "vocabulary") and _rates_job(imported) in ("drivers", "catalogue", "doors"):
+            wrong.append(f"{NAMES[importer].relative_to(ROOT)}:{line} imports {imported} ({_rates_job(imported)})")
+    assert not wrong, "imports against the rates folder's jobs:\n" + "\n".join(wrong)
+
+
+def test_the_statistics_vocabulary_is_the_one_the_fits_compute():
+    from moestat.rates.labels import STATISTIC_NAMES
+    from moestat.rates.verdicts import STATISTICS
+
+    assert tuple(STATISTICS) == STATISTIC_NAMES

@@ -10,6 +10,7 @@ from typing import Sequence
 
 from moestat.cli.common import ArgumentParser, NOTHING_KEPT, usage_errors
 from moestat.rates.redraw import draw_redraw, prepare_redraw
+from moestat.theorems.file_theorems import scenario_theorems
 
 # The figures are written when the door finishes (it has no --resume): a fault or Ctrl-C leaves nothing of them.
 ON_INTERRUPT = NOTHING_KEPT
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.name is not None:
             check_name_length(args.name, args.run_dir)
         plan = prepare_redraw(args.run_dir, losses=args.losses, routers=args.routers, name=args.name,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, theorems=scenario_theorems)
     for note in plan.notes:
         sys.stderr.write(f"moestat plot: note: {note}\n")
     paths = draw_redraw(plan)

@@ -47,6 +47,7 @@ from moestat.estimators.memory import parse_memory
 from moestat.io import atomic_write_json, check_output_file
 from moestat.rates.backends import ClusterOptions, check_scheduler, require_cluster_extra, scheduler_from_file
 from moestat.rates.experiment import analysis_suffix, format_table, run_rates
+from moestat.theorems.file_theorems import scenario_theorems
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats
 from moestat.rates.grow import GRID_KEYS, check_folders, check_growable, copy_and_fit, recorded_config
 from moestat.rates.config import BARS, FAMILIES, ROUTERS, SETTINGS, RatesConfig
@@ -340,7 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     suffix = analysis_suffix(out, config, resume)  # as run_rates decides it, before it writes
     # the pre-flight of a scenario file's truth (a theorem instrument: the door runs it, the engine writes it)
     pre = scenario_preflight(Experiment.of(config)) if config.scenario_file else None
-    summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats, preflight=pre)
+    # and the theorems its truth meets (the registry judges; the engine takes what it is handed)
+    summary = run_rates(config, out, resume=resume, cluster=cluster, figure_formats=formats, preflight=pre,
+                        theorems=scenario_theorems)
     if not config.quiet:
         print(format_table(summary))
         figs = f" and convergence{suffix}.{'/.'.join(formats)}" if formats else " (no figures: --figure-formats none)"
@@ -359,7 +362,7 @@ def _grow(ns: argparse.Namespace, out: Path) -> int:
     formats = getattr(ns, "figure_formats", DEFAULT_FIGURE_FORMATS)
     suffix = analysis_suffix(out, config, True)
     pre = scenario_preflight(Experiment.of(config)) if config.scenario_file else None  # as a plain run does
-    summary = run_rates(config, out, resume=True, figure_formats=formats, preflight=pre)
+    summary = run_rates(config, out, resume=True, figure_formats=formats, preflight=pre, theorems=scenario_theorems)
     if not config.quiet:
         print(f"{out.name}: copied from {ns.grow_from}, fitted sizes {missing}")
         print(format_table(summary))

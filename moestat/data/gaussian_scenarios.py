@@ -303,7 +303,7 @@ def gmoe_predicted(k_fit: int, k_true: int) -> dict[str, float | None]:
     ``n^{-1/(2 rbar(2))} = n^{-1/8}``; a larger ``k_fit`` splits the atoms into cells whose sizes are
     the fit's, not the design's: ``param_multi`` ``None`` (no exponent stated).  The one table of
     model 1 (:func:`model1_scenario`) and of a user's file meeting the theorems' hypotheses
-    (:mod:`moestat.rates.file_theorems`).
+    (:mod:`moestat.theorems.file_theorems`).
     """
     predicted = {"voronoi": -0.5, "param_single": -0.5, "mass": -0.5, "regression_l2": -0.5}
     if k_fit > k_true:

@@ -145,7 +145,7 @@ class FileScenario(ScenarioBase):
     #: :func:`moestat.data.likelihood_losses.default_likelihood_prediction`).
     prediction_sources: Mapping[str, str] = field(default_factory=dict)
     #: The name of the loss the file got by default (it declares no ``[[losses]]``), else ``None``: the
-    #: loss that a theorem met by the truth predicts as its own D1/D2/D3 (:mod:`moestat.rates.file_theorems`).
+    #: loss that a theorem met by the truth predicts as its own D1/D2/D3 (:mod:`moestat.theorems.file_theorems`).
     default_loss: str | None = None
 
     @property

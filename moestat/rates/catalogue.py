@@ -45,6 +45,7 @@ from moestat.theorems.registry import (ENTRIES, REPORT_SCHEMA, SLOWER, STANDINGS
                                              UNREAD_STANDING, Entry, Paper, Prediction, Run, catalogue_file, entry)
 from moestat.rates.catalogue_config import run_config
 from moestat.theorems.catalogue_hypotheses import run_hypotheses
+from moestat.theorems.file_theorems import scenario_theorems
 from moestat.rates.experiment import run_rates
 from moestat.rates.extras import merge_extras
 from moestat.rates.preflight import preflight, scenario_preflight
@@ -258,7 +259,7 @@ def reproduce(key: str, out, *, quick: bool = False, n_jobs: int = 1, resume: bo
     for run, cfg in runs:
         t0 = time.perf_counter()
         pre = scenario_preflight(Experiment.of(cfg)) if cfg.scenario_file else None  # as the rates door does
-        summary = run_rates(cfg, out / run.label, resume=resume, preflight=pre)
+        summary = run_rates(cfg, out / run.label, resume=resume, preflight=pre, theorems=scenario_theorems)
         wall = time.perf_counter() - t0
         done.append({"label": run.label, "wall_s": round(wall, 2), "counts": summary["counts"],
                      "sample_sizes": summary["sample_sizes"], "reps": cfg.reps, "summary": summary,

@@ -20,6 +20,7 @@ from moestat.rates.fit import fit_experiment
 from moestat.rates.labels import REDEFINED, former_definition, withhold_former_definitions
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import read_results
+from moestat.theorems.file_theorems import scenario_theorems
 
 __all__ = ["describe_scenario", "run_models", "format_list", "rejudge_recorded", "REDEFINED", "former_definition"]
 
@@ -114,7 +115,7 @@ def recorded_fits(run_dir: str | Path) -> list[dict[str, Any]]:
     cfg = RatesConfig.from_dict(prov["config"])
     # the catalogue's rules of today, whatever the run was fitted with: the statistic and the window
     # above the pre-flight's n_ok (the configuration resolved once, for both)
-    experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC)))
+    experiment = with_preflight_window(Experiment.of(cfg.replace(statistic=STATISTIC))).with_theorems(scenario_theorems)
     df = read_results(d / "results.csv", experiment)
     df = merge_extras(df, d / "extras.csv") if experiment.extra_columns else df
     # a loss column added since the run (e.g. the Gaussian MoE's per-block errors) is not in its rows:

@@ -49,11 +49,11 @@ from moestat.devices import resolve_device
 from moestat.estimators.memory import parse_memory
 from moestat.estimators.sgd import LR_SCHEDULES, SGD_DEFAULTS
 from moestat.rates.labels import FILE_PREFIX  # noqa: F401 - re-exported: a scenario file's curve label prefix
+from moestat.rates.labels import STATISTIC_NAMES
 from moestat.rates.presets import load_toml, preset_dict
 from moestat.rates.resolve import Experiment, estimator_registry
 from moestat.rates.spec_checks import canonical as _canonical, check_truth_memory, is_int as _is_int, is_number as _is_number, positive_ints as _positive_ints, set_field as _set, unhonoured_fields as _unhonoured
 from moestat.rates.spec_checks import sample_sizes  # noqa: F401 - public here since the first release
-from moestat.rates.verdicts import STATISTICS
 from moestat.seeding import MAX_SEED
 
 #: Model families of a sweep (:attr:`ScenarioSpec.family`).
@@ -490,8 +490,8 @@ class AnalysisSpec:
             raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
         if not _is_number(self.halfwidth) or not math.isfinite(self.halfwidth) or self.halfwidth <= 0:
             raise ValueError(f"halfwidth must be a finite number > 0, got {self.halfwidth!r}")
-        if self.statistic not in STATISTICS:
-            raise ValueError(f"statistic must be {' or '.join(repr(k) for k in STATISTICS)}, got {self.statistic!r}")
+        if self.statistic not in STATISTIC_NAMES:
+            raise ValueError(f"statistic must be {' or '.join(repr(k) for k in STATISTIC_NAMES)}, got {self.statistic!r}")
         if self.bars not in BARS:
             raise ValueError(f"bars must be {' or '.join(repr(k) for k in BARS)}, got {self.bars!r}")
         for name in ("window_min", "window_max"):

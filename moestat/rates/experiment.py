@@ -30,12 +30,11 @@ from moestat.folder_lock import check_door, lock_out, mark_door, unlock_out
 from moestat.io import atomic_write_json, ensure_writable_dir, refuse_links_in
 from moestat.rates.config import RatesConfig, stored_file_label
 from moestat.rates.figures import DEFAULT_FIGURE_FORMATS, check_figure_formats, figure_jobs
-from moestat.rates.file_theorems import format_theorem_report
 from moestat.rates.fit import fit_experiment
 from moestat.rates.verdicts import MAX_CI_WIDTH
 from moestat.rates.labels import undefined_fits, undefined_reason, withhold_former_definitions
-from moestat.rates.resolve import Experiment
-from moestat.rates.run_summary import SUMMARY_SCHEMA, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
+from moestat.rates.resolve import NOT_JUDGED, Experiment
+from moestat.rates.run_summary import SUMMARY_SCHEMA, format_theorem_report, rule_fields, write_summary  # noqa: F401 - SUMMARY_SCHEMA, rule_fields: re-exported
 from moestat.rates.store import analysis_suffix, check_resumable, read_run  # noqa: F401 - analysis_suffix: re-exported
 from moestat.rates.forked import ForkedWorkers, draw_in_fork
 from moestat.rates.sweep import SweepPlan, plan_sweep, run_sweep_rows
@@ -125,12 +124,6 @@ def headline_losses(config: RatesConfig) -> list[str]:
     return list(Experiment.of(config).headline)
 
 
-def _file_predictions(config: RatesConfig) -> dict | None:
-    """A scenario file's (or the Gaussian-MoE family's) predicted exponents (loss name -> exponent
-    or None), or None for the built-in routers (:attr:`moestat.rates.resolve.Experiment.predicted`)."""
-    return Experiment.of(config).predicted
-
-
 @contextlib.contextmanager
 def _locked(out: Path, resume: bool) -> Iterator[None]:
     """``out`` made writable and locked for ``moestat rates`` while the block runs (re-entrant:
@@ -149,7 +142,7 @@ def _locked(out: Path, resume: bool) -> Iterator[None]:
 
 def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=None,
               figure_formats: Sequence[str] | str = DEFAULT_FIGURE_FORMATS,
-              preflight: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              preflight: Mapping[str, Any] | None = None, theorems: Any = None) -> dict[str, Any]:
     """Run a rate experiment end to end and return the summary written to ``summary.json``.
 
     In this process, in order: the configuration resolved once (:meth:`RatesConfig.resolve`), the
@@ -186,6 +179,13 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
         the doors ``moestat rates`` and ``moestat reproduce`` compute it): written to ``preflight.json``,
         its warnings (a grid below ``n_ok`` measures no rate) to stderr and, shortened, into
         ``summary.json``.  The pre-flight is a theorem instrument: the engine writes it, never computes it.
+    theorems : callable or mapping, optional
+        A scenario file's theorems: :func:`moestat.theorems.file_theorems.scenario_theorems` (what the
+        doors ``moestat rates`` and ``moestat reproduce`` pass; called here on the resolved experiment)
+        or what it returned.  They give the predictions of the losses the file states no exponent for,
+        name the theorem beside each, and are reported in ``summary.json`` (``theorems``).  Without
+        them a scenario file's run says so (:data:`moestat.rates.resolve.NOT_JUDGED`) and predicts
+        only what the file states: the engine never judges a truth itself.  Ignored without a file.
 
     Returns
     -------
@@ -209,6 +209,7 @@ def run_rates(config: RatesConfig, out_dir, *, resume: bool = False, cluster=Non
     if resume and Path(out_dir).is_dir():
         config = stored_file_label(Path(out_dir), config)  # a folder written before labels came from ``name``
     experiment = config.resolve()  # validated and resolved once: what every step below reads
+    experiment = experiment.with_theorems(NOT_JUDGED if theorems is None else theorems)
     formats = check_figure_formats(figure_formats)  # a bad format is refused before any work
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -308,7 +309,7 @@ REJUDGE_RULE = (f"moestat.rates.verdicts.judge_interval: consistent only when th
                 f"inconclusive when the CI is wider than MAX_CI_WIDTH = {MAX_CI_WIDTH:g}")
 
 
-def rejudge_run(run_dir, *, date: str | None = None) -> dict[str, Any]:
+def rejudge_run(run_dir, *, date: str | None = None, theorems: Any = None) -> dict[str, Any]:
     """Judge a recorded rates run folder again under today's rules, without refitting a model.
 
     Reads the folder's ``results.csv`` (and ``extras.csv``) and ``provenance.json``, fits the rates
@@ -333,6 +334,10 @@ def rejudge_run(run_dir, *, date: str | None = None) -> dict[str, Any]:
         theory``) holding ``results.csv``, ``provenance.json`` and ``summary.json``.
     date : str, optional
         The date recorded in ``rejudged`` (ISO 8601); default: now, in UTC.
+    theorems : callable or mapping, optional
+        A scenario file's theorems, as :func:`run_rates` takes them (the door passes
+        :func:`moestat.theorems.file_theorems.scenario_theorems`); without them a file's losses keep
+        only the predictions the file states.
 
     Returns
     -------
@@ -388,7 +393,7 @@ def rejudge_run(run_dir, *, date: str | None = None) -> dict[str, Any]:
         if statistic != config.statistic:
             config = config.replace(statistic=statistic)
         config = stored_file_label(out, config)
-        experiment = config.resolve()
+        experiment = config.resolve().with_theorems(NOT_JUDGED if theorems is None else theorems)
         rows = read_run(out, experiment)
         recorded = (old.get("rows") or {}).get("sha256")
         if recorded is not None and recorded != rows.audit.digest:
@@ -459,7 +464,7 @@ def format_table(summary: dict[str, Any]) -> str:
     # longer than any built-in one, and a fixed width would shift the rest of its row
     titles = ("router", "loss", "slope", "95% CI", "Theil-Sen", "pred", "sided", "category", "window", "theorem [standing]")
     w = [max([len(t)] + [len(c[i]) for c in cells]) for i, t in enumerate(titles)]
-    # the theorem beside each prediction, where a scenario file's truth meets one (moestat.rates.file_theorems)
+    # the theorem beside each prediction, where a scenario file's truth meets one (moestat.theorems.file_theorems)
     named = any(c[9] != "-" for c in cells)
 
     def row(c) -> str:

@@ -437,7 +437,7 @@ def fit_experiment(df, experiment) -> list[dict[str, Any]]:
 
     The loss columns, the setting, the predictions and the analysis settings are the
     experiment's; a prediction the scenario file did not state but a theorem its truth meets gives
-    (:mod:`moestat.rates.file_theorems`) names its theorem (``prediction_theorem``, the short name;
+    (:mod:`moestat.theorems.file_theorems`) names its theorem (``prediction_theorem``, the short name;
     ``prediction_source``, its statement; ``prediction_standing``, one of
     :data:`moestat.rates.catalogue.STANDINGS`; ``prediction_claim`` where it states no exponent).
     """

@@ -25,6 +25,7 @@ __all__ = [
     "SETTING_NAMES",
     "ESTIMATOR_NAMES",
     "VORONOI_VARIANT",
+    "STATISTIC_NAMES",
     "router_name",
     "loss_name",
     "loss_variant",
@@ -75,6 +76,10 @@ ESTIMATOR_NAMES = {
 }
 #: Which Voronoi loss the ``voronoi`` and ``voronoi_direction`` columns hold, per setting.
 VORONOI_VARIANT = {"exact": "D3", "over": "D2"}
+
+#: The per-sample-size statistics a slope can be fitted to, by name: the words the configuration
+#: accepts (``--statistic``); :data:`moestat.rates.verdicts.STATISTICS` maps each to its function.
+STATISTIC_NAMES = ("mean", "median")
 #: The same for the Gaussian MoE of Nguyen, Nguyen & Ho (2023) (their D1 and D2).
 GAUSSIAN_VARIANT = {"exact": "D1", "over": "D2"}
 

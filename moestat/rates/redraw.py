@@ -75,7 +75,7 @@ def _read_json(path: Path) -> Any:
 
 
 def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,
-                   name: str | None = None, overwrite: bool = False) -> RedrawPlan:
+                   name: str | None = None, overwrite: bool = False, theorems: Any = None) -> RedrawPlan:
     """Read and check a run folder for :func:`draw_redraw`; draws nothing.
 
     The configuration is the one stored with the results (``provenance.json``), never a default:
@@ -94,6 +94,10 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
         ``convergence`` with ``overwrite``.
     overwrite : bool
         Allow replacing existing figures of that name.
+    theorems : callable or mapping, optional
+        A scenario file's theorems, as :func:`moestat.rates.run_rates` takes them (``moestat plot``
+        passes :func:`moestat.theorems.file_theorems.scenario_theorems`): the predicted lines of the
+        losses the file states no exponent for.  Without them only the file's own are drawn.
 
     Raises
     ------
@@ -132,7 +136,7 @@ def prepare_redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Seq
     notes = []
     # resolved once, for the losses and for both reads of the rows below; a scenario file that cannot
     # be read is one line of bad input (ScenarioFileError)
-    experiment = Experiment.of(config)
+    experiment = Experiment.of(config).with_theorems(theorems)
     declared: tuple[str, ...] = ()
     predicted = setting = None
     if config.scenario_file:  # the file's declared losses and their predictions (the sweep's own figure's)
@@ -232,7 +236,7 @@ def draw_redraw(plan: RedrawPlan) -> list[Path]:
 
 
 def redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[str] | None = None,
-           name: str | None = None, overwrite: bool = False) -> list[Path]:
+           name: str | None = None, overwrite: bool = False, theorems: Any = None) -> list[Path]:
     """Draw ``run_dir/<name>.pdf`` and ``.png`` from a finished (or partial) rates run.
 
     The same as ``draw_redraw(prepare_redraw(...))``; ``moestat plot`` calls the two steps
@@ -250,10 +254,13 @@ def redraw(run_dir, *, losses: Sequence[str] | None = None, routers: Sequence[st
         ``overwrite``).
     overwrite : bool
         Replace existing figures of that name.
+    theorems : callable or mapping, optional
+        As :func:`prepare_redraw`.
 
     Returns
     -------
     list of Path
         The written PDF and PNG.
     """
-    return draw_redraw(prepare_redraw(run_dir, losses=losses, routers=routers, name=name, overwrite=overwrite))
+    return draw_redraw(prepare_redraw(run_dir, losses=losses, routers=routers, name=name, overwrite=overwrite,
+                                      theorems=theorems))

@@ -21,7 +21,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from moestat.data.gaussian_scenarios import model1_scenario
 from moestat.data.scenario_files import load_scenario, scenario_digest
@@ -29,12 +29,21 @@ from moestat.data.synthetic import make_scenario
 from moestat.estimators import ESTIMATORS, estimator_for
 from moestat.estimators.memory import entries_per_chunk
 from moestat.rates.extras import ALT_PREFIX, CERTIFICATE_COLUMNS, KEY, extra_columns
-from moestat.rates.file_theorems import file_theorems
 from moestat.rates.gmoe_blocks import block_columns, block_predicted
 from moestat.rates.labels import LOSS_NAMES
 from moestat.rates.spec_checks import check_enough_samples, check_scenario_memory
 
-__all__ = ["Experiment", "fields_hash", "build_scenario", "estimator_registry", "build_estimator", "declared_losses"]
+__all__ = ["Experiment", "NOT_JUDGED", "fields_hash", "build_scenario", "estimator_registry", "build_estimator", "declared_losses"]
+
+
+#: The theorems of a scenario file whose caller handed in none (:meth:`Experiment.with_theorems`): no
+#: theorem's prediction, and ``summary.json`` and the printed table say why.  The engine never judges a
+#: truth itself (the theorem registry imports the engine, not the other way round); the doors do.
+NOT_JUDGED: Mapping[str, Any] = {
+    "predicted": {}, "details": {},
+    "report": {"not_checked": "not judged in this call: no theorems were handed in (moestat rates judges a file's "
+                              "truth: run_rates(..., theorems=moestat.theorems.file_theorems.scenario_theorems))"},
+}
 
 
 @lru_cache(maxsize=16)
@@ -116,14 +125,17 @@ class Experiment:
         A scenario file's (or the Gaussian-MoE family's) predicted exponents, loss name ->
         exponent or None; ``None`` for the built-in routers (Nguyen et al. (2024)'s table applies).
         A property: for a scenario file, the exponents of the theorems its truth meets
-        (:attr:`theorems`) under the file's own.
+        (:attr:`theorems`, handed in by the door) under the file's own.
     own_predicted : dict or None
         The exponents the scenario states itself (a file's ``[[losses]]``, the Gaussian-MoE family's
         table), over the pipeline's defaults; ``None`` for the built-in routers.
     prediction_sources : dict
         Loss name -> the theorem of a default prediction the file did not state (a property).
     theorem_key : str or None
-        A scenario file's key, by which :attr:`theorems` judges its truth (once per process).
+        A scenario file's key, by which its truth is judged (once per process,
+        :func:`moestat.theorems.file_theorems.scenario_theorems`).
+    theorems : mapping or None
+        A scenario file's theorems as the door judged them and handed in (:meth:`with_theorems`).
     declared : tuple of str
         Names of the losses a scenario file declares (one ``extras.csv`` column each).
     extra_columns : tuple of str
@@ -155,6 +167,11 @@ class Experiment:
     hash: str
     expected: Mapping[str, tuple[str, str]]
     theorem_key: str | None = None
+    #: A scenario file's theorems as the door judged them
+    #: (:func:`moestat.theorems.file_theorems.scenario_theorems`: ``predicted``, ``details``, ``report``),
+    #: handed in by :meth:`with_theorems`; ``None`` without a file or before the door judged it.  The
+    #: engine never judges a truth: the theorems import the engine, not the other way round.
+    theorems: Mapping[str, Any] | None = None
 
     @classmethod
     def of(cls, config: Any) -> "Experiment":
@@ -176,7 +193,7 @@ class Experiment:
         losses = (*LOSS_NAMES, *(c for c in ex_cols if c not in KEY and c not in CERTIFICATE_COLUMNS
                                  and not c.startswith(ALT_PREFIX)))
         own = {} if builtin else dict(first.predicted)
-        if spec.scenario_file:  # a file's default prediction comes from the theorems its truth meets (below)
+        if spec.scenario_file:  # a file's default prediction comes from the theorems its truth meets (handed in)
             own = {k: v for k, v in own.items() if k not in (first.prediction_sources or {})}
         predicted = None if builtin else {**own, **block_predicted(first)}
         fields = config.result_fields(digest)
@@ -186,20 +203,6 @@ class Experiment:
                    headline=declared or ("voronoi",), result_fields=fields, hash=fields_hash(fields),
                    expected={r: (str(sc.name), str(sc.setting)) for r, sc in scenarios.items()},
                    theorem_key=keys[config.router[0]] if spec.scenario_file else None)
-
-    @property
-    def theorems(self) -> dict[str, Any] | None:
-        """A scenario file's theorems (:func:`moestat.rates.file_theorems.file_theorems`):
-        ``predicted``, ``details`` (loss -> theorem, standing, source) and ``report`` (the theorems
-        met and those whose hypotheses fail, with the condition); ``None`` without a file.
-        Judged on first use (autograd on the truth, about a second), once per process and file."""
-        if self.theorem_key is None:
-            return None
-        first = self.scenarios[self.config.router[0]]
-        default = getattr(first, "default_loss", None)
-        # voronoi holds the file's own first loss only where it declared one (else its default, the theorem's)
-        return file_theorems(self.theorem_key, default, self.own_predicted or {},
-                             self.voronoi_holds is not None and default is None, lambda: first)
 
     @property
     def predicted(self) -> dict | None:
@@ -230,6 +233,24 @@ class Experiment:
         if self.config.scenario_file and getattr(first, "likelihood", False) and self.declared:
             return self.declared[0]
         return None
+
+    def with_theorems(self, theorems: "Mapping[str, Any] | Callable[[Experiment], Mapping[str, Any] | None] | None"
+                      ) -> "Experiment":
+        """The same experiment with a scenario file's theorems handed in.
+
+        ``theorems`` is :func:`moestat.theorems.file_theorems.scenario_theorems` (called here on this
+        experiment) or what it returned; ``None``, or an experiment without a scenario file: unchanged.
+        A mapping without ``predicted``, ``details`` and ``report`` is refused (``TypeError``)."""
+        if theorems is None or self.theorem_key is None:
+            return self
+        if callable(theorems):
+            theorems = theorems(self)
+            if theorems is None:
+                return self
+        if not {"predicted", "details", "report"} <= set(theorems):
+            raise TypeError("theorems must be moestat.theorems.file_theorems.scenario_theorems or what it returns "
+                            "(predicted, details, report)")
+        return dataclasses.replace(self, theorems=theorems)
 
     def check(self) -> "Experiment":
         """The model-level checks of :meth:`RatesConfig.validate`: the estimator of every router is

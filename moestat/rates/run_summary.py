@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # names of the annotations only: the analysis reads what the 
     from moestat.rates.resolve import Experiment
     from moestat.rates.store import RunRows
 
-__all__ = ["SUMMARY_SCHEMA", "rule_fields", "write_summary"]
+__all__ = ["SUMMARY_SCHEMA", "rule_fields", "write_summary", "format_theorem_report"]
 
 #: The ``schema`` field of ``summary.json``.
 SUMMARY_SCHEMA = "moestat.rates.run_summary/1"
@@ -111,3 +111,23 @@ def write_summary(experiment: Experiment, rows: RunRows, fits: list, adaptive: d
         summary["theorems"] = experiment.theorems["report"]
     path = atomic_write_json(out / f"summary{suffix}.json", summary)
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def format_theorem_report(report: Mapping[str, Any]) -> list[str]:
+    """The lines ``moestat rates`` prints under its table: each theorem met and the losses it
+    predicts, then each theorem of the model's class whose hypotheses fail, with the condition."""
+    if report.get("not_checked"):
+        return [f"theorems: not checked: {report['not_checked']}"]
+    lines = []
+    for t in report["met"]:
+        if t["attached"]:
+            lines.append(f"theorem met: {t['name']} ({t['standing']}): predicts {', '.join(t['attached'])}")
+        elif t["losses"]:
+            lines.append(f"theorem met: {t['name']}: every loss it speaks of is predicted by the file or a theorem above")
+        else:
+            lines.append(f"theorem met: {t['cite']}: no exponent tabulated for a file's losses (see the catalogue)")
+    for t in report["failed"]:
+        lines.append(f"theorem not applied (hypotheses fail): {t['cite']} ({t['claim']}): {'; '.join(t['failing'])}")
+    if not report["met"] and not report["failed"]:
+        lines.append(f"theorems: none of the catalogue speaks of this model class in the {report['setting']} setting")
+    return lines

@@ -73,7 +73,7 @@ from moestat.rates.stability import settle
 #: Per-sample-size statistics a slope can be fitted to: the mean (the expected loss) or the median (the
 #: theorems' O_P bounds are statements about quantiles).  The one table of the choice: the rate fits
 #: (:func:`moestat.rates.fit.slope_with_interval`), the paired contrasts below and the configuration.
-STATISTICS = {"mean": np.mean, "median": np.median}
+STATISTICS = {"mean": np.mean, "median": np.median}  # keyed by labels.STATISTIC_NAMES, the words the configuration accepts
 
 __all__ = [
     "STATISTICS",

@@ -578,7 +578,7 @@ def _x_dependence(P: _Parts) -> tuple[list[float], list[float]]:
 # ---------------------------------------------------------------------------------------------
 #: The classical theorem (its data file ``moestat/theorems/data/99-classical-mle.toml``): an exact fit
 #: (``k = k*``) by maximum likelihood whose Fisher information is nonsingular at the truth is
-#: asymptotically normal at ``n^-1/2`` in every parameter; :mod:`moestat.rates.file_theorems` fills
+#: asymptotically normal at ``n^-1/2`` in every parameter; :mod:`moestat.theorems.file_theorems` fills
 #: the losses no named theorem speaks of with it.
 CLASSICAL_KEY = "classical-mle"
 CLASSICAL_CITE = registry_theorem(CLASSICAL_KEY).cite

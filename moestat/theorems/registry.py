@@ -9,7 +9,7 @@ Every theorem moestat knows and every catalogue entry that runs one is declared 
 - the **theorems** its runs are held to (:class:`Theorem`): the citation, the fits it speaks of
   (``setting``), its model class and the hypothesis conditions it requires
   (:mod:`moestat.theorems.hypotheses` computes them), and where a scenario file's row takes its
-  headline prediction from (:mod:`moestat.rates.file_theorems`).
+  headline prediction from (:mod:`moestat.theorems.file_theorems`).
 
 The files are read in the order of their names (``NN-key.toml``), which is the catalogue's order
 and the order theorems are listed in; a file without ``key`` declares theorems only (the classical
@@ -178,7 +178,7 @@ class Entry:
 #: The attributes of a truth's model (:func:`moestat.theorems.hypotheses.check_hypotheses` reads them off
 #: the scenario) that a theorem's ``model_class`` may name.
 MODEL_CLASS_KEYS = ("score_kind", "normalisation", "likelihood", "k_active", "expert_kind", "setting")
-#: How a scenario file's losses get a met theorem's exponents (:mod:`moestat.rates.file_theorems`):
+#: How a scenario file's losses get a met theorem's exponents (:mod:`moestat.theorems.file_theorems`):
 #: ``perturbed-router`` the perturbed router's table (Nguyen et al. 2024, Theorems 5 and 6), ``gmoe`` the
 #: softmax-gated Gaussian MoE's (Nguyen, Nguyen & Ho 2023, Theorems 1 and 2), ``slow`` "slower than any
 #: polynomial rate" on the Voronoi loss and the parameter errors, ``classical`` ``n^-1/2`` everywhere; empty:

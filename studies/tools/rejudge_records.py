@@ -106,6 +106,7 @@ def main() -> int:
     from datetime import datetime, timezone
 
     from moestat.rates.experiment import rejudge_run
+    from moestat.theorems.file_theorems import scenario_theorems
 
     date = args.date or datetime.now(timezone.utc).isoformat(timespec="seconds")
     folders = current_run_folders()
@@ -113,7 +114,7 @@ def main() -> int:
         if args.dry_run:
             print(d.relative_to(ROOT))
             continue
-        s = rejudge_run(d, date=date)
+        s = rejudge_run(d, date=date, theorems=scenario_theorems)
         print(f"{d.relative_to(ROOT)}: {s['rejudged']['categories_before']} -> {s['rejudged']['categories_after']}", flush=True)
     if not args.dry_run:
         rep = rejudge_theory_report(THEORY, "quick-over-thm5", date)

@@ -48,24 +48,24 @@ def test_every_entry_is_distinct_and_names_its_paper_by_authors_and_year():
 
 def test_declared_exponents_are_the_ones_the_rates_pipeline_applies():
     # the catalogue's predictions must not drift from the verdicts of moestat rates
-    from moestat.rates.experiment import _file_predictions
+    from catalogue_cases import file_predictions
 
     from catalogue_cases import stated_predictions
 
     checked = 0
     for e, p, router, loss, cfg in stated_predictions():
-        got = predicted_exponent(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg))
+        got = predicted_exponent(router, cfg.setting, loss, cfg.estimator, file_predictions(cfg))
         assert got == p.exponent, (e.key, p)
         checked += 1
     assert checked >= 10
 
 
 def test_a_slower_than_polynomial_prediction_is_also_none_in_the_pipeline():
-    from moestat.rates.experiment import _file_predictions
+    from catalogue_cases import file_predictions
 
     e = cat.entry("lse-ffn-vs-linear")
     cfg = cat.run_config({r.label: r for r in e.runs}["linear"], quick=True)
-    assert _file_predictions(cfg)["D2_ls"] is None
+    assert file_predictions(cfg)["D2_ls"] is None
     e = cat.entry("cosine-exact")
     assert predicted_exponent("cosine", "exact", "voronoi") is None
 

@@ -234,12 +234,12 @@ def test_no_module_reimplements_the_interval_rule():
 def test_catalogue_sided_agrees_with_the_rates_pipeline_and_says_why():
     from catalogue_cases import stated_predictions
 
-    from moestat.rates.experiment import _file_predictions
+    from catalogue_cases import file_predictions
     from moestat.rates.fit import predicted_sided
 
     uppers = []
     for e, p, router, loss, cfg in stated_predictions():
-        assert predicted_sided(router, cfg.setting, loss, cfg.estimator, _file_predictions(cfg)) == p.sided, (e.key, p)
+        assert predicted_sided(router, cfg.setting, loss, cfg.estimator, file_predictions(cfg)) == p.sided, (e.key, p)
         if p.sided == "upper":
             assert "upper bound" in p.sided_reason and "upper bound" in p.text
             uppers.append((e.key, p.loss))

@@ -17,6 +17,7 @@ import numpy as np
 from moestat.rates import RatesConfig, run_rates
 from moestat.rates.extras import merge_extras
 from moestat.rates.verdicts import MAX_CI_WIDTH, judge_interval
+from moestat.theorems.file_theorems import scenario_theorems
 
 __all__ = ["CheckResult", "Context", "MODES", "skipped"]
 
@@ -149,7 +150,8 @@ class Context:
         cfg.setdefault("n_jobs", self.n_jobs)
         cfg.setdefault("quiet", True)
         self.log(f"  rates run {key!r}: {cfg}")
-        summary = run_rates(RatesConfig.from_dict(cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume)
+        summary = run_rates(RatesConfig.from_dict(cfg), self.out_dir / "rates" / f"{self.mode}-{key}", resume=self.resume,
+                            theorems=scenario_theorems)
         self._rates[key] = summary
         return summary
 

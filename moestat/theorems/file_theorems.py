@@ -44,10 +44,11 @@ from moestat.data.likelihood_losses import THEOREM_1_GMOE
 from moestat.rates.fit import predicted_exponent
 from moestat.theorems.hypotheses import CLASSICAL_CITE, CLASSICAL_KEY, check_hypotheses
 from moestat.rates.labels import LOSS_NAMES
+from moestat.rates.resolve import Experiment
 from moestat.theorems.registry import SLOWER, headline_prediction
 from moestat.theorems.registry import theorem as registry_theorem
 
-__all__ = ["PARAMETER_LOSSES", "file_theorems", "judge_scenario", "format_theorem_report"]
+__all__ = ["PARAMETER_LOSSES", "file_theorems", "judge_scenario", "scenario_theorems"]
 
 #: The built-in loss columns that measure the parameters (every one but the regression function's).
 PARAMETER_LOSSES = tuple(c for c in LOSS_NAMES if c != "regression_l2")
@@ -181,21 +182,26 @@ def file_theorems(key: str, default_loss: str | None, own: Mapping[str, Any], vo
     return {"predicted": predicted, "details": details, "report": report}
 
 
-def format_theorem_report(report: Mapping[str, Any]) -> list[str]:
-    """The lines ``moestat rates`` prints under its table: each theorem met and the losses it
-    predicts, then each theorem of the model's class whose hypotheses fail, with the condition."""
-    if report.get("not_checked"):
-        return [f"theorems: not checked: {report['not_checked']}"]
-    lines = []
-    for t in report["met"]:
-        if t["attached"]:
-            lines.append(f"theorem met: {t['name']} ({t['standing']}): predicts {', '.join(t['attached'])}")
-        elif t["losses"]:
-            lines.append(f"theorem met: {t['name']}: every loss it speaks of is predicted by the file or a theorem above")
-        else:
-            lines.append(f"theorem met: {t['cite']}: no exponent tabulated for a file's losses (see the catalogue)")
-    for t in report["failed"]:
-        lines.append(f"theorem not applied (hypotheses fail): {t['cite']} ({t['claim']}): {'; '.join(t['failing'])}")
-    if not report["met"] and not report["failed"]:
-        lines.append(f"theorems: none of the catalogue speaks of this model class in the {report['setting']} setting")
-    return lines
+def scenario_theorems(experiment) -> dict[str, Any] | None:
+    """The theorems of a rate experiment's scenario file, what :func:`moestat.rates.run_rates` takes as
+    ``theorems`` (the doors ``moestat rates``, ``moestat reproduce``, ``moestat plot`` call this).
+
+    Parameters
+    ----------
+    experiment : RatesConfig or Experiment
+        The configuration (resolved here) or its :class:`~moestat.rates.resolve.Experiment`.
+
+    Returns
+    -------
+    dict or None
+        :func:`file_theorems`'s ``predicted``, ``details`` and ``report`` for the file's truth (judged
+        once per process and file: autograd on the truth, about a second); ``None`` without a file.
+    """
+    experiment = Experiment.of(experiment)
+    if experiment.theorem_key is None:
+        return None
+    first = experiment.scenarios[experiment.config.router[0]]
+    default = getattr(first, "default_loss", None)
+    # voronoi holds the file's own first loss only where it declared one (else its default, the theorem's)
+    return file_theorems(experiment.theorem_key, default, experiment.own_predicted or {},
+                         experiment.voronoi_holds is not None and default is None, lambda: first)

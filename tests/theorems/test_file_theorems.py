@@ -17,6 +17,7 @@ from moestat.rates.fit import fit_experiment
 from moestat.theorems.hypotheses import CLASSICAL_CITE, check_hypotheses
 from moestat.rates.resolve import Experiment
 from moestat.rates.store import RESULT_COLUMNS
+from moestat.theorems.file_theorems import scenario_theorems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 COSINE = EXAMPLES / "perturbed_cosine_over.toml"
@@ -37,8 +38,9 @@ def _file(tmp_path, src: Path, edits=(), cut_losses=False, append="", name="f.to
 
 
 def _experiment(path: str, **extra) -> Experiment:
+    # as the doors hand a file's theorems to the engine (moestat rates, reproduce, plot)
     return Experiment.of(RatesConfig.from_dict({"scenario_file": path, "n_min": 500, "n_max": 2000, "n_points": 3,
-                                                "reps": 2, **extra}))
+                                                "reps": 2, **extra})).with_theorems(scenario_theorems)
 
 
 def _keys(rep) -> list[str]:
@@ -180,3 +182,22 @@ def test_check_prints_only_the_theorems_of_the_fits_setting(capsys):
 def test_the_examples_state_no_losses():
     for f in (COSINE, SIGMOID):
         assert "losses" not in tomllib.loads(f.read_text())
+
+
+def test_the_engine_without_the_doors_theorems_says_the_truth_was_not_judged(tmp_path):
+    # run_rates never judges a truth itself: a file's run without theorems handed in predicts only what
+    # the file states and records why, instead of silently dropping the theorem's prediction
+    from moestat.rates import run_rates
+    from moestat.rates.resolve import NOT_JUDGED
+
+    ex = _experiment(str(COSINE))
+    bare = Experiment.of(ex.config)
+    assert bare.theorems is None and bare.prediction_sources == {}
+    assert ex.prediction_sources and bare.with_theorems(NOT_JUDGED).predicted.get("D2") is None
+    assert ex.predicted["D2"] == -0.5
+    cfg = ex.config.replace(quiet=True, reps=2, n_min=500, n_max=1000, n_points=3)
+    s = run_rates(cfg, tmp_path / "plain", figure_formats="none")
+    assert s["theorems"]["not_checked"].startswith("not judged")
+    assert all(f.get("prediction_theorem") is None for f in s["fits"])
+    s = run_rates(cfg, tmp_path / "judged", figure_formats="none", theorems=scenario_theorems)
+    assert "not_checked" not in s["theorems"] and any(f.get("prediction_theorem") for f in s["fits"])
