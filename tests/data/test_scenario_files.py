@@ -284,10 +284,11 @@ def test_outside_theorem_1_no_default_prediction_is_made(tmp_path, edit):
 def test_the_default_prediction_reaches_the_summary_with_its_theorem(tmp_path):
     from moestat.rates import RatesConfig, run_rates
     from moestat.rates.experiment import format_table
+    from moestat.theorems.file_theorems import scenario_theorems
 
     cfg = RatesConfig.from_dict({"scenario_file": _own_gmoe(tmp_path), "estimator": "mle", "n_min": 300, "n_max": 1200,
                                  "n_points": 3, "reps": 2, "n_boot": 50, "holdout": 256, "quiet": True})
-    s = run_rates(cfg.validate(), tmp_path / "o")
+    s = run_rates(cfg.validate(), tmp_path / "o", theorems=scenario_theorems)  # as moestat rates hands them
     f = next(f for f in s["fits"] if f["loss"] == "gaussian_D1")
     assert f["predicted"] == -0.5 and "Theorem 1" in f["prediction_source"]
     assert "prediction by default (the file states none): Nguyen, Nguyen & Ho (2023), Theorem 1" in format_table(s)
