@@ -4,7 +4,9 @@
 batched Levenberg-Marquardt of :mod:`moestat.estimators.levenberg_marquardt` (free parameters,
 analytic Jacobian and the vanilla cosine router's flat direction are described there), over
 the residual kernel of :mod:`moestat.estimators.lse_kernel`.  For a sparse (Top-K) gate it
-runs a continuation on the gate's temperature first (see ``topk_temperatures``).  The
+runs a continuation on the gate's temperature first (see ``topk_temperatures``; its rules,
+:data:`STAGE_ENTRY`, :data:`STAGE_PIECE` and :data:`STAGE_NEAR`, are measured in
+docs/guide/rates.rst, "The sparse gate fitted").  The
 independent scipy baseline is :func:`moestat.estimators.reference.scipy_reference_fit`.
 """
 
@@ -165,12 +167,19 @@ class LeastSquaresMoE(MoEEstimator):
         Continuation schedule for a sparse gate (``K < k``): the fit first runs on the smoothed
         Top-K gate (mask ``sigmoid((s_i - t(x)) / T)``) for each temperature ``T`` in turn, then
         on the exact hard gate, whose objective is the one reported.  ``"auto"`` walks the
-        ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``, each stage solved to a relative
-        decrease of :data:`STAGE_FTOL`, at most :data:`STAGE_MAX_ITER` iterations) and
-        leaves it, per replicate, once the smoothed and the hard objectives agree
-        (:data:`STAGE_AGREE_RTOL`), and its hard stage starts from the start or from the
-        continuation's end, whichever has the lower hard objective; a given sequence is run in
-        full, beside a hard-gate fit from the start.  ``None`` fits the hard gate
+        ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``), per replicate: it enters at
+        the first ``T`` within which at most :data:`STAGE_ENTRY` of its samples lie of their
+        selection boundary; each stage runs in pieces of :data:`STAGE_PIECE` iterations (each
+        towards a relative decrease of :data:`STAGE_FTOL`, at most :data:`STAGE_MAX_ITER` in all)
+        and ends after a piece that changed the hard objective by at most
+        :data:`STAGE_HARD_RTOL` relative; it leaves the ladder once the smoothed and the hard
+        objectives agree (:data:`STAGE_AGREE_RTOL`) or at most :data:`STAGE_NEAR` samples lie
+        within ``T`` of a boundary (distances:
+        :func:`~moestat.estimators.lse_kernel.near_boundary`); its hard stage starts from the
+        start or from the continuation's end, whichever has the lower hard objective.  For a
+        protocol model (autograd kernel) the entry and the near-boundary exit are not used (the
+        ladder starts at its first rung and leaves on agreement).  A given sequence is run in
+        full (each stage one call with the whole budget), beside a hard-gate fit from the start.  ``None`` fits the hard gate
         only (a local method then stalls near its start, see the user guide).  Ignored for a
         dense gate.
 
