@@ -179,9 +179,9 @@ class LeastSquaresMoE(MoEEstimator):
         start or from the continuation's end, whichever has the lower hard objective.  For a
         protocol model (autograd kernel) the entry and the near-boundary exit are not used (the
         ladder starts at its first rung and leaves on agreement).  A given sequence is run in
-        full (each stage one call with the whole budget), beside a hard-gate fit from the start.  ``None`` fits the hard gate
-        only (a local method then stalls near its start, see the user guide).  Ignored for a
-        dense gate.
+        full (each stage one call with the whole budget), beside a hard-gate fit from the start.
+        ``None`` fits the hard gate only (a local method then stalls near its start, see the user
+        guide).  Ignored for a dense gate.
 
     Attributes
     ----------
