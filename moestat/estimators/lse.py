@@ -4,7 +4,9 @@
 batched Levenberg-Marquardt of :mod:`moestat.estimators.levenberg_marquardt` (free parameters,
 analytic Jacobian and the vanilla cosine router's flat direction are described there), over
 the residual kernel of :mod:`moestat.estimators.lse_kernel`.  For a sparse (Top-K) gate it
-runs a continuation on the gate's temperature first (see ``topk_temperatures``).  The
+runs a continuation on the gate's temperature first (see ``topk_temperatures``; its rules,
+:data:`STAGE_ENTRY`, :data:`STAGE_PIECE` and :data:`STAGE_NEAR`, are measured in
+docs/guide/rates.rst, "The sparse gate fitted").  The
 independent scipy baseline is :func:`moestat.estimators.reference.scipy_reference_fit`.
 """
 
@@ -22,7 +24,7 @@ from moestat.model.regression import MoEModel
 from moestat.estimators.base import MoEEstimator
 from moestat.estimators.layout import bounds, pack, unpack
 from moestat.estimators.levenberg_marquardt import levenberg_marquardt
-from moestat.estimators.lse_kernel import Design, forward as kernel_forward
+from moestat.estimators.lse_kernel import Design, forward as kernel_forward, near_boundary
 from moestat.estimators.starts import random_starts
 from moestat.estimators.validation import (
     check_model,
@@ -34,14 +36,15 @@ from moestat.estimators.validation import (
 from moestat.estimators import jacobians as jac
 from moestat.model.protocol import ProtocolModel
 
-__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_AGREE_RTOL", "STAGE_FTOL", "STAGE_MAX_ITER", "ON_BOX_RTOL",
-           "on_box"]
+__all__ = ["LeastSquaresMoE", "AUTO_TEMPERATURES", "STAGE_AGREE_RTOL", "STAGE_FTOL", "STAGE_MAX_ITER", "STAGE_ENTRY",
+           "STAGE_NEAR", "STAGE_PIECE", "STAGE_HARD_RTOL", "ON_BOX_RTOL", "on_box"]
 
 _INIT_NAMES = ("random",)
 #: The ladder of the default (``"auto"``) continuation for sparse (Top-K) gates: temperatures of
-#: the smoothed mask, tenfold apart.  A replicate leaves the ladder after the first stage at whose
-#: end the smoothed and the hard objectives agree (:data:`STAGE_AGREE_RTOL`), so the smallest
-#: temperatures run only where a sample still lies within ``T`` of a selection boundary.
+#: the smoothed mask, tenfold apart.  Each replicate enters it at the first rung whose smoothing
+#: reaches few of its samples (:data:`STAGE_ENTRY`) and leaves it after the first stage at whose
+#: end the smoothing reaches (almost) none (:data:`STAGE_NEAR`, :data:`STAGE_AGREE_RTOL`), so the
+#: smallest temperatures run only where samples still lie within ``T`` of a selection boundary.
 AUTO_TEMPERATURES = (0.1, 0.01, 0.001, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 #: The smoothed and the hard objective agree at a stage's end when they differ by at most this
 #: much relative to the hard one: every sample then lies so far from its selection boundary that
@@ -51,17 +54,42 @@ AUTO_TEMPERATURES = (0.1, 0.01, 0.001, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
 #: boundary), so a schedule that stops at a fixed ``T`` leaves the selection boundary where the
 #: smoothed problem puts it, and the hard stage cannot move it (its Jacobian does not see it).
 STAGE_AGREE_RTOL = 1e-8
-#: Stopping tolerance and iteration cap of the smoothed stages (the final hard stage uses
-#: ftol/xtol/gtol/max_iter).  Why each stage is solved to ``1e-8`` rather than only moved: the hard
+#: Stopping tolerance and iteration budget of each smoothed stage (the final hard stage uses
+#: ftol/xtol/gtol/max_iter).  Why a stage is solved to ``1e-8`` rather than only moved: the hard
 #: stage cannot move a selection boundary (its Jacobian, taken inside a selection region, does not
-#: see it), so the boundaries stay where the last smoothed stage left them.  A stage stopped early
-#: (30 iterations, relative decrease ``1e-6``) leaves them where the previous, wider temperature put
-#: them: Top-2-of-3, gelu experts, d = 4, n = 2 000, 20 near-truth starts (scale 0.05): 2 of 20 fits
-#: reached the truth's sum of squares (median gap -0.46); with every stage solved to ``1e-8`` (at
-#: most 200 iterations), 18 of 20 (median gap +0.14), for about 4 times the iterations
-#: (docs/guide/rates.rst, "The sparse gate fitted").
+#: see it), so the boundaries stay where the last smoothed stage left them.  A stage stopped after
+#: a fixed 30 iterations (relative decrease ``1e-6``) leaves them where the previous, wider
+#: temperature put them: Top-2-of-3, gelu experts, d = 4, n = 2 000, 20 near-truth starts (scale
+#: 0.05): 2 of 20 fits reached the truth's sum of squares (median gap -0.46); with every stage
+#: solved to ``1e-8`` (at most 200 iterations), 18 of 20 (median gap +0.14).  A stage also ends,
+#: per replicate, once it no longer moves the hard objective (:data:`STAGE_PIECE`).
 STAGE_FTOL = 1e-8
 STAGE_MAX_ITER = 200
+#: A replicate enters the ladder at the first temperature ``T`` at which at most this fraction of
+#: its samples lies within ``T`` of its selection boundary (at its start): a wider smoothing blends
+#: the experts of so many samples that it fits another model (a soft mixture), and its stage
+#: moves the fit away from the hard optimum.  Top-2-of-3 tanh, d = 4, n = 16 000, near-truth starts
+#: (scale 0.05): 45 per cent of the samples lay within ``T = 0.1`` of their boundary, and the stage
+#: at ``T = 0.1`` took the hard sum of squares from 58 to 140 above the truth's (median); about 6
+#: per cent lay within ``T = 0.01``, where every such start entered (docs/guide/rates.rst, "The
+#: sparse gate fitted", also for random starts).
+STAGE_ENTRY = 0.25
+#: A replicate leaves the ladder after the first stage at whose end at most this many samples lie
+#: within ``T`` of their selection boundary.  Why: the smoothed optimum pins a few samples onto a
+#: boundary (their blended mask lowers the smoothed objective below the hard one), and at every
+#: smaller ``T`` Levenberg-Marquardt crawls to keep them there (the mask's curvature grows as
+#: ``1/T^2``) while the hard objective no longer changes: Top-2-of-3 tanh, d = 4, n = 2 000 to
+#: 16 000, once at most 2 samples were left within ``T`` the further stages (down to ``1e-8``)
+#: changed the hard sum of squares by less than 0.01 and cost about half of all iterations.
+STAGE_NEAR = 2
+#: A stage runs in pieces of this many iterations; a replicate leaves the stage after a piece that
+#: changed its hard (true Top-K) objective by at most :data:`STAGE_HARD_RTOL` relative, or that
+#: stopped by the stage's own tolerance.  Why: the stage is there for the hard objective (through
+#: the selection boundaries); once a piece no longer changes it, the remaining smoothed iterations
+#: only move the samples pinned on a boundary (above).  Each piece restarts Levenberg-Marquardt's
+#: damping, which is all that differs from one call with the whole budget.
+STAGE_PIECE = 15
+STAGE_HARD_RTOL = 1e-4
 #: A free parameter within ``ON_BOX_RTOL * bound`` of its bound counts as on the box (``on_box_``):
 #: the projection of Levenberg-Marquardt puts a clipped coordinate exactly on it, an interior
 #: optimum is farther away than any rounding.
@@ -101,6 +129,11 @@ def _keep_better(best: dict, cur: dict, G0: MixingMeasure) -> None:
         best["init"][r] = G0[r]
 
 
+def _hard_forward(kernel):
+    """The forward pass of the hard gate: the analytic kernel's, or ``kernel``'s (a protocol model)."""
+    return kernel_forward if kernel is None else kernel.forward
+
+
 class LeastSquaresMoE(MoEEstimator):
     """Least-squares estimator (eqs. (3), (10)) of a Top-K MoE, batched over replicates.
 
@@ -134,14 +167,21 @@ class LeastSquaresMoE(MoEEstimator):
         Continuation schedule for a sparse gate (``K < k``): the fit first runs on the smoothed
         Top-K gate (mask ``sigmoid((s_i - t(x)) / T)``) for each temperature ``T`` in turn, then
         on the exact hard gate, whose objective is the one reported.  ``"auto"`` walks the
-        ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``, each stage solved to a relative
-        decrease of :data:`STAGE_FTOL`, at most :data:`STAGE_MAX_ITER` iterations) and
-        leaves it, per replicate, once the smoothed and the hard objectives agree
-        (:data:`STAGE_AGREE_RTOL`), and its hard stage starts from the start or from the
-        continuation's end, whichever has the lower hard objective; a given sequence is run in
-        full, beside a hard-gate fit from the start.  ``None`` fits the hard gate
-        only (a local method then stalls near its start, see the user guide).  Ignored for a
-        dense gate.
+        ladder :data:`AUTO_TEMPERATURES` (``0.1`` down to ``1e-8``), per replicate: it enters at
+        the first ``T`` within which at most :data:`STAGE_ENTRY` of its samples lie of their
+        selection boundary; each stage runs in pieces of :data:`STAGE_PIECE` iterations (each
+        towards a relative decrease of :data:`STAGE_FTOL`, at most :data:`STAGE_MAX_ITER` in all)
+        and ends after a piece that changed the hard objective by at most
+        :data:`STAGE_HARD_RTOL` relative; it leaves the ladder once the smoothed and the hard
+        objectives agree (:data:`STAGE_AGREE_RTOL`) or at most :data:`STAGE_NEAR` samples lie
+        within ``T`` of a boundary (distances:
+        :func:`~moestat.estimators.lse_kernel.near_boundary`); its hard stage starts from the
+        start or from the continuation's end, whichever has the lower hard objective.  For a
+        protocol model (autograd kernel) the entry and the near-boundary exit are not used (the
+        ladder starts at its first rung and leaves on agreement).  A given sequence is run in
+        full (each stage one call with the whole budget), beside a hard-gate fit from the start.
+        ``None`` fits the hard gate only (a local method then stalls near its start, see the user
+        guide).  Ignored for a dense gate.
 
     Attributes
     ----------
@@ -278,6 +318,53 @@ class LeastSquaresMoE(MoEEstimator):
             starts.append(random_starts(R, k, d, rng))
         return starts
 
+    def _auto_stage(self, Xt, Yt, theta, T, bounds, gtol, data, kernel):
+        """One stage of the ``"auto"`` ladder at temperature ``T``, for ``theta [R, P]``.
+
+        Levenberg-Marquardt on the smoothed gate in pieces of :data:`STAGE_PIECE` iterations, at
+        most :data:`STAGE_MAX_ITER` (and ``max_iter``) in all, each to ``ftol = xtol =``
+        :data:`STAGE_FTOL`; a replicate leaves after a piece that stopped by those tolerances, was
+        not finite, or changed its hard objective by at most :data:`STAGE_HARD_RTOL` relative.
+
+        Returns
+        -------
+        theta : Tensor ``[R, P]`` (a non-finite piece keeps its start); F : Tensor ``[R]``, the
+        smoothed half sum of squares at the end; n_iter : Tensor ``[R]``; ok : Tensor ``[R]`` bool,
+        every piece finite; F_hard : Tensor ``[R]``, the hard half sum of squares at the end.
+        """
+        k = self.n_components
+        lower, upper = bounds
+        hard_forward = _hard_forward(kernel)
+        R = theta.shape[0]
+        theta = theta.clone()
+        n_iter = torch.zeros(R, dtype=torch.long, device=theta.device)
+        F = torch.full((R,), float("nan"), dtype=theta.dtype, device=theta.device)
+        ok = torch.ones(R, dtype=torch.bool, device=theta.device)
+        F_hard, _ = hard_forward(self.model, data, theta, k, None, keep=False)
+        live = torch.arange(R, device=theta.device)
+        budget = min(self.max_iter, STAGE_MAX_ITER)
+        used = 0
+        while live.numel() and used < budget:
+            m = min(STAGE_PIECE, budget - used)
+            every = live.numel() == R
+            th_l = theta if every else theta[live]
+            d_l = data if every else data.select(live)
+            st = levenberg_marquardt(
+                self.model, Xt if every else Xt[live], Yt if every else Yt[live], th_l, k, lower, upper,
+                max_iter=m, ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=d_l, kernel=kernel,
+            )
+            fin = torch.isfinite(st["F"])
+            th_new = torch.where(fin.unsqueeze(-1), st["theta"], th_l)
+            theta[live], F[live], ok[live] = th_new, st["F"], fin
+            n_iter[live] += st["n_iter"]
+            Fh, _ = hard_forward(self.model, d_l, th_new, k, None, keep=False)
+            moved = (Fh - F_hard[live]).abs() > STAGE_HARD_RTOL * F_hard[live].abs()
+            F_hard[live] = Fh
+            going = torch.tensor([s_ == "max_iter" for s_ in st["status"]], dtype=torch.bool, device=theta.device)
+            live = live[fin & going & moved]
+            used += m
+        return theta, F, n_iter, ok, F_hard
+
     def _fit_path(self, Xt, Yt, theta, path, bounds, tols, data, kernel) -> dict:
         """One start ``theta [R, P]`` fitted along ``path``: a Levenberg-Marquardt stage at each
         Top-K temperature of ``path`` (continuation; a non-finite stage keeps its start), then
@@ -293,29 +380,46 @@ class LeastSquaresMoE(MoEEstimator):
         ftol, xtol, gtol = tols
         iters = torch.zeros(R, dtype=torch.long, device=theta.device)
         adaptive = isinstance(self.topk_temperatures, str)  # "auto": leave the ladder on agreement
-        hard_forward = kernel_forward if kernel is None else kernel.forward
+        hard_forward = _hard_forward(kernel)
         work = torch.arange(R, device=theta.device)  # the replicates still on the ladder
+        # "auto" with the analytic kernel: a replicate enters the ladder at its first rung that
+        # smooths few of its samples (STAGE_ENTRY); until then it waits (None: every rung runs)
+        waiting = torch.ones(R, dtype=torch.bool, device=theta.device) if adaptive and kernel is None else None
         start = theta
         for T in path:
-            every = work.numel() == R
-            th_w = theta if every else theta[work]
-            d_w = data if every else data.select(work)
-            X_w, Y_w = (Xt, Yt) if every else (Xt[work], Yt[work])
-            st = levenberg_marquardt(
-                self.model, X_w, Y_w, th_w, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
-                ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=d_w, kernel=kernel,
-            )
-            ok = torch.isfinite(st["F"])
-            th_w = torch.where(ok.unsqueeze(-1), st["theta"], th_w)
-            theta = th_w if every else theta.index_copy(0, work, th_w)
-            iters.index_add_(0, work, st["n_iter"])
+            if waiting is not None and bool(waiting[work].any()):
+                wait = work[waiting[work]]
+                near = near_boundary(self.model, data.select(wait), theta[wait], k, T)
+                waiting[wait[near.double() <= STAGE_ENTRY * n]] = False
+            run = work if waiting is None else work[~waiting[work]]
+            if not run.numel():
+                continue
+            every = run.numel() == R
+            th_w = theta if every else theta[run]
+            d_w = data if every else data.select(run)
+            X_w, Y_w = (Xt, Yt) if every else (Xt[run], Yt[run])
             if adaptive:
-                # The hard objective at the stage's end (one forward pass): where it equals the
-                # smoothed one no sample is within reach of the smoothing, and the hard stage
-                # below takes over; a non-finite stage also leaves (its start is kept).
-                Fh, _ = hard_forward(self.model, d_w, th_w, k, None, keep=False)
-                agree = ~ok | ((st["F"] - Fh).abs() <= STAGE_AGREE_RTOL * Fh.abs())
-                work = work[~agree]
+                th_w, F_w, it_w, ok, Fh = self._auto_stage(X_w, Y_w, th_w, T, bounds, gtol, d_w, kernel)
+            else:
+                st = levenberg_marquardt(
+                    self.model, X_w, Y_w, th_w, k, lower, upper, max_iter=min(self.max_iter, STAGE_MAX_ITER),
+                    ftol=STAGE_FTOL, xtol=STAGE_FTOL, gtol=gtol, temperature=T, data=d_w, kernel=kernel,
+                )
+                ok = torch.isfinite(st["F"])
+                th_w = torch.where(ok.unsqueeze(-1), st["theta"], th_w)
+                it_w = st["n_iter"]
+            theta = th_w if every else theta.index_copy(0, run, th_w)
+            iters.index_add_(0, run, it_w)
+            if adaptive:
+                # Leave the ladder where the smoothed and the hard objective agree at the stage's
+                # end (no sample within reach of the smoothing) or where at most STAGE_NEAR samples
+                # lie within T of a boundary (the ones the smoothing pins there); a non-finite
+                # stage also leaves (its start is kept).  The hard stage below takes over.
+                done = ~ok | ((F_w - Fh).abs() <= STAGE_AGREE_RTOL * Fh.abs())
+                if kernel is None:
+                    done = done | (near_boundary(self.model, d_w, th_w, k, T) <= STAGE_NEAR)
+                left = run[done]
+                work = work[~torch.isin(work, left)]
                 if not work.numel():
                     break
         if adaptive and path:

@@ -50,6 +50,7 @@ __all__ = [
     "per_replicate",
     "residual_and_jacobian",
     "router_coefficients",
+    "near_boundary",
 ]
 
 # Memory bound for one chunk of J^T ([R, P, chunk] float64), in bytes.
@@ -221,6 +222,46 @@ def _chunk_forward(model, xs, xe, beta0, beta1, eta, sig, K, k, temperature, wan
         u_b = u_s = h.sub_(f.unsqueeze(1)).mul_(w)  # w (h - g); h is not needed afterwards
         return f, (u_b, u_s, dh.mul_(w), s)
     return f, (u_b, u_s, w * dh, s)
+
+
+def near_boundary(model: MoEModel, data: Design, theta: torch.Tensor, n_components: int, width: float) -> torch.Tensor:
+    """How many samples of each replicate lie within ``width`` of their Top-K selection boundary.
+
+    A sample's distance to the boundary is ``(s_(K) - s_(K+1)) / 2``, half the gap between its
+    ``K``-th and ``(K+1)``-th largest scores (without the bias, eq. (2) of Nguyen et al. (2024)):
+    the distance of both from the threshold ``t(x)`` of the smoothed mask ``sigmoid((s_i - t(x)) /
+    T)`` (:func:`forward` with a temperature).  The continuation of
+    :class:`~moestat.estimators.lse.LeastSquaresMoE` reads it to enter and leave its ladder.
+
+    Parameters
+    ----------
+    model : MoEModel
+        Gate with a sparse Top-K (``K = model.gate.k_active < n_components``).
+    data : Design
+        The fit's features.
+    theta : Tensor, shape ``[R, P]``
+        Free parameters (:func:`moestat.estimators.layout.pack`).
+    n_components : int
+        Number ``k`` of atoms.
+    width : float
+        Distance (in score units) within which a sample counts.
+
+    Returns
+    -------
+    Tensor of int64, shape ``[R]``
+    """
+    k = n_components
+    _, beta1, _, sig, K, _ = _forward_setup(model, data, theta, k, None)
+    if K is None or K >= k:
+        raise ValueError(f"near_boundary needs a sparse gate (k_active < {k}), got k_active={K}")
+    count = torch.zeros(theta.shape[0], dtype=torch.long, device=theta.device)
+    for xs in data.xs:
+        s = beta1 @ xs  # the scores as the forward pass forms them
+        if sig is not None:
+            s.mul_(sig.unsqueeze(-1))
+        top = torch.topk(s, K + 1, dim=1).values
+        count += (0.5 * (top[:, K - 1] - top[:, K]) < width).sum(-1)
+    return count
 
 
 def _forward_setup(model, data: Design, theta, k: int, temperature):

@@ -46,7 +46,8 @@ def scipy_reference_fit(
     if ``temperatures`` is given, the same continuation stages (each stage with
     ``ftol = xtol =`` :data:`~moestat.estimators.lse.STAGE_FTOL` and at most
     :data:`~moestat.estimators.lse.STAGE_MAX_ITER` function evaluations, as in
-    :class:`~moestat.estimators.lse.LeastSquaresMoE`).
+    :class:`~moestat.estimators.lse.LeastSquaresMoE` with a given ``topk_temperatures``; the
+    ``"auto"`` ladder's entry, pieces and exit are not reproduced).
 
     Parameters
     ----------
