@@ -171,12 +171,14 @@ def test_the_driver_answers_as_a_real_run(answers, tmp_path):
 #: The scripts under studies/ and records/ not in :data:`CASES`: a module of functions (``proposals.py``,
 #: ``recorded_refit.py``), or a script whose bad input another test covers (the renderers, ``boundary.py``,
 #: the certificate analyses, which take one positional folder; ``recompute_slopes.py``, which takes no
-#: argument and is run whole by tests/records/test_recompute_slopes.py).
+#: argument and is run whole by tests/records/test_recompute_slopes.py; the sparse comparison's
+#: ``make_summary.py``, likewise run whole by tests/records/test_sparse_issue_grid.py).
 NOT_CASES = {
     "records/archive/catalogue/sigmoid-vs-softmax/certificate20/analyse.py",
     "records/catalogue/hypotheses/proposals.py",
     "records/catalogue/laplace-gmoe/boundary.py",
     "records/catalogue/sigmoid-vs-softmax/certificate40/analyse.py",
+    "records/figure1/sparse_issue_grid/make_summary.py",
     "records/recompute_slopes.py",
     "studies/tools/recorded_refit.py",
     "studies/tools/render_catalogue_rst.py",
