@@ -337,7 +337,8 @@ def rejudge_run(run_dir, *, date: str | None = None, theorems: Any = None) -> di
     theorems : callable or mapping, optional
         A scenario file's theorems, as :func:`run_rates` takes them (the door passes
         :func:`moestat.theorems.file_theorems.scenario_theorems`); without them a file's losses keep
-        only the predictions the file states.
+        only the predictions the file states, and ``theorems`` in ``summary.json`` says the truth was
+        not judged.
 
     Returns
     -------
@@ -416,6 +417,8 @@ def rejudge_run(run_dir, *, date: str | None = None, theorems: Any = None) -> di
         new = dict(old)
         new.update(rule_fields(config))
         new["fits"] = fits
+        if experiment.theorems is NOT_JUDGED:  # the fits carry no theorem's prediction: the summary says so
+            new["theorems"] = dict(NOT_JUDGED["report"])
         new["rejudged"] = {
             "rule": REJUDGE_RULE,
             "date": date or datetime.now(timezone.utc).isoformat(timespec="seconds"),

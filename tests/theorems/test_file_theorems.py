@@ -201,3 +201,17 @@ def test_the_engine_without_the_doors_theorems_says_the_truth_was_not_judged(tmp
     assert all(f.get("prediction_theorem") is None for f in s["fits"])
     s = run_rates(cfg, tmp_path / "judged", figure_formats="none", theorems=scenario_theorems)
     assert "not_checked" not in s["theorems"] and any(f.get("prediction_theorem") for f in s["fits"])
+
+
+def test_a_rejudged_file_run_without_the_doors_theorems_says_so(tmp_path):
+    from moestat.rates import run_rates
+    from moestat.rates.experiment import rejudge_run
+
+    cfg = _experiment(str(COSINE)).config.replace(quiet=True, reps=2, n_min=500, n_max=1000, n_points=3)
+    s = run_rates(cfg, tmp_path / "r", figure_formats="none", theorems=scenario_theorems)
+    assert "not_checked" not in s["theorems"]
+    judged = rejudge_run(tmp_path / "r", date="2026-12-06", theorems=scenario_theorems)
+    assert judged["theorems"] == s["theorems"] and judged["fits"] == s["fits"]  # the same rules, the same verdicts
+    bare = rejudge_run(tmp_path / "r", date="2026-12-06")
+    assert bare["theorems"]["not_checked"].startswith("not judged")
+    assert all(f.get("prediction_theorem") is None for f in bare["fits"])
